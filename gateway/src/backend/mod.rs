@@ -1,0 +1,163 @@
+//! The storage behind the gateway, behind one trait.
+//!
+//! The HTTP layer validates a request, turns it into a [`WriteCommand`] and hands it to a
+//! [`Backend`]. Two implementations exist:
+//!
+//! * [`embedded::EmbeddedStore`] (the default): a durable redb database with Celeriant's write
+//!   semantics, so one command runs everything on a laptop;
+//! * [`celeriant::CeleriantBackend`]: a real Celeriant cluster through the published
+//!   `celeriant_client_tokio` crate.
+//!
+//! A backend answers with either an acknowledgement or a [`BackendError`] that says exactly how
+//! much is known about the write: a Celeriant code, "definitely not sent", or "may have landed".
+//! [`BackendError::into_outcome`] turns that into the protocol's outcome with the shared table.
+
+pub mod celeriant;
+pub mod embedded;
+
+use async_trait::async_trait;
+use celeriant_sync_protocol::codes::celeriant as codes;
+use celeriant_sync_protocol::outcome::{Failure, WriteOutcome};
+use celeriant_sync_protocol::{AggregateRef, Event, ReadBatch};
+use uuid::Uuid;
+
+/// A fully qualified aggregate: the organisation (from gateway configuration) and the aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AggregateKey {
+    /// The organisation id.
+    pub org: Uuid,
+    /// Type and id of the aggregate.
+    pub aggregate: AggregateRef,
+}
+
+/// One atomic write, already validated by the protocol rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteCommand {
+    /// The writing client.
+    pub client_id: Uuid,
+    /// One entry per aggregate; all land or none does.
+    pub writes: Vec<AggregateCommand>,
+}
+
+/// The events for one aggregate within a [`WriteCommand`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregateCommand {
+    /// Which aggregate.
+    pub key: AggregateKey,
+    /// Whether the write may create the aggregate.
+    pub allow_create: bool,
+    /// A conditional write's guard. The HTTP path never sets it (offline writes are
+    /// unconditional); it exists so the embedded store's check order can be tested.
+    pub expected_version: Option<u64>,
+    /// Whether the server enforces client idempotency. The HTTP path always sets it.
+    pub enforce_client_idempotency: bool,
+    /// The events, `client_seq` strictly increasing.
+    pub events: Vec<Event>,
+}
+
+/// A successful write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteAck {
+    /// The aggregate version after the write, when one aggregate was written.
+    pub aggregate_version: Option<u64>,
+}
+
+/// A read of one aggregate's batches from a version on, bounded by size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadQuery {
+    /// Which aggregate.
+    pub key: AggregateKey,
+    /// First version to return (1-based).
+    pub from_version: u64,
+    /// Stop adding batches once the page's events hold this many payload bytes (a page holds
+    /// at least one batch).
+    pub max_bytes: usize,
+    /// Most batches in one page.
+    pub max_batches: usize,
+}
+
+/// One page of batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadPage {
+    /// Batches in version order.
+    pub batches: Vec<ReadBatch>,
+    /// The version to continue from, or `None` at the end.
+    pub next: Option<u64>,
+}
+
+/// How much is known about a write (or read) that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The store answered with a Celeriant code; the write was not applied, except for 2002
+    /// (which means an earlier write with this sequence is durable).
+    #[error("celeriant code {code}: {message}")]
+    Code {
+        /// The Celeriant code.
+        code: u32,
+        /// The server's message.
+        message: String,
+        /// For 2002/2013: the highest sequence held for this (aggregate, client).
+        last_client_seq: Option<u64>,
+        /// For 2002/2013: the lowest sequence of the refused write.
+        attempted_client_seq: Option<u64>,
+    },
+    /// Nothing reached the store (connection refused, pool exhausted): definitely not applied.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The request was sent and no answer came back: it may or may not have been applied.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
+}
+
+impl BackendError {
+    /// A code with a message and no sequence details.
+    pub fn code(code: u32, message: impl Into<String>) -> Self {
+        BackendError::Code {
+            code,
+            message: message.into(),
+            last_client_seq: None,
+            attempted_client_seq: None,
+        }
+    }
+
+    /// The protocol outcome for this error, by the shared classification table.
+    pub fn into_outcome(self) -> WriteOutcome {
+        use celeriant_sync_protocol::codes::gateway as g;
+        match self {
+            BackendError::Code {
+                code: codes::CLIENT_IDEMPOTENCY_VIOLATION,
+                last_client_seq: Some(last),
+                attempted_client_seq: Some(attempted),
+                ..
+            } => WriteOutcome::duplicate(last, attempted),
+            BackendError::Code { code, message, last_client_seq, attempted_client_seq } => {
+                match WriteOutcome::from_code(code, message) {
+                    WriteOutcome::Retry(f) => {
+                        WriteOutcome::Retry(Failure { last_client_seq, attempted_client_seq, ..f })
+                    }
+                    other => other,
+                }
+            }
+            BackendError::Unavailable(m) => WriteOutcome::from_code(g::UPSTREAM_UNAVAILABLE, m),
+            BackendError::OutcomeUnknown(m) => {
+                WriteOutcome::from_code(g::UPSTREAM_OUTCOME_UNKNOWN, m)
+            }
+        }
+    }
+}
+
+/// A store the gateway can write to and read from.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// `"embedded"` or `"celeriant"`.
+    fn name(&self) -> &'static str;
+
+    /// Applies one atomic write. Must not return `Ok` before the write is durable.
+    async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError>;
+
+    /// Reads one page of an aggregate's batches. An unknown aggregate reads as empty.
+    async fn read(&self, query: ReadQuery) -> Result<ReadPage, BackendError>;
+
+    /// Checks the store answers.
+    async fn health(&self) -> Result<(), BackendError>;
+}

@@ -1,0 +1,173 @@
+//! Every numeric code a protocol response can carry, in one place.
+//!
+//! Two families share the `code` field:
+//! * Celeriant's own write-path codes (2xxx, 9xxx, 10xxx, 11000), passed through unchanged when
+//!   the answer came from Celeriant (or from the embedded store, which speaks the same codes).
+//! * The gateway's own codes, five digits whose first three are the HTTP status they travel with
+//!   (`40007` is a 400, `41300` a 413, `50400` a 504). They never collide with Celeriant's.
+//!
+//! What a writer does with a code is decided in [`crate::outcome::classify`], not here.
+
+/// Celeriant's write-path codes (from `celeriant_msg::error_codes`, 0.3.0).
+pub mod celeriant {
+    /// The events list of a write was empty.
+    pub const EMPTY_EVENTS_LIST: u32 = 2000;
+    /// An event had type (major) 0.
+    pub const ZERO_EVENT_TYPE: u32 = 2001;
+    /// The write's lowest `client_seq` is at or below the highest already durable for this
+    /// (aggregate, client): the sequence already landed. A writer treats it as success.
+    pub const CLIENT_IDEMPOTENCY_VIOLATION: u32 = 2002;
+    /// `expected_version` did not match the aggregate's version (conditional writes only).
+    pub const OPTIMISTIC_CONCURRENCY_VIOLATION: u32 = 2003;
+    /// The server could not serialise the events.
+    pub const FAILED_TO_SERIALISE_DATABLOCKS: u32 = 2004;
+    /// The aggregate does not exist and the write did not allow creating it.
+    pub const AGGREGATE_NOT_EXISTS: u32 = 2005;
+    /// The aggregate was deleted and may not be recreated.
+    pub const AGGREGATE_RECREATE_NOT_ALLOWED: u32 = 2006;
+    /// Replication failed; nothing was acknowledged.
+    pub const REPLICATION_ERROR: u32 = 2007;
+    /// fsync failed; nothing was acknowledged.
+    pub const FSYNC_ERROR: u32 = 2008;
+    /// Internal cache error (client sequence cache).
+    pub const CACHE_AGGREGATE_CLIENT_ERROR: u32 = 2009;
+    /// Internal cache error (aggregate existence cache).
+    pub const AGGREGATE_EXISTS_CACHE_ERROR: u32 = 2010;
+    /// The node is not the leader.
+    pub const NOT_LEADER: u32 = 2011;
+    /// Replication backpressure: the server is busy.
+    pub const REPLICATION_BACKPRESSURE: u32 = 2012;
+    /// An identical (client, sequence) write is accepted but not yet durable/replicated.
+    /// Not success: hold the sequence, back off, resend.
+    pub const INFLIGHT_DUPLICATE: u32 = 2013;
+    /// A malformed guard entry.
+    pub const MALFORMED_GUARD_ENTRY: u32 = 2014;
+    /// The conflict response would be too large.
+    pub const CONFLICT_RESPONSE_TOO_LARGE: u32 = 2015;
+    /// The event failed its registered schema.
+    pub const SCHEMA_VALIDATION_FAILED: u32 = 2022;
+    /// A registered schema failed to compile (an operator problem).
+    pub const SCHEMA_COMPILATION_FAILED: u32 = 2023;
+    /// Schema registration coordination failed.
+    pub const REGISTER_SCHEMA_COORDINATION_FAILED: u32 = 2029;
+    /// The request named no routable key.
+    pub const SHARD_ROUTING_NO_KEY: u32 = 9000;
+    /// The request's aggregates live on more than one shard.
+    pub const SHARD_ROUTING_MULTIPLE_SHARDS: u32 = 9001;
+    /// Incompatible routing filters.
+    pub const SHARD_ROUTING_INCOMPATIBLE_FILTERS: u32 = 9002;
+    /// First of the identity and authentication codes (10001..=10007).
+    pub const IDENTITY_FIRST: u32 = 10001;
+    /// Last of the identity and authentication codes.
+    pub const IDENTITY_LAST: u32 = 10007;
+    /// A shard's inter-shard channel is full.
+    pub const SERVER_BUSY: u32 = 11000;
+}
+
+/// The gateway's own codes. The first three digits are the HTTP status.
+pub mod gateway {
+    /// The body is not JSON (syntax error, truncated, not UTF-8).
+    pub const MALFORMED_JSON: u32 = 40000;
+    /// The body is JSON but a field has the wrong type or value: a bad UUID, bad base64, a number
+    /// above 2^53 − 1, a missing or unknown field. The message names the field's path.
+    pub const INVALID_FIELD: u32 = 40001;
+    /// The request named no writes.
+    pub const NO_WRITES: u32 = 40003;
+    /// A write had an empty events list (Celeriant would answer 2000).
+    pub const EMPTY_EVENTS: u32 = 40004;
+    /// An event had `clientSeq` 0 (which would get no deduplication).
+    pub const CLIENT_SEQ_ZERO: u32 = 40005;
+    /// Sequences within one aggregate's events were not strictly increasing.
+    pub const CLIENT_SEQ_NOT_INCREASING: u32 = 40006;
+    /// An event had `type` 0 (Celeriant would answer 2001).
+    pub const EVENT_TYPE_ZERO: u32 = 40007;
+    /// An `iv` was not exactly 12 bytes.
+    pub const INVALID_IV: u32 = 40008;
+    /// The same aggregate appeared twice in one request.
+    pub const DUPLICATE_AGGREGATE: u32 = 40009;
+    /// More events in one request than the gateway accepts.
+    pub const TOO_MANY_EVENTS: u32 = 40010;
+    /// One event's data is larger than the gateway accepts.
+    pub const EVENT_TOO_LARGE: u32 = 40011;
+    /// The decoded payload of one request is larger than the gateway accepts.
+    pub const WRITE_TOO_LARGE: u32 = 40012;
+    /// More aggregates in one request than the gateway accepts.
+    pub const TOO_MANY_AGGREGATES: u32 = 40013;
+    /// A query parameter was invalid.
+    pub const INVALID_QUERY: u32 = 40014;
+    /// No such route.
+    pub const NOT_FOUND: u32 = 40400;
+    /// The route exists but not with this method.
+    pub const METHOD_NOT_ALLOWED: u32 = 40500;
+    /// The body is over the gateway's limit.
+    pub const BODY_TOO_LARGE: u32 = 41300;
+    /// The request did not declare `Content-Type: application/json`.
+    pub const UNSUPPORTED_MEDIA_TYPE: u32 = 41500;
+    /// The gateway's own admission limit: not applied, resend later.
+    pub const GATEWAY_BUSY: u32 = 42900;
+    /// An internal error after the write may have been handed to the store.
+    pub const INTERNAL: u32 = 50000;
+    /// The upstream store may or may not have applied the write (connection lost after send,
+    /// response timeout, protocol error).
+    pub const UPSTREAM_OUTCOME_UNKNOWN: u32 = 50200;
+    /// The upstream store could not be reached; nothing was sent.
+    pub const UPSTREAM_UNAVAILABLE: u32 = 50300;
+    /// The gateway gave up waiting; the write may still land.
+    pub const GATEWAY_TIMEOUT: u32 = 50400;
+}
+
+/// A short stable name for a code, for logs and messages (`"CLIENT_IDEMPOTENCY_VIOLATION"`).
+pub fn name(code: u32) -> &'static str {
+    use celeriant as c;
+    use gateway as g;
+    match code {
+        c::EMPTY_EVENTS_LIST => "EMPTY_EVENTS_LIST",
+        c::ZERO_EVENT_TYPE => "ZERO_EVENT_TYPE",
+        c::CLIENT_IDEMPOTENCY_VIOLATION => "CLIENT_IDEMPOTENCY_VIOLATION",
+        c::OPTIMISTIC_CONCURRENCY_VIOLATION => "OPTIMISTIC_CONCURRENCY_VIOLATION",
+        c::FAILED_TO_SERIALISE_DATABLOCKS => "FAILED_TO_SERIALISE_DATABLOCKS",
+        c::AGGREGATE_NOT_EXISTS => "AGGREGATE_NOT_EXISTS",
+        c::AGGREGATE_RECREATE_NOT_ALLOWED => "AGGREGATE_RECREATE_NOT_ALLOWED",
+        c::REPLICATION_ERROR => "REPLICATION_ERROR",
+        c::FSYNC_ERROR => "FSYNC_ERROR",
+        c::CACHE_AGGREGATE_CLIENT_ERROR => "CACHE_AGGREGATE_CLIENT_ERROR",
+        c::AGGREGATE_EXISTS_CACHE_ERROR => "AGGREGATE_EXISTS_CACHE_ERROR",
+        c::NOT_LEADER => "NOT_LEADER",
+        c::REPLICATION_BACKPRESSURE => "REPLICATION_BACKPRESSURE",
+        c::INFLIGHT_DUPLICATE => "INFLIGHT_DUPLICATE",
+        c::MALFORMED_GUARD_ENTRY => "MALFORMED_GUARD_ENTRY",
+        c::CONFLICT_RESPONSE_TOO_LARGE => "CONFLICT_RESPONSE_TOO_LARGE",
+        c::SCHEMA_VALIDATION_FAILED => "SCHEMA_VALIDATION_FAILED",
+        c::SCHEMA_COMPILATION_FAILED => "SCHEMA_COMPILATION_FAILED",
+        c::REGISTER_SCHEMA_COORDINATION_FAILED => "REGISTER_SCHEMA_COORDINATION_FAILED",
+        c::SHARD_ROUTING_NO_KEY => "SHARD_ROUTING_NO_KEY",
+        c::SHARD_ROUTING_MULTIPLE_SHARDS => "SHARD_ROUTING_MULTIPLE_SHARDS",
+        c::SHARD_ROUTING_INCOMPATIBLE_FILTERS => "SHARD_ROUTING_INCOMPATIBLE_FILTERS",
+        c::IDENTITY_FIRST..=c::IDENTITY_LAST => "IDENTITY_OR_AUTH",
+        c::SERVER_BUSY => "SERVER_BUSY",
+        g::MALFORMED_JSON => "MALFORMED_JSON",
+        g::INVALID_FIELD => "INVALID_FIELD",
+        g::NO_WRITES => "NO_WRITES",
+        g::EMPTY_EVENTS => "EMPTY_EVENTS",
+        g::CLIENT_SEQ_ZERO => "CLIENT_SEQ_ZERO",
+        g::CLIENT_SEQ_NOT_INCREASING => "CLIENT_SEQ_NOT_INCREASING",
+        g::EVENT_TYPE_ZERO => "EVENT_TYPE_ZERO",
+        g::INVALID_IV => "INVALID_IV",
+        g::DUPLICATE_AGGREGATE => "DUPLICATE_AGGREGATE",
+        g::TOO_MANY_EVENTS => "TOO_MANY_EVENTS",
+        g::EVENT_TOO_LARGE => "EVENT_TOO_LARGE",
+        g::WRITE_TOO_LARGE => "WRITE_TOO_LARGE",
+        g::TOO_MANY_AGGREGATES => "TOO_MANY_AGGREGATES",
+        g::INVALID_QUERY => "INVALID_QUERY",
+        g::NOT_FOUND => "NOT_FOUND",
+        g::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
+        g::BODY_TOO_LARGE => "BODY_TOO_LARGE",
+        g::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
+        g::GATEWAY_BUSY => "GATEWAY_BUSY",
+        g::INTERNAL => "INTERNAL",
+        g::UPSTREAM_OUTCOME_UNKNOWN => "UPSTREAM_OUTCOME_UNKNOWN",
+        g::UPSTREAM_UNAVAILABLE => "UPSTREAM_UNAVAILABLE",
+        g::GATEWAY_TIMEOUT => "GATEWAY_TIMEOUT",
+        _ => "UNKNOWN_CODE",
+    }
+}

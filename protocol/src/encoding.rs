@@ -1,0 +1,112 @@
+//! The JSON encodings the protocol fixes, as serde helpers.
+//!
+//! * 128-bit ids are UUID strings (handled by `uuid`'s serde support).
+//! * `u64` values travel as JSON numbers and must not exceed [`MAX_SAFE_INTEGER`] (2^53 − 1), the
+//!   largest integer a JavaScript number holds exactly. A larger value is refused at parse time,
+//!   so a browser can never be handed (or send) a sequence it would silently round.
+//! * Bytes are standard, padded base64 (RFC 4648 §4); anything else is refused.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+/// The largest integer a JavaScript number represents exactly: 2^53 − 1.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Encodes bytes as standard padded base64.
+pub fn encode_base64(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+/// Decodes standard padded base64, refusing other alphabets, missing padding and whitespace.
+pub fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    STANDARD.decode(text)
+}
+
+/// Length of the base64 text for `n` bytes (padded).
+pub const fn base64_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
+}
+
+/// serde `deserialize_with` for a `u64` that must be a JSON-safe integer.
+pub fn safe_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    if v > MAX_SAFE_INTEGER {
+        return Err(D::Error::custom(format_args!(
+            "{v} is above 2^53 - 1 and cannot be represented exactly in JavaScript"
+        )));
+    }
+    Ok(v)
+}
+
+/// serde `with` module for `Vec<u8>` as standard padded base64.
+pub mod base64_bytes {
+    use super::*;
+
+    /// Serialises bytes as a base64 string.
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&encode_base64(bytes))
+    }
+
+    /// Deserialises a base64 string into bytes.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        decode_base64(&text).map_err(|e| D::Error::custom(format_args!("invalid base64: {e}")))
+    }
+}
+
+/// serde `with` module for `Option<Vec<u8>>` as base64 string or `null`.
+pub mod base64_opt {
+    use super::*;
+
+    /// Serialises optional bytes as a base64 string or `null`.
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => s.serialize_str(&encode_base64(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Deserialises a base64 string or `null`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        match <Option<std::borrow::Cow<'de, str>>>::deserialize(d)? {
+            None => Ok(None),
+            Some(text) => decode_base64(&text)
+                .map(Some)
+                .map_err(|e| D::Error::custom(format_args!("invalid base64: {e}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct N {
+        #[serde(deserialize_with = "safe_u64")]
+        n: u64,
+    }
+
+    #[test]
+    fn safe_u64_accepts_the_boundary_and_refuses_above() {
+        let ok: N = serde_json::from_str(r#"{"n":9007199254740991}"#).unwrap();
+        assert_eq!(ok.n, MAX_SAFE_INTEGER);
+        let err = serde_json::from_str::<N>(r#"{"n":9007199254740992}"#).err().unwrap();
+        assert!(err.to_string().contains("2^53"), "{err}");
+        assert!(serde_json::from_str::<N>(r#"{"n":-1}"#).is_err());
+        assert!(serde_json::from_str::<N>(r#"{"n":1.5}"#).is_err());
+        assert!(serde_json::from_str::<N>(r#"{"n":"1"}"#).is_err());
+    }
+
+    #[test]
+    fn base64_is_standard_and_padded() {
+        assert_eq!(encode_base64(b"ab"), "YWI=");
+        assert_eq!(decode_base64("YWI=").unwrap(), b"ab");
+        assert!(decode_base64("YWI").is_err(), "unpadded must be refused");
+        assert!(decode_base64("Y-I=").is_err(), "url-safe alphabet must be refused");
+        for n in 0..10 {
+            assert_eq!(encode_base64(&vec![7u8; n]).len(), base64_len(n));
+        }
+    }
+}

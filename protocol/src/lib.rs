@@ -1,0 +1,45 @@
+//! The celeriant-sync wire protocol, version 1: the one definition both ends compile against.
+//!
+//! The browser client (`celeriant-sync`) and the HTTP gateway (`celeriant-gateway`) share this
+//! crate so that the JSON shapes, the numeric codes and — most importantly — the table that says
+//! what a writer must do with each answer cannot drift apart. `docs/protocol.md` is the prose
+//! version of this crate, with examples.
+//!
+//! * [`wire`]: request and response bodies (serde, camelCase JSON).
+//! * [`encoding`]: the JSON encodings of ids, integers and bytes (UUID strings, numbers no larger
+//!   than 2^53 − 1, standard padded base64).
+//! * [`codes`]: Celeriant's write-path codes and the gateway's own codes.
+//! * [`outcome`]: the four outcomes (`landed`, `retry`, `unknown`, `rejected`) and the
+//!   classification of every code into one of them.
+//! * [`validate`]: the checks a write must pass before anything is written, shared so the client
+//!   can refuse bad input at `append` with exactly the gateway's rules.
+//! * [`faults`]: the body of the gateway's fault-injection control endpoint (tests and the demo).
+#![warn(missing_docs)]
+
+pub mod codes;
+pub mod encoding;
+pub mod faults;
+pub mod outcome;
+pub mod validate;
+pub mod wire;
+
+pub use outcome::{Class, WriteOutcome};
+pub use validate::{Limits, ValidationError};
+pub use wire::{AggregateRef, AggregateWrite, Event, ReadBatch, ReadResponse, WriteRequest};
+
+/// The protocol version this crate implements; it is also the path prefix (`/v1/...`).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Path of the write endpoint.
+pub const WRITE_PATH: &str = "/v1/write";
+
+/// Path of the health endpoint.
+pub const HEALTH_PATH: &str = "/healthz";
+
+/// Path of the fault-injection control endpoint (only served when the gateway enables faults).
+pub const FAULTS_PATH: &str = "/v1/faults";
+
+/// Path of the read endpoint for one aggregate: `/v1/aggregates/{typeId}/{id}/events?from=N`.
+pub fn events_path(aggregate: &AggregateRef) -> String {
+    format!("/v1/aggregates/{}/{}/events", aggregate.type_id, aggregate.id)
+}

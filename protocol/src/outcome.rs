@@ -1,0 +1,288 @@
+//! The four outcomes of a write and the table that decides them.
+//!
+//! Every `/v1/write` response body is a [`WriteOutcome`], tagged by its `outcome` field. A writer
+//! needs nothing else to act correctly:
+//!
+//! | outcome    | HTTP          | meaning                                         | writer's action                 |
+//! |------------|---------------|-------------------------------------------------|---------------------------------|
+//! | `landed`   | 200           | durable (fresh, or a 2002 duplicate)            | mark synced                     |
+//! | `retry`    | 503, 429      | definitely not applied                          | back off, resend identical      |
+//! | `unknown`  | 502, 504      | may or may not have been applied                | resend identical                |
+//! | `rejected` | 4xx           | permanent for this request                      | stop the aggregate, tell the app|
+//!
+//! [`classify`] maps a Celeriant or gateway code to its [`Class`], following
+//! `shared/celeriant.md`. Codes nobody knows are classified `retry` with the long operator
+//! backoff: an unrecognised answer must never cause an event to be dropped.
+
+use serde::{Deserialize, Serialize};
+
+use crate::codes::{celeriant as c, gateway as g};
+
+/// What a writer must do with a code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Durable. For Celeriant only 2002 (`CLIENT_IDEMPOTENCY_VIOLATION`) is classified so.
+    Landed,
+    /// Not applied; resend the identical request after a backoff.
+    Retry(RetryKind),
+    /// May have been applied; resend the identical request.
+    Unknown,
+    /// Permanent for this request.
+    Rejected,
+}
+
+/// How long a retry should wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryKind {
+    /// Transient server conditions (leader change, backpressure, in-flight duplicate).
+    Transient,
+    /// Needs an operator (credentials, schema compilation, an unknown code): back off long,
+    /// never drop, surface the error.
+    Operator,
+}
+
+/// Suggested wait before resending a transient `retry`, in milliseconds.
+pub const TRANSIENT_RETRY_AFTER_MS: u64 = 1_000;
+/// Suggested wait before resending an operator `retry`, in milliseconds.
+pub const OPERATOR_RETRY_AFTER_MS: u64 = 30_000;
+
+/// Classifies a code as `shared/celeriant.md` prescribes.
+pub fn classify(code: u32) -> Class {
+    match code {
+        c::CLIENT_IDEMPOTENCY_VIOLATION => Class::Landed,
+        c::INFLIGHT_DUPLICATE
+        | c::REPLICATION_ERROR..=c::REPLICATION_BACKPRESSURE
+        | c::REGISTER_SCHEMA_COORDINATION_FAILED
+        | c::SERVER_BUSY => Class::Retry(RetryKind::Transient),
+        c::SCHEMA_COMPILATION_FAILED | c::IDENTITY_FIRST..=c::IDENTITY_LAST => {
+            Class::Retry(RetryKind::Operator)
+        }
+        c::EMPTY_EVENTS_LIST
+        | c::ZERO_EVENT_TYPE
+        | c::OPTIMISTIC_CONCURRENCY_VIOLATION
+        | c::FAILED_TO_SERIALISE_DATABLOCKS
+        | c::AGGREGATE_NOT_EXISTS
+        | c::AGGREGATE_RECREATE_NOT_ALLOWED
+        | c::MALFORMED_GUARD_ENTRY
+        | c::CONFLICT_RESPONSE_TOO_LARGE
+        | c::SCHEMA_VALIDATION_FAILED
+        | c::SHARD_ROUTING_NO_KEY..=c::SHARD_ROUTING_INCOMPATIBLE_FILTERS => Class::Rejected,
+        g::GATEWAY_BUSY | g::UPSTREAM_UNAVAILABLE => Class::Retry(RetryKind::Transient),
+        g::INTERNAL | g::UPSTREAM_OUTCOME_UNKNOWN | g::GATEWAY_TIMEOUT => Class::Unknown,
+        40000..=49999 => Class::Rejected,
+        _ => Class::Retry(RetryKind::Operator),
+    }
+}
+
+/// The body of every `/v1/write` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "camelCase")]
+pub enum WriteOutcome {
+    /// Durable.
+    Landed(Landed),
+    /// Not applied; resend identical after `retryAfterMs`.
+    Retry(Failure),
+    /// May have been applied; resend identical.
+    Unknown(Failure),
+    /// Permanent for this request.
+    Rejected(Failure),
+}
+
+/// The body of a `landed` outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Landed {
+    /// `true` when the sequence had already landed (Celeriant 2002).
+    pub duplicate: bool,
+    /// The aggregate's version after a fresh write of one aggregate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate_version: Option<u64>,
+    /// 2002 on a duplicate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u32>,
+    /// On a duplicate: the highest sequence the server holds for this (aggregate, client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_client_seq: Option<u64>,
+    /// On a duplicate: the lowest sequence of the refused write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempted_client_seq: Option<u64>,
+}
+
+/// The body of a `retry`, `unknown` or `rejected` outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// A Celeriant code or a gateway code (see [`crate::codes`]).
+    pub code: u32,
+    /// A human-readable explanation.
+    pub message: String,
+    /// For `retry`: how long to wait before resending (also sent as `Retry-After`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// For 2013 in a `retry`: the highest sequence the server holds for this (aggregate, client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_client_seq: Option<u64>,
+    /// For 2013 in a `retry`: the lowest sequence of the refused write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempted_client_seq: Option<u64>,
+}
+
+impl Failure {
+    /// A failure with a code and message only.
+    pub fn new(code: u32, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+            retry_after_ms: None,
+            last_client_seq: None,
+            attempted_client_seq: None,
+        }
+    }
+}
+
+impl WriteOutcome {
+    /// A fresh landing.
+    pub fn landed(aggregate_version: Option<u64>) -> Self {
+        WriteOutcome::Landed(Landed {
+            duplicate: false,
+            aggregate_version,
+            code: None,
+            last_client_seq: None,
+            attempted_client_seq: None,
+        })
+    }
+
+    /// A 2002: the sequence had already landed.
+    pub fn duplicate(last_client_seq: u64, attempted_client_seq: u64) -> Self {
+        WriteOutcome::Landed(Landed {
+            duplicate: true,
+            aggregate_version: None,
+            code: Some(c::CLIENT_IDEMPOTENCY_VIOLATION),
+            last_client_seq: Some(last_client_seq),
+            attempted_client_seq: Some(attempted_client_seq),
+        })
+    }
+
+    /// The outcome a code calls for, with the suggested retry delay filled in for `retry`.
+    /// A 2002 becomes `landed` with `duplicate: true` (the sequences, when known, are added by
+    /// the caller through [`WriteOutcome::duplicate`]).
+    pub fn from_code(code: u32, message: impl Into<String>) -> Self {
+        let failure = Failure::new(code, message);
+        match classify(code) {
+            Class::Landed => WriteOutcome::Landed(Landed {
+                duplicate: true,
+                aggregate_version: None,
+                code: Some(code),
+                last_client_seq: None,
+                attempted_client_seq: None,
+            }),
+            Class::Retry(kind) => WriteOutcome::Retry(Failure {
+                retry_after_ms: Some(match kind {
+                    RetryKind::Transient => TRANSIENT_RETRY_AFTER_MS,
+                    RetryKind::Operator => OPERATOR_RETRY_AFTER_MS,
+                }),
+                ..failure
+            }),
+            Class::Unknown => WriteOutcome::Unknown(failure),
+            Class::Rejected => WriteOutcome::Rejected(failure),
+        }
+    }
+
+    /// The HTTP status this outcome travels with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            WriteOutcome::Landed(_) => 200,
+            WriteOutcome::Retry(f) if f.code == g::GATEWAY_BUSY => 429,
+            WriteOutcome::Retry(_) => 503,
+            WriteOutcome::Unknown(f) if f.code == g::GATEWAY_TIMEOUT => 504,
+            WriteOutcome::Unknown(_) => 502,
+            WriteOutcome::Rejected(f) => match f.code {
+                g::NOT_FOUND => 404,
+                g::METHOD_NOT_ALLOWED => 405,
+                g::BODY_TOO_LARGE => 413,
+                g::UNSUPPORTED_MEDIA_TYPE => 415,
+                40000..=40099 => 400,
+                _ => 422,
+            },
+        }
+    }
+
+    /// The code carried, if any (`landed` fresh writes carry none).
+    pub fn code(&self) -> Option<u32> {
+        match self {
+            WriteOutcome::Landed(l) => l.code,
+            WriteOutcome::Retry(f) | WriteOutcome::Unknown(f) | WriteOutcome::Rejected(f) => {
+                Some(f.code)
+            }
+        }
+    }
+
+    /// The outcome's tag as it appears in JSON.
+    pub fn tag(&self) -> &'static str {
+        match self {
+            WriteOutcome::Landed(_) => "landed",
+            WriteOutcome::Retry(_) => "retry",
+            WriteOutcome::Unknown(_) => "unknown",
+            WriteOutcome::Rejected(_) => "rejected",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_of_shared_celeriant_md() {
+        assert_eq!(classify(2002), Class::Landed);
+        for code in [2013, 2007, 2008, 2009, 2010, 2011, 2012, 2029, 11000] {
+            assert_eq!(classify(code), Class::Retry(RetryKind::Transient), "{code}");
+        }
+        for code in [2000, 2001, 2003, 2004, 2005, 2006, 2014, 2015, 2022, 9000, 9001, 9002] {
+            assert_eq!(classify(code), Class::Rejected, "{code}");
+        }
+        for code in [2023, 10001, 10004, 10007] {
+            assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
+        }
+    }
+
+    #[test]
+    fn unknown_codes_are_never_rejected_or_landed() {
+        for code in [0, 1, 1000, 2016, 2099, 3000, 12345, 99999, u32::MAX] {
+            assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
+        }
+    }
+
+    #[test]
+    fn gateway_codes_classify_by_their_status() {
+        assert_eq!(classify(g::MALFORMED_JSON), Class::Rejected);
+        assert_eq!(classify(g::BODY_TOO_LARGE), Class::Rejected);
+        assert_eq!(classify(g::GATEWAY_BUSY), Class::Retry(RetryKind::Transient));
+        assert_eq!(classify(g::UPSTREAM_UNAVAILABLE), Class::Retry(RetryKind::Transient));
+        assert_eq!(classify(g::UPSTREAM_OUTCOME_UNKNOWN), Class::Unknown);
+        assert_eq!(classify(g::GATEWAY_TIMEOUT), Class::Unknown);
+        assert_eq!(classify(g::INTERNAL), Class::Unknown);
+    }
+
+    #[test]
+    fn bodies_match_the_documented_examples() {
+        let landed = serde_json::to_string(&WriteOutcome::landed(Some(4))).unwrap();
+        assert_eq!(landed, r#"{"outcome":"landed","duplicate":false,"aggregateVersion":4}"#);
+        let dup = serde_json::to_string(&WriteOutcome::duplicate(7, 5)).unwrap();
+        assert_eq!(
+            dup,
+            r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":7,"attemptedClientSeq":5}"#
+        );
+        let retry = WriteOutcome::from_code(2013, "in flight");
+        assert_eq!(retry.http_status(), 503);
+        assert_eq!(
+            serde_json::to_string(&retry).unwrap(),
+            r#"{"outcome":"retry","code":2013,"message":"in flight","retryAfterMs":1000}"#
+        );
+        assert_eq!(WriteOutcome::from_code(2005, "x").http_status(), 422);
+        assert_eq!(WriteOutcome::from_code(g::BODY_TOO_LARGE, "x").http_status(), 413);
+        assert_eq!(WriteOutcome::from_code(g::GATEWAY_BUSY, "x").http_status(), 429);
+        assert_eq!(WriteOutcome::from_code(g::GATEWAY_TIMEOUT, "x").http_status(), 504);
+        assert_eq!(WriteOutcome::from_code(g::UPSTREAM_OUTCOME_UNKNOWN, "x").http_status(), 502);
+    }
+}

@@ -1,0 +1,10 @@
+//! celeriant-sync: the offline-first browser writer for the Celeriant event store.
+//!
+//! This crate is compiled to WebAssembly and shipped as the `celeriant-sync` npm package. It is
+//! an outbox: `append` persists each event with its per-aggregate `ClientSeq` in IndexedDB in one
+//! transaction before any network attempt, and one sync loop per device drains the outbox in
+//! order through the HTTP gateway (`gateway/`). The wire protocol lives in
+//! `celeriant-sync-protocol` (`protocol/`), shared with the gateway.
+#![warn(missing_docs)]
+
+pub use celeriant_sync_protocol as protocol;
