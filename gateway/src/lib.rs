@@ -1,3 +1,23 @@
 //! celeriant-gateway: the HTTP+JSON gateway between browsers and Celeriant.
+//!
+//! Browsers cannot speak Celeriant's binary TCP protocol; this server speaks protocol v1
+//! (`docs/protocol.md`, types in `celeriant-sync-protocol`) and forwards each write, always with
+//! client idempotency enforced and no expected version, to a [`backend::Backend`]: the embedded
+//! durable store (default) or a real Celeriant cluster.
+//!
+//! [`app::app`] builds the router (testable without a socket); `main.rs` parses the
+//! configuration, opens the backend and serves with graceful shutdown.
 #![warn(missing_docs)]
+
+pub mod app;
 pub mod backend;
+pub mod config;
+pub mod cors;
+pub mod error;
+pub mod extract;
+pub mod faults;
+pub mod routes;
+pub mod state;
+
+pub use app::app;
+pub use state::AppState;

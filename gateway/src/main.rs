@@ -1,1 +1,92 @@
-fn main() {}
+//! The `celeriant-gateway` binary: configuration, backend, serve, graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use celeriant_gateway::backend::Backend;
+use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
+use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
+use celeriant_gateway::config::{BackendKind, Config};
+use celeriant_gateway::{AppState, app};
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    if let Err(e) = run(Config::parse()).await {
+        eprintln!("celeriant-gateway: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(config: Config) -> Result<(), String> {
+    let backend: Arc<dyn Backend> = match config.backend {
+        BackendKind::Embedded => Arc::new(EmbeddedStore::open(
+            &config.data_dir,
+            EmbeddedOptions {
+                linger: Duration::from_millis(config.commit_linger_ms),
+            },
+        )?),
+        BackendKind::Celeriant => {
+            if config.celeriant_addrs.is_empty() {
+                return Err("--backend celeriant needs at least one --celeriant-addr".into());
+            }
+            Arc::new(
+                CeleriantBackend::connect(CeleriantOptions {
+                    addresses: config.celeriant_addrs.clone(),
+                    api_key: config.celeriant_api_key.clone(),
+                    request_timeout: Duration::from_millis(config.request_timeout_ms),
+                })
+                .await?,
+            )
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let port_file = config.port_file.clone();
+    let state = AppState::new(config, backend.clone())?;
+    if let Some(faults) = &state.faults {
+        let report = faults.report();
+        tracing::warn!(seed = report.seed, rates = ?report.rates, "fault injection enabled");
+    }
+    if let Some(path) = port_file {
+        std::fs::write(&path, addr.to_string())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    tracing::info!(
+        backend = backend.name(),
+        "celeriant-gateway listening on http://{addr}"
+    );
+    println!("celeriant-gateway listening on http://{addr}");
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!("celeriant-gateway stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down: finishing requests in progress");
+}

@@ -92,7 +92,9 @@ mod tests {
     fn safe_u64_accepts_the_boundary_and_refuses_above() {
         let ok: N = serde_json::from_str(r#"{"n":9007199254740991}"#).unwrap();
         assert_eq!(ok.n, MAX_SAFE_INTEGER);
-        let err = serde_json::from_str::<N>(r#"{"n":9007199254740992}"#).err().unwrap();
+        let err = serde_json::from_str::<N>(r#"{"n":9007199254740992}"#)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("2^53"), "{err}");
         assert!(serde_json::from_str::<N>(r#"{"n":-1}"#).is_err());
         assert!(serde_json::from_str::<N>(r#"{"n":1.5}"#).is_err());
@@ -104,7 +106,10 @@ mod tests {
         assert_eq!(encode_base64(b"ab"), "YWI=");
         assert_eq!(decode_base64("YWI=").unwrap(), b"ab");
         assert!(decode_base64("YWI").is_err(), "unpadded must be refused");
-        assert!(decode_base64("Y-I=").is_err(), "url-safe alphabet must be refused");
+        assert!(
+            decode_base64("Y-I=").is_err(),
+            "url-safe alphabet must be refused"
+        );
         for n in 0..10 {
             assert_eq!(encode_base64(&vec![7u8; n]).len(), base64_len(n));
         }

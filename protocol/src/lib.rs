@@ -41,5 +41,8 @@ pub const FAULTS_PATH: &str = "/v1/faults";
 
 /// Path of the read endpoint for one aggregate: `/v1/aggregates/{typeId}/{id}/events?from=N`.
 pub fn events_path(aggregate: &AggregateRef) -> String {
-    format!("/v1/aggregates/{}/{}/events", aggregate.type_id, aggregate.id)
+    format!(
+        "/v1/aggregates/{}/{}/events",
+        aggregate.type_id, aggregate.id
+    )
 }

@@ -238,7 +238,9 @@ mod tests {
         for code in [2013, 2007, 2008, 2009, 2010, 2011, 2012, 2029, 11000] {
             assert_eq!(classify(code), Class::Retry(RetryKind::Transient), "{code}");
         }
-        for code in [2000, 2001, 2003, 2004, 2005, 2006, 2014, 2015, 2022, 9000, 9001, 9002] {
+        for code in [
+            2000, 2001, 2003, 2004, 2005, 2006, 2014, 2015, 2022, 9000, 9001, 9002,
+        ] {
             assert_eq!(classify(code), Class::Rejected, "{code}");
         }
         for code in [2023, 10001, 10004, 10007] {
@@ -257,8 +259,14 @@ mod tests {
     fn gateway_codes_classify_by_their_status() {
         assert_eq!(classify(g::MALFORMED_JSON), Class::Rejected);
         assert_eq!(classify(g::BODY_TOO_LARGE), Class::Rejected);
-        assert_eq!(classify(g::GATEWAY_BUSY), Class::Retry(RetryKind::Transient));
-        assert_eq!(classify(g::UPSTREAM_UNAVAILABLE), Class::Retry(RetryKind::Transient));
+        assert_eq!(
+            classify(g::GATEWAY_BUSY),
+            Class::Retry(RetryKind::Transient)
+        );
+        assert_eq!(
+            classify(g::UPSTREAM_UNAVAILABLE),
+            Class::Retry(RetryKind::Transient)
+        );
         assert_eq!(classify(g::UPSTREAM_OUTCOME_UNKNOWN), Class::Unknown);
         assert_eq!(classify(g::GATEWAY_TIMEOUT), Class::Unknown);
         assert_eq!(classify(g::INTERNAL), Class::Unknown);
@@ -267,7 +275,10 @@ mod tests {
     #[test]
     fn bodies_match_the_documented_examples() {
         let landed = serde_json::to_string(&WriteOutcome::landed(Some(4))).unwrap();
-        assert_eq!(landed, r#"{"outcome":"landed","duplicate":false,"aggregateVersion":4}"#);
+        assert_eq!(
+            landed,
+            r#"{"outcome":"landed","duplicate":false,"aggregateVersion":4}"#
+        );
         let dup = serde_json::to_string(&WriteOutcome::duplicate(7, 5)).unwrap();
         assert_eq!(
             dup,
@@ -280,9 +291,21 @@ mod tests {
             r#"{"outcome":"retry","code":2013,"message":"in flight","retryAfterMs":1000}"#
         );
         assert_eq!(WriteOutcome::from_code(2005, "x").http_status(), 422);
-        assert_eq!(WriteOutcome::from_code(g::BODY_TOO_LARGE, "x").http_status(), 413);
-        assert_eq!(WriteOutcome::from_code(g::GATEWAY_BUSY, "x").http_status(), 429);
-        assert_eq!(WriteOutcome::from_code(g::GATEWAY_TIMEOUT, "x").http_status(), 504);
-        assert_eq!(WriteOutcome::from_code(g::UPSTREAM_OUTCOME_UNKNOWN, "x").http_status(), 502);
+        assert_eq!(
+            WriteOutcome::from_code(g::BODY_TOO_LARGE, "x").http_status(),
+            413
+        );
+        assert_eq!(
+            WriteOutcome::from_code(g::GATEWAY_BUSY, "x").http_status(),
+            429
+        );
+        assert_eq!(
+            WriteOutcome::from_code(g::GATEWAY_TIMEOUT, "x").http_status(),
+            504
+        );
+        assert_eq!(
+            WriteOutcome::from_code(g::UPSTREAM_OUTCOME_UNKNOWN, "x").http_status(),
+            502
+        );
     }
 }

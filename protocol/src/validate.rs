@@ -150,7 +150,10 @@ pub fn validate_event(event: &Event, limits: &Limits, at: &str) -> Result<(), Va
     if let Some(iv) = &event.iv
         && iv.len() != 12
     {
-        return Err(ValidationError::InvalidIv { at: at.to_owned(), len: iv.len() });
+        return Err(ValidationError::InvalidIv {
+            at: at.to_owned(),
+            len: iv.len(),
+        });
     }
     if event.data.len() > limits.max_event_bytes {
         return Err(ValidationError::EventTooLarge {
@@ -163,7 +166,10 @@ pub fn validate_event(event: &Event, limits: &Limits, at: &str) -> Result<(), Va
 }
 
 /// Checks the sequences of one aggregate's events: each `>= 1` and strictly increasing.
-pub fn validate_sequences(write_index: usize, write: &AggregateWrite) -> Result<(), ValidationError> {
+pub fn validate_sequences(
+    write_index: usize,
+    write: &AggregateWrite,
+) -> Result<(), ValidationError> {
     let mut previous = 0u64;
     for (i, event) in write.events.iter().enumerate() {
         let at = || format!("writes[{write_index}].events[{i}]");
@@ -210,10 +216,16 @@ pub fn validate_write(request: &WriteRequest, limits: &Limits) -> Result<(), Val
         events += write.events.len();
     }
     if events > limits.max_events {
-        return Err(ValidationError::TooManyEvents { count: events, max: limits.max_events });
+        return Err(ValidationError::TooManyEvents {
+            count: events,
+            max: limits.max_events,
+        });
     }
     if bytes > limits.max_request_bytes {
-        return Err(ValidationError::WriteTooLarge { len: bytes, max: limits.max_request_bytes });
+        return Err(ValidationError::WriteTooLarge {
+            len: bytes,
+            max: limits.max_request_bytes,
+        });
     }
     Ok(())
 }
@@ -240,7 +252,10 @@ mod tests {
         WriteRequest {
             client_id: Uuid::from_u128(9),
             writes: vec![AggregateWrite {
-                aggregate: AggregateRef { type_id: Uuid::from_u128(1), id: Uuid::from_u128(2) },
+                aggregate: AggregateRef {
+                    type_id: Uuid::from_u128(1),
+                    id: Uuid::from_u128(2),
+                },
                 allow_create: true,
                 events: seqs.iter().copied().map(event).collect(),
             }],
@@ -258,7 +273,13 @@ mod tests {
 
     #[test]
     fn each_rule_has_its_code() {
-        assert_eq!(code(&WriteRequest { writes: vec![], ..request(&[1]) }), g::NO_WRITES);
+        assert_eq!(
+            code(&WriteRequest {
+                writes: vec![],
+                ..request(&[1])
+            }),
+            g::NO_WRITES
+        );
         assert_eq!(code(&request(&[])), g::EMPTY_EVENTS);
         assert_eq!(code(&request(&[0, 1])), g::CLIENT_SEQ_ZERO);
         assert_eq!(code(&request(&[1, 3, 3])), g::CLIENT_SEQ_NOT_INCREASING);
@@ -278,7 +299,12 @@ mod tests {
 
     #[test]
     fn limits_are_enforced() {
-        let tight = Limits { max_aggregates: 1, max_events: 2, max_event_bytes: 3, max_request_bytes: 5 };
+        let tight = Limits {
+            max_aggregates: 1,
+            max_events: 2,
+            max_event_bytes: 3,
+            max_request_bytes: 5,
+        };
         let check = |r: &WriteRequest| validate_write(r, &tight).map_err(|e| e.code());
         assert_eq!(check(&request(&[1, 2, 3])), Err(g::TOO_MANY_EVENTS));
         assert_eq!(check(&request(&[1, 2])), Err(g::WRITE_TOO_LARGE));

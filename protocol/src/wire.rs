@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::encoding::{base64_bytes, base64_opt, base64_len, safe_u64};
+use crate::encoding::{base64_bytes, base64_len, base64_opt, safe_u64};
 
 /// `POST /v1/write`: one atomic write across the aggregates it names.
 ///
@@ -139,7 +139,10 @@ mod tests {
         WriteRequest {
             client_id: Uuid::from_u128(1),
             writes: vec![AggregateWrite {
-                aggregate: AggregateRef { type_id: Uuid::from_u128(2), id: Uuid::from_u128(3) },
+                aggregate: AggregateRef {
+                    type_id: Uuid::from_u128(2),
+                    id: Uuid::from_u128(3),
+                },
                 allow_create: true,
                 events: vec![Event {
                     client_seq: 1,
@@ -166,13 +169,20 @@ mod tests {
                 r#""type":3,"minor":0,"data":"aGVsbG8=","iv":"AAAAAAAAAAAAAAAA"}]}]}"#
             )
         );
-        assert_eq!(serde_json::from_str::<WriteRequest>(&json).unwrap(), sample());
+        assert_eq!(
+            serde_json::from_str::<WriteRequest>(&json).unwrap(),
+            sample()
+        );
     }
 
     #[test]
     fn unknown_fields_are_refused() {
-        let json = serde_json::to_string(&sample()).unwrap().replace("\"minor\"", "\"minro\"");
-        let err = serde_json::from_str::<WriteRequest>(&json).unwrap_err().to_string();
+        let json = serde_json::to_string(&sample())
+            .unwrap()
+            .replace("\"minor\"", "\"minro\"");
+        let err = serde_json::from_str::<WriteRequest>(&json)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("minro"), "{err}");
     }
 

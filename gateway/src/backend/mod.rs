@@ -130,14 +130,19 @@ impl BackendError {
                 attempted_client_seq: Some(attempted),
                 ..
             } => WriteOutcome::duplicate(last, attempted),
-            BackendError::Code { code, message, last_client_seq, attempted_client_seq } => {
-                match WriteOutcome::from_code(code, message) {
-                    WriteOutcome::Retry(f) => {
-                        WriteOutcome::Retry(Failure { last_client_seq, attempted_client_seq, ..f })
-                    }
-                    other => other,
-                }
-            }
+            BackendError::Code {
+                code,
+                message,
+                last_client_seq,
+                attempted_client_seq,
+            } => match WriteOutcome::from_code(code, message) {
+                WriteOutcome::Retry(f) => WriteOutcome::Retry(Failure {
+                    last_client_seq,
+                    attempted_client_seq,
+                    ..f
+                }),
+                other => other,
+            },
             BackendError::Unavailable(m) => WriteOutcome::from_code(g::UPSTREAM_UNAVAILABLE, m),
             BackendError::OutcomeUnknown(m) => {
                 WriteOutcome::from_code(g::UPSTREAM_OUTCOME_UNKNOWN, m)

@@ -1,0 +1,174 @@
+//! Forwarding to a real Celeriant cluster through the published `celeriant_client_tokio` pool.
+//!
+//! This is the production backend: the gateway authenticates upstream with its API key (never a
+//! keypair, which would make the server refuse every browser's client id with 10003), sends each
+//! validated command as one Celeriant `WriteRequest`, and reads aggregates back page by page. The
+//! pool routes writes to the leader and never resends a write once it left, so the only question
+//! left for this module is how much is known when a call fails; [`backend_error`] answers it.
+//!
+//! * `convert`: field-by-field translation between the gateway's and Celeriant's types;
+//! * `errors`: the `ClientError` → [`BackendError`] table.
+
+mod convert;
+mod errors;
+#[cfg(test)]
+mod errors_table;
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use celeriant_client_tokio::{
+    CeleriantPool, ClientError, ClientIdentityConfig, PoolOptions, ReadError, ServerError,
+};
+use celeriant_msg::request::read_filters::ReadFilters;
+use celeriant_msg::request::requests::ReadRequest;
+use celeriant_wal::aggregate_key::AggregateKey as CeleriantKey;
+
+use super::{Backend, BackendError, ReadPage, ReadQuery, WriteAck, WriteCommand};
+pub use errors::{UNRECOGNISED_UPSTREAM_CODE, backend_error};
+
+/// Upper bound on dialling one node (and on waiting for one of the pool's connection slots).
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to reach the cluster.
+#[derive(Clone)]
+pub struct CeleriantOptions {
+    /// Seed addresses, `HOST:PORT`; the first is dialled first.
+    pub addresses: Vec<String>,
+    /// The gateway's API key, if the cluster requires one.
+    pub api_key: Option<String>,
+    /// How long one request may take upstream.
+    pub request_timeout: Duration,
+}
+
+/// Written by hand so that the API key never reaches a log.
+impl fmt::Debug for CeleriantOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CeleriantOptions")
+            .field("addresses", &self.addresses)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// A Celeriant cluster as a [`Backend`].
+pub struct CeleriantBackend {
+    pool: CeleriantPool,
+}
+
+impl CeleriantBackend {
+    /// Builds the pool. Nothing is dialled yet: the gateway starts (and reports unhealthy) while
+    /// the cluster is down, and connects on the first request.
+    pub async fn connect(options: CeleriantOptions) -> Result<Self, String> {
+        let mut addresses = options
+            .addresses
+            .iter()
+            .map(|a| a.trim())
+            .filter(|a| !a.is_empty())
+            .map(str::to_owned);
+        let first = addresses.next().ok_or("no Celeriant address configured")?;
+        if options.request_timeout.is_zero() {
+            return Err("the Celeriant request timeout must be above zero".into());
+        }
+        let mut pool = PoolOptions::new(first)
+            .with_seed_addresses(addresses.collect())
+            .with_request_timeout(options.request_timeout)
+            .with_connection_timeout(options.request_timeout.min(MAX_CONNECT_TIMEOUT))
+            .with_max_request_size(errors::MAX_REQUEST_BYTES)
+            .with_max_response_size(errors::MAX_RESPONSE_BYTES);
+        if let Some(key) = options.api_key {
+            pool = pool.with_identity(ClientIdentityConfig::from_api_key(key));
+        }
+        Ok(CeleriantBackend {
+            pool: CeleriantPool::new(pool),
+        })
+    }
+
+    /// One read request: batches `from..=to` of `key`.
+    async fn read_range(
+        &self,
+        key: &CeleriantKey,
+        from: u64,
+        to: u64,
+    ) -> Result<celeriant_msg::response::responses::ReadResponse, ClientError> {
+        self.pool
+            .read(ReadRequest {
+                correlation_id: None,
+                aggregate_key: key.clone(),
+                filters: ReadFilters::new(from).to_aggregate_version(to),
+            })
+            .await
+    }
+}
+
+fn is_missing_aggregate(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Server(ServerError::Read {
+            kind: ReadError::AggregateNotExists,
+            ..
+        })
+    )
+}
+
+#[async_trait]
+impl Backend for CeleriantBackend {
+    fn name(&self) -> &'static str {
+        "celeriant"
+    }
+
+    async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError> {
+        let request = convert::write_request(command)?;
+        let response = self.pool.write(request).await.map_err(backend_error)?;
+        Ok(WriteAck {
+            aggregate_version: response.max_aggregate_version,
+        })
+    }
+
+    async fn read(&self, query: ReadQuery) -> Result<ReadPage, BackendError> {
+        let key = convert::aggregate_key(&query.key);
+        let max_batches = query.max_batches.max(1);
+        let mut from = query.from_version.max(1);
+        let mut moved_to_oldest = false;
+        loop {
+            // One batch beyond the page, so a full page knows whether more exist.
+            let to = from.saturating_add(u64::try_from(max_batches).unwrap_or(u64::MAX));
+            match self.read_range(&key, from, to).await {
+                Ok(response) => {
+                    return Ok(convert::page(response, from, max_batches, query.max_bytes));
+                }
+                Err(e) if is_missing_aggregate(&e) => {
+                    return Ok(ReadPage {
+                        batches: Vec::new(),
+                        next: None,
+                    });
+                }
+                // The start was trimmed away: the page starts at the first batch kept.
+                Err(ClientError::Server(ServerError::Read {
+                    kind:
+                        ReadError::UnavailableBatchIndex {
+                            minimum_available_version: Some(oldest),
+                            ..
+                        },
+                    ..
+                })) if oldest > from && !moved_to_oldest => {
+                    from = oldest;
+                    moved_to_oldest = true;
+                }
+                Err(e) => return Err(backend_error(e)),
+            }
+        }
+    }
+
+    /// Reads the first batch of an aggregate nobody writes (all-zero key) from the leader: a
+    /// full round trip, authenticated with the gateway's key, that stores nothing.
+    async fn health(&self) -> Result<(), BackendError> {
+        match self.read_range(&CeleriantKey::new(0, 0, 0), 1, 1).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_missing_aggregate(&e) => Ok(()),
+            Err(e) => Err(backend_error(e)),
+        }
+    }
+}

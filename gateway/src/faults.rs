@@ -1,0 +1,173 @@
+//! Seeded fault injection for `/v1/write`, off unless the gateway runs with `--faults`.
+//!
+//! The client's guarantees (never lose, never duplicate) are only worth what they were tested
+//! against. The injector makes the gateway misbehave the ways a real network and a real cluster
+//! do, at configurable rates, reproducibly from a seed: commit then drop the response, delay past
+//! the client's timeout, answer 2013 or 503 without applying, break the connection before
+//! applying. `GET /v1/faults` reports the rates and how many of each were injected; `PUT
+//! /v1/faults` changes the rates at run time.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use celeriant_sync_protocol::faults::{FaultCounts, FaultRates, FaultReport};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// One injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Apply the write, then break the connection.
+    DropAfterCommit,
+    /// Wait this long, then handle the write normally.
+    Delay(Duration),
+    /// Answer 2013 without applying.
+    Inflight,
+    /// Answer 503 with this Retry-After without applying.
+    Busy(Duration),
+    /// Break the connection without applying.
+    ResetBeforeCommit,
+}
+
+struct Inner {
+    rng: StdRng,
+    rates: FaultRates,
+    counts: FaultCounts,
+}
+
+/// The injector: one random draw per write request.
+pub struct FaultInjector {
+    seed: u64,
+    inner: Mutex<Inner>,
+}
+
+impl FaultInjector {
+    /// An injector with these rates, reproducible from `seed`.
+    pub fn new(seed: u64, rates: FaultRates) -> Result<Self, String> {
+        rates.check()?;
+        Ok(FaultInjector {
+            seed,
+            inner: Mutex::new(Inner {
+                rng: StdRng::seed_from_u64(seed),
+                rates,
+                counts: FaultCounts::default(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Draws the fault (if any) for the next write request and counts it.
+    pub fn draw(&self) -> Option<Fault> {
+        let mut inner = self.lock();
+        inner.counts.requests += 1;
+        let r = inner.rates;
+        let x: f64 = inner.rng.random();
+        let delay = Duration::from_millis(if r.delay_ms == 0 { 5_000 } else { r.delay_ms });
+        let retry_after = Duration::from_millis(if r.retry_after_ms == 0 {
+            200
+        } else {
+            r.retry_after_ms
+        });
+        let table = [
+            (r.drop_after_commit, Fault::DropAfterCommit),
+            (r.timeout, Fault::Delay(delay)),
+            (r.inflight, Fault::Inflight),
+            (r.busy, Fault::Busy(retry_after)),
+            (r.reset_before_commit, Fault::ResetBeforeCommit),
+        ];
+        let mut edge = 0.0;
+        for (rate, fault) in table {
+            edge += rate;
+            if x < edge {
+                let c = &mut inner.counts;
+                match fault {
+                    Fault::DropAfterCommit => c.drop_after_commit += 1,
+                    Fault::Delay(_) => c.timeout += 1,
+                    Fault::Inflight => c.inflight += 1,
+                    Fault::Busy(_) => c.busy += 1,
+                    Fault::ResetBeforeCommit => c.reset_before_commit += 1,
+                }
+                return Some(fault);
+            }
+        }
+        None
+    }
+
+    /// Replaces the rates (counts and the random sequence continue).
+    pub fn set_rates(&self, rates: FaultRates) -> Result<FaultReport, String> {
+        rates.check()?;
+        self.lock().rates = rates;
+        Ok(self.report())
+    }
+
+    /// The seed, the rates and the counts so far.
+    pub fn report(&self) -> FaultReport {
+        let inner = self.lock();
+        FaultReport {
+            seed: self.seed,
+            rates: inner.rates,
+            counts: inner.counts,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rates(drop: f64, timeout: f64, inflight: f64, busy: f64, reset: f64) -> FaultRates {
+        FaultRates {
+            drop_after_commit: drop,
+            timeout,
+            inflight,
+            busy,
+            reset_before_commit: reset,
+            ..FaultRates::default()
+        }
+    }
+
+    #[test]
+    fn the_same_seed_injects_the_same_faults() {
+        let r = rates(0.2, 0.1, 0.1, 0.1, 0.05);
+        let a = FaultInjector::new(42, r).unwrap();
+        let b = FaultInjector::new(42, r).unwrap();
+        let run = |f: &FaultInjector| (0..500).map(|_| f.draw()).collect::<Vec<_>>();
+        assert_eq!(run(&a), run(&b));
+        assert_eq!(a.report().counts, b.report().counts);
+    }
+
+    #[test]
+    fn observed_frequencies_follow_the_rates() {
+        let f = FaultInjector::new(7, rates(0.3, 0.1, 0.1, 0.0, 0.0)).unwrap();
+        for _ in 0..10_000 {
+            f.draw();
+        }
+        let c = f.report().counts;
+        assert_eq!(c.requests, 10_000);
+        assert!((2700..3300).contains(&c.drop_after_commit), "{c:?}");
+        assert!((800..1200).contains(&c.timeout), "{c:?}");
+        assert!((800..1200).contains(&c.inflight), "{c:?}");
+        assert_eq!((c.busy, c.reset_before_commit), (0, 0));
+    }
+
+    #[test]
+    fn zero_rates_inject_nothing_and_bad_rates_are_refused() {
+        let f = FaultInjector::new(1, FaultRates::default()).unwrap();
+        assert!((0..1000).all(|_| f.draw().is_none()));
+        assert!(FaultInjector::new(1, rates(0.7, 0.7, 0.0, 0.0, 0.0)).is_err());
+        assert!(f.set_rates(rates(-0.1, 0.0, 0.0, 0.0, 0.0)).is_err());
+        assert_eq!(
+            f.set_rates(rates(1.0, 0.0, 0.0, 0.0, 0.0))
+                .unwrap()
+                .rates
+                .drop_after_commit,
+            1.0
+        );
+        assert_eq!(f.draw(), Some(Fault::DropAfterCommit));
+    }
+}

@@ -1,0 +1,6 @@
+//! The HTTP routes of protocol v1, one file each.
+
+pub mod faults;
+pub mod health;
+pub mod read;
+pub mod write;

@@ -1,0 +1,433 @@
+//! The HTTP surface of protocol v1 over the embedded store, driven without a socket: every
+//! outcome row, every validation rule (and that a refused request writes nothing), reads and
+//! paging, CORS, the JSON bodies of 404/405/413/415/429.
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use celeriant_gateway::backend::embedded::EmbeddedOptions;
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn the_same_write_twice_lands_once_then_answers_2002() {
+    let h = Harness::new();
+    let first = h.write(&write_of(&[1, 2, 3])).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.json,
+        json!({"outcome": "landed", "duplicate": false, "aggregateVersion": 1})
+    );
+
+    let second = h.write(&write_of(&[1, 2, 3])).await;
+    assert_eq!(second.status, StatusCode::OK);
+    assert_eq!(
+        second.json,
+        json!({"outcome": "landed", "duplicate": true, "code": 2002, "lastClientSeq": 3, "attemptedClientSeq": 1})
+    );
+    let events = h.read_all(TYPE, ID).await;
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["clientSeq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3], "stored once");
+    assert_eq!(events[1], event(2), "stored as sent");
+}
+
+#[tokio::test]
+async fn a_gap_is_accepted_and_a_lower_sequence_afterwards_is_a_false_2002() {
+    let h = Harness::new();
+    assert_eq!(h.write(&write_of(&[1, 2, 3])).await.outcome(), "landed");
+    let five = h.write(&write_of(&[5])).await;
+    assert_eq!(five.json["duplicate"], false, "{:?}", five.json);
+    assert_eq!(five.json["aggregateVersion"], 2);
+    let four = h.write(&write_of(&[4])).await;
+    assert_eq!(four.json["duplicate"], true);
+    assert_eq!(four.json["code"], 2002);
+    assert_eq!(four.json["lastClientSeq"], 5);
+    assert_eq!(four.json["attemptedClientSeq"], 4);
+    let seqs: Vec<u64> = h
+        .read_all(TYPE, ID)
+        .await
+        .iter()
+        .map(|e| e["clientSeq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        [1, 2, 3, 5],
+        "4 never landed, exactly as Celeriant behaves"
+    );
+}
+
+#[tokio::test]
+async fn another_clients_sequences_are_a_separate_space() {
+    let h = Harness::new();
+    assert_eq!(h.write(&write_of(&[1])).await.json["duplicate"], false);
+    let mut other = write_of(&[1]);
+    other["clientId"] = json!("6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0999");
+    let r = h.write(&other).await;
+    assert_eq!(r.json["duplicate"], false);
+    assert_eq!(r.json["aggregateVersion"], 2);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_typed_body_and_writes_nothing() {
+    let h = Harness::with(|c| c.max_body_bytes = 64 * 1024, EmbeddedOptions::default());
+    let good = write_of(&[1, 2]);
+    let with = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = good.clone();
+        f(&mut v);
+        serde_json::to_vec(&v).unwrap()
+    };
+    let cases: Vec<(&str, Vec<u8>, u16, u64)> = vec![
+        ("malformed JSON", b"{\"clientId\": ".to_vec(), 400, 40000),
+        ("not JSON at all", b"hello".to_vec(), 400, 40000),
+        (
+            "trailing garbage",
+            [serde_json::to_vec(&good).unwrap(), b"x".to_vec()].concat(),
+            400,
+            40000,
+        ),
+        (
+            "wrong type",
+            with(&|v| v["writes"][0]["events"][0]["type"] = json!("3")),
+            400,
+            40001,
+        ),
+        (
+            "bad client UUID",
+            with(&|v| v["clientId"] = json!("not-a-uuid")),
+            400,
+            40001,
+        ),
+        (
+            "bad aggregate UUID",
+            with(&|v| v["writes"][0]["aggregate"]["id"] = json!("1234")),
+            400,
+            40001,
+        ),
+        (
+            "type 0",
+            with(&|v| v["writes"][0]["events"][1]["type"] = json!(0)),
+            400,
+            40007,
+        ),
+        (
+            "empty events",
+            with(&|v| v["writes"][0]["events"] = json!([])),
+            400,
+            40004,
+        ),
+        ("no writes", with(&|v| v["writes"] = json!([])), 400, 40003),
+        (
+            "non-increasing",
+            with(&|v| v["writes"][0]["events"][1]["clientSeq"] = json!(1)),
+            400,
+            40006,
+        ),
+        (
+            "clientSeq 0",
+            with(&|v| v["writes"][0]["events"][0]["clientSeq"] = json!(0)),
+            400,
+            40005,
+        ),
+        (
+            "iv of 11 bytes",
+            with(&|v| v["writes"][0]["events"][0]["iv"] = json!("AAAAAAAAAAAAAAA=")),
+            400,
+            40008,
+        ),
+        (
+            "bad base64",
+            with(&|v| v["writes"][0]["events"][0]["data"] = json!("abc")),
+            400,
+            40001,
+        ),
+        (
+            "above 2^53",
+            with(&|v| v["writes"][0]["events"][0]["clientSeq"] = json!(9007199254740992u64)),
+            400,
+            40001,
+        ),
+        (
+            "negative",
+            with(&|v| v["writes"][0]["events"][0]["timestamp"] = json!(-1)),
+            400,
+            40001,
+        ),
+        (
+            "fraction",
+            with(&|v| v["writes"][0]["events"][0]["clientSeq"] = json!(1.5)),
+            400,
+            40001,
+        ),
+        (
+            "unknown field",
+            with(&|v| v["writes"][0]["events"][0]["colour"] = json!("red")),
+            400,
+            40001,
+        ),
+        (
+            "missing field",
+            with(&|v| {
+                v["writes"][0]["events"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("data");
+            }),
+            400,
+            40001,
+        ),
+        (
+            "duplicate aggregate",
+            with(&|v| {
+                let w = v["writes"][0].clone();
+                v["writes"].as_array_mut().unwrap().push(w);
+            }),
+            400,
+            40009,
+        ),
+        (
+            "body over the limit",
+            with(&|v| {
+                v["writes"][0]["events"][0]["data"] = json!(
+                    celeriant_sync_protocol::encoding::encode_base64(&[7u8; 70_000])
+                )
+            }),
+            413,
+            41300,
+        ),
+    ];
+    for (what, body, status, code) in cases {
+        let r = h.post_raw("/v1/write", body).await;
+        assert_eq!(r.status.as_u16(), status, "{what}: {:?}", r.json);
+        assert_eq!(r.outcome(), "rejected", "{what}");
+        assert_eq!(r.code(), code, "{what}: {:?}", r.json);
+        assert!(!r.json["message"].as_str().unwrap().is_empty(), "{what}");
+    }
+    // The field path is named for shape errors.
+    let r = h
+        .post_raw(
+            "/v1/write",
+            with(&|v| v["writes"][0]["events"][1]["minor"] = json!("x")),
+        )
+        .await;
+    assert!(
+        r.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("writes[0].events[1].minor"),
+        "{:?}",
+        r.json
+    );
+    // Without the JSON content type.
+    let r = h
+        .send(
+            Request::post("/v1/write")
+                .body(Body::from(serde_json::to_vec(&good).unwrap()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!((r.status.as_u16(), r.code()), (415, 41500));
+    // Nothing of any of them was written.
+    assert!(h.read_all(TYPE, ID).await.is_empty());
+    // And the aggregate is still writable from 1.
+    assert_eq!(h.write(&good).await.json["aggregateVersion"], 1);
+}
+
+#[tokio::test]
+async fn a_refused_aggregate_refuses_the_whole_request() {
+    let h = Harness::new();
+    let other = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0444";
+    let mut body = write_of(&[1]);
+    let mut second = write_to(other, &[1])["writes"][0].clone();
+    second["allowCreate"] = json!(false);
+    body["writes"].as_array_mut().unwrap().push(second);
+    let r = h.write(&body).await;
+    assert_eq!(
+        (r.status.as_u16(), r.outcome(), r.code()),
+        (422, "rejected", 2005)
+    );
+    assert!(
+        h.read_all(TYPE, ID).await.is_empty(),
+        "the first aggregate was not written either"
+    );
+    // Both at once when allowed.
+    body["writes"][1]["allowCreate"] = json!(true);
+    let r = h.write(&body).await;
+    assert_eq!(
+        r.json,
+        json!({"outcome": "landed", "duplicate": false}),
+        "no single version for two"
+    );
+    assert_eq!(h.read_all(TYPE, ID).await.len(), 1);
+    assert_eq!(h.read_all(TYPE, other).await.len(), 1);
+}
+
+#[tokio::test]
+async fn reads_page_by_size_and_unknown_aggregates_are_empty() {
+    let h = Harness::new();
+    for seq in 1..=5 {
+        assert_eq!(
+            h.write(&write_of(&[seq])).await.json["aggregateVersion"],
+            seq
+        );
+    }
+    let base = format!("/v1/aggregates/{TYPE}/{ID}/events");
+    let p1 = h.get(&format!("{base}?limit=2")).await;
+    assert_eq!(p1.json["batches"].as_array().unwrap().len(), 2);
+    assert_eq!(p1.json["batches"][0]["version"], 1);
+    assert_eq!(p1.json["batches"][0]["clientId"], CLIENT);
+    assert!(p1.json["batches"][0]["serverTimestamp"].as_u64().unwrap() > 1_600_000_000_000);
+    assert_eq!(p1.json["next"], 3);
+    let p3 = h.get(&format!("{base}?from=5&limit=2")).await;
+    assert_eq!(p3.json["batches"][0]["version"], 5);
+    assert_eq!(p3.json["next"], json!(null));
+    let past = h.get(&format!("{base}?from=6")).await;
+    assert_eq!(past.json, json!({"batches": [], "next": null}));
+    let unknown = h
+        .get(&format!(
+            "/v1/aggregates/{TYPE}/{}/events",
+            uuid::Uuid::nil()
+        ))
+        .await;
+    assert_eq!(
+        (unknown.status, unknown.json.clone()),
+        (StatusCode::OK, json!({"batches": [], "next": null}))
+    );
+    let bad = h.get(&format!("/v1/aggregates/{TYPE}/nope/events")).await;
+    assert_eq!((bad.status.as_u16(), bad.code()), (400, 40014));
+    let bad = h.get(&format!("{base}?from=x")).await;
+    assert_eq!((bad.status.as_u16(), bad.code()), (400, 40014));
+    let bad = h.get(&format!("{base}?form=2")).await;
+    assert_eq!((bad.status.as_u16(), bad.code()), (400, 40014));
+}
+
+#[tokio::test]
+async fn large_batches_close_a_page_early() {
+    let h = Harness::new();
+    let big = celeriant_sync_protocol::encoding::encode_base64(&vec![1u8; 700_000]);
+    for seq in 1..=3 {
+        let mut w = write_of(&[seq]);
+        w["writes"][0]["events"][0]["data"] = json!(big);
+        assert_eq!(h.write(&w).await.outcome(), "landed");
+    }
+    let page = h.get(&format!("/v1/aggregates/{TYPE}/{ID}/events")).await;
+    assert_eq!(
+        page.json["batches"].as_array().unwrap().len(),
+        2,
+        "1 MiB page budget"
+    );
+    assert_eq!(page.json["next"], 3);
+    assert_eq!(h.read_all(TYPE, ID).await.len(), 3);
+}
+
+#[tokio::test]
+async fn health_and_unknown_routes_answer_json() {
+    let h = Harness::new();
+    let health = h.get("/healthz").await;
+    assert_eq!(health.status, StatusCode::OK);
+    assert_eq!(
+        health.json,
+        json!({"status": "ok", "backend": "embedded", "protocol": 1, "faults": false})
+    );
+    let missing = h.get("/v1/nothing-here").await;
+    assert_eq!(
+        (missing.status.as_u16(), missing.outcome(), missing.code()),
+        (404, "rejected", 40400)
+    );
+    let wrong = h.get("/v1/write").await;
+    assert_eq!(
+        (wrong.status.as_u16(), wrong.code()),
+        (405, 40500),
+        "{:?}",
+        wrong.json
+    );
+    let faults = h.get("/v1/faults").await;
+    assert_eq!(
+        faults.status.as_u16(),
+        404,
+        "no control endpoint without --faults"
+    );
+}
+
+#[tokio::test]
+async fn over_the_admission_limit_is_429_with_retry_after() {
+    let h = Harness::with(|c| c.max_inflight = 0, EmbeddedOptions::default());
+    let r = h.write(&write_of(&[1])).await;
+    assert_eq!(
+        (r.status.as_u16(), r.outcome(), r.code()),
+        (429, "retry", 42900)
+    );
+    assert_eq!(r.headers["retry-after"], "1");
+    assert_eq!(r.json["retryAfterMs"], 1000);
+    assert!(h.read_all(TYPE, ID).await.is_empty());
+}
+
+fn preflight(origin: &str) -> Request<Body> {
+    Request::builder()
+        .method(Method::OPTIONS)
+        .uri("/v1/write")
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type")
+        .body(Body::empty())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn cors_allows_dev_origins_and_exposes_retry_after() {
+    let h = Harness::new();
+    let ok = h.send(preflight("http://localhost:5173")).await;
+    assert!(ok.status.is_success());
+    assert_eq!(
+        ok.headers["access-control-allow-origin"],
+        "http://localhost:5173"
+    );
+    let methods = ok.headers["access-control-allow-methods"].to_str().unwrap();
+    for m in ["GET", "POST", "OPTIONS"] {
+        assert!(methods.contains(m), "{methods}");
+    }
+    assert!(
+        ok.headers["access-control-allow-headers"]
+            .to_str()
+            .unwrap()
+            .contains("content-type")
+    );
+    let denied = h.send(preflight("http://evil.example")).await;
+    assert!(denied.headers.get("access-control-allow-origin").is_none());
+    // An actual cross-origin response exposes Retry-After.
+    let request = Request::post("/v1/write")
+        .header("origin", "http://127.0.0.1:9999")
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&write_of(&[1])).unwrap()))
+        .unwrap();
+    let r = h.send(request).await;
+    assert_eq!(
+        r.headers["access-control-allow-origin"],
+        "http://127.0.0.1:9999"
+    );
+    assert_eq!(
+        r.headers["access-control-expose-headers"]
+            .to_str()
+            .unwrap()
+            .to_lowercase(),
+        "retry-after"
+    );
+}
+
+#[tokio::test]
+async fn an_explicit_allow_list_replaces_the_dev_defaults() {
+    let h = Harness::with(
+        |c| c.allow_origins = vec!["https://app.example".into()],
+        EmbeddedOptions::default(),
+    );
+    let ok = h.send(preflight("https://app.example")).await;
+    assert_eq!(
+        ok.headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let denied = h.send(preflight("http://localhost:5173")).await;
+    assert!(denied.headers.get("access-control-allow-origin").is_none());
+}

@@ -1,0 +1,403 @@
+//! An in-process Celeriant node that speaks the real 0.3.0 wire protocol, for the gateway's tests.
+//!
+//! The Celeriant server is not published, so the Celeriant backend is tested against this: a TCP
+//! listener on `127.0.0.1:0` built only from the published crates' public APIs (`WireHeader`, the
+//! Identify helpers, `ClientRequest::read_from_header`, `ClientResponse::write_response`), the
+//! same way `celeriant_client_tokio`'s own `tests/common/mod.rs` builds its fakes. It answers the
+//! Identify every connection sends first, echoes each request's correlation id, records what it
+//! received, and answers each request from a per-test script; with nothing scripted it behaves as
+//! a tiny store (writes append a batch, reads return them, unknown aggregates answer 1001).
+//!
+//! `DictCodec` is `!Sync`, so the server owns a thread with a current-thread runtime and a
+//! `LocalSet`; dropping the [`FakeCeleriant`] stops it and closes its connections.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use celeriant_msg::error_codes;
+use celeriant_msg::process_client_requests::ClientRequest;
+use celeriant_msg::process_client_responses::ClientResponse;
+use celeriant_msg::process_identify::{
+    IDENTIFY_REQUEST_TYPE_ID, read_identify_request, write_identify_response,
+};
+use celeriant_msg::request::requests::{IdentifyRequest, ReadRequest, WriteRequest};
+use celeriant_msg::response::aggregate_event_batch::AggregateEventBatch;
+use celeriant_msg::response::responses::{
+    ErrorResponse, IdentifyResponse, ReadResponse, WriteResponse,
+};
+use celeriant_wal::aggregate_key::AggregateKey;
+use celeriant_wal::builtin_dict::BUILTIN_DICT_BYTES;
+use celeriant_wire::codec::compression::DictCodec;
+use celeriant_wire::network::wire_header::{PROTOCOL_VERSION_V4, WireHeader};
+use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
+
+/// Largest frame the fake reads or writes (the server's default).
+const MAX_FRAME: u64 = 64 * 1024 * 1024;
+
+/// How the fake answers one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Behave like a node: apply the write, serve the read.
+    Store,
+    /// Acknowledge a write with this aggregate version, storing nothing.
+    Written(u64),
+    /// Answer with an error code and message.
+    Error {
+        /// The Celeriant code.
+        code: u32,
+        /// The message (JSON for 2002/2013).
+        message: String,
+    },
+    /// Read the whole request, then close the connection without answering.
+    Close,
+    /// Wait, then answer as the inner reply.
+    Delay(Duration, Box<Reply>),
+}
+
+impl Reply {
+    /// An error answer.
+    pub fn error(code: u32, message: &str) -> Self {
+        Reply::Error {
+            code,
+            message: message.to_owned(),
+        }
+    }
+
+    /// 2002 or 2013, with the sequences in the message as the server writes them.
+    pub fn sequence_error(code: u32, last_client_seq: u64, attempted_client_seq: u64) -> Self {
+        Reply::Error {
+            code,
+            message: format!(
+                r#"{{"last_client_seq":{last_client_seq},"attempted_client_seq":{attempted_client_seq}}}"#
+            ),
+        }
+    }
+
+    /// Answer `then` after `delay`.
+    pub fn slow(delay: Duration, then: Reply) -> Self {
+        Reply::Delay(delay, Box::new(then))
+    }
+}
+
+#[derive(Default)]
+struct State {
+    required_api_key: Option<String>,
+    script: VecDeque<Reply>,
+    identifies: Vec<IdentifyRequest>,
+    requests: Vec<ClientRequest>,
+    store: HashMap<AggregateKey, Vec<AggregateEventBatch>>,
+    read_page_limit: Option<usize>,
+}
+
+/// A running fake node.
+pub struct FakeCeleriant {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl FakeCeleriant {
+    /// A node that accepts any (or no) API key.
+    pub fn start() -> Self {
+        Self::spawn(State::default())
+    }
+
+    /// A node that refuses an Identify without this API key (10006, as Celeriant does).
+    pub fn with_api_key(key: &str) -> Self {
+        Self::spawn(State {
+            required_api_key: Some(key.to_owned()),
+            ..State::default()
+        })
+    }
+
+    fn spawn(state: State) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(state));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let accept = async {
+                    while let Ok((socket, _)) = listener.accept().await {
+                        tokio::task::spawn_local(connection(socket.compat(), shared.clone()));
+                    }
+                };
+                tokio::select! {
+                    _ = accept => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        FakeCeleriant {
+            addr,
+            state,
+            _stop: stop,
+        }
+    }
+
+    /// `HOST:PORT` to dial.
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Queues answers for the next requests, in order (Identify excluded); when the queue is
+    /// empty the fake answers as [`Reply::Store`].
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.lock().script.extend(replies);
+    }
+
+    /// Makes a stored read return at most `batches` batches, with `next_aggregate_version` set
+    /// when more are in the requested range.
+    pub fn limit_read_pages(&self, batches: usize) {
+        self.lock().read_page_limit = Some(batches);
+    }
+
+    /// Every Identify received.
+    pub fn identifies(&self) -> Vec<IdentifyRequest> {
+        self.lock().identifies.clone()
+    }
+
+    /// Every request received (Identify excluded), in order.
+    pub fn requests(&self) -> Vec<ClientRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// Every write request received, in order.
+    pub fn writes(&self) -> Vec<WriteRequest> {
+        self.requests()
+            .into_iter()
+            .filter_map(|r| match r {
+                ClientRequest::Write(w) => Some(w),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+}
+
+/// An address nothing listens on: bound to claim a free port, then released.
+pub fn dead_address() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
+}
+
+type Stream = Compat<tokio::net::TcpStream>;
+
+async fn connection(mut stream: Stream, state: Arc<Mutex<State>>) {
+    let codec = DictCodec::new(BUILTIN_DICT_BYTES, 3).unwrap();
+    loop {
+        let Ok(header) = WireHeader::from_reader(&mut stream, MAX_FRAME).await else {
+            return;
+        };
+        if header.message_type == IDENTIFY_REQUEST_TYPE_ID {
+            if identify(header, &mut stream, &state, &codec)
+                .await
+                .is_none()
+            {
+                return;
+            }
+            continue;
+        }
+        let Ok(request) = ClientRequest::read_from_header(header, &mut stream, &codec).await else {
+            return;
+        };
+        let reply = {
+            let mut state = state.lock().unwrap();
+            state.requests.push(request.clone());
+            state.script.pop_front().unwrap_or(Reply::Store)
+        };
+        let Some(response) = answer(&request, reply, &state).await else {
+            return;
+        };
+        let written = ClientResponse::write_response(
+            &mut stream,
+            &response,
+            false,
+            &codec,
+            MAX_FRAME,
+            PROTOCOL_VERSION_V4,
+        )
+        .await;
+        if written.is_err() {
+            return;
+        }
+    }
+}
+
+/// Answers an Identify (echoing its correlation id); `None` when the connection is done.
+async fn identify(
+    header: WireHeader,
+    stream: &mut Stream,
+    state: &Mutex<State>,
+    codec: &DictCodec,
+) -> Option<()> {
+    let request = read_identify_request(header, stream).await.ok()?;
+    let refused = {
+        let mut state = state.lock().unwrap();
+        state.identifies.push(request.clone());
+        state
+            .required_api_key
+            .as_ref()
+            .is_some_and(|key| request.api_key.as_ref() != Some(key))
+    };
+    if refused {
+        let error = ClientResponse::GenericError(ErrorResponse {
+            correlation_id: request.correlation_id,
+            error_code: error_codes::AUTH_INVALID_KEY,
+            error_message: "invalid API key".into(),
+        });
+        let _ = ClientResponse::write_response(
+            stream,
+            &error,
+            false,
+            codec,
+            MAX_FRAME,
+            PROTOCOL_VERSION_V4,
+        )
+        .await;
+        return None;
+    }
+    let response = IdentifyResponse {
+        correlation_id: request.correlation_id,
+        client_id: None,
+        access_level: None,
+        compression_dict_sha256: None,
+        compression_dict_bytes: None,
+    };
+    write_identify_response(stream, &response, PROTOCOL_VERSION_V4)
+        .await
+        .ok()
+}
+
+async fn answer(
+    request: &ClientRequest,
+    mut reply: Reply,
+    state: &Mutex<State>,
+) -> Option<ClientResponse> {
+    let correlation_id = request.correlation_id();
+    loop {
+        return match reply {
+            Reply::Delay(delay, then) => {
+                tokio::time::sleep(delay).await;
+                reply = *then;
+                continue;
+            }
+            Reply::Close => None,
+            Reply::Error { code, message } => Some(error(correlation_id, code, message)),
+            Reply::Written(version) => Some(ClientResponse::Write(WriteResponse {
+                correlation_id,
+                max_aggregate_version: Some(version),
+            })),
+            Reply::Store => Some(state.lock().unwrap().apply(request)),
+        };
+    }
+}
+
+fn error(correlation_id: Option<u128>, code: u32, message: String) -> ClientResponse {
+    ClientResponse::GenericError(ErrorResponse {
+        correlation_id,
+        error_code: code,
+        error_message: message,
+    })
+}
+
+impl State {
+    fn apply(&mut self, request: &ClientRequest) -> ClientResponse {
+        match request {
+            ClientRequest::Write(write) => self.write(write),
+            ClientRequest::Read(read) => self.read(read),
+            other => error(
+                other.correlation_id(),
+                error_codes::SHARD_ROUTING_NO_KEY,
+                "the fake serves only reads and writes".into(),
+            ),
+        }
+    }
+
+    /// Atomic across the request's aggregates, like the server; no idempotency checks (tests
+    /// script 2002/2013 instead).
+    fn write(&mut self, request: &WriteRequest) -> ClientResponse {
+        let correlation_id = request.correlation_id;
+        for (key, write) in &request.writes {
+            let exists = self.store.get(key).is_some_and(|b| !b.is_empty());
+            if !exists && !write.allow_create {
+                return error(
+                    correlation_id,
+                    error_codes::WRITE_AGGREGATE_NOT_EXISTS,
+                    "aggregate does not exist".into(),
+                );
+            }
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let mut version = None;
+        for (key, write) in &request.writes {
+            let batches = self.store.entry(key.clone()).or_default();
+            let mut event_seq = batches.iter().map(|b| b.events.len() as u64).sum::<u64>();
+            let events = write
+                .events
+                .iter()
+                .map(|e| {
+                    event_seq += 1;
+                    let mut e = e.clone();
+                    e.event_seq = event_seq;
+                    e
+                })
+                .collect();
+            let aggregate_version = batches.len() as u64 + 1;
+            batches.push(AggregateEventBatch {
+                aggregate_version,
+                client_id: request.client_id,
+                user_id: request.user_id,
+                server_timestamp: now,
+                events,
+            });
+            version = Some(aggregate_version);
+        }
+        ClientResponse::Write(WriteResponse {
+            correlation_id,
+            max_aggregate_version: version.filter(|_| request.writes.len() == 1),
+        })
+    }
+
+    fn read(&self, request: &ReadRequest) -> ClientResponse {
+        let correlation_id = request.correlation_id;
+        let Some(batches) = self.store.get(&request.aggregate_key) else {
+            return error(
+                correlation_id,
+                error_codes::READ_AGGREGATE_NOT_EXISTS,
+                "aggregate does not exist".into(),
+            );
+        };
+        let from = request.filters.from_aggregate_version;
+        let to = request.filters.to_aggregate_version.unwrap_or(u64::MAX);
+        let mut in_range = batches
+            .iter()
+            .filter(|b| b.aggregate_version >= from && b.aggregate_version <= to);
+        let limit = self.read_page_limit.unwrap_or(usize::MAX);
+        let event_batches: Vec<_> = in_range.by_ref().take(limit).cloned().collect();
+        ClientResponse::Read(ReadResponse {
+            correlation_id,
+            event_batches,
+            next_aggregate_version: in_range.next().map(|b| b.aggregate_version),
+        })
+    }
+}

@@ -1,0 +1,7 @@
+//! Helpers shared by the gateway's integration tests.
+//!
+//! Each file under `tests/` is its own crate and pulls this in with `mod support;`; a crate that
+//! uses only part of it must not fail `-D warnings` for the rest, hence the `dead_code` allowance.
+
+#[allow(dead_code)]
+pub mod fake_celeriant;
