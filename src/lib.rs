@@ -8,3 +8,5 @@
 #![warn(missing_docs)]
 
 pub use celeriant_sync_protocol as protocol;
+
+pub mod engine;

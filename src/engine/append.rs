@@ -1,0 +1,142 @@
+//! The checks an `append` must pass before anything is written.
+//!
+//! They are the gateway's own rules (shared through `celeriant-sync-protocol`), applied at the
+//! moment the app can still do something about them: an event the gateway would reject is
+//! refused here, with a typed error, and nothing of the append is persisted.
+
+use celeriant_sync_protocol::validate::{Limits, ValidationError, validate_event};
+
+use super::model::NewEvent;
+
+/// Why an append was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AppendError {
+    /// No events.
+    #[error("append needs at least one event")]
+    Empty,
+    /// More events than one append may carry.
+    #[error("{count} events in one append; at most {max} are accepted")]
+    TooMany {
+        /// How many were given.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// One event breaks a protocol rule.
+    #[error("events[{index}]: {error}")]
+    Invalid {
+        /// Which event.
+        index: usize,
+        /// The rule it breaks.
+        error: ValidationError,
+    },
+}
+
+/// Checks an append's events against the protocol's rules and `limits`.
+pub fn check(events: &[NewEvent], limits: &Limits) -> Result<(), AppendError> {
+    if events.is_empty() {
+        return Err(AppendError::Empty);
+    }
+    if events.len() > limits.max_events {
+        return Err(AppendError::TooMany {
+            count: events.len(),
+            max: limits.max_events,
+        });
+    }
+    for (index, e) in events.iter().enumerate() {
+        let wire = celeriant_sync_protocol::Event {
+            client_seq: 1,
+            event_id: Some(e.event_id),
+            timestamp: e.timestamp,
+            event_type: e.event_type,
+            minor: e.minor,
+            data: Vec::new(),
+            iv: e.iv.clone(),
+        };
+        // The size rule is checked on the real payload without copying it into `wire`.
+        if e.data.len() > limits.max_event_bytes {
+            return Err(AppendError::Invalid {
+                index,
+                error: ValidationError::EventTooLarge {
+                    at: format!("events[{index}]"),
+                    len: e.data.len(),
+                    max: limits.max_event_bytes,
+                },
+            });
+        }
+        validate_event(&wire, limits, &format!("events[{index}]"))
+            .map_err(|error| AppendError::Invalid { index, error })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn ev(t: u64) -> NewEvent {
+        NewEvent {
+            event_id: Uuid::nil(),
+            timestamp: 1,
+            event_type: t,
+            minor: 0,
+            data: vec![1],
+            iv: None,
+        }
+    }
+
+    #[test]
+    fn the_rules() {
+        let limits = Limits {
+            max_events: 3,
+            max_event_bytes: 4,
+            ..Limits::default()
+        };
+        assert_eq!(check(&[], &limits), Err(AppendError::Empty));
+        assert!(matches!(
+            check(&vec![ev(1); 4], &limits),
+            Err(AppendError::TooMany { count: 4, max: 3 })
+        ));
+        assert!(matches!(
+            check(&[ev(1), ev(0)], &limits),
+            Err(AppendError::Invalid {
+                index: 1,
+                error: ValidationError::EventTypeZero { .. }
+            })
+        ));
+        let big = NewEvent {
+            data: vec![0; 5],
+            ..ev(1)
+        };
+        assert!(matches!(
+            check(&[big], &limits),
+            Err(AppendError::Invalid {
+                index: 0,
+                error: ValidationError::EventTooLarge { .. }
+            })
+        ));
+        let bad_iv = NewEvent {
+            iv: Some(vec![0; 8]),
+            ..ev(1)
+        };
+        assert!(matches!(
+            check(&[bad_iv], &limits),
+            Err(AppendError::Invalid {
+                index: 0,
+                error: ValidationError::InvalidIv { len: 8, .. }
+            })
+        ));
+        check(
+            &[
+                ev(1),
+                NewEvent {
+                    iv: Some(vec![0; 12]),
+                    ..ev(2)
+                },
+            ],
+            &limits,
+        )
+        .unwrap();
+    }
+}

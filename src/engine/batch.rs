@@ -1,0 +1,113 @@
+//! Cutting requests and encoding them.
+//!
+//! A request carries a run of consecutive pending events of **one** aggregate (a 2002 or 2013
+//! does not say which aggregate it is about, so a multi-aggregate request could not be settled
+//! safely). The run is cut by a count and a byte budget and always holds at least one event.
+//! Encoding is deterministic: the same events always give the same bytes, which is what makes a
+//! resend of a pinned batch byte-identical, also after a reload.
+
+use celeriant_sync_protocol::wire::WRITE_JSON_OVERHEAD;
+use celeriant_sync_protocol::{AggregateWrite, WriteRequest};
+use uuid::Uuid;
+
+use super::model::{AggregateRef, Batch, StoredEvent};
+
+/// How many of the leading `sizes` (encoded event sizes, in order) form one request: at most
+/// `max_events`, a body of at most `max_bytes` — and at least one when there is any.
+pub fn take_within(
+    sizes: impl IntoIterator<Item = usize>,
+    max_events: usize,
+    max_bytes: usize,
+) -> usize {
+    let mut total = WRITE_JSON_OVERHEAD;
+    let mut taken = 0;
+    for size in sizes {
+        if taken >= max_events.max(1) || (taken > 0 && total + size > max_bytes) {
+            break;
+        }
+        total += size;
+        taken += 1;
+    }
+    taken
+}
+
+/// The batch covering `events` (consecutive pending events of one aggregate, in order).
+pub fn batch_of(events: &[StoredEvent]) -> Option<Batch> {
+    let (first, last) = (events.first()?, events.last()?);
+    Some(Batch {
+        aggregate: first.aggregate,
+        first_seq: first.client_seq,
+        last_seq: last.client_seq,
+        count: events.len() as u32,
+    })
+}
+
+/// The request body for `events`, sent by `client_id`.
+pub fn encode(client_id: Uuid, aggregate: AggregateRef, events: &[StoredEvent]) -> String {
+    let request = WriteRequest {
+        client_id,
+        writes: vec![AggregateWrite {
+            aggregate,
+            allow_create: true,
+            events: events.iter().map(StoredEvent::to_wire).collect(),
+        }],
+    };
+    serde_json::to_string(&request).expect("a write request always serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cutting_respects_both_limits_and_takes_at_least_one() {
+        let base = WRITE_JSON_OVERHEAD;
+        assert_eq!(take_within([10, 10, 10], 2, usize::MAX), 2);
+        assert_eq!(take_within([10, 10, 10], 10, base + 20), 2);
+        assert_eq!(take_within([10, 10, 10], 10, base + 19), 1);
+        assert_eq!(
+            take_within([1_000_000, 10], 10, 100),
+            1,
+            "an oversize event goes alone"
+        );
+        assert_eq!(take_within([], 10, 100), 0);
+        assert_eq!(take_within([5; 3], 0, usize::MAX), 1);
+    }
+
+    #[test]
+    fn the_body_fits_the_budget_it_was_cut_for() {
+        use celeriant_sync_protocol::validate::{Limits, validate_write};
+        let aggregate = AggregateRef {
+            type_id: Uuid::from_u128(1),
+            id: Uuid::from_u128(2),
+        };
+        let events: Vec<StoredEvent> = (1..=50)
+            .map(|seq| StoredEvent {
+                aggregate,
+                client_seq: seq,
+                event_id: Uuid::from_u128(u128::MAX - seq as u128),
+                timestamp: 1_790_000_000_000,
+                event_type: 9_007_199_254_740_991,
+                minor: 12,
+                data: vec![0xAB; (seq * 37 % 300) as usize],
+                iv: (seq % 2 == 0).then(|| vec![1; 12]),
+            })
+            .collect();
+        for budget in [300, 1_000, 4_096, 20_000] {
+            let n = take_within(events.iter().map(StoredEvent::encoded_len), 1000, budget);
+            let body = encode(Uuid::from_u128(3), aggregate, &events[..n]);
+            assert!(
+                n == 1 || body.len() <= budget,
+                "{} > {budget} with {n}",
+                body.len()
+            );
+            let parsed: WriteRequest = serde_json::from_str(&body).unwrap();
+            validate_write(&parsed, &Limits::default()).unwrap();
+            assert_eq!(
+                encode(Uuid::from_u128(3), aggregate, &events[..n]),
+                body,
+                "deterministic"
+            );
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! What a reply means, and what the drain loop does about it.
+//!
+//! [`classify`] turns whatever came back — a protocol body, a bare status, a broken connection,
+//! a timeout — into one of four [`Outcome`]s. The protocol body is authoritative when it agrees
+//! with the status; anything that cannot prove the write landed is *not* `landed`.
+//!
+//! [`decide`] turns an outcome into an [`Action`] for the pinned batch:
+//!
+//! | outcome                                   | action                                             |
+//! |-------------------------------------------|----------------------------------------------------|
+//! | `landed`, fresh or 2002 with `lastClientSeq >= last` | settle the whole batch                  |
+//! | 2002 with `first <= lastClientSeq < last` | settle that prefix, re-pin the rest                |
+//! | 2002 without `lastClientSeq`              | settle the first event only (all a 2002 proves)    |
+//! | 2002 with `lastClientSeq < first`         | impossible answer: park, never settle              |
+//! | `retry` (2013, 503, 429, ...)             | back off (honouring Retry-After), resend identical |
+//! | `unknown` (network, timeout, 502/504)     | back off, resend identical                         |
+//! | `rejected`, several events                | isolate: re-pin the first event alone              |
+//! | `rejected`, one event                     | park the aggregate, tell the app                   |
+//!
+//! Only `landed` settles. A rejection means nothing of the request was applied, so re-cutting
+//! it to find the offending event is safe; any other failure keeps the batch byte-identical.
+
+use celeriant_sync_protocol::codes::gateway as g;
+use celeriant_sync_protocol::outcome::{Class, RetryKind, WriteOutcome, classify as classify_code};
+
+use super::env::Reply;
+use super::model::Batch;
+
+/// What one attempt established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Durable.
+    Landed {
+        /// A 2002: the sequence had already landed.
+        duplicate: bool,
+        /// For a 2002: the highest sequence the server holds.
+        last_client_seq: Option<u64>,
+    },
+    /// Definitely not applied; resend identical after the delay.
+    Retry {
+        /// The code, if the gateway gave one.
+        code: Option<u32>,
+        /// Why.
+        message: String,
+        /// The server's requested delay.
+        retry_after_ms: Option<u64>,
+    },
+    /// May or may not have been applied; resend identical.
+    Unknown {
+        /// The code, if the gateway gave one.
+        code: Option<u32>,
+        /// Why.
+        message: String,
+    },
+    /// Permanent for this request; nothing of it was applied.
+    Rejected {
+        /// The code.
+        code: u32,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Parses a `Retry-After` header: delta-seconds (HTTP dates are not used by the gateway).
+fn retry_after_header(value: Option<&str>) -> Option<u64> {
+    value?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(|s| s.saturating_mul(1000))
+}
+
+/// Classifies one reply.
+pub fn classify(reply: &Reply) -> Outcome {
+    match reply {
+        Reply::Network(message) => Outcome::Unknown {
+            code: None,
+            message: format!("network error: {message}"),
+        },
+        Reply::Timeout => Outcome::Unknown {
+            code: None,
+            message: "request timed out".into(),
+        },
+        Reply::Http {
+            status,
+            retry_after,
+            body,
+        } => {
+            let header_ms = retry_after_header(retry_after.as_deref());
+            let body = match body {
+                Ok(body) => body,
+                Err(e) => {
+                    return Outcome::Unknown {
+                        code: None,
+                        message: format!("HTTP {status}, response body lost: {e}"),
+                    };
+                }
+            };
+            match serde_json::from_str::<WriteOutcome>(body) {
+                Ok(outcome) => from_protocol(*status, outcome, header_ms),
+                Err(_) => from_bare_status(*status, header_ms),
+            }
+        }
+    }
+}
+
+fn from_protocol(status: u16, outcome: WriteOutcome, header_ms: Option<u64>) -> Outcome {
+    match outcome {
+        WriteOutcome::Landed(l) if status == 200 => Outcome::Landed {
+            duplicate: l.duplicate,
+            last_client_seq: l.last_client_seq,
+        },
+        WriteOutcome::Retry(f) => Outcome::Retry {
+            code: Some(f.code),
+            message: f.message,
+            retry_after_ms: f.retry_after_ms.or(header_ms),
+        },
+        WriteOutcome::Rejected(f) if (400..500).contains(&status) => Outcome::Rejected {
+            code: f.code,
+            message: f.message,
+        },
+        WriteOutcome::Unknown(f) => Outcome::Unknown {
+            code: Some(f.code),
+            message: f.message,
+        },
+        // A body that contradicts its status proves nothing: treat it as unknown.
+        other => Outcome::Unknown {
+            code: other.code(),
+            message: format!("HTTP {status} with a contradicting '{}' body", other.tag()),
+        },
+    }
+}
+
+fn from_bare_status(status: u16, header_ms: Option<u64>) -> Outcome {
+    let message = format!("HTTP {status} without a protocol body");
+    match status {
+        429 | 503 => Outcome::Retry {
+            code: None,
+            message,
+            retry_after_ms: header_ms,
+        },
+        413 => Outcome::Rejected {
+            code: g::BODY_TOO_LARGE,
+            message,
+        },
+        // A proxy or misconfiguration (401, 403, 404, 3xx, ...): never drop, wait long.
+        300..=499 => Outcome::Retry {
+            code: None,
+            message,
+            retry_after_ms: Some(
+                header_ms.unwrap_or(celeriant_sync_protocol::outcome::OPERATOR_RETRY_AFTER_MS),
+            ),
+        },
+        // 5xx and anything else, including a 200 we cannot read: may have landed.
+        _ => Outcome::Unknown {
+            code: None,
+            message,
+        },
+    }
+}
+
+/// What to do with the pinned batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Its events up to `through` landed; the rest (if any) stays pinned.
+    Settle {
+        /// Highest landed sequence within the batch.
+        through: u64,
+        /// The answer was a 2002.
+        duplicate: bool,
+    },
+    /// Resend it unchanged after `delay_ms`.
+    Resend {
+        /// The wait.
+        delay_ms: u64,
+        /// The failure's code, if any.
+        code: Option<u32>,
+        /// Why.
+        message: String,
+        /// Whether nothing reached the gateway (a network error): the client may be offline.
+        network: bool,
+    },
+    /// Rejected with several events: pin its first event alone to find the offending one.
+    Isolate {
+        /// The rejection's code.
+        code: u32,
+        /// Why.
+        message: String,
+    },
+    /// Stop the aggregate and surface the batch to the app.
+    Park {
+        /// The rejection's code.
+        code: u32,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Code used when a server's answer contradicts itself (a 2002 below the batch).
+pub const PROTOCOL_VIOLATION: u32 = 0;
+
+/// Decides what an outcome means for `batch`. `delay_ms(retry_after)` computes the backoff.
+pub fn decide(
+    batch: &Batch,
+    outcome: Outcome,
+    delay_ms: impl FnOnce(Option<u64>) -> u64,
+) -> Action {
+    match outcome {
+        Outcome::Landed {
+            duplicate: false, ..
+        } => Action::Settle {
+            through: batch.last_seq,
+            duplicate: false,
+        },
+        Outcome::Landed {
+            duplicate: true,
+            last_client_seq: None,
+        } => Action::Settle {
+            through: batch.first_seq,
+            duplicate: true,
+        },
+        Outcome::Landed {
+            duplicate: true,
+            last_client_seq: Some(last),
+        } => {
+            if last < batch.first_seq {
+                Action::Park {
+                    code: PROTOCOL_VIOLATION,
+                    message: format!(
+                        "the server answered 2002 with lastClientSeq {last}, below this batch's \
+                         lowest sequence {}: another writer may be using this client id",
+                        batch.first_seq
+                    ),
+                }
+            } else {
+                Action::Settle {
+                    through: last.min(batch.last_seq),
+                    duplicate: true,
+                }
+            }
+        }
+        Outcome::Retry {
+            code,
+            message,
+            retry_after_ms,
+        } => Action::Resend {
+            delay_ms: delay_ms(retry_after_ms),
+            code,
+            message,
+            network: false,
+        },
+        Outcome::Unknown { code, message } => Action::Resend {
+            delay_ms: delay_ms(None),
+            network: code.is_none() && message.starts_with("network error"),
+            code,
+            message,
+        },
+        Outcome::Rejected { code, message } if batch.count > 1 => Action::Isolate { code, message },
+        Outcome::Rejected { code, message } => Action::Park { code, message },
+    }
+}
+
+/// Whether a code names an operator problem (credentials, configuration) rather than a
+/// transient one; used to phrase `lastError`.
+pub fn is_operator_problem(code: u32) -> bool {
+    classify_code(code) == Class::Retry(RetryKind::Operator)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn http(status: u16, body: &str) -> Reply {
+        Reply::Http {
+            status,
+            retry_after: None,
+            body: Ok(body.into()),
+        }
+    }
+
+    fn batch(first: u64, last: u64, count: u32) -> Batch {
+        let aggregate = celeriant_sync_protocol::AggregateRef {
+            type_id: Uuid::nil(),
+            id: Uuid::nil(),
+        };
+        Batch {
+            aggregate,
+            first_seq: first,
+            last_seq: last,
+            count,
+        }
+    }
+
+    #[test]
+    fn protocol_bodies() {
+        assert_eq!(
+            classify(&http(
+                200,
+                r#"{"outcome":"landed","duplicate":false,"aggregateVersion":3}"#
+            )),
+            Outcome::Landed {
+                duplicate: false,
+                last_client_seq: None
+            }
+        );
+        assert_eq!(
+            classify(&http(
+                200,
+                r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":7,"attemptedClientSeq":5}"#
+            )),
+            Outcome::Landed {
+                duplicate: true,
+                last_client_seq: Some(7)
+            }
+        );
+        let retry = Reply::Http {
+            status: 503,
+            retry_after: Some("3".into()),
+            body: Ok(r#"{"outcome":"retry","code":2013,"message":"m"}"#.into()),
+        };
+        assert_eq!(
+            classify(&retry),
+            Outcome::Retry {
+                code: Some(2013),
+                message: "m".into(),
+                retry_after_ms: Some(3000)
+            }
+        );
+        assert_eq!(
+            classify(&http(
+                422,
+                r#"{"outcome":"rejected","code":2022,"message":"schema"}"#
+            )),
+            Outcome::Rejected {
+                code: 2022,
+                message: "schema".into()
+            }
+        );
+        assert!(matches!(
+            classify(&http(
+                504,
+                r#"{"outcome":"unknown","code":50400,"message":"t"}"#
+            )),
+            Outcome::Unknown {
+                code: Some(50400),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn nothing_unproven_is_landed_or_rejected() {
+        for reply in [
+            http(200, ""),
+            http(200, "<html>ok</html>"),
+            http(500, "Internal Server Error"),
+            http(502, ""),
+            http(504, "Gateway Timeout"),
+            http(500, r#"{"outcome":"landed","duplicate":false}"#),
+            http(502, r#"{"outcome":"rejected","code":2022,"message":"x"}"#),
+            Reply::Http {
+                status: 200,
+                retry_after: None,
+                body: Err("reset".into()),
+            },
+            Reply::Network("TypeError: Failed to fetch".into()),
+            Reply::Timeout,
+        ] {
+            assert!(
+                matches!(classify(&reply), Outcome::Unknown { .. }),
+                "{reply:?}"
+            );
+        }
+        for reply in [
+            http(401, ""),
+            http(403, "forbidden"),
+            http(404, "nope"),
+            http(301, ""),
+        ] {
+            assert!(
+                matches!(classify(&reply), Outcome::Retry { .. }),
+                "{reply:?}"
+            );
+        }
+        assert!(matches!(
+            classify(&Reply::Http {
+                status: 429,
+                retry_after: Some("2".into()),
+                body: Ok(String::new())
+            }),
+            Outcome::Retry {
+                retry_after_ms: Some(2000),
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify(&http(413, "too big")),
+            Outcome::Rejected { code: 41300, .. }
+        ));
+    }
+
+    #[test]
+    fn decisions() {
+        let d = |b: &Batch, o: Outcome| decide(b, o, |ra| ra.unwrap_or(100));
+        let b = batch(5, 10, 6);
+        let landed = |dup, last| Outcome::Landed {
+            duplicate: dup,
+            last_client_seq: last,
+        };
+        assert_eq!(
+            d(&b, landed(false, None)),
+            Action::Settle {
+                through: 10,
+                duplicate: false
+            }
+        );
+        assert_eq!(
+            d(&b, landed(true, Some(10))),
+            Action::Settle {
+                through: 10,
+                duplicate: true
+            }
+        );
+        assert_eq!(
+            d(&b, landed(true, Some(12))),
+            Action::Settle {
+                through: 10,
+                duplicate: true
+            }
+        );
+        assert_eq!(
+            d(&b, landed(true, Some(7))),
+            Action::Settle {
+                through: 7,
+                duplicate: true
+            }
+        );
+        assert_eq!(
+            d(&b, landed(true, Some(5))),
+            Action::Settle {
+                through: 5,
+                duplicate: true
+            }
+        );
+        assert_eq!(
+            d(&b, landed(true, None)),
+            Action::Settle {
+                through: 5,
+                duplicate: true
+            }
+        );
+        assert!(matches!(
+            d(&b, landed(true, Some(4))),
+            Action::Park {
+                code: PROTOCOL_VIOLATION,
+                ..
+            }
+        ));
+        let retry = Outcome::Retry {
+            code: Some(2013),
+            message: "m".into(),
+            retry_after_ms: Some(900),
+        };
+        assert!(matches!(
+            d(&b, retry),
+            Action::Resend {
+                delay_ms: 900,
+                network: false,
+                ..
+            }
+        ));
+        let net = classify(&Reply::Network("Failed to fetch".into()));
+        assert!(matches!(
+            d(&b, net),
+            Action::Resend {
+                delay_ms: 100,
+                network: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            d(
+                &b,
+                Outcome::Unknown {
+                    code: None,
+                    message: "request timed out".into()
+                }
+            ),
+            Action::Resend { network: false, .. }
+        ));
+        let rejected = Outcome::Rejected {
+            code: 2022,
+            message: "bad".into(),
+        };
+        assert!(matches!(
+            d(&b, rejected.clone()),
+            Action::Isolate { code: 2022, .. }
+        ));
+        assert!(matches!(
+            d(&batch(5, 5, 1), rejected),
+            Action::Park { code: 2022, .. }
+        ));
+    }
+}

@@ -1,0 +1,395 @@
+//! The one sync loop: take the pinned batch (or cut and pin the next one), send it, act on the
+//! outcome, repeat; sleep when there is nothing to do, back off when told to.
+//!
+//! Invariants it keeps (each has a test, natively here and in the browser):
+//!
+//! * One request at a time, one aggregate per request, each aggregate strictly in sequence
+//!   order, never skipping ahead: a batch is always the aggregate's lowest pending events.
+//! * A batch's boundaries are pinned in storage **before** its first send; every resend reads
+//!   the same events back and encodes them to the same bytes, also after a restart.
+//! * Only `landed` settles events; a rejection parks them (after isolating the offending event),
+//!   other aggregates go on, and nothing is ever dropped without the app asking.
+//! * Waits are woken by new work, the network coming back, or `close`; backoff and offline
+//!   probing only by the network and `close`.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use futures_util::future::select_all;
+use uuid::Uuid;
+
+use super::backoff::Backoff;
+use super::batch::{batch_of, encode};
+use super::classify::{Action, classify, decide};
+use super::env::{Env, Transport};
+use super::model::{AggregateRef, Batch, ParkRecord};
+use super::outbox::{Outbox, StoreError};
+use super::signal::{Changed, first};
+use super::status::{Hub, SyncState, SyncedNotice};
+
+/// How the loop cuts batches and waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Most events in one request.
+    pub max_batch_events: usize,
+    /// Largest request body, in bytes (a single larger event still goes alone).
+    pub max_batch_bytes: usize,
+    /// Backoff for `retry` and `unknown`.
+    pub backoff: Backoff,
+    /// While the platform reports offline, how often to try anyway.
+    pub offline_probe_ms: u64,
+    /// While idle, how often to look for work nobody announced (another tab's appends).
+    pub idle_poll_ms: u64,
+    /// After a storage failure, how long before trying again.
+    pub storage_retry_ms: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            max_batch_events: 500,
+            max_batch_bytes: 1 << 20,
+            backoff: Backoff::default(),
+            offline_probe_ms: 15_000,
+            idle_poll_ms: 30_000,
+            storage_retry_ms: 1_000,
+        }
+    }
+}
+
+enum Wait {
+    /// Go on at once.
+    No,
+    /// Nothing to send: wait for work.
+    Work,
+    /// Back off this long.
+    Backoff(u64),
+    /// Offline: probe again after this long.
+    Offline(u64),
+}
+
+/// The drain loop over an outbox, a transport and an environment.
+pub struct Drainer<O, T, E> {
+    outbox: Rc<O>,
+    transport: T,
+    env: Rc<E>,
+    hub: Rc<Hub>,
+    policy: Policy,
+    client_id: Uuid,
+    /// Round-robin position: the aggregate served last.
+    cursor: Option<AggregateRef>,
+    /// Consecutive failed attempts of the pinned batch.
+    attempt: u32,
+    /// Aggregates whose rejected batch is being retried one event at a time: up to which
+    /// sequence, and whether that batch may have landed before it was rejected.
+    isolating: HashMap<AggregateRef, (u64, bool)>,
+    /// Whether an attempt of the pinned batch may have landed (an unknown outcome, or a pin
+    /// found at start-up: it was pinned before a send that may have happened).
+    ambiguous: bool,
+    /// While offline: when to probe next (Unix ms).
+    next_probe_at: u64,
+}
+
+impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
+    /// A loop for `client_id`.
+    pub fn new(
+        outbox: Rc<O>,
+        transport: T,
+        env: Rc<E>,
+        hub: Rc<Hub>,
+        policy: Policy,
+        client_id: Uuid,
+    ) -> Self {
+        Drainer {
+            outbox,
+            transport,
+            env,
+            hub,
+            policy,
+            client_id,
+            cursor: None,
+            attempt: 0,
+            isolating: HashMap::new(),
+            ambiguous: true,
+            next_probe_at: 0,
+        }
+    }
+
+    /// Runs until the hub is closed.
+    pub async fn run(mut self) {
+        while !self.hub.is_closed() {
+            let (work, network) = (self.hub.work.generation(), self.hub.network.generation());
+            let wait = match self.step().await {
+                Ok(wait) => wait,
+                Err(e) => {
+                    self.hub.set_error(None, e.to_string(), self.env.now_ms());
+                    Wait::Backoff(self.policy.storage_retry_ms)
+                }
+            };
+            match wait {
+                Wait::No => {}
+                Wait::Work => {
+                    if let Err(e) = self.recount().await {
+                        self.hub.set_error(None, e.to_string(), self.env.now_ms());
+                    }
+                    self.hub.set_idle();
+                    let signals = [
+                        self.hub.work.changed_since(work),
+                        self.hub.network.changed_since(network),
+                    ];
+                    self.wait(self.policy.idle_poll_ms, signals).await;
+                }
+                Wait::Backoff(ms) => {
+                    self.hub.set_state(SyncState::Backoff);
+                    self.wait(ms, [self.hub.network.changed_since(network)])
+                        .await;
+                }
+                Wait::Offline(ms) => {
+                    self.hub.set_state(SyncState::Offline);
+                    self.wait(ms, [self.hub.network.changed_since(network)])
+                        .await;
+                }
+            }
+        }
+        self.hub.set_state(SyncState::Closed);
+        self.hub.stopped.notify();
+    }
+
+    /// Sleeps `ms`, or until one of `signals` or `close`.
+    async fn wait<const N: usize>(&self, ms: u64, signals: [Changed<'_>; N]) {
+        if self.hub.is_closed() {
+            return;
+        }
+        let wakers = select_all(signals.into_iter().chain([self.hub.closing.notified()]));
+        first(self.env.sleep(ms), wakers).await;
+    }
+
+    /// Reads the counts back from storage (they drift only if another context wrote).
+    pub async fn recount(&self) -> Result<(), StoreError> {
+        let total = self.outbox.count().await?;
+        let parked = self.outbox.parked().await?;
+        self.hub.reset_counts(total, parked);
+        Ok(())
+    }
+
+    async fn step(&mut self) -> Result<Wait, StoreError> {
+        let batch = match self.outbox.pinned().await? {
+            Some(batch) => batch,
+            None => match self.cut_next().await? {
+                Some(batch) => {
+                    self.outbox.pin(&batch).await?;
+                    self.ambiguous = self
+                        .isolating
+                        .get(&batch.aggregate)
+                        .is_some_and(|(_, ambiguous)| *ambiguous);
+                    batch
+                }
+                None => return Ok(Wait::Work),
+            },
+        };
+        let events = self.outbox.read(&batch).await?;
+        if events.is_empty() {
+            // Its events are gone (settled elsewhere): nothing left to send.
+            self.outbox.settle(&batch, batch.last_seq).await?;
+            return Ok(Wait::No);
+        }
+
+        let now = self.env.now_ms();
+        if !self.env.is_online() {
+            if now < self.next_probe_at {
+                return Ok(Wait::Offline(self.next_probe_at - now));
+            }
+            self.next_probe_at = now + self.policy.offline_probe_ms;
+        }
+
+        self.hub.set_state(SyncState::Syncing);
+        let body = encode(self.client_id, batch.aggregate, &events);
+        let closing = self.hub.closing.notified();
+        let send = self.transport.send(body);
+        let reply = {
+            use futures_util::future::{Either, select};
+            match select(std::pin::pin!(send), closing).await {
+                Either::Left((reply, _)) => reply,
+                // Closing: the request is aborted; the batch stays pinned for the next run.
+                Either::Right(_) => return Ok(Wait::No),
+            }
+        };
+        let (attempt, random) = (self.attempt, self.env.random());
+        let backoff = self.policy.backoff;
+        let action = decide(&batch, classify(&reply), |retry_after| {
+            backoff.delay_ms(attempt, random, retry_after)
+        });
+
+        match action {
+            Action::Settle { through, duplicate } => {
+                let removed = self.outbox.settle(&batch, through).await?;
+                self.attempt = 0;
+                self.ambiguous = false;
+                self.next_probe_at = 0;
+                let settled: Vec<_> = events.iter().filter(|e| e.client_seq <= through).collect();
+                let notice = SyncedNotice {
+                    aggregate: batch.aggregate,
+                    first_seq: settled.first().map_or(batch.first_seq, |e| e.client_seq),
+                    last_seq: settled.last().map_or(through, |e| e.client_seq),
+                    event_ids: settled.iter().map(|e| e.event_id).collect(),
+                    duplicate,
+                };
+                self.hub.synced(notice, removed);
+                Ok(Wait::No)
+            }
+            Action::Resend {
+                delay_ms,
+                code,
+                message,
+                network,
+            } => {
+                self.attempt = self.attempt.saturating_add(1);
+                self.ambiguous |=
+                    matches!(classify(&reply), super::classify::Outcome::Unknown { .. });
+                self.hub.set_error(code, message, now);
+                if network && !self.env.is_online() {
+                    self.next_probe_at = now + self.policy.offline_probe_ms;
+                    return Ok(Wait::Offline(self.policy.offline_probe_ms));
+                }
+                Ok(Wait::Backoff(delay_ms))
+            }
+            Action::Isolate { code, message } => {
+                self.isolating
+                    .insert(batch.aggregate, (batch.last_seq, self.ambiguous));
+                let head = Batch {
+                    last_seq: batch.first_seq,
+                    count: 1,
+                    ..batch
+                };
+                self.outbox.pin(&head).await?;
+                self.attempt = 0;
+                let message = format!("rejected ({message}); retrying its events one by one");
+                self.hub.set_error(Some(code), message, now);
+                Ok(Wait::No)
+            }
+            Action::Park { code, message } => {
+                let record = ParkRecord {
+                    aggregate: batch.aggregate,
+                    first_seq: events[0].client_seq,
+                    last_seq: events[events.len() - 1].client_seq,
+                    count: events.len() as u32,
+                    code,
+                    message,
+                    parked_at: now,
+                    may_have_landed: self.ambiguous,
+                };
+                self.outbox.park(&record).await?;
+                self.attempt = 0;
+                self.ambiguous = false;
+                self.isolating.remove(&batch.aggregate);
+                self.hub.parked(record);
+                Ok(Wait::No)
+            }
+        }
+    }
+
+    /// The next aggregate after the cursor (round robin) that is not parked, and its batch.
+    async fn cut_next(&mut self) -> Result<Option<Batch>, StoreError> {
+        let mut after = self.cursor;
+        let mut wrapped = after.is_none();
+        let aggregate = loop {
+            match self.outbox.next_aggregate(after).await? {
+                Some(aggregate) if self.hub.is_parked(&aggregate) => after = Some(aggregate),
+                Some(aggregate) => break aggregate,
+                None if wrapped => return Ok(None),
+                None => {
+                    wrapped = true;
+                    after = None;
+                }
+            }
+        };
+        self.cursor = Some(aggregate);
+        let isolating = self.isolating.get(&aggregate).copied();
+        let max_events = if isolating.is_some() {
+            1
+        } else {
+            self.policy.max_batch_events
+        };
+        let events = self
+            .outbox
+            .head(aggregate, max_events, self.policy.max_batch_bytes)
+            .await?;
+        if let (Some((until, _)), Some(head)) = (isolating, events.first())
+            && head.client_seq > until
+        {
+            // Past the rejected range: back to full batches.
+            self.isolating.remove(&aggregate);
+            return Ok(batch_of(
+                &self
+                    .outbox
+                    .head(
+                        aggregate,
+                        self.policy.max_batch_events,
+                        self.policy.max_batch_bytes,
+                    )
+                    .await?,
+            ));
+        }
+        Ok(batch_of(&events))
+    }
+}
+
+/// Why `flush` did not resolve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlushError {
+    /// An aggregate with events appended before the flush is parked.
+    #[error("aggregate {}/{} is parked ({code}): {message}", .aggregate.type_id, .aggregate.id)]
+    Parked {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// The rejection's code.
+        code: u32,
+        /// The rejection's message.
+        message: String,
+    },
+    /// The client was closed first.
+    #[error("the client was closed before everything landed")]
+    Closed,
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Resolves once every event appended before the call has landed (or was discarded); fails as
+/// soon as one of their aggregates is parked.
+pub async fn flush<O: Outbox>(outbox: &O, hub: &Hub) -> Result<(), FlushError> {
+    // Targets: every aggregate with pending events, up to its highest sequence now.
+    let mut targets = Vec::new();
+    let mut after = None;
+    while let Some(aggregate) = outbox.next_aggregate(after).await? {
+        targets.push((aggregate, outbox.last_assigned(aggregate).await?));
+        after = Some(aggregate);
+    }
+    loop {
+        let progress = hub.progress.generation();
+        let mut remaining = Vec::with_capacity(targets.len());
+        for (aggregate, target) in targets {
+            match outbox.lowest_pending(aggregate).await? {
+                Some(lowest) if lowest <= target => {
+                    if let Some(record) = hub.park_record(&aggregate) {
+                        return Err(FlushError::Parked {
+                            aggregate,
+                            code: record.code,
+                            message: record.message,
+                        });
+                    }
+                    remaining.push((aggregate, target));
+                }
+                _ => {}
+            }
+        }
+        if remaining.is_empty() {
+            return Ok(());
+        }
+        if hub.is_closed() {
+            return Err(FlushError::Closed);
+        }
+        targets = remaining;
+        hub.progress.changed_since(progress).await;
+    }
+}

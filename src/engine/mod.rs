@@ -1,0 +1,32 @@
+//! The outbox's logic in plain Rust: no web types, no I/O of its own, an injected clock.
+//!
+//! Everything that decides *what* happens to an event lives here and is tested natively with
+//! `cargo test` (including a model-based property test against a simulated Celeriant):
+//!
+//! * [`model`]: events, batches, receipts and parked records;
+//! * [`append`]: the checks an `append` must pass before anything is written;
+//! * [`outbox`]: the storage interface ([`outbox::Outbox`]) and its rules, with an in-memory
+//!   implementation ([`memory`]) and a conformance suite ([`conformance`]) that the IndexedDB
+//!   implementation in `browser/` must pass too;
+//! * [`batch`]: cutting a run of consecutive events into a request, and encoding it;
+//! * [`classify`]: what an HTTP reply means ([`classify::Outcome`]) and what to do about it
+//!   ([`classify::Action`]);
+//! * [`backoff`]: capped exponential backoff with full jitter, honouring `Retry-After`;
+//! * [`drain`]: the one sync loop, generic over storage, transport and environment;
+//! * [`status`] and [`signal`]: what the app sees and how the loop is woken.
+//!
+//! Arrows point one way: `api` → `browser` → `engine` → `protocol`.
+
+pub mod append;
+pub mod backoff;
+pub mod batch;
+pub mod classify;
+#[doc(hidden)]
+pub mod conformance;
+pub mod drain;
+pub mod env;
+pub mod memory;
+pub mod model;
+pub mod outbox;
+pub mod signal;
+pub mod status;

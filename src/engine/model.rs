@@ -1,0 +1,130 @@
+//! The records the outbox keeps and the values it hands out.
+//!
+//! An event is stored once, at `append`, with the per-aggregate `client_seq` it will carry on
+//! every attempt; nothing is ever renumbered. A [`Batch`] is the pinned boundary of one request:
+//! once persisted, every resend carries exactly the events in `first_seq..=last_seq`.
+
+use celeriant_sync_protocol::wire::Event as WireEvent;
+use uuid::Uuid;
+
+pub use celeriant_sync_protocol::AggregateRef;
+
+/// An event as the app hands it to `append`, before it has a sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    /// The app's id for the event (a random UUID v4 unless the app gave one).
+    pub event_id: Uuid,
+    /// Unix milliseconds at append.
+    pub timestamp: u64,
+    /// Event type, never 0.
+    pub event_type: u64,
+    /// Minor type.
+    pub minor: u64,
+    /// Payload.
+    pub data: Vec<u8>,
+    /// AES-GCM nonce when the payload is encrypted (12 bytes).
+    pub iv: Option<Vec<u8>>,
+}
+
+/// An event in the outbox: a [`NewEvent`] with its aggregate and sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// The aggregate it belongs to.
+    pub aggregate: AggregateRef,
+    /// Its per-aggregate sequence, assigned at append, `>= 1`.
+    pub client_seq: u64,
+    /// The app's id for it.
+    pub event_id: Uuid,
+    /// Unix milliseconds at append.
+    pub timestamp: u64,
+    /// Event type.
+    pub event_type: u64,
+    /// Minor type.
+    pub minor: u64,
+    /// Payload.
+    pub data: Vec<u8>,
+    /// Nonce, if encrypted.
+    pub iv: Option<Vec<u8>>,
+}
+
+impl StoredEvent {
+    /// A [`NewEvent`] stored under `aggregate` at `client_seq`.
+    pub fn new(aggregate: AggregateRef, client_seq: u64, e: NewEvent) -> Self {
+        StoredEvent {
+            aggregate,
+            client_seq,
+            event_id: e.event_id,
+            timestamp: e.timestamp,
+            event_type: e.event_type,
+            minor: e.minor,
+            data: e.data,
+            iv: e.iv,
+        }
+    }
+
+    /// The event as it travels.
+    pub fn to_wire(&self) -> WireEvent {
+        WireEvent {
+            client_seq: self.client_seq,
+            event_id: Some(self.event_id),
+            timestamp: self.timestamp,
+            event_type: self.event_type,
+            minor: self.minor,
+            data: self.data.clone(),
+            iv: self.iv.clone(),
+        }
+    }
+
+    /// An upper bound of its size inside a request body.
+    pub fn encoded_len(&self) -> usize {
+        use celeriant_sync_protocol::encoding::base64_len;
+        celeriant_sync_protocol::wire::EVENT_JSON_OVERHEAD
+            + base64_len(self.data.len())
+            + self.iv.as_ref().map_or(0, |iv| base64_len(iv.len()))
+    }
+}
+
+/// What `append` returns for each event once its transaction committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    /// The event's id.
+    pub event_id: Uuid,
+    /// The sequence it was stored under.
+    pub client_seq: u64,
+}
+
+/// The boundaries of one request: a run of consecutive pending events of one aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    /// The aggregate.
+    pub aggregate: AggregateRef,
+    /// Lowest sequence in the batch.
+    pub first_seq: u64,
+    /// Highest sequence in the batch.
+    pub last_seq: u64,
+    /// How many events (sequences may have gaps after a discard).
+    pub count: u32,
+}
+
+/// An aggregate stopped by a permanent rejection, and the events that were rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkRecord {
+    /// The aggregate; its later events wait until the app discards the parked ones.
+    pub aggregate: AggregateRef,
+    /// Lowest rejected sequence.
+    pub first_seq: u64,
+    /// Highest rejected sequence.
+    pub last_seq: u64,
+    /// How many events are parked.
+    pub count: u32,
+    /// The rejection's code (Celeriant's or the gateway's).
+    pub code: u32,
+    /// The rejection's message.
+    pub message: String,
+    /// Unix milliseconds when it was parked.
+    pub parked_at: u64,
+    /// An earlier attempt of these events had an unknown outcome (or was interrupted by a
+    /// restart), so they may have landed before the rejection: Celeriant checks some things
+    /// (a deleted aggregate, 2006) before idempotency, and a gateway's limits can change.
+    pub may_have_landed: bool,
+}

@@ -1,0 +1,123 @@
+//! A single-threaded wake-up primitive: any number of waiters, woken by the next `notify`.
+//!
+//! The drain loop sleeps until there is work (an append), the network comes back (`online`),
+//! a timer fires, or the client closes. Each of those is a [`Signal`]; waiting means racing the
+//! relevant ones. A generation counter makes notifications impossible to miss: a waiter created
+//! before a `notify` completes even if it is first polled after it.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+/// A notification source.
+#[derive(Default)]
+pub struct Signal {
+    inner: RefCell<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    generation: u64,
+    wakers: Vec<Waker>,
+}
+
+impl Signal {
+    /// Wakes every current waiter.
+    pub fn notify(&self) {
+        let wakers = {
+            let mut inner = self.inner.borrow_mut();
+            inner.generation += 1;
+            std::mem::take(&mut inner.wakers)
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// How many notifications have happened.
+    pub fn generation(&self) -> u64 {
+        self.inner.borrow().generation
+    }
+
+    /// Resolves at the first notification after this call.
+    pub fn notified(&self) -> Changed<'_> {
+        self.changed_since(self.generation())
+    }
+
+    /// Resolves once the generation differs from `generation`.
+    pub fn changed_since(&self, generation: u64) -> Changed<'_> {
+        Changed {
+            signal: self,
+            generation,
+        }
+    }
+}
+
+/// The future returned by [`Signal::notified`].
+pub struct Changed<'a> {
+    signal: &'a Signal,
+    generation: u64,
+}
+
+impl Future for Changed<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut inner = self.signal.inner.borrow_mut();
+        if inner.generation != self.generation {
+            return Poll::Ready(());
+        }
+        if !inner.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            inner.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// Waits for whichever of two futures finishes first; `true` when it was the first.
+pub async fn first<A: Future, B: Future>(a: A, b: B) -> bool {
+    use futures_util::future::{Either, select};
+    let (a, b) = (std::pin::pin!(a), std::pin::pin!(b));
+    matches!(select(a, b).await, Either::Left(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_executor::block_on;
+
+    #[test]
+    fn a_notification_before_the_first_poll_is_not_missed() {
+        let s = Signal::default();
+        let waiter = s.notified();
+        s.notify();
+        block_on(waiter);
+    }
+
+    #[test]
+    fn every_waiter_wakes() {
+        let s = Signal::default();
+        let (a, b) = (s.notified(), s.notified());
+        s.notify();
+        block_on(async {
+            a.await;
+            b.await;
+        });
+        assert_eq!(s.generation(), 1);
+    }
+
+    #[test]
+    fn first_reports_which_finished() {
+        let s = Signal::default();
+        s.notify();
+        assert!(block_on(first(
+            std::future::ready(()),
+            std::future::pending::<()>()
+        )));
+        assert!(!block_on(first(
+            std::future::pending::<()>(),
+            s.changed_since(0)
+        )));
+    }
+}

@@ -1,0 +1,281 @@
+//! What the app sees of the outbox, and the hub the drain loop and the API share.
+//!
+//! The [`Hub`] holds the current [`Status`], the set of parked aggregates and the [`Signal`]s
+//! that wake the loop. Every change goes through it, so `status()` is always current and every
+//! change is reported to the [`Observer`] (the browser layer turns those into DOM events).
+//! Observer calls are made with no borrow held, so a listener may call back into the client.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::model::{AggregateRef, ParkRecord};
+use super::signal::Signal;
+
+/// The drain loop's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncState {
+    /// Nothing to send (or only parked events).
+    Idle,
+    /// A request is in flight.
+    Syncing,
+    /// Waiting before a resend.
+    Backoff,
+    /// The platform reports no network; probing slowly.
+    Offline,
+    /// Idle, but some aggregates are parked and wait for the app.
+    Parked,
+    /// The client was closed.
+    Closed,
+}
+
+impl SyncState {
+    /// The state's name as the JS API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncState::Idle => "idle",
+            SyncState::Syncing => "syncing",
+            SyncState::Backoff => "backoff",
+            SyncState::Offline => "offline",
+            SyncState::Parked => "parked",
+            SyncState::Closed => "closed",
+        }
+    }
+}
+
+/// The most recent failure, kept until the next success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastError {
+    /// The protocol code, when the gateway gave one.
+    pub code: Option<u32>,
+    /// What happened.
+    pub message: String,
+    /// Unix milliseconds.
+    pub at: u64,
+}
+
+/// A snapshot of the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The loop's state.
+    pub state: SyncState,
+    /// Events waiting to be synced (not counting parked ones).
+    pub pending: u64,
+    /// Events parked after a permanent rejection.
+    pub parked: u64,
+    /// The most recent failure since the last success.
+    pub last_error: Option<LastError>,
+}
+
+/// Events that landed, reported once they are settled locally.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncedNotice {
+    /// The aggregate.
+    pub aggregate: AggregateRef,
+    /// Lowest sequence settled.
+    pub first_seq: u64,
+    /// Highest sequence settled.
+    pub last_seq: u64,
+    /// The settled events' ids, in sequence order.
+    pub event_ids: Vec<Uuid>,
+    /// The server answered 2002 (an earlier attempt had landed).
+    pub duplicate: bool,
+}
+
+/// Receives every change.
+pub trait Observer {
+    /// The status changed.
+    fn status(&self, status: &Status);
+    /// Events landed.
+    fn synced(&self, notice: &SyncedNotice);
+    /// An aggregate was parked.
+    fn parked(&self, record: &ParkRecord);
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn status(&self, _: &Status) {}
+    fn synced(&self, _: &SyncedNotice) {}
+    fn parked(&self, _: &ParkRecord) {}
+}
+
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    /// Every event in the outbox, parked ones included.
+    total: u64,
+    /// Parked aggregates and their parked event counts.
+    parked: BTreeMap<AggregateRef, ParkRecord>,
+}
+
+/// The state shared by the drain loop and the API.
+pub struct Hub {
+    observer: Box<dyn Observer>,
+    state: Cell<SyncState>,
+    last_error: RefCell<Option<LastError>>,
+    counts: RefCell<Counts>,
+    closed: Cell<bool>,
+    /// New work: an append, a discard.
+    pub work: Signal,
+    /// The network may be back (`online`).
+    pub network: Signal,
+    /// Events were settled, parked or discarded (for `flush`).
+    pub progress: Signal,
+    /// The client is closing.
+    pub closing: Signal,
+    /// The drain loop has stopped.
+    pub stopped: Signal,
+}
+
+impl Hub {
+    /// A hub reporting to `observer`.
+    pub fn new(observer: Box<dyn Observer>) -> Self {
+        Hub {
+            observer,
+            state: Cell::new(SyncState::Idle),
+            last_error: RefCell::new(None),
+            counts: RefCell::new(Counts::default()),
+            closed: Cell::new(false),
+            work: Signal::default(),
+            network: Signal::default(),
+            progress: Signal::default(),
+            closing: Signal::default(),
+            stopped: Signal::default(),
+        }
+    }
+
+    /// The current status.
+    pub fn status(&self) -> Status {
+        let counts = self.counts.borrow();
+        let parked: u64 = counts.parked.values().map(|r| u64::from(r.count)).sum();
+        Status {
+            state: self.state.get(),
+            pending: counts.total.saturating_sub(parked),
+            parked,
+            last_error: self.last_error.borrow().clone(),
+        }
+    }
+
+    fn changed(&self, before: Status) {
+        let after = self.status();
+        if after != before {
+            self.observer.status(&after);
+        }
+    }
+
+    /// Sets the loop's state.
+    pub fn set_state(&self, state: SyncState) {
+        let before = self.status();
+        if !self.closed.get() || state == SyncState::Closed {
+            self.state.set(state);
+        }
+        self.changed(before);
+    }
+
+    /// Idle, or parked when some aggregate is.
+    pub fn set_idle(&self) {
+        let parked = !self.counts.borrow().parked.is_empty();
+        self.set_state(if parked {
+            SyncState::Parked
+        } else {
+            SyncState::Idle
+        });
+    }
+
+    /// Records a failure.
+    pub fn set_error(&self, code: Option<u32>, message: String, at: u64) {
+        let before = self.status();
+        *self.last_error.borrow_mut() = Some(LastError { code, message, at });
+        self.changed(before);
+    }
+
+    /// Replaces the counts with ones read from storage.
+    pub fn reset_counts(&self, total: u64, parked: Vec<ParkRecord>) {
+        let before = self.status();
+        {
+            let mut counts = self.counts.borrow_mut();
+            counts.total = total;
+            counts.parked = parked.into_iter().map(|r| (r.aggregate, r)).collect();
+        }
+        self.changed(before);
+    }
+
+    /// `n` events were appended.
+    pub fn appended(&self, n: u64) {
+        let before = self.status();
+        self.counts.borrow_mut().total += n;
+        self.changed(before);
+        self.work.notify();
+    }
+
+    /// Events landed and `removed` of them left the outbox.
+    pub fn synced(&self, notice: SyncedNotice, removed: u32) {
+        let before = self.status();
+        {
+            let mut counts = self.counts.borrow_mut();
+            counts.total = counts.total.saturating_sub(u64::from(removed));
+        }
+        *self.last_error.borrow_mut() = None;
+        self.changed(before);
+        self.observer.synced(&notice);
+        self.progress.notify();
+    }
+
+    /// An aggregate was parked.
+    pub fn parked(&self, record: ParkRecord) {
+        let before = self.status();
+        let message = record.message.clone();
+        self.counts
+            .borrow_mut()
+            .parked
+            .insert(record.aggregate, record.clone());
+        *self.last_error.borrow_mut() = Some(LastError {
+            code: Some(record.code),
+            message,
+            at: record.parked_at,
+        });
+        self.changed(before);
+        self.observer.parked(&record);
+        self.progress.notify();
+    }
+
+    /// The app discarded an aggregate's parked events (`removed` left the outbox).
+    pub fn discarded(&self, aggregate: &AggregateRef, removed: u32) {
+        let before = self.status();
+        {
+            let mut counts = self.counts.borrow_mut();
+            counts.parked.remove(aggregate);
+            counts.total = counts.total.saturating_sub(u64::from(removed));
+        }
+        if self.state.get() == SyncState::Parked {
+            self.set_idle();
+        }
+        self.changed(before);
+        self.progress.notify();
+        self.work.notify();
+    }
+
+    /// Whether `aggregate` is parked, and why.
+    pub fn park_record(&self, aggregate: &AggregateRef) -> Option<ParkRecord> {
+        self.counts.borrow().parked.get(aggregate).cloned()
+    }
+
+    /// Whether `aggregate` is parked.
+    pub fn is_parked(&self, aggregate: &AggregateRef) -> bool {
+        self.counts.borrow().parked.contains_key(aggregate)
+    }
+
+    /// Starts closing: the loop stops at its next step, waiters are released.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.closing.notify();
+        self.progress.notify();
+    }
+
+    /// Whether `close` was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+}
