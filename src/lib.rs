@@ -10,3 +10,13 @@
 pub use celeriant_sync_protocol as protocol;
 
 pub mod engine;
+
+// The browser layer and the JS API exist only in WebAssembly; native builds (tests, tools)
+// compile the engine alone. This is the one place the target is switched on.
+#[cfg(target_arch = "wasm32")]
+pub mod api;
+#[cfg(target_arch = "wasm32")]
+pub mod browser;
+
+#[cfg(target_arch = "wasm32")]
+pub use api::client::SyncClient;

@@ -1,7 +1,8 @@
 //! The HTTP application: routes, layers and static files, built without a socket.
 //!
 //! [`app`] returns the whole `Router`, so tests drive it with `tower::ServiceExt::oneshot` and
-//! `main` serves it. Unknown API routes and wrong methods get the protocol's JSON body too.
+//! `main` serves it. Unknown API routes (anything under `/v1`, including `/v1` and `/v1/`
+//! themselves) and wrong methods get the protocol's JSON body too.
 
 use axum::Router;
 use axum::extract::Request;
@@ -52,7 +53,12 @@ pub fn app(state: AppState) -> Router {
             get(routes::faults::report).put(routes::faults::set),
         );
     }
-    let api = api.route("/v1/{*rest}", axum::routing::any(not_found));
+    // `/v1/{*rest}` does not match `/v1` or `/v1/` (the catch-all needs at least one
+    // character), so those are routed explicitly; otherwise they would reach the static files.
+    let api = api
+        .route("/v1", axum::routing::any(not_found))
+        .route("/v1/", axum::routing::any(not_found))
+        .route("/v1/{*rest}", axum::routing::any(not_found));
     let www = ServeDir::new(&state.config.www).append_index_html_on_directories(true);
     let pkg = ServeDir::new(&state.config.pkg);
     api.nest_service("/pkg", pkg)

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use celeriant_sync_protocol::faults::FaultRates;
+use celeriant_sync_protocol::faults::{DEFAULT_DELAY_MS, DEFAULT_RETRY_AFTER_MS, FaultRates};
 use clap::{Parser, ValueEnum};
 use uuid::Uuid;
 
@@ -68,7 +68,7 @@ pub struct Config {
     pub org_id: Uuid,
 
     /// Origin allowed to call the API from a browser (repeatable). Without any, the gateway
-    /// allows its own origin and http(s) origins on localhost, 127.0.0.1 and [::1].
+    /// allows its own origin and http(s) origins on localhost, 127.0.0.1 and `[::1]`.
     #[arg(
         long = "allow-origin",
         env = "CELERIANT_GATEWAY_ALLOW_ORIGIN",
@@ -116,33 +116,50 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_FAULT_SEED")]
     pub fault_seed: Option<u64>,
 
-    /// Probability of committing a write and then breaking the connection.
-    #[arg(long, default_value_t = 0.0)]
+    /// Probability of handing a write to the store and awaiting its answer, then breaking the
+    /// connection instead of answering (the client cannot know whether it landed).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_FAULT_DROP_AFTER_COMMIT",
+        default_value_t = 0.0
+    )]
     pub fault_drop_after_commit: f64,
 
     /// Probability of holding a write for --fault-delay-ms before handling it.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, env = "CELERIANT_GATEWAY_FAULT_TIMEOUT", default_value_t = 0.0)]
     pub fault_timeout: f64,
 
     /// Probability of answering 2013 without applying the write.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, env = "CELERIANT_GATEWAY_FAULT_INFLIGHT", default_value_t = 0.0)]
     pub fault_inflight: f64,
 
     /// Probability of answering 503 with Retry-After without applying the write.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, env = "CELERIANT_GATEWAY_FAULT_BUSY", default_value_t = 0.0)]
     pub fault_busy: f64,
 
     /// Probability of breaking the connection before applying the write.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, env = "CELERIANT_GATEWAY_FAULT_RESET", default_value_t = 0.0)]
     pub fault_reset: f64,
 
-    /// Delay of a timeout fault, in milliseconds.
-    #[arg(long, default_value_t = 5_000)]
+    /// Delay of a timeout fault, in milliseconds (0: the default, 5000).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_FAULT_DELAY_MS",
+        default_value_t = DEFAULT_DELAY_MS
+    )]
     pub fault_delay_ms: u64,
 
-    /// Retry-After of a busy fault, in milliseconds.
-    #[arg(long, default_value_t = 200)]
+    /// Retry-After of a busy fault, in milliseconds (0: the default, 200).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_FAULT_RETRY_AFTER_MS",
+        default_value_t = DEFAULT_RETRY_AFTER_MS
+    )]
     pub fault_retry_after_ms: u64,
+
+    /// Refuse (422, code 2022) every write carrying an event of this type (0: off).
+    #[arg(long, env = "CELERIANT_GATEWAY_FAULT_REJECT_TYPE", default_value_t = 0)]
+    pub fault_reject_type: u64,
 }
 
 impl Config {
@@ -156,11 +173,46 @@ impl Config {
             reset_before_commit: self.fault_reset,
             delay_ms: self.fault_delay_ms,
             retry_after_ms: self.fault_retry_after_ms,
+            reject_type: self.fault_reject_type,
         }
     }
 
     /// A configuration with every default, as if started with no flags (for tests).
     pub fn defaults() -> Self {
         Config::parse_from(["celeriant-gateway"])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_has_an_environment_variable_twin() {
+        let command = Config::command();
+        let mut checked = 0;
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            let long = arg.get_long().expect("every option is a long flag");
+            let expected = format!(
+                "CELERIANT_GATEWAY_{}",
+                long.to_uppercase().replace('-', "_")
+            );
+            let env = arg
+                .get_env()
+                .unwrap_or_else(|| panic!("--{long} has no environment variable"));
+            // One variable is named differently from its flag: the API key's.
+            let allowed = match long {
+                "celeriant-api-key" => "CELERIANT_GATEWAY_API_KEY".to_owned(),
+                _ => expected,
+            };
+            assert_eq!(env.to_str(), Some(allowed.as_str()), "--{long}");
+            checked += 1;
+        }
+        assert!(checked >= 23, "{checked}");
     }
 }

@@ -2,22 +2,27 @@
 //!
 //! The client's guarantees (never lose, never duplicate) are only worth what they were tested
 //! against. The injector makes the gateway misbehave the ways a real network and a real cluster
-//! do, at configurable rates, reproducibly from a seed: commit then drop the response, delay past
-//! the client's timeout, answer 2013 or 503 without applying, break the connection before
-//! applying. `GET /v1/faults` reports the rates and how many of each were injected; `PUT
-//! /v1/faults` changes the rates at run time.
+//! do, at configurable rates, reproducibly from a seed: hand the write to the store and await its
+//! answer but break the connection instead of answering, delay past the client's timeout, answer
+//! 2013 or 503 without applying, break the connection before applying. `GET /v1/faults` reports
+//! the rates (with the delays that apply) and how many of each were injected; `PUT /v1/faults`
+//! changes the rates at run time.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use celeriant_sync_protocol::faults::{FaultCounts, FaultRates, FaultReport};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use uuid::Uuid;
 
 /// One injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
-    /// Apply the write, then break the connection.
+    /// The write is handed to the store and its answer awaited, then the connection is broken
+    /// instead of answering; the client cannot know whether it landed. This happens whatever
+    /// came of it (landed, a 2002, a refusal, no answer within the gateway's request timeout).
     DropAfterCommit,
     /// Wait this long, then handle the write normally.
     Delay(Duration),
@@ -27,12 +32,33 @@ pub enum Fault {
     Busy(Duration),
     /// Break the connection without applying.
     ResetBeforeCommit,
+    /// Refuse with 2022 without applying (the write carries the `rejectType`).
+    Reject(u64),
 }
 
 struct Inner {
     rng: StdRng,
     rates: FaultRates,
     counts: FaultCounts,
+    in_flight: HashMap<Uuid, u64>,
+}
+
+/// Counts one client's request as in flight until dropped.
+pub struct InFlight<'a> {
+    injector: &'a FaultInjector,
+    client: Uuid,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.injector.lock();
+        if let Some(n) = inner.in_flight.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                inner.in_flight.remove(&self.client);
+            }
+        }
+    }
 }
 
 /// The injector: one random draw per write request.
@@ -42,15 +68,18 @@ pub struct FaultInjector {
 }
 
 impl FaultInjector {
-    /// An injector with these rates, reproducible from `seed`.
+    /// An injector with these rates, reproducible from `seed`. A 0 `delay_ms` or
+    /// `retry_after_ms` is replaced by its default ([`FaultRates::with_defaults`]), so the
+    /// report shows the values that apply.
     pub fn new(seed: u64, rates: FaultRates) -> Result<Self, String> {
         rates.check()?;
         Ok(FaultInjector {
             seed,
             inner: Mutex::new(Inner {
                 rng: StdRng::seed_from_u64(seed),
-                rates,
+                rates: rates.with_defaults(),
                 counts: FaultCounts::default(),
+                in_flight: HashMap::new(),
             }),
         })
     }
@@ -61,18 +90,35 @@ impl FaultInjector {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Draws the fault (if any) for the next write request and counts it.
-    pub fn draw(&self) -> Option<Fault> {
+    /// Marks a request of `client` as being handled until the guard is dropped, keeping the
+    /// highest concurrency seen per client in the counts.
+    pub fn enter(&self, client: Uuid) -> InFlight<'_> {
+        let mut inner = self.lock();
+        let n = inner.in_flight.entry(client).or_insert(0);
+        *n += 1;
+        let n = *n;
+        let max = &mut inner.counts.max_in_flight_per_client;
+        *max = (*max).max(n);
+        InFlight {
+            injector: self,
+            client,
+        }
+    }
+
+    /// Draws the fault (if any) for the next write request, whose events have `event_types`,
+    /// and counts it. `rejectType` is checked first and draws nothing.
+    pub fn draw(&self, mut event_types: impl Iterator<Item = u64>) -> Option<Fault> {
         let mut inner = self.lock();
         inner.counts.requests += 1;
         let r = inner.rates;
+        if r.reject_type != 0 && event_types.any(|t| t == r.reject_type) {
+            inner.counts.rejected += 1;
+            return Some(Fault::Reject(r.reject_type));
+        }
         let x: f64 = inner.rng.random();
-        let delay = Duration::from_millis(if r.delay_ms == 0 { 5_000 } else { r.delay_ms });
-        let retry_after = Duration::from_millis(if r.retry_after_ms == 0 {
-            200
-        } else {
-            r.retry_after_ms
-        });
+        // `new` and `set_rates` replaced zero durations by their defaults.
+        let delay = Duration::from_millis(r.delay_ms);
+        let retry_after = Duration::from_millis(r.retry_after_ms);
         let table = [
             (r.drop_after_commit, Fault::DropAfterCommit),
             (r.timeout, Fault::Delay(delay)),
@@ -91,6 +137,7 @@ impl FaultInjector {
                     Fault::Inflight => c.inflight += 1,
                     Fault::Busy(_) => c.busy += 1,
                     Fault::ResetBeforeCommit => c.reset_before_commit += 1,
+                    Fault::Reject(_) => c.rejected += 1,
                 }
                 return Some(fault);
             }
@@ -98,10 +145,11 @@ impl FaultInjector {
         None
     }
 
-    /// Replaces the rates (counts and the random sequence continue).
+    /// Replaces the rates (counts and the random sequence continue). A 0 `delay_ms` or
+    /// `retry_after_ms` is replaced by its default, as in [`FaultInjector::new`].
     pub fn set_rates(&self, rates: FaultRates) -> Result<FaultReport, String> {
         rates.check()?;
-        self.lock().rates = rates;
+        self.lock().rates = rates.with_defaults();
         Ok(self.report())
     }
 
@@ -136,7 +184,11 @@ mod tests {
         let r = rates(0.2, 0.1, 0.1, 0.1, 0.05);
         let a = FaultInjector::new(42, r).unwrap();
         let b = FaultInjector::new(42, r).unwrap();
-        let run = |f: &FaultInjector| (0..500).map(|_| f.draw()).collect::<Vec<_>>();
+        let run = |f: &FaultInjector| {
+            (0..500)
+                .map(|_| f.draw(std::iter::empty()))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(run(&a), run(&b));
         assert_eq!(a.report().counts, b.report().counts);
     }
@@ -145,7 +197,7 @@ mod tests {
     fn observed_frequencies_follow_the_rates() {
         let f = FaultInjector::new(7, rates(0.3, 0.1, 0.1, 0.0, 0.0)).unwrap();
         for _ in 0..10_000 {
-            f.draw();
+            f.draw(std::iter::empty());
         }
         let c = f.report().counts;
         assert_eq!(c.requests, 10_000);
@@ -158,7 +210,7 @@ mod tests {
     #[test]
     fn zero_rates_inject_nothing_and_bad_rates_are_refused() {
         let f = FaultInjector::new(1, FaultRates::default()).unwrap();
-        assert!((0..1000).all(|_| f.draw().is_none()));
+        assert!((0..1000).all(|_| f.draw(std::iter::empty()).is_none()));
         assert!(FaultInjector::new(1, rates(0.7, 0.7, 0.0, 0.0, 0.0)).is_err());
         assert!(f.set_rates(rates(-0.1, 0.0, 0.0, 0.0, 0.0)).is_err());
         assert_eq!(
@@ -168,6 +220,30 @@ mod tests {
                 .drop_after_commit,
             1.0
         );
-        assert_eq!(f.draw(), Some(Fault::DropAfterCommit));
+        assert_eq!(f.draw(std::iter::empty()), Some(Fault::DropAfterCommit));
+    }
+
+    #[test]
+    fn zero_durations_are_reported_and_applied_as_their_defaults() {
+        let f = FaultInjector::new(3, rates(0.0, 0.5, 0.0, 0.5, 0.0)).unwrap();
+        let r = f.report().rates;
+        assert_eq!((r.delay_ms, r.retry_after_ms), (5_000, 200));
+        for _ in 0..100 {
+            match f.draw(std::iter::empty()) {
+                Some(Fault::Delay(d)) => assert_eq!(d, Duration::from_millis(5_000)),
+                Some(Fault::Busy(d)) => assert_eq!(d, Duration::from_millis(200)),
+                other => panic!("{other:?}"),
+            }
+        }
+        let set = FaultRates {
+            delay_ms: 10,
+            ..rates(0.0, 1.0, 0.0, 0.0, 0.0)
+        };
+        let r = f.set_rates(set).unwrap().rates;
+        assert_eq!((r.delay_ms, r.retry_after_ms), (10, 200));
+        assert_eq!(
+            f.draw(std::iter::empty()),
+            Some(Fault::Delay(Duration::from_millis(10)))
+        );
     }
 }

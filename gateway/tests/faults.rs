@@ -1,6 +1,6 @@
 //! The fault injector over HTTP: each fault does what it claims (applied or not, connection
-//! broken or answered), the control endpoint reports and changes rates, and the gateway's own
-//! timeout answers `unknown` while the write still lands.
+//! broken or answered), the control endpoint reports and changes rates (showing the durations
+//! that apply), and the gateway's own timeout answers `unknown` while the write still lands.
 
 mod common;
 
@@ -33,14 +33,27 @@ async fn set_rates(h: &Harness, rates: Value) -> Value {
 #[tokio::test]
 async fn each_fault_applies_or_not_as_documented() {
     let h = with_faults();
-    // 2013 before commit: retry, not applied.
+    // 2013 before commit: retry, not applied. Like a real 2013 (an identical write in flight),
+    // it reports that write's highest sequence as the last and its lowest as attempted.
     set_rates(&h, json!({"inflight": 1.0})).await;
-    let r = h.write(&write_of(&[1])).await;
+    let r = h.write(&write_of(&[4, 5, 7])).await;
     assert_eq!(
         (r.status.as_u16(), r.outcome(), r.code()),
         (503, "retry", 2013)
     );
+    assert_eq!(
+        (&r.json["lastClientSeq"], &r.json["attemptedClientSeq"]),
+        (&json!(7), &json!(4)),
+        "{:?}",
+        r.json
+    );
+    assert_eq!(r.json["retryAfterMs"], 1000);
     assert!(r.headers.contains_key("retry-after"));
+    let r = h.write(&write_of(&[1])).await;
+    assert_eq!(
+        (&r.json["lastClientSeq"], &r.json["attemptedClientSeq"]),
+        (&json!(1), &json!(1))
+    );
     assert!(h.read_all(TYPE, ID).await.is_empty());
 
     // 503 with Retry-After: retry, not applied.
@@ -79,7 +92,81 @@ async fn each_fault_applies_or_not_as_documented() {
     assert_eq!(report["seed"], 5);
     assert_eq!(
         report["counts"],
-        json!({"requests": 6, "dropAfterCommit": 1, "timeout": 1, "inflight": 1, "busy": 1, "resetBeforeCommit": 1})
+        json!({"requests": 7, "dropAfterCommit": 1, "timeout": 1, "inflight": 2, "busy": 1,
+               "resetBeforeCommit": 1, "rejected": 0, "maxInFlightPerClient": 1})
+    );
+}
+
+#[tokio::test]
+async fn drop_after_commit_breaks_the_connection_whatever_the_store_answered() {
+    let h = with_faults();
+    set_rates(&h, json!({"dropAfterCommit": 1.0})).await;
+    // Landed.
+    assert!(h.write(&write_of(&[1])).await.broken);
+    // A 2002 (the identical resend).
+    assert!(h.write(&write_of(&[1])).await.broken);
+    // A refusal (2005: the aggregate does not exist and may not be created): nothing written.
+    let other = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0555";
+    let mut refused = write_to(other, &[1]);
+    refused["writes"][0]["allowCreate"] = json!(false);
+    assert!(h.write(&refused).await.broken);
+    assert!(h.read_all(TYPE, other).await.is_empty());
+    // The answers the connection did not carry.
+    set_rates(&h, json!({})).await;
+    assert_eq!(h.write(&write_of(&[1])).await.code(), 2002);
+    assert_eq!(h.read_all(TYPE, ID).await.len(), 1);
+    assert_eq!(h.write(&refused).await.code(), 2005);
+    assert_eq!(
+        h.get("/v1/faults").await.json["counts"]["dropAfterCommit"],
+        3
+    );
+}
+
+#[tokio::test]
+async fn left_out_durations_are_reported_as_the_defaults_that_apply() {
+    let h = with_faults();
+    // At start-up from zero flags.
+    let h0 = Harness::with(
+        |c| {
+            c.faults = true;
+            c.fault_delay_ms = 0;
+            c.fault_retry_after_ms = 0;
+        },
+        EmbeddedOptions::default(),
+    );
+    let rates = &h0.get("/v1/faults").await.json["rates"];
+    assert_eq!(
+        (&rates["delayMs"], &rates["retryAfterMs"]),
+        (&json!(5000), &json!(200))
+    );
+    // Through PUT, left out or 0.
+    for body in [
+        json!({"busy": 1.0}),
+        json!({"busy": 1.0, "delayMs": 0, "retryAfterMs": 0}),
+    ] {
+        let report = set_rates(&h, body).await;
+        assert_eq!(
+            report["rates"],
+            json!({"dropAfterCommit": 0.0, "timeout": 0.0, "inflight": 0.0, "busy": 1.0,
+                   "resetBeforeCommit": 0.0, "delayMs": 5000, "retryAfterMs": 200, "rejectType": 0})
+        );
+        assert_eq!(h.get("/v1/faults").await.json["rates"], report["rates"]);
+        // And the busy fault indeed answers with 200 ms.
+        let r = h.write(&write_of(&[1])).await;
+        assert_eq!((r.code(), &r.json["retryAfterMs"]), (2012, &json!(200)));
+    }
+    // Values that are set are kept.
+    let report = set_rates(
+        &h,
+        json!({"timeout": 0.5, "delayMs": 10, "retryAfterMs": 20}),
+    )
+    .await;
+    assert_eq!(
+        (
+            &report["rates"]["delayMs"],
+            &report["rates"]["retryAfterMs"]
+        ),
+        (&json!(10), &json!(20))
     );
 }
 
@@ -153,6 +240,7 @@ async fn invalid_rates_are_refused() {
         json!({"busy": 0.7, "inflight": 0.7}),
         json!({"busy": -1}),
         json!({"bogus": 1}),
+        json!([0.1, 0.0, 0.0, 0.0, 0.0, 0, 0]),
     ] {
         let request = Request::put("/v1/faults")
             .header("content-type", "application/json")
@@ -166,4 +254,42 @@ async fn invalid_rates_are_refused() {
             r.json
         );
     }
+}
+
+#[tokio::test]
+async fn a_reject_type_refuses_matching_writes_without_applying_them() {
+    let h = with_faults();
+    set_rates(&h, json!({"rejectType": 13})).await;
+    let mut poisoned = write_of(&[1, 2]);
+    poisoned["writes"][0]["events"][1]["type"] = json!(13);
+    let r = h.write(&poisoned).await;
+    assert_eq!(
+        (r.status.as_u16(), r.outcome(), r.code()),
+        (422, "rejected", 2022)
+    );
+    assert!(h.read_all(TYPE, ID).await.is_empty(), "not applied");
+    let r = h.write(&write_of(&[1, 2])).await;
+    assert_eq!(r.outcome(), "landed", "other types pass");
+    let counts = &h.get("/v1/faults").await.json["counts"];
+    assert_eq!(
+        (&counts["requests"], &counts["rejected"]),
+        (&json!(2), &json!(1))
+    );
+}
+
+#[tokio::test]
+async fn concurrent_writes_of_one_client_are_counted() {
+    let h = with_faults();
+    set_rates(&h, json!({"timeout": 1.0, "delayMs": 200})).await;
+    let (first, second) = (
+        write_of(&[1]),
+        write_to("3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0999", &[1]),
+    );
+    let (a, b) = tokio::join!(h.write(&first), h.write(&second));
+    assert_eq!((a.outcome(), b.outcome()), ("landed", "landed"));
+    let counts = &h.get("/v1/faults").await.json["counts"];
+    assert_eq!(
+        counts["maxInFlightPerClient"], 2,
+        "two requests of one client at once"
+    );
 }

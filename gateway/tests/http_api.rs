@@ -180,6 +180,35 @@ async fn bad_input_gets_a_typed_body_and_writes_nothing() {
             40001,
         ),
         (
+            "positional array instead of object",
+            serde_json::to_vec(&json!([
+                CLIENT,
+                [[
+                    [TYPE, ID],
+                    true,
+                    [[1, null, 1_700_000_000_001u64, 3, 0, "AQID", null]]
+                ]]
+            ]))
+            .unwrap(),
+            400,
+            40001,
+        ),
+        (
+            "positional event inside an object",
+            with(&|v| {
+                v["writes"][0]["events"][0] =
+                    json!([1, null, 1_700_000_000_001u64, 3, 0, "AQID", null])
+            }),
+            400,
+            40001,
+        ),
+        (
+            "positional aggregate inside an object",
+            with(&|v| v["writes"][0]["aggregate"] = json!([TYPE, ID])),
+            400,
+            40001,
+        ),
+        (
             "duplicate aggregate",
             with(&|v| {
                 let w = v["writes"][0].clone();
@@ -217,9 +246,31 @@ async fn bad_input_gets_a_typed_body_and_writes_nothing() {
         r.json["message"]
             .as_str()
             .unwrap()
-            .contains("writes[0].events[1].minor"),
+            .contains("invalid field writes[0].events[1].minor"),
         "{:?}",
         r.json
+    );
+    // A positional form is refused by name, with its path.
+    let r = h
+        .post_raw(
+            "/v1/write",
+            with(&|v| v["writes"][0]["events"][1] = json!([2, null, 1, 3, 0, "AQID", null])),
+        )
+        .await;
+    let message = r.json["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "invalid field writes[0].events[1]: invalid type: array, expected a JSON object for struct Event"
+        ),
+        "{message}"
+    );
+    let r = h.post_json("/v1/write", &json!([CLIENT, []])).await;
+    let message = r.json["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "invalid body: invalid type: array, expected a JSON object for struct WriteRequest"
+        ),
+        "{message}"
     );
     // Without the JSON content type.
     let r = h
@@ -346,9 +397,73 @@ async fn health_and_unknown_routes_answer_json() {
     );
     let faults = h.get("/v1/faults").await;
     assert_eq!(
-        faults.status.as_u16(),
-        404,
+        (faults.status.as_u16(), faults.code()),
+        (404, 40400),
         "no control endpoint without --faults"
+    );
+    // The API prefix itself is an API route too, with any method.
+    for (method, path) in [
+        (Method::GET, "/v1"),
+        (Method::GET, "/v1/"),
+        (Method::POST, "/v1"),
+        (Method::PUT, "/v1/"),
+    ] {
+        let r = h
+            .send(
+                Request::builder()
+                    .method(method.clone())
+                    .uri(path)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(
+            (r.status.as_u16(), r.outcome(), r.code()),
+            (404, "rejected", 40400),
+            "{method} {path}"
+        );
+        assert_eq!(
+            r.headers["content-type"], "application/json",
+            "{method} {path}"
+        );
+        assert_eq!(
+            r.json["message"],
+            format!("no route for {method} {path}"),
+            "{method} {path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn uuids_are_read_in_any_spelling_and_always_answered_canonically() {
+    let h = Harness::new();
+    let upper = |u: &str| u.to_uppercase();
+    let simple = |u: &str| u.replace('-', "");
+    // Uppercase client id, unhyphenated type id, braced aggregate id.
+    let mut body = write_of(&[1]);
+    body["clientId"] = json!(upper(CLIENT));
+    body["writes"][0]["aggregate"] = json!({"typeId": simple(TYPE), "id": format!("{{{ID}}}")});
+    let r = h.write(&body).await;
+    assert_eq!(r.json["aggregateVersion"], 1, "{:?}", r.json);
+    // The same ids in the canonical spelling name the same client and aggregate.
+    let r = h.write(&write_of(&[1])).await;
+    assert_eq!(r.code(), 2002, "{:?}", r.json);
+    // Read paths are lenient too; what comes back is lowercase and hyphenated.
+    for path in [
+        format!("/v1/aggregates/{}/{}/events", upper(TYPE), simple(ID)),
+        format!("/v1/aggregates/urn:uuid:{TYPE}/{ID}/events"),
+    ] {
+        let page = h.get(&path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {:?}", page.json);
+        assert_eq!(page.json["batches"][0]["clientId"], CLIENT, "{path}");
+    }
+    let mut with_event_id = write_of(&[2]);
+    with_event_id["writes"][0]["events"][0]["eventId"] =
+        json!("urn:uuid:A1B2C3D4-E5F6-4A7B-8C9D-0E1F2A3B4C5D");
+    assert_eq!(h.write(&with_event_id).await.outcome(), "landed");
+    assert_eq!(
+        h.read_all(TYPE, ID).await[1]["eventId"],
+        "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
     );
 }
 

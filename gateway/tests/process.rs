@@ -1,6 +1,6 @@
 //! The gateway as a real process: `kill -9` right after a 200 loses nothing (the write is
-//! durable before it is acknowledged), a restart on the same data serves it once, and SIGTERM
-//! shuts down gracefully.
+//! durable before it is acknowledged), a restart on the same data serves it once, SIGTERM
+//! shuts down gracefully, and the fault flags can be set through environment variables.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -14,9 +14,13 @@ struct Gateway {
 }
 
 impl Gateway {
+    fn start(data: &Path) -> Gateway {
+        Gateway::start_with(data, &[])
+    }
+
     // The child is waited on by `Drop for Gateway` (or just below when it fails to start).
     #[allow(clippy::zombie_processes)]
-    fn start(data: &Path) -> Gateway {
+    fn start_with(data: &Path, env: &[(&str, &str)]) -> Gateway {
         let port_file = data.join("port");
         let _ = std::fs::remove_file(&port_file);
         let mut child = Command::new(env!("CARGO_BIN_EXE_celeriant-gateway"))
@@ -25,6 +29,7 @@ impl Gateway {
             .arg("--port-file")
             .arg(&port_file)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -140,4 +145,39 @@ fn sigterm_shuts_down_gracefully() {
     );
     let status = gateway.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn fault_flags_are_read_from_environment_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = Gateway::start_with(
+        dir.path(),
+        &[
+            ("CELERIANT_GATEWAY_FAULTS", "true"),
+            ("CELERIANT_GATEWAY_FAULT_SEED", "9"),
+            ("CELERIANT_GATEWAY_FAULT_DROP_AFTER_COMMIT", "0.125"),
+            ("CELERIANT_GATEWAY_FAULT_TIMEOUT", "0.25"),
+            ("CELERIANT_GATEWAY_FAULT_INFLIGHT", "0.0625"),
+            ("CELERIANT_GATEWAY_FAULT_BUSY", "0.5"),
+            ("CELERIANT_GATEWAY_FAULT_RESET", "0.03125"),
+            // 0 means the default, and the report says which.
+            ("CELERIANT_GATEWAY_FAULT_DELAY_MS", "0"),
+            ("CELERIANT_GATEWAY_FAULT_RETRY_AFTER_MS", "1500"),
+            ("CELERIANT_GATEWAY_FAULT_REJECT_TYPE", "7"),
+        ],
+    );
+    let report: Value = agent()
+        .get(&format!("{}/v1/faults", gateway.base))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .map(|text| serde_json::from_str(&text).unwrap())
+        .unwrap();
+    assert_eq!(report["seed"], 9);
+    assert_eq!(
+        report["rates"],
+        json!({"dropAfterCommit": 0.125, "timeout": 0.25, "inflight": 0.0625, "busy": 0.5,
+               "resetBeforeCommit": 0.03125, "delayMs": 5000, "retryAfterMs": 1500, "rejectType": 7})
+    );
 }

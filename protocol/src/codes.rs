@@ -4,7 +4,9 @@
 //! * Celeriant's own write-path codes (2xxx, 9xxx, 10xxx, 11000), passed through unchanged when
 //!   the answer came from Celeriant (or from the embedded store, which speaks the same codes).
 //! * The gateway's own codes, five digits whose first three are the HTTP status they travel with
-//!   (`40007` is a 400, `41300` a 413, `50400` a 504). They never collide with Celeriant's.
+//!   (`40007` is a 400, `41300` a 413, `50201` a 502, `50400` a 504). They never collide with
+//!   Celeriant's. Only the codes listed in [`gateway`] exist: any other number, even one in
+//!   40000–59999, is a code nobody knows (see [`crate::outcome::classify`]).
 //!
 //! What a writer does with a code is decided in [`crate::outcome::classify`], not here.
 
@@ -105,15 +107,54 @@ pub mod gateway {
     pub const UNSUPPORTED_MEDIA_TYPE: u32 = 41500;
     /// The gateway's own admission limit: not applied, resend later.
     pub const GATEWAY_BUSY: u32 = 42900;
-    /// An internal error after the write may have been handed to the store.
-    pub const INTERNAL: u32 = 50000;
     /// The upstream store may or may not have applied the write (connection lost after send,
     /// response timeout, protocol error).
     pub const UPSTREAM_OUTCOME_UNKNOWN: u32 = 50200;
+    /// An internal error after the write may have been handed to the store (travels with 502,
+    /// like every `unknown` other than a timeout).
+    pub const INTERNAL: u32 = 50201;
     /// The upstream store could not be reached; nothing was sent.
     pub const UPSTREAM_UNAVAILABLE: u32 = 50300;
     /// The gateway gave up waiting; the write may still land.
     pub const GATEWAY_TIMEOUT: u32 = 50400;
+
+    /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
+    pub const ALL: [u32; 23] = [
+        MALFORMED_JSON,
+        INVALID_FIELD,
+        NO_WRITES,
+        EMPTY_EVENTS,
+        CLIENT_SEQ_ZERO,
+        CLIENT_SEQ_NOT_INCREASING,
+        EVENT_TYPE_ZERO,
+        INVALID_IV,
+        DUPLICATE_AGGREGATE,
+        TOO_MANY_EVENTS,
+        EVENT_TOO_LARGE,
+        WRITE_TOO_LARGE,
+        TOO_MANY_AGGREGATES,
+        INVALID_QUERY,
+        NOT_FOUND,
+        METHOD_NOT_ALLOWED,
+        BODY_TOO_LARGE,
+        UNSUPPORTED_MEDIA_TYPE,
+        GATEWAY_BUSY,
+        UPSTREAM_OUTCOME_UNKNOWN,
+        INTERNAL,
+        UPSTREAM_UNAVAILABLE,
+        GATEWAY_TIMEOUT,
+    ];
+
+    /// Whether `code` is one of the gateway's own codes.
+    pub fn is_gateway_code(code: u32) -> bool {
+        ALL.contains(&code)
+    }
+
+    /// The HTTP status a gateway code travels with (its first three digits), or `None` when
+    /// `code` is not a gateway code.
+    pub fn http_status(code: u32) -> Option<u16> {
+        is_gateway_code(code).then_some((code / 100) as u16)
+    }
 }
 
 /// A short stable name for a code, for logs and messages (`"CLIENT_IDEMPOTENCY_VIOLATION"`).
@@ -164,10 +205,39 @@ pub fn name(code: u32) -> &'static str {
         g::BODY_TOO_LARGE => "BODY_TOO_LARGE",
         g::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
         g::GATEWAY_BUSY => "GATEWAY_BUSY",
-        g::INTERNAL => "INTERNAL",
         g::UPSTREAM_OUTCOME_UNKNOWN => "UPSTREAM_OUTCOME_UNKNOWN",
+        g::INTERNAL => "INTERNAL",
         g::UPSTREAM_UNAVAILABLE => "UPSTREAM_UNAVAILABLE",
         g::GATEWAY_TIMEOUT => "GATEWAY_TIMEOUT",
         _ => "UNKNOWN_CODE",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_codes_are_sorted_distinct_named_and_their_first_digits_are_a_status() {
+        assert!(gateway::ALL.windows(2).all(|w| w[0] < w[1]));
+        for code in gateway::ALL {
+            assert_ne!(name(code), "UNKNOWN_CODE", "{code}");
+            assert!((40_000..60_000).contains(&code), "{code}");
+            assert_eq!(gateway::http_status(code), Some((code / 100) as u16));
+        }
+        assert_eq!(gateway::http_status(gateway::INTERNAL), Some(502));
+        assert_eq!(gateway::http_status(40_002), None);
+        assert_eq!(gateway::http_status(celeriant::INFLIGHT_DUPLICATE), None);
+    }
+
+    #[test]
+    fn every_named_code_in_the_gateway_space_is_listed() {
+        for code in 40_000..60_000 {
+            assert_eq!(
+                name(code) != "UNKNOWN_CODE",
+                gateway::is_gateway_code(code),
+                "{code}"
+            );
+        }
     }
 }

@@ -20,6 +20,7 @@ pub mod codes;
 pub mod encoding;
 pub mod faults;
 pub mod outcome;
+mod strict;
 pub mod validate;
 pub mod wire;
 

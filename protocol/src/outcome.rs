@@ -67,9 +67,27 @@ pub fn classify(code: u32) -> Class {
         | c::CONFLICT_RESPONSE_TOO_LARGE
         | c::SCHEMA_VALIDATION_FAILED
         | c::SHARD_ROUTING_NO_KEY..=c::SHARD_ROUTING_INCOMPATIBLE_FILTERS => Class::Rejected,
+        g::MALFORMED_JSON
+        | g::INVALID_FIELD
+        | g::NO_WRITES
+        | g::EMPTY_EVENTS
+        | g::CLIENT_SEQ_ZERO
+        | g::CLIENT_SEQ_NOT_INCREASING
+        | g::EVENT_TYPE_ZERO
+        | g::INVALID_IV
+        | g::DUPLICATE_AGGREGATE
+        | g::TOO_MANY_EVENTS
+        | g::EVENT_TOO_LARGE
+        | g::WRITE_TOO_LARGE
+        | g::TOO_MANY_AGGREGATES
+        | g::INVALID_QUERY
+        | g::NOT_FOUND
+        | g::METHOD_NOT_ALLOWED
+        | g::BODY_TOO_LARGE
+        | g::UNSUPPORTED_MEDIA_TYPE => Class::Rejected,
         g::GATEWAY_BUSY | g::UPSTREAM_UNAVAILABLE => Class::Retry(RetryKind::Transient),
-        g::INTERNAL | g::UPSTREAM_OUTCOME_UNKNOWN | g::GATEWAY_TIMEOUT => Class::Unknown,
-        40000..=49999 => Class::Rejected,
+        g::UPSTREAM_OUTCOME_UNKNOWN | g::INTERNAL | g::GATEWAY_TIMEOUT => Class::Unknown,
+        // Everything else, including unassigned numbers in the gateway's 40000-59999 space.
         _ => Class::Retry(RetryKind::Operator),
     }
 }
@@ -188,22 +206,16 @@ impl WriteOutcome {
         }
     }
 
-    /// The HTTP status this outcome travels with.
+    /// The HTTP status this outcome travels with: a gateway code's first three digits (see
+    /// [`g::http_status`]); otherwise 200 for `landed`, 503 for `retry`, 502 for `unknown` and
+    /// 422 for `rejected`. A code nobody knows, even an unassigned one in 40000–59999, is a
+    /// `retry` (see [`classify`]) and so travels with 503.
     pub fn http_status(&self) -> u16 {
         match self {
             WriteOutcome::Landed(_) => 200,
-            WriteOutcome::Retry(f) if f.code == g::GATEWAY_BUSY => 429,
-            WriteOutcome::Retry(_) => 503,
-            WriteOutcome::Unknown(f) if f.code == g::GATEWAY_TIMEOUT => 504,
-            WriteOutcome::Unknown(_) => 502,
-            WriteOutcome::Rejected(f) => match f.code {
-                g::NOT_FOUND => 404,
-                g::METHOD_NOT_ALLOWED => 405,
-                g::BODY_TOO_LARGE => 413,
-                g::UNSUPPORTED_MEDIA_TYPE => 415,
-                40000..=40099 => 400,
-                _ => 422,
-            },
+            WriteOutcome::Retry(f) => g::http_status(f.code).unwrap_or(503),
+            WriteOutcome::Unknown(f) => g::http_status(f.code).unwrap_or(502),
+            WriteOutcome::Rejected(f) => g::http_status(f.code).unwrap_or(422),
         }
     }
 
@@ -252,6 +264,43 @@ mod tests {
     fn unknown_codes_are_never_rejected_or_landed() {
         for code in [0, 1, 1000, 2016, 2099, 3000, 12345, 99999, u32::MAX] {
             assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
+        }
+    }
+
+    #[test]
+    fn unassigned_codes_in_the_gateway_space_are_operator_retries() {
+        for code in [
+            40002, 40015, 40099, 40401, 41000, 42000, 42901, 49999, 50000, 50100, 59999,
+        ] {
+            assert!(!g::is_gateway_code(code), "{code}");
+            assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
+            let outcome = WriteOutcome::from_code(code, "x");
+            assert_eq!(outcome.tag(), "retry", "{code}");
+            assert_eq!(outcome.http_status(), 503, "{code}");
+            assert!(
+                matches!(&outcome, WriteOutcome::Retry(f) if f.retry_after_ms == Some(OPERATOR_RETRY_AFTER_MS)),
+                "{code}"
+            );
+        }
+        // Exhaustively: only the listed gateway codes escape the operator retry.
+        for code in 40_000..60_000 {
+            if !g::is_gateway_code(code) {
+                assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_gateway_code_travels_with_the_status_of_its_first_three_digits() {
+        for code in g::ALL {
+            let outcome = WriteOutcome::from_code(code, "x");
+            assert_eq!(u32::from(outcome.http_status()), code / 100, "{code}");
+            let expected = match code / 100 {
+                429 | 503 => "retry",
+                502 | 504 => "unknown",
+                _ => "rejected",
+            };
+            assert_eq!(outcome.tag(), expected, "{code}");
         }
     }
 

@@ -1,20 +1,29 @@
 //! Request and response bodies of protocol v1, exactly as they travel (camelCase JSON).
 //!
-//! Requests are parsed strictly (`deny_unknown_fields`): a misspelt field is an error, never a
-//! silently defaulted value. Serialisation is deterministic (struct field order, no maps), which
-//! the client relies on to resend a pinned batch byte for byte.
+//! Requests are parsed strictly: a misspelt field is an error, never a silently defaulted value
+//! (`deny_unknown_fields`), and a JSON array in place of an object is refused (serde would
+//! otherwise read it as the fields in declaration order; see `crate::strict`). Each request
+//! type is therefore parsed through a private `...Def` twin that carries the parsing attributes.
+//! Serialisation is deterministic (struct field order, no maps), which the client relies on to
+//! resend a pinned batch byte for byte.
+//!
+//! UUIDs are parsed leniently (`uuid` also accepts uppercase, 32 hex digits without hyphens,
+//! `{...}` braces and a `urn:uuid:` prefix) but always written lowercase and hyphenated.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::encoding::{base64_bytes, base64_len, base64_opt, safe_u64};
+use crate::strict::object_only;
 
 /// `POST /v1/write`: one atomic write across the aggregates it names.
 ///
 /// The gateway always forwards it with `enforce_client_idempotency = true` and no expected
 /// version; the organisation comes from the gateway's configuration, never from the body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+///
+/// Parsed by `WriteRequestDef` (strict; see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WriteRequest {
     /// The writing device's client id.
     pub client_id: Uuid,
@@ -22,9 +31,25 @@ pub struct WriteRequest {
     pub writes: Vec<AggregateWrite>,
 }
 
+#[derive(Deserialize)]
+#[serde(
+    remote = "WriteRequest",
+    rename = "WriteRequest",
+    rename_all = "camelCase",
+    deny_unknown_fields
+)]
+struct WriteRequestDef {
+    client_id: Uuid,
+    writes: Vec<AggregateWrite>,
+}
+
+object_only!(WriteRequest => WriteRequestDef);
+
 /// An aggregate's identity within the gateway's organisation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+///
+/// Parsed by `AggregateRefDef` (strict; see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AggregateRef {
     /// The aggregate type id.
     pub type_id: Uuid,
@@ -32,49 +57,105 @@ pub struct AggregateRef {
     pub id: Uuid,
 }
 
+#[derive(Deserialize)]
+#[serde(
+    remote = "AggregateRef",
+    rename = "AggregateRef",
+    rename_all = "camelCase",
+    deny_unknown_fields
+)]
+struct AggregateRefDef {
+    type_id: Uuid,
+    id: Uuid,
+}
+
+object_only!(AggregateRef => AggregateRefDef);
+
 /// The events for one aggregate within a [`WriteRequest`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+///
+/// Parsed by `AggregateWriteDef` (strict; see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AggregateWrite {
     /// Which aggregate.
     pub aggregate: AggregateRef,
     /// Whether the write may create the aggregate (default `true`).
-    #[serde(default = "default_true")]
     pub allow_create: bool,
     /// The events, `clientSeq` strictly increasing.
     pub events: Vec<Event>,
 }
+
+#[derive(Deserialize)]
+#[serde(
+    remote = "AggregateWrite",
+    rename = "AggregateWrite",
+    rename_all = "camelCase",
+    deny_unknown_fields
+)]
+struct AggregateWriteDef {
+    aggregate: AggregateRef,
+    #[serde(default = "default_true")]
+    allow_create: bool,
+    events: Vec<Event>,
+}
+
+object_only!(AggregateWrite => AggregateWriteDef);
 
 fn default_true() -> bool {
     true
 }
 
 /// One event as it travels, both in writes and in reads.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+///
+/// Parsed by `EventDef` (strict; see the module documentation): `clientSeq`, `timestamp`,
+/// `type` and `minor` must be at most 2^53 − 1, `eventId`, `minor` and `iv` may be left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Event {
     /// The writer's per-aggregate sequence, `>= 1`.
-    #[serde(deserialize_with = "safe_u64")]
     pub client_seq: u64,
     /// The application's id for the event, opaque to the server.
-    #[serde(default)]
     pub event_id: Option<Uuid>,
     /// Client-side Unix time in milliseconds.
-    #[serde(deserialize_with = "safe_u64")]
     pub timestamp: u64,
     /// The event type (Celeriant's major type), never 0.
-    #[serde(rename = "type", deserialize_with = "safe_u64")]
+    #[serde(rename = "type")]
     pub event_type: u64,
     /// The minor type (default 0).
-    #[serde(default, deserialize_with = "safe_u64")]
     pub minor: u64,
     /// The payload bytes, base64.
-    #[serde(with = "base64_bytes")]
+    #[serde(serialize_with = "base64_bytes::serialize")]
     pub data: Vec<u8>,
     /// The AES-GCM nonce when `data` is encrypted: exactly 12 bytes, base64.
-    #[serde(default, with = "base64_opt")]
+    #[serde(serialize_with = "base64_opt::serialize")]
     pub iv: Option<Vec<u8>>,
 }
+
+#[derive(Deserialize)]
+#[serde(
+    remote = "Event",
+    rename = "Event",
+    rename_all = "camelCase",
+    deny_unknown_fields
+)]
+struct EventDef {
+    #[serde(deserialize_with = "safe_u64")]
+    client_seq: u64,
+    #[serde(default)]
+    event_id: Option<Uuid>,
+    #[serde(deserialize_with = "safe_u64")]
+    timestamp: u64,
+    #[serde(rename = "type", deserialize_with = "safe_u64")]
+    event_type: u64,
+    #[serde(default, deserialize_with = "safe_u64")]
+    minor: u64,
+    #[serde(deserialize_with = "base64_bytes::deserialize")]
+    data: Vec<u8>,
+    #[serde(default, deserialize_with = "base64_opt::deserialize")]
+    iv: Option<Vec<u8>>,
+}
+
+object_only!(Event => EventDef);
 
 /// Fixed JSON overhead of one event besides its base64 payload, generous: field names, a UUID,
 /// three maximal integers, punctuation.
@@ -184,6 +265,86 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("minro"), "{err}");
+    }
+
+    #[test]
+    fn positional_arrays_are_refused_at_every_level() {
+        let err = |json: &str| {
+            serde_json::from_str::<WriteRequest>(json)
+                .unwrap_err()
+                .to_string()
+        };
+        let c = "00000000-0000-0000-0000-000000000001";
+        // The whole body (this exact form parsed, and landed, with derived parsers).
+        let e = err(&format!(
+            r#"["{c}", [[["{c}", "{c}"], true, [[1, null, 1, 1, 0, "AQID", null]]]]]"#
+        ));
+        assert!(
+            e.contains("invalid type: array, expected a JSON object for struct WriteRequest"),
+            "{e}"
+        );
+        // An aggregate write, an aggregate reference, an event.
+        let e = err(&format!(
+            r#"{{"clientId":"{c}","writes":[[{{"typeId":"{c}","id":"{c}"}}, true, []]]}}"#
+        ));
+        assert!(
+            e.contains("expected a JSON object for struct AggregateWrite"),
+            "{e}"
+        );
+        let e = err(&format!(
+            r#"{{"clientId":"{c}","writes":[{{"aggregate":["{c}","{c}"],"events":[]}}]}}"#
+        ));
+        assert!(
+            e.contains("expected a JSON object for struct AggregateRef"),
+            "{e}"
+        );
+        let mut ok = serde_json::to_value(sample()).unwrap();
+        ok["writes"][0]["events"][0] = serde_json::json!([1, null, 1, 1, 0, "AQID", null]);
+        let e = serde_json::from_value::<WriteRequest>(ok)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected a JSON object for struct Event"), "{e}");
+        // Other non-objects are refused with the same expectation.
+        let e = err(r#""hello""#);
+        assert!(
+            e.contains(
+                "invalid type: string \"hello\", expected a JSON object for struct WriteRequest"
+            ),
+            "{e}"
+        );
+        assert!(serde_json::from_str::<AggregateRef>(&format!(r#"["{c}","{c}"]"#)).is_err());
+        assert!(serde_json::from_str::<Event>("[1, null, 1, 1, 0, \"AQID\", null]").is_err());
+    }
+
+    #[test]
+    fn defaults_still_apply_when_fields_are_left_out() {
+        let json = r#"{"clientId":"00000000-0000-0000-0000-000000000001","writes":[{"aggregate":
+            {"typeId":"00000000-0000-0000-0000-000000000002","id":"00000000-0000-0000-0000-000000000003"},
+            "events":[{"clientSeq":1,"timestamp":1700000000000,"type":3,"data":"aGVsbG8=","iv":"AAAAAAAAAAAAAAAA"}]}]}"#;
+        assert_eq!(
+            serde_json::from_str::<WriteRequest>(json).unwrap(),
+            sample()
+        );
+    }
+
+    #[test]
+    fn uuids_are_read_leniently_and_written_lowercase_hyphenated() {
+        let canonical = "5f0c6b2e-8a3d-4c1e-9b7a-2d4e6f8a0b1c";
+        for spelling in [
+            canonical,
+            "5F0C6B2E-8A3D-4C1E-9B7A-2D4E6F8A0B1C",
+            "5f0c6b2e8a3d4c1e9b7a2d4e6f8a0b1c",
+            "{5f0c6b2e-8a3d-4c1e-9b7a-2d4e6f8a0b1c}",
+            "urn:uuid:5f0c6b2e-8a3d-4c1e-9b7a-2d4e6f8a0b1c",
+        ] {
+            let json = format!(r#"{{"typeId":"{spelling}","id":"{spelling}"}}"#);
+            let parsed: AggregateRef = serde_json::from_str(&json).unwrap();
+            assert_eq!(
+                serde_json::to_string(&parsed).unwrap(),
+                format!(r#"{{"typeId":"{canonical}","id":"{canonical}"}}"#),
+                "{spelling}"
+            );
+        }
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub fn check(events: &[NewEvent], limits: &Limits) -> Result<(), AppendError> {
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use uuid::Uuid;

@@ -55,7 +55,7 @@ pub fn encode(client_id: Uuid, aggregate: AggregateRef, events: &[StoredEvent]) 
     serde_json::to_string(&request).expect("a write request always serialises")
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
 

@@ -266,7 +266,7 @@ pub fn is_operator_problem(code: u32) -> bool {
     classify_code(code) == Class::Retry(RetryKind::Operator)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use uuid::Uuid;

@@ -115,7 +115,8 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
         }
     }
 
-    /// Runs until the hub is closed.
+    /// Runs until the hub is closed. Call [`Drainer::recount`] first so the status is right
+    /// from the start.
     pub async fn run(mut self) {
         while !self.hub.is_closed() {
             let (work, network) = (self.hub.work.generation(), self.hub.network.generation());
@@ -195,7 +196,13 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
         }
 
         let now = self.env.now_ms();
-        if !self.env.is_online() {
+        if self.env.is_online() {
+            self.next_probe_at = 0;
+        } else {
+            // Offline: wait for `online` or the next probe; a probe is one ordinary send.
+            if self.next_probe_at == 0 {
+                self.next_probe_at = now + self.policy.offline_probe_ms;
+            }
             if now < self.next_probe_at {
                 return Ok(Wait::Offline(self.next_probe_at - now));
             }

@@ -206,7 +206,7 @@ impl Outbox for MemoryOutbox {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use futures_executor::block_on;

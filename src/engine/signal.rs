@@ -82,7 +82,7 @@ pub async fn first<A: Future, B: Future>(a: A, b: B) -> bool {
     matches!(select(a, b).await, Either::Left(_))
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use futures_executor::block_on;

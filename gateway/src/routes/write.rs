@@ -38,10 +38,20 @@ pub async fn write(
         .into_response();
     };
     let summary = Summary::of(&request);
+    let _in_flight = state.faults.as_ref().map(|f| f.enter(request.client_id));
+    let types = request
+        .writes
+        .iter()
+        .flat_map(|w| w.events.iter().map(|e| e.event_type));
+    let fault = state.faults.as_ref().and_then(|f| f.draw(types));
     let command = to_command(&state, request);
-    let fault = state.faults.as_ref().and_then(|f| f.draw());
     let mut delay = None;
     match fault {
+        Some(Fault::Reject(event_type)) => {
+            let message = format!("injected fault: events of type {event_type} fail their schema");
+            let outcome = WriteOutcome::from_code(cc::SCHEMA_VALIDATION_FAILED, message);
+            return answered(&summary, fault, outcome);
+        }
         Some(Fault::Inflight) => {
             return answered(&summary, fault, inflight_outcome(&command));
         }
@@ -96,15 +106,16 @@ fn answered(summary: &Summary, fault: Option<Fault>, outcome: WriteOutcome) -> R
     outcome_response(outcome)
 }
 
+/// The injected 2013, shaped like a real one: an identical write is in flight, so the highest
+/// sequence the server holds is that write's highest and the attempted one its lowest. Like
+/// Celeriant's 2013, it speaks of one aggregate: the request's first write.
 fn inflight_outcome(command: &WriteCommand) -> WriteOutcome {
-    let lowest = command
-        .writes
-        .first()
-        .and_then(|w| w.events.first())
-        .map_or(0, |e| e.client_seq);
+    let events = command.writes.first().map_or(&[][..], |w| &w.events[..]);
+    let lowest = events.first().map_or(0, |e| e.client_seq);
+    let highest = events.last().map_or(0, |e| e.client_seq);
     WriteOutcome::Retry(Failure {
         retry_after_ms: Some(celeriant_sync_protocol::outcome::TRANSIENT_RETRY_AFTER_MS),
-        last_client_seq: Some(lowest.saturating_sub(1)),
+        last_client_seq: Some(highest),
         attempted_client_seq: Some(lowest),
         ..Failure::new(
             cc::INFLIGHT_DUPLICATE,

@@ -36,8 +36,9 @@ const U32_FRAME_LIMIT: u64 = u32::MAX as u64;
 const _: () = assert!(MAX_REQUEST_BYTES != MAX_RESPONSE_BYTES && MAX_REQUEST_BYTES < (16 << 20));
 
 /// Stands in for a code Celeriant sent that falls in the gateway's own code space (40000–59999),
-/// where it would be read as a gateway code (40xxx ones as `rejected`). Like every unrecognised
-/// code it classifies as `retry` with the operator backoff, so nothing is ever dropped on it.
+/// where it could be read as one of the gateway's codes (an assigned 4xxxx one as `rejected`).
+/// Like every unrecognised code it classifies as `retry` with the operator backoff, so nothing is
+/// ever dropped on it.
 pub const UNRECOGNISED_UPSTREAM_CODE: u32 = 0;
 
 /// Maps a `celeriant_client_tokio` error to what the gateway knows about the request.

@@ -10,7 +10,7 @@
 //!   then answers each. Commands applied in the open transaction are "in flight": an identical
 //!   (aggregate, client, sequence) write arriving meanwhile gets 2013, exactly like Celeriant's
 //!   accepted-but-not-durable window. A later identical write sees the committed sequence: 2002.
-//! * **Celeriant's check order** ([`apply`]): 2000/2001, 2005, 2003, then 2013/2002.
+//! * **Celeriant's check order** (`apply.rs`): 2000/2001, 2005, 2003, then 2013/2002.
 //! * **Reads** see committed batches only, in version order.
 //!
 //! `linger` (tests and benchmarks) keeps a group open a little longer before committing, which

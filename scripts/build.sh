@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Builds the npm package into pkg/ (wasm-pack, target web, release profile).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+wasm-pack build --target web --release --out-dir pkg --out-name celeriant_sync "$@"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what this project needs on a fresh machine, skipping whatever is already present.
+# Called by `npm start` and `npm test`; safe (and fast) to run again.
+#
+#   - the wasm32-unknown-unknown Rust target
+#   - wasm-bindgen-cli at exactly the wasm-bindgen version in Cargo.lock
+#   - wasm-pack 0.15.1
+#   - Debian's chromium and chromium-driver (headless browser tests)
+#   - the npm packages in package-lock.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+WASM_PACK_VERSION=0.15.1
+
+# 1. Rust target.
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  log "adding the wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown
+fi
+
+# 2. wasm-bindgen-cli, pinned to Cargo.lock (the CLI and the library must match exactly).
+want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+if [ -z "$want" ]; then
+  log "cannot find wasm-bindgen in Cargo.lock"; exit 1
+fi
+have=$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)
+if [ "$have" != "$want" ]; then
+  log "installing wasm-bindgen-cli $want (found: ${have:-none}); about 2 minutes"
+  # Not --locked: the CLI's own lockfile does not resolve in this environment.
+  cargo install wasm-bindgen-cli --version "$want" --force
+fi
+
+# 3. wasm-pack (the npm package downloads binaries from GitHub, which is unreachable here).
+have=$(wasm-pack --version 2>/dev/null | awk '{print $2}' || true)
+if [ "$have" != "$WASM_PACK_VERSION" ]; then
+  log "installing wasm-pack $WASM_PACK_VERSION (found: ${have:-none}); about 2 minutes"
+  cargo install wasm-pack --version "$WASM_PACK_VERSION" --locked --force
+fi
+
+# 4. Headless Chromium and its driver, from Debian (never a test tool's own browser download).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  log "installing Debian's chromium and chromium-driver"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q chromium chromium-driver
+fi
+
+# 5. npm packages, when package-lock.json changed since the last install.
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  log "installing npm packages"
+  npm ci --no-audit --no-fund --loglevel=error
+fi

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# `npm test`: every test of the project, ending with one line "N passed, N failed".
+#
+#   1. lint: rustfmt and clippy -D warnings, native and wasm32 (one check)
+#   2. native tests: `cargo test --workspace` (protocol, gateway, engine, property tests)
+#   3. browser tests: `wasm-pack test --headless --chrome` against a real gateway process
+#      started here on 127.0.0.1 with fault injection enabled
+#   4. the built npm package: a TypeScript consumer type-checks against its .d.ts (one check)
+#
+# Each part's count comes from the test runners' own "test result:" lines. Chromium profiles
+# and the gateway's data live in a per-run temporary folder, removed at exit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+if ! bash scripts/setup.sh; then
+  echo "setup failed"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/celeriant-test.XXXXXX")
+export TMPDIR="$RUN_DIR/tmp"
+mkdir -p "$TMPDIR"
+GATEWAY_PID=
+cleanup() {
+  if [ -n "$GATEWAY_PID" ]; then
+    kill "$GATEWAY_PID" 2>/dev/null
+    wait "$GATEWAY_PID" 2>/dev/null
+  fi
+  rm -rf "$RUN_DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+PASSED=0
+FAILED=0
+SUMMARY=()
+record() { # name passed failed
+  PASSED=$((PASSED + $2))
+  FAILED=$((FAILED + $3))
+  SUMMARY+=("$(printf '  %-34s %5d passed, %d failed' "$1" "$2" "$3")")
+}
+# Sums the "test result:" lines in log $1; a non-zero exit without a failed test counts as one.
+tally() {
+  local log=$1 name=$2 status=$3 p f
+  p=$(grep -aE '^test result:' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+  f=$(grep -aE '^test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+  if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  record "$name" "$p" "$f"
+}
+step() { printf '\n=== %s\n' "$*"; }
+
+step "lint: cargo fmt --check; clippy -D warnings (native and wasm32)"
+lint=0
+cargo fmt --all --check || lint=1
+cargo clippy --workspace --all-targets -q -- -D warnings || lint=1
+# The browser tests read the gateway's address at build time; any value does for linting.
+CELERIANT_TEST_GATEWAY=http://127.0.0.1:1 \
+  cargo clippy --target wasm32-unknown-unknown --all-targets -q -- -D warnings || lint=1
+record "lint (fmt, clippy)" $((1 - lint)) "$lint"
+
+step "native tests: cargo test --workspace"
+cargo test --workspace --no-fail-fast 2>&1 | tee "$RUN_DIR/native.log"
+tally "$RUN_DIR/native.log" "native (cargo test)" "${PIPESTATUS[0]}"
+
+step "browser tests: headless Chromium against a real gateway on 127.0.0.1"
+if cargo build -q -p celeriant-gateway; then
+  ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$RUN_DIR/gateway.port" \
+    --data-dir "$RUN_DIR/gateway" --www www --pkg pkg --faults \
+    --fault-seed "${CELERIANT_FAULT_SEED:-20261129}" >"$RUN_DIR/gateway.log" 2>&1 &
+  GATEWAY_PID=$!
+  for _ in $(seq 200); do [ -s "$RUN_DIR/gateway.port" ] && break; sleep 0.1; done
+  export CELERIANT_TEST_GATEWAY="http://$(cat "$RUN_DIR/gateway.port" 2>/dev/null)"
+  echo "gateway: $CELERIANT_TEST_GATEWAY (pid $GATEWAY_PID, fault seed ${CELERIANT_FAULT_SEED:-20261129})"
+  # One wasm-pack run per browser test file, so a failing file does not hide the others.
+  status=0
+  for file in tests/browser_*.rs; do
+    name=$(basename "$file" .rs)
+    echo "--- $name"
+    WASM_BINDGEN_TEST_TIMEOUT=900 wasm-pack test --headless --chrome \
+      --chromedriver "$(command -v chromedriver)" -- --test "$name" 2>&1 | tee -a "$RUN_DIR/browser.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+  tally "$RUN_DIR/browser.log" "browser (wasm-pack test, Chromium)" "$status"
+  if [ "$status" -ne 0 ]; then
+    echo "--- last lines of the gateway's log"
+    tail -n 40 "$RUN_DIR/gateway.log"
+  fi
+else
+  record "browser (wasm-pack test, Chromium)" 0 1
+fi
+
+step "package: build pkg/ and type-check a TypeScript consumer against its .d.ts"
+if bash scripts/build.sh >"$RUN_DIR/build.log" 2>&1 \
+  && npx --no-install tsc -p tests/typescript/tsconfig.json; then
+  record "package (build, tsc consumer)" 1 0
+else
+  tail -n 30 "$RUN_DIR/build.log"
+  record "package (build, tsc consumer)" 0 1
+fi
+
+echo
+echo "=== summary"
+printf '%s\n' "${SUMMARY[@]}"
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

@@ -1,0 +1,274 @@
+//! `SyncClient`, the class apps use.
+//!
+//! State lives behind an `Rc<Inner>`; every async method clones it and runs an `async move`
+//! block, so concurrent calls from JS never hit "recursive use of an object". The drain loop is
+//! spawned once at `open` and stops at `close`.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use indexed_db_futures::transaction::TransactionDurability;
+use js_sys::{Array, Function, Promise};
+use uuid::Uuid;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+use web_sys::EventTarget;
+
+use super::errors::ClientError;
+use super::options::{self, Durability};
+use super::{input, output};
+use crate::browser::env::{BrowserEnv, OnlineListener};
+use crate::browser::fetch::FetchTransport;
+use crate::browser::global::random_uuid;
+use crate::browser::idb::outbox::IdbOutbox;
+use crate::browser::observer::DomObserver;
+use crate::engine::append;
+use crate::engine::drain::{self, Drainer};
+use crate::engine::model::Batch;
+use crate::engine::outbox::Outbox;
+use crate::engine::status::Hub;
+use celeriant_sync_protocol::validate::Limits;
+
+struct Inner {
+    outbox: Rc<IdbOutbox>,
+    hub: Rc<Hub>,
+    client_id: Uuid,
+    database_name: String,
+    target: EventTarget,
+    limits: Limits,
+    running: Cell<bool>,
+    _online: OnlineListener,
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<(), ClientError> {
+        if self.hub.is_closed() {
+            Err(ClientError::closed())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// An outbox for one IndexedDB database, draining to one gateway.
+///
+/// ```ts
+/// import init, { SyncClient } from "celeriant-sync";
+/// await init();
+/// const client = await SyncClient.open({ gatewayUrl: "http://127.0.0.1:8080" });
+/// const [receipt] = await client.append({ typeId, id }, [{ type: 3, data: { amount: 10 } }]);
+/// client.addEventListener("synced", (e) => console.log("landed", e.detail.eventIds));
+/// await client.flush();
+/// ```
+#[wasm_bindgen]
+#[derive(Clone)]
+pub struct SyncClient {
+    inner: Rc<Inner>,
+}
+
+fn promise<F>(future: F) -> Promise
+where
+    F: std::future::Future<Output = Result<JsValue, ClientError>> + 'static,
+{
+    future_to_promise(async move { future.await.map_err(JsValue::from) })
+}
+
+#[wasm_bindgen]
+impl SyncClient {
+    /// Opens (or creates) the outbox database and starts draining it to the gateway: a
+    /// non-empty outbox from an earlier session is drained at once, its pinned batch first.
+    pub async fn open(
+        #[wasm_bindgen(unchecked_param_type = "SyncClientOptions")] options: JsValue,
+    ) -> Result<SyncClient, JsValue> {
+        Self::open_inner(options).await.map_err(JsValue::from)
+    }
+
+    async fn open_inner(options: JsValue) -> Result<SyncClient, ClientError> {
+        let options = options::parse(options)?;
+        let durability = match options.durability {
+            Durability::Strict => TransactionDurability::Strict,
+            Durability::Relaxed => TransactionDurability::Relaxed,
+            Durability::Default => TransactionDurability::Default,
+        };
+        let outbox = Rc::new(IdbOutbox::open(&options.database_name, durability).await?);
+        let client_id = outbox.client_id(random_uuid()).await?;
+        let target = EventTarget::new().map_err(|_| {
+            ClientError::new("UNSUPPORTED", "EventTarget is not constructible here")
+        })?;
+        let hub = Rc::new(Hub::new(Box::new(DomObserver {
+            target: target.clone(),
+        })));
+        let online = OnlineListener::new(&hub)
+            .map_err(|_| ClientError::new("UNSUPPORTED", "cannot listen for the online event"))?;
+        let transport = FetchTransport {
+            url: format!(
+                "{}{}",
+                options.gateway_url,
+                celeriant_sync_protocol::WRITE_PATH
+            ),
+            timeout_ms: options.request_timeout_ms,
+        };
+        let drainer = Drainer::new(
+            outbox.clone(),
+            transport,
+            Rc::new(BrowserEnv),
+            hub.clone(),
+            options.policy,
+            client_id,
+        );
+        drainer.recount().await?;
+        wasm_bindgen_futures::spawn_local(drainer.run());
+        let inner = Rc::new(Inner {
+            outbox,
+            hub,
+            client_id,
+            database_name: options.database_name,
+            target,
+            limits: Limits::default(),
+            running: Cell::new(true),
+            _online: online,
+        });
+        Ok(SyncClient { inner })
+    }
+
+    /// The device's client id (a UUID), created on first open and kept in the database.
+    #[wasm_bindgen(getter = clientId)]
+    pub fn client_id(&self) -> String {
+        self.inner.client_id.to_string()
+    }
+
+    /// The IndexedDB database this client uses.
+    #[wasm_bindgen(getter = databaseName)]
+    pub fn database_name(&self) -> String {
+        self.inner.database_name.clone()
+    }
+
+    /// Stores events for an aggregate, each with its next sequence, in one IndexedDB
+    /// transaction. Resolves once that transaction committed (before any network attempt) with
+    /// one receipt per event; rejects with a `CeleriantSyncError` and stores nothing when any
+    /// event is invalid or storage fails.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Receipt[]>")]
+    pub fn append(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "EventInput[]")] events: JsValue,
+    ) -> Promise {
+        let inner = self.inner.clone();
+        // Parse synchronously: the caller's objects are read now, not after an await.
+        let parsed = inner.check_open().and_then(|()| {
+            let now = js_sys::Date::now() as u64;
+            let aggregate = input::aggregate(&aggregate)?;
+            let events = input::events(&events, inner.limits.max_events, now)?;
+            append::check(&events, &inner.limits)?;
+            Ok((aggregate, events))
+        });
+        promise(async move {
+            let (aggregate, events) = parsed?;
+            let receipts = inner.outbox.append(aggregate, events).await?;
+            inner.hub.appended(receipts.len() as u64);
+            Ok(output::receipts(&receipts))
+        })
+    }
+
+    /// The outbox's state now: `{ state, pending, parked, lastError }`.
+    #[wasm_bindgen(unchecked_return_type = "SyncStatus")]
+    pub fn status(&self) -> JsValue {
+        output::status(&self.inner.hub.status())
+    }
+
+    /// Resolves once every event appended before the call has landed. Rejects with code
+    /// `PARKED` as soon as one of their aggregates is parked, `CLOSED` if the client closes.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn flush(&self) -> Promise {
+        let inner = self.inner.clone();
+        promise(async move {
+            inner.check_open()?;
+            drain::flush(inner.outbox.as_ref(), &inner.hub).await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Every parked event with why it was parked, in aggregate and sequence order.
+    #[wasm_bindgen(js_name = parkedEvents, unchecked_return_type = "Promise<ParkedEvent[]>")]
+    pub fn parked_events(&self) -> Promise {
+        let inner = self.inner.clone();
+        promise(async move {
+            inner.check_open()?;
+            let out = Array::new();
+            for record in inner.outbox.parked().await? {
+                let batch = Batch {
+                    aggregate: record.aggregate,
+                    first_seq: record.first_seq,
+                    last_seq: record.last_seq,
+                    count: record.count,
+                };
+                for event in inner.outbox.read(&batch).await? {
+                    out.push(&output::parked_event(&event, &record));
+                }
+            }
+            Ok(out.into())
+        })
+    }
+
+    /// Drops an aggregate's parked events (the app decided they cannot be sent) and lets its
+    /// later events sync. Resolves with how many events were dropped (0 if it was not parked).
+    #[wasm_bindgen(js_name = discardParked, unchecked_return_type = "Promise<number>")]
+    pub fn discard_parked(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
+    ) -> Promise {
+        let inner = self.inner.clone();
+        let aggregate = input::aggregate(&aggregate);
+        promise(async move {
+            inner.check_open()?;
+            let aggregate = aggregate?;
+            let removed = inner.outbox.discard_parked(aggregate).await?;
+            inner.hub.discarded(&aggregate, removed);
+            Ok(JsValue::from(removed))
+        })
+    }
+
+    /// Stops the drain loop (an in-flight request is aborted; its batch stays pinned and is
+    /// resent identically next time) and closes the database. Idempotent.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn close(&self) -> Promise {
+        let inner = self.inner.clone();
+        promise(async move {
+            if inner.running.replace(false) {
+                let stopped = inner.hub.stopped.notified();
+                inner.hub.close();
+                stopped.await;
+                inner.outbox.database().clone().close();
+            }
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Registers a listener for `status`, `synced` or `parked` (typed in the `.d.ts`).
+    #[wasm_bindgen(js_name = addEventListener, skip_typescript)]
+    pub fn add_event_listener(
+        &self,
+        kind: &str,
+        listener: &Function,
+        options: JsValue,
+    ) -> Result<(), JsValue> {
+        if options.is_undefined() {
+            self.inner
+                .target
+                .add_event_listener_with_callback(kind, listener)
+        } else {
+            let add: Function =
+                js_sys::Reflect::get(&self.inner.target, &"addEventListener".into())?.into();
+            add.call3(&self.inner.target, &kind.into(), listener, &options)
+                .map(|_| ())
+        }
+    }
+
+    /// Removes a listener.
+    #[wasm_bindgen(js_name = removeEventListener, skip_typescript)]
+    pub fn remove_event_listener(&self, kind: &str, listener: &Function) -> Result<(), JsValue> {
+        self.inner
+            .target
+            .remove_event_listener_with_callback(kind, listener)
+    }
+}

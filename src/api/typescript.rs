@@ -1,0 +1,166 @@
+//! The TypeScript declarations of everything the API takes and returns, in one place.
+//!
+//! wasm-bindgen writes the class; the shapes it takes and returns are declared here and named
+//! in `unchecked_param_type` / `unchecked_return_type`, so nothing public is `any`. The
+//! `SyncClient` interface below merges with the generated class to give `addEventListener` its
+//! per-event types.
+
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS: &'static str = r#"
+/** Options of `SyncClient.open`. Unknown keys are refused. */
+export interface SyncClientOptions {
+    /** The gateway's base URL, e.g. `"http://127.0.0.1:8080"`. */
+    gatewayUrl: string;
+    /** IndexedDB database name (default `"celeriant-sync"`). One outbox, one client id per name. */
+    databaseName?: string;
+    /** Per-request timeout in milliseconds (default 10000, 100..600000). */
+    requestTimeoutMs?: number;
+    /** Most events per request (default 500, 1..10000). */
+    maxBatchEvents?: number;
+    /** Largest request body in bytes (default 1048576, 4096..4194304); a larger single event goes alone. */
+    maxBatchBytes?: number;
+    /** IndexedDB durability of writes (default `"strict"`: an append resolves once on disk). */
+    durability?: "strict" | "relaxed" | "default";
+}
+
+/** An aggregate: its type id and id, both UUID strings. */
+export interface AggregateRef {
+    typeId: string;
+    id: string;
+}
+
+/** One event to append. */
+export interface EventInput {
+    /** Event type, an integer >= 1. */
+    type: number;
+    /** Minor type, an integer >= 0 (default 0). */
+    minor?: number;
+    /** The payload: bytes as they are, or any value `JSON.stringify` encodes (stored as UTF-8 JSON). */
+    data: Uint8Array | ArrayBuffer | unknown;
+    /** The event's id (a UUID); a random v4 UUID when omitted. */
+    eventId?: string;
+    /** AES-GCM nonce (exactly 12 bytes) when `data` is encrypted. */
+    iv?: Uint8Array;
+}
+
+/** What `append` resolves with, per event, once the events are stored. */
+export interface Receipt {
+    eventId: string;
+    /** The event's sequence within its aggregate (>= 1, never reused). */
+    clientSeq: number;
+}
+
+/** The drain loop's state. */
+export type SyncState = "idle" | "syncing" | "backoff" | "offline" | "parked" | "closed";
+
+/** The most recent failure since the last success. */
+export interface SyncFailure {
+    /** The protocol code (Celeriant's or the gateway's), or null for network failures. */
+    code: number | null;
+    message: string;
+    /** Unix milliseconds. */
+    at: number;
+}
+
+/** `status()` and the `status` event's detail. */
+export interface SyncStatus {
+    state: SyncState;
+    /** Events waiting to sync (parked ones not included). */
+    pending: number;
+    /** Events parked after a permanent rejection. */
+    parked: number;
+    lastError: SyncFailure | null;
+}
+
+/** The `synced` event's detail: events that landed. */
+export interface SyncedDetail {
+    aggregate: AggregateRef;
+    firstSeq: number;
+    lastSeq: number;
+    eventIds: string[];
+    /** The gateway answered 2002: an earlier attempt had already landed. */
+    duplicate: boolean;
+}
+
+/** The `parked` event's detail: an aggregate stopped by a permanent rejection. */
+export interface ParkedDetail {
+    aggregate: AggregateRef;
+    firstSeq: number;
+    lastSeq: number;
+    count: number;
+    /** Celeriant's or the gateway's code (0: the server contradicted itself). */
+    code: number;
+    message: string;
+    parkedAt: number;
+    /** An earlier attempt had an unknown outcome: these events may have landed before the rejection. */
+    mayHaveLanded: boolean;
+}
+
+/** One element of `parkedEvents()`. */
+export interface ParkedEvent {
+    aggregate: AggregateRef;
+    clientSeq: number;
+    eventId: string;
+    type: number;
+    minor: number;
+    data: Uint8Array;
+    iv: Uint8Array | null;
+    timestamp: number;
+    code: number;
+    message: string;
+    parkedAt: number;
+    mayHaveLanded: boolean;
+}
+
+/** The events a `SyncClient` dispatches. */
+export interface SyncClientEventMap {
+    status: CustomEvent<SyncStatus>;
+    synced: CustomEvent<SyncedDetail>;
+    parked: CustomEvent<ParkedDetail>;
+}
+
+/** Stable codes of `CeleriantSyncError`. */
+export type SyncErrorCode =
+    | "INVALID_OPTIONS"
+    | "INVALID_AGGREGATE"
+    | "INVALID_EVENTS"
+    | "EMPTY_EVENTS"
+    | "TOO_MANY_EVENTS"
+    | "INVALID_EVENT"
+    | "INVALID_EVENT_TYPE"
+    | "INVALID_MINOR"
+    | "INVALID_EVENT_ID"
+    | "INVALID_IV"
+    | "DATA_NOT_SERIALIZABLE"
+    | "EVENT_TOO_LARGE"
+    | "QUOTA_EXCEEDED"
+    | "STORAGE_FAILED"
+    | "PARKED"
+    | "CLOSED"
+    | "UNSUPPORTED";
+
+/** Everything the client throws or rejects with. */
+export interface CeleriantSyncError extends Error {
+    name: "CeleriantSyncError";
+    code: SyncErrorCode;
+    /** For event errors: the index of the offending event in the `append` call. */
+    index?: number;
+    /** For `PARKED`: the parked aggregate and its rejection code. */
+    aggregate?: AggregateRef;
+    parkCode?: number;
+}
+
+export interface SyncClient {
+    addEventListener<K extends keyof SyncClientEventMap>(
+        type: K,
+        listener: (event: SyncClientEventMap[K]) => void,
+        options?: boolean | AddEventListenerOptions,
+    ): void;
+    removeEventListener<K extends keyof SyncClientEventMap>(
+        type: K,
+        listener: (event: SyncClientEventMap[K]) => void,
+    ): void;
+}
+"#;

@@ -1,0 +1,63 @@
+//! The engine's [`Env`] in a browser: `Date.now()`, `setTimeout` (via gloo-timers, cleared when
+//! dropped), `navigator.onLine`, `Math.random()`; plus the `online` listener that wakes the loop.
+
+use std::rc::Rc;
+
+use gloo_timers::future::TimeoutFuture;
+use wasm_bindgen::prelude::*;
+
+use super::global;
+use crate::engine::env::Env;
+use crate::engine::status::Hub;
+
+/// The browser environment.
+pub struct BrowserEnv;
+
+impl Env for BrowserEnv {
+    fn now_ms(&self) -> u64 {
+        js_sys::Date::now() as u64
+    }
+
+    fn sleep(&self, ms: u64) -> impl std::future::Future<Output = ()> {
+        // setTimeout takes a signed 32-bit delay; longer waits are capped (the loop re-checks).
+        TimeoutFuture::new(ms.min(i32::MAX as u64) as u32)
+    }
+
+    fn is_online(&self) -> bool {
+        global::is_online()
+    }
+
+    fn random(&self) -> f64 {
+        js_sys::Math::random()
+    }
+}
+
+/// Listens for the global `online` event and wakes the loop's network signal; removes itself
+/// when dropped.
+pub struct OnlineListener {
+    target: web_sys::EventTarget,
+    callback: Closure<dyn FnMut()>,
+}
+
+impl OnlineListener {
+    /// Starts listening.
+    pub fn new(hub: &Rc<Hub>) -> Result<Self, JsValue> {
+        let weak = Rc::downgrade(hub);
+        let callback = Closure::<dyn FnMut()>::new(move || {
+            if let Some(hub) = weak.upgrade() {
+                hub.network.notify();
+            }
+        });
+        let target = global::event_target();
+        target.add_event_listener_with_callback("online", callback.as_ref().unchecked_ref())?;
+        Ok(OnlineListener { target, callback })
+    }
+}
+
+impl Drop for OnlineListener {
+    fn drop(&mut self) {
+        let _ = self
+            .target
+            .remove_event_listener_with_callback("online", self.callback.as_ref().unchecked_ref());
+    }
+}

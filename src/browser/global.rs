@@ -1,0 +1,47 @@
+//! The global scope, whatever it is (window, dedicated worker, service worker).
+//!
+//! Nothing here assumes `window`: properties are read from `js_sys::global()` and the few
+//! functions needed are imported as globals, which exist in every one of those scopes.
+
+use js_sys::{Reflect, Uint8Array};
+use uuid::Uuid;
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen]
+extern "C" {
+    /// The global `fetch`.
+    #[wasm_bindgen(js_name = fetch)]
+    pub fn fetch_with_request(request: &web_sys::Request) -> js_sys::Promise;
+
+    #[wasm_bindgen(js_namespace = crypto, js_name = getRandomValues)]
+    fn get_random_values(buf: &Uint8Array);
+}
+
+/// A property of the global object.
+pub fn property(name: &str) -> Option<JsValue> {
+    Reflect::get(&js_sys::global(), &JsValue::from_str(name))
+        .ok()
+        .filter(|v| !v.is_undefined())
+}
+
+/// `navigator.onLine`; `true` where the platform does not say.
+pub fn is_online() -> bool {
+    property("navigator")
+        .and_then(|n| Reflect::get(&n, &JsValue::from_str("onLine")).ok())
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true)
+}
+
+/// The global scope as an event target (for `online`/`offline`).
+pub fn event_target() -> web_sys::EventTarget {
+    js_sys::global().unchecked_into()
+}
+
+/// A random (version 4) UUID from the platform's cryptographic generator.
+pub fn random_uuid() -> Uuid {
+    let bytes = Uint8Array::new_with_length(16);
+    get_random_values(&bytes);
+    let mut raw = [0u8; 16];
+    bytes.copy_to(&mut raw);
+    uuid::Builder::from_random_bytes(raw).into_uuid()
+}

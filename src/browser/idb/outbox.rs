@@ -1,0 +1,423 @@
+//! [`IdbOutbox`]: the outbox in IndexedDB, one transaction per operation.
+//!
+//! Every method opens its own transaction, issues only IndexedDB requests inside it and commits
+//! it explicitly (indexed_db_futures rolls back on drop): awaiting anything else would let the
+//! browser auto-commit the transaction half-way (TransactionInactiveError). Writes use the
+//! configured durability (`strict` by default: committed means on disk).
+
+use indexed_db_futures::KeyRange;
+use indexed_db_futures::database::Database;
+use indexed_db_futures::prelude::*;
+use indexed_db_futures::transaction::{
+    Transaction, TransactionDurability, TransactionMode, TransactionOptions,
+};
+use uuid::Uuid;
+use wasm_bindgen::JsValue;
+
+use super::records::{
+    CounterRecord, EventRecord, ParkedRecord, PinRecord, aggregate_key, aggregate_of_key,
+    event_key, from_js, seq_of_key, to_js,
+};
+use super::schema::{self, CLIENT_ID_KEY, COUNTERS, EVENTS, META, PARKED, PIN_KEY};
+use crate::engine::batch::take_within;
+use crate::engine::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
+use crate::engine::outbox::{Outbox, StoreError};
+
+/// Maps an IndexedDB failure to the engine's [`StoreError`], by the DOMException's name.
+pub fn store_error(e: indexed_db_futures::error::Error) -> StoreError {
+    use indexed_db_futures::error::Error as E;
+    match e {
+        E::DomException(ex) => {
+            let sys: web_sys::DomException = ex.into();
+            let (name, message) = (sys.name(), sys.message());
+            match name.as_str() {
+                "QuotaExceededError" => StoreError::QuotaExceeded(message),
+                "InvalidStateError" => StoreError::Closed,
+                _ => StoreError::Failed { name, message },
+            }
+        }
+        other => StoreError::Failed {
+            name: "IndexedDB".into(),
+            message: other.to_string(),
+        },
+    }
+}
+
+trait Ctx<T> {
+    fn ctx(self) -> Result<T, StoreError>;
+}
+
+impl<T> Ctx<T> for indexed_db_futures::Result<T> {
+    fn ctx(self) -> Result<T, StoreError> {
+        self.map_err(store_error)
+    }
+}
+
+/// The outbox over one open IndexedDB database.
+pub struct IdbOutbox {
+    db: Database,
+    durability: TransactionDurability,
+}
+
+/// `[type, id, 0] ..= [type, id, +Infinity]`: every event of an aggregate.
+fn all_of(a: &AggregateRef) -> KeyRange<JsValue> {
+    KeyRange::Bound(event_key(a, 0.0), false, event_key(a, f64::INFINITY), false)
+}
+
+/// `[type, id, from] ..= [type, id, to]`.
+fn seqs_of(a: &AggregateRef, from: u64, to: u64) -> KeyRange<JsValue> {
+    KeyRange::Bound(
+        event_key(a, from as f64),
+        false,
+        event_key(a, to as f64),
+        false,
+    )
+}
+
+impl IdbOutbox {
+    /// Opens (creating or upgrading) the database `name`.
+    pub async fn open(name: &str, durability: TransactionDurability) -> Result<Self, StoreError> {
+        let db = Database::open(name)
+            .with_version(schema::VERSION)
+            .with_on_upgrade_needed(|event, db| schema::upgrade(&event, &db))
+            .await
+            .map_err(|e| match e {
+                indexed_db_futures::error::OpenDbError::Base(e) => store_error(e),
+                other => StoreError::Failed {
+                    name: "OpenDbError".into(),
+                    message: other.to_string(),
+                },
+            })?;
+        Ok(IdbOutbox { db, durability })
+    }
+
+    /// The underlying database (for closing and version-change handling).
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    fn read_tx(&self, stores: &[&str]) -> Result<Transaction<'_>, StoreError> {
+        self.db
+            .transaction(stores.to_vec())
+            .with_mode(TransactionMode::Readonly)
+            .build()
+            .ctx()
+    }
+
+    fn write_tx(&self, stores: &[&str]) -> Result<Transaction<'_>, StoreError> {
+        self.db
+            .transaction(stores.to_vec())
+            .with_mode(TransactionMode::Readwrite)
+            .with_options(TransactionOptions::new().with_durability(self.durability))
+            .build()
+            .ctx()
+    }
+
+    async fn get_all(
+        &self,
+        range: KeyRange<JsValue>,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let tx = self.read_tx(&[EVENTS])?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let values = store
+            .get_all::<JsValue>()
+            .with_query::<JsValue, _>(range)
+            .with_limit(limit)
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        let mut events = Vec::new();
+        for value in values {
+            events.push(from_js::<EventRecord>(value.ctx()?)?.into_event()?);
+        }
+        Ok(events)
+    }
+}
+
+impl Outbox for IdbOutbox {
+    async fn client_id(&self, fresh: Uuid) -> Result<Uuid, StoreError> {
+        let tx = self.write_tx(&[META])?;
+        let meta = tx.object_store(META).ctx()?;
+        let existing: Option<JsValue> = meta.get(CLIENT_ID_KEY).primitive().ctx()?.await.ctx()?;
+        let id = match existing.and_then(|v| v.as_string()) {
+            Some(text) => Uuid::parse_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("client id: {e}")))?,
+            None => {
+                meta.put(JsValue::from_str(&fresh.to_string()))
+                    .with_key(CLIENT_ID_KEY)
+                    .primitive()
+                    .ctx()?;
+                fresh
+            }
+        };
+        tx.commit().await.ctx()?;
+        Ok(id)
+    }
+
+    async fn append(
+        &self,
+        aggregate: AggregateRef,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<Receipt>, StoreError> {
+        let tx = self.write_tx(&[EVENTS, COUNTERS])?;
+        let counters = tx.object_store(COUNTERS).ctx()?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let counter: Option<JsValue> = counters
+            .get(aggregate_key(&aggregate))
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        let mut seq = match counter {
+            Some(v) => from_js::<CounterRecord>(v)?.last,
+            None => 0,
+        };
+        let mut receipts = Vec::with_capacity(events.len());
+        for event in events {
+            seq += 1;
+            receipts.push(Receipt {
+                event_id: event.event_id,
+                client_seq: seq,
+            });
+            let record = EventRecord::from_event(&StoredEvent::new(aggregate, seq, event));
+            // Requests go out when built; the commit below waits for all of them.
+            store.add(to_js(&record)?).primitive().ctx()?;
+        }
+        let counter = CounterRecord {
+            t: aggregate.type_id.to_string(),
+            a: aggregate.id.to_string(),
+            last: seq,
+        };
+        counters.put(to_js(&counter)?).primitive().ctx()?;
+        tx.commit().await.ctx()?;
+        Ok(receipts)
+    }
+
+    async fn last_assigned(&self, aggregate: AggregateRef) -> Result<u64, StoreError> {
+        let tx = self.read_tx(&[COUNTERS])?;
+        let counters = tx.object_store(COUNTERS).ctx()?;
+        let counter: Option<JsValue> = counters
+            .get(aggregate_key(&aggregate))
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        Ok(match counter {
+            Some(v) => from_js::<CounterRecord>(v)?.last,
+            None => 0,
+        })
+    }
+
+    async fn next_aggregate(
+        &self,
+        after: Option<AggregateRef>,
+    ) -> Result<Option<AggregateRef>, StoreError> {
+        let tx = self.read_tx(&[EVENTS])?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        // Every key of `after` is below [type, id, +Infinity]; any other aggregate's are above.
+        let from = match after {
+            Some(a) => KeyRange::LowerBound(event_key(&a, f64::INFINITY), true),
+            None => KeyRange::LowerBound(js_sys::Array::new().into(), false),
+        };
+        let key: Option<JsValue> = store.get_key(from).primitive().ctx()?.await.ctx()?;
+        key.map(|k| aggregate_of_key(&k)).transpose()
+    }
+
+    async fn lowest_pending(&self, aggregate: AggregateRef) -> Result<Option<u64>, StoreError> {
+        let tx = self.read_tx(&[EVENTS])?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let key: Option<JsValue> = store
+            .get_key(all_of(&aggregate))
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        key.map(|k| seq_of_key(&k)).transpose()
+    }
+
+    async fn head(
+        &self,
+        aggregate: AggregateRef,
+        max_events: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        // Read in small chunks so a byte budget bounds memory even with large payloads.
+        const CHUNK: usize = 64;
+        let max_events = max_events.max(1);
+        let mut events: Vec<StoredEvent> = Vec::new();
+        let mut from = 0.0;
+        let mut open = false;
+        loop {
+            let want = (max_events - events.len()).min(CHUNK) as u32;
+            let range = KeyRange::Bound(
+                event_key(&aggregate, from),
+                open,
+                event_key(&aggregate, f64::INFINITY),
+                false,
+            );
+            let chunk = self.get_all(range, want).await?;
+            let exhausted = chunk.len() < want as usize;
+            events.extend(chunk);
+            let fit = take_within(
+                events.iter().map(StoredEvent::encoded_len),
+                max_events,
+                max_bytes,
+            );
+            if fit < events.len() {
+                events.truncate(fit);
+                return Ok(events);
+            }
+            if exhausted || events.len() >= max_events {
+                return Ok(events);
+            }
+            from = events.last().map_or(0.0, |e| e.client_seq as f64);
+            open = true;
+        }
+    }
+
+    async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
+        self.get_all(
+            seqs_of(&batch.aggregate, batch.first_seq, batch.last_seq),
+            batch.count.max(1),
+        )
+        .await
+    }
+
+    async fn pinned(&self) -> Result<Option<Batch>, StoreError> {
+        let tx = self.read_tx(&[META])?;
+        let meta = tx.object_store(META).ctx()?;
+        let pin: Option<JsValue> = meta.get(PIN_KEY).primitive().ctx()?.await.ctx()?;
+        pin.map(|v| from_js::<PinRecord>(v)?.into_batch())
+            .transpose()
+    }
+
+    async fn pin(&self, batch: &Batch) -> Result<(), StoreError> {
+        let tx = self.write_tx(&[META])?;
+        let meta = tx.object_store(META).ctx()?;
+        meta.put(to_js(&PinRecord::from_batch(batch))?)
+            .with_key(PIN_KEY)
+            .primitive()
+            .ctx()?;
+        tx.commit().await.ctx()
+    }
+
+    async fn settle(&self, batch: &Batch, through: u64) -> Result<u32, StoreError> {
+        let tx = self.write_tx(&[EVENTS, META])?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let meta = tx.object_store(META).ctx()?;
+        let upto = through.min(batch.last_seq);
+        let removed = if upto >= batch.first_seq {
+            let settled = seqs_of(&batch.aggregate, batch.first_seq, upto);
+            let n: u32 = store
+                .count()
+                .with_query::<JsValue, _>(settled.clone())
+                .primitive()
+                .ctx()?
+                .await
+                .ctx()?;
+            store.delete::<JsValue, _>(settled).primitive().ctx()?;
+            n
+        } else {
+            0
+        };
+        let rest = if through < batch.last_seq {
+            let range = KeyRange::Bound(
+                event_key(&batch.aggregate, through as f64),
+                true,
+                event_key(&batch.aggregate, batch.last_seq as f64),
+                false,
+            );
+            let keys = store
+                .get_all_keys::<JsValue>()
+                .with_query::<JsValue, _>(range)
+                .primitive()
+                .ctx()?
+                .await
+                .ctx()?;
+            let mut seqs = Vec::new();
+            for key in keys {
+                seqs.push(seq_of_key(&key.ctx()?)?);
+            }
+            seqs
+        } else {
+            Vec::new()
+        };
+        match (rest.first(), rest.last()) {
+            (Some(&first_seq), Some(&last_seq)) => {
+                let next = Batch {
+                    first_seq,
+                    last_seq,
+                    count: rest.len() as u32,
+                    ..*batch
+                };
+                meta.put(to_js(&PinRecord::from_batch(&next))?)
+                    .with_key(PIN_KEY)
+                    .primitive()
+                    .ctx()?;
+            }
+            _ => {
+                meta.delete(PIN_KEY).primitive().ctx()?;
+            }
+        }
+        tx.commit().await.ctx()?;
+        Ok(removed)
+    }
+
+    async fn park(&self, record: &ParkRecord) -> Result<(), StoreError> {
+        let tx = self.write_tx(&[PARKED, META])?;
+        let parked = tx.object_store(PARKED).ctx()?;
+        let meta = tx.object_store(META).ctx()?;
+        parked
+            .put(to_js(&ParkedRecord::from_park(record))?)
+            .primitive()
+            .ctx()?;
+        meta.delete(PIN_KEY).primitive().ctx()?;
+        tx.commit().await.ctx()
+    }
+
+    async fn parked(&self) -> Result<Vec<ParkRecord>, StoreError> {
+        let tx = self.read_tx(&[PARKED])?;
+        let store = tx.object_store(PARKED).ctx()?;
+        let values = store.get_all::<JsValue>().primitive().ctx()?.await.ctx()?;
+        let mut records = Vec::new();
+        for value in values {
+            records.push(from_js::<ParkedRecord>(value.ctx()?)?.into_park()?);
+        }
+        Ok(records)
+    }
+
+    async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
+        let tx = self.write_tx(&[PARKED, EVENTS])?;
+        let parked = tx.object_store(PARKED).ctx()?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let record: Option<JsValue> = parked
+            .get(aggregate_key(&aggregate))
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        let Some(record) = record else { return Ok(0) };
+        let record = from_js::<ParkedRecord>(record)?;
+        let range = seqs_of(&aggregate, record.first, record.last);
+        let n: u32 = store
+            .count()
+            .with_query::<JsValue, _>(range.clone())
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        store.delete::<JsValue, _>(range).primitive().ctx()?;
+        parked.delete(aggregate_key(&aggregate)).primitive().ctx()?;
+        tx.commit().await.ctx()?;
+        Ok(n)
+    }
+
+    async fn count(&self) -> Result<u64, StoreError> {
+        let tx = self.read_tx(&[EVENTS])?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let n: u32 = store.count().primitive().ctx()?.await.ctx()?;
+        Ok(u64::from(n))
+    }
+}

@@ -1,0 +1,255 @@
+//! Support for the browser tests: the gateway's address, fresh names, and bindings to the
+//! JavaScript helpers in `support.js`.
+#![allow(dead_code)]
+
+use celeriant_sync::SyncClient;
+use js_sys::{Array, Object, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+#[wasm_bindgen(module = "/tests/browser/support.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = recordWrites)]
+    pub fn record_writes() -> JsValue;
+    #[wasm_bindgen(js_name = scriptWrites)]
+    pub fn script_writes(script: &Array) -> JsValue;
+    #[wasm_bindgen(js_name = setFaults)]
+    fn set_faults_js(gateway: &str, rates: &JsValue) -> Promise;
+    #[wasm_bindgen(js_name = readAll)]
+    fn read_all_js(gateway: &str, type_id: &str, id: &str) -> Promise;
+    #[wasm_bindgen(js_name = setOnline)]
+    pub fn set_online(online: bool);
+    #[wasm_bindgen(js_name = sleep)]
+    fn sleep_js(ms: u32) -> Promise;
+    #[wasm_bindgen(js_name = rejection)]
+    fn rejection_js(promise: &Promise) -> Promise;
+    #[wasm_bindgen(js_name = countStore)]
+    fn count_store_js(db: &str, store: &str) -> Promise;
+    #[wasm_bindgen(js_name = base64)]
+    pub fn base64(bytes: &[u8]) -> String;
+}
+
+/// The gateway the test script started (`CELERIANT_TEST_GATEWAY` at build time).
+pub fn gateway() -> &'static str {
+    match option_env!("CELERIANT_TEST_GATEWAY") {
+        Some(gateway) => gateway,
+        None => panic!("run the browser tests through `npm test`, which starts a gateway"),
+    }
+}
+
+/// A fresh random UUID string.
+pub fn uuid() -> String {
+    js_sys::eval("crypto.randomUUID()")
+        .unwrap()
+        .as_string()
+        .unwrap()
+}
+
+/// A fresh database name.
+pub fn db_name(test: &str) -> String {
+    format!("test-{test}-{}", uuid())
+}
+
+/// Awaits a promise.
+pub async fn wait(promise: Promise) -> Result<JsValue, JsValue> {
+    JsFuture::from(promise).await
+}
+
+/// Awaits a promise that must fulfil.
+pub async fn ok(promise: Promise) -> JsValue {
+    match wait(promise).await {
+        Ok(v) => v,
+        Err(e) => panic!("unexpected rejection: {}", describe(&e)),
+    }
+}
+
+/// The rejection of a promise that must reject.
+pub async fn err(promise: Promise) -> JsValue {
+    wait(rejection_js(&promise))
+        .await
+        .expect("expected a rejection")
+}
+
+pub fn describe(e: &JsValue) -> String {
+    match e.dyn_ref::<js_sys::Error>() {
+        Some(err) => format!(
+            "{}: {} (code {:?})",
+            String::from(err.name()),
+            String::from(err.message()),
+            get(e, "code")
+        ),
+        None => format!("{e:?}"),
+    }
+}
+
+pub async fn sleep(ms: u32) {
+    ok(sleep_js(ms)).await;
+}
+
+pub async fn set_faults(rates: &str) -> JsValue {
+    ok(set_faults_js(
+        gateway(),
+        &js_sys::JSON::parse(rates).unwrap(),
+    ))
+    .await
+}
+
+pub async fn no_faults() {
+    set_faults("{}").await;
+}
+
+/// Every event the gateway holds for an aggregate.
+pub async fn read_all(type_id: &str, id: &str) -> Vec<JsValue> {
+    ok(read_all_js(gateway(), type_id, id))
+        .await
+        .unchecked_into::<Array>()
+        .iter()
+        .collect()
+}
+
+pub async fn count_store(db: &str, store: &str) -> u32 {
+    ok(count_store_js(db, store)).await.as_f64().unwrap() as u32
+}
+
+/// `object[key]`.
+pub fn get(object: &JsValue, key: &str) -> JsValue {
+    Reflect::get(object, &key.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+pub fn num(object: &JsValue, key: &str) -> f64 {
+    get(object, key)
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {object:?}"))
+}
+
+pub fn string(object: &JsValue, key: &str) -> String {
+    get(object, key)
+        .as_string()
+        .unwrap_or_else(|| panic!("{key} is not a string in {object:?}"))
+}
+
+/// Parses a JSON literal into a JS value.
+pub fn json(text: &str) -> JsValue {
+    js_sys::JSON::parse(text).unwrap_or_else(|e| panic!("bad JSON {text}: {e:?}"))
+}
+
+/// Builds `{ key: value, ... }`.
+pub fn object(pairs: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    for (k, v) in pairs {
+        Reflect::set(&o, &(*k).into(), v).unwrap();
+    }
+    o.into()
+}
+
+pub fn aggregate(type_id: &str, id: &str) -> JsValue {
+    object(&[("typeId", type_id.into()), ("id", id.into())])
+}
+
+/// An event `{ type, data }` with bytes as data.
+pub fn bytes_event(event_type: u32, data: &[u8]) -> JsValue {
+    object(&[
+        ("type", event_type.into()),
+        ("data", js_sys::Uint8Array::from(data).into()),
+    ])
+}
+
+/// Opens a client on the test gateway with extra options (a JSON object's fields).
+pub async fn open(db: &str, extra: &str) -> SyncClient {
+    let options = json(extra);
+    Reflect::set(&options, &"gatewayUrl".into(), &gateway().into()).unwrap();
+    Reflect::set(&options, &"databaseName".into(), &db.into()).unwrap();
+    match SyncClient::open(options).await {
+        Ok(client) => client,
+        Err(e) => panic!("open failed: {}", describe(&e)),
+    }
+}
+
+/// Receipts' sequences.
+pub fn seqs(receipts: &JsValue) -> Vec<u64> {
+    receipts
+        .unchecked_ref::<Array>()
+        .iter()
+        .map(|r| num(&r, "clientSeq") as u64)
+        .collect()
+}
+
+/// Waits until `check` holds, polling every 20 ms, at most `ms`.
+pub async fn until(ms: u32, what: &str, mut check: impl FnMut() -> bool) {
+    let mut waited = 0;
+    while !check() {
+        assert!(waited < ms, "timed out after {ms} ms waiting for {what}");
+        sleep(20).await;
+        waited += 20;
+    }
+}
+
+#[wasm_bindgen(module = "/tests/browser/support.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = insertRaw)]
+    fn insert_raw_js(db: &str, store: &str, record: &JsValue) -> Promise;
+}
+
+pub async fn insert_raw(db: &str, store: &str, record: &JsValue) {
+    ok(insert_raw_js(db, store, record)).await;
+}
+
+#[wasm_bindgen(module = "/tests/browser/support.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = getRaw)]
+    fn get_raw_js(db: &str, store: &str, key: &JsValue) -> Promise;
+    /// Collects the client's event details: `{ status: [], synced: [], parked: [], syncedAt: [] }`.
+    #[wasm_bindgen(js_name = listen)]
+    pub fn listen(client: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = within)]
+    fn within_js(promise: &Promise, ms: u32, what: &str) -> Promise;
+}
+
+pub async fn get_raw(db: &str, store: &str, key: &JsValue) -> JsValue {
+    ok(get_raw_js(db, store, key)).await
+}
+
+/// Awaits `promise`, failing the test after `ms`.
+pub async fn within(promise: Promise, ms: u32, what: &str) -> Result<JsValue, JsValue> {
+    wait(within_js(&promise, ms, what)).await
+}
+
+/// The elements of a JS array property, e.g. `list(&seen, "synced")`.
+pub fn list(object: &JsValue, key: &str) -> Vec<JsValue> {
+    get(object, key).unchecked_into::<Array>().iter().collect()
+}
+
+/// The recorded request bodies, parsed.
+pub fn bodies(log: &JsValue) -> Vec<JsValue> {
+    list(log, "bodies")
+        .iter()
+        .map(|b| json(&b.as_string().unwrap()))
+        .collect()
+}
+
+/// The raw recorded request bodies.
+pub fn raw_bodies(log: &JsValue) -> Vec<String> {
+    list(log, "bodies")
+        .iter()
+        .map(|b| b.as_string().unwrap())
+        .collect()
+}
+
+/// `(aggregate id, [clientSeq])` of a parsed write body.
+pub fn body_seqs(body: &JsValue) -> (String, Vec<u64>) {
+    let writes = get(body, "writes").unchecked_into::<Array>();
+    assert_eq!(writes.length(), 1, "one aggregate per request");
+    let write = writes.get(0);
+    let id = string(&get(&write, "aggregate"), "id");
+    let seqs = list(&write, "events")
+        .iter()
+        .map(|e| num(e, "clientSeq") as u64)
+        .collect();
+    (id, seqs)
+}
+
+/// Calls `log.restore()`.
+pub fn restore(log: &JsValue) {
+    let f: js_sys::Function = get(log, "restore").unchecked_into();
+    f.call0(log).unwrap();
+}

@@ -1,0 +1,163 @@
+// JavaScript helpers for the browser tests (tests/browser_*.rs): talking to the real gateway's
+// control and read endpoints, observing the client's requests, and simulating connectivity.
+
+/** Wraps the global fetch: every request still goes to the real gateway, and each write's body
+ *  and start time are recorded in order, with the most writes ever in flight at once.
+ *  Returns { bodies: string[], times: number[], maxConcurrent, restore() }. */
+export function recordWrites() {
+  const real = globalThis.fetch;
+  const log = { bodies: [], times: [], maxConcurrent: 0, inFlight: 0 };
+  globalThis.fetch = async (input, init) => {
+    if (!(input instanceof Request && input.url.endsWith("/v1/write"))) return real(input, init);
+    log.bodies.push(await input.clone().text());
+    log.times.push(performance.now());
+    log.inFlight += 1;
+    log.maxConcurrent = Math.max(log.maxConcurrent, log.inFlight);
+    try {
+      const response = await real(input, init);
+      await response.clone().arrayBuffer().catch(() => {});
+      return response;
+    } finally {
+      log.inFlight -= 1;
+    }
+  };
+  log.restore = () => { globalThis.fetch = real; };
+  return log;
+}
+
+/** Replaces the global fetch for writes with a scripted one: each call shifts the next step
+ *  from `script` ({status, body, retryAfter} | {network: true} | {hang: true} | {real: true});
+ *  when the script is empty, requests go to the real gateway. Records bodies. */
+export function scriptWrites(script) {
+  const real = globalThis.fetch;
+  const bodies = [];
+  const times = [];
+  globalThis.fetch = async (input, init) => {
+    if (!(input instanceof Request && input.url.endsWith("/v1/write"))) return real(input, init);
+    bodies.push(await input.clone().text());
+    times.push(performance.now());
+    const step = script.shift();
+    if (!step || step.real) return real(input, init);
+    if (step.network) throw new TypeError("Failed to fetch (scripted)");
+    if (step.hang) {
+      return new Promise((_, reject) => {
+        input.signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError")));
+      });
+    }
+    const headers = { "content-type": "application/json" };
+    if (step.retryAfter !== undefined) headers["retry-after"] = String(step.retryAfter);
+    return new Response(step.body === undefined ? "" : JSON.stringify(step.body), { status: step.status, headers });
+  };
+  return { bodies, times, script, restore() { globalThis.fetch = real; } };
+}
+
+/** Sets the gateway's fault rates (PUT /v1/faults); resolves with the report. */
+export async function setFaults(gateway, rates) {
+  const r = await fetch(`${gateway}/v1/faults`, {
+    method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify(rates),
+  });
+  if (!r.ok) throw new Error(`PUT /v1/faults: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+/** Every event of an aggregate, through the gateway's read endpoint, following `next`. */
+export async function readAll(gateway, typeId, id) {
+  const events = [];
+  let from = 1;
+  for (;;) {
+    const r = await fetch(`${gateway}/v1/aggregates/${typeId}/${id}/events?from=${from}`);
+    if (!r.ok) throw new Error(`read: ${r.status} ${await r.text()}`);
+    const page = await r.json();
+    for (const batch of page.batches) events.push(...batch.events.map((e) => ({ ...e, version: batch.version })));
+    if (page.next === null) return events;
+    from = page.next;
+  }
+}
+
+/** Pretends the platform is offline (navigator.onLine = false) or back online (and fires
+ *  the `online` event, as the browser does). */
+export function setOnline(online) {
+  Object.defineProperty(globalThis.navigator, "onLine", { configurable: true, get: () => online });
+  if (online) globalThis.dispatchEvent(new Event("online"));
+}
+
+export function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Resolves with the rejection of `promise`, or rejects if it fulfils. */
+export async function rejection(promise) {
+  try {
+    await promise;
+  } catch (e) {
+    return e;
+  }
+  throw new Error("expected a rejection");
+}
+
+/** Counts the records of an IndexedDB store directly (bypassing the client). */
+export function countStore(dbName, store) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      const req = db.transaction(store, "readonly").objectStore(store).count();
+      req.onsuccess = () => { db.close(); resolve(req.result); };
+      req.onerror = () => { db.close(); reject(req.error); };
+    };
+  });
+}
+
+/** Base64 (standard, padded) of bytes, as the protocol encodes them. */
+export function base64(bytes) {
+  let s = "";
+  for (const b of bytes) s += String.fromCharCode(b);
+  return btoa(s);
+}
+
+/** Writes a record straight into an IndexedDB store (to set up a corrupt or colliding state). */
+export function insertRaw(dbName, store, record) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      const tx = db.transaction(store, "readwrite");
+      tx.objectStore(store).put(record);
+      tx.oncomplete = () => { db.close(); resolve(); };
+      tx.onerror = () => { db.close(); reject(tx.error); };
+    };
+  });
+}
+
+/** Reads one record of an IndexedDB store directly (bypassing the client). */
+export function getRaw(dbName, store, key) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      const req = db.transaction(store, "readonly").objectStore(store).get(key);
+      req.onsuccess = () => { db.close(); resolve(req.result ?? null); };
+      req.onerror = () => { db.close(); reject(req.error); };
+    };
+  });
+}
+
+/** Collects a client's `status`, `synced` and `parked` event details. */
+export function listen(client) {
+  const seen = { status: [], synced: [], parked: [], syncedAt: [] };
+  client.addEventListener("status", (e) => seen.status.push(e.detail));
+  client.addEventListener("synced", (e) => { seen.synced.push(e.detail); seen.syncedAt.push(performance.now()); });
+  client.addEventListener("parked", (e) => seen.parked.push(e.detail));
+  return seen;
+}
+
+/** Resolves with `promise`'s value, or rejects after `ms` with a message naming `what`. */
+export function within(promise, ms, what) {
+  return Promise.race([
+    promise,
+    new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms)),
+  ]);
+}

@@ -1,0 +1,407 @@
+//! The outbox in headless Chromium's IndexedDB: the storage conformance suite, and rules 1
+//! (atomic append, sequences) and 2 (bad input) of the client through its JS API.
+#![cfg(target_arch = "wasm32")]
+
+mod browser;
+
+use browser::*;
+use celeriant_sync::browser::idb::outbox::IdbOutbox;
+use celeriant_sync::engine::conformance;
+use indexed_db_futures::transaction::TransactionDurability;
+use js_sys::{Array, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+/// A gateway address nothing listens on: every send fails, nothing ever syncs.
+const NOWHERE: &str = r#"{"gatewayUrl": "http://127.0.0.1:9"}"#;
+
+async fn open_nowhere(db: &str) -> celeriant_sync::SyncClient {
+    let options = json(NOWHERE);
+    js_sys::Reflect::set(&options, &"databaseName".into(), &db.into()).unwrap();
+    celeriant_sync::SyncClient::open(options)
+        .await
+        .map_err(|e| describe(&e))
+        .unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn indexeddb_outbox_passes_the_conformance_suite() {
+    conformance::run_all(|| async {
+        IdbOutbox::open(&db_name("conformance"), TransactionDurability::Strict)
+            .await
+            .unwrap()
+    })
+    .await;
+}
+
+#[wasm_bindgen_test]
+async fn rule1_append_persists_before_any_network_attempt() {
+    let db = db_name("persist");
+    let client = open_nowhere(&db).await;
+    let (t, a) = (uuid(), uuid());
+    let events = Array::of3(
+        &bytes_event(3, b"one"),
+        &bytes_event(3, b"two"),
+        &bytes_event(4, b"three"),
+    );
+    let receipts = ok(client.append(aggregate(&t, &a), events.into())).await;
+    assert_eq!(seqs(&receipts), [1, 2, 3]);
+    assert_eq!(
+        count_store(&db, "events").await,
+        3,
+        "stored once the promise resolved"
+    );
+    assert_eq!(num(&client.status(), "pending"), 3.0);
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule1_sequences_are_per_aggregate_and_survive_a_reload() {
+    let db = db_name("seqs");
+    let (t, a, b) = (uuid(), uuid(), uuid());
+    let client = open_nowhere(&db).await;
+    let two = || Array::of2(&bytes_event(1, b"x"), &bytes_event(1, b"y")).into();
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &a), two())).await),
+        [1, 2]
+    );
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &b), two())).await),
+        [1, 2],
+        "independent per aggregate"
+    );
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &a), two())).await),
+        [3, 4]
+    );
+    let id = client.client_id();
+    ok(client.close()).await;
+
+    let client = open_nowhere(&db).await;
+    assert_eq!(client.client_id(), id, "the client id is persisted");
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &a), two())).await),
+        [5, 6],
+        "after a reload"
+    );
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule1_sequences_are_never_reused_after_synced_events_are_pruned() {
+    no_faults().await;
+    let db = db_name("prune");
+    let client = open(&db, "{}").await;
+    let (t, a) = (uuid(), uuid());
+    let one = || Array::of1(&bytes_event(1, b"z")).into();
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &a), one())).await),
+        [1]
+    );
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &a), one())).await),
+        [2]
+    );
+    ok(client.flush()).await;
+    assert_eq!(
+        count_store(&db, "events").await,
+        0,
+        "synced events are pruned"
+    );
+    ok(client.close()).await;
+    let client = open(&db, "{}").await;
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &a), one())).await),
+        [3],
+        "never reused"
+    );
+    ok(client.flush()).await;
+    ok(client.close()).await;
+    let landed: Vec<f64> = read_all(&t, &a)
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect();
+    assert_eq!(landed, [1.0, 2.0, 3.0]);
+}
+
+#[wasm_bindgen_test]
+async fn rule1_concurrent_appends_get_distinct_contiguous_sequences_in_call_order() {
+    let db = db_name("concurrent");
+    let client = open_nowhere(&db).await;
+    let (t, a) = (uuid(), uuid());
+    let promises: Vec<_> = (0..50)
+        .map(|i| {
+            client.append(
+                aggregate(&t, &a),
+                Array::of1(&bytes_event(1, &[i as u8])).into(),
+            )
+        })
+        .collect();
+    let mut all = Vec::new();
+    for p in promises {
+        all.extend(seqs(&ok(p).await));
+    }
+    assert_eq!(all, (1..=50).collect::<Vec<u64>>());
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule1_a_multi_event_append_is_all_or_nothing() {
+    let db = db_name("atomic");
+    let client = open_nowhere(&db).await;
+    let (t, a) = (uuid(), uuid());
+    // A stray record where sequence 3 will go makes the third `add` of the next append fail.
+    let stray = object(&[
+        ("t", t.clone().into()),
+        ("a", a.clone().into()),
+        ("s", 3.into()),
+    ]);
+    insert_raw(&db, "events", &stray).await;
+    let events: Array = (0..5).map(|i| bytes_event(1, &[i])).collect();
+    let e = err(client.append(aggregate(&t, &a), events.into())).await;
+    assert_eq!(string(&e, "name"), "CeleriantSyncError");
+    assert_eq!(string(&e, "code"), "STORAGE_FAILED", "{}", describe(&e));
+    assert_eq!(
+        count_store(&db, "events").await,
+        1,
+        "events 1, 2, 4, 5 were rolled back with 3"
+    );
+    assert_eq!(
+        count_store(&db, "counters").await,
+        0,
+        "and so was the counter"
+    );
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule1_event_ids_are_kept_or_generated_as_uuid_v4() {
+    let db = db_name("ids");
+    let client = open_nowhere(&db).await;
+    let given = "0b5a3f9c-1d2e-4f60-8a7b-9c0d1e2f3a4b";
+    let with_id = object(&[
+        ("type", 1.into()),
+        ("data", json("{\"a\":1}")),
+        ("eventId", given.into()),
+    ]);
+    let events = Array::of2(&with_id, &bytes_event(1, b"no id"));
+    let receipts: Array = ok(client.append(aggregate(&uuid(), &uuid()), events.into()))
+        .await
+        .unchecked_into();
+    assert_eq!(string(&receipts.get(0), "eventId"), given);
+    let generated = string(&receipts.get(1), "eventId");
+    assert_eq!(generated.len(), 36);
+    assert_eq!(&generated[14..15], "4", "version 4: {generated}");
+    assert!(
+        matches!(&generated[19..20], "8" | "9" | "a" | "b"),
+        "RFC 4122 variant: {generated}"
+    );
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule2_bad_input_throws_a_typed_error_and_persists_nothing() {
+    let db = db_name("bad");
+    let client = open_nowhere(&db).await;
+    let (t, a) = (uuid(), uuid());
+    let good = || bytes_event(1, b"fine");
+    let with_data = |data: JsValue| object(&[("type", 1.into()), ("data", data)]);
+    let eval = |code: &str| js_sys::eval(code).unwrap();
+    let big = Uint8Array::new_with_length(1_048_577);
+    let cases: Vec<(&str, JsValue, JsValue, &str)> = vec![
+        (
+            "type 0",
+            aggregate(&t, &a),
+            Array::of2(&good(), &bytes_event(0, b"x")).into(),
+            "INVALID_EVENT_TYPE",
+        ),
+        (
+            "type 1.5",
+            aggregate(&t, &a),
+            Array::of2(&good(), &json(r#"{"type":1.5,"data":1}"#)).into(),
+            "INVALID_EVENT_TYPE",
+        ),
+        (
+            "type as string",
+            aggregate(&t, &a),
+            Array::of1(&json(r#"{"type":"3","data":1}"#)).into(),
+            "INVALID_EVENT_TYPE",
+        ),
+        (
+            "empty list",
+            aggregate(&t, &a),
+            Array::new().into(),
+            "EMPTY_EVENTS",
+        ),
+        ("not a list", aggregate(&t, &a), good(), "INVALID_EVENTS"),
+        (
+            "BigInt data",
+            aggregate(&t, &a),
+            Array::of2(&good(), &with_data(eval("10n"))).into(),
+            "DATA_NOT_SERIALIZABLE",
+        ),
+        (
+            "cyclic data",
+            aggregate(&t, &a),
+            Array::of2(
+                &good(),
+                &with_data(eval("(() => { const o = {}; o.o = o; return o })()")),
+            )
+            .into(),
+            "DATA_NOT_SERIALIZABLE",
+        ),
+        (
+            "function data",
+            aggregate(&t, &a),
+            Array::of1(&with_data(eval("(() => () => 1)()"))).into(),
+            "DATA_NOT_SERIALIZABLE",
+        ),
+        (
+            "missing data",
+            aggregate(&t, &a),
+            Array::of1(&json(r#"{"type":1}"#)).into(),
+            "DATA_NOT_SERIALIZABLE",
+        ),
+        (
+            "bad typeId",
+            aggregate("nope", &a),
+            Array::of1(&good()).into(),
+            "INVALID_AGGREGATE",
+        ),
+        (
+            "bad id",
+            aggregate(&t, "1234"),
+            Array::of1(&good()).into(),
+            "INVALID_AGGREGATE",
+        ),
+        (
+            "no aggregate",
+            JsValue::NULL,
+            Array::of1(&good()).into(),
+            "INVALID_AGGREGATE",
+        ),
+        (
+            "bad eventId",
+            aggregate(&t, &a),
+            Array::of2(&good(), &json(r#"{"type":1,"data":1,"eventId":"x"}"#)).into(),
+            "INVALID_EVENT_ID",
+        ),
+        (
+            "iv of 11 bytes",
+            aggregate(&t, &a),
+            Array::of1(&object(&[
+                ("type", 1.into()),
+                ("data", 1.into()),
+                ("iv", Uint8Array::new_with_length(11).into()),
+            ]))
+            .into(),
+            "INVALID_IV",
+        ),
+        (
+            "event over 1 MiB",
+            aggregate(&t, &a),
+            Array::of2(&good(), &with_data(big.into())).into(),
+            "EVENT_TOO_LARGE",
+        ),
+        (
+            "10,001 events",
+            aggregate(&t, &a),
+            (0..10_001).map(|_| good()).collect::<Array>().into(),
+            "TOO_MANY_EVENTS",
+        ),
+        (
+            "unknown field",
+            aggregate(&t, &a),
+            Array::of1(&json(r#"{"type":1,"data":1,"tpye":2}"#)).into(),
+            "INVALID_EVENT",
+        ),
+        (
+            "negative minor",
+            aggregate(&t, &a),
+            Array::of1(&json(r#"{"type":1,"data":1,"minor":-1}"#)).into(),
+            "INVALID_MINOR",
+        ),
+    ];
+    for (what, aggregate, events, code) in cases {
+        let e = err(client.append(aggregate, events)).await;
+        assert!(e.is_instance_of::<js_sys::Error>(), "{what}: a real Error");
+        assert_eq!(string(&e, "name"), "CeleriantSyncError", "{what}");
+        assert_eq!(string(&e, "code"), code, "{what}: {}", describe(&e));
+    }
+    assert_eq!(count_store(&db, "events").await, 0, "nothing persisted");
+    assert_eq!(
+        count_store(&db, "counters").await,
+        0,
+        "no sequence consumed"
+    );
+    assert_eq!(num(&client.status(), "pending"), 0.0);
+    // The event's index is reported.
+    let e = err(client.append(
+        aggregate(&t, &a),
+        Array::of3(&good(), &good(), &bytes_event(0, b"")).into(),
+    ))
+    .await;
+    assert_eq!(num(&e, "index"), 2.0);
+    // JSON data is stored as its UTF-8 text.
+    let receipts = ok(client.append(
+        aggregate(&t, &a),
+        Array::of1(&with_data(json(r#"{"amount":5}"#))).into(),
+    ))
+    .await;
+    assert_eq!(
+        seqs(&receipts),
+        [1],
+        "the failed appends consumed no sequence"
+    );
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn options_are_checked_and_a_closed_client_refuses_work() {
+    for (options, what) in [
+        (JsValue::UNDEFINED, "no options"),
+        (json("{}"), "no gatewayUrl"),
+        (json(r#"{"gatewayUrl":"ftp://x"}"#), "bad scheme"),
+        (
+            json(r#"{"gatewayUrl":"http://127.0.0.1:9","maxBatchEvents":0}"#),
+            "maxBatchEvents 0",
+        ),
+        (
+            json(r#"{"gatewayUrl":"http://127.0.0.1:9","requestTimeoutMs":1.5}"#),
+            "fractional timeout",
+        ),
+        (
+            json(r#"{"gatewayUrl":"http://127.0.0.1:9","gatewayURL":"x"}"#),
+            "unknown key",
+        ),
+        (
+            json(r#"{"gatewayUrl":"http://127.0.0.1:9","durability":"fast"}"#),
+            "bad durability",
+        ),
+    ] {
+        let e = match celeriant_sync::SyncClient::open(options).await {
+            Ok(_) => panic!("{what}: opened"),
+            Err(e) => e,
+        };
+        assert_eq!(
+            string(&e, "code"),
+            "INVALID_OPTIONS",
+            "{what}: {}",
+            describe(&e)
+        );
+    }
+    let client = open_nowhere(&db_name("closed")).await;
+    ok(client.close()).await;
+    ok(client.close()).await;
+    assert_eq!(string(&client.status(), "state"), "closed");
+    let e = err(client.append(
+        aggregate(&uuid(), &uuid()),
+        Array::of1(&bytes_event(1, b"x")).into(),
+    ))
+    .await;
+    assert_eq!(string(&e, "code"), "CLOSED");
+    assert_eq!(string(&err(client.flush()).await, "code"), "CLOSED");
+}

@@ -1,0 +1,596 @@
+//! The drain loop in headless Chromium against the real gateway process (started by
+//! `npm test` with fault injection on): the exactly-once run under faults, and rules 3–8.
+//!
+//! Requests go through the real `fetch`; some tests wrap it to record each request body (to
+//! prove resends are byte-identical) or to script a few answers before handing over to the real
+//! gateway.
+#![cfg(target_arch = "wasm32")]
+
+mod browser;
+
+use std::collections::HashMap;
+
+use browser::*;
+use celeriant_sync::SyncClient;
+use js_sys::{Array, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+async fn flush_within(client: &SyncClient, seconds: u32) {
+    if let Err(e) = within(client.flush(), seconds * 1000, "flush").await {
+        panic!(
+            "flush failed: {} (status {:?})",
+            describe(&e),
+            js_sys::JSON::stringify(&client.status())
+        );
+    }
+}
+
+fn payload(tag: &str) -> Vec<u8> {
+    let mut bytes = tag.as_bytes().to_vec();
+    bytes.extend((0..=255u8).step_by(7)); // binary, not just text
+    bytes
+}
+
+fn listened(client: &SyncClient) -> JsValue {
+    listen(&JsValue::from(client.clone()))
+}
+
+#[wasm_bindgen_test]
+async fn chaos_500_events_over_5_aggregates_land_exactly_once() {
+    no_faults().await;
+    let before =
+        set_faults(r#"{"dropAfterCommit":0.3,"timeout":0.1,"inflight":0.1,"delayMs":1500}"#).await;
+    let client = open(
+        &db_name("chaos"),
+        r#"{"requestTimeoutMs":600,"maxBatchEvents":25}"#,
+    )
+    .await;
+    let type_id = uuid();
+    let aggregates: Vec<String> = (0..5).map(|_| uuid()).collect();
+    // What each append returned, per aggregate, in append order: (seq, eventId, base64 payload).
+    let mut expected: HashMap<String, Vec<(u64, String, String)>> = HashMap::new();
+    let mut pending = Vec::new();
+    for i in 0..250 {
+        let id = &aggregates[i % 5];
+        let data: Vec<Vec<u8>> = (0..2)
+            .map(|j| payload(&format!("event {i}.{j} of {id}")))
+            .collect();
+        let events = Array::of2(&bytes_event(7, &data[0]), &bytes_event(8, &data[1]));
+        pending.push((
+            id.clone(),
+            data,
+            client.append(aggregate(&type_id, id), events.into()),
+        ));
+        if i % 10 == 9 {
+            // Let the drain loop run between bursts of appends.
+            for (id, data, promise) in pending.drain(..) {
+                let receipts: Array = ok(promise).await.unchecked_into();
+                for (r, bytes) in receipts.iter().zip(data) {
+                    let entry = (
+                        num(&r, "clientSeq") as u64,
+                        string(&r, "eventId"),
+                        base64(&bytes),
+                    );
+                    expected.entry(id.clone()).or_default().push(entry);
+                }
+            }
+            sleep(40).await;
+        }
+    }
+    flush_within(&client, 240).await;
+    let report = set_faults("{}").await;
+    let counts = get(&report, "counts");
+    let injected = |k: &str| num(&counts, k) - num(&get(&before, "counts"), k);
+    web_sys::console::log_1(
+        &format!(
+            "chaos: requests {}, drop-after-commit {}, timeouts {}, 2013 {}",
+            injected("requests"),
+            injected("dropAfterCommit"),
+            injected("timeout"),
+            injected("inflight")
+        )
+        .into(),
+    );
+    assert!(
+        injected("dropAfterCommit") > 0.0
+            && injected("timeout") > 0.0
+            && injected("inflight") > 0.0
+    );
+
+    for id in &aggregates {
+        let landed = read_all(&type_id, id).await;
+        let got: Vec<(u64, String, String)> = landed
+            .iter()
+            .map(|e| {
+                (
+                    num(e, "clientSeq") as u64,
+                    string(e, "eventId"),
+                    string(e, "data"),
+                )
+            })
+            .collect();
+        let want = &expected[id];
+        assert_eq!(want.len(), 100);
+        assert_eq!(
+            want.iter().map(|w| w.0).collect::<Vec<_>>(),
+            (1..=100).collect::<Vec<u64>>(),
+            "append order"
+        );
+        assert_eq!(
+            &got, want,
+            "aggregate {id}: every event once, in order, bytes identical"
+        );
+    }
+    assert_eq!(num(&client.status(), "pending"), 0.0);
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule3_one_request_at_a_time_one_aggregate_each_in_order_cut_by_count_and_bytes() {
+    no_faults().await;
+    let log = record_writes();
+    let client = open(
+        &db_name("rule3"),
+        r#"{"maxBatchEvents":7,"maxBatchBytes":4096}"#,
+    )
+    .await;
+    let type_id = uuid();
+    let ids: Vec<String> = (0..3).map(|_| uuid()).collect();
+    for round in 0..10 {
+        for id in &ids {
+            let events: Array = (0..3)
+                .map(|k| bytes_event(1, &[round as u8 + k; 150]))
+                .collect();
+            ok(client.append(aggregate(&type_id, id), events.into())).await;
+        }
+    }
+    ok(client.append(
+        aggregate(&type_id, &ids[0]),
+        Array::of1(&bytes_event(1, &[9; 6000])).into(),
+    ))
+    .await;
+    flush_within(&client, 60).await;
+    restore(&log);
+    assert_eq!(
+        num(&log, "maxConcurrent"),
+        1.0,
+        "never two requests in flight"
+    );
+    let mut per_aggregate: HashMap<String, Vec<u64>> = HashMap::new();
+    for (raw, body) in raw_bodies(&log).iter().zip(bodies(&log)) {
+        let (id, seqs) = body_seqs(&body);
+        assert!(seqs.len() <= 7, "count limit: {seqs:?}");
+        assert!(
+            raw.len() <= 4096 || seqs.len() == 1,
+            "byte limit: {} bytes for {seqs:?}",
+            raw.len()
+        );
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "a run of consecutive events"
+        );
+        per_aggregate.entry(id).or_default().extend(seqs);
+    }
+    assert_eq!(
+        per_aggregate[&ids[0]],
+        (1..=31).collect::<Vec<_>>(),
+        "strictly in order, never skipping"
+    );
+    assert_eq!(per_aggregate[&ids[1]], (1..=30).collect::<Vec<_>>());
+    assert_eq!(per_aggregate[&ids[2]], (1..=30).collect::<Vec<_>>());
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule4_a_pinned_batch_is_resent_byte_identical_also_after_a_reload() {
+    no_faults().await;
+    let db = db_name("rule4");
+    let (t, a) = (uuid(), uuid());
+    // First session: the first request never gets an answer; the tab goes away meanwhile.
+    let hang = script_writes(&Array::of1(&json(r#"{"hang":true}"#)));
+    let client = open(&db, "{}").await;
+    let five: Array = (0..5)
+        .map(|i| bytes_event(2, &payload(&format!("pinned {i}"))))
+        .collect();
+    ok(client.append(aggregate(&t, &a), five.into())).await;
+    until(2000, "the first send", || !list(&hang, "bodies").is_empty()).await;
+    let later: Array = (0..3)
+        .map(|i| bytes_event(2, &payload(&format!("later {i}"))))
+        .collect();
+    ok(client.append(aggregate(&t, &a), later.into())).await;
+    ok(client.close()).await;
+    restore(&hang);
+    let first = raw_bodies(&hang)[0].clone();
+    assert_eq!(body_seqs(&json(&first)).1, [1, 2, 3, 4, 5]);
+
+    // Second session: a network error, a 502, then the real gateway.
+    let script = script_writes(&Array::of2(
+        &json(r#"{"network":true}"#),
+        &json(r#"{"status":502}"#),
+    ));
+    let client = open(&db, "{}").await;
+    flush_within(&client, 30).await;
+    restore(&script);
+    let sent = raw_bodies(&script);
+    assert!(sent.len() >= 4, "{sent:?}");
+    for resend in &sent[..3] {
+        assert_eq!(
+            resend, &first,
+            "byte-identical after the reload, whatever happened before"
+        );
+    }
+    assert_eq!(
+        body_seqs(&json(&sent[3])).1,
+        [6, 7, 8],
+        "later events were never added to the pinned batch"
+    );
+    let landed: Vec<f64> = read_all(&t, &a)
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect();
+    assert_eq!(landed, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule5_a_2002_below_the_batch_settles_that_prefix_and_resends_the_rest() {
+    no_faults().await;
+    let script = script_writes(&Array::of1(&json(
+        r#"{"status":200,"body":{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":2,"attemptedClientSeq":1}}"#,
+    )));
+    let client = open(&db_name("rule5-2002"), "{}").await;
+    let seen = listened(&client);
+    let (t, a) = (uuid(), uuid());
+    let events: Array = (0..5).map(|i| bytes_event(1, &[i])).collect();
+    ok(client.append(aggregate(&t, &a), events.into())).await;
+    flush_within(&client, 30).await;
+    restore(&script);
+    let sent = bodies(&script);
+    assert_eq!(body_seqs(&sent[0]).1, [1, 2, 3, 4, 5]);
+    assert_eq!(body_seqs(&sent[1]).1, [3, 4, 5], "only the rest is resent");
+    let synced = list(&seen, "synced");
+    assert_eq!(
+        (num(&synced[0], "firstSeq"), num(&synced[0], "lastSeq")),
+        (1.0, 2.0)
+    );
+    assert_eq!(get(&synced[0], "duplicate"), JsValue::TRUE);
+    assert_eq!(
+        (num(&synced[1], "firstSeq"), num(&synced[1], "lastSeq")),
+        (3.0, 5.0)
+    );
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule5_retry_backs_off_honouring_retry_after_and_resends_identical() {
+    no_faults().await;
+    let script = script_writes(&Array::of1(&json(
+        r#"{"status":503,"retryAfter":2,"body":{"outcome":"retry","code":2012,"message":"busy","retryAfterMs":1200}}"#,
+    )));
+    let client = open(&db_name("rule5-retry"), "{}").await;
+    let seen = listened(&client);
+    let (t, a) = (uuid(), uuid());
+    ok(client.append(
+        aggregate(&t, &a),
+        Array::of2(&bytes_event(1, b"a"), &bytes_event(1, b"b")).into(),
+    ))
+    .await;
+    flush_within(&client, 30).await;
+    restore(&script);
+    let times: Vec<f64> = list(&script, "times")
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    assert!(
+        times[1] - times[0] >= 1150.0,
+        "waited {} ms, Retry-After asked for 1200",
+        times[1] - times[0]
+    );
+    let sent = raw_bodies(&script);
+    assert_eq!(sent[0], sent[1], "resent identical");
+    let states: Vec<String> = list(&seen, "status")
+        .iter()
+        .map(|s| string(s, "state"))
+        .collect();
+    assert!(states.contains(&"backoff".to_string()), "{states:?}");
+
+    // The real gateway's own 503 (injected busy): backoff, then it lands once the gateway recovers.
+    set_faults(r#"{"busy":1.0,"retryAfterMs":300}"#).await;
+    let (t, a) = (uuid(), uuid());
+    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, b"c")).into())).await;
+    until(5000, "a 2012 from the gateway", || {
+        let e = get(&client.status(), "lastError");
+        !e.is_null() && num(&e, "code") == 2012.0
+    })
+    .await;
+    no_faults().await;
+    flush_within(&client, 30).await;
+    assert_eq!(read_all(&t, &a).await.len(), 1);
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule5_unknown_outcomes_resend_identical() {
+    no_faults().await;
+    let script = script_writes(&Array::of4(
+        &json(r#"{"network":true}"#),
+        &json(r#"{"hang":true}"#),
+        &json(r#"{"status":502}"#),
+        &json(r#"{"status":500,"body":"Internal Server Error"}"#),
+    ));
+    let client = open(&db_name("rule5-unknown"), r#"{"requestTimeoutMs":300}"#).await;
+    let (t, a) = (uuid(), uuid());
+    let events: Array = (0..4)
+        .map(|i| bytes_event(5, &payload(&format!("u{i}"))))
+        .collect();
+    ok(client.append(aggregate(&t, &a), events.into())).await;
+    flush_within(&client, 60).await;
+    restore(&script);
+    let sent = raw_bodies(&script);
+    assert_eq!(sent.len(), 5, "four failures, then the real gateway");
+    assert!(
+        sent.iter().all(|b| b == &sent[0]),
+        "every resend byte-identical"
+    );
+    assert_eq!(read_all(&t, &a).await.len(), 4, "landed once");
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule5_a_rejection_parks_the_aggregate_others_go_on_and_discard_resumes_it() {
+    set_faults(r#"{"rejectType":13}"#).await;
+    let client = open(&db_name("rule5-park"), "{}").await;
+    let seen = listened(&client);
+    let t = uuid();
+    let (a, b) = (uuid(), uuid());
+    // One batch of three events, the middle one refused by the gateway's schema.
+    let events = Array::of3(
+        &bytes_event(1, b"a1"),
+        &bytes_event(13, b"poison"),
+        &bytes_event(1, b"a3"),
+    );
+    ok(client.append(aggregate(&t, &a), events.into())).await;
+    ok(client.append(
+        aggregate(&t, &b),
+        Array::of2(&bytes_event(1, b"b1"), &bytes_event(1, b"b2")).into(),
+    ))
+    .await;
+    until(10_000, "the parked event", || {
+        !list(&seen, "parked").is_empty()
+    })
+    .await;
+    let parked = &list(&seen, "parked")[0];
+    assert_eq!(string(&get(parked, "aggregate"), "id"), a);
+    assert_eq!(
+        (
+            num(parked, "firstSeq"),
+            num(parked, "lastSeq"),
+            num(parked, "code")
+        ),
+        (2.0, 2.0, 2022.0)
+    );
+    assert!(string(parked, "message").contains("schema"));
+    assert_eq!(get(parked, "mayHaveLanded"), JsValue::FALSE);
+
+    let e = within(client.flush(), 10_000, "flush")
+        .await
+        .expect_err("flush must reject while parked");
+    assert_eq!(string(&e, "code"), "PARKED", "{}", describe(&e));
+    assert_eq!(string(&get(&e, "aggregate"), "id"), a);
+    assert_eq!(num(&e, "parkCode"), 2022.0);
+    until(10_000, "b to land", || synced_for(&seen, &b)).await;
+
+    let parked_events: Array = ok(client.parked_events()).await.unchecked_into();
+    assert_eq!(parked_events.length(), 1);
+    let event = parked_events.get(0);
+    assert_eq!((num(&event, "clientSeq"), num(&event, "type")), (2.0, 13.0));
+    assert_eq!(
+        get(&event, "data").unchecked_into::<Uint8Array>().to_vec(),
+        b"poison"
+    );
+    let status = client.status();
+    assert_eq!(
+        (
+            string(&status, "state"),
+            num(&status, "parked"),
+            num(&status, "pending")
+        ),
+        ("parked".into(), 1.0, 1.0)
+    );
+
+    // Later events of the parked aggregate wait.
+    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, b"a4")).into())).await;
+    sleep(300).await;
+    let landed_a: Vec<f64> = read_all(&t, &a)
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect();
+    assert_eq!(
+        landed_a,
+        [1.0],
+        "the isolated good event landed; 3 and 4 wait behind the parked 2"
+    );
+
+    assert_eq!(
+        ok(client.discard_parked(aggregate(&t, &a))).await.as_f64(),
+        Some(1.0)
+    );
+    flush_within(&client, 30).await;
+    let landed_a: Vec<f64> = read_all(&t, &a)
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect();
+    assert_eq!(
+        landed_a,
+        [1.0, 3.0, 4.0],
+        "the gap left by the discarded event is safe"
+    );
+    let landed_b: Vec<f64> = read_all(&t, &b)
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect();
+    assert_eq!(landed_b, [1.0, 2.0]);
+    assert_eq!(num(&client.status(), "parked"), 0.0);
+    no_faults().await;
+    ok(client.close()).await;
+}
+
+/// Whether a `synced` event for aggregate `id` was seen.
+fn synced_for(seen: &JsValue, id: &str) -> bool {
+    list(seen, "synced")
+        .iter()
+        .any(|s| string(&get(s, "aggregate"), "id") == id)
+}
+
+#[wasm_bindgen_test]
+async fn rule6_an_append_wakes_the_loop_at_once_and_offline_waits_for_online() {
+    no_faults().await;
+    let client = open(&db_name("rule6"), "{}").await;
+    let seen = listened(&client);
+    sleep(200).await; // idle now
+    let started = js_sys::Date::now();
+    let (t, a) = (uuid(), uuid());
+    ok(client.append(
+        aggregate(&t, &a),
+        Array::of1(&bytes_event(1, b"now")).into(),
+    ))
+    .await;
+    until(2000, "synced", || !list(&seen, "synced").is_empty()).await;
+    assert!(
+        js_sys::Date::now() - started < 1500.0,
+        "woken by the append, not by the 30 s idle poll"
+    );
+
+    set_online(false);
+    let log = record_writes();
+    ok(client.append(
+        aggregate(&t, &a),
+        Array::of1(&bytes_event(1, b"offline")).into(),
+    ))
+    .await;
+    until(2000, "the offline state", || {
+        string(&client.status(), "state") == "offline"
+    })
+    .await;
+    sleep(700).await;
+    assert!(
+        raw_bodies(&log).is_empty(),
+        "nothing is sent while offline (the probe is 15 s away)"
+    );
+    set_online(true); // fires `online`
+    flush_within(&client, 5).await;
+    restore(&log);
+    assert_eq!(raw_bodies(&log).len(), 1);
+    assert_eq!(read_all(&t, &a).await.len(), 2);
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule7_reopening_a_non_empty_outbox_drains_it_pinned_batch_first() {
+    no_faults().await;
+    let db = db_name("rule7");
+    let t = uuid();
+    let (a, b) = (uuid(), uuid());
+    {
+        let options = json(r#"{"gatewayUrl":"http://127.0.0.1:9"}"#);
+        js_sys::Reflect::set(&options, &"databaseName".into(), &db.as_str().into()).unwrap();
+        let offline = SyncClient::open(options)
+            .await
+            .map_err(|e| describe(&e))
+            .unwrap();
+        ok(offline.append(
+            aggregate(&t, &a),
+            Array::of3(
+                &bytes_event(1, b"1"),
+                &bytes_event(1, b"2"),
+                &bytes_event(1, b"3"),
+            )
+            .into(),
+        ))
+        .await;
+        ok(offline.append(
+            aggregate(&t, &b),
+            Array::of2(&bytes_event(1, b"1"), &bytes_event(1, b"2")).into(),
+        ))
+        .await;
+        until(5000, "a failed attempt", || {
+            !get(&offline.status(), "lastError").is_null()
+        })
+        .await;
+        ok(offline.close()).await;
+    }
+    let pin = get_raw(&db, "meta", &"pin".into()).await;
+    assert!(
+        !pin.is_null(),
+        "a batch was pinned before the first attempt"
+    );
+    let log = record_writes();
+    let client = open(&db, "{}").await;
+    flush_within(&client, 30).await;
+    restore(&log);
+    let sent = bodies(&log);
+    let (id, seqs) = body_seqs(&sent[0]);
+    assert_eq!(id, string(&pin, "a"), "the pinned batch goes first");
+    assert_eq!(
+        (seqs[0], *seqs.last().unwrap()),
+        (num(&pin, "first") as u64, num(&pin, "last") as u64)
+    );
+    assert_eq!(read_all(&t, &a).await.len(), 3);
+    assert_eq!(read_all(&t, &b).await.len(), 2);
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn rule8_a_backlog_of_100000_events_drains_in_order_and_is_pruned() {
+    no_faults().await;
+    let db = db_name("rule8");
+    let t = uuid();
+    let ids: Vec<String> = (0..10).map(|_| uuid()).collect();
+    {
+        let options = json(r#"{"gatewayUrl":"http://127.0.0.1:9","durability":"relaxed"}"#);
+        js_sys::Reflect::set(&options, &"databaseName".into(), &db.as_str().into()).unwrap();
+        let offline = SyncClient::open(options)
+            .await
+            .map_err(|e| describe(&e))
+            .unwrap();
+        for round in 0..10u32 {
+            for id in &ids {
+                let events: Array = (0..1000u32)
+                    .map(|i| bytes_event(1, &(round * 1000 + i).to_le_bytes()))
+                    .collect();
+                ok(offline.append(aggregate(&t, id), events.into())).await;
+            }
+        }
+        assert_eq!(num(&offline.status(), "pending"), 100_000.0);
+        ok(offline.close()).await;
+    }
+    assert_eq!(count_store(&db, "events").await, 100_000);
+    let client = open(&db, "{}").await;
+    assert_eq!(
+        num(&client.status(), "pending"),
+        100_000.0,
+        "counted at open, not loaded"
+    );
+    flush_within(&client, 300).await;
+    assert_eq!(
+        count_store(&db, "events").await,
+        0,
+        "synced events are pruned"
+    );
+    for id in &ids {
+        let landed = read_all(&t, id).await;
+        assert_eq!(landed.len(), 10_000);
+        for (i, e) in landed.iter().enumerate() {
+            assert_eq!(num(e, "clientSeq") as usize, i + 1);
+            assert_eq!(string(e, "data"), base64(&(i as u32).to_le_bytes()));
+        }
+    }
+    ok(client.close()).await;
+}

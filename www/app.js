@@ -1,0 +1,193 @@
+// The demo page: uses the built package exactly as an app would.
+import init, { SyncClient } from "/pkg/celeriant_sync.js";
+
+const gateway = location.origin;
+const $ = (id) => document.getElementById(id);
+const TYPE_ID = "5e0d9e1a-7c41-4b8e-9f2a-0c6b3d1e2f01";
+const AGGREGATES = [
+  ["Account A", "a11ce000-0000-4000-8000-00000000000a"],
+  ["Account B", "b0b00000-0000-4000-8000-00000000000b"],
+  ["Account C", "c4a71e00-0000-4000-8000-00000000000c"],
+];
+const RATES = [
+  ["dropAfterCommit", "commit, then drop the reply"],
+  ["timeout", "delay past the timeout"],
+  ["inflight", "answer 2013"],
+  ["busy", "answer 503 + Retry-After"],
+  ["resetBeforeCommit", "reset before commit"],
+];
+
+function log(text) {
+  const li = document.createElement("li");
+  li.textContent = `${new Date().toLocaleTimeString()} ${text}`;
+  $("events").prepend(li);
+  while ($("events").children.length > 200) $("events").lastChild.remove();
+}
+
+function showStatus(s) {
+  $("state").textContent = s.state;
+  $("pending").textContent = s.pending;
+  $("parked").textContent = s.parked;
+  $("lastError").textContent = s.lastError ? `${s.lastError.code ?? "network"}: ${s.lastError.message}` : "—";
+}
+
+await init();
+const client = await SyncClient.open({ gatewayUrl: gateway, requestTimeoutMs: 2000, maxBatchEvents: 50 });
+window.client = client; // for the console and the end-to-end test
+$("gateway").textContent = gateway;
+$("clientId").textContent = client.clientId;
+showStatus(client.status());
+
+let syncedCount = 0;
+client.addEventListener("status", (e) => showStatus(e.detail));
+client.addEventListener("synced", (e) => {
+  const d = e.detail;
+  syncedCount += d.eventIds.length;
+  $("synced").textContent = syncedCount;
+  log(`synced ${name(d.aggregate)} #${d.firstSeq}–${d.lastSeq}${d.duplicate ? " (2002: had already landed)" : ""}`);
+  refreshServer();
+});
+client.addEventListener("parked", (e) => {
+  const d = e.detail;
+  log(`parked ${name(d.aggregate)} #${d.firstSeq}–${d.lastSeq}: ${d.code} ${d.message}`);
+  refreshParked();
+});
+
+function name(aggregate) {
+  return AGGREGATES.find(([, id]) => id === aggregate.id)?.[0] ?? aggregate.id.slice(0, 8);
+}
+
+for (const [label, id] of AGGREGATES) {
+  $("aggregate").append(new Option(label, id));
+}
+
+async function append(count, type) {
+  const id = $("aggregate").value;
+  const events = Array.from({ length: count }, (_, i) => ({
+    type,
+    data: { note: `demo event ${i + 1} of ${count}`, at: new Date().toISOString() },
+  }));
+  try {
+    const receipts = await client.append({ typeId: TYPE_ID, id }, events);
+    const seqs = receipts.map((r) => r.clientSeq);
+    $("appended").textContent = `stored #${seqs[0]}${seqs.length > 1 ? `–${seqs.at(-1)}` : ""} in IndexedDB`;
+    log(`appended ${count} to ${name({ id })} (#${seqs[0]}–${seqs.at(-1)})`);
+  } catch (e) {
+    $("appended").textContent = `${e.name} ${e.code}: ${e.message}`;
+  }
+}
+
+for (const button of document.querySelectorAll("[data-append]")) {
+  button.addEventListener("click", () => append(Number(button.dataset.append), Number($("type").value)));
+}
+$("poison").addEventListener("click", () => append(1, Number($("rejectType").value) || 13));
+$("flush").addEventListener("click", async () => {
+  log("flush…");
+  try {
+    await client.flush();
+    log("flush: everything appended before it has landed");
+  } catch (e) {
+    log(`flush: ${e.code} ${e.message}`);
+  }
+});
+
+// Offline simulation: the client reads navigator.onLine and listens for `online`.
+$("offline").addEventListener("change", () => {
+  const online = !$("offline").checked;
+  Object.defineProperty(navigator, "onLine", { configurable: true, get: () => online });
+  if (online) dispatchEvent(new Event("online"));
+  log(online ? "back online" : "offline (simulated)");
+});
+
+// Fault injection on the gateway.
+for (const [key, label] of RATES) {
+  const row = document.createElement("label");
+  row.innerHTML = `<span>${label}</span><input type="range" min="0" max="0.5" step="0.05" value="0" data-rate="${key}"><output>0</output>`;
+  row.querySelector("input").addEventListener("input", (e) => (row.querySelector("output").textContent = e.target.value));
+  $("rates").append(row);
+}
+
+async function putFaults(rates) {
+  const r = await fetch(`${gateway}/v1/faults`, {
+    method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify(rates),
+  });
+  if (!r.ok) throw new Error(`${r.status} ${await r.text()}`);
+  showFaults(await r.json());
+}
+
+function currentRates() {
+  const rates = { delayMs: 3000, retryAfterMs: 1000, rejectType: Number($("rejectType").value) || 0 };
+  for (const input of document.querySelectorAll("[data-rate]")) rates[input.dataset.rate] = Number(input.value);
+  return rates;
+}
+
+function setSliders(values) {
+  for (const input of document.querySelectorAll("[data-rate]")) {
+    input.value = values[input.dataset.rate] ?? 0;
+    input.nextElementSibling.textContent = input.value;
+  }
+}
+
+$("applyFaults").addEventListener("click", () => putFaults(currentRates()).catch((e) => log(`faults: ${e.message}`)));
+$("chaos").addEventListener("click", () => {
+  setSliders({ dropAfterCommit: 0.3, timeout: 0.1, inflight: 0.1, busy: 0.1, resetBeforeCommit: 0.05 });
+  putFaults(currentRates()).catch((e) => log(`faults: ${e.message}`));
+});
+$("calm").addEventListener("click", () => {
+  setSliders({});
+  putFaults(currentRates()).catch((e) => log(`faults: ${e.message}`));
+});
+
+function showFaults(report) {
+  $("faultCounts").textContent = JSON.stringify(report.counts, null, 1);
+}
+
+async function refreshFaults() {
+  const r = await fetch(`${gateway}/v1/faults`).catch(() => null);
+  if (r?.ok) showFaults(await r.json());
+}
+
+async function refreshServer() {
+  const rows = [];
+  for (const [label, id] of AGGREGATES) {
+    const seqs = [];
+    let from = 1;
+    for (;;) {
+      const r = await fetch(`${gateway}/v1/aggregates/${TYPE_ID}/${id}/events?from=${from}`).catch(() => null);
+      if (!r?.ok) break;
+      const page = await r.json();
+      for (const b of page.batches) for (const e of b.events) seqs.push(e.clientSeq);
+      if (page.next === null) break;
+      from = page.next;
+    }
+    const dups = seqs.length - new Set(seqs).size;
+    const range = seqs.length ? `${seqs[0]}…${seqs.at(-1)}` : "—";
+    rows.push(`<tr><td>${label}</td><td>${seqs.length}</td><td>${range}</td><td>${dups}</td></tr>`);
+  }
+  $("serverRows").innerHTML = rows.join("");
+}
+
+async function refreshParked() {
+  const parked = await client.parkedEvents();
+  $("parkedList").innerHTML = "";
+  for (const e of parked) {
+    const div = document.createElement("div");
+    div.className = "parked";
+    div.textContent = `${name(e.aggregate)} #${e.clientSeq} (type ${e.type}) rejected ${e.code}: ${e.message} `;
+    const discard = document.createElement("button");
+    discard.textContent = "Discard";
+    discard.addEventListener("click", async () => {
+      const n = await client.discardParked(e.aggregate);
+      log(`discarded ${n} parked event(s) of ${name(e.aggregate)}`);
+      refreshParked();
+    });
+    div.append(discard);
+    $("parkedList").append(div);
+  }
+}
+
+refreshServer();
+refreshParked();
+refreshFaults();
+setInterval(refreshFaults, 1000);
+setInterval(refreshServer, 3000);
