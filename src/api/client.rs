@@ -1,52 +1,46 @@
 //! `SyncClient`, the class apps use.
 //!
 //! State lives behind an `Rc<Inner>`; every async method clones it and runs an `async move`
-//! block, so concurrent calls from JS never hit "recursive use of an object". The drain loop is
-//! spawned once at `open` and stops at `close`.
+//! block, so concurrent calls from JS never hit "recursive use of an object". Whether this
+//! context drains or follows is the session's business ([`super::session`]).
 
-use std::cell::Cell;
 use std::rc::Rc;
 
 use indexed_db_futures::transaction::TransactionDurability;
 use js_sys::{Array, Function, Promise};
-use uuid::Uuid;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
-use web_sys::EventTarget;
 
 use super::errors::ClientError;
 use super::options::{self, Durability};
+use super::session::Session;
 use super::{input, output};
-use crate::browser::env::{BrowserEnv, OnlineListener};
-use crate::browser::fetch::FetchTransport;
 use crate::browser::global::random_uuid;
 use crate::browser::idb::outbox::IdbOutbox;
-use crate::browser::observer::DomObserver;
 use crate::engine::append;
-use crate::engine::drain::{self, Drainer};
+use crate::engine::drain;
 use crate::engine::model::Batch;
 use crate::engine::outbox::Outbox;
-use crate::engine::status::Hub;
 use celeriant_sync_protocol::validate::Limits;
 
+/// What a `SyncClient` holds: the session and the limits it checks input against.
 struct Inner {
-    outbox: Rc<IdbOutbox>,
-    hub: Rc<Hub>,
-    client_id: Uuid,
+    session: Rc<Session>,
     database_name: String,
-    target: EventTarget,
     limits: Limits,
-    running: Cell<bool>,
-    _online: OnlineListener,
 }
 
 impl Inner {
     fn check_open(&self) -> Result<(), ClientError> {
-        if self.hub.is_closed() {
+        if self.session.hub.is_closed() {
             Err(ClientError::closed())
         } else {
             Ok(())
         }
+    }
+
+    fn outbox(&self) -> &IdbOutbox {
+        &self.session.outbox
     }
 }
 
@@ -92,41 +86,16 @@ impl SyncClient {
         };
         let outbox = Rc::new(IdbOutbox::open(&options.database_name, durability).await?);
         let client_id = outbox.client_id(random_uuid()).await?;
-        let target = EventTarget::new().map_err(|_| {
-            ClientError::new("UNSUPPORTED", "EventTarget is not constructible here")
-        })?;
-        let hub = Rc::new(Hub::new(Box::new(DomObserver {
-            target: target.clone(),
-        })));
-        let online = OnlineListener::new(&hub)
-            .map_err(|_| ClientError::new("UNSUPPORTED", "cannot listen for the online event"))?;
-        let transport = FetchTransport {
-            url: format!(
-                "{}{}",
-                options.gateway_url,
-                celeriant_sync_protocol::WRITE_PATH
-            ),
-            timeout_ms: options.request_timeout_ms,
-        };
-        let drainer = Drainer::new(
-            outbox.clone(),
-            transport,
-            Rc::new(BrowserEnv),
-            hub.clone(),
-            options.policy,
-            client_id,
-        );
-        drainer.recount().await?;
-        wasm_bindgen_futures::spawn_local(drainer.run());
+        // Counted before `open` resolves, so `status()` is right from the start.
+        let total = outbox.count().await?;
+        let parked = outbox.parked().await?;
+        let database_name = options.database_name.clone();
+        let session = Session::start(options, outbox, client_id)?;
+        session.hub.reset_counts(total, parked);
         let inner = Rc::new(Inner {
-            outbox,
-            hub,
-            client_id,
-            database_name: options.database_name,
-            target,
+            session,
+            database_name,
             limits: Limits::default(),
-            running: Cell::new(true),
-            _online: online,
         });
         Ok(SyncClient { inner })
     }
@@ -134,7 +103,7 @@ impl SyncClient {
     /// The device's client id (a UUID), created on first open and kept in the database.
     #[wasm_bindgen(getter = clientId)]
     pub fn client_id(&self) -> String {
-        self.inner.client_id.to_string()
+        self.inner.session.client_id.to_string()
     }
 
     /// The IndexedDB database this client uses.
@@ -164,8 +133,8 @@ impl SyncClient {
         });
         promise(async move {
             let (aggregate, events) = parsed?;
-            let receipts = inner.outbox.append(aggregate, events).await?;
-            inner.hub.appended(receipts.len() as u64);
+            let receipts = inner.outbox().append(aggregate, events).await?;
+            inner.session.appended(receipts.len() as u64);
             Ok(output::receipts(&receipts))
         })
     }
@@ -173,7 +142,7 @@ impl SyncClient {
     /// The outbox's state now: `{ state, pending, parked, lastError }`.
     #[wasm_bindgen(unchecked_return_type = "SyncStatus")]
     pub fn status(&self) -> JsValue {
-        output::status(&self.inner.hub.status())
+        output::status(&self.inner.session.hub.status())
     }
 
     /// Resolves once every event appended before the call has landed. Rejects with code
@@ -183,7 +152,26 @@ impl SyncClient {
         let inner = self.inner.clone();
         promise(async move {
             inner.check_open()?;
-            drain::flush(inner.outbox.as_ref(), &inner.hub).await?;
+            drain::flush(inner.outbox(), &inner.session.hub).await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Resolves once the event with this id (from an `append` receipt, in this tab or another,
+    /// before or after a reload) has landed. Rejects with `PARKED` if it is parked, `DISCARDED`
+    /// if the app discarded it, `CLOSED` if the client closes first.
+    #[wasm_bindgen(js_name = whenSynced, unchecked_return_type = "Promise<void>")]
+    pub fn when_synced(&self, event_id: &str) -> Promise {
+        let inner = self.inner.clone();
+        let id = uuid::Uuid::parse_str(event_id).map_err(|e| {
+            ClientError::new(
+                "INVALID_EVENT_ID",
+                format!("{event_id:?} is not a UUID: {e}"),
+            )
+        });
+        promise(async move {
+            inner.check_open()?;
+            drain::when_synced(inner.outbox(), &inner.session.hub, id?).await?;
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -195,14 +183,14 @@ impl SyncClient {
         promise(async move {
             inner.check_open()?;
             let out = Array::new();
-            for record in inner.outbox.parked().await? {
+            for record in inner.outbox().parked().await? {
                 let batch = Batch {
                     aggregate: record.aggregate,
                     first_seq: record.first_seq,
                     last_seq: record.last_seq,
                     count: record.count,
                 };
-                for event in inner.outbox.read(&batch).await? {
+                for event in inner.outbox().read(&batch).await? {
                     out.push(&output::parked_event(&event, &record));
                 }
             }
@@ -222,8 +210,8 @@ impl SyncClient {
         promise(async move {
             inner.check_open()?;
             let aggregate = aggregate?;
-            let removed = inner.outbox.discard_parked(aggregate).await?;
-            inner.hub.discarded(&aggregate, removed);
+            let removed = inner.outbox().discard_parked(aggregate).await?;
+            inner.session.discarded(aggregate, removed);
             Ok(JsValue::from(removed))
         })
     }
@@ -234,12 +222,7 @@ impl SyncClient {
     pub fn close(&self) -> Promise {
         let inner = self.inner.clone();
         promise(async move {
-            if inner.running.replace(false) {
-                let stopped = inner.hub.stopped.notified();
-                inner.hub.close();
-                stopped.await;
-                inner.outbox.database().clone().close();
-            }
+            inner.session.close().await;
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -254,12 +237,14 @@ impl SyncClient {
     ) -> Result<(), JsValue> {
         if options.is_undefined() {
             self.inner
+                .session
                 .target
                 .add_event_listener_with_callback(kind, listener)
         } else {
             let add: Function =
-                js_sys::Reflect::get(&self.inner.target, &"addEventListener".into())?.into();
-            add.call3(&self.inner.target, &kind.into(), listener, &options)
+                js_sys::Reflect::get(&self.inner.session.target, &"addEventListener".into())?
+                    .into();
+            add.call3(&self.inner.session.target, &kind.into(), listener, &options)
                 .map(|_| ())
         }
     }
@@ -268,6 +253,7 @@ impl SyncClient {
     #[wasm_bindgen(js_name = removeEventListener, skip_typescript)]
     pub fn remove_event_listener(&self, kind: &str, listener: &Function) -> Result<(), JsValue> {
         self.inner
+            .session
             .target
             .remove_event_listener_with_callback(kind, listener)
     }

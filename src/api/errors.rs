@@ -99,6 +99,7 @@ impl From<FlushError> for ClientError {
             } => ClientError::new("PARKED", message)
                 .with("aggregate", crate::api::output::aggregate(&aggregate))
                 .with("parkCode", code),
+            FlushError::Discarded(_) => ClientError::new("DISCARDED", message),
             FlushError::Closed => ClientError::new("CLOSED", message),
             FlushError::Store(e) => e.into(),
         }

@@ -14,4 +14,5 @@ pub mod errors;
 pub mod input;
 pub mod options;
 pub mod output;
+pub mod session;
 pub mod typescript;

@@ -64,6 +64,7 @@ struct LastErrorOut<'a> {
 #[serde(rename_all = "camelCase")]
 struct StatusOut<'a> {
     state: &'static str,
+    role: &'static str,
     pending: u64,
     parked: u64,
     last_error: Option<LastErrorOut<'a>>,
@@ -73,6 +74,7 @@ struct StatusOut<'a> {
 pub fn status(s: &Status) -> JsValue {
     js(&StatusOut {
         state: s.state.as_str(),
+        role: s.role.as_str(),
         pending: s.pending,
         parked: s.parked,
         last_error: s.last_error.as_ref().map(|e| LastErrorOut {

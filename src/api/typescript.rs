@@ -67,6 +67,8 @@ export interface SyncFailure {
 /** `status()` and the `status` event's detail. */
 export interface SyncStatus {
     state: SyncState;
+    /** Whether this context runs the device's drain loop, or mirrors the one another tab or worker runs. */
+    role: "drainer" | "follower";
     /** Events waiting to sync (parked ones not included). */
     pending: number;
     /** Events parked after a permanent rejection. */
@@ -138,6 +140,7 @@ export type SyncErrorCode =
     | "QUOTA_EXCEEDED"
     | "STORAGE_FAILED"
     | "PARKED"
+    | "DISCARDED"
     | "CLOSED"
     | "UNSUPPORTED";
 

@@ -7,11 +7,15 @@ use gloo_timers::future::TimeoutFuture;
 use wasm_bindgen::prelude::*;
 
 use super::global;
+use super::locks::LockState;
 use crate::engine::env::Env;
 use crate::engine::status::Hub;
 
 /// The browser environment.
-pub struct BrowserEnv;
+pub struct BrowserEnv {
+    /// The drain lock this context holds, if the platform has Web Locks.
+    pub lock: Option<Rc<LockState>>,
+}
 
 impl Env for BrowserEnv {
     fn now_ms(&self) -> u64 {
@@ -29,6 +33,13 @@ impl Env for BrowserEnv {
 
     fn random(&self) -> f64 {
         js_sys::Math::random()
+    }
+
+    async fn may_send(&self) -> bool {
+        match &self.lock {
+            Some(lock) => lock.still_held().await,
+            None => true,
+        }
     }
 }
 

@@ -10,8 +10,10 @@
 //!
 //! Nothing here decides anything; the rules live in [`crate::engine`].
 
+pub mod channel;
 pub mod env;
 pub mod fetch;
 pub mod global;
 pub mod idb;
+pub mod locks;
 pub mod observer;

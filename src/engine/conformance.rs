@@ -9,7 +9,7 @@ use std::future::Future;
 use uuid::Uuid;
 
 use super::model::{AggregateRef, Batch, NewEvent, ParkRecord};
-use super::outbox::Outbox;
+use super::outbox::{EventState, Outbox};
 
 /// Aggregate number `n` of the suite.
 pub fn aggregate(n: u128) -> AggregateRef {
@@ -45,6 +45,7 @@ pub async fn run_all<O: Outbox, F: Future<Output = O>>(mut make: impl FnMut() ->
     pins_persist_and_settle_moves_them(&make().await).await;
     parking_and_discarding(&make().await).await;
     client_id_is_created_once(&make().await).await;
+    event_states_follow_the_event(&make().await).await;
 }
 
 /// Rule 1: sequences start at 1, are consecutive per aggregate and independent across them.
@@ -84,7 +85,7 @@ pub async fn sequences_are_never_reused(o: &impl Outbox) {
         last_seq: 3,
         count: 3,
     };
-    o.pin(&batch).await.unwrap();
+    assert!(o.pin(&batch, None).await.unwrap());
     assert_eq!(o.settle(&batch, 3).await.unwrap(), 3);
     assert_eq!(o.count().await.unwrap(), 0);
     assert_eq!(
@@ -194,7 +195,7 @@ pub async fn pins_persist_and_settle_moves_them(o: &impl Outbox) {
         last_seq: 5,
         count: 5,
     };
-    o.pin(&batch).await.unwrap();
+    assert!(o.pin(&batch, None).await.unwrap());
     assert_eq!(o.pinned().await.unwrap(), Some(batch));
     assert_eq!(o.settle(&batch, 2).await.unwrap(), 2, "a 2002 prefix");
     let rest = Batch {
@@ -221,9 +222,39 @@ pub async fn pins_persist_and_settle_moves_them(o: &impl Outbox) {
         last_seq: 6,
         count: 1,
     };
-    o.pin(&other).await.unwrap();
-    o.pin(&Batch { count: 1, ..other }).await.unwrap();
-    assert_eq!(o.pinned().await.unwrap(), Some(other), "pin replaces");
+    assert!(o.pin(&other, None).await.unwrap());
+    let stale = Batch {
+        last_seq: 7,
+        ..other
+    };
+    assert!(
+        !o.pin(&stale, None).await.unwrap(),
+        "compare-and-set: a pin exists"
+    );
+    assert!(
+        !o.pin(&stale, Some(&batch)).await.unwrap(),
+        "compare-and-set: not that pin"
+    );
+    assert_eq!(o.pinned().await.unwrap(), Some(other));
+    // Settling a batch that is no longer pinned removes its landed events, not the pin.
+    o.append(aggregate(2), events(6..8)).await.unwrap();
+    let gone = Batch {
+        aggregate: aggregate(2),
+        first_seq: 1,
+        last_seq: 2,
+        count: 2,
+    };
+    assert_eq!(o.settle(&gone, 1).await.unwrap(), 1);
+    assert_eq!(
+        o.pinned().await.unwrap(),
+        Some(other),
+        "another drainer's pin is kept"
+    );
+    assert!(
+        o.pin(&stale, Some(&other)).await.unwrap(),
+        "replaces the expected pin"
+    );
+    assert_eq!(o.pinned().await.unwrap(), Some(stale));
 }
 
 /// Rule 4: parking unpins and records; discarding drops exactly the parked events.
@@ -235,7 +266,7 @@ pub async fn parking_and_discarding(o: &impl Outbox) {
         last_seq: 3,
         count: 2,
     };
-    o.pin(&batch).await.unwrap();
+    assert!(o.pin(&batch, None).await.unwrap());
     let record = ParkRecord {
         aggregate: aggregate(1),
         first_seq: 2,
@@ -246,7 +277,7 @@ pub async fn parking_and_discarding(o: &impl Outbox) {
         parked_at: 1,
         may_have_landed: true,
     };
-    o.park(&record).await.unwrap();
+    o.park(&record, &batch).await.unwrap();
     assert_eq!(o.pinned().await.unwrap(), None, "park unpins");
     assert_eq!(o.parked().await.unwrap(), vec![record.clone()]);
     assert_eq!(o.count().await.unwrap(), 5, "parked events are kept");
@@ -272,4 +303,66 @@ pub async fn client_id_is_created_once(o: &impl Outbox) {
     let first = o.client_id(Uuid::from_u128(1)).await.unwrap();
     assert_eq!(first, Uuid::from_u128(1));
     assert_eq!(o.client_id(Uuid::from_u128(2)).await.unwrap(), first);
+}
+
+/// An event is pending until it is settled (then absent) or discarded.
+pub async fn event_states_follow_the_event(o: &impl Outbox) {
+    let r = o.append(aggregate(1), events(0..3)).await.unwrap();
+    let pending = o.event_state(r[1].event_id).await.unwrap();
+    assert_eq!(
+        pending,
+        EventState::Pending {
+            aggregate: aggregate(1),
+            client_seq: 2
+        }
+    );
+    assert_eq!(
+        o.event_state(Uuid::from_u128(0xDEAD)).await.unwrap(),
+        EventState::Absent
+    );
+    let batch = Batch {
+        aggregate: aggregate(1),
+        first_seq: 1,
+        last_seq: 1,
+        count: 1,
+    };
+    o.settle(&batch, 1).await.unwrap();
+    assert_eq!(
+        o.event_state(r[0].event_id).await.unwrap(),
+        EventState::Absent,
+        "landed"
+    );
+    let record = ParkRecord {
+        aggregate: aggregate(1),
+        first_seq: 2,
+        last_seq: 2,
+        count: 1,
+        code: 2022,
+        message: "schema".into(),
+        parked_at: 1,
+        may_have_landed: false,
+    };
+    let parked = Batch {
+        aggregate: aggregate(1),
+        first_seq: 2,
+        last_seq: 2,
+        count: 1,
+    };
+    o.park(&record, &parked).await.unwrap();
+    assert!(
+        matches!(
+            o.event_state(r[1].event_id).await.unwrap(),
+            EventState::Pending { .. }
+        ),
+        "parked is still pending"
+    );
+    o.discard_parked(aggregate(1)).await.unwrap();
+    assert_eq!(
+        o.event_state(r[1].event_id).await.unwrap(),
+        EventState::Discarded
+    );
+    assert!(matches!(
+        o.event_state(r[2].event_id).await.unwrap(),
+        EventState::Pending { client_seq: 3, .. }
+    ));
 }

@@ -23,7 +23,7 @@ use super::batch::{batch_of, encode};
 use super::classify::{Action, classify, decide};
 use super::env::{Env, Transport};
 use super::model::{AggregateRef, Batch, ParkRecord};
-use super::outbox::{Outbox, StoreError};
+use super::outbox::{EventState, Outbox, StoreError};
 use super::signal::{Changed, first};
 use super::status::{Hub, SyncState, SyncedNotice};
 
@@ -58,6 +58,8 @@ impl Default for Policy {
 }
 
 enum Wait {
+    /// Another context drains now: stop.
+    Stop,
     /// Go on at once.
     No,
     /// Nothing to send: wait for work.
@@ -66,6 +68,15 @@ enum Wait {
     Backoff(u64),
     /// Offline: probe again after this long.
     Offline(u64),
+}
+
+/// Why [`Drainer::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The hub was closed.
+    Closed,
+    /// Another context drains now (it took the drain lock, or changed the pin).
+    Superseded,
 }
 
 /// The drain loop over an outbox, a transport and an environment.
@@ -115,10 +126,13 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
         }
     }
 
-    /// Runs until the hub is closed. Call [`Drainer::recount`] first so the status is right
-    /// from the start.
-    pub async fn run(mut self) {
+    /// Runs until the hub is closed, or until another context is found draining. Call
+    /// [`Drainer::recount`] first so the status is right from the start.
+    pub async fn run(mut self) -> RunEnd {
         while !self.hub.is_closed() {
+            if self.hub.is_superseded() {
+                return RunEnd::Superseded;
+            }
             let (work, network) = (self.hub.work.generation(), self.hub.network.generation());
             let wait = match self.step().await {
                 Ok(wait) => wait,
@@ -128,6 +142,7 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
                 }
             };
             match wait {
+                Wait::Stop => return RunEnd::Superseded,
                 Wait::No => {}
                 Wait::Work => {
                     if let Err(e) = self.recount().await {
@@ -154,11 +169,12 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
         }
         self.hub.set_state(SyncState::Closed);
         self.hub.stopped.notify();
+        RunEnd::Closed
     }
 
     /// Sleeps `ms`, or until one of `signals` or `close`.
     async fn wait<const N: usize>(&self, ms: u64, signals: [Changed<'_>; N]) {
-        if self.hub.is_closed() {
+        if self.hub.is_closed() || self.hub.is_superseded() {
             return;
         }
         let wakers = select_all(signals.into_iter().chain([self.hub.closing.notified()]));
@@ -178,7 +194,10 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
             Some(batch) => batch,
             None => match self.cut_next().await? {
                 Some(batch) => {
-                    self.outbox.pin(&batch).await?;
+                    if !self.outbox.pin(&batch, None).await? {
+                        // Another drainer pinned a batch since we looked: it is active.
+                        return Ok(Wait::Stop);
+                    }
                     self.ambiguous = self
                         .isolating
                         .get(&batch.aggregate)
@@ -209,6 +228,11 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
             self.next_probe_at = now + self.policy.offline_probe_ms;
         }
 
+        // Confirm this context still drains (another may have taken over, e.g. from a frozen
+        // tab) right before sending.
+        if !self.env.may_send().await {
+            return Ok(Wait::Stop);
+        }
         self.hub.set_state(SyncState::Syncing);
         let body = encode(self.client_id, batch.aggregate, &events);
         let closing = self.hub.closing.notified();
@@ -268,7 +292,9 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
                     count: 1,
                     ..batch
                 };
-                self.outbox.pin(&head).await?;
+                if !self.outbox.pin(&head, Some(&batch)).await? {
+                    return Ok(Wait::Stop);
+                }
                 self.attempt = 0;
                 let message = format!("rejected ({message}); retrying its events one by one");
                 self.hub.set_error(Some(code), message, now);
@@ -285,7 +311,7 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
                     parked_at: now,
                     may_have_landed: self.ambiguous,
                 };
-                self.outbox.park(&record).await?;
+                self.outbox.park(&record, &batch).await?;
                 self.attempt = 0;
                 self.ambiguous = false;
                 self.isolating.remove(&batch.aggregate);
@@ -341,7 +367,7 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
     }
 }
 
-/// Why `flush` did not resolve.
+/// Why `flush` or `when_synced` did not resolve.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FlushError {
     /// An aggregate with events appended before the flush is parked.
@@ -354,6 +380,9 @@ pub enum FlushError {
         /// The rejection's message.
         message: String,
     },
+    /// The event was parked and then discarded by the app: it will never land.
+    #[error("event {0} was discarded after a permanent rejection")]
+    Discarded(Uuid),
     /// The client was closed first.
     #[error("the client was closed before everything landed")]
     Closed,
@@ -397,6 +426,41 @@ pub async fn flush<O: Outbox>(outbox: &O, hub: &Hub) -> Result<(), FlushError> {
             return Err(FlushError::Closed);
         }
         targets = remaining;
+        hub.progress.changed_since(progress).await;
+    }
+}
+
+/// Resolves once the event `event_id` has landed (it is no longer in the outbox and was not
+/// discarded), whoever appended it and whichever context drains; fails as soon as it is parked
+/// or discarded. An id this database never held counts as landed.
+pub async fn when_synced<O: Outbox>(
+    outbox: &O,
+    hub: &Hub,
+    event_id: Uuid,
+) -> Result<(), FlushError> {
+    loop {
+        let progress = hub.progress.generation();
+        match outbox.event_state(event_id).await? {
+            EventState::Absent => return Ok(()),
+            EventState::Discarded => return Err(FlushError::Discarded(event_id)),
+            EventState::Pending {
+                aggregate,
+                client_seq,
+            } => {
+                if let Some(record) = hub.park_record(&aggregate)
+                    && (record.first_seq..=record.last_seq).contains(&client_seq)
+                {
+                    return Err(FlushError::Parked {
+                        aggregate,
+                        code: record.code,
+                        message: record.message,
+                    });
+                }
+            }
+        }
+        if hub.is_closed() {
+            return Err(FlushError::Closed);
+        }
         hub.progress.changed_since(progress).await;
     }
 }

@@ -14,6 +14,10 @@ pub trait Env {
     fn is_online(&self) -> bool;
     /// A uniform number in `[0, 1)`.
     fn random(&self) -> f64;
+    /// Whether this context may still send: `false` once another context took over draining.
+    fn may_send(&self) -> impl Future<Output = bool> {
+        std::future::ready(true)
+    }
 }
 
 /// What came back from one request.

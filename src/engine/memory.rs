@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::batch::take_within;
 use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
-use super::outbox::{Outbox, StoreError};
+use super::outbox::{EventState, Outbox, StoreError};
 
 type Key = (AggregateRef, u64);
 
@@ -20,6 +20,7 @@ struct State {
     counters: BTreeMap<AggregateRef, u64>,
     pin: Option<Batch>,
     parked: BTreeMap<AggregateRef, ParkRecord>,
+    discarded: std::collections::BTreeSet<Uuid>,
 }
 
 /// The in-memory outbox.
@@ -135,9 +136,13 @@ impl Outbox for MemoryOutbox {
         Ok(self.state.borrow().pin)
     }
 
-    async fn pin(&self, batch: &Batch) -> Result<(), StoreError> {
-        self.state.borrow_mut().pin = Some(*batch);
-        Ok(())
+    async fn pin(&self, batch: &Batch, replacing: Option<&Batch>) -> Result<bool, StoreError> {
+        let mut state = self.state.borrow_mut();
+        if state.pin.as_ref() != replacing {
+            return Ok(false);
+        }
+        state.pin = Some(*batch);
+        Ok(true)
     }
 
     async fn settle(&self, batch: &Batch, through: u64) -> Result<u32, StoreError> {
@@ -162,6 +167,9 @@ impl Outbox for MemoryOutbox {
             ))
             .map(|((_, s), _)| *s)
             .collect();
+        if state.pin != Some(*batch) {
+            return Ok(keys.len() as u32);
+        }
         state.pin = match (rest.first(), rest.last()) {
             (Some(&first_seq), Some(&last_seq)) if through < batch.last_seq => Some(Batch {
                 first_seq,
@@ -174,10 +182,12 @@ impl Outbox for MemoryOutbox {
         Ok(keys.len() as u32)
     }
 
-    async fn park(&self, record: &ParkRecord) -> Result<(), StoreError> {
+    async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
         let mut state = self.state.borrow_mut();
         state.parked.insert(record.aggregate, record.clone());
-        state.pin = None;
+        if state.pin == Some(*batch) {
+            state.pin = None;
+        }
         Ok(())
     }
 
@@ -196,9 +206,26 @@ impl Outbox for MemoryOutbox {
             .map(|(k, _)| *k)
             .collect();
         for key in &keys {
-            state.events.remove(key);
+            if let Some(event) = state.events.remove(key) {
+                state.discarded.insert(event.event_id);
+            }
         }
         Ok(keys.len() as u32)
+    }
+
+    async fn event_state(&self, event_id: Uuid) -> Result<EventState, StoreError> {
+        let state = self.state.borrow();
+        if let Some(e) = state.events.values().find(|e| e.event_id == event_id) {
+            return Ok(EventState::Pending {
+                aggregate: e.aggregate,
+                client_seq: e.client_seq,
+            });
+        }
+        Ok(if state.discarded.contains(&event_id) {
+            EventState::Discarded
+        } else {
+            EventState::Absent
+        })
     }
 
     async fn count(&self) -> Result<u64, StoreError> {

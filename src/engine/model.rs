@@ -107,7 +107,7 @@ pub struct Batch {
 }
 
 /// An aggregate stopped by a permanent rejection, and the events that were rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ParkRecord {
     /// The aggregate; its later events wait until the app discards the parked ones.
     pub aggregate: AggregateRef,

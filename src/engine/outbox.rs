@@ -42,6 +42,22 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// Where an event stands, by its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventState {
+    /// In the outbox, not yet landed (it may be parked).
+    Pending {
+        /// Its aggregate.
+        aggregate: AggregateRef,
+        /// Its sequence.
+        client_seq: u64,
+    },
+    /// Parked, then discarded by the app: it will never land.
+    Discarded,
+    /// Not in the outbox: it landed (synced events are pruned) — or this database never held it.
+    Absent,
+}
+
 /// The outbox's storage.
 pub trait Outbox {
     /// Loads the device's client id, storing `fresh` first if none exists yet.
@@ -90,22 +106,33 @@ pub trait Outbox {
     /// The pinned batch, if any.
     fn pinned(&self) -> impl Future<Output = Result<Option<Batch>, StoreError>>;
 
-    /// Pins `batch`, replacing any pinned batch.
-    fn pin(&self, batch: &Batch) -> impl Future<Output = Result<(), StoreError>>;
+    /// Pins `batch` if the pinned batch is still `replacing` (`None`: nothing pinned), in one
+    /// atomic compare-and-set; `false` when another drainer changed the pin meanwhile.
+    fn pin(
+        &self,
+        batch: &Batch,
+        replacing: Option<&Batch>,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
 
     /// After `landed`: removes the batch's events up to `through` and, in the same atomic
-    /// write, unpins the batch (or, when `through < last_seq`, re-pins the rest of it).
-    /// Returns how many events were removed.
+    /// write, unpins the batch (or, when `through < last_seq`, re-pins the rest of it) — the pin
+    /// only if it is still this batch. Returns how many events were removed.
     fn settle(&self, batch: &Batch, through: u64) -> impl Future<Output = Result<u32, StoreError>>;
 
-    /// After `rejected`: records the parked events and unpins, atomically.
-    fn park(&self, record: &ParkRecord) -> impl Future<Output = Result<(), StoreError>>;
+    /// After `rejected`: records the parked events and unpins `batch` (if it is still pinned),
+    /// atomically.
+    fn park(
+        &self,
+        record: &ParkRecord,
+        batch: &Batch,
+    ) -> impl Future<Output = Result<(), StoreError>>;
 
     /// Every parked record.
     fn parked(&self) -> impl Future<Output = Result<Vec<ParkRecord>, StoreError>>;
 
-    /// Drops the aggregate's parked events and its park record, atomically. Returns how many
-    /// events were dropped (0 when it was not parked).
+    /// Drops the aggregate's parked events and its park record, and records the dropped events'
+    /// ids as discarded, atomically. Returns how many events were dropped (0 when it was not
+    /// parked).
     fn discard_parked(
         &self,
         aggregate: AggregateRef,
@@ -113,4 +140,7 @@ pub trait Outbox {
 
     /// How many events are in the outbox (pending and parked).
     fn count(&self) -> impl Future<Output = Result<u64, StoreError>>;
+
+    /// Where the event with this id stands.
+    fn event_state(&self, event_id: Uuid) -> impl Future<Output = Result<EventState, StoreError>>;
 }

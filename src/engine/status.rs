@@ -14,7 +14,8 @@ use super::model::{AggregateRef, ParkRecord};
 use super::signal::Signal;
 
 /// The drain loop's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SyncState {
     /// Nothing to send (or only parked events).
     Idle,
@@ -44,8 +45,28 @@ impl SyncState {
     }
 }
 
+/// Whether this context runs the drain loop (one per device) or mirrors it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// This context drains the outbox.
+    Drainer,
+    /// Another context drains; this one appends and mirrors its status.
+    Follower,
+}
+
+impl Role {
+    /// The role's name as the JS API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Drainer => "drainer",
+            Role::Follower => "follower",
+        }
+    }
+}
+
 /// The most recent failure, kept until the next success.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LastError {
     /// The protocol code, when the gateway gave one.
     pub code: Option<u32>,
@@ -56,7 +77,7 @@ pub struct LastError {
 }
 
 /// A snapshot of the outbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Status {
     /// The loop's state.
     pub state: SyncState,
@@ -66,10 +87,12 @@ pub struct Status {
     pub parked: u64,
     /// The most recent failure since the last success.
     pub last_error: Option<LastError>,
+    /// Whether this context drains.
+    pub role: Role,
 }
 
 /// Events that landed, reported once they are settled locally.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SyncedNotice {
     /// The aggregate.
     pub aggregate: AggregateRef,
@@ -114,9 +137,11 @@ struct Counts {
 pub struct Hub {
     observer: Box<dyn Observer>,
     state: Cell<SyncState>,
+    role: Cell<Role>,
     last_error: RefCell<Option<LastError>>,
     counts: RefCell<Counts>,
     closed: Cell<bool>,
+    superseded: Cell<bool>,
     /// New work: an append, a discard.
     pub work: Signal,
     /// The network may be back (`online`).
@@ -135,9 +160,11 @@ impl Hub {
         Hub {
             observer,
             state: Cell::new(SyncState::Idle),
+            role: Cell::new(Role::Drainer),
             last_error: RefCell::new(None),
             counts: RefCell::new(Counts::default()),
             closed: Cell::new(false),
+            superseded: Cell::new(false),
             work: Signal::default(),
             network: Signal::default(),
             progress: Signal::default(),
@@ -155,7 +182,49 @@ impl Hub {
             pending: counts.total.saturating_sub(parked),
             parked,
             last_error: self.last_error.borrow().clone(),
+            role: self.role.get(),
         }
+    }
+
+    /// Sets whether this context drains.
+    pub fn set_role(&self, role: Role) {
+        let before = self.status();
+        self.role.set(role);
+        self.changed(before);
+    }
+
+    /// A follower adopts the drainer's status (state, counts, last error).
+    pub fn mirror(&self, status: &Status) {
+        let before = self.status();
+        if !self.closed.get() {
+            self.state.set(status.state);
+        }
+        *self.last_error.borrow_mut() = status.last_error.clone();
+        {
+            let mut counts = self.counts.borrow_mut();
+            let parked: u64 = counts.parked.values().map(|r| u64::from(r.count)).sum();
+            // Parked events are counted from the records this context knows; the rest is pending.
+            counts.total = status.pending + parked.max(status.parked);
+        }
+        self.changed(before);
+    }
+
+    /// A follower learns that events landed (the drainer settled them).
+    pub fn remote_synced(&self, notice: &SyncedNotice) {
+        self.observer.synced(notice);
+        self.progress.notify();
+    }
+
+    /// A follower learns that an aggregate was parked.
+    pub fn remote_parked(&self, record: ParkRecord) {
+        let before = self.status();
+        self.counts
+            .borrow_mut()
+            .parked
+            .insert(record.aggregate, record.clone());
+        self.changed(before);
+        self.observer.parked(&record);
+        self.progress.notify();
     }
 
     fn changed(&self, before: Status) {
@@ -277,5 +346,21 @@ impl Hub {
     /// Whether `close` was called.
     pub fn is_closed(&self) -> bool {
         self.closed.get()
+    }
+
+    /// Another context drains now: the loop stops at its next step (the client stays open).
+    pub fn supersede(&self) {
+        self.superseded.set(true);
+        self.closing.notify();
+    }
+
+    /// Whether the loop was told to stop because another context drains.
+    pub fn is_superseded(&self) -> bool {
+        self.superseded.get()
+    }
+
+    /// This context drains (again).
+    pub fn resume(&self) {
+        self.superseded.set(false);
     }
 }

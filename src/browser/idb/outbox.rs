@@ -18,10 +18,12 @@ use super::records::{
     CounterRecord, EventRecord, ParkedRecord, PinRecord, aggregate_key, aggregate_of_key,
     event_key, from_js, seq_of_key, to_js,
 };
-use super::schema::{self, CLIENT_ID_KEY, COUNTERS, EVENTS, META, PARKED, PIN_KEY};
+use super::schema::{
+    self, BY_EVENT_ID, CLIENT_ID_KEY, COUNTERS, DISCARDED, EVENTS, META, PARKED, PIN_KEY,
+};
 use crate::engine::batch::take_within;
 use crate::engine::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
-use crate::engine::outbox::{Outbox, StoreError};
+use crate::engine::outbox::{EventState, Outbox, StoreError};
 
 /// Maps an IndexedDB failure to the engine's [`StoreError`], by the DOMException's name.
 pub fn store_error(e: indexed_db_futures::error::Error) -> StoreError {
@@ -72,6 +74,15 @@ fn seqs_of(a: &AggregateRef, from: u64, to: u64) -> KeyRange<JsValue> {
         event_key(a, to as f64),
         false,
     )
+}
+
+/// The pinned batch, read inside the caller's transaction.
+async fn current_pin(
+    meta: &indexed_db_futures::object_store::ObjectStore<'_>,
+) -> Result<Option<Batch>, StoreError> {
+    let pin: Option<JsValue> = meta.get(PIN_KEY).primitive().ctx()?.await.ctx()?;
+    pin.map(|v| from_js::<PinRecord>(v)?.into_batch())
+        .transpose()
 }
 
 impl IdbOutbox {
@@ -293,20 +304,25 @@ impl Outbox for IdbOutbox {
             .transpose()
     }
 
-    async fn pin(&self, batch: &Batch) -> Result<(), StoreError> {
+    async fn pin(&self, batch: &Batch, replacing: Option<&Batch>) -> Result<bool, StoreError> {
         let tx = self.write_tx(&[META])?;
         let meta = tx.object_store(META).ctx()?;
+        if current_pin(&meta).await?.as_ref() != replacing {
+            return Ok(false); // dropping the transaction rolls it back (nothing was written)
+        }
         meta.put(to_js(&PinRecord::from_batch(batch))?)
             .with_key(PIN_KEY)
             .primitive()
             .ctx()?;
-        tx.commit().await.ctx()
+        tx.commit().await.ctx()?;
+        Ok(true)
     }
 
     async fn settle(&self, batch: &Batch, through: u64) -> Result<u32, StoreError> {
         let tx = self.write_tx(&[EVENTS, META])?;
         let store = tx.object_store(EVENTS).ctx()?;
         let meta = tx.object_store(META).ctx()?;
+        let still_pinned = current_pin(&meta).await?.as_ref() == Some(batch);
         let upto = through.min(batch.last_seq);
         let removed = if upto >= batch.first_seq {
             let settled = seqs_of(&batch.aggregate, batch.first_seq, upto);
@@ -322,7 +338,7 @@ impl Outbox for IdbOutbox {
         } else {
             0
         };
-        let rest = if through < batch.last_seq {
+        let rest = if still_pinned && through < batch.last_seq {
             let range = KeyRange::Bound(
                 event_key(&batch.aggregate, through as f64),
                 true,
@@ -357,15 +373,17 @@ impl Outbox for IdbOutbox {
                     .primitive()
                     .ctx()?;
             }
-            _ => {
+            _ if still_pinned => {
                 meta.delete(PIN_KEY).primitive().ctx()?;
             }
+            // Another drainer's pin: leave it.
+            _ => {}
         }
         tx.commit().await.ctx()?;
         Ok(removed)
     }
 
-    async fn park(&self, record: &ParkRecord) -> Result<(), StoreError> {
+    async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
         let tx = self.write_tx(&[PARKED, META])?;
         let parked = tx.object_store(PARKED).ctx()?;
         let meta = tx.object_store(META).ctx()?;
@@ -373,7 +391,9 @@ impl Outbox for IdbOutbox {
             .put(to_js(&ParkedRecord::from_park(record))?)
             .primitive()
             .ctx()?;
-        meta.delete(PIN_KEY).primitive().ctx()?;
+        if current_pin(&meta).await?.as_ref() == Some(batch) {
+            meta.delete(PIN_KEY).primitive().ctx()?;
+        }
         tx.commit().await.ctx()
     }
 
@@ -389,9 +409,10 @@ impl Outbox for IdbOutbox {
     }
 
     async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
-        let tx = self.write_tx(&[PARKED, EVENTS])?;
+        let tx = self.write_tx(&[PARKED, EVENTS, DISCARDED])?;
         let parked = tx.object_store(PARKED).ctx()?;
         let store = tx.object_store(EVENTS).ctx()?;
+        let discarded = tx.object_store(DISCARDED).ctx()?;
         let record: Option<JsValue> = parked
             .get(aggregate_key(&aggregate))
             .primitive()
@@ -401,6 +422,22 @@ impl Outbox for IdbOutbox {
         let Some(record) = record else { return Ok(0) };
         let record = from_js::<ParkedRecord>(record)?;
         let range = seqs_of(&aggregate, record.first, record.last);
+        // Remember the dropped ids, so `whenSynced` can tell "discarded" from "landed".
+        let dropped = store
+            .get_all::<JsValue>()
+            .with_query::<JsValue, _>(range.clone())
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        for value in dropped {
+            let event = from_js::<EventRecord>(value.ctx()?)?;
+            discarded
+                .put(JsValue::from_f64(js_sys::Date::now()))
+                .with_key(event.e)
+                .primitive()
+                .ctx()?;
+        }
         let n: u32 = store
             .count()
             .with_query::<JsValue, _>(range.clone())
@@ -419,5 +456,32 @@ impl Outbox for IdbOutbox {
         let store = tx.object_store(EVENTS).ctx()?;
         let n: u32 = store.count().primitive().ctx()?.await.ctx()?;
         Ok(u64::from(n))
+    }
+
+    async fn event_state(&self, event_id: Uuid) -> Result<EventState, StoreError> {
+        let tx = self.read_tx(&[EVENTS, DISCARDED])?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let index = store.index(BY_EVENT_ID).ctx()?;
+        let id = event_id.to_string();
+        let key: Option<JsValue> = index
+            .get_key(id.as_str())
+            .with_key_type::<JsValue>()
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        if let Some(key) = key {
+            return Ok(EventState::Pending {
+                aggregate: aggregate_of_key(&key)?,
+                client_seq: seq_of_key(&key)?,
+            });
+        }
+        let discarded = tx.object_store(DISCARDED).ctx()?;
+        let mark: Option<JsValue> = discarded.get(id.as_str()).primitive().ctx()?.await.ctx()?;
+        Ok(if mark.is_some() {
+            EventState::Discarded
+        } else {
+            EventState::Absent
+        })
     }
 }
