@@ -275,7 +275,7 @@ impl Session {
             lock.release();
         }
         self.relay.borrow_mut().take();
-        self.outbox.database().clone().close();
+        self.outbox.close();
     }
 }
 

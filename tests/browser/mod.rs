@@ -253,3 +253,17 @@ pub fn restore(log: &JsValue) {
     let f: js_sys::Function = get(log, "restore").unchecked_into();
     f.call0(log).unwrap();
 }
+
+#[wasm_bindgen(module = "/tests/browser/support.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = upgradeRaw)]
+    fn upgrade_raw_js(db: &str) -> Promise;
+}
+
+/// Upgrades `db` to its next version as a newer tab would; fails the test after `ms`.
+pub async fn upgrade_raw(db: &str, ms: u32) -> JsValue {
+    match within(upgrade_raw_js(db), ms, "the upgrade").await {
+        Ok(v) => v,
+        Err(e) => panic!("upgrade failed: {}", describe(&e)),
+    }
+}

@@ -161,3 +161,22 @@ export function within(promise, ms, what) {
     new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms)),
   ]);
 }
+
+/** Upgrades a database to its next version the way a newer tab would (adding a store);
+ *  resolves with { version, blocked } once the upgrade finished. */
+export function upgradeRaw(dbName) {
+  return new Promise((resolve, reject) => {
+    const probe = indexedDB.open(dbName);
+    probe.onerror = () => reject(probe.error);
+    probe.onsuccess = () => {
+      const version = probe.result.version + 1;
+      probe.result.close();
+      let blocked = false;
+      const up = indexedDB.open(dbName, version);
+      up.onupgradeneeded = () => up.result.createObjectStore(`added-in-${version}`);
+      up.onblocked = () => { blocked = true; };
+      up.onerror = () => reject(up.error);
+      up.onsuccess = () => { up.result.close(); resolve({ version, blocked }); };
+    };
+  });
+}

@@ -6,6 +6,9 @@
 //! configured durability (`strict` by default: committed means on disk).
 
 use indexed_db_futures::KeyRange;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
 use indexed_db_futures::database::Database;
 use indexed_db_futures::prelude::*;
 use indexed_db_futures::transaction::{
@@ -15,8 +18,8 @@ use uuid::Uuid;
 use wasm_bindgen::JsValue;
 
 use super::records::{
-    CounterRecord, EventRecord, ParkedRecord, PinRecord, aggregate_key, aggregate_of_key,
-    event_key, from_js, seq_of_key, to_js,
+    CounterRecord, EventRecord, NewEventRecord, ParkedRecord, PinRecord, aggregate_key,
+    aggregate_of_key, event_key, from_js, seq_of_key, to_js,
 };
 use super::schema::{
     self, BY_EVENT_ID, CLIENT_ID_KEY, COUNTERS, DISCARDED, EVENTS, META, PARKED, PIN_KEY,
@@ -55,10 +58,20 @@ impl<T> Ctx<T> for indexed_db_futures::Result<T> {
     }
 }
 
-/// The outbox over one open IndexedDB database.
+/// The outbox over one IndexedDB database.
+///
+/// The connection is replaced when another context upgrades the database: on `versionchange`
+/// the connection is closed at once (so the upgrade is never blocked by this client) and the
+/// next operation reopens the database at whatever version it now has. Schema upgrades are
+/// additive ([`schema`]), so this client keeps working on a newer schema.
 pub struct IdbOutbox {
-    db: Database,
+    name: String,
     durability: TransactionDurability,
+    db: RefCell<Database>,
+    /// The connection was closed by a version change and must be reopened.
+    stale: Rc<Cell<bool>>,
+    /// `close` was called: no reopening.
+    closed: Cell<bool>,
 }
 
 /// `[type, id, 0] ..= [type, id, +Infinity]`: every event of an aggregate.
@@ -85,43 +98,147 @@ async fn current_pin(
         .transpose()
 }
 
+fn read_tx<'a>(db: &'a Database, stores: &[&str]) -> Result<Transaction<'a>, StoreError> {
+    db.transaction(stores.to_vec())
+        .with_mode(TransactionMode::Readonly)
+        .build()
+        .ctx()
+}
+
+fn write_tx<'a>(
+    db: &'a Database,
+    durability: TransactionDurability,
+    stores: &[&str],
+) -> Result<Transaction<'a>, StoreError> {
+    db.transaction(stores.to_vec())
+        .with_mode(TransactionMode::Readwrite)
+        .with_options(TransactionOptions::new().with_durability(durability))
+        .build()
+        .ctx()
+}
+
+/// Opens `name` at [`schema::VERSION`] (creating or upgrading it), or at its current version
+/// when a newer client already upgraded it.
+async fn open_database(name: &str) -> Result<Database, StoreError> {
+    let opened = Database::open(name)
+        .with_version(schema::VERSION)
+        .with_on_upgrade_needed(|event, db| schema::upgrade(&event, &db))
+        .await;
+    match opened {
+        Ok(db) => Ok(db),
+        Err(indexed_db_futures::error::OpenDbError::Base(e)) => match store_error(e) {
+            StoreError::Failed { name: kind, .. } if kind == "VersionError" => {
+                Database::open(name).await.map_err(open_error)
+            }
+            other => Err(other),
+        },
+        Err(other) => Err(open_error(other)),
+    }
+}
+
+fn open_error(e: indexed_db_futures::error::OpenDbError) -> StoreError {
+    match e {
+        indexed_db_futures::error::OpenDbError::Base(e) => store_error(e),
+        other => StoreError::Failed {
+            name: "OpenDbError".into(),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Closes `db` as soon as another context asks to upgrade it, and marks it stale.
+fn watch_version_changes(db: &Database, stale: Rc<Cell<bool>>) {
+    let Ok(mut changes) = db.version_changes() else {
+        return;
+    };
+    let db = db.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        if changes.recv().await.is_some() {
+            stale.set(true);
+            db.close();
+        }
+    });
+}
+
 impl IdbOutbox {
+    /// One attempt of [`Outbox::append`]: counter and events in one transaction.
+    async fn append_once(
+        &self,
+        aggregate: AggregateRef,
+        events: &[NewEvent],
+    ) -> Result<Vec<Receipt>, StoreError> {
+        let db = self.connection().await?;
+        let tx = write_tx(&db, self.durability, &[EVENTS, COUNTERS])?;
+        let counters = tx.object_store(COUNTERS).ctx()?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let counter: Option<JsValue> = counters
+            .get(aggregate_key(&aggregate))
+            .primitive()
+            .ctx()?
+            .await
+            .ctx()?;
+        let mut seq = match counter {
+            Some(v) => from_js::<CounterRecord>(v)?.last,
+            None => 0,
+        };
+        let (t, a) = (aggregate.type_id.to_string(), aggregate.id.to_string());
+        let mut receipts = Vec::with_capacity(events.len());
+        for event in events {
+            seq += 1;
+            receipts.push(Receipt {
+                event_id: event.event_id,
+                client_seq: seq,
+            });
+            // Requests go out when built; the commit below waits for all of them.
+            store
+                .add(to_js(&NewEventRecord::new(&t, &a, seq, event))?)
+                .primitive()
+                .ctx()?;
+        }
+        counters
+            .put(to_js(&CounterRecord { t, a, last: seq })?)
+            .primitive()
+            .ctx()?;
+        tx.commit().await.ctx()?;
+        Ok(receipts)
+    }
+
     /// Opens (creating or upgrading) the database `name`.
     pub async fn open(name: &str, durability: TransactionDurability) -> Result<Self, StoreError> {
-        let db = Database::open(name)
-            .with_version(schema::VERSION)
-            .with_on_upgrade_needed(|event, db| schema::upgrade(&event, &db))
-            .await
-            .map_err(|e| match e {
-                indexed_db_futures::error::OpenDbError::Base(e) => store_error(e),
-                other => StoreError::Failed {
-                    name: "OpenDbError".into(),
-                    message: other.to_string(),
-                },
-            })?;
-        Ok(IdbOutbox { db, durability })
+        let db = open_database(name).await?;
+        let stale = Rc::new(Cell::new(false));
+        watch_version_changes(&db, stale.clone());
+        Ok(IdbOutbox {
+            name: name.to_owned(),
+            durability,
+            db: RefCell::new(db),
+            stale,
+            closed: Cell::new(false),
+        })
     }
 
-    /// The underlying database (for closing and version-change handling).
-    pub fn database(&self) -> &Database {
-        &self.db
+    /// The current connection, reopened first if a version change closed it.
+    async fn connection(&self) -> Result<Database, StoreError> {
+        if self.closed.get() {
+            return Err(StoreError::Closed);
+        }
+        if self.stale.get() {
+            let db = open_database(&self.name).await?;
+            if self.stale.get() {
+                self.stale.set(false);
+                watch_version_changes(&db, self.stale.clone());
+                *self.db.borrow_mut() = db;
+            } else {
+                db.close(); // another operation reopened it meanwhile
+            }
+        }
+        Ok(self.db.borrow().clone())
     }
 
-    fn read_tx(&self, stores: &[&str]) -> Result<Transaction<'_>, StoreError> {
-        self.db
-            .transaction(stores.to_vec())
-            .with_mode(TransactionMode::Readonly)
-            .build()
-            .ctx()
-    }
-
-    fn write_tx(&self, stores: &[&str]) -> Result<Transaction<'_>, StoreError> {
-        self.db
-            .transaction(stores.to_vec())
-            .with_mode(TransactionMode::Readwrite)
-            .with_options(TransactionOptions::new().with_durability(self.durability))
-            .build()
-            .ctx()
+    /// Closes the connection for good.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.db.borrow().clone().close();
     }
 
     async fn get_all(
@@ -129,7 +246,8 @@ impl IdbOutbox {
         range: KeyRange<JsValue>,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let tx = self.read_tx(&[EVENTS])?;
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[EVENTS])?;
         let store = tx.object_store(EVENTS).ctx()?;
         let values = store
             .get_all::<JsValue>()
@@ -149,7 +267,8 @@ impl IdbOutbox {
 
 impl Outbox for IdbOutbox {
     async fn client_id(&self, fresh: Uuid) -> Result<Uuid, StoreError> {
-        let tx = self.write_tx(&[META])?;
+        let db = self.connection().await?;
+        let tx = write_tx(&db, self.durability, &[META])?;
         let meta = tx.object_store(META).ctx()?;
         let existing: Option<JsValue> = meta.get(CLIENT_ID_KEY).primitive().ctx()?.await.ctx()?;
         let id = match existing.and_then(|v| v.as_string()) {
@@ -172,42 +291,19 @@ impl Outbox for IdbOutbox {
         aggregate: AggregateRef,
         events: Vec<NewEvent>,
     ) -> Result<Vec<Receipt>, StoreError> {
-        let tx = self.write_tx(&[EVENTS, COUNTERS])?;
-        let counters = tx.object_store(COUNTERS).ctx()?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        let counter: Option<JsValue> = counters
-            .get(aggregate_key(&aggregate))
-            .primitive()
-            .ctx()?
-            .await
-            .ctx()?;
-        let mut seq = match counter {
-            Some(v) => from_js::<CounterRecord>(v)?.last,
-            None => 0,
-        };
-        let mut receipts = Vec::with_capacity(events.len());
-        for event in events {
-            seq += 1;
-            receipts.push(Receipt {
-                event_id: event.event_id,
-                client_seq: seq,
-            });
-            let record = EventRecord::from_event(&StoredEvent::new(aggregate, seq, event));
-            // Requests go out when built; the commit below waits for all of them.
-            store.add(to_js(&record)?).primitive().ctx()?;
+        match self.append_once(aggregate, &events).await {
+            // Another context upgraded the database mid-append: nothing was written (the
+            // transaction aborted); reopen and try once more.
+            Err(_) if self.stale.get() && !self.closed.get() => {
+                self.append_once(aggregate, &events).await
+            }
+            result => result,
         }
-        let counter = CounterRecord {
-            t: aggregate.type_id.to_string(),
-            a: aggregate.id.to_string(),
-            last: seq,
-        };
-        counters.put(to_js(&counter)?).primitive().ctx()?;
-        tx.commit().await.ctx()?;
-        Ok(receipts)
     }
 
     async fn last_assigned(&self, aggregate: AggregateRef) -> Result<u64, StoreError> {
-        let tx = self.read_tx(&[COUNTERS])?;
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[COUNTERS])?;
         let counters = tx.object_store(COUNTERS).ctx()?;
         let counter: Option<JsValue> = counters
             .get(aggregate_key(&aggregate))
@@ -225,7 +321,8 @@ impl Outbox for IdbOutbox {
         &self,
         after: Option<AggregateRef>,
     ) -> Result<Option<AggregateRef>, StoreError> {
-        let tx = self.read_tx(&[EVENTS])?;
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[EVENTS])?;
         let store = tx.object_store(EVENTS).ctx()?;
         // Every key of `after` is below [type, id, +Infinity]; any other aggregate's are above.
         let from = match after {
@@ -237,7 +334,8 @@ impl Outbox for IdbOutbox {
     }
 
     async fn lowest_pending(&self, aggregate: AggregateRef) -> Result<Option<u64>, StoreError> {
-        let tx = self.read_tx(&[EVENTS])?;
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[EVENTS])?;
         let store = tx.object_store(EVENTS).ctx()?;
         let key: Option<JsValue> = store
             .get_key(all_of(&aggregate))
@@ -297,7 +395,8 @@ impl Outbox for IdbOutbox {
     }
 
     async fn pinned(&self) -> Result<Option<Batch>, StoreError> {
-        let tx = self.read_tx(&[META])?;
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[META])?;
         let meta = tx.object_store(META).ctx()?;
         let pin: Option<JsValue> = meta.get(PIN_KEY).primitive().ctx()?.await.ctx()?;
         pin.map(|v| from_js::<PinRecord>(v)?.into_batch())
@@ -305,7 +404,8 @@ impl Outbox for IdbOutbox {
     }
 
     async fn pin(&self, batch: &Batch, replacing: Option<&Batch>) -> Result<bool, StoreError> {
-        let tx = self.write_tx(&[META])?;
+        let db = self.connection().await?;
+        let tx = write_tx(&db, self.durability, &[META])?;
         let meta = tx.object_store(META).ctx()?;
         if current_pin(&meta).await?.as_ref() != replacing {
             return Ok(false); // dropping the transaction rolls it back (nothing was written)
@@ -319,7 +419,8 @@ impl Outbox for IdbOutbox {
     }
 
     async fn settle(&self, batch: &Batch, through: u64) -> Result<u32, StoreError> {
-        let tx = self.write_tx(&[EVENTS, META])?;
+        let db = self.connection().await?;
+        let tx = write_tx(&db, self.durability, &[EVENTS, META])?;
         let store = tx.object_store(EVENTS).ctx()?;
         let meta = tx.object_store(META).ctx()?;
         let still_pinned = current_pin(&meta).await?.as_ref() == Some(batch);
@@ -384,7 +485,8 @@ impl Outbox for IdbOutbox {
     }
 
     async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
-        let tx = self.write_tx(&[PARKED, META])?;
+        let db = self.connection().await?;
+        let tx = write_tx(&db, self.durability, &[PARKED, META])?;
         let parked = tx.object_store(PARKED).ctx()?;
         let meta = tx.object_store(META).ctx()?;
         parked
@@ -398,7 +500,8 @@ impl Outbox for IdbOutbox {
     }
 
     async fn parked(&self) -> Result<Vec<ParkRecord>, StoreError> {
-        let tx = self.read_tx(&[PARKED])?;
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[PARKED])?;
         let store = tx.object_store(PARKED).ctx()?;
         let values = store.get_all::<JsValue>().primitive().ctx()?.await.ctx()?;
         let mut records = Vec::new();
@@ -409,7 +512,8 @@ impl Outbox for IdbOutbox {
     }
 
     async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
-        let tx = self.write_tx(&[PARKED, EVENTS, DISCARDED])?;
+        let db = self.connection().await?;
+        let tx = write_tx(&db, self.durability, &[PARKED, EVENTS, DISCARDED])?;
         let parked = tx.object_store(PARKED).ctx()?;
         let store = tx.object_store(EVENTS).ctx()?;
         let discarded = tx.object_store(DISCARDED).ctx()?;
@@ -452,14 +556,16 @@ impl Outbox for IdbOutbox {
     }
 
     async fn count(&self) -> Result<u64, StoreError> {
-        let tx = self.read_tx(&[EVENTS])?;
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[EVENTS])?;
         let store = tx.object_store(EVENTS).ctx()?;
         let n: u32 = store.count().primitive().ctx()?.await.ctx()?;
         Ok(u64::from(n))
     }
 
     async fn event_state(&self, event_id: Uuid) -> Result<EventState, StoreError> {
-        let tx = self.read_tx(&[EVENTS, DISCARDED])?;
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[EVENTS, DISCARDED])?;
         let store = tx.object_store(EVENTS).ctx()?;
         let index = store.index(BY_EVENT_ID).ctx()?;
         let id = event_id.to_string();

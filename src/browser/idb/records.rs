@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 use wasm_bindgen::JsValue;
 
-use crate::engine::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
+use crate::engine::model::{AggregateRef, Batch, NewEvent, ParkRecord, StoredEvent};
 use crate::engine::outbox::StoreError;
 
 /// An event in the `events` store.
@@ -35,6 +35,32 @@ pub struct EventRecord {
     /// Nonce.
     #[serde(default, with = "serde_bytes")]
     pub iv: Option<Vec<u8>>,
+}
+
+/// An event as written: [`EventRecord`]'s shape, borrowing the appended event's fields so
+/// nothing is copied on the Rust side before the one copy into JS.
+#[derive(Serialize)]
+pub struct NewEventRecord<'a> {
+    /// Aggregate type id.
+    pub t: &'a str,
+    /// Aggregate id.
+    pub a: &'a str,
+    /// Sequence.
+    pub s: u64,
+    /// Event id.
+    pub e: String,
+    /// Client timestamp (Unix ms).
+    pub ts: u64,
+    /// Type.
+    pub ty: u64,
+    /// Minor type.
+    pub mi: u64,
+    /// Payload.
+    #[serde(with = "serde_bytes")]
+    pub d: &'a [u8],
+    /// Nonce.
+    #[serde(with = "serde_bytes")]
+    pub iv: Option<&'a [u8]>,
 }
 
 /// A sequence counter in the `counters` store.
@@ -98,22 +124,24 @@ fn aggregate(t: &str, a: &str) -> Result<AggregateRef, StoreError> {
     })
 }
 
-impl EventRecord {
-    /// The record of a stored event.
-    pub fn from_event(e: &StoredEvent) -> Self {
-        EventRecord {
-            t: e.aggregate.type_id.to_string(),
-            a: e.aggregate.id.to_string(),
-            s: e.client_seq,
+impl<'a> NewEventRecord<'a> {
+    /// The record of `e`, stored under aggregate `(t, a)` at `seq`.
+    pub fn new(t: &'a str, a: &'a str, seq: u64, e: &'a NewEvent) -> Self {
+        NewEventRecord {
+            t,
+            a,
+            s: seq,
             e: e.event_id.to_string(),
             ts: e.timestamp,
             ty: e.event_type,
             mi: e.minor,
-            d: e.data.clone(),
-            iv: e.iv.clone(),
+            d: &e.data,
+            iv: e.iv.as_deref(),
         }
     }
+}
 
+impl EventRecord {
     /// The stored event of a record.
     pub fn into_event(self) -> Result<StoredEvent, StoreError> {
         Ok(StoredEvent {

@@ -1,0 +1,266 @@
+//! Several contexts on one database, simulated by several clients in one page (each requests
+//! the drain lock and talks over the database's BroadcastChannel exactly as a tab would): one
+//! drainer at a time, status and events in every context, takeover when the drainer closes,
+//! `whenSynced` across a reload, and another tab's schema upgrade.
+#![cfg(target_arch = "wasm32")]
+
+mod browser;
+
+use browser::*;
+use celeriant_sync::SyncClient;
+use js_sys::Array;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn role(client: &SyncClient) -> String {
+    string(&client.status(), "role")
+}
+
+fn listened(client: &SyncClient) -> JsValue {
+    listen(&JsValue::from(client.clone()))
+}
+
+async fn flush_within(client: &SyncClient, seconds: u32) {
+    if let Err(e) = within(client.flush(), seconds * 1000, "flush").await {
+        panic!("flush failed: {}", describe(&e));
+    }
+}
+
+#[wasm_bindgen_test]
+async fn two_contexts_appending_to_one_aggregate_get_distinct_contiguous_sequences() {
+    no_faults().await;
+    let db = db_name("tabs-seq");
+    let (a, b) = (open(&db, "{}").await, open(&db, "{}").await);
+    let (t, id) = (uuid(), uuid());
+    let mut promises = Vec::new();
+    for i in 0..40u8 {
+        let client = if i % 2 == 0 { &a } else { &b };
+        promises.push(client.append(
+            aggregate(&t, &id),
+            Array::of2(&bytes_event(1, &[i]), &bytes_event(1, &[i, i])).into(),
+        ));
+    }
+    let mut all = Vec::new();
+    for p in promises {
+        let s = seqs(&ok(p).await);
+        assert_eq!(s[1], s[0] + 1, "one append's events are contiguous");
+        all.extend(s);
+    }
+    let mut sorted = all.clone();
+    sorted.sort();
+    assert_eq!(sorted, (1..=80).collect::<Vec<u64>>(), "distinct, no gaps");
+    flush_within(&a, 30).await;
+    flush_within(&b, 30).await;
+    let landed: Vec<f64> = read_all(&t, &id)
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect();
+    assert_eq!(landed, (1..=80).map(f64::from).collect::<Vec<_>>());
+    ok(a.close()).await;
+    ok(b.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn one_context_drains_the_others_follow_with_status_events_and_flush() {
+    no_faults().await;
+    let db = db_name("tabs-roles");
+    let log = record_writes();
+    let a = open(&db, "{}").await;
+    let b = open(&db, "{}").await;
+    until(2000, "a drainer", || role(&a) == "drainer").await;
+    assert_eq!(role(&b), "follower", "one drainer per database");
+    let seen_b = listened(&b);
+    let (t, id) = (uuid(), uuid());
+    // The follower appends; the drainer is woken through the channel and sends.
+    let receipts: Array = ok(b.append(
+        aggregate(&t, &id),
+        Array::of3(
+            &bytes_event(1, b"1"),
+            &bytes_event(1, b"2"),
+            &bytes_event(1, b"3"),
+        )
+        .into(),
+    ))
+    .await
+    .unchecked_into();
+    flush_within(&b, 10).await;
+    until(2000, "synced in the follower", || {
+        !list(&seen_b, "synced").is_empty()
+    })
+    .await;
+    let synced = &list(&seen_b, "synced")[0];
+    assert_eq!(list(synced, "eventIds").len(), 3);
+    assert_eq!(
+        list(synced, "eventIds")[0].as_string().unwrap(),
+        string(&receipts.get(0), "eventId")
+    );
+    until(2000, "the follower's status", || {
+        num(&b.status(), "pending") == 0.0
+    })
+    .await;
+    assert!(
+        list(&seen_b, "status")
+            .iter()
+            .any(|s| string(s, "role") == "follower")
+    );
+    // The follower learns about a parked aggregate too.
+    set_faults(r#"{"rejectType":13}"#).await;
+    let (p, q) = (uuid(), uuid());
+    ok(b.append(
+        aggregate(&t, &p),
+        Array::of1(&bytes_event(13, b"bad")).into(),
+    ))
+    .await;
+    until(5000, "parked in the follower", || {
+        !list(&seen_b, "parked").is_empty()
+    })
+    .await;
+    let e = within(b.flush(), 5000, "flush").await.expect_err("parked");
+    assert_eq!(string(&e, "code"), "PARKED");
+    assert_eq!(
+        ok(b.discard_parked(aggregate(&t, &p))).await.as_f64(),
+        Some(1.0)
+    );
+    ok(b.append(
+        aggregate(&t, &q),
+        Array::of1(&bytes_event(1, b"after")).into(),
+    ))
+    .await;
+    flush_within(&a, 10).await;
+    no_faults().await;
+    restore(&log);
+    assert_eq!(
+        num(&log, "maxConcurrent"),
+        1.0,
+        "never two requests in flight"
+    );
+    ok(a.close()).await;
+    ok(b.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn when_the_drainer_closes_another_context_takes_over() {
+    no_faults().await;
+    let db = db_name("tabs-takeover");
+    let a = open(&db, "{}").await;
+    until(2000, "a drainer", || role(&a) == "drainer").await;
+    let b = open(&db, "{}").await;
+    let c = open(&db, "{}").await;
+    assert_eq!((role(&b), role(&c)), ("follower".into(), "follower".into()));
+    ok(a.close()).await;
+    let started = js_sys::Date::now();
+    until(3000, "a new drainer", || {
+        role(&b) == "drainer" || role(&c) == "drainer"
+    })
+    .await;
+    assert!(
+        js_sys::Date::now() - started < 1000.0,
+        "takeover within a second"
+    );
+    assert!(
+        !(role(&b) == "drainer" && role(&c) == "drainer"),
+        "exactly one"
+    );
+    let (t, id) = (uuid(), uuid());
+    ok(c.append(
+        aggregate(&t, &id),
+        Array::of1(&bytes_event(1, b"after takeover")).into(),
+    ))
+    .await;
+    flush_within(&b, 10).await;
+    assert_eq!(read_all(&t, &id).await.len(), 1);
+    ok(b.close()).await;
+    ok(c.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn when_synced_works_across_a_reload_and_reports_parked_and_discarded_events() {
+    no_faults().await;
+    let db = db_name("when-synced");
+    let (t, id) = (uuid(), uuid());
+    let ids: Vec<String> = {
+        let options = json(r#"{"gatewayUrl":"http://127.0.0.1:9"}"#);
+        js_sys::Reflect::set(&options, &"databaseName".into(), &db.as_str().into()).unwrap();
+        let offline = SyncClient::open(options)
+            .await
+            .map_err(|e| describe(&e))
+            .unwrap();
+        let receipts: Array = ok(offline.append(
+            aggregate(&t, &id),
+            Array::of2(&bytes_event(1, b"x"), &bytes_event(1, b"y")).into(),
+        ))
+        .await
+        .unchecked_into();
+        ok(offline.close()).await;
+        receipts.iter().map(|r| string(&r, "eventId")).collect()
+    };
+    // After the reload, with the gateway reachable.
+    let client = open(&db, "{}").await;
+    for id in &ids {
+        within(client.when_synced(id), 10_000, "whenSynced")
+            .await
+            .map_err(|e| describe(&e))
+            .unwrap();
+    }
+    assert_eq!(
+        read_all(&t, &id).await.len(),
+        2,
+        "resolved because they landed"
+    );
+    let e = err(client.when_synced("not-a-uuid")).await;
+    assert_eq!(string(&e, "code"), "INVALID_EVENT_ID");
+
+    set_faults(r#"{"rejectType":13}"#).await;
+    let bad = uuid();
+    let receipts: Array = ok(client.append(
+        aggregate(&t, &bad),
+        Array::of1(&bytes_event(13, b"no")).into(),
+    ))
+    .await
+    .unchecked_into();
+    let bad_id = string(&receipts.get(0), "eventId");
+    let e = within(client.when_synced(&bad_id), 10_000, "whenSynced")
+        .await
+        .expect_err("parked");
+    assert_eq!(string(&e, "code"), "PARKED", "{}", describe(&e));
+    ok(client.discard_parked(aggregate(&t, &bad))).await;
+    let e = err(client.when_synced(&bad_id)).await;
+    assert_eq!(string(&e, "code"), "DISCARDED");
+    no_faults().await;
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn another_tabs_schema_upgrade_neither_hangs_nor_breaks_the_client() {
+    no_faults().await;
+    let db = db_name("upgrade");
+    let client = open(&db, "{}").await;
+    let (t, id) = (uuid(), uuid());
+    ok(client.append(
+        aggregate(&t, &id),
+        Array::of1(&bytes_event(1, b"before")).into(),
+    ))
+    .await;
+    // A newer tab upgrades the database: the client closes its connection at once.
+    let result = upgrade_raw(&db, 5000).await;
+    assert_eq!(num(&result, "version"), 2.0);
+    // And reopens it at the new version on its next operation.
+    let receipts = ok(client.append(
+        aggregate(&t, &id),
+        Array::of1(&bytes_event(1, b"after")).into(),
+    ))
+    .await;
+    assert_eq!(seqs(&receipts), [2]);
+    flush_within(&client, 10).await;
+    assert_eq!(read_all(&t, &id).await.len(), 2);
+    // Again, while the drain loop is busy.
+    let events: Array = (0..200).map(|i| bytes_event(1, &[i as u8])).collect();
+    ok(client.append(aggregate(&t, &id), events.into())).await;
+    upgrade_raw(&db, 5000).await;
+    flush_within(&client, 20).await;
+    assert_eq!(read_all(&t, &id).await.len(), 202);
+    ok(client.close()).await;
+}
