@@ -6,6 +6,9 @@
 #   3. browser tests: `wasm-pack test --headless --chrome` against a real gateway process
 #      started here on 127.0.0.1 with fault injection enabled
 #   4. the built npm package: a TypeScript consumer type-checks against its .d.ts (one check)
+#   5. end to end: real tabs of one Chromium profile (playwright-core) against real gateway
+#      processes: the exactly-once chaos run, one sender, takeover, a hung drainer, a full
+#      disk, the demo page
 #
 # Each part's count comes from the test runners' own "test result:" lines. Chromium profiles
 # and the gateway's data live in a per-run temporary folder, removed at exit.
@@ -98,6 +101,14 @@ if bash scripts/build.sh >"$RUN_DIR/build.log" 2>&1 \
 else
   tail -n 30 "$RUN_DIR/build.log"
   record "package (build, tsc consumer)" 0 1
+fi
+
+step "end to end: tabs of Debian's Chromium (playwright-core) against real gateways"
+if [ -f pkg/celeriant_sync_bg.wasm ] && [ -x target/debug/celeriant-gateway ]; then
+  node tests/e2e/run.mjs 2>&1 | tee "$RUN_DIR/e2e.log"
+  tally "$RUN_DIR/e2e.log" "end to end (playwright-core)" "${PIPESTATUS[0]}"
+else
+  record "end to end (playwright-core)" 0 1
 fi
 
 echo

@@ -394,6 +394,18 @@ async fn options_are_checked_and_a_closed_client_refuses_work() {
         );
     }
     let client = open_nowhere(&db_name("closed")).await;
+    assert!(client.persisted().is_null(), "persistence not asked for");
+    let options = json(r#"{"gatewayUrl":"http://127.0.0.1:9","persist":true}"#);
+    js_sys::Reflect::set(&options, &"databaseName".into(), &db_name("persist").into()).unwrap();
+    let persisting = celeriant_sync::SyncClient::open(options)
+        .await
+        .map_err(|e| describe(&e))
+        .unwrap();
+    assert!(
+        persisting.persisted().as_bool().is_some(),
+        "the browser's answer is reported"
+    );
+    ok(persisting.close()).await;
     ok(client.close()).await;
     ok(client.close()).await;
     assert_eq!(string(&client.status(), "state"), "closed");

@@ -28,6 +28,7 @@ struct Inner {
     session: Rc<Session>,
     database_name: String,
     limits: Limits,
+    persisted: Option<bool>,
 }
 
 impl Inner {
@@ -90,12 +91,18 @@ impl SyncClient {
         let total = outbox.count().await?;
         let parked = outbox.parked().await?;
         let database_name = options.database_name.clone();
+        let persisted = if options.persist {
+            crate::browser::global::persist_storage().await
+        } else {
+            None
+        };
         let session = Session::start(options, outbox, client_id)?;
         session.hub.reset_counts(total, parked);
         let inner = Rc::new(Inner {
             session,
             database_name,
             limits: Limits::default(),
+            persisted,
         });
         Ok(SyncClient { inner })
     }
@@ -104,6 +111,13 @@ impl SyncClient {
     #[wasm_bindgen(getter = clientId)]
     pub fn client_id(&self) -> String {
         self.inner.session.client_id.to_string()
+    }
+
+    /// With `persist: true`: whether the browser granted persistent storage (`null` when it
+    /// was not asked, or cannot be asked here, e.g. in a worker).
+    #[wasm_bindgen(getter, unchecked_return_type = "boolean | null")]
+    pub fn persisted(&self) -> JsValue {
+        self.inner.persisted.map_or(JsValue::NULL, JsValue::from)
     }
 
     /// The IndexedDB database this client uses.

@@ -17,6 +17,7 @@ struct Raw {
     max_batch_events: Option<f64>,
     max_batch_bytes: Option<f64>,
     durability: Option<String>,
+    persist: Option<bool>,
 }
 
 /// How committed writes reach the disk (IndexedDB transaction durability).
@@ -43,6 +44,8 @@ pub struct Options {
     pub policy: Policy,
     /// IndexedDB durability for writes.
     pub durability: Durability,
+    /// Ask for persistent storage (`navigator.storage.persist()`) at open.
+    pub persist: bool,
 }
 
 /// Default IndexedDB database name.
@@ -78,13 +81,14 @@ pub fn parse(value: JsValue) -> Result<Options, ClientError> {
         ));
     }
     // serde-wasm-bindgen reads only the declared fields, so unknown keys are checked here.
-    const KEYS: [&str; 6] = [
+    const KEYS: [&str; 7] = [
         "gatewayUrl",
         "databaseName",
         "requestTimeoutMs",
         "maxBatchEvents",
         "maxBatchBytes",
         "durability",
+        "persist",
     ];
     for key in js_sys::Object::keys(value.unchecked_ref::<js_sys::Object>()).iter() {
         let key = key.as_string().unwrap_or_default();
@@ -152,5 +156,6 @@ pub fn parse(value: JsValue) -> Result<Options, ClientError> {
         )? as u32,
         policy,
         durability,
+        persist: raw.persist.unwrap_or(false),
     })
 }

@@ -23,6 +23,8 @@ export interface SyncClientOptions {
     maxBatchBytes?: number;
     /** IndexedDB durability of writes (default `"strict"`: an append resolves once on disk). */
     durability?: "strict" | "relaxed" | "default";
+    /** Ask for persistent storage (`navigator.storage.persist()`) at open; see `persisted`. */
+    persist?: boolean;
 }
 
 /** An aggregate: its type id and id, both UUID strings. */

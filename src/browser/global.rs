@@ -45,3 +45,17 @@ pub fn random_uuid() -> Uuid {
     bytes.copy_to(&mut raw);
     uuid::Builder::from_random_bytes(raw).into_uuid()
 }
+
+/// Asks for persistent storage (`navigator.storage.persist()`), where the platform offers it.
+pub async fn persist_storage() -> Option<bool> {
+    let storage = property("navigator").and_then(|n| Reflect::get(&n, &"storage".into()).ok())?;
+    let persist: js_sys::Function = Reflect::get(&storage, &"persist".into())
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    let promise: js_sys::Promise = persist.call0(&storage).ok()?.dyn_into().ok()?;
+    wasm_bindgen_futures::JsFuture::from(promise)
+        .await
+        .ok()?
+        .as_bool()
+}

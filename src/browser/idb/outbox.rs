@@ -117,6 +117,24 @@ fn write_tx<'a>(
         .ctx()
 }
 
+/// Waits for `tx` to commit on its own (it auto-commits once its requests are done) and, if
+/// it aborted, says why from `transaction.error` — a full disk shows up only there
+/// (`QuotaExceededError`), which `Transaction::commit` would report as a bare abort.
+async fn committed(tx: Transaction<'_>) -> Result<(), StoreError> {
+    use indexed_db_futures::transaction::TransactionFinishKind;
+    let finished = tx.on_done().ctx()?.await;
+    match finished {
+        TransactionFinishKind::Ok => Ok(()),
+        _ => Err(tx
+            .error()
+            .map(store_error)
+            .unwrap_or_else(|| StoreError::Failed {
+                name: "AbortError".into(),
+                message: "the transaction was aborted".into(),
+            })),
+    }
+}
+
 /// Opens `name` at [`schema::VERSION`] (creating or upgrading it), or at its current version
 /// when a newer client already upgraded it.
 async fn open_database(name: &str) -> Result<Database, StoreError> {
@@ -199,7 +217,7 @@ impl IdbOutbox {
             .put(to_js(&CounterRecord { t, a, last: seq })?)
             .primitive()
             .ctx()?;
-        tx.commit().await.ctx()?;
+        committed(tx).await?;
         Ok(receipts)
     }
 

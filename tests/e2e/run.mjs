@@ -1,0 +1,43 @@
+#!/usr/bin/env node
+// The end-to-end runner: `node tests/e2e/run.mjs [--only name[,name]] [--events N] [--seed S]`.
+// Runs each scenario with its own gateway and browser profile, prints its figures, and ends
+// with a cargo-style "test result:" line that `npm test` counts.
+//
+//   npm run soak -- --events 100000     # the long chaos run
+import { chaos } from "./chaos.mjs";
+import { demo, hungDrainer, oneSender, quota, takeover } from "./scenarios.mjs";
+
+const args = process.argv.slice(2);
+const option = (name, fallback) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? args[i + 1] : fallback;
+};
+const seed = Number(option("seed", process.env.CELERIANT_E2E_SEED || String(Date.now() % 1e9)));
+const events = Number(option("events", "3000"));
+const only = option("only", "");
+
+const scenarios = {
+  chaos: () => chaos({ events, seed }),
+  "one-sender": () => oneSender({ seed: seed + 1 }),
+  takeover: () => takeover({ seed: seed + 2 }),
+  "hung-drainer": () => hungDrainer({ seed: seed + 3 }),
+  quota: () => quota({ seed: seed + 4 }),
+  demo: () => demo(),
+};
+
+let passed = 0;
+let failed = 0;
+for (const [name, run] of Object.entries(scenarios)) {
+  if (only && !only.split(",").includes(name)) continue;
+  const t0 = Date.now();
+  try {
+    const figures = await run();
+    passed += 1;
+    console.log(`test e2e::${name} ... ok (${((Date.now() - t0) / 1000).toFixed(1)} s) ${JSON.stringify(figures)}`);
+  } catch (e) {
+    failed += 1;
+    console.log(`test e2e::${name} ... FAILED (${((Date.now() - t0) / 1000).toFixed(1)} s)\n${e.stack || e}`);
+  }
+}
+console.log(`\ntest result: ${failed ? "FAILED" : "ok"}. ${passed} passed; ${failed} failed (seed ${seed})`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,186 @@
+// The end-to-end scenarios besides the chaos run: real tabs of one browser profile, a real
+// gateway process. Each returns figures worth printing, or throws.
+import { execFileSync } from "node:child_process";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import { Gateway, launchBrowser, openTab, rng, uuid, sleep, tempDir, ROOT } from "./lib.mjs";
+import { chaos } from "./chaos.mjs";
+
+function assert(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+async function withSetup(options, body) {
+  const gateway = new Gateway(options);
+  await gateway.start();
+  const context = await launchBrowser();
+  try {
+    return await body(gateway, context);
+  } finally {
+    await context.cleanup();
+    await gateway.stop();
+    gateway.cleanup();
+  }
+}
+
+const role = (page) => page.evaluate(() => harness.status().role);
+
+async function waitFor(what, ms, check) {
+  const t0 = Date.now();
+  for (;;) {
+    if (await check()) return Date.now() - t0;
+    if (Date.now() - t0 > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+/** Only one tab sends at a time: with three tabs appending under faults (none that hold a
+ *  request past the client's timeout), the gateway never sees two requests of the client at
+ *  once; every event lands once. */
+export async function oneSender({ seed }) {
+  const result = await chaos({
+    events: 600, tabs: 3, aggregates: 5, seed, reloads: 0, closeDrainer: false, kill9: false,
+    faults: { dropAfterCommit: 0.3, timeout: 0, inflight: 0.1, busy: 0.1, resetBeforeCommit: 0.05, delayMs: 1500, retryAfterMs: 300 },
+    log: () => {},
+    verifyConcurrency: true,
+  });
+  return result;
+}
+
+/** Closing the draining tab hands draining to another tab within about a second; an event
+ *  appended before a reload is reported synced after it (`whenSynced`). */
+export async function takeover({ seed }) {
+  return withSetup({}, async (gateway, context) => {
+    const random = rng(seed);
+    const db = `takeover-${seed}`;
+    const pages = [];
+    for (let i = 0; i < 3; i++) pages.push(await openTab(context, gateway, i, db));
+    await waitFor("a drainer", 3000, async () => (await Promise.all(pages.map(role))).includes("drainer"));
+    const roles = await Promise.all(pages.map(role));
+    assert(roles.filter((r) => r === "drainer").length === 1, `one drainer: ${roles}`);
+    const drainer = pages[roles.indexOf("drainer")];
+    const others = pages.filter((p) => p !== drainer);
+    // Pending work in a follower, then the drainer goes away.
+    await gateway.setFaults({ busy: 1.0, retryAfterMs: 200 });
+    const typeId = uuid(random);
+    const id = uuid(random);
+    const receipts = await others[0].evaluate(({ typeId, id }) => harness.append({ typeId, id }, [{ type: 1, payload: "a" }, { type: 1, payload: "b" }]), { typeId, id });
+    await drainer.close();
+    const ms = await waitFor("a new drainer", 5000, async () => (await Promise.all(others.map(role))).includes("drainer"));
+    assert(ms < 1500, `takeover took ${ms} ms`);
+    const nowRoles = await Promise.all(others.map(role));
+    assert(nowRoles.filter((r) => r === "drainer").length === 1, `exactly one new drainer: ${nowRoles}`);
+    // whenSynced across a reload, in the tab that appended.
+    await others[0].reload();
+    await others[0].waitForFunction(() => globalThis.harness);
+    await others[0].evaluate((db) => harness.open({ databaseName: db }), db);
+    await gateway.setFaults({});
+    await others[0].evaluate((ids) => Promise.all(ids.map((id) => harness.whenSynced(id))), receipts.map((r) => r.eventId));
+    const landed = await gateway.readAll(typeId, id);
+    assert(landed.length === 2, `landed ${landed.length}`);
+    return { takeoverMs: ms };
+  });
+}
+
+/** A hung (or frozen) drainer keeps its lock; a follower with pending work that hears nothing
+ *  for ten seconds takes draining over, and the revived tab stands down without sending.
+ *  The drainer's event loop is blocked for 15 s (DevTools' "frozen" lifecycle state is refused
+ *  for visible pages, and a blocked loop is what a frozen or hung tab looks like to others). */
+export async function hungDrainer({ seed }) {
+  return withSetup({}, async (gateway, context) => {
+    const random = rng(seed);
+    const db = `hung-${seed}`;
+    const a = await openTab(context, gateway, 0, db);
+    await waitFor("a to drain", 3000, async () => (await role(a)) === "drainer");
+    const b = await openTab(context, gateway, 1, db);
+    const typeId = uuid(random);
+    const id = uuid(random);
+    const hung = a.evaluate(() => {
+      const until = Date.now() + 15_000;
+      while (Date.now() < until) { /* hung */ }
+    });
+    await sleep(200);
+    await b.evaluate(({ typeId, id }) => harness.append({ typeId, id }, [{ type: 1, payload: "while a hangs" }]), { typeId, id });
+    const ms = await waitFor("b to take over", 30_000, async () => (await role(b)) === "drainer");
+    await b.evaluate(() => harness.flush(10_000));
+    await hung;
+    await waitFor("a to stand down", 10_000, async () => (await role(a)) === "follower");
+    await a.evaluate(({ typeId, id }) => harness.append({ typeId, id }, [{ type: 1, payload: "after a recovered" }]), { typeId, id });
+    await b.evaluate(() => harness.flush(10_000));
+    const landed = await gateway.readAll(typeId, id);
+    assert(landed.map((e) => e.clientSeq).join() === "1,2", `landed ${landed.map((e) => e.clientSeq)}`);
+    return { stealAfterMs: ms };
+  });
+}
+
+/** A full disk surfaces as QUOTA_EXCEEDED from `append` with nothing half-written. The
+ *  browser profile lives on a 96 MiB tmpfs (Chromium's quota override through the DevTools
+ *  protocol does not limit IndexedDB writes; a full filesystem does), so this needs root. */
+export async function quota({ seed }) {
+  const mountPoint = tempDir("quota");
+  execFileSync("mount", ["-t", "tmpfs", "-o", "size=96m", "tmpfs", mountPoint]);
+  const gateway = new Gateway();
+  await gateway.start();
+  const context = await launchBrowser(join(mountPoint, "profile"));
+  try {
+    const random = rng(seed);
+    const db = `quota-${seed}`;
+    // Nothing syncs (the gateway address is unreachable): the outbox only grows.
+    const page = await openTab(context, gateway, 0, db, { gatewayUrl: "http://127.0.0.1:9" });
+    const aggregate = { typeId: uuid(random), id: uuid(random) };
+    const result = await page.evaluate(async ({ aggregate, db }) => {
+      const randomBytes = (n) => {
+        const a = new Uint8Array(n);
+        for (let k = 0; k < n; k += 65536) crypto.getRandomValues(a.subarray(k, k + 65536));
+        return a;
+      };
+      let stored = 0;
+      for (let n = 0; n < 1000; n++) {
+        const before = await harness.countOutbox(db);
+        try {
+          await harness.client.append(aggregate, Array.from({ length: 4 }, () => ({ type: 1, data: randomBytes(256 * 1024) })));
+          stored += 4;
+        } catch (e) {
+          const after = await harness.countOutbox(db);
+          return { stored, name: e.name, code: e.code, before, after, isError: e instanceof Error, message: e.message };
+        }
+      }
+      return { stored, code: "none" };
+    }, { aggregate, db });
+    assert(result.code === "QUOTA_EXCEEDED", `expected QUOTA_EXCEEDED, got ${JSON.stringify(result)}`);
+    assert(result.isError && result.name === "CeleriantSyncError", `a real, named Error: ${JSON.stringify(result)}`);
+    assert(result.before === result.after && result.after === result.stored, `nothing half-written: ${JSON.stringify(result)}`);
+    // Room again: the next append continues right after the last stored sequence.
+    execFileSync("mount", ["-o", "remount,size=512m", mountPoint]);
+    const receipts = await page.evaluate((aggregate) => harness.client.append(aggregate, [{ type: 1, data: { after: true } }]), aggregate);
+    assert(receipts[0].clientSeq === result.stored + 1, `no sequence consumed by the failed append: ${receipts[0].clientSeq}`);
+    return { storedBeforeFull: result.stored, message: result.message };
+  } finally {
+    await context.cleanup();
+    await gateway.stop();
+    gateway.cleanup();
+    execFileSync("umount", [mountPoint]);
+    rmSync(mountPoint, { recursive: true, force: true });
+  }
+}
+
+/** The demo page, used as an app would: append, watch the outbox sync. */
+export async function demo() {
+  return withSetup({ www: join(ROOT, "www") }, async (gateway, context) => {
+    const page = await context.newPage();
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+    await page.goto(`${gateway.base}/`);
+    await page.waitForFunction(() => document.getElementById("clientId").textContent.length === 36);
+    await page.click("[data-append='10']");
+    await page.waitForFunction(() => document.getElementById("synced").textContent === "10", null, { timeout: 15_000 });
+    await page.waitForFunction(() => document.getElementById("pending").textContent === "0");
+    await page.waitForFunction(
+      () => [...document.querySelectorAll("#serverRows tr")].some((row) => row.children[1].textContent === "10"),
+      null,
+      { timeout: 15_000 },
+    );
+    assert(errors.length === 0, `page errors: ${errors}`);
+    return { synced: 10 };
+  });
+}

@@ -1,0 +1,90 @@
+// The page each end-to-end tab loads: one SyncClient on a shared database, driven by
+// tests/e2e/*.mjs through `window.harness` and reporting back through exposed bindings.
+import init, { SyncClient } from "/pkg/celeriant_sync.js";
+
+const params = new URLSearchParams(location.search);
+const report = (kind, data) => globalThis.e2eReport?.({ kind, tab: params.get("tab"), ...data });
+
+await init();
+
+const harness = {
+  client: null,
+  appending: false,
+  appended: 0,
+
+  async open(options) {
+    this.client = await SyncClient.open({ gatewayUrl: location.origin, ...options });
+    this.client.addEventListener("status", (e) => report("status", { status: e.detail }));
+    return this.client.clientId;
+  },
+
+  status() {
+    return this.client.status();
+  },
+
+  async append(aggregate, events) {
+    return this.client.append(aggregate, events.map((e) => ({ type: e.type, data: new TextEncoder().encode(e.payload) })));
+  },
+
+  /** Appends continuously: random aggregate of `aggregates`, 1–3 events, each with a unique
+   *  payload; reports each append once it resolved. Runs until `stop()`. */
+  startAppending({ typeId, aggregates, loadId, pauseMs = 5 }) {
+    this.appending = true;
+    let n = 0;
+    const run = async () => {
+      while (this.appending) {
+        const id = aggregates[Math.floor(Math.random() * aggregates.length)];
+        const count = 1 + Math.floor(Math.random() * 3);
+        const payloads = Array.from({ length: count }, () => `${loadId}:${n++}`);
+        report("appending", { id, payloads });
+        try {
+          const receipts = await this.append({ typeId, id }, payloads.map((payload) => ({ type: 5, payload })));
+          this.appended += count;
+          report("appended", { id, payloads, receipts });
+        } catch (e) {
+          report("appendFailed", { id, payloads, code: e.code, message: e.message });
+        }
+        await new Promise((r) => setTimeout(r, pauseMs));
+      }
+    };
+    this.loop = run();
+  },
+
+  async stop() {
+    this.appending = false;
+    await this.loop;
+  },
+
+  async flush(timeoutMs) {
+    await Promise.race([
+      this.client.flush(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error("flush timed out")), timeoutMs)),
+    ]);
+    return this.client.status();
+  },
+
+  whenSynced(id) {
+    return this.client.whenSynced(id);
+  },
+
+  /** Events left in this database's outbox, counted directly in IndexedDB. */
+  countOutbox(dbName) {
+    return new Promise((resolve, reject) => {
+      const open = indexedDB.open(dbName);
+      open.onerror = () => reject(open.error);
+      open.onsuccess = () => {
+        const db = open.result;
+        const req = db.transaction("events", "readonly").objectStore("events").count();
+        req.onsuccess = () => { db.close(); resolve(req.result); };
+        req.onerror = () => { db.close(); reject(req.error); };
+      };
+    });
+  },
+
+  close() {
+    return this.client.close();
+  },
+};
+
+globalThis.harness = harness;
+document.getElementById("state").textContent = "ready";
