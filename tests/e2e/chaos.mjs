@@ -54,7 +54,7 @@ export async function chaos({
   });
 
   // Batches small enough that the faults meet many requests.
-  const options = { requestTimeoutMs: 600, maxBatchEvents: 50 };
+  const options = { requestTimeoutMs: 600, maxBatchEvents: 100 };
   let loads = 0;
   const start = async (page) => {
     await page.evaluate((a) => harness.startAppending(a), { typeId, aggregates: ids, loadId: `${seed}.${loads++}` });
