@@ -12,6 +12,9 @@ import { join, extname, resolve } from "node:path";
 
 const ROOT = resolve(new URL("..", import.meta.url).pathname);
 const SMOKE = process.argv.includes("--smoke");
+const onlyAt = process.argv.indexOf("--only");
+const ONLY = onlyAt >= 0 ? process.argv[onlyAt + 1].split(",") : null;
+const wanted = (key) => !ONLY || ONLY.includes(key);
 const RUNS = SMOKE ? 1 : 3;
 const N = SMOKE
   ? { serial: 50, burst: 500, drain: 1000, memoryLarge: 2000, memorySmall: 1000, loadSeconds: 2 }
@@ -105,7 +108,7 @@ const gateway = startGateway();
 const gw = await gatewayUrl(gateway);
 try {
   // 1. append, one event per awaited call.
-  {
+  if (wanted("append-serial")) {
     const ours = await series("append-serial", "ours", N.serial, gw);
     const base = await series("append-serial", "baseline", N.serial, gw);
     const [o, b] = [ours.map((r) => r.ms), base.map((r) => r.ms)];
@@ -117,7 +120,7 @@ try {
     });
   }
   // 2. append under load.
-  {
+  if (wanted("append-burst")) {
     const ours = await series("append-burst", "ours", N.burst, gw);
     const base = await series("append-burst", "baseline", N.burst, gw);
     const [o, b] = [ours.map((r) => r.eventsPerSecond), base.map((r) => r.eventsPerSecond)];
@@ -129,7 +132,7 @@ try {
     });
   }
   // 3. drain.
-  {
+  if (wanted("drain")) {
     const ours = await series("drain", "ours", N.drain, gw);
     const base = await series("drain", "baseline", N.drain, gw);
     const [o, b] = [ours.map((r) => r.ms), base.map((r) => r.ms)];
@@ -141,7 +144,7 @@ try {
     });
   }
   // 4. size.
-  {
+  if (wanted("size")) {
     const wasm = readFileSync(join(ROOT, "pkg/celeriant_sync_bg.wasm"));
     const js = readFileSync(join(ROOT, "pkg/celeriant_sync.js"));
     const gz = (b) => gzipSync(b, { level: 9 }).length;
@@ -154,7 +157,7 @@ try {
     });
   }
   // 5. memory: peak while draining a large backlog vs a backlog ten times smaller.
-  {
+  if (wanted("memory")) {
     const large = await series("memory", "ours", N.memoryLarge, gw);
     const small = await series("memory", "ours", N.memorySmall, gw);
     const mb = (x) => fmt(x / 1048576, 1);
@@ -171,7 +174,7 @@ try {
 }
 
 // 6. the gateway under load, from a Rust load generator.
-{
+if (wanted("gateway")) {
   const g = startGateway();
   const url = await gatewayUrl(g);
   const out = JSON.parse(sh(`${join(ROOT, "target/release/celeriant-loadgen")} --url ${url} --seconds ${N.loadSeconds} --concurrency 32 --events 10`));
@@ -209,5 +212,5 @@ const text = [
   ``,
 ].join("\n");
 console.log(text);
-if (!SMOKE) writeFileSync(join(ROOT, "BENCHMARKS.md"), text);
+if (!SMOKE && !ONLY) writeFileSync(join(ROOT, "BENCHMARKS.md"), text);
 console.log(SMOKE ? "bench smoke: ok" : "wrote BENCHMARKS.md");

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-wasm-pack build --target web --release --out-dir pkg --out-name celeriant_sync "$@"
+wasm-pack build --target web --profile wasm-release --out-dir pkg --out-name celeriant_sync "$@"

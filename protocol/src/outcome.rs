@@ -158,7 +158,51 @@ impl Failure {
     }
 }
 
+/// Every field any outcome body may carry, flat: what [`WriteOutcome::parse`] reads.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FlatOutcome {
+    outcome: String,
+    #[serde(default)]
+    duplicate: bool,
+    aggregate_version: Option<u64>,
+    code: Option<u32>,
+    message: Option<String>,
+    retry_after_ms: Option<u64>,
+    last_client_seq: Option<u64>,
+    attempted_client_seq: Option<u64>,
+}
+
 impl WriteOutcome {
+    /// Parses a response body, leniently (unknown fields are ignored, for bodies from newer
+    /// gateways); `None` when it is not a protocol body. Equivalent to the derived
+    /// `Deserialize`, without the buffering an internally tagged enum costs in WebAssembly.
+    pub fn parse(json: &str) -> Option<WriteOutcome> {
+        let f: FlatOutcome = serde_json::from_str(json).ok()?;
+        let failure = |code: Option<u32>| {
+            Some(Failure {
+                code: code?,
+                message: f.message.clone().unwrap_or_default(),
+                retry_after_ms: f.retry_after_ms,
+                last_client_seq: f.last_client_seq,
+                attempted_client_seq: f.attempted_client_seq,
+            })
+        };
+        Some(match f.outcome.as_str() {
+            "landed" => WriteOutcome::Landed(Landed {
+                duplicate: f.duplicate,
+                aggregate_version: f.aggregate_version,
+                code: f.code,
+                last_client_seq: f.last_client_seq,
+                attempted_client_seq: f.attempted_client_seq,
+            }),
+            "retry" => WriteOutcome::Retry(failure(f.code)?),
+            "unknown" => WriteOutcome::Unknown(failure(f.code)?),
+            "rejected" => WriteOutcome::Rejected(failure(f.code)?),
+            _ => return None,
+        })
+    }
+
     /// A fresh landing.
     pub fn landed(aggregate_version: Option<u64>) -> Self {
         WriteOutcome::Landed(Landed {
@@ -319,6 +363,43 @@ mod tests {
         assert_eq!(classify(g::UPSTREAM_OUTCOME_UNKNOWN), Class::Unknown);
         assert_eq!(classify(g::GATEWAY_TIMEOUT), Class::Unknown);
         assert_eq!(classify(g::INTERNAL), Class::Unknown);
+    }
+
+    #[test]
+    fn parse_agrees_with_the_derived_deserializer() {
+        let bodies = [
+            WriteOutcome::landed(Some(4)),
+            WriteOutcome::landed(None),
+            WriteOutcome::duplicate(7, 5),
+            WriteOutcome::from_code(2013, "in flight"),
+            WriteOutcome::Retry(Failure {
+                last_client_seq: Some(3),
+                attempted_client_seq: Some(1),
+                ..Failure::new(2013, "x")
+            }),
+            WriteOutcome::from_code(g::GATEWAY_TIMEOUT, "late"),
+            WriteOutcome::from_code(2022, "schema"),
+        ];
+        for outcome in bodies {
+            let json = serde_json::to_string(&outcome).unwrap();
+            assert_eq!(WriteOutcome::parse(&json), Some(outcome.clone()), "{json}");
+            assert_eq!(
+                serde_json::from_str::<WriteOutcome>(&json).unwrap(),
+                outcome
+            );
+        }
+        assert_eq!(
+            WriteOutcome::parse(r#"{"outcome":"retry","message":"no code"}"#),
+            None
+        );
+        assert_eq!(WriteOutcome::parse(r#"{"outcome":"maybe","code":1}"#), None);
+        assert_eq!(WriteOutcome::parse("<html>"), None);
+        let newer = r#"{"outcome":"landed","duplicate":false,"aggregateVersion":2,"shard":7}"#;
+        assert_eq!(
+            WriteOutcome::parse(newer),
+            Some(WriteOutcome::landed(Some(2))),
+            "lenient"
+        );
     }
 
     #[test]

@@ -61,11 +61,14 @@ pub struct SyncClient {
     inner: Rc<Inner>,
 }
 
-fn promise<F>(future: F) -> Promise
-where
-    F: std::future::Future<Output = Result<JsValue, ClientError>> + 'static,
-{
-    future_to_promise(async move { future.await.map_err(JsValue::from) })
+/// Runs `future` as a JS promise. Boxed, so every method shares one instantiation of the
+/// promise glue (each generic instantiation costs kilobytes of wasm).
+fn promise(
+    future: impl std::future::Future<Output = Result<JsValue, ClientError>> + 'static,
+) -> Promise {
+    let boxed: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, ClientError>>>> =
+        Box::pin(future);
+    future_to_promise(async move { boxed.await.map_err(JsValue::from) })
 }
 
 #[wasm_bindgen]
@@ -147,7 +150,7 @@ impl SyncClient {
         });
         promise(async move {
             let (aggregate, events) = parsed?;
-            let receipts = inner.outbox().append(aggregate, events).await?;
+            let receipts = inner.session.append(aggregate, events).await?;
             inner.session.appended(receipts.len() as u64);
             Ok(output::receipts(&receipts))
         })
@@ -180,7 +183,7 @@ impl SyncClient {
         let id = uuid::Uuid::parse_str(event_id).map_err(|e| {
             ClientError::new(
                 "INVALID_EVENT_ID",
-                format!("{event_id:?} is not a UUID: {e}"),
+                format!("\"{event_id}\" is not a UUID: {e}"),
             )
         });
         promise(async move {

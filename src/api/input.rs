@@ -24,7 +24,7 @@ fn uuid(value: &JsValue, code: &'static str, what: &str) -> Result<Uuid, ClientE
         .as_string()
         .ok_or_else(|| ClientError::new(code, format!("{what} must be a UUID string")))?;
     Uuid::parse_str(&text)
-        .map_err(|e| ClientError::new(code, format!("{what} {text:?} is not a UUID: {e}")))
+        .map_err(|e| ClientError::new(code, format!("{what} \"{text}\" is not a UUID: {e}")))
 }
 
 /// `{ typeId, id }`.
@@ -74,7 +74,10 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
         if !EVENT_KEYS.contains(&key.as_str()) {
             return Err(at(
                 "INVALID_EVENT",
-                format!("unknown field {key:?} (fields: {})", EVENT_KEYS.join(", ")),
+                format!(
+                    "unknown field \"{key}\" (fields: {})",
+                    EVENT_KEYS.join(", ")
+                ),
             ));
         }
     }

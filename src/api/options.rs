@@ -57,6 +57,15 @@ fn bad(message: impl Into<String>) -> ClientError {
     ClientError::new("INVALID_OPTIONS", message)
 }
 
+/// A number as JavaScript prints it (without pulling Rust's float formatting into the module).
+fn number_text(v: f64) -> String {
+    String::from(
+        js_sys::Number::from(v)
+            .to_string_with_radix(10)
+            .unwrap_or_else(|_| "NaN".into()),
+    )
+}
+
 fn integer(
     name: &str,
     value: Option<f64>,
@@ -67,7 +76,8 @@ fn integer(
     let Some(v) = value else { return Ok(default) };
     if v.fract() != 0.0 || v < min as f64 || v > max as f64 {
         return Err(bad(format!(
-            "{name} must be an integer in {min}..={max}, got {v}"
+            "{name} must be an integer in {min}..={max}, got {}",
+            number_text(v)
         )));
     }
     Ok(v as u64)
@@ -94,7 +104,7 @@ pub fn parse(value: JsValue) -> Result<Options, ClientError> {
         let key = key.as_string().unwrap_or_default();
         if !KEYS.contains(&key.as_str()) {
             return Err(bad(format!(
-                "unknown option {key:?} (options: {})",
+                "unknown option \"{key}\" (options: {})",
                 KEYS.join(", ")
             )));
         }
@@ -106,7 +116,7 @@ pub fn parse(value: JsValue) -> Result<Options, ClientError> {
         || gateway_url.len() < 10
     {
         return Err(bad(format!(
-            "gatewayUrl must be an absolute http(s) URL, got {:?}",
+            "gatewayUrl must be an absolute http(s) URL, got \"{}\"",
             raw.gateway_url
         )));
     }
@@ -140,7 +150,7 @@ pub fn parse(value: JsValue) -> Result<Options, ClientError> {
         Some("default") => Durability::Default,
         Some(other) => {
             return Err(bad(format!(
-                "durability must be \"strict\", \"relaxed\" or \"default\", got {other:?}"
+                "durability must be \"strict\", \"relaxed\" or \"default\", got \"{other}\""
             )));
         }
     };

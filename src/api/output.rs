@@ -153,17 +153,20 @@ struct ParkedEventOut<'a> {
     may_have_landed: bool,
 }
 
-/// One element of `parkedEvents()`.
+/// One element of `parkedEvents()` (the event decoded from its stored wire form).
 pub fn parked_event(e: &StoredEvent, r: &ParkRecord) -> JsValue {
+    let Ok(wire) = e.decode() else {
+        return JsValue::NULL;
+    };
     js(&ParkedEventOut {
         aggregate: agg(&e.aggregate),
         client_seq: e.client_seq,
         event_id: e.event_id.to_string(),
-        event_type: e.event_type,
-        minor: e.minor,
-        data: &e.data,
-        iv: e.iv.as_deref(),
-        timestamp: e.timestamp,
+        event_type: wire.event_type,
+        minor: wire.minor,
+        data: &wire.data,
+        iv: wire.iv.as_deref(),
+        timestamp: wire.timestamp,
         code: r.code,
         message: &r.message,
         parked_at: r.parked_at,

@@ -12,6 +12,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
+use futures_channel::oneshot;
 use gloo_timers::callback::Interval;
 use uuid::Uuid;
 use web_sys::EventTarget;
@@ -25,7 +26,8 @@ use crate::browser::idb::outbox::IdbOutbox;
 use crate::browser::locks::{self, DrainLock};
 use crate::browser::observer::DomObserver;
 use crate::engine::drain::{Drainer, RunEnd};
-use crate::engine::model::AggregateRef;
+use crate::engine::model::{AggregateRef, NewEvent, Receipt};
+use crate::engine::outbox::StoreError;
 use crate::engine::status::{Hub, Role};
 
 /// How often the drainer says it is alive, and followers check that it is.
@@ -52,6 +54,19 @@ pub struct Session {
     last_heard: Cell<f64>,
     heartbeat: RefCell<Option<Interval>>,
     online: RefCell<Option<OnlineListener>>,
+    /// Appends waiting for the next group commit.
+    queued: RefCell<Vec<QueuedAppend>>,
+    /// A group commit is being written.
+    writing: Cell<bool>,
+}
+
+/// Most appends written in one group commit.
+const MAX_GROUP: usize = 512;
+
+struct QueuedAppend {
+    aggregate: AggregateRef,
+    events: Vec<NewEvent>,
+    reply: oneshot::Sender<Result<Vec<Receipt>, StoreError>>,
 }
 
 fn now() -> f64 {
@@ -91,6 +106,8 @@ impl Session {
             last_heard: Cell::new(now()),
             heartbeat: RefCell::new(None),
             online: RefCell::new(None),
+            queued: RefCell::new(Vec::new()),
+            writing: Cell::new(false),
         });
         let online = OnlineListener::new(&session.hub)
             .map_err(|_| ClientError::new("UNSUPPORTED", "cannot listen for the online event"))?;
@@ -240,6 +257,58 @@ impl Session {
         {
             // The drainer is silent (frozen, hung) and work is waiting: take over.
             self.request_lock(true);
+        }
+    }
+
+    /// Stores an append. Appends made while another group is being written are queued and
+    /// written together in one transaction (group commit); each resolves once the transaction
+    /// holding it committed, with its own receipts.
+    pub async fn append(
+        self: &Rc<Self>,
+        aggregate: AggregateRef,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<Receipt>, StoreError> {
+        let (reply, receipt) = oneshot::channel();
+        self.queued.borrow_mut().push(QueuedAppend {
+            aggregate,
+            events,
+            reply,
+        });
+        if !self.writing.replace(true) {
+            let session = self.clone();
+            wasm_bindgen_futures::spawn_local(async move { session.write_queued().await });
+        }
+        receipt.await.unwrap_or(Err(StoreError::Closed))
+    }
+
+    async fn write_queued(&self) {
+        loop {
+            let group: Vec<QueuedAppend> = {
+                let mut queued = self.queued.borrow_mut();
+                let n = queued.len().min(MAX_GROUP);
+                queued.drain(..n).collect()
+            };
+            if group.is_empty() {
+                self.writing.set(false);
+                return;
+            }
+            let items: Vec<(AggregateRef, &[NewEvent])> = group
+                .iter()
+                .map(|q| (q.aggregate, q.events.as_slice()))
+                .collect();
+            let result = self.outbox.append_group(&items).await;
+            match result {
+                Ok(receipts) => {
+                    for (queued, receipts) in group.into_iter().zip(receipts) {
+                        let _ = queued.reply.send(Ok(receipts));
+                    }
+                }
+                Err(e) => {
+                    for queued in group {
+                        let _ = queued.reply.send(Err(e.clone()));
+                    }
+                }
+            }
         }
     }
 

@@ -7,7 +7,6 @@
 //! resend of a pinned batch byte-identical, also after a reload.
 
 use celeriant_sync_protocol::wire::WRITE_JSON_OVERHEAD;
-use celeriant_sync_protocol::{AggregateWrite, WriteRequest};
 use uuid::Uuid;
 
 use super::model::{AggregateRef, Batch, StoredEvent};
@@ -42,17 +41,27 @@ pub fn batch_of(events: &[StoredEvent]) -> Option<Batch> {
     })
 }
 
-/// The request body for `events`, sent by `client_id`.
+/// The request body for `events`, sent by `client_id`: the stored wire fragments joined into
+/// the protocol's `WriteRequest` (field for field what serde would write for it, as a test
+/// checks), so the same events always give the same bytes.
 pub fn encode(client_id: Uuid, aggregate: AggregateRef, events: &[StoredEvent]) -> String {
-    let request = WriteRequest {
-        client_id,
-        writes: vec![AggregateWrite {
-            aggregate,
-            allow_create: true,
-            events: events.iter().map(StoredEvent::to_wire).collect(),
-        }],
-    };
-    serde_json::to_string(&request).expect("a write request always serialises")
+    let size = WRITE_JSON_OVERHEAD + events.iter().map(StoredEvent::encoded_len).sum::<usize>();
+    let mut body = String::with_capacity(size);
+    body.push_str(r#"{"clientId":""#);
+    body.push_str(&client_id.to_string());
+    body.push_str(r#"","writes":[{"aggregate":{"typeId":""#);
+    body.push_str(&aggregate.type_id.to_string());
+    body.push_str(r#"","id":""#);
+    body.push_str(&aggregate.id.to_string());
+    body.push_str(r#""},"allowCreate":true,"events":["#);
+    for (i, event) in events.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&event.wire);
+    }
+    body.push_str("]}]}");
+    body
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -82,15 +91,16 @@ mod tests {
             id: Uuid::from_u128(2),
         };
         let events: Vec<StoredEvent> = (1..=50)
-            .map(|seq| StoredEvent {
-                aggregate,
-                client_seq: seq,
-                event_id: Uuid::from_u128(u128::MAX - seq as u128),
-                timestamp: 1_790_000_000_000,
-                event_type: 9_007_199_254_740_991,
-                minor: 12,
-                data: vec![0xAB; (seq * 37 % 300) as usize],
-                iv: (seq % 2 == 0).then(|| vec![1; 12]),
+            .map(|seq| {
+                let new = crate::engine::model::NewEvent {
+                    event_id: Uuid::from_u128(u128::MAX - seq as u128),
+                    timestamp: 1_790_000_000_000,
+                    event_type: 9_007_199_254_740_991,
+                    minor: 12,
+                    data: vec![0xAB; (seq * 37 % 300) as usize],
+                    iv: (seq % 2 == 0).then(|| vec![1; 12]),
+                };
+                StoredEvent::new(aggregate, seq, &new)
             })
             .collect();
         for budget in [300, 1_000, 4_096, 20_000] {
@@ -101,8 +111,15 @@ mod tests {
                 "{} > {budget} with {n}",
                 body.len()
             );
-            let parsed: WriteRequest = serde_json::from_str(&body).unwrap();
+            let parsed: celeriant_sync_protocol::WriteRequest =
+                serde_json::from_str(&body).unwrap();
             validate_write(&parsed, &Limits::default()).unwrap();
+            assert_eq!(
+                serde_json::to_string(&parsed).unwrap(),
+                body,
+                "what serde writes"
+            );
+            assert_eq!(parsed.writes[0].events[0], events[0].decode().unwrap());
             assert_eq!(
                 encode(Uuid::from_u128(3), aggregate, &events[..n]),
                 body,

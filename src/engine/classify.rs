@@ -96,9 +96,9 @@ pub fn classify(reply: &Reply) -> Outcome {
                     };
                 }
             };
-            match serde_json::from_str::<WriteOutcome>(body) {
-                Ok(outcome) => from_protocol(*status, outcome, header_ms),
-                Err(_) => from_bare_status(*status, header_ms),
+            match WriteOutcome::parse(body) {
+                Some(outcome) => from_protocol(*status, outcome, header_ms),
+                None => from_bare_status(*status, header_ms),
             }
         }
     }

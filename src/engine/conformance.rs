@@ -107,13 +107,21 @@ pub async fn events_are_stored_exactly(o: &impl Outbox) {
         assert_eq!(stored.client_seq, i as u64 + 1);
         assert_eq!(stored.aggregate, aggregate(5));
         assert_eq!(stored.event_id, original.event_id);
-        assert_eq!(stored.timestamp, original.timestamp);
+        let wire = stored.decode().expect("stored in the wire encoding");
+        assert_eq!(wire.client_seq, stored.client_seq);
+        assert_eq!(wire.event_id, Some(original.event_id));
+        assert_eq!(wire.timestamp, original.timestamp);
         assert_eq!(
-            (stored.event_type, stored.minor),
+            (wire.event_type, wire.minor),
             (original.event_type, original.minor)
         );
-        assert_eq!(stored.data, original.data, "payload bytes");
-        assert_eq!(stored.iv, original.iv, "iv");
+        assert_eq!(wire.data, original.data, "payload bytes");
+        assert_eq!(wire.iv, original.iv, "iv");
+        assert_eq!(
+            stored,
+            &super::model::StoredEvent::new(aggregate(5), wire.client_seq, original),
+            "exactly the encoding of the appended event"
+        );
     }
     let read = o
         .read(&Batch {
@@ -139,7 +147,7 @@ pub async fn head_cuts_by_count_and_bytes(o: &impl Outbox) {
         [1, 2, 3, 4, 5]
     );
     let one = event(0, 100);
-    let size = super::model::StoredEvent::new(aggregate(1), 1, one).encoded_len();
+    let size = super::model::StoredEvent::new(aggregate(1), 1, &one).encoded_len();
     let budget = celeriant_sync_protocol::wire::WRITE_JSON_OVERHEAD + 3 * size;
     assert_eq!(
         seqs(o.head(aggregate(1), 100, budget).await.unwrap()),

@@ -12,7 +12,7 @@
 //! * Waits are woken by new work, the network coming back, or `close`; backoff and offline
 //!   probing only by the network and `close`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use futures_util::future::select_all;
@@ -22,7 +22,7 @@ use super::backoff::Backoff;
 use super::batch::{batch_of, encode};
 use super::classify::{Action, classify, decide};
 use super::env::{Env, Transport};
-use super::model::{AggregateRef, Batch, ParkRecord};
+use super::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
 use super::outbox::{EventState, Outbox, StoreError};
 use super::signal::{Changed, first};
 use super::status::{Hub, SyncState, SyncedNotice};
@@ -93,12 +93,16 @@ pub struct Drainer<O, T, E> {
     attempt: u32,
     /// Aggregates whose rejected batch is being retried one event at a time: up to which
     /// sequence, and whether that batch may have landed before it was rejected.
-    isolating: HashMap<AggregateRef, (u64, bool)>,
+    isolating: BTreeMap<AggregateRef, (u64, bool)>,
     /// Whether an attempt of the pinned batch may have landed (an unknown outcome, or a pin
     /// found at start-up: it was pinned before a send that may have happened).
     ambiguous: bool,
     /// While offline: when to probe next (Unix ms).
     next_probe_at: u64,
+    /// This loop's own last write left nothing pinned (it settled or parked the pinned batch
+    /// whole), so the next step need not read the pin back. Only the drainer writes the pin,
+    /// and a successor's pin is guarded by compare-and-set.
+    unpinned: bool,
 }
 
 impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
@@ -120,9 +124,10 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
             client_id,
             cursor: None,
             attempt: 0,
-            isolating: HashMap::new(),
+            isolating: BTreeMap::new(),
             ambiguous: true,
             next_probe_at: 0,
+            unpinned: false,
         }
     }
 
@@ -190,10 +195,16 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
     }
 
     async fn step(&mut self) -> Result<Wait, StoreError> {
-        let batch = match self.outbox.pinned().await? {
-            Some(batch) => batch,
+        let pinned = if self.unpinned {
+            None
+        } else {
+            self.outbox.pinned().await?
+        };
+        self.unpinned = false;
+        let (batch, cut) = match pinned {
+            Some(batch) => (batch, None),
             None => match self.cut_next().await? {
-                Some(batch) => {
+                Some((batch, events)) => {
                     if !self.outbox.pin(&batch, None).await? {
                         // Another drainer pinned a batch since we looked: it is active.
                         return Ok(Wait::Stop);
@@ -202,12 +213,16 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
                         .isolating
                         .get(&batch.aggregate)
                         .is_some_and(|(_, ambiguous)| *ambiguous);
-                    batch
+                    (batch, Some(events))
                 }
                 None => return Ok(Wait::Work),
             },
         };
-        let events = self.outbox.read(&batch).await?;
+        // A batch cut just now is exactly the events just read; a pinned one is read back.
+        let events = match cut {
+            Some(events) => events,
+            None => self.outbox.read(&batch).await?,
+        };
         if events.is_empty() {
             // Its events are gone (settled elsewhere): nothing left to send.
             self.outbox.settle(&batch, batch.last_seq).await?;
@@ -254,6 +269,7 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
         match action {
             Action::Settle { through, duplicate } => {
                 let removed = self.outbox.settle(&batch, through).await?;
+                self.unpinned = through >= batch.last_seq;
                 self.attempt = 0;
                 self.ambiguous = false;
                 self.next_probe_at = 0;
@@ -312,6 +328,7 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
                     may_have_landed: self.ambiguous,
                 };
                 self.outbox.park(&record, &batch).await?;
+                self.unpinned = true;
                 self.attempt = 0;
                 self.ambiguous = false;
                 self.isolating.remove(&batch.aggregate);
@@ -321,8 +338,9 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
         }
     }
 
-    /// The next aggregate after the cursor (round robin) that is not parked, and its batch.
-    async fn cut_next(&mut self) -> Result<Option<Batch>, StoreError> {
+    /// The next aggregate after the cursor (round robin) that is not parked, its batch and the
+    /// batch's events.
+    async fn cut_next(&mut self) -> Result<Option<(Batch, Vec<StoredEvent>)>, StoreError> {
         let mut after = self.cursor;
         let mut wrapped = after.is_none();
         let aggregate = loop {
@@ -352,18 +370,17 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
         {
             // Past the rejected range: back to full batches.
             self.isolating.remove(&aggregate);
-            return Ok(batch_of(
-                &self
-                    .outbox
-                    .head(
-                        aggregate,
-                        self.policy.max_batch_events,
-                        self.policy.max_batch_bytes,
-                    )
-                    .await?,
-            ));
+            let events = self
+                .outbox
+                .head(
+                    aggregate,
+                    self.policy.max_batch_events,
+                    self.policy.max_batch_bytes,
+                )
+                .await?;
+            return Ok(batch_of(&events).map(|batch| (batch, events)));
         }
-        Ok(batch_of(&events))
+        Ok(batch_of(&events).map(|batch| (batch, events)))
     }
 }
 
@@ -404,8 +421,10 @@ pub async fn flush<O: Outbox>(outbox: &O, hub: &Hub) -> Result<(), FlushError> {
     loop {
         let progress = hub.progress.generation();
         let mut remaining = Vec::with_capacity(targets.len());
-        for (aggregate, target) in targets {
-            match outbox.lowest_pending(aggregate).await? {
+        let aggregates: Vec<AggregateRef> = targets.iter().map(|(a, _)| *a).collect();
+        let lowest = outbox.lowest_pending_of(&aggregates).await?;
+        for ((aggregate, target), lowest) in targets.into_iter().zip(lowest) {
+            match lowest {
                 Some(lowest) if lowest <= target => {
                     if let Some(record) = hub.park_record(&aggregate) {
                         return Err(FlushError::Parked {

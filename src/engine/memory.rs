@@ -61,7 +61,7 @@ impl Outbox for MemoryOutbox {
             });
             state
                 .events
-                .insert((aggregate, seq), StoredEvent::new(aggregate, seq, event));
+                .insert((aggregate, seq), StoredEvent::new(aggregate, seq, &event));
         }
         state.counters.insert(aggregate, seq);
         Ok(receipts)

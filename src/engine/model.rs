@@ -26,7 +26,12 @@ pub struct NewEvent {
     pub iv: Option<Vec<u8>>,
 }
 
-/// An event in the outbox: a [`NewEvent`] with its aggregate and sequence.
+/// An event in the outbox: a [`NewEvent`] with its aggregate and sequence, kept **in its wire
+/// encoding** — the JSON of the protocol's `Event`, written once at append.
+///
+/// Storing the bytes that travel makes every resend byte-identical by construction, makes a
+/// batch's size exact before it is built, and leaves the drain loop nothing to convert: a
+/// request body is the stored fragments joined ([`super::batch::encode`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEvent {
     /// The aggregate it belongs to.
@@ -35,52 +40,38 @@ pub struct StoredEvent {
     pub client_seq: u64,
     /// The app's id for it.
     pub event_id: Uuid,
-    /// Unix milliseconds at append.
-    pub timestamp: u64,
-    /// Event type.
-    pub event_type: u64,
-    /// Minor type.
-    pub minor: u64,
-    /// Payload.
-    pub data: Vec<u8>,
-    /// Nonce, if encrypted.
-    pub iv: Option<Vec<u8>>,
+    /// The event as it travels (`{"clientSeq":…,"eventId":…,…}`).
+    pub wire: String,
 }
 
 impl StoredEvent {
-    /// A [`NewEvent`] stored under `aggregate` at `client_seq`.
-    pub fn new(aggregate: AggregateRef, client_seq: u64, e: NewEvent) -> Self {
+    /// `e` stored under `aggregate` at `client_seq`: encoded once, here.
+    pub fn new(aggregate: AggregateRef, client_seq: u64, e: &NewEvent) -> Self {
+        let wire = WireEvent {
+            client_seq,
+            event_id: Some(e.event_id),
+            timestamp: e.timestamp,
+            event_type: e.event_type,
+            minor: e.minor,
+            data: e.data.clone(),
+            iv: e.iv.clone(),
+        };
         StoredEvent {
             aggregate,
             client_seq,
             event_id: e.event_id,
-            timestamp: e.timestamp,
-            event_type: e.event_type,
-            minor: e.minor,
-            data: e.data,
-            iv: e.iv,
+            wire: serde_json::to_string(&wire).expect("an event always serialises"),
         }
     }
 
-    /// The event as it travels.
-    pub fn to_wire(&self) -> WireEvent {
-        WireEvent {
-            client_seq: self.client_seq,
-            event_id: Some(self.event_id),
-            timestamp: self.timestamp,
-            event_type: self.event_type,
-            minor: self.minor,
-            data: self.data.clone(),
-            iv: self.iv.clone(),
-        }
+    /// The event decoded from its wire form (for `parkedEvents` and tests).
+    pub fn decode(&self) -> Result<WireEvent, serde_json::Error> {
+        serde_json::from_str(&self.wire)
     }
 
-    /// An upper bound of its size inside a request body.
+    /// Its exact size inside a request body (with the separating comma).
     pub fn encoded_len(&self) -> usize {
-        use celeriant_sync_protocol::encoding::base64_len;
-        celeriant_sync_protocol::wire::EVENT_JSON_OVERHEAD
-            + base64_len(self.data.len())
-            + self.iv.as_ref().map_or(0, |iv| base64_len(iv.len()))
+        self.wire.len() + 1
     }
 }
 

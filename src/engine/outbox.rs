@@ -90,6 +90,20 @@ pub trait Outbox {
         aggregate: AggregateRef,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>>;
 
+    /// [`Outbox::lowest_pending`] of several aggregates (one transaction where storage has them).
+    fn lowest_pending_of(
+        &self,
+        aggregates: &[AggregateRef],
+    ) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> {
+        async move {
+            let mut lowest = Vec::with_capacity(aggregates.len());
+            for aggregate in aggregates {
+                lowest.push(self.lowest_pending(*aggregate).await?);
+            }
+            Ok(lowest)
+        }
+    }
+
     /// The aggregate's lowest pending events in sequence order: at most `max_events`, and no
     /// more than fit in `max_bytes` of request body ([`StoredEvent::encoded_len`]) — but at
     /// least one event when any is pending.

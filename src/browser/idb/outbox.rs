@@ -18,7 +18,7 @@ use uuid::Uuid;
 use wasm_bindgen::JsValue;
 
 use super::records::{
-    CounterRecord, EventRecord, NewEventRecord, ParkedRecord, PinRecord, aggregate_key,
+    CounterRecord, EventRead, EventRecord, ParkedRecord, PinRecord, aggregate_key,
     aggregate_of_key, event_key, from_js, seq_of_key, to_js,
 };
 use super::schema::{
@@ -97,6 +97,14 @@ async fn current_pin(
     pin.map(|v| from_js::<PinRecord>(v)?.into_batch())
         .transpose()
 }
+
+/// Durability of the drain loop's own writes (pin, settle, park). `relaxed` is safe for them:
+/// they survive a tab or browser crash, and if an OS crash loses one, the only effect is a
+/// resend that Celeriant answers with 2002 (a lost pin: a resend with other boundaries, whose
+/// landed prefix `lastClientSeq` names; a lost settle: a resend of landed events; a lost park: a
+/// second rejection). Appends and discards keep the configured durability: losing those would
+/// lose the app's data or decision.
+const BOOKKEEPING: TransactionDurability = TransactionDurability::Relaxed;
 
 fn read_tx<'a>(db: &'a Database, stores: &[&str]) -> Result<Transaction<'a>, StoreError> {
     db.transaction(stores.to_vec())
@@ -179,46 +187,82 @@ fn watch_version_changes(db: &Database, stale: Rc<Cell<bool>>) {
 }
 
 impl IdbOutbox {
-    /// One attempt of [`Outbox::append`]: counter and events in one transaction.
-    async fn append_once(
+    /// Stores several appends in **one** transaction (group commit): each aggregate's counter
+    /// is read once, every append gets its next sequences in order, every counter is bumped.
+    /// All of the group lands or none of it; receipts come back per append.
+    pub async fn append_group(
         &self,
-        aggregate: AggregateRef,
-        events: &[NewEvent],
-    ) -> Result<Vec<Receipt>, StoreError> {
+        group: &[(AggregateRef, &[NewEvent])],
+    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
+        match self.append_group_once(group).await {
+            // Another context upgraded the database mid-append: nothing was written (the
+            // transaction aborted); reopen and try once more.
+            Err(_) if self.stale.get() && !self.closed.get() => self.append_group_once(group).await,
+            result => result,
+        }
+    }
+
+    async fn append_group_once(
+        &self,
+        group: &[(AggregateRef, &[NewEvent])],
+    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
         let db = self.connection().await?;
         let tx = write_tx(&db, self.durability, &[EVENTS, COUNTERS])?;
         let counters = tx.object_store(COUNTERS).ctx()?;
         let store = tx.object_store(EVENTS).ctx()?;
-        let counter: Option<JsValue> = counters
-            .get(aggregate_key(&aggregate))
-            .primitive()
-            .ctx()?
-            .await
-            .ctx()?;
-        let mut seq = match counter {
-            Some(v) => from_js::<CounterRecord>(v)?.last,
-            None => 0,
-        };
-        let (t, a) = (aggregate.type_id.to_string(), aggregate.id.to_string());
-        let mut receipts = Vec::with_capacity(events.len());
-        for event in events {
-            seq += 1;
-            receipts.push(Receipt {
-                event_id: event.event_id,
-                client_seq: seq,
-            });
-            // Requests go out when built; the commit below waits for all of them.
-            store
-                .add(to_js(&NewEventRecord::new(&t, &a, seq, event))?)
+        // Read every counter first (the requests run together), then assign.
+        let mut aggregates: Vec<AggregateRef> = group.iter().map(|(a, _)| *a).collect();
+        aggregates.sort();
+        aggregates.dedup();
+        let mut reads = Vec::with_capacity(aggregates.len());
+        for aggregate in &aggregates {
+            reads.push(
+                counters
+                    .get::<JsValue, _, _>(aggregate_key(aggregate))
+                    .primitive()
+                    .ctx()?,
+            );
+        }
+        let mut last = std::collections::BTreeMap::new();
+        for (aggregate, read) in aggregates.iter().zip(reads) {
+            let seq = match read.await.ctx()? {
+                Some(v) => from_js::<CounterRecord>(v)?.last,
+                None => 0,
+            };
+            last.insert(
+                *aggregate,
+                (aggregate.type_id.to_string(), aggregate.id.to_string(), seq),
+            );
+        }
+        let mut all = Vec::with_capacity(group.len());
+        for (aggregate, events) in group {
+            let (t, a, seq) = last
+                .get_mut(aggregate)
+                .expect("every aggregate's counter was read");
+            let mut receipts = Vec::with_capacity(events.len());
+            for event in events.iter() {
+                *seq += 1;
+                receipts.push(Receipt {
+                    event_id: event.event_id,
+                    client_seq: *seq,
+                });
+                // Requests go out when built; the commit below waits for all of them.
+                let stored = StoredEvent::new(*aggregate, *seq, event);
+                store
+                    .add(to_js(&EventRecord::new(t, a, &stored))?)
+                    .primitive()
+                    .ctx()?;
+            }
+            all.push(receipts);
+        }
+        for (t, a, seq) in last.into_values() {
+            counters
+                .put(to_js(&CounterRecord { t, a, last: seq })?)
                 .primitive()
                 .ctx()?;
         }
-        counters
-            .put(to_js(&CounterRecord { t, a, last: seq })?)
-            .primitive()
-            .ctx()?;
         committed(tx).await?;
-        Ok(receipts)
+        Ok(all)
     }
 
     /// Opens (creating or upgrading) the database `name`.
@@ -261,26 +305,37 @@ impl IdbOutbox {
 
     async fn get_all(
         &self,
+        aggregate: AggregateRef,
         range: KeyRange<JsValue>,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let db = self.connection().await?;
         let tx = read_tx(&db, &[EVENTS])?;
         let store = tx.object_store(EVENTS).ctx()?;
-        let values = store
-            .get_all::<JsValue>()
-            .with_query::<JsValue, _>(range)
-            .with_limit(limit)
-            .primitive()
-            .ctx()?
-            .await
-            .ctx()?;
-        let mut events = Vec::new();
-        for value in values {
-            events.push(from_js::<EventRecord>(value.ctx()?)?.into_event()?);
-        }
-        Ok(events)
+        get_all_in(&store, aggregate, range, limit).await
     }
+}
+
+/// Up to `limit` events in `range`, read inside the caller's transaction.
+async fn get_all_in(
+    store: &indexed_db_futures::object_store::ObjectStore<'_>,
+    aggregate: AggregateRef,
+    range: KeyRange<JsValue>,
+    limit: u32,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let values = store
+        .get_all::<JsValue>()
+        .with_query::<JsValue, _>(range)
+        .with_limit(limit)
+        .primitive()
+        .ctx()?
+        .await
+        .ctx()?;
+    let mut events = Vec::new();
+    for value in values {
+        events.push(from_js::<EventRead>(value.ctx()?)?.into_event(aggregate)?);
+    }
+    Ok(events)
 }
 
 impl Outbox for IdbOutbox {
@@ -309,14 +364,8 @@ impl Outbox for IdbOutbox {
         aggregate: AggregateRef,
         events: Vec<NewEvent>,
     ) -> Result<Vec<Receipt>, StoreError> {
-        match self.append_once(aggregate, &events).await {
-            // Another context upgraded the database mid-append: nothing was written (the
-            // transaction aborted); reopen and try once more.
-            Err(_) if self.stale.get() && !self.closed.get() => {
-                self.append_once(aggregate, &events).await
-            }
-            result => result,
-        }
+        let mut receipts = self.append_group(&[(aggregate, &events)]).await?;
+        Ok(receipts.pop().unwrap_or_default())
     }
 
     async fn last_assigned(&self, aggregate: AggregateRef) -> Result<u64, StoreError> {
@@ -351,6 +400,25 @@ impl Outbox for IdbOutbox {
         key.map(|k| aggregate_of_key(&k)).transpose()
     }
 
+    async fn lowest_pending_of(
+        &self,
+        aggregates: &[AggregateRef],
+    ) -> Result<Vec<Option<u64>>, StoreError> {
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[EVENTS])?;
+        let store = tx.object_store(EVENTS).ctx()?;
+        let mut requests = Vec::with_capacity(aggregates.len());
+        for aggregate in aggregates {
+            requests.push(store.get_key(all_of(aggregate)).primitive().ctx()?);
+        }
+        let mut lowest = Vec::with_capacity(aggregates.len());
+        for request in requests {
+            let key: Option<JsValue> = request.await.ctx()?;
+            lowest.push(key.map(|k| seq_of_key(&k)).transpose()?);
+        }
+        Ok(lowest)
+    }
+
     async fn lowest_pending(&self, aggregate: AggregateRef) -> Result<Option<u64>, StoreError> {
         let db = self.connection().await?;
         let tx = read_tx(&db, &[EVENTS])?;
@@ -370,21 +438,26 @@ impl Outbox for IdbOutbox {
         max_events: usize,
         max_bytes: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        // Read in small chunks so a byte budget bounds memory even with large payloads.
-        const CHUNK: usize = 64;
+        // One transaction; a small first chunk, then chunks sized by the byte budget and the
+        // sizes seen, so memory stays bounded with large payloads while a long run of small
+        // events takes two requests.
+        let db = self.connection().await?;
+        let tx = read_tx(&db, &[EVENTS])?;
+        let store = tx.object_store(EVENTS).ctx()?;
         let max_events = max_events.max(1);
         let mut events: Vec<StoredEvent> = Vec::new();
         let mut from = 0.0;
         let mut open = false;
+        let mut chunk_size = 32;
         loop {
-            let want = (max_events - events.len()).min(CHUNK) as u32;
+            let want = (max_events - events.len()).min(chunk_size) as u32;
             let range = KeyRange::Bound(
                 event_key(&aggregate, from),
                 open,
                 event_key(&aggregate, f64::INFINITY),
                 false,
             );
-            let chunk = self.get_all(range, want).await?;
+            let chunk = get_all_in(&store, aggregate, range, want).await?;
             let exhausted = chunk.len() < want as usize;
             events.extend(chunk);
             let fit = take_within(
@@ -401,11 +474,17 @@ impl Outbox for IdbOutbox {
             }
             from = events.last().map_or(0.0, |e| e.client_seq as f64);
             open = true;
+            // Next, what the byte budget probably still holds, judged by the sizes seen so far:
+            // usually the rest of the batch in one request.
+            let seen: usize = events.iter().map(StoredEvent::encoded_len).sum();
+            let average = (seen / events.len()).max(1);
+            chunk_size = (max_bytes.saturating_sub(seen) / average + 1).clamp(32, 4096);
         }
     }
 
     async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
         self.get_all(
+            batch.aggregate,
             seqs_of(&batch.aggregate, batch.first_seq, batch.last_seq),
             batch.count.max(1),
         )
@@ -423,7 +502,7 @@ impl Outbox for IdbOutbox {
 
     async fn pin(&self, batch: &Batch, replacing: Option<&Batch>) -> Result<bool, StoreError> {
         let db = self.connection().await?;
-        let tx = write_tx(&db, self.durability, &[META])?;
+        let tx = write_tx(&db, BOOKKEEPING, &[META])?;
         let meta = tx.object_store(META).ctx()?;
         if current_pin(&meta).await?.as_ref() != replacing {
             return Ok(false); // dropping the transaction rolls it back (nothing was written)
@@ -438,7 +517,7 @@ impl Outbox for IdbOutbox {
 
     async fn settle(&self, batch: &Batch, through: u64) -> Result<u32, StoreError> {
         let db = self.connection().await?;
-        let tx = write_tx(&db, self.durability, &[EVENTS, META])?;
+        let tx = write_tx(&db, BOOKKEEPING, &[EVENTS, META])?;
         let store = tx.object_store(EVENTS).ctx()?;
         let meta = tx.object_store(META).ctx()?;
         let still_pinned = current_pin(&meta).await?.as_ref() == Some(batch);
@@ -504,7 +583,7 @@ impl Outbox for IdbOutbox {
 
     async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
         let db = self.connection().await?;
-        let tx = write_tx(&db, self.durability, &[PARKED, META])?;
+        let tx = write_tx(&db, BOOKKEEPING, &[PARKED, META])?;
         let parked = tx.object_store(PARKED).ctx()?;
         let meta = tx.object_store(META).ctx()?;
         parked
@@ -553,7 +632,7 @@ impl Outbox for IdbOutbox {
             .await
             .ctx()?;
         for value in dropped {
-            let event = from_js::<EventRecord>(value.ctx()?)?;
+            let event = from_js::<EventRead>(value.ctx()?)?;
             discarded
                 .put(JsValue::from_f64(js_sys::Date::now()))
                 .with_key(event.e)

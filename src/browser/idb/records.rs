@@ -9,38 +9,13 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 use wasm_bindgen::JsValue;
 
-use crate::engine::model::{AggregateRef, Batch, NewEvent, ParkRecord, StoredEvent};
+use crate::engine::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
 use crate::engine::outbox::StoreError;
 
-/// An event in the `events` store.
-#[derive(Serialize, Deserialize)]
-pub struct EventRecord {
-    /// Aggregate type id.
-    pub t: String,
-    /// Aggregate id.
-    pub a: String,
-    /// Sequence.
-    pub s: u64,
-    /// Event id.
-    pub e: String,
-    /// Client timestamp (Unix ms).
-    pub ts: u64,
-    /// Type.
-    pub ty: u64,
-    /// Minor type.
-    pub mi: u64,
-    /// Payload.
-    #[serde(with = "serde_bytes")]
-    pub d: Vec<u8>,
-    /// Nonce.
-    #[serde(default, with = "serde_bytes")]
-    pub iv: Option<Vec<u8>>,
-}
-
-/// An event as written: [`EventRecord`]'s shape, borrowing the appended event's fields so
-/// nothing is copied on the Rust side before the one copy into JS.
+/// An event in the `events` store, as written: aggregate and sequence (the key), the event id
+/// (indexed, for `whenSynced`) and the event's wire encoding ([`StoredEvent::wire`]).
 #[derive(Serialize)]
-pub struct NewEventRecord<'a> {
+pub struct EventRecord<'a> {
     /// Aggregate type id.
     pub t: &'a str,
     /// Aggregate id.
@@ -49,18 +24,31 @@ pub struct NewEventRecord<'a> {
     pub s: u64,
     /// Event id.
     pub e: String,
-    /// Client timestamp (Unix ms).
-    pub ts: u64,
-    /// Type.
-    pub ty: u64,
-    /// Minor type.
-    pub mi: u64,
-    /// Payload.
-    #[serde(with = "serde_bytes")]
-    pub d: &'a [u8],
-    /// Nonce.
-    #[serde(with = "serde_bytes")]
-    pub iv: Option<&'a [u8]>,
+    /// The event as it travels (JSON).
+    pub w: &'a str,
+}
+
+/// An event as read back: the other fields come from the key range the read asked for.
+#[derive(Deserialize)]
+pub struct EventRead {
+    /// Sequence.
+    pub s: u64,
+    /// Event id.
+    pub e: String,
+    /// The event as it travels (JSON).
+    pub w: String,
+}
+
+impl EventRead {
+    /// The stored event of a record read from `aggregate`'s range.
+    pub fn into_event(self, aggregate: AggregateRef) -> Result<StoredEvent, StoreError> {
+        Ok(StoredEvent {
+            aggregate,
+            client_seq: self.s,
+            event_id: uuid(&self.e)?,
+            wire: self.w,
+        })
+    }
 }
 
 /// A sequence counter in the `counters` store.
@@ -114,7 +102,7 @@ pub struct ParkedRecord {
 }
 
 fn uuid(s: &str) -> Result<Uuid, StoreError> {
-    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("bad UUID {s:?}: {e}")))
+    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("bad UUID \"{s}\": {e}")))
 }
 
 fn aggregate(t: &str, a: &str) -> Result<AggregateRef, StoreError> {
@@ -124,36 +112,16 @@ fn aggregate(t: &str, a: &str) -> Result<AggregateRef, StoreError> {
     })
 }
 
-impl<'a> NewEventRecord<'a> {
-    /// The record of `e`, stored under aggregate `(t, a)` at `seq`.
-    pub fn new(t: &'a str, a: &'a str, seq: u64, e: &'a NewEvent) -> Self {
-        NewEventRecord {
+impl<'a> EventRecord<'a> {
+    /// The record of `e`, whose aggregate is `(t, a)`.
+    pub fn new(t: &'a str, a: &'a str, e: &'a StoredEvent) -> Self {
+        EventRecord {
             t,
             a,
-            s: seq,
+            s: e.client_seq,
             e: e.event_id.to_string(),
-            ts: e.timestamp,
-            ty: e.event_type,
-            mi: e.minor,
-            d: &e.data,
-            iv: e.iv.as_deref(),
+            w: &e.wire,
         }
-    }
-}
-
-impl EventRecord {
-    /// The stored event of a record.
-    pub fn into_event(self) -> Result<StoredEvent, StoreError> {
-        Ok(StoredEvent {
-            aggregate: aggregate(&self.t, &self.a)?,
-            client_seq: self.s,
-            event_id: uuid(&self.e)?,
-            timestamp: self.ts,
-            event_type: self.ty,
-            minor: self.mi,
-            data: self.d,
-            iv: self.iv,
-        })
     }
 }
 
@@ -242,7 +210,7 @@ pub fn seq_of_key(key: &JsValue) -> Result<u64, StoreError> {
         .get(2)
         .as_f64()
         .map(|s| s as u64)
-        .ok_or_else(|| StoreError::Corrupt(format!("bad event key {key:?}")))
+        .ok_or_else(|| StoreError::Corrupt("bad event key".to_owned()))
 }
 
 /// The aggregate of an `events` key.
@@ -252,7 +220,7 @@ pub fn aggregate_of_key(key: &JsValue) -> Result<AggregateRef, StoreError> {
         parts
             .get(i)
             .as_string()
-            .ok_or_else(|| StoreError::Corrupt(format!("bad event key {key:?}")))
+            .ok_or_else(|| StoreError::Corrupt("bad event key".to_owned()))
     };
     aggregate(&part(0)?, &part(1)?)
 }

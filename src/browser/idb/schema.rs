@@ -4,7 +4,7 @@
 //!
 //! | store       | key path          | value                                                  |
 //! |-------------|-------------------|--------------------------------------------------------|
-//! | `events`    | `["t", "a", "s"]` | a pending event: aggregate type `t`, id `a`, sequence `s`, payload (see [`super::records::EventRecord`]); index `eventId` on `e` |
+//! | `events`    | `["t", "a", "s"]` | a pending event: aggregate type `t`, id `a`, sequence `s`, event id `e`, and the event's wire encoding `w` (see [`super::records::EventRecord`]); index `eventId` on `e` |
 //! | `counters` | `["t", "a"]`      | the highest sequence ever assigned in the aggregate (never deleted) |
 //! | `parked`   | `["t", "a"]`      | a parked aggregate: rejected range, code, message      |
 //! | `meta`     | out-of-line keys  | `"clientId"` (the device's id), `"pin"` (the pinned batch) |

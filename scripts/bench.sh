@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `npm run bench [-- --smoke]`: builds the package and the gateway (release), then runs
+# bench/run.mjs, which measures each line against a plain-JavaScript baseline in fresh headless
+# Chromium processes and writes BENCHMARKS.md (not in smoke mode).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+bash scripts/setup.sh
+bash scripts/build.sh >/dev/null
+cargo build --release -q -p celeriant-gateway --bins
+RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/celeriant-bench.XXXXXX")
+trap 'rm -rf "$RUN_DIR"' EXIT
+TMPDIR="$RUN_DIR" node bench/run.mjs "$@"
