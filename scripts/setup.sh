@@ -5,7 +5,7 @@
 #   - the wasm32-unknown-unknown Rust target
 #   - wasm-bindgen-cli at exactly the wasm-bindgen version in Cargo.lock
 #   - wasm-pack 0.15.1
-#   - Debian's chromium and chromium-driver (headless browser tests)
+#   - Debian's chromium and chromium-driver, firefox-esr and geckodriver (headless browser tests)
 #   - the npm packages in package-lock.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +49,20 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q chromium chromium-driver
 fi
 
-# 5. npm packages, when package-lock.json changed since the last install.
+# 5. Firefox and geckodriver (the second engine of the browser tests).
+if ! command -v firefox-esr >/dev/null && ! command -v firefox >/dev/null; then
+  log "installing Debian's firefox-esr"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q firefox-esr
+fi
+if ! command -v geckodriver >/dev/null; then
+  log "installing geckodriver (cargo); about 2 minutes"
+  cargo install geckodriver --locked
+fi
+
+# 6. npm packages, when package-lock.json changed since the last install.
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   log "installing npm packages"
   npm ci --no-audit --no-fund --loglevel=error

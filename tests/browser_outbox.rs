@@ -401,9 +401,11 @@ async fn options_are_checked_and_a_closed_client_refuses_work() {
         .await
         .map_err(|e| describe(&e))
         .unwrap();
+    // Chromium answers at once; Firefox asks the user and, headless, nobody answers: `null`.
+    let answer = persisting.persisted();
     assert!(
-        persisting.persisted().as_bool().is_some(),
-        "the browser's answer is reported"
+        answer.as_bool().is_some() || answer.is_null(),
+        "a boolean or null: {answer:?}"
     );
     ok(persisting.close()).await;
     ok(client.close()).await;

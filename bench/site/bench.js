@@ -32,7 +32,9 @@ function openPlain(name) {
   return new Promise((resolve, reject) => {
     const r = indexedDB.open(name, 1);
     r.onupgradeneeded = () => {
-      r.result.createObjectStore("events", { keyPath: ["t", "a", "s"] });
+      const events = r.result.createObjectStore("events", { keyPath: ["t", "a", "s"] });
+      // variant=baseline-indexed: the same event-id index the client keeps (for whenSynced).
+      if (variant === "baseline-indexed") events.createIndex("eventId", "e");
       r.result.createObjectStore("counters", { keyPath: ["t", "a"] });
     };
     r.onsuccess = () => resolve(r.result);
@@ -62,7 +64,7 @@ function plainAppend(db, a, events) {
 }
 
 async function appendSerial() {
-  if (variant === "baseline") {
+  if (variant.startsWith("baseline")) {
     const db = await openPlain(`plain-${tag}`);
     const t0 = performance.now();
     for (let i = 0; i < n; i++) await plainAppend(db, ids[0], [payloads[i % 256]]);

@@ -23,6 +23,9 @@ use crate::engine::model::Batch;
 use crate::engine::outbox::Outbox;
 use celeriant_sync_protocol::validate::Limits;
 
+/// How long `open` waits for an answer to `persist: true` (Firefox asks the user).
+const PERSIST_WAIT_MS: u32 = 1_000;
+
 /// What a `SyncClient` holds: the session and the limits it checks input against.
 struct Inner {
     session: Rc<Session>,
@@ -95,7 +98,7 @@ impl SyncClient {
         let parked = outbox.parked().await?;
         let database_name = options.database_name.clone();
         let persisted = if options.persist {
-            crate::browser::global::persist_storage().await
+            crate::browser::global::persist_storage(PERSIST_WAIT_MS).await
         } else {
             None
         };

@@ -47,15 +47,25 @@ pub fn random_uuid() -> Uuid {
 }
 
 /// Asks for persistent storage (`navigator.storage.persist()`), where the platform offers it.
-pub async fn persist_storage() -> Option<bool> {
+/// Firefox answers through a permission prompt, which may never be answered (headless, or a
+/// user who ignores it): after `wait_ms` the answer is "unknown" (`None`) and `open` goes on.
+pub async fn persist_storage(wait_ms: u32) -> Option<bool> {
     let storage = property("navigator").and_then(|n| Reflect::get(&n, &"storage".into()).ok())?;
     let persist: js_sys::Function = Reflect::get(&storage, &"persist".into())
         .ok()?
         .dyn_into()
         .ok()?;
     let promise: js_sys::Promise = persist.call0(&storage).ok()?.dyn_into().ok()?;
-    wasm_bindgen_futures::JsFuture::from(promise)
-        .await
-        .ok()?
-        .as_bool()
+    let mut answer = None;
+    crate::engine::signal::first(
+        async {
+            answer = wasm_bindgen_futures::JsFuture::from(promise)
+                .await
+                .ok()
+                .and_then(|v| v.as_bool())
+        },
+        gloo_timers::future::TimeoutFuture::new(wait_ms),
+    )
+    .await;
+    answer
 }
