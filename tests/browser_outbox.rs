@@ -14,18 +14,6 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-/// A gateway address nothing listens on: every send fails, nothing ever syncs.
-const NOWHERE: &str = r#"{"gatewayUrl": "http://127.0.0.1:9"}"#;
-
-async fn open_nowhere(db: &str) -> celeriant_sync::SyncClient {
-    let options = json(NOWHERE);
-    js_sys::Reflect::set(&options, &"databaseName".into(), &db.into()).unwrap();
-    celeriant_sync::SyncClient::open(options)
-        .await
-        .map_err(|e| describe(&e))
-        .unwrap()
-}
-
 #[wasm_bindgen_test]
 async fn indexeddb_outbox_passes_the_conformance_suite() {
     conformance::run_all(|| async {
@@ -39,7 +27,7 @@ async fn indexeddb_outbox_passes_the_conformance_suite() {
 #[wasm_bindgen_test]
 async fn rule1_append_persists_before_any_network_attempt() {
     let db = db_name("persist");
-    let client = open_nowhere(&db).await;
+    let client = open_nowhere(&db, "{}").await;
     let (t, a) = (uuid(), uuid());
     let events = Array::of3(
         &bytes_event(3, b"one"),
@@ -61,7 +49,7 @@ async fn rule1_append_persists_before_any_network_attempt() {
 async fn rule1_sequences_are_per_aggregate_and_survive_a_reload() {
     let db = db_name("seqs");
     let (t, a, b) = (uuid(), uuid(), uuid());
-    let client = open_nowhere(&db).await;
+    let client = open_nowhere(&db, "{}").await;
     let two = || Array::of2(&bytes_event(1, b"x"), &bytes_event(1, b"y")).into();
     assert_eq!(
         seqs(&ok(client.append(aggregate(&t, &a), two())).await),
@@ -79,7 +67,7 @@ async fn rule1_sequences_are_per_aggregate_and_survive_a_reload() {
     let id = client.client_id();
     ok(client.close()).await;
 
-    let client = open_nowhere(&db).await;
+    let client = open_nowhere(&db, "{}").await;
     assert_eq!(client.client_id(), id, "the client id is persisted");
     assert_eq!(
         seqs(&ok(client.append(aggregate(&t, &a), two())).await),
@@ -130,7 +118,7 @@ async fn rule1_sequences_are_never_reused_after_synced_events_are_pruned() {
 #[wasm_bindgen_test]
 async fn rule1_concurrent_appends_get_distinct_contiguous_sequences_in_call_order() {
     let db = db_name("concurrent");
-    let client = open_nowhere(&db).await;
+    let client = open_nowhere(&db, "{}").await;
     let (t, a) = (uuid(), uuid());
     let promises: Vec<_> = (0..50)
         .map(|i| {
@@ -151,7 +139,7 @@ async fn rule1_concurrent_appends_get_distinct_contiguous_sequences_in_call_orde
 #[wasm_bindgen_test]
 async fn rule1_a_multi_event_append_is_all_or_nothing() {
     let db = db_name("atomic");
-    let client = open_nowhere(&db).await;
+    let client = open_nowhere(&db, "{}").await;
     let (t, a) = (uuid(), uuid());
     // A stray record where sequence 3 will go makes the third `add` of the next append fail.
     let stray = object(&[
@@ -180,7 +168,7 @@ async fn rule1_a_multi_event_append_is_all_or_nothing() {
 #[wasm_bindgen_test]
 async fn rule1_event_ids_are_kept_or_generated_as_uuid_v4() {
     let db = db_name("ids");
-    let client = open_nowhere(&db).await;
+    let client = open_nowhere(&db, "{}").await;
     let given = "0b5a3f9c-1d2e-4f60-8a7b-9c0d1e2f3a4b";
     let with_id = object(&[
         ("type", 1.into()),
@@ -205,7 +193,7 @@ async fn rule1_event_ids_are_kept_or_generated_as_uuid_v4() {
 #[wasm_bindgen_test]
 async fn rule2_bad_input_throws_a_typed_error_and_persists_nothing() {
     let db = db_name("bad");
-    let client = open_nowhere(&db).await;
+    let client = open_nowhere(&db, "{}").await;
     let (t, a) = (uuid(), uuid());
     let good = || bytes_event(1, b"fine");
     let with_data = |data: JsValue| object(&[("type", 1.into()), ("data", data)]);
@@ -393,7 +381,7 @@ async fn options_are_checked_and_a_closed_client_refuses_work() {
             describe(&e)
         );
     }
-    let client = open_nowhere(&db_name("closed")).await;
+    let client = open_nowhere(&db_name("closed"), "{}").await;
     assert!(client.persisted().is_null(), "persistence not asked for");
     let options = json(r#"{"gatewayUrl":"http://127.0.0.1:9","persist":true}"#);
     js_sys::Reflect::set(&options, &"databaseName".into(), &db_name("persist").into()).unwrap();

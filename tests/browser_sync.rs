@@ -11,31 +11,16 @@ mod browser;
 use std::collections::HashMap;
 
 use browser::*;
-use celeriant_sync::SyncClient;
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-async fn flush_within(client: &SyncClient, seconds: u32) {
-    if let Err(e) = within(client.flush(), seconds * 1000, "flush").await {
-        panic!(
-            "flush failed: {} (status {:?})",
-            describe(&e),
-            js_sys::JSON::stringify(&client.status())
-        );
-    }
-}
-
 fn payload(tag: &str) -> Vec<u8> {
     let mut bytes = tag.as_bytes().to_vec();
     bytes.extend((0..=255u8).step_by(7)); // binary, not just text
     bytes
-}
-
-fn listened(client: &SyncClient) -> JsValue {
-    listen(&JsValue::from(client.clone()))
 }
 
 #[wasm_bindgen_test]
@@ -499,12 +484,7 @@ async fn rule7_reopening_a_non_empty_outbox_drains_it_pinned_batch_first() {
     let t = uuid();
     let (a, b) = (uuid(), uuid());
     {
-        let options = json(r#"{"gatewayUrl":"http://127.0.0.1:9"}"#);
-        js_sys::Reflect::set(&options, &"databaseName".into(), &db.as_str().into()).unwrap();
-        let offline = SyncClient::open(options)
-            .await
-            .map_err(|e| describe(&e))
-            .unwrap();
+        let offline = open_nowhere(&db, "{}").await;
         ok(offline.append(
             aggregate(&t, &a),
             Array::of3(
@@ -554,12 +534,7 @@ async fn rule8_a_backlog_of_100000_events_drains_in_order_and_is_pruned() {
     let t = uuid();
     let ids: Vec<String> = (0..10).map(|_| uuid()).collect();
     {
-        let options = json(r#"{"gatewayUrl":"http://127.0.0.1:9","durability":"relaxed"}"#);
-        js_sys::Reflect::set(&options, &"databaseName".into(), &db.as_str().into()).unwrap();
-        let offline = SyncClient::open(options)
-            .await
-            .map_err(|e| describe(&e))
-            .unwrap();
+        let offline = open_nowhere(&db, r#"{"durability":"relaxed"}"#).await;
         for round in 0..10u32 {
             for id in &ids {
                 let events: Array = (0..1000u32)

@@ -18,16 +18,6 @@ fn role(client: &SyncClient) -> String {
     string(&client.status(), "role")
 }
 
-fn listened(client: &SyncClient) -> JsValue {
-    listen(&JsValue::from(client.clone()))
-}
-
-async fn flush_within(client: &SyncClient, seconds: u32) {
-    if let Err(e) = within(client.flush(), seconds * 1000, "flush").await {
-        panic!("flush failed: {}", describe(&e));
-    }
-}
-
 #[wasm_bindgen_test]
 async fn two_contexts_appending_to_one_aggregate_get_distinct_contiguous_sequences() {
     no_faults().await;
@@ -182,12 +172,7 @@ async fn when_synced_works_across_a_reload_and_reports_parked_and_discarded_even
     let db = db_name("when-synced");
     let (t, id) = (uuid(), uuid());
     let ids: Vec<String> = {
-        let options = json(r#"{"gatewayUrl":"http://127.0.0.1:9"}"#);
-        js_sys::Reflect::set(&options, &"databaseName".into(), &db.as_str().into()).unwrap();
-        let offline = SyncClient::open(options)
-            .await
-            .map_err(|e| describe(&e))
-            .unwrap();
+        let offline = open_nowhere(&db, "{}").await;
         let receipts: Array = ok(offline.append(
             aggregate(&t, &id),
             Array::of2(&bytes_event(1, b"x"), &bytes_event(1, b"y")).into(),

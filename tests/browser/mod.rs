@@ -267,3 +267,33 @@ pub async fn upgrade_raw(db: &str, ms: u32) -> JsValue {
         Err(e) => panic!("upgrade failed: {}", describe(&e)),
     }
 }
+
+/// A gateway address nothing listens on: every send fails, nothing ever syncs.
+pub const NOWHERE: &str = "http://127.0.0.1:9";
+
+/// Opens a client on `db` whose gateway is unreachable, with extra options (a JSON object).
+pub async fn open_nowhere(db: &str, extra: &str) -> SyncClient {
+    let options = json(extra);
+    Reflect::set(&options, &"gatewayUrl".into(), &NOWHERE.into()).unwrap();
+    Reflect::set(&options, &"databaseName".into(), &db.into()).unwrap();
+    match SyncClient::open(options).await {
+        Ok(client) => client,
+        Err(e) => panic!("open failed: {}", describe(&e)),
+    }
+}
+
+/// Awaits `client.flush()`, failing the test (with the status) after `seconds`.
+pub async fn flush_within(client: &SyncClient, seconds: u32) {
+    if let Err(e) = within(client.flush(), seconds * 1000, "flush").await {
+        panic!(
+            "flush failed: {} (status {:?})",
+            describe(&e),
+            js_sys::JSON::stringify(&client.status())
+        );
+    }
+}
+
+/// Collects the client's event details (see `listen`).
+pub fn listened(client: &SyncClient) -> JsValue {
+    listen(&JsValue::from(client.clone()))
+}
