@@ -83,8 +83,11 @@ async function measure(m, variant, n, gateway) {
     "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--enable-precise-memory-info",
     `--user-data-dir=${profile}`, url,
   ], { stdio: "ignore", detached: true });
-  const timeout = sleep(600_000).then(() => ({ ok: false, error: "timed out" }));
+  // Cleared at once: a pending timer would keep node alive for up to ten minutes after the last run.
+  let timer;
+  const timeout = new Promise((r) => (timer = setTimeout(() => r({ ok: false, error: "timed out" }), 600_000)));
   const r = await Promise.race([result, timeout]);
+  clearTimeout(timer);
   waiting = null;
   try { process.kill(-browser.pid, "SIGKILL"); } catch {}
   await new Promise((res) => (browser.exitCode !== null ? res() : browser.once("exit", res)));
