@@ -27,7 +27,7 @@ const harness = {
   },
 
   /** Appends continuously: random aggregate of `aggregates`, 1–3 events, each with a unique
-   *  payload; reports each append once it resolved. Runs until `stop()`. */
+   *  payload; reports each append before it starts and once it resolved. Runs until `stop()`. */
   startAppending({ typeId, aggregates, loadId, pauseMs = 5 }) {
     this.appending = true;
     let n = 0;
@@ -36,7 +36,10 @@ const harness = {
         const id = aggregates[Math.floor(Math.random() * aggregates.length)];
         const count = 1 + Math.floor(Math.random() * 3);
         const payloads = Array.from({ length: count }, () => `${loadId}:${n++}`);
-        report("appending", { id, payloads });
+        // Awaited: the binding's promise resolves only once the test has recorded the payloads,
+        // so no event can be appended (and land) without the test knowing it was attempted. A
+        // report sent just before a reload is otherwise lost with the old document.
+        await report("appending", { id, payloads });
         try {
           const receipts = await this.append({ typeId, id }, payloads.map((payload) => ({ type: 5, payload })));
           this.appended += count;
