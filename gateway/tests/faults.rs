@@ -2,13 +2,13 @@
 //! broken or answered), the control endpoint reports and changes rates (showing the durations
 //! that apply), and the gateway's own timeout answers `unknown` while the write still lands.
 
-mod common;
+mod support;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use celeriant_gateway::backend::embedded::EmbeddedOptions;
-use common::*;
 use serde_json::{Value, json};
+use support::app::*;
 
 fn with_faults() -> Harness {
     Harness::with(

@@ -2,13 +2,13 @@
 //! outcome row, every validation rule (and that a refused request writes nothing), reads and
 //! paging, CORS, the JSON bodies of 404/405/413/415/429.
 
-mod common;
+mod support;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use celeriant_gateway::backend::embedded::EmbeddedOptions;
-use common::*;
 use serde_json::json;
+use support::app::*;
 
 #[tokio::test]
 async fn the_same_write_twice_lands_once_then_answers_2002() {

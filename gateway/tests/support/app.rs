@@ -1,6 +1,5 @@
 //! Shared helpers for the gateway's HTTP tests: an app over a fresh embedded store, and a way to
 //! send one request through it without a socket.
-#![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;
