@@ -23,8 +23,9 @@ use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEve
 /// Why storage failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
-    /// The browser refused to store more (disk or origin quota).
-    #[error("storage quota exceeded: {0}")]
+    /// The browser refused to store more (disk or origin quota), with what it said (Chromium
+    /// says nothing).
+    #[error("storage quota exceeded{}", detail(.0))]
     QuotaExceeded(String),
     /// The database was closed (by `close`, or by another tab's upgrade).
     #[error("the outbox database is closed")]
@@ -40,6 +41,15 @@ pub enum StoreError {
     /// A stored record could not be understood.
     #[error("corrupt outbox record: {0}")]
     Corrupt(String),
+}
+
+/// `": {message}"`, or nothing when the platform gave no message.
+fn detail(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
 }
 
 /// Where an event stands, by its id.
@@ -157,4 +167,21 @@ pub trait Outbox {
 
     /// Where the event with this id stands.
     fn event_state(&self, event_id: Uuid) -> impl Future<Output = Result<EventState, StoreError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreError;
+
+    #[test]
+    fn a_quota_error_reads_well_with_and_without_the_platform_message() {
+        assert_eq!(
+            StoreError::QuotaExceeded(String::new()).to_string(),
+            "storage quota exceeded"
+        );
+        assert_eq!(
+            StoreError::QuotaExceeded("the disk is full".into()).to_string(),
+            "storage quota exceeded: the disk is full"
+        );
+    }
 }
