@@ -40,23 +40,24 @@ if [ "$have" != "$WASM_PACK_VERSION" ]; then
   cargo install wasm-pack --version "$WASM_PACK_VERSION" --locked --force
 fi
 
-# 4. Headless Chromium and its driver, from Debian (never a test tool's own browser download).
+# 4. Headless Chromium and its driver, Firefox (the second engine), from Debian (never a test
+#    tool's own browser download); one `apt-get update` for whatever is missing.
+packages=()
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
-  log "installing Debian's chromium and chromium-driver"
+  packages+=(chromium chromium-driver)
+fi
+if ! command -v firefox-esr >/dev/null && ! command -v firefox >/dev/null; then
+  packages+=(firefox-esr)
+fi
+if [ ${#packages[@]} -gt 0 ]; then
+  log "installing Debian's ${packages[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q chromium chromium-driver
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${packages[@]}"
 fi
 
-# 5. Firefox and geckodriver (the second engine of the browser tests).
-if ! command -v firefox-esr >/dev/null && ! command -v firefox >/dev/null; then
-  log "installing Debian's firefox-esr"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q firefox-esr
-fi
+# 5. geckodriver (Firefox's WebDriver; Debian does not package it).
 if ! command -v geckodriver >/dev/null; then
   log "installing geckodriver (cargo); about 2 minutes"
   cargo install geckodriver --locked

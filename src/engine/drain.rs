@@ -262,7 +262,9 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
         };
         let (attempt, random) = (self.attempt, self.env.random());
         let backoff = self.policy.backoff;
-        let action = decide(&batch, classify(&reply), |retry_after| {
+        let outcome = classify(&reply);
+        let unknown = matches!(outcome, super::classify::Outcome::Unknown { .. });
+        let action = decide(&batch, outcome, |retry_after| {
             backoff.delay_ms(attempt, random, retry_after)
         });
 
@@ -291,8 +293,7 @@ impl<O: Outbox, T: Transport, E: Env> Drainer<O, T, E> {
                 network,
             } => {
                 self.attempt = self.attempt.saturating_add(1);
-                self.ambiguous |=
-                    matches!(classify(&reply), super::classify::Outcome::Unknown { .. });
+                self.ambiguous |= unknown;
                 self.hub.set_error(code, message, now);
                 if network && !self.env.is_online() {
                     self.next_probe_at = now + self.policy.offline_probe_ms;
