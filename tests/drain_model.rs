@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
-use celeriant_sync::engine::drain::{Drainer, Policy};
+use celeriant_sync::engine::drain::{Drain, Policy, run as drain};
 use celeriant_sync::engine::memory::MemoryOutbox;
 use celeriant_sync::engine::model::{AggregateRef, NewEvent, ParkRecord};
 use celeriant_sync::engine::outbox::Outbox;
@@ -179,18 +179,13 @@ fn run(p: Params) {
                 }
             })
         });
-        let drainer = Drainer::new(
-            outbox.clone(),
-            transport,
-            env.clone(),
-            hub.clone(),
-            policy,
-            client_id,
-        );
-        block_on(async {
-            drainer.recount().await.unwrap();
-            drainer.run().await;
-        });
+        block_on(drain(
+            Drain::new(policy, client_id),
+            &*outbox,
+            &transport,
+            &*env,
+            &hub,
+        ));
         *env.on_sleep.borrow_mut() = None;
 
         // The app discards whatever was parked (it was told, through `parked`).

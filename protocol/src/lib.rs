@@ -13,12 +13,14 @@
 //!   classification of every code into one of them.
 //! * [`validate`]: the checks a write must pass before anything is written, shared so the client
 //!   can refuse bad input at `append` with exactly the gateway's rules.
+//! * [`json`]: the hand-written JSON the browser client uses (event encoding, outcome reading).
 //! * [`faults`]: the body of the gateway's fault-injection control endpoint (tests and the demo).
 #![warn(missing_docs)]
 
 pub mod codes;
 pub mod encoding;
 pub mod faults;
+pub mod json;
 pub mod outcome;
 mod strict;
 pub mod validate;

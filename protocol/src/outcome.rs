@@ -16,6 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::json::{Members, Scalar};
+
 use crate::codes::{celeriant as c, gateway as g};
 
 /// What a writer must do with a code.
@@ -158,47 +160,65 @@ impl Failure {
     }
 }
 
-/// Every field any outcome body may carry, flat: what [`WriteOutcome::parse`] reads.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FlatOutcome {
-    outcome: String,
-    #[serde(default)]
-    duplicate: bool,
-    aggregate_version: Option<u64>,
-    code: Option<u32>,
-    message: Option<String>,
-    retry_after_ms: Option<u64>,
-    last_client_seq: Option<u64>,
-    attempted_client_seq: Option<u64>,
-}
-
 impl WriteOutcome {
     /// Parses a response body, leniently (unknown fields are ignored, for bodies from newer
-    /// gateways); `None` when it is not a protocol body. Equivalent to the derived
-    /// `Deserialize`, without the buffering an internally tagged enum costs in WebAssembly.
+    /// gateways); `None` when it is not a protocol body: not one JSON object, no known
+    /// `outcome`, a failure without a `code`, or a known field of the wrong type or given
+    /// twice. Equivalent to the derived `Deserialize` of a flat struct of every field (a test
+    /// checks it), written by hand so the browser client carries no JSON library
+    /// ([`crate::json`]).
     pub fn parse(json: &str) -> Option<WriteOutcome> {
-        let f: FlatOutcome = serde_json::from_str(json).ok()?;
-        let failure = |code: Option<u32>| {
+        let members = Members::parse(json)?;
+        let get = |name: &str| members.get(name).ok();
+        let u64_field = |name: &str| -> Option<Option<u64>> {
+            match get(name)? {
+                None | Some(Scalar::Null) => Some(None),
+                Some(Scalar::Int(n)) => Some(Some(*n)),
+                Some(_) => None,
+            }
+        };
+        let outcome = match get("outcome")? {
+            Some(Scalar::Str(s)) => s.as_str(),
+            _ => return None,
+        };
+        let duplicate = match get("duplicate")? {
+            None => false,
+            Some(Scalar::Bool(b)) => *b,
+            Some(_) => return None,
+        };
+        let code = match u64_field("code")? {
+            Some(n) => Some(u32::try_from(n).ok()?),
+            None => None,
+        };
+        let message = match get("message")? {
+            None | Some(Scalar::Null) => None,
+            Some(Scalar::Str(s)) => Some(s.clone()),
+            Some(_) => return None,
+        };
+        let aggregate_version = u64_field("aggregateVersion")?;
+        let retry_after_ms = u64_field("retryAfterMs")?;
+        let last_client_seq = u64_field("lastClientSeq")?;
+        let attempted_client_seq = u64_field("attemptedClientSeq")?;
+        let failure = || {
             Some(Failure {
                 code: code?,
-                message: f.message.clone().unwrap_or_default(),
-                retry_after_ms: f.retry_after_ms,
-                last_client_seq: f.last_client_seq,
-                attempted_client_seq: f.attempted_client_seq,
+                message: message.clone().unwrap_or_default(),
+                retry_after_ms,
+                last_client_seq,
+                attempted_client_seq,
             })
         };
-        Some(match f.outcome.as_str() {
+        Some(match outcome {
             "landed" => WriteOutcome::Landed(Landed {
-                duplicate: f.duplicate,
-                aggregate_version: f.aggregate_version,
-                code: f.code,
-                last_client_seq: f.last_client_seq,
-                attempted_client_seq: f.attempted_client_seq,
+                duplicate,
+                aggregate_version,
+                code,
+                last_client_seq,
+                attempted_client_seq,
             }),
-            "retry" => WriteOutcome::Retry(failure(f.code)?),
-            "unknown" => WriteOutcome::Unknown(failure(f.code)?),
-            "rejected" => WriteOutcome::Rejected(failure(f.code)?),
+            "retry" => WriteOutcome::Retry(failure()?),
+            "unknown" => WriteOutcome::Unknown(failure()?),
+            "rejected" => WriteOutcome::Rejected(failure()?),
             _ => return None,
         })
     }
@@ -400,6 +420,114 @@ mod tests {
             Some(WriteOutcome::landed(Some(2))),
             "lenient"
         );
+    }
+
+    /// The serde reading `parse` must agree with: every field, flat, unknown ones ignored.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct FlatOutcome {
+        outcome: String,
+        #[serde(default)]
+        duplicate: bool,
+        aggregate_version: Option<u64>,
+        code: Option<u32>,
+        message: Option<String>,
+        retry_after_ms: Option<u64>,
+        last_client_seq: Option<u64>,
+        attempted_client_seq: Option<u64>,
+    }
+
+    fn reference(json: &str) -> Option<WriteOutcome> {
+        // Objects only: serde would also read a positional array, which no gateway sends.
+        if !json.trim_start().starts_with('{') {
+            return None;
+        }
+        let f: FlatOutcome = serde_json::from_str(json).ok()?;
+        let failure = || {
+            Some(Failure {
+                code: f.code?,
+                message: f.message.clone().unwrap_or_default(),
+                retry_after_ms: f.retry_after_ms,
+                last_client_seq: f.last_client_seq,
+                attempted_client_seq: f.attempted_client_seq,
+            })
+        };
+        Some(match f.outcome.as_str() {
+            "landed" => WriteOutcome::Landed(Landed {
+                duplicate: f.duplicate,
+                aggregate_version: f.aggregate_version,
+                code: f.code,
+                last_client_seq: f.last_client_seq,
+                attempted_client_seq: f.attempted_client_seq,
+            }),
+            "retry" => WriteOutcome::Retry(failure()?),
+            "unknown" => WriteOutcome::Unknown(failure()?),
+            "rejected" => WriteOutcome::Rejected(failure()?),
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn parse_agrees_with_serde_on_generated_bodies() {
+        let names = [
+            "outcome",
+            "duplicate",
+            "aggregateVersion",
+            "code",
+            "message",
+            "retryAfterMs",
+            "lastClientSeq",
+            "attemptedClientSeq",
+            "extra",
+        ];
+        let values = [
+            "\"landed\"",
+            "\"retry\"",
+            "\"unknown\"",
+            "\"rejected\"",
+            "\"maybe\"",
+            "true",
+            "false",
+            "null",
+            "0",
+            "2002",
+            "4294967296",
+            "9007199254740993",
+            "-1",
+            "-0",
+            "1.0",
+            "1e2",
+            "\"text \\u00e9\"",
+            "[1,{\"a\":null}]",
+            "{}",
+        ];
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut parsed = 0;
+        for _ in 0..100_000 {
+            let n = next() % 7;
+            let body: Vec<String> = (0..n)
+                .map(|i| {
+                    let name = if i == 0 && next() % 4 != 0 {
+                        "outcome"
+                    } else {
+                        names[(next() % names.len() as u64) as usize]
+                    };
+                    let value = values[(next() % values.len() as u64) as usize];
+                    format!("\"{name}\":{value}")
+                })
+                .collect();
+            let json = format!("{{{}}}", body.join(","));
+            let ours = WriteOutcome::parse(&json);
+            assert_eq!(ours, reference(&json), "{json}");
+            parsed += usize::from(ours.is_some());
+        }
+        assert!(parsed > 500, "{parsed}");
     }
 
     #[test]

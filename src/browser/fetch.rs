@@ -1,9 +1,10 @@
 //! The engine's [`Transport`] over `fetch`.
 //!
 //! Every request carries an `AbortController`: the request timeout aborts it, and so does
-//! dropping the future (the drain loop drops it when the client closes). A network failure
-//! (`TypeError`) and a timeout are reported as such; a response whose body breaks mid-way is
-//! reported with its status and the body error, so the engine classifies it `unknown`.
+//! dropping the future (the drain drops it when the client closes). A rejected `fetch` (a
+//! `TypeError`: network, DNS, CORS) and a timeout are reported as such, by what happened, never
+//! by message text; a response whose body breaks mid-way is reported with its status and the
+//! body error, so the engine classifies it `unknown`.
 
 use gloo_timers::future::TimeoutFuture;
 use wasm_bindgen::prelude::*;
@@ -51,7 +52,7 @@ impl FetchTransport {
         let request = Request::new_with_str_and_init(&self.url, &init)?;
         let response: Response = match JsFuture::from(fetch_with_request(&request)).await {
             Ok(response) => response.unchecked_into(),
-            Err(error) => return Ok(Reply::Network(error_text(&error))),
+            Err(error) => return Ok(Reply::network(error_text(&error))),
         };
         let status = response.status();
         let retry_after = response.headers().get("Retry-After").ok().flatten();
@@ -74,7 +75,7 @@ impl Transport for FetchTransport {
     async fn send(&self, body: String) -> Reply {
         let controller = match AbortController::new() {
             Ok(c) => c,
-            Err(e) => return Reply::Network(error_text(&e)),
+            Err(e) => return Reply::network(error_text(&e)),
         };
         let guard = AbortOnDrop(controller);
         let mut reply = None;
@@ -84,12 +85,12 @@ impl Transport for FetchTransport {
         )
         .await;
         if !finished {
-            return Reply::Timeout;
+            return Reply::timeout();
         }
         match reply {
             Some(Ok(reply)) => reply,
-            Some(Err(e)) => Reply::Network(error_text(&e)),
-            None => Reply::Timeout,
+            Some(Err(e)) => Reply::network(error_text(&e)),
+            None => Reply::timeout(),
         }
     }
 }

@@ -23,7 +23,7 @@
 use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::outcome::{Class, RetryKind, WriteOutcome, classify as classify_code};
 
-use super::env::Reply;
+use super::env::{NoAnswer, Reply};
 use super::model::Batch;
 
 /// What one attempt established.
@@ -51,6 +51,8 @@ pub enum Outcome {
         code: Option<u32>,
         /// Why.
         message: String,
+        /// Set when no HTTP answer came at all.
+        cause: Option<NoAnswer>,
     },
     /// Permanent for this request; nothing of it was applied.
     Rejected {
@@ -73,13 +75,13 @@ fn retry_after_header(value: Option<&str>) -> Option<u64> {
 /// Classifies one reply.
 pub fn classify(reply: &Reply) -> Outcome {
     match reply {
-        Reply::Network(message) => Outcome::Unknown {
+        Reply::Failed { cause, message } => Outcome::Unknown {
             code: None,
-            message: format!("network error: {message}"),
-        },
-        Reply::Timeout => Outcome::Unknown {
-            code: None,
-            message: "request timed out".into(),
+            message: match cause {
+                NoAnswer::Network => format!("network error: {message}"),
+                NoAnswer::Timeout => message.clone(),
+            },
+            cause: Some(*cause),
         },
         Reply::Http {
             status,
@@ -93,6 +95,7 @@ pub fn classify(reply: &Reply) -> Outcome {
                     return Outcome::Unknown {
                         code: None,
                         message: format!("HTTP {status}, response body lost: {e}"),
+                        cause: None,
                     };
                 }
             };
@@ -122,11 +125,13 @@ fn from_protocol(status: u16, outcome: WriteOutcome, header_ms: Option<u64>) -> 
         WriteOutcome::Unknown(f) => Outcome::Unknown {
             code: Some(f.code),
             message: f.message,
+            cause: None,
         },
         // A body that contradicts its status proves nothing: treat it as unknown.
         other => Outcome::Unknown {
             code: other.code(),
             message: format!("HTTP {status} with a contradicting '{}' body", other.tag()),
+            cause: None,
         },
     }
 }
@@ -155,6 +160,7 @@ fn from_bare_status(status: u16, header_ms: Option<u64>) -> Outcome {
         _ => Outcome::Unknown {
             code: None,
             message,
+            cause: None,
         },
     }
 }
@@ -249,9 +255,13 @@ pub fn decide(
             message,
             network: false,
         },
-        Outcome::Unknown { code, message } => Action::Resend {
+        Outcome::Unknown {
+            code,
+            message,
+            cause,
+        } => Action::Resend {
             delay_ms: delay_ms(None),
-            network: code.is_none() && message.starts_with("network error"),
+            network: cause == Some(NoAnswer::Network),
             code,
             message,
         },
@@ -364,8 +374,8 @@ mod tests {
                 retry_after: None,
                 body: Err("reset".into()),
             },
-            Reply::Network("TypeError: Failed to fetch".into()),
-            Reply::Timeout,
+            Reply::network("TypeError: Failed to fetch"),
+            Reply::timeout(),
         ] {
             assert!(
                 matches!(classify(&reply), Outcome::Unknown { .. }),
@@ -470,7 +480,7 @@ mod tests {
                 ..
             }
         ));
-        let net = classify(&Reply::Network("Failed to fetch".into()));
+        let net = classify(&Reply::network("Failed to fetch"));
         assert!(matches!(
             d(&b, net),
             Action::Resend {
@@ -480,11 +490,17 @@ mod tests {
             }
         ));
         assert!(matches!(
+            d(&b, classify(&Reply::timeout())),
+            Action::Resend { network: false, .. }
+        ));
+        // A message that merely reads like a network error is not one.
+        assert!(matches!(
             d(
                 &b,
                 Outcome::Unknown {
                     code: None,
-                    message: "request timed out".into()
+                    message: "network error: made up".into(),
+                    cause: None,
                 }
             ),
             Action::Resend { network: false, .. }

@@ -111,6 +111,24 @@ pub async fn count_store(db: &str, store: &str) -> u32 {
     ok(count_store_js(db, store)).await.as_f64().unwrap() as u32
 }
 
+/// Waits until the `events` store of `db` is empty: landed events are deleted (pruned) in the
+/// background once the drain is idle. Fails the test after `ms`.
+pub async fn pruned_within(db: &str, ms: u32) {
+    let mut waited = 0;
+    loop {
+        let left = count_store(db, "events").await;
+        if left == 0 {
+            return;
+        }
+        assert!(
+            waited < ms,
+            "{left} landed events still stored after {ms} ms"
+        );
+        sleep(50).await;
+        waited += 50;
+    }
+}
+
 /// `object[key]`.
 pub fn get(object: &JsValue, key: &str) -> JsValue {
     Reflect::get(object, &key.into()).unwrap_or(JsValue::UNDEFINED)

@@ -126,7 +126,13 @@ export async function chaos({
   const report = await gateway.setFaults({});
   const counts = { ...report.counts };
   if (figures.faultsBeforeKill) for (const [k, v] of Object.entries(figures.faultsBeforeKill)) if (k !== "maxInFlightPerClient") counts[k] += v;
-  const outboxes = await Promise.all(pages.map((p) => p.evaluate((db) => harness.countOutbox(db), db)));
+  // Landed events are deleted (pruned) in the background once the drain is idle: wait for it.
+  let outboxes = [];
+  for (let waited = 0; waited <= 30_000; waited += 250) {
+    outboxes = await Promise.all(pages.map((p) => p.evaluate((db) => harness.countOutbox(db), db)));
+    if (outboxes.every((n) => n === 0)) break;
+    await sleep(250);
+  }
 
   // Verify through the read endpoint.
   const problems = [];

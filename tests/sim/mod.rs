@@ -255,13 +255,13 @@ impl Transport for SimTransport {
             Fault::None => Some(http(&self.server.apply(&request))),
             Fault::DropAfterCommit => {
                 self.server.apply(&request);
-                Some(Reply::Network("connection reset".into()))
+                Some(Reply::network("connection reset"))
             }
             Fault::TimeoutAfterCommit => {
                 self.server.apply(&request);
-                Some(Reply::Timeout)
+                Some(Reply::timeout())
             }
-            Fault::ResetBeforeCommit => Some(Reply::Network("connection reset".into())),
+            Fault::ResetBeforeCommit => Some(Reply::network("connection reset")),
             Fault::BadGateway => Some(Reply::Http {
                 status: 502,
                 retry_after: None,
