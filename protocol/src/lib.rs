@@ -13,6 +13,8 @@
 //!   classification of every code into one of them.
 //! * [`validate`]: the checks a write must pass before anything is written, shared so the client
 //!   can refuse bad input at `append` with exactly the gateway's rules.
+//! * [`session`]: `POST /v1/session`, where a device proves its client id with its key and gets
+//!   the token every write and read carries.
 //! * [`faults`]: the body of the gateway's fault-injection control endpoint (tests and the demo).
 #![warn(missing_docs)]
 
@@ -20,11 +22,13 @@ pub mod codes;
 pub mod encoding;
 pub mod faults;
 pub mod outcome;
+pub mod session;
 mod strict;
 pub mod validate;
 pub mod wire;
 
 pub use outcome::{Class, WriteOutcome};
+pub use session::{SESSION_PATH, SessionRequest, SessionResponse};
 pub use validate::{Limits, ValidationError};
 pub use wire::{AggregateRef, AggregateWrite, Event, ReadBatch, ReadResponse, WriteRequest};
 
