@@ -9,8 +9,8 @@
 //! * [`encoding`]: the JSON encodings of ids, integers and bytes (UUID strings, numbers no larger
 //!   than 2^53 − 1, standard padded base64).
 //! * [`codes`]: Celeriant's write-path codes and the gateway's own codes.
-//! * [`outcome`]: the four outcomes (`landed`, `retry`, `unknown`, `rejected`) and the
-//!   classification of every code into one of them.
+//! * [`outcome`]: the five outcomes (`landed`, `retry`, `unknown`, `unauthorized`, `rejected`)
+//!   and the classification of every code into one of them.
 //! * [`validate`]: the checks a write must pass before anything is written, shared so the client
 //!   can refuse bad input at `append` with exactly the gateway's rules.
 //! * [`session`]: `POST /v1/session`, where a device proves its client id with its key and gets

@@ -1,4 +1,4 @@
-//! The four outcomes of a write and the table that decides them.
+//! The five outcomes of a write and the table that decides them.
 //!
 //! Every `/v1/write` response body is a [`WriteOutcome`], tagged by its `outcome` field. A writer
 //! needs nothing else to act correctly:
