@@ -311,6 +311,17 @@ impl WriteOutcome {
     }
 
     /// The failure carried, if any (`landed` carries none).
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            WriteOutcome::Landed(_) => None,
+            WriteOutcome::Retry(f)
+            | WriteOutcome::Unknown(f)
+            | WriteOutcome::Unauthorized(f)
+            | WriteOutcome::Rejected(f) => Some(f),
+        }
+    }
+
+    /// The failure carried, if any, to amend (e.g. with `serverTime`).
     pub fn failure_mut(&mut self) -> Option<&mut Failure> {
         match self {
             WriteOutcome::Landed(_) => None,

@@ -41,7 +41,8 @@ pub async fn session(State(state): State<AppState>, request: Request) -> Respons
     match answer {
         Ok(session) => Json(session).into_response(),
         Err(error) => {
-            tracing::info!(%ip, code = error.0.code(), message = %failure_message(&error), "session refused");
+            let message = error.0.failure().map_or("", |f| f.message.as_str());
+            tracing::info!(%ip, code = error.0.code(), message, "session refused");
             let mut response = error.with_server_time(now_ms()).into_response();
             if wrong_method {
                 response
@@ -51,14 +52,6 @@ pub async fn session(State(state): State<AppState>, request: Request) -> Respons
             response
         }
     }
-}
-
-fn failure_message(error: &ApiError) -> String {
-    let mut outcome = error.0.clone();
-    outcome
-        .failure_mut()
-        .map(|f| f.message.clone())
-        .unwrap_or_default()
 }
 
 async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionResponse, ApiError> {
