@@ -1,5 +1,7 @@
 // JavaScript helpers for the browser tests (tests/browser_*.rs): talking to the real gateway's
-// control and read endpoints, observing the client's requests, and simulating connectivity.
+// control, session and read endpoints, observing the client's requests, and simulating
+// connectivity. Plain ES module with no browser-only top level, so Node (tests/e2e/sessions.mjs)
+// tests the session helpers against a real gateway too.
 
 /** Wraps the global fetch: every request still goes to the real gateway, and each write's body
  *  and start time are recorded in order, with the most writes ever in flight at once.
@@ -60,12 +62,78 @@ export async function setFaults(gateway, rates) {
   return r.json();
 }
 
-/** Every event of an aggregate, through the gateway's read endpoint, following `next`. */
-export async function readAll(gateway, typeId, id) {
+/** A device key pair as the client makes one: RSASSA-PKCS1-v1_5, 2048 bits, SHA-256, with a
+ *  non-extractable private key. */
+export function deviceKey() {
+  return crypto.subtle.generateKey(
+    { name: "RSASSA-PKCS1-v1_5", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: "SHA-256" },
+    false,
+    ["sign", "verify"],
+  );
+}
+
+/** The client id Celeriant derives from an SPKI (bytes): the first 16 bytes of its SHA-256 read
+ *  as a little-endian u128, written as a UUID (Rust's `Uuid::from_u128`). */
+export async function clientIdOf(spki) {
+  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", spki)).slice(0, 16);
+  const hex = [...hash].reverse().map((b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** Opens a session on `gateway` (POST /v1/session) with `keyPair` (default: a new device key),
+ *  sending `appToken` as `Authorization: Bearer` when given. A nonce refused as out of window
+ *  (40111) or replayed (40112) is signed again once, corrected with the answer's `serverTime`.
+ *  Resolves with { clientId, token, expiresAt, serverTime, publicKey, keyPair, clockOffsetMs };
+ *  rejects with the gateway's answer otherwise. */
+export async function openSession(gateway, { keyPair, appToken, clockOffsetMs = 0 } = {}) {
+  keyPair = keyPair ?? (await deviceKey());
+  const publicKey = base64(new Uint8Array(await crypto.subtle.exportKey("spki", keyPair.publicKey)));
+  let offset = clockOffsetMs;
+  for (let attempt = 0; ; attempt++) {
+    const nonce = String(Math.round(Date.now() + offset) + attempt);
+    const signed = await crypto.subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, new TextEncoder().encode(nonce));
+    const headers = { "content-type": "application/json" };
+    if (appToken) headers.authorization = `Bearer ${appToken}`;
+    const r = await fetch(`${gateway}/v1/session`, {
+      method: "POST", headers, body: JSON.stringify({ publicKey, nonce, signature: base64(new Uint8Array(signed)) }),
+    });
+    const body = await r.json().catch(() => null);
+    if (r.ok) return { ...body, publicKey, keyPair, clockOffsetMs: offset };
+    if (attempt === 0 && body && (body.code === 40111 || body.code === 40112) && typeof body.serverTime === "number") {
+      offset = body.serverTime - Date.now();
+      continue;
+    }
+    throw new Error(`POST /v1/session: ${r.status} ${JSON.stringify(body)}`);
+  }
+}
+
+// One reader session per gateway, opened the first time a read is refused with 401.
+const readers = new Map();
+function readerToken(gateway, renew) {
+  if (renew || !readers.has(gateway)) {
+    const token = openSession(gateway).then((s) => s.token);
+    token.catch(() => readers.delete(gateway));
+    readers.set(gateway, token);
+  }
+  return readers.get(gateway);
+}
+
+/** Every event of an aggregate, through the gateway's read endpoint, following `next`. With
+ *  `token`, reads with that session; without, reads without one and, if the gateway answers 401
+ *  (auth on), with a reader session of its own (renewed once if that is refused too). */
+export async function readAll(gateway, typeId, id, token) {
   const events = [];
   let from = 1;
+  let auth = token;
   for (;;) {
-    const r = await fetch(`${gateway}/v1/aggregates/${typeId}/${id}/events?from=${from}`);
+    const url = `${gateway}/v1/aggregates/${typeId}/${id}/events?from=${from}`;
+    const get = (t) => fetch(url, t ? { headers: { authorization: `Bearer ${t}` } } : undefined);
+    let r = await get(auth);
+    if (r.status === 401 && token === undefined) {
+      const renew = auth !== undefined;
+      auth = await readerToken(gateway, renew);
+      r = await get(auth);
+    }
     if (!r.ok) throw new Error(`read: ${r.status} ${await r.text()}`);
     const page = await r.json();
     for (const batch of page.batches) events.push(...batch.events.map((e) => ({ ...e, version: batch.version })));
