@@ -135,10 +135,17 @@ pub mod gateway {
     /// The session's access list (from the app token's `celeriant_types` claim) does not
     /// include an aggregate type the request writes or reads.
     pub const AGGREGATE_TYPE_FORBIDDEN: u32 = 40301;
+    /// The client id's stored data would go over the gateway's per-client storage quota
+    /// (`--store-quota-bytes`): nothing of the request was written. Permanent until an operator
+    /// raises the quota or trims the client's data.
+    pub const STORAGE_QUOTA_EXCEEDED: u32 = 40310;
     /// No such route.
     pub const NOT_FOUND: u32 = 40400;
     /// The route exists but not with this method.
     pub const METHOD_NOT_ALLOWED: u32 = 40500;
+    /// The request's body did not arrive within the gateway's body-read timeout. Nothing was
+    /// applied; resend the identical request.
+    pub const REQUEST_TIMEOUT: u32 = 40800;
     /// The body is over the gateway's limit.
     pub const BODY_TOO_LARGE: u32 = 41300;
     /// The request did not declare `Content-Type: application/json`.
@@ -151,6 +158,13 @@ pub mod gateway {
     /// `POST /v1/session`: too many session creations from this address (or in total); retry
     /// after `retryAfterMs`.
     pub const SESSION_RATE_LIMITED: u32 = 42901;
+    /// This client id, or this client address, is over its share (requests per second or
+    /// requests at once, on writes or on reads): not applied, resend after `retryAfterMs`.
+    pub const RATE_LIMITED: u32 = 42910;
+    /// Stored data failed its checksum (named in the message: aggregate and version). Nothing
+    /// of a write was applied, and nothing corrupt is ever served; an operator must restore
+    /// the store (`celeriant-gateway verify` lists what is damaged).
+    pub const DATA_CORRUPT: u32 = 50001;
     /// The upstream store may or may not have applied the write (connection lost after send,
     /// response timeout, protocol error).
     pub const UPSTREAM_OUTCOME_UNKNOWN: u32 = 50200;
@@ -159,11 +173,17 @@ pub mod gateway {
     pub const INTERNAL: u32 = 50201;
     /// The upstream store could not be reached; nothing was sent.
     pub const UPSTREAM_UNAVAILABLE: u32 = 50300;
+    /// The gateway's own store cannot take writes now (it failed an I/O operation and is
+    /// reopening itself): not applied, resend later. `GET /healthz` says why.
+    pub const STORE_DEGRADED: u32 = 50301;
     /// The gateway gave up waiting; the write may still land.
     pub const GATEWAY_TIMEOUT: u32 = 50400;
+    /// The store's disk has less free space than the gateway keeps in reserve
+    /// (`--min-free-bytes`): not applied, resend later (an operator must free space).
+    pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 39] = [
+    pub const ALL: [u32; 45] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -192,17 +212,23 @@ pub mod gateway {
         APP_TOKEN_EXPIRED,
         CLIENT_ID_MISMATCH,
         AGGREGATE_TYPE_FORBIDDEN,
+        STORAGE_QUOTA_EXCEEDED,
         NOT_FOUND,
         METHOD_NOT_ALLOWED,
+        REQUEST_TIMEOUT,
         BODY_TOO_LARGE,
         UNSUPPORTED_MEDIA_TYPE,
         HOST_NOT_ALLOWED,
         GATEWAY_BUSY,
         SESSION_RATE_LIMITED,
+        RATE_LIMITED,
+        DATA_CORRUPT,
         UPSTREAM_OUTCOME_UNKNOWN,
         INTERNAL,
         UPSTREAM_UNAVAILABLE,
+        STORE_DEGRADED,
         GATEWAY_TIMEOUT,
+        INSUFFICIENT_STORAGE,
     ];
 
     /// Whether `code` is one of the gateway's own codes.
@@ -274,17 +300,23 @@ pub fn name(code: u32) -> &'static str {
         g::APP_TOKEN_EXPIRED => "APP_TOKEN_EXPIRED",
         g::CLIENT_ID_MISMATCH => "CLIENT_ID_MISMATCH",
         g::AGGREGATE_TYPE_FORBIDDEN => "AGGREGATE_TYPE_FORBIDDEN",
+        g::STORAGE_QUOTA_EXCEEDED => "STORAGE_QUOTA_EXCEEDED",
         g::NOT_FOUND => "NOT_FOUND",
         g::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
+        g::REQUEST_TIMEOUT => "REQUEST_TIMEOUT",
         g::BODY_TOO_LARGE => "BODY_TOO_LARGE",
         g::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
         g::HOST_NOT_ALLOWED => "HOST_NOT_ALLOWED",
         g::GATEWAY_BUSY => "GATEWAY_BUSY",
         g::SESSION_RATE_LIMITED => "SESSION_RATE_LIMITED",
+        g::RATE_LIMITED => "RATE_LIMITED",
+        g::DATA_CORRUPT => "DATA_CORRUPT",
         g::UPSTREAM_OUTCOME_UNKNOWN => "UPSTREAM_OUTCOME_UNKNOWN",
         g::INTERNAL => "INTERNAL",
         g::UPSTREAM_UNAVAILABLE => "UPSTREAM_UNAVAILABLE",
+        g::STORE_DEGRADED => "STORE_DEGRADED",
         g::GATEWAY_TIMEOUT => "GATEWAY_TIMEOUT",
+        g::INSUFFICIENT_STORAGE => "INSUFFICIENT_STORAGE",
         _ => "UNKNOWN_CODE",
     }
 }

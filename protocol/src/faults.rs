@@ -13,6 +13,14 @@ pub const DEFAULT_DELAY_MS: u64 = 5_000;
 /// The `Retry-After` of a `busy` fault when `retryAfterMs` is 0 or left out, in milliseconds.
 pub const DEFAULT_RETRY_AFTER_MS: u64 = 200;
 
+/// The longest `delayMs` accepted: two minutes. A delay only makes sense up to the gateway's
+/// request timeout (after which the gateway answers 504 and the write proceeds), so nothing
+/// longer is needed; an unbounded one held admission slots for as long as it lasted.
+pub const MAX_DELAY_MS: u64 = 120_000;
+
+/// The longest `retryAfterMs` accepted: ten minutes (a client honours it before resending).
+pub const MAX_RETRY_AFTER_MS: u64 = 600_000;
+
 /// Per-request probabilities (0.0..=1.0) of each injected fault. They are tried in field order
 /// from one uniform draw, so their sum must not exceed 1.
 ///
@@ -33,9 +41,12 @@ pub struct FaultRates {
     pub busy: f64,
     /// Break the connection before the write is applied.
     pub reset_before_commit: f64,
-    /// The delay of a `timeout` fault, in milliseconds ([`DEFAULT_DELAY_MS`] when 0).
+    /// The delay of a `timeout` fault, in milliseconds ([`DEFAULT_DELAY_MS`] when 0; at most
+    /// [`MAX_DELAY_MS`]). The delay also ends when the client goes away or the gateway's request
+    /// deadline passes; the write then proceeds at once.
     pub delay_ms: u64,
-    /// The `Retry-After` of a `busy` fault, in milliseconds ([`DEFAULT_RETRY_AFTER_MS`] when 0).
+    /// The `Retry-After` of a `busy` fault, in milliseconds ([`DEFAULT_RETRY_AFTER_MS`] when 0;
+    /// at most [`MAX_RETRY_AFTER_MS`]).
     pub retry_after_ms: u64,
     /// Refuse, without applying, every write carrying an event of this type: `rejected` (422)
     /// with Celeriant's 2022 (schema validation failed), as a server with a schema for it would.
@@ -98,8 +109,21 @@ impl FaultRates {
         self.drop_after_commit + self.timeout + self.inflight + self.busy + self.reset_before_commit
     }
 
-    /// Checks every rate is within 0..=1 and their sum is at most 1.
+    /// Checks every rate is within 0..=1 and their sum is at most 1, and that `delayMs` and
+    /// `retryAfterMs` are within [`MAX_DELAY_MS`] and [`MAX_RETRY_AFTER_MS`].
     pub fn check(&self) -> Result<(), String> {
+        if self.delay_ms > MAX_DELAY_MS {
+            return Err(format!(
+                "delayMs = {} is over the {MAX_DELAY_MS} ms maximum",
+                self.delay_ms
+            ));
+        }
+        if self.retry_after_ms > MAX_RETRY_AFTER_MS {
+            return Err(format!(
+                "retryAfterMs = {} is over the {MAX_RETRY_AFTER_MS} ms maximum",
+                self.retry_after_ms
+            ));
+        }
         let all = [
             ("dropAfterCommit", self.drop_after_commit),
             ("timeout", self.timeout),
@@ -184,6 +208,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown field `drop`"), "{e}");
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        let at_most = FaultRates {
+            delay_ms: MAX_DELAY_MS,
+            retry_after_ms: MAX_RETRY_AFTER_MS,
+            ..FaultRates::default()
+        };
+        assert!(at_most.check().is_ok());
+        let e = FaultRates {
+            delay_ms: u64::MAX,
+            timeout: 1.0,
+            ..FaultRates::default()
+        }
+        .check()
+        .unwrap_err();
+        assert!(e.contains("delayMs = 18446744073709551615"), "{e}");
+        let e = FaultRates {
+            retry_after_ms: MAX_RETRY_AFTER_MS + 1,
+            ..FaultRates::default()
+        }
+        .check()
+        .unwrap_err();
+        assert!(e.contains("retryAfterMs"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! * [`codes`]: Celeriant's write-path codes and the gateway's own codes.
 //! * [`outcome`]: the five outcomes (`landed`, `retry`, `unknown`, `unauthorized`, `rejected`)
 //!   and the classification of every code into one of them.
+//! * [`body_size`]: the size of the largest legal write body, from the limits.
 //! * [`validate`]: the checks a write must pass before anything is written, shared so the client
 //!   can refuse bad input at `append` with exactly the gateway's rules.
 //! * [`json`]: the hand-written JSON the browser client uses (event encoding, outcome reading).
@@ -19,6 +20,7 @@
 //! * [`faults`]: the body of the gateway's fault-injection control endpoint (tests and the demo).
 #![warn(missing_docs)]
 
+pub mod body_size;
 pub mod codes;
 pub mod encoding;
 pub mod faults;

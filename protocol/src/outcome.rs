@@ -93,6 +93,7 @@ pub fn classify(code: u32) -> Class {
         | g::INVALID_SIGNATURE
         | g::CLIENT_ID_MISMATCH
         | g::AGGREGATE_TYPE_FORBIDDEN
+        | g::STORAGE_QUOTA_EXCEEDED
         | g::NOT_FOUND
         | g::METHOD_NOT_ALLOWED
         | g::BODY_TOO_LARGE
@@ -106,9 +107,14 @@ pub fn classify(code: u32) -> Class {
         | g::APP_TOKEN_REQUIRED
         | g::APP_TOKEN_INVALID
         | g::APP_TOKEN_EXPIRED => Class::Unauthorized,
-        g::GATEWAY_BUSY | g::SESSION_RATE_LIMITED | g::UPSTREAM_UNAVAILABLE => {
-            Class::Retry(RetryKind::Transient)
-        }
+        g::GATEWAY_BUSY
+        | g::SESSION_RATE_LIMITED
+        | g::RATE_LIMITED
+        | g::REQUEST_TIMEOUT
+        | g::UPSTREAM_UNAVAILABLE
+        | g::STORE_DEGRADED => Class::Retry(RetryKind::Transient),
+        // Both need an operator (free disk space, restore damaged data); never the events' fault.
+        g::DATA_CORRUPT | g::INSUFFICIENT_STORAGE => Class::Retry(RetryKind::Operator),
         // A Host the gateway does not answer to is a deployment problem, not the events' fault.
         g::HOST_NOT_ALLOWED => Class::Retry(RetryKind::Operator),
         g::UPSTREAM_OUTCOME_UNKNOWN | g::INTERNAL | g::GATEWAY_TIMEOUT => Class::Unknown,
@@ -421,7 +427,7 @@ mod tests {
             let outcome = WriteOutcome::from_code(code, "x");
             assert_eq!(u32::from(outcome.http_status()), code / 100, "{code}");
             let expected = match code / 100 {
-                421 | 429 | 503 => "retry",
+                408 | 421 | 429 | 500 | 503 | 507 => "retry",
                 502 | 504 => "unknown",
                 401 => "unauthorized",
                 _ => "rejected",

@@ -202,7 +202,8 @@ pub struct ReadBatch {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Health {
-    /// `"ok"` when the backend answers.
+    /// `"ok"` when the backend answers and can take writes, `"degraded"` otherwise (the answer
+    /// is then not 200, and also carries an outcome body).
     pub status: String,
     /// `"embedded"` or `"celeriant"`.
     pub backend: String,
@@ -210,6 +211,32 @@ pub struct Health {
     pub protocol: u32,
     /// Whether fault injection is enabled on this gateway.
     pub faults: bool,
+    /// Why the gateway is degraded (with `status: "degraded"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The embedded store's own state (embedded backend only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreHealth>,
+}
+
+/// The embedded store's state, in `GET /healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreHealth {
+    /// `"ok"`, `"lowSpace"` (free space under the floor: writes refused) or `"failed"` (an I/O
+    /// error; the store is reopening itself).
+    pub state: String,
+    /// Free bytes on the store's file system, when known.
+    pub free_bytes: Option<u64>,
+    /// The free-space floor under which writes are refused.
+    pub min_free_bytes: u64,
+    /// Stored records that failed their checksum since the gateway started.
+    pub checksum_failures: u64,
+    /// The last of them: which aggregate and version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checksum_failure: Option<String>,
+    /// Times the store reopened itself after an I/O error since the gateway started.
+    pub recoveries: u64,
 }
 
 #[cfg(test)]

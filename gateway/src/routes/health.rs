@@ -20,5 +20,7 @@ pub async fn health(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
         backend: state.backend.name().into(),
         protocol: PROTOCOL_VERSION,
         faults: state.faults.is_some(),
+        reason: None,
+        store: None,
     }))
 }
