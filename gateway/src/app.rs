@@ -3,16 +3,26 @@
 //! [`app`] returns the whole `Router`, so tests drive it with `tower::ServiceExt::oneshot` and
 //! `main` serves it. Unknown API routes (anything under `/v1`, including `/v1` and `/v1/`
 //! themselves) and wrong methods get the protocol's JSON body too. Layers, outermost first:
-//! tracing, the `Host` check (`crate::host`), CORS.
+//! tracing, the deadline, the `Host` check (`crate::host`), CORS.
+//!
+//! **The deadline** covers every route, static files included: a request not answered within
+//! `--request-timeout-ms` (plus [`DEADLINE_GRACE`]) of reaching the router gets 504 (50400,
+//! `unknown`). The write route answers at the deadline itself, with its own message; the grace
+//! lets it, so the layer only ever catches the other routes. (Reading a request's headers is
+//! bounded before the router, by `crate::serve`.)
+
+use std::time::Duration;
 
 use axum::Router;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::{FAULTS_PATH, HEALTH_PATH, SESSION_PATH, WRITE_PATH};
+use tower::{BoxError, ServiceBuilder};
 use tower_http::services::ServeDir;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::cors;
 use crate::error::ApiError;
@@ -38,6 +48,22 @@ async fn method_not_allowed(request: Request) -> Response {
         ),
     )
     .into_response()
+}
+
+/// How long after `--request-timeout-ms` the router's deadline answers, so that a route with a
+/// deadline of its own (writes) answers first.
+pub const DEADLINE_GRACE: Duration = Duration::from_millis(250);
+
+async fn deadline_passed(error: BoxError) -> Response {
+    if error.is::<tower::timeout::error::Elapsed>() {
+        ApiError::code(
+            g::GATEWAY_TIMEOUT,
+            "no answer within the gateway's request deadline",
+        )
+        .into_response()
+    } else {
+        ApiError::code(g::INTERNAL, format!("request failed: {error}")).into_response()
+    }
 }
 
 /// The gateway's router over `state`.
@@ -72,6 +98,16 @@ pub fn app(state: AppState) -> Router {
             std::sync::Arc::new(HostPolicy::from_config(&state.config)),
             host::check,
         ))
-        .layer(TraceLayer::new_for_http())
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(deadline_passed))
+                .timeout(state.request_timeout() + DEADLINE_GRACE),
+        )
+        // Refusals are logged where they are decided (and throttled there); a 5xx per request
+        // at ERROR would turn a flood, or a degraded store, into a flood of log lines.
+        .layer(
+            TraceLayer::new_for_http()
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+        )
         .with_state(state)
 }

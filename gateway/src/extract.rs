@@ -1,11 +1,18 @@
-//! The JSON body extractor whose every rejection is a typed protocol error.
+//! Reading request bodies: bounded in size and in time, and every rejection a typed protocol
+//! error.
 //!
-//! axum's own `Json` answers bad input with plain text. [`ProtocolJson`] instead refuses a
-//! missing `application/json` content type (41500), a body over the limit (41300, checked on
-//! `Content-Length` first and again while reading), invalid JSON (40000) and JSON of the wrong
-//! shape (40001, with the path of the offending field, e.g. `writes[0].events[2].clientSeq`).
+//! axum's own `Json` answers bad input with plain text and reads whatever arrives, for as long
+//! as it takes. Here a body is refused on its headers first — a missing `application/json`
+//! content type (41500), a declared `Content-Length` over the limit (41300) — so a route can
+//! decide admission *before* reading it ([`check_headers`]); then it is read with the limit
+//! counted again (chunked bodies declare nothing) and within a deadline (408, 40800, `retry`:
+//! a slow body holds nothing for long) ([`read_body`]); then parsed, telling invalid JSON
+//! (40000) from JSON of the wrong shape (40001, with the path of the offending field, e.g.
+//! `writes[0].events[2].clientSeq`) ([`parse`]).
 
-use axum::body::Body;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, header};
 use celeriant_sync_protocol::codes::gateway as g;
@@ -14,7 +21,11 @@ use serde::de::DeserializeOwned;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// A JSON body parsed strictly, with protocol errors.
+/// The body limit of [`ProtocolJson`]: control bodies (`PUT /v1/faults`) are small.
+pub const CONTROL_BODY_BYTES: usize = 4096;
+
+/// A small JSON control body parsed strictly, with protocol errors (at most
+/// [`CONTROL_BODY_BYTES`], read within `--body-read-timeout-ms`).
 pub struct ProtocolJson<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for ProtocolJson<T> {
@@ -22,19 +33,33 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ProtocolJson<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let (parts, body) = req.into_parts();
-        read_json(&parts.headers, body, state.config.max_body_bytes)
-            .await
-            .map(ProtocolJson)
+        read_json(
+            &parts.headers,
+            body,
+            CONTROL_BODY_BYTES,
+            state.body_read_timeout(),
+        )
+        .await
+        .map(ProtocolJson)
     }
 }
 
-/// Reads and parses a JSON body of at most `limit` bytes with the checks of [`ProtocolJson`]
-/// (for handlers whose limit is not `--max-body-bytes`).
+/// Reads and parses a JSON body of at most `limit` bytes within `timeout`, with every check of
+/// this module.
 pub async fn read_json<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
+    timeout: Duration,
 ) -> Result<T, ApiError> {
+    check_headers(headers, limit)?;
+    let bytes = read_body(body, limit, timeout).await?;
+    parse(&bytes)
+}
+
+/// The checks that need only the headers: `Content-Type: application/json` (415), then a
+/// declared `Content-Length` within `limit` (413). Returns the declared length, if any.
+pub fn check_headers(headers: &HeaderMap, limit: usize) -> Result<Option<usize>, ApiError> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -46,42 +71,46 @@ pub async fn read_json<T: DeserializeOwned>(
             "the body must be sent with Content-Type: application/json",
         ));
     }
-    let too_large = || {
-        ApiError::code(
-            g::BODY_TOO_LARGE,
-            format!("the body is over the {limit}-byte limit"),
-        )
-    };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
+        return Err(too_large(limit));
     }
-    let bytes = read_limited(body, limit).await.map_err(|e| match e {
-        ReadError::TooLarge => too_large(),
-        ReadError::Io(m) => ApiError::code(g::MALFORMED_JSON, format!("body unreadable: {m}")),
-    })?;
-    parse(&bytes)
+    Ok(declared)
 }
 
-enum ReadError {
-    TooLarge,
-    Io(String),
+fn too_large(limit: usize) -> ApiError {
+    ApiError::code(
+        g::BODY_TOO_LARGE,
+        format!("the body is over the {limit}-byte limit"),
+    )
 }
 
-async fn read_limited(body: Body, limit: usize) -> Result<axum::body::Bytes, ReadError> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        while let Some(err) = source {
-            if err.is::<http_body_util::LengthLimitError>() {
-                return ReadError::TooLarge;
+/// Reads the body, refusing it past `limit` bytes (413) or past `timeout` (408, 40800).
+pub async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
+    let read = axum::body::to_bytes(body, limit);
+    match tokio::time::timeout(timeout, read).await {
+        Err(_) => Err(ApiError::code(
+            g::REQUEST_TIMEOUT,
+            format!("the body did not arrive within {timeout:?}; nothing was applied"),
+        )),
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(err) = source {
+                if err.is::<http_body_util::LengthLimitError>() {
+                    return Err(too_large(limit));
+                }
+                source = err.source();
             }
-            source = err.source();
+            Err(ApiError::code(
+                g::MALFORMED_JSON,
+                format!("body unreadable: {e}"),
+            ))
         }
-        ReadError::Io(e.to_string())
-    })
+    }
 }
 
 /// Parses JSON, telling syntax errors (40000) from shape errors (40001, with the field path).

@@ -8,8 +8,10 @@
 //! Every write and read runs under a session proving the device's client id ([`auth`],
 //! `POST /v1/session`), unless the gateway runs with `--auth none` on loopback.
 //!
-//! [`app::app`] builds the router (testable without a socket); `main.rs` parses the
-//! configuration, opens the backend and serves with graceful shutdown.
+//! [`app::app`] builds the router (testable without a socket); [`serve`] accepts connections
+//! under the connection cap and timeouts; `main.rs` parses the configuration, opens the
+//! backend and serves with graceful shutdown, or checks a store offline (`verify`). What a
+//! client may make the gateway hold is bounded in [`limits`].
 #![warn(missing_docs)]
 
 pub mod app;
@@ -21,7 +23,9 @@ pub mod error;
 pub mod extract;
 pub mod faults;
 pub mod host;
+pub mod limits;
 pub mod routes;
+pub mod serve;
 pub mod state;
 
 pub use app::app;

@@ -7,6 +7,7 @@ use celeriant_gateway::backend::Backend;
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
 use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
 use celeriant_gateway::config::{AuthMode, BackendKind, Config};
+use celeriant_gateway::serve::{ServeOptions, fit_to_open_file_limit, serve};
 use celeriant_gateway::{AppState, app};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -44,7 +45,7 @@ async fn run(config: Config) -> Result<(), String> {
                 CeleriantBackend::connect(CeleriantOptions {
                     addresses: config.celeriant_addrs.clone(),
                     api_key: config.celeriant_api_key.clone(),
-                    request_timeout: Duration::from_millis(config.request_timeout_ms),
+                    request_timeout: Duration::from_millis(config.limits.request_timeout_ms),
                 })
                 .await?,
             )
@@ -61,6 +62,7 @@ async fn run(config: Config) -> Result<(), String> {
         listen: addr,
         ..config
     };
+    let limits = config.limits.clone();
     let state = AppState::new(config, backend.clone())?;
     if state.auth.mode == AuthMode::None {
         tracing::warn!("--auth none: clientId is taken at face value; local experiments only");
@@ -69,20 +71,24 @@ async fn run(config: Config) -> Result<(), String> {
         let report = faults.report();
         tracing::warn!(seed = report.seed, rates = ?report.rates, "fault injection enabled");
     }
+    let options = ServeOptions {
+        max_connections: fit_to_open_file_limit(limits.max_connections as usize),
+        max_connections_per_ip: limits.max_connections_per_ip as usize,
+        header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
+        shutdown_grace: Duration::from_millis(limits.request_timeout_ms) + Duration::from_secs(1),
+    };
     if let Some(path) = port_file {
         std::fs::write(&path, addr.to_string())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     tracing::info!(
         backend = backend.name(),
+        max_connections = options.max_connections,
         "celeriant-gateway listening on http://{addr}"
     );
     println!("celeriant-gateway listening on http://{addr}");
-    let service = app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())?;
+    serve(listener, app(state), options, shutdown_signal()).await;
     tracing::info!("celeriant-gateway stopped");
     Ok(())
 }

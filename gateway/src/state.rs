@@ -1,7 +1,8 @@
-//! What every handler shares: the backend, the configuration, the fault injector, the admission
-//! limit and the session machinery.
+//! What every handler shares: the backend, the configuration, the fault injector, admission
+//! (writes in progress, memory budgets, fair share) and the session machinery.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use celeriant_sync_protocol::Limits;
 use tokio::sync::Semaphore;
@@ -10,6 +11,8 @@ use crate::auth::Auth;
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::faults::FaultInjector;
+use crate::limits::budget::Budget;
+use crate::limits::fair::FairShare;
 
 /// Shared state of the HTTP application (cheap to clone).
 #[derive(Clone)]
@@ -24,6 +27,12 @@ pub struct AppState {
     pub faults: Option<Arc<FaultInjector>>,
     /// Admission control for writes (`--max-inflight`).
     pub admission: Arc<Semaphore>,
+    /// Bytes of write bodies held at once (`--write-buffer-bytes`).
+    pub write_bytes: Arc<Budget>,
+    /// Bytes of read responses held at once (`--read-buffer-bytes`).
+    pub read_bytes: Arc<Budget>,
+    /// Per-address and per-client rates and concurrency.
+    pub fair: Arc<FairShare>,
     /// Sessions: keys, app tokens, replay cache, rate limit.
     pub auth: Arc<Auth>,
 }
@@ -43,13 +52,27 @@ impl AppState {
         } else {
             None
         };
+        let limits = &config.limits;
         Ok(AppState {
             backend,
-            admission: Arc::new(Semaphore::new(config.max_inflight)),
+            admission: Arc::new(Semaphore::new(limits.max_inflight)),
+            write_bytes: Arc::new(Budget::new("write bodies", limits.write_buffer_bytes)),
+            read_bytes: Arc::new(Budget::new("read responses", limits.read_buffer_bytes)),
+            fair: Arc::new(FairShare::new(limits)),
             auth: Arc::new(Auth::from_config(&config)?),
             config: Arc::new(config),
             limits: Limits::default(),
             faults,
         })
+    }
+
+    /// `--request-timeout-ms`.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.limits.request_timeout_ms)
+    }
+
+    /// `--body-read-timeout-ms`.
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.limits.body_read_timeout_ms)
     }
 }

@@ -73,7 +73,10 @@ async fn another_clients_sequences_are_a_separate_space() {
 
 #[tokio::test]
 async fn bad_input_gets_a_typed_body_and_writes_nothing() {
-    let h = Harness::with(|c| c.max_body_bytes = 64 * 1024, EmbeddedOptions::default());
+    let h = Harness::with(
+        |c| c.limits.max_body_bytes = 64 * 1024,
+        EmbeddedOptions::default(),
+    );
     let good = write_of(&[1, 2]);
     let with = |f: &dyn Fn(&mut serde_json::Value)| {
         let mut v = good.clone();
@@ -357,7 +360,10 @@ async fn reads_page_by_size_and_unknown_aggregates_are_empty() {
 
 #[tokio::test]
 async fn large_batches_close_a_page_early() {
-    let h = Harness::new();
+    let h = Harness::with(
+        |c| c.limits.read_page_bytes = 1 << 20,
+        EmbeddedOptions::default(),
+    );
     let big = celeriant_sync_protocol::encoding::encode_base64(&vec![1u8; 700_000]);
     for seq in 1..=3 {
         let mut w = write_of(&[seq]);
@@ -469,7 +475,7 @@ async fn uuids_are_read_in_any_spelling_and_always_answered_canonically() {
 
 #[tokio::test]
 async fn over_the_admission_limit_is_429_with_retry_after() {
-    let h = Harness::with(|c| c.max_inflight = 0, EmbeddedOptions::default());
+    let h = Harness::with(|c| c.limits.max_inflight = 0, EmbeddedOptions::default());
     let r = h.write(&write_of(&[1])).await;
     assert_eq!(
         (r.status.as_u16(), r.outcome(), r.code()),

@@ -4,17 +4,19 @@
 //! every accepted session takes a replay-cache entry, so `POST /v1/session` is limited per client
 //! address (GCRA from `governor`): `--session-burst` at once, then `--session-rate-per-minute`.
 //! IPv6 addresses count per /64, the block one subscriber usually gets, so one host cannot
-//! dodge the limit by walking its own prefix. The per-address memory is bounded: past
+//! dodge the limit by walking its own prefix (`crate::limits::ip`). The per-address memory is bounded: past
 //! [`MAX_TRACKED`] addresses the idle ones are dropped, and while that many are all active, new
 //! addresses are refused too. Behind a reverse proxy every request has the proxy's address;
 //! size the limit for that (docs/protocol.md).
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use governor::clock::Clock as _;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use crate::limits::ip::bucket;
 
 /// Most addresses tracked at once.
 pub const MAX_TRACKED: usize = 65_536;
@@ -49,20 +51,6 @@ impl SessionLimiter {
         limiter
             .check_key(&bucket(ip))
             .map_err(|not_until| not_until.wait_time_from(limiter.clock().now()))
-    }
-}
-
-/// The key an address counts under: IPv4 as is (also when mapped into IPv6), IPv6 per /64.
-fn bucket(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
     }
 }
 

@@ -11,6 +11,11 @@
 //! A backend answers with either an acknowledgement or a [`BackendError`] that says exactly how
 //! much is known about the write: a Celeriant code, "definitely not sent", or "may have landed".
 //! [`BackendError::into_outcome`] turns that into the protocol's outcome with the shared table.
+//!
+//! Besides writing and reading, a backend says whether it can take writes at all right now
+//! ([`Backend::write_gate`], asked before a body is read) and what `/healthz` should report
+//! about its storage ([`Backend::store_health`]), and renders read pages straight into the
+//! response body ([`Backend::read_json`]) so that a store holding JSON need not parse it.
 
 pub mod celeriant;
 pub mod embedded;
@@ -18,7 +23,8 @@ pub mod embedded;
 use async_trait::async_trait;
 use celeriant_sync_protocol::codes::celeriant as codes;
 use celeriant_sync_protocol::outcome::{Failure, WriteOutcome};
-use celeriant_sync_protocol::{AggregateRef, Event, ReadBatch};
+use celeriant_sync_protocol::wire::StoreHealth;
+use celeriant_sync_protocol::{AggregateRef, Event, ReadBatch, ReadResponse};
 use uuid::Uuid;
 
 /// A fully qualified aggregate: the organisation (from gateway configuration) and the aggregate.
@@ -83,6 +89,17 @@ pub struct ReadPage {
     pub batches: Vec<ReadBatch>,
     /// The version to continue from, or `None` at the end.
     pub next: Option<u64>,
+}
+
+/// A page rendered as the body of `GET /v1/aggregates/…/events`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JsonPage {
+    /// The body: `{"batches":[…],"next":…}`, at most the query's `max_bytes` unless it holds a
+    /// single batch.
+    Body(Vec<u8>),
+    /// The first batch alone is over the query's `max_bytes`: the body would take this many
+    /// bytes. Nothing was copied; ask again with at least that budget.
+    Needs(usize),
 }
 
 /// How much is known about a write (or read) that did not succeed.
@@ -165,4 +182,32 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Checks the store answers.
     async fn health(&self) -> Result<(), BackendError>;
+
+    /// Whether the store can take writes now, decided without touching it (before a write's
+    /// body is read): `Err` with the answer to give, e.g. a disk under its free-space floor.
+    fn write_gate(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// The store's own state for `/healthz` (the embedded store's disk, checksums, recoveries).
+    fn store_health(&self) -> Option<StoreHealth> {
+        None
+    }
+
+    /// One page rendered as the response body. The default reads it with [`Backend::read`] and
+    /// serialises it (never [`JsonPage::Needs`]).
+    async fn read_json(&self, query: ReadQuery) -> Result<JsonPage, BackendError> {
+        let page = self.read(query).await?;
+        let body = serde_json::to_vec(&ReadResponse {
+            batches: page.batches,
+            next: page.next,
+        })
+        .map_err(|e| {
+            BackendError::code(
+                celeriant_sync_protocol::codes::gateway::INTERNAL,
+                e.to_string(),
+            )
+        })?;
+        Ok(JsonPage::Body(body))
+    }
 }

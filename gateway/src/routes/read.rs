@@ -1,23 +1,32 @@
-//! `GET /v1/aggregates/{typeId}/{id}/events?from=N`: one size-bounded page of an aggregate's
-//! batches, in version order. An unknown aggregate reads as an empty page. Needs a session
-//! (401 without one) whose access list includes the aggregate's type (403 otherwise).
+//! `GET /v1/aggregates/{typeId}/{id}/events?from=N&limit=M`: one size-bounded page of an
+//! aggregate's batches, in version order. An unknown aggregate reads as an empty page. Needs a
+//! session (401 without one) whose access list includes the aggregate's type (403 otherwise).
+//!
+//! Reads are bounded like writes: the address's and the client id's fair share (429, 42910),
+//! then the page's bytes reserved from `--read-buffer-bytes` before the store is touched (429,
+//! 42900), held until the response has been handed to the connection. A page holds at most
+//! `--read-page-bytes` of response, unless its first batch alone is larger: that batch is then
+//! served alone, once its size could be reserved too. The router's deadline bounds the whole.
 
 use std::collections::HashMap;
 
-use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use celeriant_sync_protocol::AggregateRef;
 use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::encoding::MAX_SAFE_INTEGER;
-use celeriant_sync_protocol::{AggregateRef, ReadResponse};
 use uuid::Uuid;
 
 use crate::auth::Session;
-use crate::backend::{AggregateKey, ReadQuery};
+use crate::backend::{AggregateKey, JsonPage, ReadQuery};
 use crate::error::ApiError;
+use crate::limits::budget::Reserved;
+use crate::limits::fair::Kind;
+use crate::limits::ip;
 use crate::state::AppState;
 
-/// Payload bytes after which a page is closed.
-pub const PAGE_BYTES: usize = 1 << 20;
 /// Most batches in a page.
 pub const PAGE_BATCHES: usize = 1_000;
 
@@ -47,17 +56,31 @@ fn u64_param(params: &HashMap<String, String>, name: &str, default: u64) -> Resu
 }
 
 /// The handler.
-pub async fn events(
-    State(state): State<AppState>,
-    session: Session,
-    Path((type_id, id)): Path<(String, String)>,
-    Query(params): Query<HashMap<String, String>>,
-) -> Result<Json<ReadResponse>, ApiError> {
+pub async fn events(State(state): State<AppState>, request: Request) -> Response {
+    match page(&state, request).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let (mut parts, _) = request.into_parts();
+    let address = state
+        .fair
+        .address(Kind::Read, ip::peer(&parts.extensions))?;
+    let session = Session::from_request_parts(&mut parts, state).await?;
+    let Path((type_id, id)) = Path::<(String, String)>::from_request_parts(&mut parts, state)
+        .await
+        .map_err(|e| ApiError::code(g::INVALID_QUERY, e.body_text()))?;
     let aggregate = AggregateRef {
         type_id: uuid_param("typeId", &type_id)?,
         id: uuid_param("id", &id)?,
     };
     session.check_type(aggregate.type_id)?;
+    let _share = state.fair.client(Kind::Read, address, session.client_id)?;
+    let Query(params) = Query::<HashMap<String, String>>::from_request_parts(&mut parts, state)
+        .await
+        .map_err(|e| ApiError::code(g::INVALID_QUERY, e.body_text()))?;
     if let Some(unknown) = params
         .keys()
         .find(|k| !matches!(k.as_str(), "from" | "limit"))
@@ -70,22 +93,85 @@ pub async fn events(
     let from_version = u64_param(&params, "from", 1)?.max(1);
     let max_batches =
         (u64_param(&params, "limit", PAGE_BATCHES as u64)? as usize).clamp(1, PAGE_BATCHES);
-    let query = ReadQuery {
+    let mut query = ReadQuery {
         key: AggregateKey {
             org: state.config.org_id,
             aggregate,
         },
         from_version,
-        max_bytes: PAGE_BYTES,
+        max_bytes: state.config.limits.read_page_bytes,
         max_batches,
     };
-    let page = state
-        .backend
-        .read(query)
-        .await
-        .map_err(|e| ApiError(e.into_outcome()))?;
-    Ok(Json(ReadResponse {
-        batches: page.batches,
-        next: page.next,
-    }))
+    let mut reserved = state.read_bytes.reserve(query.max_bytes)?;
+    let body = loop {
+        match state
+            .backend
+            .read_json(query)
+            .await
+            .map_err(|e| ApiError(e.into_outcome()))?
+        {
+            JsonPage::Body(body) => break body,
+            JsonPage::Needs(bytes) if bytes > reserved.bytes() => {
+                reserved.merge(state.read_bytes.reserve(bytes - reserved.bytes())?);
+                query.max_bytes = bytes;
+            }
+            // The store asked for no more than it had: serve what fits rather than loop.
+            JsonPage::Needs(_) => {
+                return Err(ApiError::code(
+                    g::INTERNAL,
+                    "the store could not fit one batch in its own estimate",
+                ));
+            }
+        }
+    };
+    // A store that renders its page itself (the Celeriant backend) may go over the estimate:
+    // reserve what it took, or refuse rather than hold more than the budget allows.
+    if body.len() > reserved.bytes() {
+        reserved.merge(state.read_bytes.reserve(body.len() - reserved.bytes())?);
+    }
+    reserved.shrink_to(body.len());
+    let mut response = Response::new(held(Bytes::from(body), reserved));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+/// A body that keeps its reservation until the connection has taken the bytes (or dropped
+/// the body): memory the budget accounts for stays accounted for while it is held.
+struct Held {
+    bytes: Option<Bytes>,
+    reserved: Option<Reserved>,
+}
+
+impl http_body::Body for Held {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let frame = self.bytes.take().map(|b| Ok(http_body::Frame::data(b)));
+        if frame.is_none() {
+            self.reserved = None;
+        }
+        std::task::Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
+    }
+}
+
+fn held(bytes: Bytes, reserved: Reserved) -> Body {
+    Body::new(Held {
+        bytes: Some(bytes),
+        reserved: Some(reserved),
+    })
 }

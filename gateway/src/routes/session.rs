@@ -67,7 +67,13 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         }))
     })?;
     let (parts, body) = request.into_parts();
-    let body: SessionRequest = read_json(&parts.headers, body, MAX_SESSION_BODY_BYTES).await?;
+    let body: SessionRequest = read_json(
+        &parts.headers,
+        body,
+        MAX_SESSION_BODY_BYTES,
+        state.body_read_timeout(),
+    )
+    .await?;
     let grant = match &auth.app {
         Some(app) => Some(app.verify(&parts.headers)?),
         None => None,

@@ -1,38 +1,100 @@
-//! `POST /v1/write`: check the session, validate, inject a fault if asked to, hand to the
-//! backend, answer with the protocol outcome.
+//! `POST /v1/write`: admit, read, check, inject a fault if asked to, hand to the backend,
+//! answer with the protocol outcome.
 //!
-//! A missing or invalid session is refused (401) before the body is read; a body whose
-//! `clientId` is not the session's, or that names an aggregate type outside the session's
-//! access list, is refused (403) before validation. Nothing is written in either case.
+//! Everything that can refuse a write without reading its body does so first, cheapest first:
+//! the address's fair share (429, 42910), the session (401), the client id's fair share (429,
+//! 42910), the content type (415) and declared length (413), the store's own gate (a disk under
+//! its floor: 507; a store reopening after an I/O error: 503), then admission proper — a slot
+//! among `--max-inflight` and the body's bytes from `--write-buffer-bytes` (429, 42900). Only
+//! then is the body read, within `--body-read-timeout-ms` (408) and the body limit (413), and
+//! parsed (400), checked against the session (403) and validated (400). Nothing is written in
+//! any of these cases.
 //!
-//! The backend call runs in its own task, so a write handed to the store completes (or fails)
-//! whatever happens to the HTTP exchange: a client that times out, a connection the fault
-//! injector breaks, or the gateway's own request timeout (which answers 504 `unknown`, since the
-//! write may still land).
+//! The backend call runs in its own task, holding every admission guard, so a write handed to
+//! the store completes (or fails) whatever happens to the HTTP exchange, and its slots are
+//! given back exactly when the store answered: a client that times out, a connection the fault
+//! injector breaks, or the request deadline (which answers 504 `unknown`, since the write may
+//! still land). An injected delay ends early when the client goes away or the deadline passes;
+//! the write then proceeds at once.
 
-use std::time::Duration;
+use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, Request, State};
 use axum::response::{IntoResponse, Response};
 use celeriant_sync_protocol::codes::{celeriant as cc, gateway as g};
 use celeriant_sync_protocol::outcome::Failure;
 use celeriant_sync_protocol::validate::validate_write;
 use celeriant_sync_protocol::{WriteOutcome, WriteRequest};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 use crate::auth::Session;
 use crate::backend::{AggregateCommand, AggregateKey, WriteCommand};
 use crate::error::{ApiError, outcome_response};
-use crate::extract::ProtocolJson;
+use crate::extract::{check_headers, parse, read_body};
 use crate::faults::Fault;
+use crate::limits::budget::Reserved;
+use crate::limits::fair::{Kind, Share};
+use crate::limits::ip;
 use crate::state::AppState;
 
+/// What a write holds from admission until the store answered.
+struct Admitted {
+    _share: Share,
+    _slot: OwnedSemaphorePermit,
+    _bytes: Reserved,
+}
+
+/// Everything before the body: fair share, session, headers, the store's gate, admission.
+async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted, Body), ApiError> {
+    let (mut parts, body) = request.into_parts();
+    let address = state
+        .fair
+        .address(Kind::Write, ip::peer(&parts.extensions))?;
+    let session = Session::from_request_parts(&mut parts, state).await?;
+    let share = state.fair.client(Kind::Write, address, session.client_id)?;
+    let limit = state.config.limits.max_body_bytes;
+    let declared = check_headers(&parts.headers, limit)?;
+    state
+        .backend
+        .write_gate()
+        .map_err(|e| ApiError(e.into_outcome()))?;
+    let slot = state.admission.clone().try_acquire_owned().map_err(|_| {
+        ApiError::code(
+            g::GATEWAY_BUSY,
+            "too many writes in progress; retry shortly",
+        )
+    })?;
+    let bytes = state.write_bytes.reserve(declared.unwrap_or(limit))?;
+    Ok((
+        session,
+        Admitted {
+            _share: share,
+            _slot: slot,
+            _bytes: bytes,
+        },
+        body,
+    ))
+}
+
 /// The handler.
-pub async fn write(
-    State(state): State<AppState>,
-    session: Session,
-    ProtocolJson(request): ProtocolJson<WriteRequest>,
-) -> Response {
+pub async fn write(State(state): State<AppState>, request: Request) -> Response {
+    let deadline = Instant::now() + state.request_timeout();
+    let (session, admitted, body) = match admit(&state, request).await {
+        Ok(admitted) => admitted,
+        Err(e) => return e.into_response(),
+    };
+    let body_timeout = state
+        .body_read_timeout()
+        .min(deadline.saturating_duration_since(Instant::now()));
+    let request: WriteRequest =
+        match read_body(body, state.config.limits.max_body_bytes, body_timeout)
+            .await
+            .and_then(|bytes| parse(&bytes))
+        {
+            Ok(request) => request,
+            Err(e) => return e.into_response(),
+        };
     if let Err(e) = authorize(&session, &request) {
         tracing::warn!(summary = %Summary::of(&request), session = ?session.client_id, code = e.0.code(), "write refused");
         return e.into_response();
@@ -40,13 +102,6 @@ pub async fn write(
     if let Err(e) = validate_write(&request, &state.limits) {
         return ApiError::code(e.code(), e.to_string()).into_response();
     }
-    let Ok(permit) = state.admission.clone().try_acquire_owned() else {
-        return ApiError::code(
-            g::GATEWAY_BUSY,
-            "too many writes in progress; retry shortly",
-        )
-        .into_response();
-    };
     let summary = Summary::of(&request);
     let _in_flight = state.faults.as_ref().map(|f| f.enter(request.client_id));
     let types = request
@@ -80,19 +135,26 @@ pub async fn write(
         Some(Fault::DropAfterCommit) | None => {}
     }
 
+    // Dropped with this handler: when the client goes away, or the deadline answers first.
+    let (_present, gone) = oneshot::channel::<()>();
     let backend = state.backend.clone();
     let task = tokio::spawn(async move {
-        let _permit = permit;
+        let _admitted = admitted;
         if let Some(d) = delay {
-            tokio::time::sleep(d).await;
+            tokio::select! {
+                () = tokio::time::sleep(d) => {}
+                _ = gone => {}
+            }
         }
         backend.write(command).await
     });
-    let timeout = Duration::from_millis(state.config.request_timeout_ms);
-    let outcome = match tokio::time::timeout(timeout, task).await {
+    let outcome = match tokio::time::timeout_at(deadline.into(), task).await {
         Err(_) => WriteOutcome::from_code(
             g::GATEWAY_TIMEOUT,
-            format!("no answer from the store within {timeout:?}; the write may still land"),
+            format!(
+                "no answer from the store within {:?}; the write may still land",
+                state.request_timeout()
+            ),
         ),
         Ok(Err(join)) => WriteOutcome::from_code(g::INTERNAL, format!("write task failed: {join}")),
         Ok(Ok(Ok(ack))) => WriteOutcome::landed(ack.aggregate_version),

@@ -3,7 +3,8 @@
 //! `celeriant-gateway --help` lists them. Every flag can also be set through the variable named
 //! in its help (`CELERIANT_GATEWAY_*`), which is how container deployments usually configure it.
 //! [`Config::check`] refuses the combinations that would expose a test-only switch or an open
-//! CORS policy beyond loopback.
+//! CORS policy beyond loopback, and limits that contradict each other. The bounds on what a
+//! client can make the gateway hold are in [`LimitConfig`] (`limits.rs`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -11,6 +12,10 @@ use std::path::PathBuf;
 use celeriant_sync_protocol::faults::{DEFAULT_DELAY_MS, DEFAULT_RETRY_AFTER_MS, FaultRates};
 use clap::{Parser, ValueEnum};
 use uuid::Uuid;
+
+mod limits;
+
+pub use limits::LimitConfig;
 
 /// Which store the gateway writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -180,22 +185,6 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_PKG", default_value = "pkg")]
     pub pkg: PathBuf,
 
-    /// Most time one request may take before the gateway answers 504 (`unknown`).
-    #[arg(
-        long,
-        env = "CELERIANT_GATEWAY_REQUEST_TIMEOUT_MS",
-        default_value_t = 30_000
-    )]
-    pub request_timeout_ms: u64,
-
-    /// Largest request body accepted, in bytes (larger: 413).
-    #[arg(long, env = "CELERIANT_GATEWAY_MAX_BODY_BYTES", default_value_t = 8 << 20)]
-    pub max_body_bytes: usize,
-
-    /// Most writes handled at once; more are answered 429 with Retry-After.
-    #[arg(long, env = "CELERIANT_GATEWAY_MAX_INFLIGHT", default_value_t = 1024)]
-    pub max_inflight: usize,
-
     /// Embedded store: keep a commit group open this long for more writes (0: commit at once).
     #[arg(long, env = "CELERIANT_GATEWAY_COMMIT_LINGER_MS", default_value_t = 0)]
     pub commit_linger_ms: u64,
@@ -257,6 +246,10 @@ pub struct Config {
     /// Refuse (422, code 2022) every write carrying an event of this type (0: off).
     #[arg(long, env = "CELERIANT_GATEWAY_FAULT_REJECT_TYPE", default_value_t = 0)]
     pub fault_reject_type: u64,
+
+    /// Connections, time, sizes and fair share.
+    #[command(flatten)]
+    pub limits: LimitConfig,
 }
 
 impl Config {
@@ -308,6 +301,7 @@ impl Config {
                 ));
             }
         }
+        self.limits.check()?;
         match (self.app_token_alg, &self.app_token_key_file) {
             (Some(_), None) => Err("--app-token-alg needs --app-token-key-file".into()),
             (None, Some(_)) => Err("--app-token-key-file needs --app-token-alg".into()),
@@ -364,7 +358,7 @@ mod tests {
             assert_eq!(env.to_str(), Some(allowed.as_str()), "--{long}");
             checked += 1;
         }
-        assert!(checked >= 35, "{checked}");
+        assert!(checked >= 47, "{checked}");
     }
 
     fn parse(args: &[&str]) -> Config {

@@ -1,0 +1,155 @@
+//! The bounds on what clients can make the gateway hold: connections, time, memory, share.
+//!
+//! Every input is hostile until proven otherwise, so each resource a request can take has a
+//! bound here, with a default sized for one busy device or address (the project's own tests
+//! and benchmark drive everything from 127.0.0.1, one address, with these defaults) and a flag
+//! with an environment twin. `docs/protocol.md` §12 lists them with the answer past each one.
+//! [`LimitConfig::check`] refuses combinations that contradict each other, such as a body limit
+//! larger than the memory allowed for bodies (no write could ever be admitted).
+
+use celeriant_sync_protocol::Limits;
+use celeriant_sync_protocol::body_size::max_write_body_bytes;
+use clap::Args;
+
+/// The default `--max-body-bytes`: the largest legal write body under the protocol's limits
+/// (7,541,358 bytes; `celeriant_sync_protocol::body_size`).
+pub fn default_max_body_bytes() -> usize {
+    max_write_body_bytes(&Limits::default())
+}
+
+/// Connections, timeouts, body and page sizes, memory budgets and fair-share limits.
+#[derive(Debug, Clone, Args)]
+pub struct LimitConfig {
+    /// Most connections open at once; one more is answered 429 (42900) and closed at once.
+    /// Lowered at start-up to fit the process's open-file limit.
+    #[arg(long, env = "CELERIANT_GATEWAY_MAX_CONNECTIONS", default_value_t = 2048,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
+    /// Most connections open at once from one client address (IPv6: per /64); one more is
+    /// answered 429 (42900) and closed at once.
+    #[arg(long, env = "CELERIANT_GATEWAY_MAX_CONNECTIONS_PER_IP", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_ip: u32,
+
+    /// Most time to receive a request's headers; the connection is closed past it. hyper starts
+    /// it as soon as a connection waits for a request, so it also bounds how long an idle
+    /// keep-alive connection stays open.
+    #[arg(long, env = "CELERIANT_GATEWAY_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_read_timeout_ms: u64,
+
+    /// Most time to receive a request's body once its headers arrived; past it the gateway
+    /// answers 408 (40800, `retry`) and closes the connection.
+    #[arg(long, env = "CELERIANT_GATEWAY_BODY_READ_TIMEOUT_MS", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_read_timeout_ms: u64,
+
+    /// A connection on which no byte moves either way for this long is closed, whatever it was
+    /// doing (a stalled upload, a client that stopped reading its answer). Must exceed
+    /// --request-timeout-ms, so a slow store is answered 504 rather than cut off.
+    #[arg(long, env = "CELERIANT_GATEWAY_IDLE_TIMEOUT_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+
+    /// Every request is answered within this long of its headers: a write past it gets 504
+    /// (50400, `unknown`: it may still land), any other route 504 too.
+    #[arg(long, env = "CELERIANT_GATEWAY_REQUEST_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_ms: u64,
+
+    /// Largest request body accepted, in bytes; larger is refused (413, 41300) before it is
+    /// read. The default is the largest legal write request (protocol limits, compact JSON).
+    #[arg(long, env = "CELERIANT_GATEWAY_MAX_BODY_BYTES", default_value_t = default_max_body_bytes(),
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=u64::from(u32::MAX)))]
+    pub max_body_bytes: usize,
+
+    /// Most bytes of write bodies held at once (each write reserves its Content-Length, or
+    /// --max-body-bytes when it has none, until the store answered); past it 429 (42900).
+    #[arg(long, env = "CELERIANT_GATEWAY_WRITE_BUFFER_BYTES", default_value_t = 64 << 20)]
+    pub write_buffer_bytes: usize,
+
+    /// Most writes handled at once; more are answered 429 (42900) before their body is read.
+    #[arg(long, env = "CELERIANT_GATEWAY_MAX_INFLIGHT", default_value_t = 1024)]
+    pub max_inflight: usize,
+
+    /// Byte budget of one read response: a page ends before the batch that would take it over
+    /// (a single batch larger than this is served alone).
+    #[arg(long, env = "CELERIANT_GATEWAY_READ_PAGE_BYTES", default_value_t = 2 << 20,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=u64::from(u32::MAX)))]
+    pub read_page_bytes: usize,
+
+    /// Most bytes of read responses held at once (until sent); past it 429 (42900).
+    #[arg(long, env = "CELERIANT_GATEWAY_READ_BUFFER_BYTES", default_value_t = 64 << 20)]
+    pub read_buffer_bytes: usize,
+
+    /// Writes per second one client id may make, and reads per second, each (session client
+    /// id; 0: no limit); past it 429 (42910) with the wait in Retry-After.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_RATE_PER_CLIENT",
+        default_value_t = 1_000
+    )]
+    pub rate_per_client: u32,
+
+    /// Writes (and reads) one client id may make in a burst before --rate-per-client applies.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_BURST_PER_CLIENT",
+        default_value_t = 2_000
+    )]
+    pub burst_per_client: u32,
+
+    /// Writes one client id may have in progress at once, and reads, each (0: no limit).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_CONCURRENCY_PER_CLIENT",
+        default_value_t = 32
+    )]
+    pub concurrency_per_client: u32,
+
+    /// Writes per second one client address may make, and reads per second, each (IPv6: per
+    /// /64; 0: no limit); past it 429 (42910).
+    #[arg(long, env = "CELERIANT_GATEWAY_RATE_PER_IP", default_value_t = 20_000)]
+    pub rate_per_ip: u32,
+
+    /// Writes (and reads) one address may make in a burst before --rate-per-ip applies.
+    #[arg(long, env = "CELERIANT_GATEWAY_BURST_PER_IP", default_value_t = 20_000)]
+    pub burst_per_ip: u32,
+
+    /// Writes one address may have in progress at once, and reads, each (0: no limit).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_CONCURRENCY_PER_IP",
+        default_value_t = 256
+    )]
+    pub concurrency_per_ip: u32,
+}
+
+impl LimitConfig {
+    /// Refuses limits that contradict each other, saying which flag to change.
+    pub fn check(&self) -> Result<(), String> {
+        if self.idle_timeout_ms <= self.request_timeout_ms {
+            return Err(format!(
+                "--idle-timeout-ms ({}) must exceed --request-timeout-ms ({}): a request waiting \
+                 for the store would be cut off instead of answered",
+                self.idle_timeout_ms, self.request_timeout_ms
+            ));
+        }
+        if self.write_buffer_bytes < self.max_body_bytes {
+            return Err(format!(
+                "--write-buffer-bytes ({}) is below --max-body-bytes ({}): a body of the \
+                 largest size could never be admitted",
+                self.write_buffer_bytes, self.max_body_bytes
+            ));
+        }
+        if self.read_buffer_bytes < self.read_page_bytes.max(self.max_body_bytes) {
+            return Err(format!(
+                "--read-buffer-bytes ({}) is below --read-page-bytes ({}) or --max-body-bytes \
+                 ({}): a full page, or one batch of the largest write, could never be served",
+                self.read_buffer_bytes, self.read_page_bytes, self.max_body_bytes
+            ));
+        }
+        Ok(())
+    }
+}

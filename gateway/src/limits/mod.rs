@@ -1,0 +1,21 @@
+//! Fair share and admission: what one request, one client or one address may take at once.
+//!
+//! Each bound here turns a resource an attacker could exhaust into a typed refusal decided
+//! before the expensive part (reading a body, touching the store):
+//!
+//! * [`connections`]: open connections, overall and per address (`crate::serve` applies it);
+//! * [`fair`]: per-address and per-client rate and concurrency, for writes and reads apart
+//!   (429, 42910);
+//! * [`budget`]: bytes of write bodies and of read responses held at once (429, 42900).
+//!
+//! Per-key state is bounded: concurrency entries exist only while a request of that key is in
+//! flight (so there are at most as many as open connections), and the rate limiters drop idle
+//! keys once they track [`keyed::MAX_TRACKED`] of them. [`ip`] says which key an address counts
+//! under; [`notice`] keeps the refusal log lines from becoming a flood of their own.
+
+pub mod budget;
+pub mod connections;
+pub mod fair;
+pub mod ip;
+pub mod keyed;
+pub mod notice;

@@ -1,0 +1,201 @@
+//! Serving connections: the accept loop, with the bounds `axum::serve` does not offer.
+//!
+//! hyper's HTTP/1.1 connection builder does the protocol; this module decides, per connection,
+//! what `axum::serve` cannot be told:
+//!
+//! * **A cap on open connections**, overall and per client address
+//!   ([`crate::limits::connections`]). A connection over either cap is answered at once with a
+//!   fixed `429` protocol body (`retry`, 42900) and closed: no task, no buffer, no descriptor
+//!   kept. The listener's own descriptor budget is the process's open-file limit, which
+//!   [`fit_to_open_file_limit`] raises to its hard maximum and the cap is lowered to fit.
+//! * **Header-read timeout** (hyper's own): a request's headers must arrive within it. hyper
+//!   starts it whenever a connection waits for a request, so it also closes idle keep-alive
+//!   connections.
+//! * **Idle timeout** ([`activity`]): a connection on which nothing moved for that long is
+//!   dropped, whatever it was doing.
+//! * **Bounded buffers**: hyper reads at most [`MAX_BUF_BYTES`] of headers (431 past it) and
+//!   buffers no more than that per connection.
+//! * **Graceful shutdown**: on the signal the listener closes, requests in progress finish (up
+//!   to the grace period), then the loop returns.
+//!
+//! Each request gets the connection's peer address as `ConnectInfo<SocketAddr>`, as with
+//! `into_make_service_with_connect_info`. The body-read timeout and the per-route deadline are
+//! per request, in the routes and the router's layers.
+
+pub mod activity;
+
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use celeriant_sync_protocol::codes::gateway as g;
+use celeriant_sync_protocol::outcome::WriteOutcome;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tower::ServiceExt;
+
+use self::activity::{Activity, Tracked};
+use crate::limits::connections::{Connections, Full};
+use crate::limits::notice::Throttle;
+
+/// Most bytes hyper buffers per connection (request headers included).
+pub const MAX_BUF_BYTES: usize = 64 * 1024;
+
+/// Descriptors kept free of connections: the database, the listener, logs, the Celeriant
+/// pool's sockets.
+const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// How a connection is served.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// Most connections open at once.
+    pub max_connections: usize,
+    /// Most connections open at once from one address.
+    pub max_connections_per_ip: usize,
+    /// hyper's header-read timeout.
+    pub header_read_timeout: Duration,
+    /// Drop a connection on which nothing moved for this long.
+    pub idle_timeout: Duration,
+    /// How long requests in progress may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+}
+
+/// The answer to a connection over a cap, written once and then closed.
+static OVER_CAPACITY: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let outcome =
+        WriteOutcome::from_code(g::GATEWAY_BUSY, "too many open connections; retry shortly");
+    let body = serde_json::to_string(&outcome).unwrap_or_default();
+    format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+});
+
+/// Raises the soft open-file limit to the hard one and returns the most connections that fit
+/// under it (`wanted`, or fewer with a warning).
+pub fn fit_to_open_file_limit(wanted: usize) -> usize {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    let current = match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => limit.maximum,
+        Err(_) => limit.current,
+    };
+    let Some(current) = current else {
+        return wanted;
+    };
+    let fits = current.saturating_sub(RESERVED_DESCRIPTORS).max(1) as usize;
+    if fits < wanted {
+        tracing::warn!(
+            wanted,
+            open_file_limit = current,
+            "--max-connections lowered to {fits} to fit the open-file limit"
+        );
+        return fits;
+    }
+    wanted
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets requests in progress
+/// finish for up to `options.shutdown_grace`.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) {
+    let connections = Connections::new(options.max_connections, options.max_connections_per_ip);
+    let graceful = GracefulShutdown::new();
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout)
+        .max_buf_size(MAX_BUF_BYTES)
+        .keep_alive(true);
+    let refused = Throttle::new();
+    let accept_errors = Throttle::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    if let Some(suppressed) = accept_errors.allow() {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    }
+                    // Out of descriptors or memory: give connections in progress a moment.
+                    if !matches!(e.kind(), std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::ConnectionReset) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let place = match connections.enter(peer.ip()) {
+            Ok(place) => place,
+            Err(full) => {
+                refuse(&stream);
+                if let Some(suppressed) = refused.allow() {
+                    tracing::warn!(
+                        %peer,
+                        cap = match full { Full::Total => "overall", Full::Address => "per address" },
+                        open = connections.open(),
+                        suppressed,
+                        "connection refused: too many open"
+                    );
+                }
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let activity = Activity::new();
+        let io = TokioIo::new(Tracked::new(stream, activity.clone()));
+        let service = router
+            .clone()
+            .map_request(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            });
+        let connection =
+            graceful.watch(builder.serve_connection(io, TowerToHyperService::new(service)));
+        let idle_timeout = options.idle_timeout;
+        tokio::spawn(async move {
+            let _place = place;
+            tokio::select! {
+                result = connection => if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                },
+                () = activity.idle(idle_timeout) => {
+                    tracing::debug!(%peer, ?idle_timeout, "idle connection closed");
+                }
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(options.shutdown_grace) => {
+            tracing::warn!("requests still in progress after the shutdown grace period; stopping");
+        }
+    }
+}
+
+/// Answers a connection over a cap without a task: one non-blocking write of a fixed answer
+/// (a fresh socket's send buffer always has room for it), then the socket is closed on drop.
+fn refuse(stream: &TcpStream) {
+    let _ = stream.try_write(&OVER_CAPACITY);
+}
