@@ -1,12 +1,13 @@
-//! The `celeriant-gateway` binary: configuration, backend, serve, graceful shutdown.
+//! The `celeriant-gateway` binary: configuration, backend, serve, graceful shutdown; or
+//! `verify`, an offline check of an embedded store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use celeriant_gateway::backend::Backend;
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
-use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
-use celeriant_gateway::config::{AuthMode, BackendKind, Config};
+use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore, verify};
+use celeriant_gateway::config::{AuthMode, BackendKind, Command, Config};
 use celeriant_gateway::serve::{ServeOptions, fit_to_open_file_limit, serve};
 use celeriant_gateway::{AppState, app};
 use clap::Parser;
@@ -21,7 +22,11 @@ async fn main() {
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    if let Err(e) = run(Config::parse()).await {
+    let config = Config::parse();
+    if config.command == Some(Command::Verify) {
+        std::process::exit(verify::run(&config.data_dir));
+    }
+    if let Err(e) = run(config).await {
         eprintln!("celeriant-gateway: {e}");
         std::process::exit(1);
     }
@@ -33,9 +38,7 @@ async fn run(config: Config) -> Result<(), String> {
     let backend: Arc<dyn Backend> = match config.backend {
         BackendKind::Embedded => Arc::new(EmbeddedStore::open(
             &config.data_dir,
-            EmbeddedOptions {
-                linger: Duration::from_millis(config.commit_linger_ms),
-            },
+            EmbeddedOptions::from_config(&config),
         )?),
         BackendKind::Celeriant => {
             if config.celeriant_addrs.is_empty() {

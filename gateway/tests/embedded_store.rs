@@ -131,6 +131,7 @@ async fn an_identical_write_racing_one_in_flight_gets_2013_then_2002() {
             dir.path(),
             EmbeddedOptions {
                 linger: Duration::from_millis(300),
+                ..EmbeddedOptions::default()
             },
         )
         .unwrap(),

@@ -360,10 +360,7 @@ async fn reads_page_by_size_and_unknown_aggregates_are_empty() {
 
 #[tokio::test]
 async fn large_batches_close_a_page_early() {
-    let h = Harness::with(
-        |c| c.limits.read_page_bytes = 1 << 20,
-        EmbeddedOptions::default(),
-    );
+    let h = Harness::new();
     let big = celeriant_sync_protocol::encoding::encode_base64(&vec![1u8; 700_000]);
     for seq in 1..=3 {
         let mut w = write_of(&[seq]);
@@ -385,10 +382,16 @@ async fn health_and_unknown_routes_answer_json() {
     let h = Harness::new();
     let health = h.get("/healthz").await;
     assert_eq!(health.status, StatusCode::OK);
+    let mut fields = health.json.clone();
+    let store = fields.as_object_mut().unwrap().remove("store").unwrap();
     assert_eq!(
-        health.json,
+        fields,
         json!({"status": "ok", "backend": "embedded", "protocol": 1, "faults": false})
     );
+    assert_eq!(store["state"], "ok");
+    assert_eq!(store["checksumFailures"], 0);
+    assert_eq!(store["recoveries"], 0);
+    assert!(store["freeBytes"].as_u64().unwrap() > 0, "{store}");
     let missing = h.get("/v1/nothing-here").await;
     assert_eq!(
         (missing.status.as_u16(), missing.outcome(), missing.code()),

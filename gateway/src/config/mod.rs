@@ -4,18 +4,21 @@
 //! in its help (`CELERIANT_GATEWAY_*`), which is how container deployments usually configure it.
 //! [`Config::check`] refuses the combinations that would expose a test-only switch or an open
 //! CORS policy beyond loopback, and limits that contradict each other. The bounds on what a
-//! client can make the gateway hold are in [`LimitConfig`] (`limits.rs`).
+//! client can make the gateway hold are in [`LimitConfig`] (`limits.rs`), the embedded store's
+//! disk settings in [`StoreConfig`] (`store.rs`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use celeriant_sync_protocol::faults::{DEFAULT_DELAY_MS, DEFAULT_RETRY_AFTER_MS, FaultRates};
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
 mod limits;
+mod store;
 
 pub use limits::LimitConfig;
+pub use store::StoreConfig;
 
 /// Which store the gateway writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -62,9 +65,10 @@ pub struct Config {
     )]
     pub listen: SocketAddr,
 
-    /// Where the embedded store keeps its database.
+    /// Where the embedded store keeps its database (also the directory `verify` checks).
     #[arg(
         long,
+        global = true,
         env = "CELERIANT_GATEWAY_DATA_DIR",
         default_value = ".data/gateway"
     )]
@@ -250,6 +254,24 @@ pub struct Config {
     /// Connections, time, sizes and fair share.
     #[command(flatten)]
     pub limits: LimitConfig,
+
+    /// The embedded store's disk and quota.
+    #[command(flatten)]
+    pub store: StoreConfig,
+
+    /// What to do (default: serve).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The gateway's subcommands; without one it serves.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Check a whole embedded store offline (the gateway must not be running on it): every
+    /// batch against its checksum, every version and sequence record, every client's usage.
+    /// Prints a report; exits 0 when the store is sound, 1 when something is damaged, 2 when
+    /// it cannot be checked.
+    Verify,
 }
 
 impl Config {
@@ -358,11 +380,38 @@ mod tests {
             assert_eq!(env.to_str(), Some(allowed.as_str()), "--{long}");
             checked += 1;
         }
-        assert!(checked >= 47, "{checked}");
+        assert!(checked >= 50, "{checked}");
     }
 
     fn parse(args: &[&str]) -> Config {
         Config::parse_from(std::iter::once("celeriant-gateway").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn verify_takes_the_data_directory_after_it() {
+        let c = parse(&["verify", "--data-dir", "/srv/store"]);
+        assert_eq!(c.command, Some(Command::Verify));
+        assert_eq!(c.data_dir, PathBuf::from("/srv/store"));
+        assert_eq!(Config::defaults().command, None, "serving is the default");
+    }
+
+    #[test]
+    fn contradicting_limits_are_refused() {
+        for (args, needle) in [
+            (
+                &["--idle-timeout-ms", "1000", "--request-timeout-ms", "1000"][..],
+                "--idle-timeout-ms",
+            ),
+            (
+                &["--write-buffer-bytes", "1000"][..],
+                "--write-buffer-bytes",
+            ),
+            (&["--read-buffer-bytes", "1000"][..], "--read-buffer-bytes"),
+        ] {
+            let err = parse(args).check().unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        assert_eq!(Config::defaults().limits.max_body_bytes, 7_541_358);
     }
 
     #[test]

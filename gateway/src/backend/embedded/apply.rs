@@ -4,39 +4,55 @@
 //! 2001), existence (2005), the version guard (2003), **then** idempotency — 2013 when the same
 //! (aggregate, client) has a write with an overlapping sequence applied in the current,
 //! not-yet-durable group, 2002 when the lowest sequence is at or below the highest durable one.
-//! Every aggregate of a command is checked before any is written, so a refused command leaves
-//! no trace and an accepted one is all-or-nothing.
+//! Then the gateway's own storage quota per client id (40310): a duplicate is still answered
+//! 2002 (landed) by a client over its quota, since it stores nothing. Every aggregate of a
+//! command is checked, and everything it needs read (and checksum-checked), before any is
+//! written, so a refused command leaves no trace and an accepted one is all-or-nothing.
 
 use std::collections::HashMap;
 
 use celeriant_sync_protocol::ReadBatch;
-use celeriant_sync_protocol::codes::celeriant as codes;
+use celeriant_sync_protocol::codes::{celeriant as codes, gateway as g};
 use redb::{ReadableTable, WriteTransaction};
+use uuid::Uuid;
 
-use super::tables::{AGGREGATES, BATCHES, CLIENT_SEQS, agg_key, client_key};
+use super::record::{Corrupt, open_number, open_version, seal_batch, seal_number, seal_version};
+use super::tables::{
+    AGGREGATES, BATCHES, CLIENT_SEQS, CLIENT_USAGE, ClientKey, agg_key, client_key, describe,
+};
+use super::{StoreFailure, storage_failure};
 use crate::backend::{BackendError, WriteAck, WriteCommand};
 
 /// Highest sequence per (aggregate, client) applied in the open, uncommitted group: those
 /// writes are accepted but not yet durable, which is exactly Celeriant's "in flight".
-pub type InFlight = HashMap<(u128, u128, u128, u128), u64>;
+pub type InFlight = HashMap<ClientKey, u64>;
 
 /// Why applying failed.
 pub enum ApplyError {
-    /// A Celeriant answer for this command; nothing of it was written.
+    /// A Celeriant (or quota) answer for this command; nothing of it was written.
     Refused(BackendError),
+    /// Data this command relies on fails its checksum; nothing of it was written, and the
+    /// rest of the group goes on.
+    Corrupt(Corrupt),
     /// The database failed; the whole transaction must be abandoned.
-    Storage(String),
+    Storage(StoreFailure),
 }
 
 impl From<redb::TableError> for ApplyError {
     fn from(e: redb::TableError) -> Self {
-        ApplyError::Storage(e.to_string())
+        ApplyError::Storage(storage_failure(e))
     }
 }
 
 impl From<redb::StorageError> for ApplyError {
     fn from(e: redb::StorageError) -> Self {
-        ApplyError::Storage(e.to_string())
+        ApplyError::Storage(storage_failure(e))
+    }
+}
+
+impl From<Corrupt> for ApplyError {
+    fn from(c: Corrupt) -> Self {
+        ApplyError::Corrupt(c)
     }
 }
 
@@ -53,15 +69,48 @@ fn sequence_refusal(code: u32, what: &str, last: u64, attempted: u64) -> ApplyEr
     })
 }
 
+/// The sealed highest sequence of `key`.
+pub fn seal_client_seq(key: ClientKey, seq: u64) -> (u64, u32) {
+    let (o, t, i, c) = key;
+    seal_number("client_seqs", &[o, t, i, c], seq)
+}
+
+/// The highest sequence of `key`, checked.
+pub fn open_client_seq(key: ClientKey, sealed: (u64, u32)) -> Result<u64, Corrupt> {
+    let (o, t, i, c) = key;
+    open_number("client_seqs", &[o, t, i, c], sealed, || {
+        format!(
+            "the highest client_seq of client {} on {}",
+            Uuid::from_u128(c),
+            describe((o, t, i))
+        )
+    })
+}
+
+/// The sealed storage usage of `client`.
+pub fn seal_usage(client: u128, bytes: u64) -> (u64, u32) {
+    seal_number("client_usage", &[client], bytes)
+}
+
+/// The storage usage of `client`, checked.
+pub fn open_usage(client: u128, sealed: (u64, u32)) -> Result<u64, Corrupt> {
+    open_number("client_usage", &[client], sealed, || {
+        format!("the storage usage of client {}", Uuid::from_u128(client))
+    })
+}
+
 /// Checks and applies one command inside `txn`, recording its sequences in `in_flight`.
+/// `quota`: most bytes of batches one client id may store (0: no quota).
 pub fn apply(
     txn: &WriteTransaction,
     command: &WriteCommand,
     in_flight: &mut InFlight,
     server_timestamp: u64,
+    quota: u64,
 ) -> Result<WriteAck, ApplyError> {
     let mut aggregates = txn.open_table(AGGREGATES)?;
     let mut client_seqs = txn.open_table(CLIENT_SEQS)?;
+    let mut usage = txn.open_table(CLIENT_USAGE)?;
     if command.writes.is_empty() {
         return Err(refuse(
             codes::EMPTY_EVENTS_LIST,
@@ -69,8 +118,8 @@ pub fn apply(
         ));
     }
 
-    // Check every aggregate before writing any.
-    let mut versions = Vec::with_capacity(command.writes.len());
+    // Check every aggregate, and read everything the writes need, before writing any.
+    let mut plans = Vec::with_capacity(command.writes.len());
     for write in &command.writes {
         if write.events.is_empty() {
             return Err(refuse(codes::EMPTY_EVENTS_LIST, "events list is empty"));
@@ -78,9 +127,11 @@ pub fn apply(
         if write.events.iter().any(|e| e.event_type == 0) {
             return Err(refuse(codes::ZERO_EVENT_TYPE, "event type 0 is reserved"));
         }
-        let version = aggregates
-            .get(agg_key(&write.key))?
-            .map_or(0, |v| v.value());
+        let akey = agg_key(&write.key);
+        let version = match aggregates.get(akey)? {
+            Some(v) => open_version(akey, v.value())?,
+            None => 0,
+        };
         if version == 0 && !write.allow_create {
             return Err(refuse(
                 codes::AGGREGATE_NOT_EXISTS,
@@ -95,8 +146,12 @@ pub fn apply(
                 format!("expected version {expected}, aggregate is at {version}"),
             ));
         }
+        let ckey = client_key(&write.key, command.client_id);
+        let durable = match client_seqs.get(ckey)? {
+            Some(v) => open_client_seq(ckey, v.value())?,
+            None => 0,
+        };
         if write.enforce_client_idempotency {
-            let ckey = client_key(&write.key, command.client_id);
             let lowest = write.events.iter().map(|e| e.client_seq).min().unwrap_or(0);
             if let Some(&pending) = in_flight.get(&ckey)
                 && lowest <= pending
@@ -108,7 +163,6 @@ pub fn apply(
                     lowest,
                 ));
             }
-            let durable = client_seqs.get(ckey)?.map_or(0, |v| v.value());
             if lowest <= durable {
                 return Err(sequence_refusal(
                     codes::CLIENT_IDEMPOTENCY_VIOLATION,
@@ -118,36 +172,52 @@ pub fn apply(
                 ));
             }
         }
-        versions.push(version);
+        let batch = ReadBatch {
+            version: version + 1,
+            client_id: command.client_id,
+            server_timestamp,
+            events: write.events.clone(),
+        };
+        let json = serde_json::to_vec(&batch)
+            .map_err(|e| ApplyError::Storage(StoreFailure::Other(e.to_string())))?;
+        let bkey = (akey.0, akey.1, akey.2, version + 1);
+        plans.push((write, akey, ckey, durable, bkey, seal_batch(bkey, &json)));
+    }
+
+    let client = command.client_id.as_u128();
+    let used = match usage.get(client)? {
+        Some(v) => open_usage(client, v.value())?,
+        None => 0,
+    };
+    let added: u64 = plans.iter().map(|p| p.5.len() as u64).sum();
+    if quota > 0 && used.saturating_add(added) > quota {
+        return Err(refuse(
+            g::STORAGE_QUOTA_EXCEEDED,
+            format!(
+                "client {} has {used} bytes stored; this write adds {added}, over the \
+                 {quota}-byte quota",
+                command.client_id
+            ),
+        ));
     }
 
     // Apply.
     let mut batches = txn.open_table(BATCHES)?;
     let mut last_version = 0;
-    for (write, version) in command.writes.iter().zip(versions) {
-        let (o, t, i) = agg_key(&write.key);
-        let new_version = version + 1;
-        let batch = ReadBatch {
-            version: new_version,
-            client_id: command.client_id,
-            server_timestamp,
-            events: write.events.clone(),
-        };
-        let bytes = serde_json::to_vec(&batch).map_err(|e| ApplyError::Storage(e.to_string()))?;
-        batches.insert((o, t, i, new_version), bytes.as_slice())?;
-        aggregates.insert((o, t, i), new_version)?;
+    for (write, akey, ckey, durable, bkey, record) in plans {
+        batches.insert(bkey, record.as_slice())?;
+        aggregates.insert(akey, seal_version(akey, bkey.3))?;
         let highest = write.events.iter().map(|e| e.client_seq).max().unwrap_or(0);
-        let ckey = client_key(&write.key, command.client_id);
-        let durable = client_seqs.get(ckey)?.map_or(0, |v| v.value());
         if highest > durable {
-            client_seqs.insert(ckey, highest)?;
+            client_seqs.insert(ckey, seal_client_seq(ckey, highest))?;
         }
         if write.enforce_client_idempotency {
             let entry = in_flight.entry(ckey).or_insert(0);
             *entry = (*entry).max(highest);
         }
-        last_version = new_version;
+        last_version = bkey.3;
     }
+    usage.insert(client, seal_usage(client, used + added))?;
     Ok(WriteAck {
         aggregate_version: (command.writes.len() == 1).then_some(last_version),
     })

@@ -4,44 +4,130 @@
 //! Guarantees:
 //!
 //! * **Durable before acknowledged.** redb commits with `Durability::Immediate` (fsync); a write
-//!   is answered only after its commit returned, so an acknowledged write survives `kill -9`.
+//!   is answered only after its commit returned, so an acknowledged write survives `kill -9`,
+//!   a full disk and the reopening that follows one.
 //! * **One writer, group commit.** A dedicated thread owns all writes. It takes every command
 //!   waiting in its queue, applies them in arrival order inside one transaction and commits once,
 //!   then answers each. Commands applied in the open transaction are "in flight": an identical
 //!   (aggregate, client, sequence) write arriving meanwhile gets 2013, exactly like Celeriant's
 //!   accepted-but-not-durable window. A later identical write sees the committed sequence: 2002.
-//! * **Celeriant's check order** (`apply.rs`): 2000/2001, 2005, 2003, then 2013/2002.
-//! * **Reads** see committed batches only, in version order.
+//! * **Celeriant's check order** (`apply.rs`): 2000/2001, 2005, 2003, then 2013/2002; then the
+//!   per-client storage quota (40310).
+//! * **Checksums** (`record.rs`): every stored value carries a CRC-32C of its key and contents,
+//!   checked on every read and wherever a write relies on stored data; damaged data is never
+//!   served or trusted (50001, counted in `/healthz`). `verify.rs` checks a whole store
+//!   offline. Schema 1 stores are migrated on open (`migrate.rs`).
+//! * **Reads** see committed batches only, in version order, served as stored (`read.rs`).
+//! * **Disk** (`health.rs`): writes are refused early while free space is under the floor, and
+//!   after an I/O error — after which redb refuses everything ("Previous I/O error occurred") —
+//!   the store's monitor thread closes and reopens the database, commits a probe transaction,
+//!   and takes writes again, without a restart. Until then `/healthz` says degraded.
 //!
 //! `linger` (tests and benchmarks) keeps a group open a little longer before committing, which
 //! makes the in-flight window observable and trades latency for fewer fsyncs.
 
 mod apply;
+pub mod health;
+mod migrate;
+mod read;
+mod record;
 mod tables;
+pub mod verify;
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, mpsc as std_mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use celeriant_sync_protocol::ReadBatch;
-use celeriant_sync_protocol::codes::celeriant as codes;
+use celeriant_sync_protocol::codes::{celeriant as codes, gateway as g};
+use celeriant_sync_protocol::wire::StoreHealth;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 use tokio::sync::{mpsc, oneshot};
 
 use self::apply::{ApplyError, InFlight, apply};
-use self::tables::{AGGREGATES, BATCHES, CLIENT_SEQS, agg_key};
-use super::{Backend, BackendError, ReadPage, ReadQuery, WriteAck, WriteCommand};
+use self::health::{Health, free_space};
+use self::migrate::Opened;
+use self::read::ReadError;
+use self::tables::AGGREGATES;
+use super::{Backend, BackendError, JsonPage, ReadPage, ReadQuery, WriteAck, WriteCommand};
+use crate::config::Config;
+use crate::limits::notice::Throttle;
 
 /// Most commands committed in one group.
 const MAX_GROUP: usize = 512;
 
+/// How often the monitor samples free space and, when failed, tries to reopen.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The database file inside the data directory.
+pub const FILE_NAME: &str = "celeriant-gateway.redb";
+
 /// Tuning of the embedded store.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct EmbeddedOptions {
     /// How long a group stays open for more commands before it commits (default: commit as soon
     /// as the queue is empty).
     pub linger: Duration,
+    /// The database's page cache, in bytes.
+    pub cache_bytes: usize,
+    /// Refuse writes while the disk has fewer free bytes (0: never).
+    pub min_free_bytes: u64,
+    /// Most bytes of batches one client id may store (0: no quota).
+    pub quota_bytes: u64,
+}
+
+impl Default for EmbeddedOptions {
+    /// No linger, a 64 MiB cache, no free-space floor, no quota (tests; the gateway uses
+    /// [`EmbeddedOptions::from_config`]).
+    fn default() -> Self {
+        EmbeddedOptions {
+            linger: Duration::ZERO,
+            cache_bytes: 64 << 20,
+            min_free_bytes: 0,
+            quota_bytes: 0,
+        }
+    }
+}
+
+impl EmbeddedOptions {
+    /// The options of the gateway's flags.
+    pub fn from_config(config: &Config) -> Self {
+        EmbeddedOptions {
+            linger: Duration::from_millis(config.commit_linger_ms),
+            cache_bytes: config.store.store_cache_bytes,
+            min_free_bytes: config.store.min_free_bytes,
+            quota_bytes: config.store.store_quota_bytes,
+        }
+    }
+}
+
+/// A failure of the database itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// An I/O error, or redb refusing everything after one: the database must be reopened.
+    Io(String),
+    /// Anything else: the operation failed, the database is still usable.
+    Other(String),
+}
+
+impl StoreFailure {
+    fn message(&self) -> &str {
+        match self {
+            StoreFailure::Io(m) | StoreFailure::Other(m) => m,
+        }
+    }
+}
+
+/// Classifies a redb error.
+pub fn storage_failure(e: impl Into<redb::Error>) -> StoreFailure {
+    match e.into() {
+        e @ (redb::Error::Io(_)
+        | redb::Error::PreviousIo
+        | redb::Error::DatabaseClosed
+        | redb::Error::Corrupted(_)
+        | redb::Error::Backend(_)) => StoreFailure::Io(e.to_string()),
+        e => StoreFailure::Other(e.to_string()),
+    }
 }
 
 struct Job {
@@ -49,53 +135,181 @@ struct Job {
     reply: oneshot::Sender<Result<WriteAck, BackendError>>,
 }
 
+/// What the writer, the monitor and the readers share.
+struct Shared {
+    dir: PathBuf,
+    path: PathBuf,
+    options: EmbeddedOptions,
+    db: RwLock<Option<Arc<Database>>>,
+    health: Health,
+    reopen_log: Throttle,
+}
+
 /// The embedded durable store.
 pub struct EmbeddedStore {
-    db: Arc<Database>,
+    shared: Arc<Shared>,
     jobs: mpsc::UnboundedSender<Job>,
     writer: Option<std::thread::JoinHandle<()>>,
+    monitor: Option<(std_mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
 }
 
 impl Drop for EmbeddedStore {
-    /// Stops the writer after the jobs already queued and waits for it, so the database file is
-    /// closed (and can be reopened) when the store is gone.
+    /// Stops the writer after the jobs already queued, and the monitor, and waits for both, so
+    /// the database file is closed (and can be reopened) when the store is gone.
     fn drop(&mut self) {
         let (closed, _) = mpsc::unbounded_channel();
         drop(std::mem::replace(&mut self.jobs, closed));
         if let Some(writer) = self.writer.take() {
             let _ = writer.join();
         }
+        if let Some((stop, monitor)) = self.monitor.take() {
+            drop(stop);
+            let _ = monitor.join();
+        }
     }
 }
 
+/// Opens (or creates) the database at `path` and brings it to the current schema.
+fn open_database(path: &Path, cache_bytes: usize) -> Result<(Database, Opened), String> {
+    let db = Database::builder()
+        .set_cache_size(cache_bytes)
+        .create(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let opened = migrate::prepare(&db).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((db, opened))
+}
+
 impl EmbeddedStore {
-    /// Opens (or creates) the store in `dir/celeriant-gateway.redb` and starts its writer.
+    /// Opens (or creates, or migrates) the store in `dir/celeriant-gateway.redb` and starts its
+    /// writer and its monitor.
     pub fn open(dir: &Path, options: EmbeddedOptions) -> Result<Self, String> {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let path = dir.join("celeriant-gateway.redb");
-        let db =
-            Database::create(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        // Create the tables up front so reads never meet a missing table.
-        let txn = db.begin_write().map_err(|e| e.to_string())?;
-        {
-            txn.open_table(AGGREGATES).map_err(|e| e.to_string())?;
-            txn.open_table(BATCHES).map_err(|e| e.to_string())?;
-            txn.open_table(CLIENT_SEQS).map_err(|e| e.to_string())?;
+        let path = dir.join(FILE_NAME);
+        let (db, opened) = open_database(&path, options.cache_bytes)?;
+        if let Opened::Migrated(batches) = opened {
+            tracing::info!(batches, "store: schema 1 migrated to schema 2 (checksums)");
         }
-        txn.commit().map_err(|e| e.to_string())?;
-        let db = Arc::new(db);
+        let shared = Arc::new(Shared {
+            dir: dir.to_owned(),
+            path,
+            options,
+            db: RwLock::new(Some(Arc::new(db))),
+            health: Health::new(options.min_free_bytes),
+            reopen_log: Throttle::new(),
+        });
+        shared.health.observe_free(free_space(dir));
         let (jobs, queue) = mpsc::unbounded_channel();
-        let writer_db = db.clone();
+        let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
             .name("embedded-writer".into())
-            .spawn(move || writer_loop(&writer_db, queue, options))
+            .spawn(move || writer_loop(&writer_shared, queue))
+            .map_err(|e| e.to_string())?;
+        let (stop, stopped) = std_mpsc::channel();
+        let monitor_shared = shared.clone();
+        let monitor = std::thread::Builder::new()
+            .name("embedded-monitor".into())
+            .spawn(move || {
+                while let Err(std_mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECK_INTERVAL)
+                {
+                    monitor_shared.tick();
+                }
+            })
             .map_err(|e| e.to_string())?;
         Ok(EmbeddedStore {
-            db,
+            shared,
             jobs,
             writer: Some(writer),
+            monitor: Some((stop, monitor)),
         })
+    }
+}
+
+impl Shared {
+    /// The open database, unless it is being reopened.
+    fn db(&self) -> Result<Arc<Database>, BackendError> {
+        self.db
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                BackendError::code(
+                    g::STORE_DEGRADED,
+                    "the store is reopening after an I/O error; retry shortly",
+                )
+            })
+    }
+
+    /// Records a database failure: an I/O one makes the store `failed` until reopened.
+    fn fail(&self, failure: &StoreFailure) {
+        match failure {
+            StoreFailure::Io(reason) => self.health.failed(reason),
+            StoreFailure::Other(reason) => tracing::error!(reason, "store: operation failed"),
+        }
+    }
+
+    /// The answer to a read that failed.
+    fn read_failed(&self, e: ReadError) -> BackendError {
+        match e {
+            ReadError::Corrupt(corrupt) => {
+                self.health.corrupt(&corrupt);
+                BackendError::code(g::DATA_CORRUPT, format!("{corrupt}; it is not served"))
+            }
+            ReadError::Storage(failure) => {
+                self.fail(&failure);
+                BackendError::code(
+                    g::STORE_DEGRADED,
+                    format!("the store could not be read: {}", failure.message()),
+                )
+            }
+        }
+    }
+
+    /// One round of the monitor: sample the free space; when failed and there is room, reopen.
+    fn tick(&self) {
+        self.health.observe_free(free_space(&self.dir));
+        if self.health.is_failed() && self.health.has_room() {
+            match self.reopen() {
+                Ok(()) => self.health.recovered(),
+                Err(reason) => {
+                    if let Some(suppressed) = self.reopen_log.allow() {
+                        tracing::warn!(reason, suppressed, "store: reopening failed; trying again");
+                    }
+                    self.health.failed(&reason);
+                }
+            }
+        }
+    }
+
+    /// Closes the database (once no reader holds it), opens it again — redb repairs it from
+    /// its last commit — and commits an empty transaction to prove the disk takes writes.
+    fn reopen(&self) -> Result<(), String> {
+        let old = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut old) = old {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match Arc::try_unwrap(old) {
+                    Ok(db) => {
+                        let _ = db.close();
+                        break;
+                    }
+                    Err(still) if Instant::now() < deadline => {
+                        old = still;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(still) => {
+                        *self.db.write().unwrap_or_else(|p| p.into_inner()) = Some(still);
+                        return Err("the database is still in use".into());
+                    }
+                }
+            }
+        }
+        let (db, _) = open_database(&self.path, self.options.cache_bytes)?;
+        let probe = db.begin_write().map_err(|e| e.to_string())?;
+        probe.commit().map_err(|e| e.to_string())?;
+        *self.db.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(db));
+        Ok(())
     }
 }
 
@@ -105,10 +319,18 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The single writer: group, apply, commit, answer.
-fn writer_loop(db: &Database, mut queue: mpsc::UnboundedReceiver<Job>, options: EmbeddedOptions) {
+/// Answers every job of `group` with `error`.
+fn fail_all(group: Vec<Job>, error: &BackendError) {
+    for job in group {
+        let _ = job.reply.send(Err(error.clone()));
+    }
+}
+
+/// The single writer: group, check the gate and the disk, apply, commit, answer.
+fn writer_loop(shared: &Shared, mut queue: mpsc::UnboundedReceiver<Job>) {
+    let linger = shared.options.linger;
     while let Some(first) = queue.blocking_recv() {
-        let deadline = Instant::now() + options.linger;
+        let deadline = Instant::now() + linger;
         let mut group = vec![first];
         loop {
             while group.len() < MAX_GROUP {
@@ -122,75 +344,67 @@ fn writer_loop(db: &Database, mut queue: mpsc::UnboundedReceiver<Job>, options: 
             }
             std::thread::sleep(Duration::from_millis(1).min(deadline - Instant::now()));
         }
-        commit_group(db, group);
+        if shared.options.min_free_bytes > 0 {
+            shared.health.observe_free(free_space(&shared.dir));
+        }
+        let db = match shared.health.gate().and_then(|()| shared.db()) {
+            Ok(db) => db,
+            Err(e) => {
+                fail_all(group, &e);
+                continue;
+            }
+        };
+        if let Err(failure) = commit_group(shared, &db, group) {
+            shared.fail(&failure);
+        }
     }
 }
 
-fn commit_group(db: &Database, group: Vec<Job>) {
-    let fail_all = |group: Vec<Job>, message: String| {
-        tracing::error!(%message, "embedded store: group failed, nothing committed");
-        for job in group {
-            let _ = job
-                .reply
-                .send(Err(BackendError::code(codes::FSYNC_ERROR, message.clone())));
-        }
+/// Applies and commits one group, answering every job; `Err` when the database failed.
+fn commit_group(shared: &Shared, db: &Database, group: Vec<Job>) -> Result<(), StoreFailure> {
+    let fail = |group: Vec<Job>, failure: StoreFailure| {
+        tracing::error!(
+            reason = failure.message(),
+            "embedded store: group failed, nothing committed"
+        );
+        fail_all(
+            group,
+            &BackendError::code(codes::FSYNC_ERROR, failure.message()),
+        );
+        Err(failure)
     };
     let txn = match db.begin_write() {
         Ok(txn) => txn,
-        Err(e) => return fail_all(group, e.to_string()),
+        Err(e) => return fail(group, storage_failure(e)),
     };
     let now = now_ms();
+    let quota = shared.options.quota_bytes;
     let mut in_flight = InFlight::new();
     let mut results = Vec::with_capacity(group.len());
     for job in &group {
-        match apply(&txn, &job.command, &mut in_flight, now) {
+        match apply(&txn, &job.command, &mut in_flight, now, quota) {
             Ok(ack) => results.push(Ok(ack)),
             Err(ApplyError::Refused(e)) => results.push(Err(e)),
-            Err(ApplyError::Storage(message)) => {
+            Err(ApplyError::Corrupt(corrupt)) => {
+                shared.health.corrupt(&corrupt);
+                results.push(Err(BackendError::code(
+                    g::DATA_CORRUPT,
+                    format!("{corrupt}; nothing was written"),
+                )));
+            }
+            Err(ApplyError::Storage(failure)) => {
                 drop(txn);
-                return fail_all(group, message);
+                return fail(group, failure);
             }
         }
     }
     if let Err(e) = txn.commit() {
-        return fail_all(group, e.to_string());
+        return fail(group, storage_failure(e));
     }
     for (job, result) in group.into_iter().zip(results) {
         let _ = job.reply.send(result);
     }
-}
-
-fn storage<E: std::fmt::Display>(e: E) -> BackendError {
-    BackendError::Unavailable(format!("embedded store: {e}"))
-}
-
-fn read_page(db: &Database, query: ReadQuery) -> Result<ReadPage, BackendError> {
-    let txn = db.begin_read().map_err(storage)?;
-    let table = txn.open_table(BATCHES).map_err(storage)?;
-    let (o, t, i) = agg_key(&query.key);
-    let from = query.from_version.max(1);
-    let mut page = ReadPage {
-        batches: Vec::new(),
-        next: None,
-    };
-    let mut bytes = 0usize;
-    for row in table
-        .range((o, t, i, from)..=(o, t, i, u64::MAX))
-        .map_err(storage)?
-    {
-        let (key, value) = row.map_err(storage)?;
-        let version = key.value().3;
-        if !page.batches.is_empty()
-            && (page.batches.len() >= query.max_batches || bytes >= query.max_bytes)
-        {
-            page.next = Some(version);
-            break;
-        }
-        let batch: ReadBatch = serde_json::from_slice(value.value()).map_err(storage)?;
-        bytes += batch.events.iter().map(|e| e.data.len()).sum::<usize>();
-        page.batches.push(batch);
-    }
-    Ok(page)
+    Ok(())
 }
 
 #[async_trait]
@@ -214,23 +428,44 @@ impl Backend for EmbeddedStore {
     }
 
     async fn read(&self, query: ReadQuery) -> Result<ReadPage, BackendError> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || read_page(&db, query))
-            .await
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?
-    }
-
-    async fn health(&self) -> Result<(), BackendError> {
-        let db = self.db.clone();
+        let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(storage)?;
-            txn.open_table(AGGREGATES)
-                .map_err(storage)?
-                .len()
-                .map_err(storage)?;
-            Ok(())
+            let db = shared.db()?;
+            read::page(&db, query).map_err(|e| shared.read_failed(e))
         })
         .await
         .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    }
+
+    async fn read_json(&self, query: ReadQuery) -> Result<JsonPage, BackendError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = shared.db()?;
+            read::page_json(&db, query).map_err(|e| shared.read_failed(e))
+        })
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    }
+
+    async fn health(&self) -> Result<(), BackendError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = shared.db()?;
+            let check = || -> Result<(), redb::Error> {
+                db.begin_read()?.open_table(AGGREGATES)?.len()?;
+                Ok(())
+            };
+            check().map_err(|e| shared.read_failed(ReadError::Storage(storage_failure(e))))
+        })
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    }
+
+    fn write_gate(&self) -> Result<(), BackendError> {
+        self.shared.health.gate()
+    }
+
+    fn store_health(&self) -> Option<StoreHealth> {
+        Some(self.shared.health.report())
     }
 }

@@ -1,0 +1,130 @@
+//! Reading pages of an aggregate's batches, every record checked against its checksum.
+//!
+//! A page is built straight from the stored records: their JSON is exactly what a read
+//! answers, so [`page_json`] concatenates it into the response body without parsing (one copy,
+//! no intermediate structures), while [`page`] parses it for the typed [`Backend::read`].
+//! Either way a record that fails its checksum is never served: the read fails with
+//! `DATA_CORRUPT` (50001) naming the aggregate and version, and the failure is counted
+//! (`/healthz`) and logged by the caller.
+//!
+//! [`Backend::read`]: crate::backend::Backend::read
+
+use celeriant_sync_protocol::ReadBatch;
+use redb::{Database, ReadableDatabase};
+
+use super::record::{Corrupt, HEADER, open_batch};
+use super::tables::{BATCHES, BatchKey, agg_key};
+use super::{StoreFailure, storage_failure};
+use crate::backend::{JsonPage, ReadPage, ReadQuery};
+
+/// Why a read failed.
+pub enum ReadError {
+    /// A record failed its checksum (or does not parse).
+    Corrupt(Corrupt),
+    /// The database failed.
+    Storage(StoreFailure),
+}
+
+impl<E: Into<redb::Error>> From<E> for ReadError {
+    fn from(e: E) -> Self {
+        ReadError::Storage(storage_failure(e))
+    }
+}
+
+const OPEN: &[u8] = br#"{"batches":["#;
+
+fn close(next: Option<u64>) -> String {
+    match next {
+        Some(n) => format!(r#"],"next":{n}}}"#),
+        None => r#"],"next":null}"#.to_owned(),
+    }
+}
+
+/// Longest closing: `],"next":` and 16 digits and `}`.
+const CLOSE_MAX: usize = 26;
+
+/// Visits the records of `query`'s range in order until `take` says stop (returning the version
+/// it stopped at, the page's `next`). `take` checks each record it keeps ([`open_batch`]); a
+/// record after the page's end is not read.
+fn visit(
+    db: &Database,
+    query: &ReadQuery,
+    mut take: impl FnMut(BatchKey, &[u8]) -> Result<bool, ReadError>,
+) -> Result<Option<u64>, ReadError> {
+    let txn = db.begin_read()?;
+    let table = txn.open_table(BATCHES)?;
+    let (o, t, i) = agg_key(&query.key);
+    let from = query.from_version.max(1);
+    for row in table.range((o, t, i, from)..=(o, t, i, u64::MAX))? {
+        let (key, value) = row?;
+        let key = key.value();
+        if !take(key, value.value())? {
+            return Ok(Some(key.3));
+        }
+    }
+    Ok(None)
+}
+
+/// The page as a response body: records while the body stays within `query.max_bytes` (the
+/// first one alone may not fit: then [`JsonPage::Needs`] says how much it takes).
+pub fn page_json(db: &Database, query: ReadQuery) -> Result<JsonPage, ReadError> {
+    let mut body = Vec::new();
+    let mut count = 0usize;
+    let mut needs = None;
+    let next = visit(db, &query, |key, record| {
+        let json_len = record.len().saturating_sub(HEADER);
+        let size = if count == 0 {
+            OPEN.len()
+        } else {
+            body.len() + 1
+        } + json_len
+            + CLOSE_MAX;
+        if count >= query.max_batches || size > query.max_bytes {
+            if count == 0 {
+                needs = Some(size);
+            }
+            return Ok(false);
+        }
+        let json = open_batch(key, record).map_err(ReadError::Corrupt)?;
+        if count == 0 {
+            body.reserve(OPEN.len() + json.len() + CLOSE_MAX);
+            body.extend_from_slice(OPEN);
+        } else {
+            body.push(b',');
+        }
+        body.extend_from_slice(json);
+        count += 1;
+        Ok(true)
+    })?;
+    if let Some(bytes) = needs {
+        return Ok(JsonPage::Needs(bytes));
+    }
+    if count == 0 {
+        body.extend_from_slice(OPEN);
+    }
+    body.extend_from_slice(close(next).as_bytes());
+    Ok(JsonPage::Body(body))
+}
+
+/// The page, parsed: batches while the page has fewer than `max_batches` and its events under
+/// `max_bytes` of payload, and always at least one.
+pub fn page(db: &Database, query: ReadQuery) -> Result<ReadPage, ReadError> {
+    let mut batches: Vec<ReadBatch> = Vec::new();
+    let mut bytes = 0usize;
+    let next = visit(db, &query, |key, record| {
+        if !batches.is_empty() && (batches.len() >= query.max_batches || bytes >= query.max_bytes) {
+            return Ok(false);
+        }
+        let json = open_batch(key, record).map_err(ReadError::Corrupt)?;
+        let batch: ReadBatch = serde_json::from_slice(json).map_err(|e| {
+            ReadError::Corrupt(Corrupt(format!(
+                "{} (its JSON does not parse: {e})",
+                super::record::describe_batch(key)
+            )))
+        })?;
+        bytes += batch.events.iter().map(|e| e.data.len()).sum::<usize>();
+        batches.push(batch);
+        Ok(true)
+    })?;
+    Ok(ReadPage { batches, next })
+}
