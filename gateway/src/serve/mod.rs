@@ -13,8 +13,14 @@
 //!   connections.
 //! * **Idle timeout** ([`activity`]): a connection on which nothing moved for that long is
 //!   dropped, whatever it was doing.
-//! * **Bounded buffers**: hyper reads at most [`MAX_BUF_BYTES`] of headers (431 past it) and
-//!   buffers no more than that per connection.
+//! * **Bounded buffers**: a request's headers may take at most [`MAX_HEADER_BYTES`] (431 past
+//!   it; 100 headers at most, hyper's default), and hyper buffers at most [`MAX_BUF_BYTES`] per
+//!   connection.
+//! * **Framing** is hyper's, and strict: two different `Content-Length`s, one that is not a
+//!   number, an unknown or non-final `chunked` transfer coding are refused with a bare 400
+//!   before a request exists; a request with both `Content-Length` and `Transfer-Encoding`
+//!   is framed by the latter alone (RFC 9112 §6.3) and its connection closed after the
+//!   answer, so no leftover bytes can be read as a request nobody checked.
 //! * **Graceful shutdown**: on the signal the listener closes, requests in progress finish (up
 //!   to the grace period), then the loop returns.
 //!
@@ -45,8 +51,11 @@ use self::activity::{Activity, Tracked};
 use crate::limits::connections::{Connections, Full};
 use crate::limits::notice::Throttle;
 
-/// Most bytes hyper buffers per connection (request headers included).
+/// Most bytes hyper buffers per connection.
 pub const MAX_BUF_BYTES: usize = 64 * 1024;
+
+/// Most bytes of one request's line and headers (a session token is at most 8 KiB).
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
 /// Descriptors kept free of connections: the database, the listener, logs, the Celeriant
 /// pool's sockets.
@@ -123,6 +132,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout)
         .max_buf_size(MAX_BUF_BYTES)
+        .max_header_size(MAX_HEADER_BYTES)
         .keep_alive(true);
     let refused = Throttle::new();
     let accept_errors = Throttle::new();
