@@ -6,7 +6,9 @@
 //! * [`app`]: the HTTP app over a fresh embedded store, driven without a socket;
 //! * [`fake_celeriant`]: an in-process Celeriant node for the Celeriant backend's tests;
 //! * [`device`]: device keys, signed nonces and session bodies for the auth tests;
-//! * [`process`]: the gateway as a real process on 127.0.0.1.
+//! * [`process`]: the gateway as a real process on 127.0.0.1;
+//! * [`hostile`]: raw sockets against it (another loopback source address, a deadline on
+//!   every exchange), its memory, root for a tmpfs.
 
 #[allow(dead_code)]
 pub mod app;
@@ -14,5 +16,7 @@ pub mod app;
 pub mod device;
 #[allow(dead_code)]
 pub mod fake_celeriant;
+#[allow(dead_code)]
+pub mod hostile;
 #[allow(dead_code)]
 pub mod process;

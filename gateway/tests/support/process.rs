@@ -69,6 +69,30 @@ impl Process {
     }
 }
 
+impl Process {
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then waits for the gateway to finish (graceful shutdown); panics unless it
+    /// exits with status 0 within 20 s.
+    pub fn stop(&mut self) {
+        let pid = self.pid().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "{status:?}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "the gateway did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,134 @@
+//! Rot: a flipped byte in a stored payload is detected on read and by `verify` (issue 15,
+//! real process).
+//!
+//! The finding: three base64 characters changed inside the store file were served back as
+//! valid data. Now every stored batch carries a checksum: here one byte of one payload is
+//! flipped in the file of a stopped gateway; `celeriant-gateway verify` names the batch and
+//! exits 1; the restarted gateway answers a read of that aggregate 500 (50001, naming the
+//! aggregate and version) instead of the data, counts the failure in `/healthz` (still 200:
+//! the rest of the store is sound), serves every other aggregate, and keeps taking writes.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::hostile::{aggregate, exchange, healthz, read_all, write_request};
+use support::process::{Process, data_dir};
+
+const CLIENT: &str = "6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0001";
+
+fn verify(data: &Path) -> (i32, String) {
+    let out = support::process::command(&["verify", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn write(addr: &str, id: u64, seq: u64, payload: &[u8]) -> u16 {
+    exchange(
+        addr,
+        &write_request(
+            CLIENT,
+            &aggregate(id),
+            &[(seq, payload)],
+            "Connection: close\r\n",
+        ),
+        Duration::from_secs(10),
+    )
+    .status
+}
+
+#[test]
+fn a_flipped_byte_is_detected_on_read_and_by_verify() {
+    let dir = data_dir();
+    let db = dir.path().join("db");
+    let mut gw = Process::start(dir.path(), &["--auth", "none"]);
+    let rotting = b"this payload will rot on disk";
+    assert_eq!(write(&gw.addr, 1, 1, b"sound before"), 200);
+    assert_eq!(write(&gw.addr, 1, 2, rotting), 200);
+    assert_eq!(write(&gw.addr, 2, 1, b"a sound neighbour"), 200);
+    gw.stop();
+    let (status, report) = verify(&db);
+    assert_eq!(status, 0, "{report}");
+    assert!(
+        report.starts_with("ok: 3 batches, 2 aggregates"),
+        "{report}"
+    );
+
+    // Flip one bit in the middle of the payload's base64, in every copy redb left in the file.
+    let file = db.join("celeriant-gateway.redb");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let needle = celeriant_sync_protocol::encoding::encode_base64(rotting);
+    let needle = needle.as_bytes();
+    let mut flipped = 0;
+    let mut at = 0;
+    while let Some(found) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
+        bytes[at + found + needle.len() / 2] ^= 0x01;
+        flipped += 1;
+        at += found + needle.len();
+    }
+    assert!(flipped > 0, "the payload is in the file");
+    std::fs::write(&file, bytes).unwrap();
+
+    let (status, report) = verify(&db);
+    assert_eq!(status, 1, "{report}");
+    let expected = format!(
+        "DAMAGED batch 2 of aggregate {}/{} (org 00000000-0000-0000-0000-000000000001) fails its checksum",
+        support::app::TYPE,
+        aggregate(1)
+    );
+    assert!(report.contains(&expected), "{report}");
+    assert!(
+        report.contains("damaged: 3 batches, 2 aggregates"),
+        "{report}"
+    );
+
+    let gw = Process::start(dir.path(), &["--auth", "none"]);
+    let request = format!(
+        "GET /v1/aggregates/{}/{}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        support::app::TYPE,
+        aggregate(1)
+    );
+    let read = exchange(&gw.addr, request.as_bytes(), Duration::from_secs(5));
+    assert_eq!((read.status, read.code()), (500, 50001), "{read:?}");
+    let message = read.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains(&format!(
+            "batch 2 of aggregate {}/{}",
+            support::app::TYPE,
+            aggregate(1)
+        )),
+        "{message}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&read.body).contains("dGhpcyBwYXlsb2Fk"),
+        "no part of the payload is served"
+    );
+    assert_eq!(read.json()["outcome"], "retry");
+    let health = healthz(&gw.addr);
+    assert_eq!(health.status, 200, "{health:?}");
+    let store = &health.json()["store"];
+    assert_eq!(store["checksumFailures"], 1, "{store}");
+    assert!(
+        store["lastChecksumFailure"]
+            .as_str()
+            .unwrap()
+            .starts_with("batch 2 of aggregate"),
+        "{store}"
+    );
+    assert_eq!(read_all(&gw.addr, &aggregate(2), "").len(), 1);
+    assert_eq!(write(&gw.addr, 1, 3, b"still writable"), 200);
+    assert_eq!(write(&gw.addr, 3, 1, b"new aggregate"), 200);
+    println!(
+        "rot: one bit flipped in {flipped} cop{} of a payload in the store file: verify exited \
+         1 naming it; a read of its aggregate answered 500 (50001): {message}; /healthz \
+         counted {} checksum failure and stayed 200; writes went on",
+        if flipped == 1 { "y" } else { "ies" },
+        store["checksumFailures"]
+    );
+}
