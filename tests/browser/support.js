@@ -185,14 +185,15 @@ export function base64(bytes) {
 }
 
 /** Writes a record straight into an IndexedDB store (to set up a corrupt or colliding state). */
-export function insertRaw(dbName, store, record) {
+export function insertRaw(dbName, store, record, key) {
   return new Promise((resolve, reject) => {
     const open = indexedDB.open(dbName);
     open.onerror = () => reject(open.error);
     open.onsuccess = () => {
       const db = open.result;
       const tx = db.transaction(store, "readwrite");
-      tx.objectStore(store).put(record);
+      if (key === undefined) tx.objectStore(store).put(record);
+      else tx.objectStore(store).put(record, key);
       tx.oncomplete = () => { db.close(); resolve(); };
       tx.onerror = () => { db.close(); reject(tx.error); };
     };
@@ -246,5 +247,43 @@ export function upgradeRaw(dbName) {
       up.onerror = () => reject(up.error);
       up.onsuccess = () => { up.result.close(); resolve({ version, blocked }); };
     };
+  });
+}
+
+/** Creates a database exactly as version 1 of the client laid it out (store `events` keyed
+ *  ["t","a","s"] with an `eventId` index), holding `events` ({t, a, s, e, w}), `counters`
+ *  ({t, a, last}), the client id and, optionally, a pin ({t, a, first, last, count}). */
+export function createV1(dbName, { clientId, events, counters, pin }) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName, 1);
+    open.onupgradeneeded = () => {
+      const db = open.result;
+      const store = db.createObjectStore("events", { keyPath: ["t", "a", "s"] });
+      store.createIndex("eventId", "e");
+      db.createObjectStore("counters", { keyPath: ["t", "a"] });
+      db.createObjectStore("parked", { keyPath: ["t", "a"] });
+      db.createObjectStore("meta");
+      db.createObjectStore("discarded");
+    };
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      const tx = db.transaction(["events", "counters", "meta"], "readwrite");
+      for (const e of events) tx.objectStore("events").add(e);
+      for (const c of counters) tx.objectStore("counters").put(c);
+      tx.objectStore("meta").put(clientId, "clientId");
+      if (pin) tx.objectStore("meta").put(pin, "pin");
+      tx.oncomplete = () => { db.close(); resolve(); };
+      tx.onerror = () => { db.close(); reject(tx.error); };
+    };
+  });
+}
+
+/** The names of a database's object stores. */
+export function storeNames(dbName) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => { const names = [...open.result.objectStoreNames]; open.result.close(); resolve(names); };
   });
 }

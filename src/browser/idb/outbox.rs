@@ -17,7 +17,7 @@ use super::db::{Commit, Db, Durability, Js, stores};
 use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, uuid_js};
 use super::request::{record, result};
 use super::schema::{
-    BY_EVENT_ID, CLIENT_ID_KEY, COUNTERS, DISCARDED, EVENTS, LANDED, META, PARKED, PIN_KEY,
+    CLIENT_ID_KEY, COUNTERS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
 };
 use crate::browser::js;
 use crate::engine::batch::take_within;
@@ -36,6 +36,37 @@ const BOOKKEEPING: Durability = Durability::Relaxed;
 pub struct IdbOutbox {
     db: Db,
     durability: Durability,
+    /// Events pruned since the `ids` store was last compacted (this context's drain prunes).
+    orphaned: std::cell::Cell<u64>,
+}
+
+/// How many pruned events leave their id records behind before the `ids` store is compacted.
+const ORPHANS_BEFORE_COMPACTING: u64 = 1_000;
+
+/// Drops the id records of events that are gone: all of them when the outbox is empty, or a
+/// rebuild from the outbox when it holds more than twice as many ids as events (the outbox
+/// never emptied: a steady stream of appends). Never a record-by-record delete (see
+/// [`super::schema`]).
+async fn compact_ids(events: &IdbObjectStore, ids: &IdbObjectStore) -> Result<(), StoreError> {
+    if first_key(events, None).await?.is_none() {
+        ids.clear().js()?;
+        return Ok(());
+    }
+    let count = |store: &IdbObjectStore| {
+        let request = store.count();
+        async move { Ok::<_, StoreError>(result(request).await.js()?.as_f64().unwrap_or(0.0)) }
+    };
+    let (stored, known) = (count(events).await?, count(ids).await?);
+    if known <= 2.0 * stored + ORPHANS_BEFORE_COMPACTING as f64 {
+        return Ok(());
+    }
+    let keys = js::array(&result(events.get_all_keys()).await.js()?);
+    let values = js::array(&result(events.get_all()).await.js()?);
+    ids.clear().js()?;
+    for (key, value) in keys.iter().zip(&values) {
+        ids.put_with_key(key, &js::get(value, "e")).js()?;
+    }
+    Ok(())
 }
 
 fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, StoreError> {
@@ -197,6 +228,7 @@ impl IdbOutbox {
         Ok(IdbOutbox {
             db: Db::open(name).await?,
             durability,
+            orphaned: std::cell::Cell::new(ORPHANS_BEFORE_COMPACTING),
         })
     }
 
@@ -211,12 +243,13 @@ impl IdbOutbox {
     ) -> Result<Vec<Vec<Receipt>>, StoreError> {
         self.db
             .write(
-                &stores(&[EVENTS, COUNTERS]),
+                &stores(&[OUTBOX, COUNTERS, IDS]),
                 self.durability,
                 Commit::Auto,
                 async |tx| {
                     let counters = store(tx, COUNTERS)?;
-                    let events = store(tx, EVENTS)?;
+                    let events = store(tx, OUTBOX)?;
+                    let ids = store(tx, IDS)?;
                     // Read every counter first (the requests run together), then assign.
                     let mut last: BTreeMap<AggregateRef, (Agg, u64)> = BTreeMap::new();
                     for (aggregate, _) in group {
@@ -240,14 +273,11 @@ impl IdbOutbox {
                             });
                             // Requests go out when made; the commit waits for all of them.
                             let stored = StoredEvent::new(*aggregate, *seq, event);
-                            let value = record(
-                                &a.t,
-                                &a.a,
-                                *seq as f64,
-                                &uuid_js(&event.event_id),
-                                &stored.wire,
-                            );
-                            events.add(&value).js()?;
+                            let (key, id) = (a.event(*seq as f64), uuid_js(&event.event_id));
+                            events
+                                .add_with_key(&record(*seq as f64, &id, &stored.wire), &key)
+                                .js()?;
+                            ids.put_with_key(&key, &id).js()?;
                         }
                         all.push(receipts);
                     }
@@ -313,8 +343,8 @@ impl Outbox for IdbOutbox {
         query: CutQuery<'_>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED]), async |tx| {
-                let events = store(tx, EVENTS)?;
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
                 let start = query.after.as_ref().map(Agg::new);
                 // Round robin: aggregates after `after`, then from the start through `after`.
@@ -356,7 +386,7 @@ impl Outbox for IdbOutbox {
 
     async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED]), async |tx| {
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
                 let a = Agg::new(&batch.aggregate);
                 let above = landed(&store(tx, LANDED)?, &a)
                     .await?
@@ -365,7 +395,7 @@ impl Outbox for IdbOutbox {
                     return Ok(Vec::new());
                 }
                 let range = a.seqs(above as f64, false, batch.last_seq as f64)?;
-                events_in(&store(tx, EVENTS)?, &a, &range, batch.count.max(1)).await
+                events_in(&store(tx, OUTBOX)?, &a, &range, batch.count.max(1)).await
             })
             .await
     }
@@ -430,12 +460,13 @@ impl Outbox for IdbOutbox {
     async fn prune(&self, aggregate: AggregateRef, max: u32) -> Result<Pruned, StoreError> {
         self.db
             .write(
-                &stores(&[EVENTS, LANDED]),
+                &stores(&[OUTBOX, LANDED, IDS]),
                 BOOKKEEPING,
                 Commit::Early,
                 async |tx| {
-                    let events = store(tx, EVENTS)?;
+                    let events = store(tx, OUTBOX)?;
                     let watermarks = store(tx, LANDED)?;
+                    let ids = store(tx, IDS)?;
                     let a = Agg::new(&aggregate);
                     let through = landed(&watermarks, &a).await?;
                     if through == 0 {
@@ -458,6 +489,11 @@ impl Outbox for IdbOutbox {
                         events.delete(&all.into()).js()?;
                         // Nothing landed is stored any more: the watermark has done its job.
                         watermarks.delete(&a.key()).js()?;
+                    }
+                    self.orphaned.set(self.orphaned.get() + removed as u64);
+                    if !more && self.orphaned.get() >= ORPHANS_BEFORE_COMPACTING {
+                        self.orphaned.set(0);
+                        compact_ids(&events, &ids).await?;
                     }
                     Ok(Pruned {
                         removed: removed as u32,
@@ -508,12 +544,12 @@ impl Outbox for IdbOutbox {
     async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
         self.db
             .write(
-                &stores(&[PARKED, EVENTS, DISCARDED]),
+                &stores(&[PARKED, OUTBOX, DISCARDED]),
                 self.durability,
                 Commit::Early,
                 async |tx| {
                     let parked = store(tx, PARKED)?;
-                    let events = store(tx, EVENTS)?;
+                    let events = store(tx, OUTBOX)?;
                     let discarded = store(tx, DISCARDED)?;
                     let a = Agg::new(&aggregate);
                     let found = get(&parked, &a.key()).await?;
@@ -540,8 +576,8 @@ impl Outbox for IdbOutbox {
 
     async fn count(&self) -> Result<u64, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED]), async |tx| {
-                let events = store(tx, EVENTS)?;
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
                 let total = result(events.count()).await.js()?.as_f64().unwrap_or(0.0) as u64;
                 // Landed events not yet pruned are not counted (the store holds few rows).
@@ -561,8 +597,8 @@ impl Outbox for IdbOutbox {
 
     async fn pending_aggregates(&self) -> Result<Vec<(AggregateRef, u64)>, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED, COUNTERS]), async |tx| {
-                let events = store(tx, EVENTS)?;
+            .read(&stores(&[OUTBOX, LANDED, COUNTERS]), async |tx| {
+                let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
                 let counters = store(tx, COUNTERS)?;
                 let mut out = Vec::new();
@@ -586,8 +622,8 @@ impl Outbox for IdbOutbox {
         aggregates: &[AggregateRef],
     ) -> Result<Vec<Option<u64>>, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED]), async |tx| {
-                let events = store(tx, EVENTS)?;
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
                 let mut out = Vec::with_capacity(aggregates.len());
                 for aggregate in aggregates {
@@ -603,23 +639,27 @@ impl Outbox for IdbOutbox {
 
     async fn event_state(&self, event_id: Uuid) -> Result<EventState, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, DISCARDED, LANDED]), async |tx| {
-                let index = store(tx, EVENTS)?.index(BY_EVENT_ID).js()?;
+            .read(&stores(&[OUTBOX, IDS, DISCARDED, LANDED]), async |tx| {
                 let id = uuid_js(&event_id);
-                let key = result(index.get_key(&id)).await.js()?;
+                let key = get(&store(tx, IDS)?, &id).await?;
                 if !key.is_undefined() {
                     let aggregate = aggregate_of(&key)?;
                     let client_seq = seq_of(&key)?;
+                    let still = result(store(tx, OUTBOX)?.count_with_key(&key))
+                        .await
+                        .js()?
+                        .as_f64()
+                        .unwrap_or(0.0)
+                        > 0.0;
                     let through = landed(&store(tx, LANDED)?, &Agg::new(&aggregate)).await?;
-                    return Ok(if client_seq > through {
-                        EventState::Pending {
+                    if still && client_seq > through {
+                        return Ok(EventState::Pending {
                             aggregate,
                             client_seq,
-                        }
-                    } else {
-                        EventState::Absent // landed, not yet pruned
-                    });
+                        });
+                    }
                 }
+                // Gone (or landed, not yet pruned): landed, unless the app discarded it.
                 let mark = get(&store(tx, DISCARDED)?, &id).await?;
                 Ok(if mark.is_undefined() {
                     EventState::Absent
