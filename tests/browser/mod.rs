@@ -341,3 +341,41 @@ pub async fn flush_within(client: &SyncClient, seconds: u32) {
 pub fn listened(client: &SyncClient) -> JsValue {
     listen(&JsValue::from(client.clone()))
 }
+
+/// Version 1 content for `create_v1`: five events (sequences 1–5, ids `ids`) of one aggregate,
+/// its counter, a random client id, and — with `pinned` — a pin over sequences 1 and 2.
+pub fn v1_content(t: &str, a: &str, ids: &[String], pinned: bool) -> JsValue {
+    let events = Array::new();
+    for (i, id) in ids.iter().enumerate() {
+        let seq = i as u32 + 1;
+        let wire = format!(
+            r#"{{"clientSeq":{seq},"eventId":"{id}","timestamp":1790000000000,"type":1,"minor":0,"data":"{}","iv":null}}"#,
+            base64(&[seq as u8])
+        );
+        events.push(&object(&[
+            ("t", t.into()),
+            ("a", a.into()),
+            ("s", seq.into()),
+            ("e", id.as_str().into()),
+            ("w", wire.into()),
+        ]));
+    }
+    let counter = object(&[
+        ("t", t.into()),
+        ("a", a.into()),
+        ("last", (ids.len() as u32).into()),
+    ]);
+    let pin = object(&[
+        ("t", t.into()),
+        ("a", a.into()),
+        ("first", 1.into()),
+        ("last", 2.into()),
+        ("count", 2.into()),
+    ]);
+    object(&[
+        ("clientId", uuid().into()),
+        ("events", events.into()),
+        ("counters", Array::of1(&counter).into()),
+        ("pin", if pinned { pin } else { JsValue::UNDEFINED }),
+    ])
+}

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use js_sys::{Array, Object};
 use uuid::Uuid;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 
 use super::db::{Commit, Db, Durability, Js, stores};
@@ -21,7 +21,9 @@ use super::schema::{
 };
 use crate::browser::js;
 use crate::engine::batch::take_within;
-use crate::engine::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
+use crate::engine::model::{
+    AggregateRef, Batch, IDENTITY_CHANGED, NewEvent, ParkRecord, Receipt, StoredEvent,
+};
 use crate::engine::outbox::{CutQuery, EventState, Outbox, Pruned, StoreError};
 
 /// Durability of the drain's own writes (pin, settle, park, prune). `relaxed` is safe for
@@ -31,6 +33,44 @@ use crate::engine::outbox::{CutQuery, EventState, Outbox, Pruned, StoreError};
 /// a second rejection; a lost prune: landed events deleted later). Appends and discards keep
 /// the configured durability: losing those would lose the app's data or decision.
 const BOOKKEEPING: Durability = Durability::Relaxed;
+
+/// The device's key pair, as stored in `meta` (`"device"`).
+pub struct Device {
+    /// The `CryptoKeyPair` (structured-cloned into IndexedDB; its private key stays
+    /// non-extractable).
+    pub key_pair: JsValue,
+    /// The public key's SPKI DER.
+    pub spki: Vec<u8>,
+    /// The client id derived from it.
+    pub client_id: Uuid,
+}
+
+/// `meta` key of the device's key pair.
+const DEVICE_KEY: &str = "device";
+/// `meta` key of the random client id a database had before it had a device key.
+const PREVIOUS_CLIENT_ID_KEY: &str = "previousClientId";
+
+fn device_record(d: &Device) -> JsValue {
+    let o = Object::new();
+    js::set(&o, "keyPair", d.key_pair.clone());
+    js::set(&o, "spki", js_sys::Uint8Array::from(d.spki.as_slice()));
+    js::set(&o, "clientId", uuid_js(&d.client_id));
+    o.into()
+}
+
+fn device_of_record(v: &JsValue) -> Result<Option<Device>, StoreError> {
+    if v.is_undefined() {
+        return Ok(None);
+    }
+    let spki = js::get(v, "spki")
+        .dyn_into::<js_sys::Uint8Array>()
+        .map_err(|_| StoreError::Corrupt("the device record has no public key".into()))?;
+    Ok(Some(Device {
+        key_pair: js::get(v, "keyPair"),
+        spki: spki.to_vec(),
+        client_id: parse_uuid(&js::get(v, "clientId"))?,
+    }))
+}
 
 /// The outbox over one IndexedDB database.
 pub struct IdbOutbox {
@@ -237,6 +277,78 @@ impl IdbOutbox {
         self.db.close();
     }
 
+    /// The device's stored key pair, if it has one.
+    pub async fn device(&self) -> Result<Option<Device>, StoreError> {
+        self.db
+            .read(&stores(&[META]), async |tx| {
+                device_of_record(&get(&store(tx, META)?, &DEVICE_KEY.into()).await?)
+            })
+            .await
+    }
+
+    /// Stores `candidate` as the device's key pair and its client id as the database's — in
+    /// one transaction, unless a key pair is stored already (another context was first), which
+    /// is then returned instead.
+    ///
+    /// A database that had a random client id (made before device keys) starts its new
+    /// identity here: events never sent are simply sent under the new id, but a pinned batch
+    /// may have landed under the old one, so it is parked ([`IDENTITY_CHANGED`],
+    /// `mayHaveLanded`) for the app to check and discard or append again — never resent under
+    /// the new id, where it could land a second time.
+    pub async fn adopt_device(&self, candidate: Device) -> Result<Device, StoreError> {
+        self.db
+            .write(
+                &stores(&[META, PARKED, OUTBOX]),
+                self.durability,
+                Commit::Early,
+                async |tx| {
+                    let meta = store(tx, META)?;
+                    if let Some(stored) = device_of_record(&get(&meta, &DEVICE_KEY.into()).await?)?
+                    {
+                        return Ok(stored);
+                    }
+                    let previous = get(&meta, &CLIENT_ID_KEY.into()).await?;
+                    let new_id = uuid_js(&candidate.client_id);
+                    meta.put_with_key(&device_record(&candidate), &DEVICE_KEY.into())
+                        .js()?;
+                    meta.put_with_key(&new_id, &CLIENT_ID_KEY.into()).js()?;
+                    if previous.is_undefined() || previous == new_id {
+                        return Ok(candidate);
+                    }
+                    meta.put_with_key(&previous, &PREVIOUS_CLIENT_ID_KEY.into())
+                        .js()?;
+                    if let Some(pin) = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)? {
+                        let a = Agg::new(&pin.aggregate);
+                        let range = a.between(pin.first_seq, pin.last_seq)?;
+                        let stored = result(store(tx, OUTBOX)?.count_with_key(&range))
+                            .await
+                            .js()?
+                            .as_f64()
+                            .unwrap_or(0.0) as u32;
+                        let record = ParkRecord {
+                            aggregate: pin.aggregate,
+                            first_seq: pin.first_seq,
+                            last_seq: pin.last_seq,
+                            count: stored,
+                            code: IDENTITY_CHANGED,
+                            message: format!(
+                                "this batch was pinned when the database moved from client id \
+                                 {} to its device key; it may have landed under the old id: \
+                                 check the aggregate, then discard it or append it again",
+                                previous.as_string().unwrap_or_default()
+                            ),
+                            parked_at: js_sys::Date::now() as u64,
+                            may_have_landed: true,
+                        };
+                        store(tx, PARKED)?.put(&parked_record(&record)).js()?;
+                        meta.delete(&PIN_KEY.into()).js()?;
+                    }
+                    Ok(candidate)
+                },
+            )
+            .await
+    }
+
     async fn append_group_once(
         &self,
         group: &[(AggregateRef, &[NewEvent])],
@@ -360,7 +472,7 @@ impl Outbox for IdbOutbox {
                             break; // visited in the first pass
                         }
                         let a = Agg::new(&aggregate);
-                        if !query.skip.contains(&aggregate) {
+                        if query.skip.binary_search(&aggregate).is_err() {
                             let mut above = landed(&watermarks, &a).await?;
                             if let Some((x, through)) = query.assume_landed
                                 && x == aggregate
