@@ -5,7 +5,8 @@
 #   2. native tests: `cargo test --workspace` (protocol, gateway, engine, property tests)
 #   3. browser tests: `wasm-pack test --headless`, in Chromium and in Firefox, against a real
 #      gateway process started here on 127.0.0.1 with fault injection enabled
-#   4. the built npm package: a TypeScript consumer type-checks against its .d.ts (one check)
+#   4. the built npm package: a TypeScript consumer type-checks against its .d.ts (one check);
+#      `npm pack` of it holds exactly the files an app needs (tests/package/pack.mjs)
 #   5. the benchmark's pipeline in smoke mode (one check; times are printed, never asserted)
 #   6. end to end: real tabs of one Chromium profile (playwright-core) against real gateway
 #      processes: the exactly-once chaos run, one sender, takeover, a hung drainer, a full
@@ -127,6 +128,13 @@ if bash scripts/build.sh >"$RUN_DIR/build.log" 2>&1 \
 else
   tail -n 30 "$RUN_DIR/build.log"
   record "package (build, tsc consumer)" 0 1
+fi
+# The tarball: `npm pack --dry-run` lists exactly what an app needs (its own test lines).
+if [ -f pkg/package.json ]; then
+  node tests/package/pack.mjs 2>&1 | tee "$RUN_DIR/pack.log"
+  tally "$RUN_DIR/pack.log" "package (tarball contents)" "${PIPESTATUS[0]}"
+else
+  record "package (tarball contents)" 0 1
 fi
 
 step "benchmark smoke: npm run bench's pipeline, one run of small N (times are not asserted)"
