@@ -11,6 +11,8 @@
 #   6. end to end: real tabs of one Chromium profile (playwright-core) against real gateway
 #      processes: the exactly-once chaos run, one sender, takeover, a hung drainer, a full
 #      disk, the demo page
+#   7. the vite app: `npm pack` of pkg/ installed into tests/vite-app (React), `vite build`,
+#      served on 127.0.0.1 and run in Chromium against a real gateway (tests/vite-app/run.mjs)
 #
 # Each part's count comes from the test runners' own "test result:" lines. Chromium profiles
 # and the gateway's data live in a per-run temporary folder, removed at exit.
@@ -152,6 +154,14 @@ if [ -f pkg/celeriant_sync_bg.wasm ] && [ -x target/debug/celeriant-gateway ]; t
   tally "$RUN_DIR/e2e.log" "end to end (playwright-core)" "${PIPESTATUS[0]}"
 else
   record "end to end (playwright-core)" 0 1
+fi
+
+step "vite app: the packed tarball installed in a React app, vite build, run in Chromium against a real gateway"
+if [ -f pkg/package.json ] && [ -x target/debug/celeriant-gateway ]; then
+  node tests/vite-app/run.mjs 2>&1 | tee "$RUN_DIR/vite-app.log"
+  tally "$RUN_DIR/vite-app.log" "vite app (tarball, React, Chromium)" "${PIPESTATUS[0]}"
+else
+  record "vite app (tarball, React, Chromium)" 0 1
 fi
 
 echo
