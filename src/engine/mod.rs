@@ -17,7 +17,8 @@
 //! * [`drain`]: the one sync loop, as a pure state machine and its executor; [`auth`]: the
 //!   sessions it writes under;
 //! * [`coord`]: which context drains, as a pure state machine;
-//! * [`status`] and [`signal`]: what the app sees and how the drain is woken;
+//! * [`status`] and [`signal`]: what the app sees and how the drain is woken; [`inspect`]: what
+//!   `inspect()` shows (the drain's recent outcomes, the pinned batch's attempts);
 //! * [`errors`]: the stable error codes JavaScript sees.
 //!
 //! Arrows point one way: `api` → `browser` → `engine` → `protocol`.
@@ -34,6 +35,7 @@ pub mod drain;
 pub mod env;
 pub mod errors;
 pub mod group;
+pub mod inspect;
 pub mod memory;
 pub mod model;
 pub mod outbox;
