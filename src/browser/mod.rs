@@ -8,7 +8,8 @@
 //! * [`env`]: clock, timers, `navigator.onLine`, randomness and the `online` event;
 //! * [`identity`], [`session`]: the device key (WebCrypto) and the sessions it opens;
 //! * [`locks`], [`channel`]: Web Locks and the `BroadcastChannel` between contexts;
-//! * [`runtime`]: one open client's runtime — coordination and drain, executed;
+//! * [`runtime`]: one open client's runtime — coordination and drain, executed; [`inspect`]:
+//!   what `inspect()` reads through it;
 //! * [`convert`], [`js`]: the engine's values as plain JS objects;
 //! * [`global`]: the global scope, reached through `js_sys::global()` so everything works in a
 //!   window, a dedicated Worker or a Service Worker.
@@ -22,6 +23,7 @@ pub mod fetch;
 pub mod global;
 pub mod idb;
 pub mod identity;
+pub mod inspect;
 pub mod js;
 pub mod locks;
 pub mod runtime;

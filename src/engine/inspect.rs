@@ -349,6 +349,6 @@ pub async fn snapshot<O: Outbox>(
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 #[path = "inspect_tests.rs"]
 mod tests;
