@@ -5,7 +5,7 @@
 #   2. native tests: `cargo test --workspace` (protocol, gateway, engine, property tests)
 #   3. browser tests: `wasm-pack test --headless`, in Chromium and in Firefox, against a real
 #      gateway process started here on 127.0.0.1 with fault injection enabled
-#   4. the built npm package: a TypeScript consumer type-checks against its .d.ts (one check);
+#   4. the built npm package: TypeScript consumers type-check against its .d.ts files (one check);
 #      `npm pack` of it holds exactly the files an app needs (tests/package/pack.mjs)
 #   5. the benchmark's pipeline in smoke mode (one check; times are printed, never asserted)
 #   6. end to end: real tabs of one Chromium profile (playwright-core) against real gateway
