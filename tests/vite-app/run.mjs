@@ -142,6 +142,18 @@ async function appRun(context, gateway, site, mode, n = 5) {
       assert(e.clientSeq === i + 1, `position ${i + 1} holds sequence ${e.clientSeq}`);
       if (e.clientId !== undefined) assert(e.clientId === clientId, `event ${i + 1} has client id ${e.clientId}, the device is ${clientId}`);
     });
+    // useAggregate over the stand-in subscribe (src/fake.jsx): the first view
+    // arrives, a change re-renders, switching aggregates re-subscribes and starts from that
+    // aggregate's view, one subscription is left; a client without subscribe throws clearly.
+    await page.waitForFunction((id) => document.getElementById("fakeView")?.textContent === `version 0 of ${id}`, aggregate.id, { timeout: 5_000 });
+    await page.click("#fakeChange");
+    await page.waitForFunction((id) => document.getElementById("fakeView").textContent === `version 1 of ${id}`, aggregate.id, { timeout: 5_000 });
+    await page.click("#fakeSwitch");
+    await page.waitForFunction(() => document.getElementById("fakeView").textContent === "version 1 of other", null, { timeout: 5_000 });
+    const fake = await page.evaluate(() => ({ active: window.app.reader.active(), subscribed: window.app.reader.subscribed }));
+    assert(fake.active === 1, `useAggregate left ${fake.active} subscriptions (of ${fake.subscribed})`);
+    const noSubscribe = await page.evaluate(() => document.getElementById("noSubscribe")?.textContent ?? "");
+    assert(/useAggregate: this SyncClient has no subscribe/.test(noSubscribe), `a client without subscribe: "${noSubscribe}"`);
     // The read side's live view, once the client has subscribe (skipped until it merges).
     const subscribe = await page.evaluate(() => window.app.subscribe);
     let view = "skipped: client.subscribe does not exist yet";
@@ -154,7 +166,7 @@ async function appRun(context, gateway, site, mode, n = 5) {
       view = await page.evaluate(() => document.getElementById("view").textContent);
     }
     assert(errors.length === 0, `page errors: ${errors.join("; ")}`);
-    return { offline, done, renders: rendered.length, landed: landed.length, useAggregate: view };
+    return { offline, done, renders: rendered.length, landed: landed.length, fakeSubscribe: fake, useAggregate: view };
   } finally {
     await page.close();
   }

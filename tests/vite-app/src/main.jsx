@@ -1,10 +1,12 @@
 // The test page around App.jsx: the gateway, the aggregate and how to initialise the module
 // come from the query string (`?gateway=…&typeId=…&id=…&init=default|bytes`). The end-to-end
 // run (tests/vite-app/run.mjs) reads `window.app` and the rendered text.
+import { StrictMode } from "react";
 import { createRoot } from "react-dom/client";
 import { useAggregate } from "celeriant-sync/react";
 import wasmUrl from "celeriant-sync/celeriant_sync_bg.wasm?url";
 import { Outbox, openClient } from "./App.jsx";
+import { FakeReadSide, fakeReader } from "./fake.jsx";
 
 function LiveView({ client, aggregate }) {
   const view = useAggregate(client, aggregate);
@@ -20,12 +22,14 @@ async function main() {
   const wasm = params.get("init") === "bytes" ? await (await fetch(wasmUrl)).arrayBuffer() : undefined;
   const client = await openClient(params.get("gateway"), wasm);
   const subscribe = typeof client.subscribe === "function";
-  window.app = { client, aggregate, subscribe, wasmUrl };
+  const reader = fakeReader();
+  window.app = { client, aggregate, subscribe, wasmUrl, reader };
   createRoot(document.getElementById("root")).render(
-    <>
+    <StrictMode>
       <Outbox client={client} aggregate={aggregate} />
       {subscribe && <LiveView client={client} aggregate={aggregate} />}
-    </>,
+      <FakeReadSide reader={reader} aggregate={aggregate} />
+    </StrictMode>,
   );
 }
 
