@@ -8,11 +8,11 @@
 //! * [`env`]: clock, timers, `navigator.onLine`, randomness and the `online` event;
 //! * [`identity`], [`session`]: the device key (WebCrypto) and the sessions it opens;
 //! * [`locks`], [`channel`]: Web Locks and the `BroadcastChannel` between contexts;
-//! * [`runtime`]: one open client's runtime — coordination and drain, executed; [`inspect`]:
-//!   what `inspect()` reads through it;
+//! * [`runtime`]: one open client's runtime — coordination and drain, executed;
 //! * [`convert`], [`js`]: the engine's values as plain JS objects;
 //! * [`global`]: the global scope, reached through `js_sys::global()` so everything works in a
 //!   window, a dedicated Worker or a Service Worker.
+//! * [`inspect`]: what `inspect()` reads through the runtime and the lock manager.
 //!
 //! Nothing here decides anything; the rules live in [`crate::engine`].
 

@@ -17,9 +17,10 @@
 //! * [`drain`]: the one sync loop, as a pure state machine and its executor; [`auth`]: the
 //!   sessions it writes under;
 //! * [`coord`]: which context drains, as a pure state machine;
-//! * [`status`] and [`signal`]: what the app sees and how the drain is woken; [`inspect`]: what
-//!   `inspect()` shows (the drain's recent outcomes, the pinned batch's attempts);
+//! * [`status`] and [`signal`]: what the app sees and how the drain is woken;
 //! * [`errors`]: the stable error codes JavaScript sees.
+//! * [`inspect`]: what `inspect()` shows (the drain's recent outcomes, the pinned batch's
+//!   attempts, the outbox per aggregate).
 //!
 //! Arrows point one way: `api` → `browser` → `engine` → `protocol`.
 
