@@ -4,3 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 wasm-pack build --target web --profile wasm-release --out-dir pkg --out-name celeriant_sync "$@"
+# The final package.json, licences and the React hooks (idempotent).
+node scripts/package.mjs pkg

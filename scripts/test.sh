@@ -5,11 +5,14 @@
 #   2. native tests: `cargo test --workspace` (protocol, gateway, engine, property tests)
 #   3. browser tests: `wasm-pack test --headless`, in Chromium and in Firefox, against a real
 #      gateway process started here on 127.0.0.1 with fault injection enabled
-#   4. the built npm package: a TypeScript consumer type-checks against its .d.ts (one check)
+#   4. the built npm package: TypeScript consumers type-check against its .d.ts files (one check);
+#      `npm pack` of it holds exactly the files an app needs (tests/package/pack.mjs)
 #   5. the benchmark's pipeline in smoke mode (one check; times are printed, never asserted)
 #   6. end to end: real tabs of one Chromium profile (playwright-core) against real gateway
 #      processes: the exactly-once chaos run, one sender, takeover, a hung drainer, a full
 #      disk, the demo page
+#   7. the vite app: `npm pack` of pkg/ installed into tests/vite-app (React), `vite build`,
+#      served on 127.0.0.1 and run in Chromium against a real gateway (tests/vite-app/run.mjs)
 #
 # Each part's count comes from the test runners' own "test result:" lines. Chromium profiles
 # and the gateway's data live in a per-run temporary folder, removed at exit.
@@ -128,6 +131,13 @@ else
   tail -n 30 "$RUN_DIR/build.log"
   record "package (build, tsc consumer)" 0 1
 fi
+# The tarball: `npm pack --dry-run` lists exactly what an app needs (its own test lines).
+if [ -f pkg/package.json ]; then
+  node tests/package/pack.mjs 2>&1 | tee "$RUN_DIR/pack.log"
+  tally "$RUN_DIR/pack.log" "package (tarball contents)" "${PIPESTATUS[0]}"
+else
+  record "package (tarball contents)" 0 1
+fi
 
 step "benchmark smoke: npm run bench's pipeline, one run of small N (times are not asserted)"
 if cargo build --release -q -p celeriant-gateway --bins && TMPDIR="$RUN_DIR/tmp" node bench/run.mjs --smoke >"$RUN_DIR/bench.log" 2>&1; then
@@ -144,6 +154,14 @@ if [ -f pkg/celeriant_sync_bg.wasm ] && [ -x target/debug/celeriant-gateway ]; t
   tally "$RUN_DIR/e2e.log" "end to end (playwright-core)" "${PIPESTATUS[0]}"
 else
   record "end to end (playwright-core)" 0 1
+fi
+
+step "vite app: the packed tarball installed in a React app, vite build, run in Chromium against a real gateway"
+if [ -f pkg/package.json ] && [ -x target/debug/celeriant-gateway ]; then
+  node tests/vite-app/run.mjs 2>&1 | tee "$RUN_DIR/vite-app.log"
+  tally "$RUN_DIR/vite-app.log" "vite app (tarball, React, Chromium)" "${PIPESTATUS[0]}"
+else
+  record "vite app (tarball, React, Chromium)" 0 1
 fi
 
 echo

@@ -1,6 +1,7 @@
 // The demo page: uses the built package exactly as an app would.
 import init, { SyncClient } from "/pkg/celeriant_sync.js";
 import { read } from "./reader.js";
+import { inspector } from "./inspector.js";
 
 const gateway = location.origin;
 const $ = (id) => document.getElementById(id);
@@ -187,6 +188,7 @@ async function refreshParked() {
   }
 }
 
+inspector(client);
 refreshServer();
 refreshParked();
 refreshFaults();

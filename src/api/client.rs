@@ -55,6 +55,13 @@ impl Inner {
     }
 }
 
+impl SyncClient {
+    /// The runtime (for the API's other files, e.g. `inspect`).
+    pub(super) fn runtime(&self) -> Rc<Runtime> {
+        self.inner.runtime.clone()
+    }
+}
+
 /// An outbox for one IndexedDB database, draining to one gateway.
 ///
 /// ```ts
@@ -73,7 +80,7 @@ pub struct SyncClient {
 
 /// Runs `future` as a JS promise. Boxed, so every method shares one instantiation of the
 /// promise glue (each generic instantiation costs kilobytes of wasm).
-fn promise(
+pub(super) fn promise(
     future: impl std::future::Future<Output = Result<JsValue, ClientError>> + 'static,
 ) -> Promise {
     let boxed: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, ClientError>>>> =

@@ -8,12 +8,14 @@
 //! * [`events`]: the `status`, `synced` and `parked` DOM events;
 //! * [`errors`]: every thrown value is a real `Error` named `CeleriantSyncError` with a stable
 //!   `code`;
-//! * [`typescript`]: the precise `.d.ts` declarations.
+//! * [`typescript`]: the precise `.d.ts` declarations;
+//! * [`inspect`]: `client.inspect()` and its types (a second `impl SyncClient` block).
 
 pub mod client;
 pub mod errors;
 pub mod events;
 pub mod input;
+pub mod inspect;
 pub mod options;
 pub mod output;
 pub mod typescript;

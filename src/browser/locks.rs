@@ -213,3 +213,39 @@ impl Drop for DrainLock {
         self.release();
     }
 }
+
+impl LockState {
+    /// The lock manager's id of this context, once learnt (after the grant).
+    pub fn holder_id(&self) -> Option<String> {
+        self.holder.borrow().clone()
+    }
+}
+
+/// The lock manager's view of lock `name`, for the inspector: the `clientId`s holding it and
+/// how many requests wait for it. `None` where Web Locks (or `query`) do not exist.
+pub async fn query(name: &str) -> Option<(Vec<String>, u32)> {
+    let held = holders(name).await?;
+    let locks = locks()?;
+    let query: Function = Reflect::get(&locks, &"query".into())
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    let snapshot = JsFuture::from(query.call0(&locks).ok()?.dyn_into::<Promise>().ok()?)
+        .await
+        .ok()?;
+    let pending: Array = Reflect::get(&snapshot, &"pending".into())
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    let waiting = pending
+        .iter()
+        .filter(|l| {
+            Reflect::get(l, &"name".into())
+                .ok()
+                .and_then(|n| n.as_string())
+                .as_deref()
+                == Some(name)
+        })
+        .count();
+    Some((held, waiting as u32))
+}

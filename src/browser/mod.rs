@@ -12,6 +12,7 @@
 //! * [`convert`], [`js`]: the engine's values as plain JS objects;
 //! * [`global`]: the global scope, reached through `js_sys::global()` so everything works in a
 //!   window, a dedicated Worker or a Service Worker.
+//! * [`inspect`]: what `inspect()` reads through the runtime and the lock manager.
 //!
 //! Nothing here decides anything; the rules live in [`crate::engine`].
 
@@ -22,6 +23,7 @@ pub mod fetch;
 pub mod global;
 pub mod idb;
 pub mod identity;
+pub mod inspect;
 pub mod js;
 pub mod locks;
 pub mod runtime;

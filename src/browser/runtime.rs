@@ -20,8 +20,9 @@ use super::idb::outbox::IdbOutbox;
 use super::locks::{self, DrainLock};
 use super::session::GatewaySessions;
 use crate::engine::coord::{Coordinator, Effect, Event, HEARTBEAT_MS, HubUpdate, Message};
-use crate::engine::drain::{Drain, Edge, Policy, run};
+use crate::engine::drain::{Drain, Edge, Policy, run_inspected};
 use crate::engine::group::{GroupCommit, Spawn};
+use crate::engine::inspect::Inspector;
 use crate::engine::model::{AggregateRef, NewEvent, ParkRecord, Receipt};
 use crate::engine::outbox::StoreError;
 use crate::engine::status::{Hub, Observer, Status, SyncState, SyncedNotice};
@@ -47,6 +48,8 @@ pub struct Runtime {
     pub hub: Rc<Hub>,
     /// The device's client id.
     pub client_id: Uuid,
+    /// What `inspect()` knows of this context's drain.
+    pub inspector: Inspector,
     config: Config,
     sessions: Rc<GatewaySessions>,
     appends: Rc<GroupCommit<IdbOutbox>>,
@@ -137,6 +140,7 @@ impl Runtime {
                 outbox,
                 hub,
                 client_id,
+                inspector: Inspector::default(),
                 config,
                 sessions,
                 coordinator: RefCell::new(Coordinator::new()),
@@ -278,7 +282,7 @@ impl Runtime {
                 env: &env,
                 hub: &this.hub,
             };
-            let end = run(drain, edge).await;
+            let end = run_inspected(drain, edge, &this.inspector).await;
             this.draining.set(false);
             this.feed(Event::DrainStopped(end));
         });
@@ -293,6 +297,16 @@ impl Runtime {
         let receipts = self.appends.append(aggregate, events).await?;
         self.feed(Event::Appended(receipts.len() as u64));
         Ok(receipts)
+    }
+
+    /// The drain lock's name, and the lock manager's id of this context if it holds it.
+    pub fn drain_lock(&self) -> (String, Option<String>) {
+        let mine = self
+            .lock
+            .borrow()
+            .as_ref()
+            .and_then(|l| l.state().holder_id());
+        (DrainLock::name(&self.config.database_name), mine)
     }
 
     /// This context discarded an aggregate's parked events.

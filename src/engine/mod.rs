@@ -19,6 +19,8 @@
 //! * [`coord`]: which context drains, as a pure state machine;
 //! * [`status`] and [`signal`]: what the app sees and how the drain is woken;
 //! * [`errors`]: the stable error codes JavaScript sees.
+//! * [`inspect`]: what `inspect()` shows (the drain's recent outcomes, the pinned batch's
+//!   attempts, the outbox per aggregate).
 //!
 //! Arrows point one way: `api` → `browser` → `engine` → `protocol`.
 
@@ -34,6 +36,7 @@ pub mod drain;
 pub mod env;
 pub mod errors;
 pub mod group;
+pub mod inspect;
 pub mod memory;
 pub mod model;
 pub mod outbox;

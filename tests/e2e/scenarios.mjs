@@ -188,6 +188,12 @@ export async function demo() {
       null,
       { timeout: 15_000 },
     );
+    // The inspector panel shows the landing among the recent outcomes.
+    await page.waitForFunction(
+      () => [...document.querySelectorAll("#inspectOutcomes li")].some((li) => li.textContent.includes(": landed")),
+      null,
+      { timeout: 5_000 },
+    );
     assert(errors.length === 0, `page errors: ${errors}`);
     return { synced: 10 };
   });

@@ -5,6 +5,7 @@ import init, {
   SyncClient,
   type AggregateRef,
   type CeleriantSyncError,
+  type InspectSnapshot,
   type ParkedEvent,
   type Receipt,
   type SyncStatus,
@@ -74,4 +75,28 @@ export async function example(): Promise<void> {
   // @ts-expect-error error codes are a closed set
   const code: CeleriantSyncError["code"] = "SOMETHING_ELSE";
   console.log(code);
+}
+
+export async function inspecting(client: SyncClient): Promise<void> {
+  const snap: InspectSnapshot = await client.inspect();
+  const context: "this" | "other" | "none" = snap.drainer.context;
+  const holder: string | null = snap.drainer.lockHolder;
+  const pinned = snap.pinned;
+  if (pinned) {
+    const range: [number, number] = [pinned.firstSeq, pinned.lastSeq];
+    const attempts: number | null = pinned.attempts;
+    const last: "landed" | "duplicate" | "retry" | "unknown" | "unauthorized" | "rejected" | undefined =
+      pinned.lastOutcome?.outcome;
+    const lastCode: number | null | undefined = pinned.lastOutcome?.code;
+    console.log(range, attempts, last, lastCode, pinned.nextAttemptAt);
+  }
+  const pending: number[] = snap.aggregates.map((a) => a.pending);
+  const reasons: string[] = snap.parked.map((p) => `${p.code} ${p.message}`);
+  const withPayloads = await client.inspect({ payloads: true });
+  console.log(context, holder, pending, reasons, withPayloads.outcomes.length, snap.outcomesKept);
+  // @ts-expect-error options are typed
+  await client.inspect({ payload: true });
+  // @ts-expect-error outcomes are a closed set
+  const bad: InspectSnapshot["outcomes"][number]["outcome"] = "maybe";
+  console.log(bad);
 }

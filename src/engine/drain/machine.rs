@@ -31,6 +31,7 @@ use super::super::backoff::Backoff;
 use super::super::batch::{batch_of, encode};
 use super::super::classify::{Action as Decision, Outcome, classify, decide};
 use super::super::env::Reply;
+use super::super::inspect::{Held, OutcomeKind, OutcomeRecord};
 use super::super::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
 use super::super::outbox::{Pruned, StoreError};
 use super::super::status::{SyncState, SyncedNotice};
@@ -312,6 +313,8 @@ pub struct Drain {
     /// The aggregate being pruned now.
     pruning: Option<AggregateRef>,
     actions: VecDeque<Action>,
+    /// The last reply's outcome, for the inspector ([`Drain::take_outcome`]).
+    outcome: Option<OutcomeRecord>,
 }
 
 impl Drain {
@@ -334,6 +337,7 @@ impl Drain {
             unpruned_events: 0,
             pruning: None,
             actions: VecDeque::new(),
+            outcome: None,
         }
     }
 
@@ -356,6 +360,32 @@ impl Drain {
     /// Whether the machine has stopped.
     pub fn is_stopped(&self) -> bool {
         matches!(self.phase, Phase::Stopped)
+    }
+
+    /// The outcome of the reply just handled, once (for the inspector's ring).
+    pub fn take_outcome(&mut self) -> Option<OutcomeRecord> {
+        self.outcome.take()
+    }
+
+    /// The batch the machine holds now — being read, pinned, sent or waiting to be resent —
+    /// for the inspector.
+    pub fn held(&self) -> Option<Held> {
+        let (batch, in_flight) = match &self.phase {
+            Phase::Reading(batch) => (*batch, false),
+            Phase::Sending((batch, _)) => (*batch, true),
+            Phase::Pinning((batch, _))
+            | Phase::Isolating((batch, _))
+            | Phase::Authenticating((batch, _))
+            | Phase::Checking((batch, _))
+            | Phase::Waiting((batch, _)) => (*batch, false),
+            Phase::Settling(s) => (s.batch, false),
+            _ => return None,
+        };
+        Some(Held {
+            batch,
+            failed_attempts: self.attempt,
+            in_flight,
+        })
     }
 
     fn emit(&mut self, action: Action) {
@@ -682,6 +712,16 @@ impl Drain {
     fn replied(&mut self, (batch, events): Loaded, reply: &Reply, now: Now) {
         let outcome = classify(reply);
         let unknown = matches!(outcome, Outcome::Unknown { .. });
+        let (kind, code, message) = OutcomeKind::of(&outcome);
+        self.outcome = Some(OutcomeRecord {
+            at: now.ms,
+            batch,
+            attempt: self.attempt.saturating_add(1),
+            kind,
+            code,
+            message,
+            next_attempt_at: None,
+        });
         let (attempt, backoff) = (self.attempt, self.policy.backoff);
         let decision = decide(&batch, outcome, attempt, |retry_after| {
             backoff.delay_ms(attempt, now.random, retry_after)
@@ -718,6 +758,14 @@ impl Drain {
                     message,
                     at: now.ms,
                 });
+                self.due_again(
+                    now.ms
+                        + if network && !now.online {
+                            self.policy.offline_probe_ms
+                        } else {
+                            delay_ms
+                        },
+                );
                 if network && !now.online {
                     self.next_probe_at = now.ms + self.policy.offline_probe_ms;
                     return self.wait_offline((batch, events), self.policy.offline_probe_ms);
@@ -743,6 +791,7 @@ impl Drain {
                     message,
                     at: now.ms,
                 });
+                self.due_again(now.ms + delay_ms);
                 if delay_ms == 0 {
                     return self.ready((batch, events), now);
                 }
@@ -790,6 +839,13 @@ impl Drain {
                 self.phase = Phase::Parking(record.clone());
                 self.emit(Action::Park { record, batch });
             }
+        }
+    }
+
+    /// Notes in the last outcome when its batch goes out again.
+    fn due_again(&mut self, at: u64) {
+        if let Some(outcome) = self.outcome.as_mut() {
+            outcome.next_attempt_at = Some(at);
         }
     }
 

@@ -2,6 +2,7 @@
 //! exact actions it asks for.
 
 use super::*;
+use crate::engine::inspect::OutcomeKind;
 use crate::engine::model::NewEvent;
 
 fn agg(n: u128) -> AggregateRef {
@@ -638,4 +639,45 @@ fn a_session_about_to_expire_is_renewed_before_the_next_send() {
     };
     d.handle(Input::Settled(Ok(true)), late);
     assert_eq!(doing(&mut d), [Action::OpenSession]);
+}
+
+#[test]
+fn each_reply_leaves_an_outcome_for_the_inspector_and_the_held_batch_is_visible() {
+    let mut d = drain();
+    let a = events(1, 1..=3);
+    sending(&mut d, &a);
+    let held = d.held().unwrap();
+    assert_eq!(
+        (held.batch, held.failed_attempts, held.in_flight),
+        (batch(&a), 0, true)
+    );
+    let mut reply = body(
+        503,
+        r#"{"outcome":"retry","code":2013,"message":"in flight"}"#,
+    );
+    if let Reply::Http { retry_after, .. } = &mut reply {
+        *retry_after = Some("2".into());
+    }
+    d.handle(Input::Replied(reply), AT);
+    take(&mut d);
+    let outcome = d.take_outcome().unwrap();
+    assert_eq!(outcome.batch, batch(&a));
+    assert_eq!(outcome.attempt, 1);
+    assert_eq!(outcome.kind, OutcomeKind::Retry);
+    assert_eq!(outcome.code, Some(2013));
+    assert_eq!(outcome.next_attempt_at, Some(AT.ms + 2_000));
+    assert_eq!(d.take_outcome(), None, "taken once");
+    let held = d.held().unwrap();
+    assert_eq!((held.failed_attempts, held.in_flight), (1, false));
+    // The resend lands: attempt 2.
+    d.handle(Input::TimerFired, AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+    d.handle(Input::MaySend(true), AT);
+    take(&mut d);
+    d.handle(Input::Replied(landed()), AT);
+    let outcome = d.take_outcome().unwrap();
+    assert_eq!(
+        (outcome.attempt, outcome.kind, outcome.next_attempt_at),
+        (2, OutcomeKind::Landed, None)
+    );
 }

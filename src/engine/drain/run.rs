@@ -15,6 +15,7 @@ use std::task::Poll;
 use super::machine::{Action, Drain, Input, Now, Report, RunEnd};
 use crate::engine::auth::Authenticator;
 use crate::engine::env::{Env, Transport};
+use crate::engine::inspect::Inspector;
 use crate::engine::outbox::{CutQuery, Outbox};
 use crate::engine::signal::Signal;
 use crate::engine::status::{Hub, SyncState};
@@ -54,8 +55,18 @@ pub struct Edge<'a, O, T, A, E> {
 
 /// Runs `drain` until it stops: the hub closed, or another context drains now.
 pub async fn run<O: Outbox, T: Transport, A: Authenticator, E: Env>(
+    drain: Drain,
+    edge: Edge<'_, O, T, A, E>,
+) -> RunEnd {
+    run_inspected(drain, edge, &Inspector::default()).await
+}
+
+/// [`run`], telling `inspector` every attempt's outcome and what the machine holds after each
+/// step (what `inspect()` shows).
+pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
     mut drain: Drain,
     edge: Edge<'_, O, T, A, E>,
+    inspector: &Inspector,
 ) -> RunEnd {
     let Edge {
         outbox,
@@ -169,6 +180,7 @@ pub async fn run<O: Outbox, T: Transport, A: Authenticator, E: Env>(
                     if end == RunEnd::Closed {
                         hub.set_state(SyncState::Closed);
                     }
+                    inspector.observe(None);
                     hub.stopped.notify();
                     return end;
                 }
@@ -176,6 +188,10 @@ pub async fn run<O: Outbox, T: Transport, A: Authenticator, E: Env>(
         }
         let input = next_input(&mut ops, &mut wait, hub).await;
         drain.handle(input, now(env));
+        if let Some(outcome) = drain.take_outcome() {
+            inspector.record(outcome);
+        }
+        inspector.observe(drain.held());
     }
 }
 
