@@ -130,35 +130,29 @@ impl Backend for CeleriantBackend {
     async fn read(&self, query: ReadQuery) -> Result<ReadPage, BackendError> {
         let key = convert::aggregate_key(&query.key);
         let max_batches = query.max_batches.max(1);
-        let mut from = query.from_version.max(1);
-        let mut moved_to_oldest = false;
-        loop {
-            // One batch beyond the page, so a full page knows whether more exist.
-            let to = from.saturating_add(u64::try_from(max_batches).unwrap_or(u64::MAX));
-            match self.read_range(&key, from, to).await {
-                Ok(response) => {
-                    return Ok(convert::page(response, from, max_batches, query.max_bytes));
-                }
-                Err(e) if is_missing_aggregate(&e) => {
-                    return Ok(ReadPage {
-                        batches: Vec::new(),
-                        next: None,
-                    });
-                }
-                // The start was trimmed away: the page starts at the first batch kept.
-                Err(ClientError::Server(ServerError::Read {
-                    kind:
-                        ReadError::UnavailableBatchIndex {
-                            minimum_available_version: Some(oldest),
-                            ..
-                        },
-                    ..
-                })) if oldest > from && !moved_to_oldest => {
-                    from = oldest;
-                    moved_to_oldest = true;
-                }
-                Err(e) => return Err(backend_error(e)),
-            }
+        let from = query.from_version.max(1);
+        // One batch beyond the page, so a full page knows whether more exist.
+        let to = from.saturating_add(u64::try_from(max_batches).unwrap_or(u64::MAX));
+        match self.read_range(&key, from, to).await {
+            Ok(response) => Ok(convert::page(response, from, max_batches, query.max_bytes)),
+            Err(e) if is_missing_aggregate(&e) => Ok(ReadPage {
+                batches: Vec::new(),
+                next: None,
+                tip: 0,
+            }),
+            // The start was trimmed away: the client must drop what it holds and read
+            // from the first batch kept (410 with minVersion), not be served a gap.
+            Err(ClientError::Server(ServerError::Read {
+                kind:
+                    ReadError::UnavailableBatchIndex {
+                        minimum_available_version: Some(oldest),
+                        ..
+                    },
+                ..
+            })) if oldest > from => Err(BackendError::Trimmed {
+                min_version: oldest,
+            }),
+            Err(e) => Err(backend_error(e)),
         }
     }
 
