@@ -379,7 +379,8 @@ async fn a_page_stays_within_its_byte_budget_or_says_what_one_batch_needs() {
     assert_eq!(
         serde_json::to_vec(&ReadResponse {
             batches: typed.batches,
-            next: typed.next
+            next: typed.next,
+            tip: typed.tip,
         })
         .unwrap(),
         all

@@ -7,14 +7,17 @@
 //! left for this module is how much is known when a call fails; [`backend_error`] answers it.
 //!
 //! * `convert`: field-by-field translation between the gateway's and Celeriant's types;
-//! * `errors`: the `ClientError` → [`BackendError`] table.
+//! * `errors`: the `ClientError` → [`BackendError`] table;
+//! * `watch`: the one upstream watch per process behind [`Backend::changes`].
 
 mod convert;
 mod errors;
 #[cfg(test)]
 mod errors_table;
+pub mod watch;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,8 +27,11 @@ use celeriant_client_tokio::{
 use celeriant_msg::request::read_filters::ReadFilters;
 use celeriant_msg::request::requests::ReadRequest;
 use celeriant_wal::aggregate_key::AggregateKey as CeleriantKey;
+use tokio::sync::broadcast;
 
-use super::{Backend, BackendError, ReadPage, ReadQuery, WriteAck, WriteCommand};
+use super::{
+    Backend, BackendError, CHANGE_BUFFER, Change, ReadPage, ReadQuery, WriteAck, WriteCommand,
+};
 pub use errors::{UNRECOGNISED_UPSTREAM_CODE, backend_error};
 
 /// Upper bound on dialling one node (and on waiting for one of the pool's connection slots).
@@ -55,7 +61,7 @@ impl fmt::Debug for CeleriantOptions {
 
 /// A Celeriant cluster as a [`Backend`].
 pub struct CeleriantBackend {
-    pool: CeleriantPool,
+    pool: Arc<CeleriantPool>,
 }
 
 impl CeleriantBackend {
@@ -82,7 +88,7 @@ impl CeleriantBackend {
             pool = pool.with_identity(ClientIdentityConfig::from_api_key(key));
         }
         Ok(CeleriantBackend {
-            pool: CeleriantPool::new(pool),
+            pool: Arc::new(CeleriantPool::new(pool)),
         })
     }
 
@@ -117,6 +123,15 @@ fn is_missing_aggregate(error: &ClientError) -> bool {
 impl Backend for CeleriantBackend {
     fn name(&self) -> &'static str {
         "celeriant"
+    }
+
+    /// Starts the one upstream watch (it ends when the receiver is dropped and the watch next
+    /// wakes); `None` outside a runtime.
+    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (sender, receiver) = broadcast::channel(CHANGE_BUFFER);
+        runtime.spawn(watch::run(self.pool.clone(), sender));
+        Some(receiver)
     }
 
     async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError> {
