@@ -331,7 +331,6 @@ impl Config {
             }
         }
         self.limits.check()?;
-        self.watch.check(self.limits.idle_timeout_ms)?;
         match (self.app_token_alg, &self.app_token_key_file) {
             (Some(_), None) => Err("--app-token-alg needs --app-token-key-file".into()),
             (None, Some(_)) => Err("--app-token-key-file needs --app-token-alg".into()),

@@ -4,6 +4,8 @@
 //! notifications bounded by the aggregates it names, and registry entries; these flags bound
 //! how many of each a client, or everyone, can make the gateway hold.
 
+use std::time::Duration;
+
 use clap::Args;
 
 use crate::watch::WatchLimits;
@@ -11,8 +13,8 @@ use crate::watch::WatchLimits;
 /// Heartbeat and limits of the change streams.
 #[derive(Debug, Clone, Args)]
 pub struct WatchConfig {
-    /// Seconds between `heartbeat` events on an idle change stream (a client treats 30 s
-    /// without a byte as a dead connection). Must be below --idle-timeout-ms.
+    /// Seconds between `heartbeat` events on a change stream (a client treats 30 s without a
+    /// byte as a dead connection). Half of --idle-timeout-ms applies when that is shorter.
     #[arg(long, env = "CELERIANT_GATEWAY_WATCH_HEARTBEAT_SECS", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub watch_heartbeat_secs: u64,
@@ -45,15 +47,11 @@ impl WatchConfig {
         }
     }
 
-    /// Refuses a heartbeat the idle timeout would cut off.
-    pub fn check(&self, idle_timeout_ms: u64) -> Result<(), String> {
-        if self.watch_heartbeat_secs * 1000 >= idle_timeout_ms {
-            return Err(format!(
-                "--watch-heartbeat-secs ({}) must be below --idle-timeout-ms ({idle_timeout_ms}): \
-                 an idle change stream would be cut off between heartbeats",
-                self.watch_heartbeat_secs
-            ));
-        }
-        Ok(())
+    /// The heartbeat interval that applies: `--watch-heartbeat-secs`, or half of
+    /// `--idle-timeout-ms` when that is shorter, so an idle stream is never cut off between
+    /// heartbeats.
+    pub fn heartbeat(&self, idle_timeout_ms: u64) -> Duration {
+        Duration::from_secs(self.watch_heartbeat_secs)
+            .min(Duration::from_millis((idle_timeout_ms / 2).max(1)))
     }
 }

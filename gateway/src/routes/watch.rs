@@ -105,7 +105,10 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
         .map(|exp| Duration::from_millis((exp * 1000).saturating_sub(now_ms())));
     let events = stream::events(
         registration,
-        Duration::from_secs(state.config.watch.watch_heartbeat_secs),
+        state
+            .config
+            .watch
+            .heartbeat(state.config.limits.idle_timeout_ms),
         lifetime,
         state.watch.closing(),
     );

@@ -18,8 +18,8 @@ use redb::{Database, ReadableDatabase};
 
 use redb::ReadTransaction;
 
-use super::record::{Corrupt, HEADER, open_batch, open_trim, open_version};
-use super::tables::{AGGREGATES, BATCHES, BatchKey, TRIMS, agg_key};
+use super::record::{Corrupt, HEADER, open_batch, open_trim};
+use super::tables::{BATCHES, BatchKey, TRIMS, agg_key};
 use super::{StoreFailure, storage_failure};
 use crate::backend::{JsonPage, ReadPage, ReadQuery};
 
@@ -52,11 +52,11 @@ fn close(next: Option<u64>, tip: u64) -> String {
 const CLOSE_MAX: usize = 49;
 
 /// The aggregate's version (0: unknown) and its lowest available version (1 unless trimmed).
+///
+/// The version is the key of its last batch (one descent of the batches' tree), so a read never
+/// depends on the `aggregates` record: a damaged one keeps the writes out (they must trust it)
+/// but not the readers. An aggregate trimmed of every batch is at its lowest version − 1.
 pub fn bounds(txn: &ReadTransaction, key: super::tables::AggKey) -> Result<(u64, u64), ReadError> {
-    let tip = match txn.open_table(AGGREGATES)?.get(key)? {
-        Some(v) => open_version(key, v.value()).map_err(ReadError::Corrupt)?,
-        None => 0,
-    };
     let min = match txn.open_table(TRIMS) {
         Ok(table) => match table.get(key)? {
             Some(v) => open_trim(key, v.value()).map_err(ReadError::Corrupt)?,
@@ -65,7 +65,14 @@ pub fn bounds(txn: &ReadTransaction, key: super::tables::AggKey) -> Result<(u64,
         Err(redb::TableError::TableDoesNotExist(_)) => 1,
         Err(e) => return Err(e.into()),
     };
-    Ok((tip, min))
+    let (o, t, i) = key;
+    let last = txn
+        .open_table(BATCHES)?
+        .range((o, t, i, 0)..=(o, t, i, u64::MAX))?
+        .next_back()
+        .transpose()?
+        .map(|(k, _)| k.value().3);
+    Ok((last.unwrap_or(0).max(min - 1), min))
 }
 
 /// Visits the records of `query`'s range in order until `take` says stop (returning the version
