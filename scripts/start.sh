@@ -11,8 +11,6 @@ bash scripts/build.sh
 cargo build --release -p celeriant-gateway
 
 LISTEN="${CELERIANT_GATEWAY_LISTEN:-127.0.0.1:8080}"
-# --auth none (like --faults) is refused unless LISTEN is a loopback address.
-AUTH_FLAGS=(--auth none) # AUTH-TRANSITION: until the client opens sessions (issue 10); then ().
 echo
 echo "  celeriant-sync demo: http://${LISTEN}/"
 echo "  (Ctrl-C stops the gateway; data is kept in .data/gateway)"
@@ -22,5 +20,5 @@ exec ./target/release/celeriant-gateway \
   --data-dir .data/gateway \
   --www www \
   --pkg pkg \
-  "${AUTH_FLAGS[@]}" \
+  \
   --faults "$@"

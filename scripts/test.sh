@@ -70,9 +70,9 @@ tally "$RUN_DIR/native.log" "native (cargo test)" "${PIPESTATUS[0]}"
 
 step "browser tests: headless Chromium and Firefox against a real gateway on 127.0.0.1"
 if cargo build -q -p celeriant-gateway; then
-  # AUTH-TRANSITION: --auth none until the client opens sessions (issue 10); then drop it, and
-  # add --session-rate-per-minute 0 (every test opens fresh databases, each a new session).
-  AUTH_FLAGS=(--auth none)
+  # Device identity is on (the gateway's default). Every test opens fresh databases, each a new
+  # device with its own session, all from 127.0.0.1: no per-address limit on session openings.
+  AUTH_FLAGS=(--session-rate-per-minute 0)
   ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$RUN_DIR/gateway.port" \
     --data-dir "$RUN_DIR/gateway" --www www --pkg pkg --faults "${AUTH_FLAGS[@]}" \
     --fault-seed "${CELERIANT_FAULT_SEED:-20261129}" >"$RUN_DIR/gateway.log" 2>&1 &

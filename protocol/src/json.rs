@@ -15,8 +15,6 @@
 //! Network input is hostile: the reader never panics, never recurses deeper than
 //! [`MAX_DEPTH`] and allocates only for the member names and string values it returns.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use uuid::Uuid;
 
 /// Nesting deeper than this is refused (serde_json's own limit is 128).
@@ -45,10 +43,49 @@ fn push_uuid(out: &mut String, id: &Uuid) {
     out.push('"');
 }
 
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Appends standard padded base64 (RFC 4648 §4) of `bytes` — by hand, because the general
+/// base64 crate would be the browser client's largest dependency for these few lines.
+pub fn push_base64(out: &mut String, bytes: &[u8]) {
+    out.reserve(bytes.len().div_ceil(3) * 4);
+    let sextet = |n: u32, shift: u32| char::from(ALPHABET[((n >> shift) & 63) as usize]);
+    let mut chunks = bytes.chunks_exact(3);
+    for c in &mut chunks {
+        let n = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
+        for shift in [18, 12, 6, 0] {
+            out.push(sextet(n, shift));
+        }
+    }
+    match *chunks.remainder() {
+        [a] => {
+            let n = u32::from(a) << 16;
+            out.push(sextet(n, 18));
+            out.push(sextet(n, 12));
+            out.push_str("==");
+        }
+        [a, b] => {
+            let n = u32::from(a) << 16 | u32::from(b) << 8;
+            out.push(sextet(n, 18));
+            out.push(sextet(n, 12));
+            out.push(sextet(n, 6));
+            out.push('=');
+        }
+        _ => {}
+    }
+}
+
+/// Standard padded base64 of `bytes`.
+pub fn base64(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    push_base64(&mut out, bytes);
+    out
+}
+
 /// Appends standard padded base64 of `bytes`, in quotes.
-fn push_base64(out: &mut String, bytes: &[u8]) {
+fn push_quoted_base64(out: &mut String, bytes: &[u8]) {
     out.push('"');
-    STANDARD.encode_string(bytes, out);
+    push_base64(out, bytes);
     out.push('"');
 }
 
@@ -88,10 +125,10 @@ pub fn push_event(out: &mut String, e: EventFields<'_>) {
     out.push_str(r#","minor":"#);
     push_u64(out, e.minor);
     out.push_str(r#","data":"#);
-    push_base64(out, e.data);
+    push_quoted_base64(out, e.data);
     out.push_str(r#","iv":"#);
     match e.iv {
-        Some(iv) => push_base64(out, iv),
+        Some(iv) => push_quoted_base64(out, iv),
         None => out.push_str("null"),
     }
     out.push('}');
@@ -213,10 +250,10 @@ impl Reader<'_> {
     }
 
     /// A JSON number; `Int` when it is a non-negative integer that fits in a `u64` (serde_json
-    /// reads `-0` as a float, so it is `Other` here too). Like serde_json, a number beyond
-    /// `f64`'s range is refused.
+    /// reads `-0` as a float, so it is `Other` here too). Like serde_json, a number too large
+    /// for an `f64` is refused — here from its decimal magnitude alone (no float parsing in the
+    /// browser module): 1.8e308 and above.
     fn number(&mut self) -> Option<Scalar> {
-        let start = self.i;
         let negative = self.peek() == Some(b'-');
         if negative {
             self.i += 1;
@@ -232,28 +269,48 @@ impl Reader<'_> {
             _ => return None,
         }
         let int_end = self.i;
+        let (mut frac_start, mut frac_end) = (self.i, self.i);
+        let mut exponent: i64 = 0;
         let mut integer = true;
         if self.peek() == Some(b'.') {
             integer = false;
             self.i += 1;
+            frac_start = self.i;
             self.digits()?;
+            frac_end = self.i;
         }
         if matches!(self.peek(), Some(b'e' | b'E')) {
             integer = false;
             self.i += 1;
-            if matches!(self.peek(), Some(b'+' | b'-')) {
-                self.i += 1;
-            }
+            let sign = match self.peek() {
+                Some(b'-') => {
+                    self.i += 1;
+                    -1
+                }
+                Some(b'+') => {
+                    self.i += 1;
+                    1
+                }
+                _ => 1,
+            };
+            let start = self.i;
             self.digits()?;
+            for &d in &self.s[start..self.i] {
+                exponent = exponent
+                    .saturating_mul(10)
+                    .saturating_add(i64::from(d - b'0'));
+            }
+            exponent *= sign;
         }
-        let text = std::str::from_utf8(&self.s[start..self.i]).ok()?;
-        if !text.parse::<f64>().ok()?.is_finite() {
-            return None; // serde_json refuses a number out of f64's range
+        let int_digits = &self.s[int_start..int_end];
+        let frac_digits = &self.s[frac_start..frac_end];
+        if too_large(int_digits, frac_digits, exponent) {
+            return None;
         }
         if !integer || negative {
             return Some(Scalar::Other);
         }
-        let digits = std::str::from_utf8(&self.s[int_start..int_end]).ok()?;
+        let digits = std::str::from_utf8(int_digits).ok()?;
         Some(digits.parse::<u64>().map_or(Scalar::Other, Scalar::Int))
     }
 
@@ -382,6 +439,30 @@ impl Reader<'_> {
     }
 }
 
+/// Whether `int.frac × 10^exponent` is 1.8e308 or more (beyond `f64`, whose largest value is
+/// about 1.797e308).
+fn too_large(int: &[u8], frac: &[u8], exponent: i64) -> bool {
+    let significant: Vec<u8> = int
+        .iter()
+        .chain(frac)
+        .copied()
+        .skip_while(|d| *d == b'0')
+        .collect();
+    if significant.is_empty() {
+        return false; // zero
+    }
+    // The decimal magnitude of the first significant digit.
+    let leading_int_zeros = int.iter().take_while(|d| **d == b'0').count() as i64;
+    let int_significant = int.len() as i64 - leading_int_zeros;
+    let magnitude = if int_significant > 0 {
+        int_significant - 1
+    } else {
+        -(frac.iter().take_while(|d| **d == b'0').count() as i64) - 1
+    }
+    .saturating_add(exponent);
+    magnitude > 308 || (magnitude == 308 && significant.as_slice() >= b"18".as_slice())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,6 +513,45 @@ mod tests {
             let mut ours = String::new();
             push_event(&mut ours, fields(&e));
             assert_eq!(ours, serde_json::to_string(&e).unwrap());
+        }
+    }
+
+    #[test]
+    fn base64_is_the_standard_padded_alphabet() {
+        use base64::Engine as _;
+        let mut rng = Rng(99);
+        for len in 0..300 {
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            assert_eq!(
+                base64(&bytes),
+                base64::engine::general_purpose::STANDARD.encode(&bytes)
+            );
+        }
+    }
+
+    #[test]
+    fn numbers_beyond_f64_are_refused_like_serde() {
+        for (text, ok) in [
+            ("1e308", true),
+            ("1.7e308", true),
+            ("17e307", true),
+            ("0.00001e313", true),
+            ("1e309", false),
+            ("1.8e308", false),
+            ("18e307", false),
+            ("1e99999999999999999999", false),
+            ("-1e309", false),
+            ("0e99999", true),
+            ("0.0e400", true),
+            ("1e-400", true),
+        ] {
+            let json = format!("{{\"n\":{text}}}");
+            assert_eq!(Members::parse(&json).is_some(), ok, "{text}");
+            assert_eq!(
+                serde_json::from_str::<serde_json::Value>(&json).is_ok(),
+                ok,
+                "serde on {text}"
+            );
         }
     }
 

@@ -16,9 +16,10 @@ use super::errors::ClientError;
 use super::events::DomEvents;
 use super::options;
 use super::{input, output};
-use crate::browser::global::random_uuid;
 use crate::browser::idb::outbox::IdbOutbox;
+use crate::browser::identity::{self, Identity};
 use crate::browser::runtime::{Config, Runtime};
+use crate::browser::session::GatewaySessions;
 use crate::engine::append;
 use crate::engine::drain;
 use crate::engine::errors::ErrorCode;
@@ -33,6 +34,7 @@ const PERSIST_WAIT_MS: u32 = 1_000;
 /// checks input against.
 struct Inner {
     runtime: Rc<Runtime>,
+    identity: Identity,
     target: EventTarget,
     database_name: String,
     limits: Limits,
@@ -94,8 +96,14 @@ impl SyncClient {
         let unsupported = |what: &str| ClientError::new(ErrorCode::Unsupported, what.to_owned());
         let target =
             EventTarget::new().map_err(|_| unsupported("EventTarget is not constructible here"))?;
+        if !identity::supported() {
+            return Err(unsupported(
+                "WebCrypto (crypto.subtle) is missing: the client needs a secure context \
+                 (https: or localhost) to hold its device key",
+            ));
+        }
         let outbox = Rc::new(IdbOutbox::open(&options.database_name, options.durability).await?);
-        let client_id = outbox.client_id(random_uuid()).await?;
+        let identity = identity::load_or_create(&outbox).await?;
         // Counted before `open` resolves, so `status()` is right from the start.
         let counts = (outbox.count().await?, outbox.parked().await?);
         let persisted = if options.persist {
@@ -116,10 +124,17 @@ impl SyncClient {
         let events = Rc::new(DomEvents {
             target: target.clone(),
         });
-        let runtime = Runtime::start(config, outbox, client_id, events, counts)
+        let sessions = GatewaySessions::new(
+            &options.gateway_url,
+            identity.clone(),
+            options.auth,
+            options.request_timeout_ms,
+        );
+        let runtime = Runtime::start(config, outbox, sessions, events, counts)
             .map_err(|_| unsupported("cannot listen for the online event"))?;
         let inner = Rc::new(Inner {
             runtime,
+            identity,
             target,
             database_name: options.database_name,
             limits: Limits::default(),
@@ -128,10 +143,17 @@ impl SyncClient {
         Ok(SyncClient { inner })
     }
 
-    /// The device's client id (a UUID), created on first open and kept in the database.
+    /// The device's client id (a UUID): the first 16 bytes of the SHA-256 of its public key,
+    /// little-endian, as Celeriant derives it. Fixed for the database.
     #[wasm_bindgen(getter = clientId)]
     pub fn client_id(&self) -> String {
-        self.inner.runtime.client_id.to_string()
+        self.inner.identity.client_id.to_string()
+    }
+
+    /// The device's public key: its SPKI DER, standard base64 (check the `clientId` from it).
+    #[wasm_bindgen(getter = publicKey)]
+    pub fn public_key(&self) -> String {
+        self.inner.identity.public_key.clone()
     }
 
     /// With `persist: true`: whether the browser granted persistent storage (`null` when it

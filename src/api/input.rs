@@ -158,7 +158,7 @@ fn describe(error: &JsValue) -> String {
     error
         .dyn_ref::<js_sys::Error>()
         .map(|e| String::from(e.message()))
-        .unwrap_or_else(|| format!("{error:?}"))
+        .unwrap_or_else(|| "an error that is not an Error".into())
 }
 
 /// An array of events. `max` bounds the count before any event is parsed.

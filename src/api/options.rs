@@ -24,6 +24,9 @@ pub struct Options {
     pub durability: Durability,
     /// Ask for persistent storage (`navigator.storage.persist()`) at open.
     pub persist: bool,
+    /// The app's own authentication: `() => Promise<string | null>`, sent with each session
+    /// request.
+    pub auth: Option<js_sys::Function>,
 }
 
 /// Default IndexedDB database name.
@@ -32,7 +35,7 @@ pub const DEFAULT_DATABASE: &str = "celeriant-sync";
 pub const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 
 /// Every option's key.
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 8] = [
     "gatewayUrl",
     "databaseName",
     "requestTimeoutMs",
@@ -40,6 +43,7 @@ const KEYS: [&str; 7] = [
     "maxBatchBytes",
     "durability",
     "persist",
+    "auth",
 ];
 
 fn bad(message: impl Into<String>) -> ClientError {
@@ -155,7 +159,15 @@ pub fn parse(value: &JsValue) -> Result<Options, ClientError> {
             .as_bool()
             .ok_or_else(|| bad("persist must be a boolean"))?,
     };
+    let auth = match field(value, "auth") {
+        None => None,
+        Some(v) => Some(
+            v.dyn_into::<js_sys::Function>()
+                .map_err(|_| bad("auth must be a function returning a token (or null)"))?,
+        ),
+    };
     Ok(Options {
+        auth,
         gateway_url,
         database_name,
         request_timeout_ms: integer(

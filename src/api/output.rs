@@ -1,13 +1,21 @@
 //! The plain objects handed back to JS besides status and notices: receipts and parked events.
 
-use js_sys::{Array, JSON, Object, Uint8Array};
+use js_sys::{Array, JSON, Object};
 use wasm_bindgen::JsValue;
 
 use crate::browser::convert::aggregate_to_js;
 use crate::browser::idb::keys::uuid_js;
 use crate::browser::js;
 use crate::engine::model::{ParkRecord, Receipt, StoredEvent};
-use celeriant_sync_protocol::encoding::decode_base64;
+
+#[wasm_bindgen::prelude::wasm_bindgen(
+    inline_js = "export function bytesOf(b64) { return typeof b64 === 'string' ? Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) : null; }"
+)]
+extern "C" {
+    /// A base64 string's bytes, decoded by the platform (`null` for anything else).
+    #[wasm_bindgen(js_name = bytesOf)]
+    fn bytes(base64: &JsValue) -> JsValue;
+}
 
 /// `[{ eventId, clientSeq }]`.
 pub fn receipts(receipts: &[Receipt]) -> JsValue {
@@ -21,13 +29,6 @@ pub fn receipts(receipts: &[Receipt]) -> JsValue {
         })
         .collect::<Array>()
         .into()
-}
-
-fn bytes(base64: &JsValue) -> JsValue {
-    match base64.as_string().and_then(|b| decode_base64(&b).ok()) {
-        Some(b) => Uint8Array::from(b.as_slice()).into(),
-        None => JsValue::NULL,
-    }
 }
 
 /// One element of `parkedEvents()`: the event decoded from its stored wire form (with the

@@ -34,12 +34,13 @@ pub fn aggregate_from_js(v: &JsValue) -> Option<AggregateRef> {
     })
 }
 
-const STATES: [SyncState; 6] = [
+const STATES: [SyncState; 7] = [
     SyncState::Idle,
     SyncState::Syncing,
     SyncState::Backoff,
     SyncState::Offline,
     SyncState::Parked,
+    SyncState::Unauthorized,
     SyncState::Closed,
 ];
 

@@ -6,6 +6,7 @@
 //! * [`fetch`]: the [`Transport`](crate::engine::env::Transport) over `fetch` with an
 //!   `AbortController` timeout that also aborts when dropped;
 //! * [`env`]: clock, timers, `navigator.onLine`, randomness and the `online` event;
+//! * [`identity`], [`session`]: the device key (WebCrypto) and the sessions it opens;
 //! * [`locks`], [`channel`]: Web Locks and the `BroadcastChannel` between contexts;
 //! * [`runtime`]: one open client's runtime — coordination and drain, executed;
 //! * [`convert`], [`js`]: the engine's values as plain JS objects;
@@ -20,6 +21,8 @@ pub mod env;
 pub mod fetch;
 pub mod global;
 pub mod idb;
+pub mod identity;
 pub mod js;
 pub mod locks;
 pub mod runtime;
+pub mod session;

@@ -18,8 +18,9 @@ use super::env::{BrowserEnv, OnlineListener};
 use super::fetch::FetchTransport;
 use super::idb::outbox::IdbOutbox;
 use super::locks::{self, DrainLock};
+use super::session::GatewaySessions;
 use crate::engine::coord::{Coordinator, Effect, Event, HEARTBEAT_MS, HubUpdate, Message};
-use crate::engine::drain::{Drain, Policy, run};
+use crate::engine::drain::{Drain, Edge, Policy, run};
 use crate::engine::group::{GroupCommit, Spawn};
 use crate::engine::model::{AggregateRef, NewEvent, ParkRecord, Receipt};
 use crate::engine::outbox::StoreError;
@@ -47,6 +48,7 @@ pub struct Runtime {
     /// The device's client id.
     pub client_id: Uuid,
     config: Config,
+    sessions: Rc<GatewaySessions>,
     appends: Rc<GroupCommit<IdbOutbox>>,
     coordinator: RefCell<Coordinator>,
     queue: RefCell<VecDeque<Event>>,
@@ -116,10 +118,12 @@ impl Runtime {
     pub fn start(
         config: Config,
         outbox: Rc<IdbOutbox>,
-        client_id: Uuid,
+        sessions: GatewaySessions,
         app: Rc<dyn Observer>,
         counts: (u64, Vec<ParkRecord>),
     ) -> Result<Rc<Runtime>, wasm_bindgen::JsValue> {
+        let client_id = sessions.identity.client_id;
+        let sessions = Rc::new(sessions);
         let runtime = Rc::new_cyclic(|weak: &Weak<Runtime>| {
             let relay = Relay {
                 app,
@@ -134,6 +138,7 @@ impl Runtime {
                 hub,
                 client_id,
                 config,
+                sessions,
                 coordinator: RefCell::new(Coordinator::new()),
                 queue: RefCell::default(),
                 pumping: Cell::new(false),
@@ -266,7 +271,14 @@ impl Runtime {
         let drain = Drain::new(self.config.policy, self.client_id);
         let this = self.clone();
         wasm_bindgen_futures::spawn_local(async move {
-            let end = run(drain, &*this.outbox, &transport, &env, &this.hub).await;
+            let edge = Edge {
+                outbox: &*this.outbox,
+                transport: &transport,
+                auth: &*this.sessions,
+                env: &env,
+                hub: &this.hub,
+            };
+            let end = run(drain, edge).await;
             this.draining.set(false);
             this.feed(Event::DrainStopped(end));
         });

@@ -54,6 +54,14 @@ pub enum Outcome {
         /// Set when no HTTP answer came at all.
         cause: Option<NoAnswer>,
     },
+    /// The session is missing, expired or unknown; nothing of it was applied. Not a judgement
+    /// on the events: open a new session and resend identical.
+    Unauthorized {
+        /// The code.
+        code: u32,
+        /// Why.
+        message: String,
+    },
     /// Permanent for this request; nothing of it was applied.
     Rejected {
         /// The code.
@@ -117,6 +125,10 @@ fn from_protocol(status: u16, outcome: WriteOutcome, header_ms: Option<u64>) -> 
             code: Some(f.code),
             message: f.message,
             retry_after_ms: f.retry_after_ms.or(header_ms),
+        },
+        WriteOutcome::Unauthorized(f) if status == 401 => Outcome::Unauthorized {
+            code: f.code,
+            message: f.message,
         },
         WriteOutcome::Rejected(f) if (400..500).contains(&status) => Outcome::Rejected {
             code: f.code,
@@ -186,6 +198,16 @@ pub enum Action {
         /// Whether nothing reached the gateway (a network error): the client may be offline.
         network: bool,
     },
+    /// The session was refused: open a new one, then resend it unchanged after `delay_ms`
+    /// (0 the first time: an expired session is expected and renewed at once).
+    Reauthenticate {
+        /// The wait before the new session is asked for.
+        delay_ms: u64,
+        /// The refusal's code.
+        code: u32,
+        /// Why.
+        message: String,
+    },
     /// Rejected with several events: pin its first event alone to find the offending one.
     Isolate {
         /// The rejection's code.
@@ -205,10 +227,12 @@ pub enum Action {
 /// Code used when a server's answer contradicts itself (a 2002 below the batch).
 pub const PROTOCOL_VIOLATION: u32 = 0;
 
-/// Decides what an outcome means for `batch`. `delay_ms(retry_after)` computes the backoff.
+/// Decides what an outcome means for `batch`. `delay_ms(retry_after)` computes the backoff;
+/// `attempt` counts the batch's failed attempts so far.
 pub fn decide(
     batch: &Batch,
     outcome: Outcome,
+    attempt: u32,
     delay_ms: impl FnOnce(Option<u64>) -> u64,
 ) -> Action {
     match outcome {
@@ -262,6 +286,11 @@ pub fn decide(
         } => Action::Resend {
             delay_ms: delay_ms(None),
             network: cause == Some(NoAnswer::Network),
+            code,
+            message,
+        },
+        Outcome::Unauthorized { code, message } => Action::Reauthenticate {
+            delay_ms: if attempt == 0 { 0 } else { delay_ms(None) },
             code,
             message,
         },
@@ -412,7 +441,7 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let d = |b: &Batch, o: Outcome| decide(b, o, |ra| ra.unwrap_or(100));
+        let d = |b: &Batch, o: Outcome| decide(b, o, 0, |ra| ra.unwrap_or(100));
         let b = batch(5, 10, 6);
         let landed = |dup, last| Outcome::Landed {
             duplicate: dup,
@@ -517,5 +546,40 @@ mod tests {
             d(&batch(5, 5, 1), rejected),
             Action::Park { code: 2022, .. }
         ));
+        // A refused session is never a rejection of the events.
+        let unauthorized = classify(&http(
+            401,
+            r#"{"outcome":"unauthorized","code":40102,"message":"expired"}"#,
+        ));
+        assert_eq!(
+            d(&b, unauthorized.clone()),
+            Action::Reauthenticate {
+                delay_ms: 0,
+                code: 40102,
+                message: "expired".into()
+            },
+            "renewed at once the first time"
+        );
+        assert!(matches!(
+            decide(&b, unauthorized, 3, |_| 700),
+            Action::Reauthenticate { delay_ms: 700, .. }
+        ));
+        assert!(matches!(
+            classify(&http(
+                401,
+                r#"{"outcome":"unauthorized","code":40100,"message":"x"}"#
+            )),
+            Outcome::Unauthorized { code: 40100, .. }
+        ));
+        assert!(
+            matches!(
+                classify(&http(
+                    200,
+                    r#"{"outcome":"unauthorized","code":40100,"message":"x"}"#
+                )),
+                Outcome::Unknown { .. }
+            ),
+            "an unauthorized body on another status proves nothing"
+        );
     }
 }

@@ -71,6 +71,6 @@ impl Reply {
 
 /// Sends one request body to the gateway's write endpoint.
 pub trait Transport {
-    /// Posts `body`; dropping the future aborts the request.
-    fn send(&self, body: String) -> impl Future<Output = Reply>;
+    /// Posts `body` with the session's bearer `token`; dropping the future aborts the request.
+    fn send(&self, body: String, token: String) -> impl Future<Output = Reply>;
 }

@@ -130,7 +130,7 @@ impl Outbox for MemoryOutbox {
             .map_or(0, |after| aggregates.partition_point(|a| *a <= after));
         let order = aggregates[split..].iter().chain(&aggregates[..split]);
         for aggregate in order {
-            if query.skip.contains(aggregate) {
+            if query.skip.binary_search(aggregate).is_ok() {
                 continue;
             }
             let above = match query.assume_landed {

@@ -14,7 +14,8 @@
 //! * [`classify`]: what an HTTP reply means ([`classify::Outcome`]) and what to do about it
 //!   ([`classify::Action`]);
 //! * [`backoff`]: capped exponential backoff with full jitter, honouring `Retry-After`;
-//! * [`drain`]: the one sync loop, as a pure state machine and its executor;
+//! * [`drain`]: the one sync loop, as a pure state machine and its executor; [`auth`]: the
+//!   sessions it writes under;
 //! * [`coord`]: which context drains, as a pure state machine;
 //! * [`status`] and [`signal`]: what the app sees and how the drain is woken;
 //! * [`errors`]: the stable error codes JavaScript sees.
@@ -22,6 +23,7 @@
 //! Arrows point one way: `api` → `browser` → `engine` → `protocol`.
 
 pub mod append;
+pub mod auth;
 pub mod backoff;
 pub mod batch;
 pub mod classify;

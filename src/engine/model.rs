@@ -110,6 +110,13 @@ pub struct Batch {
     pub count: u32,
 }
 
+/// Park code of a batch that was pinned when this database moved from a random client id to its
+/// device key: it may have landed under the old id, which no key proves any more, so it is not
+/// resent under the new one (that could land it twice); the app decides. (Code 0 is a server
+/// answer that contradicts itself, [`super::classify::PROTOCOL_VIOLATION`]; every other park
+/// code is the server's.)
+pub const IDENTITY_CHANGED: u32 = 1;
+
 /// An aggregate stopped by a permanent rejection, and the events that were rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParkRecord {

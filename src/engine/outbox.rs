@@ -18,7 +18,6 @@
 //! 5. Only [`Outbox::settle`] (after `landed`) and [`Outbox::discard_parked`] (the app's
 //!    explicit choice) end an event's life; [`Outbox::prune`] only deletes what was settled.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 
 use uuid::Uuid;
@@ -144,8 +143,8 @@ pub enum EventState {
 pub struct CutQuery<'a> {
     /// Round robin: start strictly after this aggregate and wrap around (it comes last).
     pub after: Option<AggregateRef>,
-    /// Aggregates not to serve (parked ones).
-    pub skip: &'a BTreeSet<AggregateRef>,
+    /// Aggregates not to serve (parked ones), sorted.
+    pub skip: &'a [AggregateRef],
     /// Treat this aggregate's events up to this sequence as landed too (the batch in flight,
     /// when the next batch is read ahead).
     pub assume_landed: Option<(AggregateRef, u64)>,

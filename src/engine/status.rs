@@ -6,7 +6,7 @@
 //! Observer calls are made with no borrow held, so a listener may call back into the client.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
@@ -26,6 +26,8 @@ pub enum SyncState {
     Offline,
     /// Idle, but some aggregates are parked and wait for the app.
     Parked,
+    /// The gateway refused a session (or could not be asked for one); the events wait.
+    Unauthorized,
     /// The client was closed.
     Closed,
 }
@@ -39,6 +41,7 @@ impl SyncState {
             SyncState::Backoff => "backoff",
             SyncState::Offline => "offline",
             SyncState::Parked => "parked",
+            SyncState::Unauthorized => "unauthorized",
             SyncState::Closed => "closed",
         }
     }
@@ -334,8 +337,8 @@ impl Hub {
         self.counts.borrow().parked.contains_key(aggregate)
     }
 
-    /// Every parked aggregate.
-    pub fn parked_aggregates(&self) -> BTreeSet<AggregateRef> {
+    /// Every parked aggregate, in order.
+    pub fn parked_aggregates(&self) -> Vec<AggregateRef> {
         self.counts.borrow().parked.keys().copied().collect()
     }
 

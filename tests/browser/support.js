@@ -28,18 +28,34 @@ export function recordWrites() {
 }
 
 /** Replaces the global fetch for writes with a scripted one: each call shifts the next step
- *  from `script` ({status, body, retryAfter} | {network: true} | {hang: true} | {real: true});
- *  when the script is empty, requests go to the real gateway. Records bodies. */
+ *  from `script` ({status, body, retryAfter} | {network: true} | {hang: true} | {real: true} |
+ *  {realThen: {status, body}}: sent to the real gateway, which handles it, then answered with
+ *  the scripted reply instead); when the script is empty, requests go to the real gateway.
+ *  Records bodies, their bearer tokens, and counts session openings (POST /v1/session). */
 export function scriptWrites(script) {
   const real = globalThis.fetch;
   const bodies = [];
   const times = [];
+  const tokens = [];
+  const log = { bodies, times, tokens, script, sessions: 0 };
   globalThis.fetch = async (input, init) => {
+    if (input instanceof Request && input.url.endsWith("/v1/session")) {
+      log.sessions += 1;
+      return real(input, init);
+    }
     if (!(input instanceof Request && input.url.endsWith("/v1/write"))) return real(input, init);
     bodies.push(await input.clone().text());
     times.push(performance.now());
+    tokens.push(input.headers.get("authorization"));
     const step = script.shift();
     if (!step || step.real) return real(input, init);
+    if (step.realThen) {
+      const handled = await real(input, init);
+      await handled.arrayBuffer().catch(() => {});
+      return new Response(JSON.stringify(step.realThen.body), {
+        status: step.realThen.status, headers: { "content-type": "application/json" },
+      });
+    }
     if (step.network) throw new TypeError("Failed to fetch (scripted)");
     if (step.hang) {
       return new Promise((_, reject) => {
@@ -50,7 +66,8 @@ export function scriptWrites(script) {
     if (step.retryAfter !== undefined) headers["retry-after"] = String(step.retryAfter);
     return new Response(step.body === undefined ? "" : JSON.stringify(step.body), { status: step.status, headers });
   };
-  return { bodies, times, script, restore() { globalThis.fetch = real; } };
+  log.restore = () => { globalThis.fetch = real; };
+  return log;
 }
 
 /** Sets the gateway's fault rates (PUT /v1/faults); resolves with the report. */
@@ -136,7 +153,9 @@ export async function readAll(gateway, typeId, id, token) {
     }
     if (!r.ok) throw new Error(`read: ${r.status} ${await r.text()}`);
     const page = await r.json();
-    for (const batch of page.batches) events.push(...batch.events.map((e) => ({ ...e, version: batch.version })));
+    for (const batch of page.batches) {
+      events.push(...batch.events.map((e) => ({ ...e, version: batch.version, clientId: batch.clientId })));
+    }
     if (page.next === null) return events;
     from = page.next;
   }
@@ -185,14 +204,15 @@ export function base64(bytes) {
 }
 
 /** Writes a record straight into an IndexedDB store (to set up a corrupt or colliding state). */
-export function insertRaw(dbName, store, record) {
+export function insertRaw(dbName, store, record, key) {
   return new Promise((resolve, reject) => {
     const open = indexedDB.open(dbName);
     open.onerror = () => reject(open.error);
     open.onsuccess = () => {
       const db = open.result;
       const tx = db.transaction(store, "readwrite");
-      tx.objectStore(store).put(record);
+      if (key === undefined) tx.objectStore(store).put(record);
+      else tx.objectStore(store).put(record, key);
       tx.oncomplete = () => { db.close(); resolve(); };
       tx.onerror = () => { db.close(); reject(tx.error); };
     };
@@ -246,5 +266,43 @@ export function upgradeRaw(dbName) {
       up.onerror = () => reject(up.error);
       up.onsuccess = () => { up.result.close(); resolve({ version, blocked }); };
     };
+  });
+}
+
+/** Creates a database exactly as version 1 of the client laid it out (store `events` keyed
+ *  ["t","a","s"] with an `eventId` index), holding `events` ({t, a, s, e, w}), `counters`
+ *  ({t, a, last}), the client id and, optionally, a pin ({t, a, first, last, count}). */
+export function createV1(dbName, { clientId, events, counters, pin }) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName, 1);
+    open.onupgradeneeded = () => {
+      const db = open.result;
+      const store = db.createObjectStore("events", { keyPath: ["t", "a", "s"] });
+      store.createIndex("eventId", "e");
+      db.createObjectStore("counters", { keyPath: ["t", "a"] });
+      db.createObjectStore("parked", { keyPath: ["t", "a"] });
+      db.createObjectStore("meta");
+      db.createObjectStore("discarded");
+    };
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      const tx = db.transaction(["events", "counters", "meta"], "readwrite");
+      for (const e of events) tx.objectStore("events").add(e);
+      for (const c of counters) tx.objectStore("counters").put(c);
+      tx.objectStore("meta").put(clientId, "clientId");
+      if (pin) tx.objectStore("meta").put(pin, "pin");
+      tx.oncomplete = () => { db.close(); resolve(); };
+      tx.onerror = () => { db.close(); reject(tx.error); };
+    };
+  });
+}
+
+/** The names of a database's object stores. */
+export function storeNames(dbName) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => { const names = [...open.result.objectStoreNames]; open.result.close(); resolve(names); };
   });
 }

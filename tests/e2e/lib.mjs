@@ -91,9 +91,7 @@ export async function openSession(base, { keyPair, appToken, clockOffsetMs = 0 }
 export class Gateway {
   /** `auth`: "none" starts the gateway with --auth none; "device" with device identity on (the
    *  gateway's default), in which case readAll opens a reader session of its own. */
-  // AUTH-TRANSITION: the default is "none" until the client opens sessions (issue 10); then make
-  // it "device" (and add "--session-rate-per-minute", "0" for the chaos run's many sessions).
-  constructor({ www = join(ROOT, "tests/e2e/site"), flags = [], auth = "none" } = {}) {
+  constructor({ www = join(ROOT, "tests/e2e/site"), flags = [], auth = "device" } = {}) {
     this.dir = tempDir("gateway");
     this.www = www;
     this.flags = flags;
@@ -108,7 +106,8 @@ export class Gateway {
     const args = [
       "--listen", `127.0.0.1:${this.port}`, "--port-file", portFile, "--data-dir", join(this.dir, "data"),
       "--www", this.www, "--pkg", join(ROOT, "pkg"), "--faults", ...this.flags,
-      ...(this.auth === "none" ? ["--auth", "none"] : []),
+      // Many tabs, reloads and restarts open many sessions from one address: no per-address limit.
+      ...(this.auth === "none" ? ["--auth", "none"] : ["--session-rate-per-minute", "0"]),
     ];
     this.proc = spawn(gatewayBinary(), args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, RUST_LOG: "warn" } });
     this.stderr = "";
@@ -123,6 +122,13 @@ export class Gateway {
     this.port = Number(addr.split(":")[1]);
     this.base = `http://${addr}`;
     this.lives += 1;
+  }
+
+  /** Deletes the session secret the gateway generated into its data directory, so its next
+   *  start makes a new one: every token issued before is refused (401) from then on. */
+  rotateSecret() {
+    rmSync(join(this.dir, "data", "session-secret"), { force: true });
+    this.reader = null;
   }
 
   /** SIGKILL, no goodbye. */

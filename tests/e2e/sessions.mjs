@@ -64,8 +64,8 @@ export async function sessions({ seed }) {
     on.cleanup();
   }
 
-  // With --auth none (the default of the harness until the client opens sessions).
-  const off = new Gateway();
+  // With --auth none (local experiments only): no token needed, sessions still answered.
+  const off = new Gateway({ auth: "none" });
   try {
     await off.start();
     const s = await openSession(off.base);

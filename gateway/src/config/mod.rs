@@ -394,6 +394,48 @@ mod tests {
         Config::parse_from(std::iter::once("celeriant-gateway").chain(args.iter().copied()))
     }
 
+    /// `docs/protocol.md` has a table row for every flag, naming its variable and, where the
+    /// flag has one, its default exactly as `--help` prints it.
+    #[test]
+    fn the_protocol_document_lists_every_flag_with_its_variable_and_default() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"))
+                .expect("docs/protocol.md");
+        let command = Config::command();
+        let mut checked = 0;
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let flag = format!("| `--{long}");
+            let row = doc
+                .lines()
+                .find(|l| {
+                    l.starts_with(&flag)
+                        && matches!(l[flag.len()..].chars().next(), Some(' ' | '`'))
+                })
+                .unwrap_or_else(|| panic!("docs/protocol.md has no table row for --{long}"));
+            let env = arg.get_env().and_then(|e| e.to_str()).expect("a variable");
+            assert!(
+                row.contains(&format!("`{env}`")),
+                "--{long}: {env} not in {row}"
+            );
+            let is_switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+            if let [default] = arg.get_default_values()
+                && !is_switch
+            {
+                let default = default.to_str().expect("a default");
+                assert!(
+                    row.contains(&format!("`{default}`")),
+                    "--{long}: default {default} not in {row}"
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked >= 50, "{checked}");
+    }
+
     #[test]
     fn verify_takes_the_data_directory_after_it() {
         let c = parse(&["verify", "--data-dir", "/srv/store"]);

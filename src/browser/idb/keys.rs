@@ -23,7 +23,7 @@ pub fn parse_uuid(value: &JsValue) -> Result<Uuid, StoreError> {
     value
         .as_string()
         .and_then(|s| Uuid::parse_str(&s).ok())
-        .ok_or_else(|| StoreError::Corrupt(format!("not a UUID: {value:?}")))
+        .ok_or_else(|| StoreError::Corrupt("a stored id is not a UUID".into()))
 }
 
 /// An aggregate's key parts, converted to JS once per operation.

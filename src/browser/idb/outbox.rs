@@ -10,18 +10,20 @@ use std::collections::BTreeMap;
 
 use js_sys::{Array, Object};
 use uuid::Uuid;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 
 use super::db::{Commit, Db, Durability, Js, stores};
 use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, uuid_js};
 use super::request::{record, result};
 use super::schema::{
-    BY_EVENT_ID, CLIENT_ID_KEY, COUNTERS, DISCARDED, EVENTS, LANDED, META, PARKED, PIN_KEY,
+    CLIENT_ID_KEY, COUNTERS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
 };
 use crate::browser::js;
 use crate::engine::batch::take_within;
-use crate::engine::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
+use crate::engine::model::{
+    AggregateRef, Batch, IDENTITY_CHANGED, NewEvent, ParkRecord, Receipt, StoredEvent,
+};
 use crate::engine::outbox::{CutQuery, EventState, Outbox, Pruned, StoreError};
 
 /// Durability of the drain's own writes (pin, settle, park, prune). `relaxed` is safe for
@@ -32,10 +34,79 @@ use crate::engine::outbox::{CutQuery, EventState, Outbox, Pruned, StoreError};
 /// the configured durability: losing those would lose the app's data or decision.
 const BOOKKEEPING: Durability = Durability::Relaxed;
 
+/// The device's key pair, as stored in `meta` (`"device"`).
+pub struct Device {
+    /// The `CryptoKeyPair` (structured-cloned into IndexedDB; its private key stays
+    /// non-extractable).
+    pub key_pair: JsValue,
+    /// The public key's SPKI DER.
+    pub spki: Vec<u8>,
+    /// The client id derived from it.
+    pub client_id: Uuid,
+}
+
+/// `meta` key of the device's key pair.
+const DEVICE_KEY: &str = "device";
+/// `meta` key of the random client id a database had before it had a device key.
+const PREVIOUS_CLIENT_ID_KEY: &str = "previousClientId";
+
+fn device_record(d: &Device) -> JsValue {
+    let o = Object::new();
+    js::set(&o, "keyPair", d.key_pair.clone());
+    js::set(&o, "spki", js_sys::Uint8Array::from(d.spki.as_slice()));
+    js::set(&o, "clientId", uuid_js(&d.client_id));
+    o.into()
+}
+
+fn device_of_record(v: &JsValue) -> Result<Option<Device>, StoreError> {
+    if v.is_undefined() {
+        return Ok(None);
+    }
+    let spki = js::get(v, "spki")
+        .dyn_into::<js_sys::Uint8Array>()
+        .map_err(|_| StoreError::Corrupt("the device record has no public key".into()))?;
+    Ok(Some(Device {
+        key_pair: js::get(v, "keyPair"),
+        spki: spki.to_vec(),
+        client_id: parse_uuid(&js::get(v, "clientId"))?,
+    }))
+}
+
 /// The outbox over one IndexedDB database.
 pub struct IdbOutbox {
     db: Db,
     durability: Durability,
+    /// Events pruned since the `ids` store was last compacted (this context's drain prunes).
+    orphaned: std::cell::Cell<u64>,
+}
+
+/// How many pruned events leave their id records behind before the `ids` store is compacted.
+const ORPHANS_BEFORE_COMPACTING: u64 = 1_000;
+
+/// Drops the id records of events that are gone: all of them when the outbox is empty, or a
+/// rebuild from the outbox when it holds more than twice as many ids as events (the outbox
+/// never emptied: a steady stream of appends). Never a record-by-record delete (see
+/// [`super::schema`]).
+async fn compact_ids(events: &IdbObjectStore, ids: &IdbObjectStore) -> Result<(), StoreError> {
+    if first_key(events, None).await?.is_none() {
+        ids.clear().js()?;
+        return Ok(());
+    }
+    let count = |store: &IdbObjectStore| {
+        let request = store.count();
+        async move { Ok::<_, StoreError>(result(request).await.js()?.as_f64().unwrap_or(0.0)) }
+    };
+    let (stored, known) = (count(events).await?, count(ids).await?);
+    if known <= 2.0 * stored + ORPHANS_BEFORE_COMPACTING as f64 {
+        return Ok(());
+    }
+    let keys = js::array(&result(events.get_all_keys()).await.js()?);
+    let values = js::array(&result(events.get_all()).await.js()?);
+    ids.clear().js()?;
+    for (key, value) in keys.iter().zip(&values) {
+        ids.put_with_key(key, &js::get(value, "e")).js()?;
+    }
+    Ok(())
 }
 
 fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, StoreError> {
@@ -197,6 +268,7 @@ impl IdbOutbox {
         Ok(IdbOutbox {
             db: Db::open(name).await?,
             durability,
+            orphaned: std::cell::Cell::new(ORPHANS_BEFORE_COMPACTING),
         })
     }
 
@@ -205,18 +277,91 @@ impl IdbOutbox {
         self.db.close();
     }
 
+    /// The device's stored key pair, if it has one.
+    pub async fn device(&self) -> Result<Option<Device>, StoreError> {
+        self.db
+            .read(&stores(&[META]), async |tx| {
+                device_of_record(&get(&store(tx, META)?, &DEVICE_KEY.into()).await?)
+            })
+            .await
+    }
+
+    /// Stores `candidate` as the device's key pair and its client id as the database's — in
+    /// one transaction, unless a key pair is stored already (another context was first), which
+    /// is then returned instead.
+    ///
+    /// A database that had a random client id (made before device keys) starts its new
+    /// identity here: events never sent are simply sent under the new id, but a pinned batch
+    /// may have landed under the old one, so it is parked ([`IDENTITY_CHANGED`],
+    /// `mayHaveLanded`) for the app to check and discard or append again — never resent under
+    /// the new id, where it could land a second time.
+    pub async fn adopt_device(&self, candidate: Device) -> Result<Device, StoreError> {
+        self.db
+            .write(
+                &stores(&[META, PARKED, OUTBOX]),
+                self.durability,
+                Commit::Early,
+                async |tx| {
+                    let meta = store(tx, META)?;
+                    if let Some(stored) = device_of_record(&get(&meta, &DEVICE_KEY.into()).await?)?
+                    {
+                        return Ok(stored);
+                    }
+                    let previous = get(&meta, &CLIENT_ID_KEY.into()).await?;
+                    let new_id = uuid_js(&candidate.client_id);
+                    meta.put_with_key(&device_record(&candidate), &DEVICE_KEY.into())
+                        .js()?;
+                    meta.put_with_key(&new_id, &CLIENT_ID_KEY.into()).js()?;
+                    if previous.is_undefined() || previous == new_id {
+                        return Ok(candidate);
+                    }
+                    meta.put_with_key(&previous, &PREVIOUS_CLIENT_ID_KEY.into())
+                        .js()?;
+                    if let Some(pin) = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)? {
+                        let a = Agg::new(&pin.aggregate);
+                        let range = a.between(pin.first_seq, pin.last_seq)?;
+                        let stored = result(store(tx, OUTBOX)?.count_with_key(&range))
+                            .await
+                            .js()?
+                            .as_f64()
+                            .unwrap_or(0.0) as u32;
+                        let record = ParkRecord {
+                            aggregate: pin.aggregate,
+                            first_seq: pin.first_seq,
+                            last_seq: pin.last_seq,
+                            count: stored,
+                            code: IDENTITY_CHANGED,
+                            message: format!(
+                                "this batch was pinned when the database moved from client id \
+                                 {} to its device key; it may have landed under the old id: \
+                                 check the aggregate, then discard it or append it again",
+                                previous.as_string().unwrap_or_default()
+                            ),
+                            parked_at: js_sys::Date::now() as u64,
+                            may_have_landed: true,
+                        };
+                        store(tx, PARKED)?.put(&parked_record(&record)).js()?;
+                        meta.delete(&PIN_KEY.into()).js()?;
+                    }
+                    Ok(candidate)
+                },
+            )
+            .await
+    }
+
     async fn append_group_once(
         &self,
         group: &[(AggregateRef, &[NewEvent])],
     ) -> Result<Vec<Vec<Receipt>>, StoreError> {
         self.db
             .write(
-                &stores(&[EVENTS, COUNTERS]),
+                &stores(&[OUTBOX, COUNTERS, IDS]),
                 self.durability,
                 Commit::Auto,
                 async |tx| {
                     let counters = store(tx, COUNTERS)?;
-                    let events = store(tx, EVENTS)?;
+                    let events = store(tx, OUTBOX)?;
+                    let ids = store(tx, IDS)?;
                     // Read every counter first (the requests run together), then assign.
                     let mut last: BTreeMap<AggregateRef, (Agg, u64)> = BTreeMap::new();
                     for (aggregate, _) in group {
@@ -240,14 +385,11 @@ impl IdbOutbox {
                             });
                             // Requests go out when made; the commit waits for all of them.
                             let stored = StoredEvent::new(*aggregate, *seq, event);
-                            let value = record(
-                                &a.t,
-                                &a.a,
-                                *seq as f64,
-                                &uuid_js(&event.event_id),
-                                &stored.wire,
-                            );
-                            events.add(&value).js()?;
+                            let (key, id) = (a.event(*seq as f64), uuid_js(&event.event_id));
+                            events
+                                .add_with_key(&record(*seq as f64, &id, &stored.wire), &key)
+                                .js()?;
+                            ids.put_with_key(&key, &id).js()?;
                         }
                         all.push(receipts);
                     }
@@ -313,8 +455,8 @@ impl Outbox for IdbOutbox {
         query: CutQuery<'_>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED]), async |tx| {
-                let events = store(tx, EVENTS)?;
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
                 let start = query.after.as_ref().map(Agg::new);
                 // Round robin: aggregates after `after`, then from the start through `after`.
@@ -330,7 +472,7 @@ impl Outbox for IdbOutbox {
                             break; // visited in the first pass
                         }
                         let a = Agg::new(&aggregate);
-                        if !query.skip.contains(&aggregate) {
+                        if query.skip.binary_search(&aggregate).is_err() {
                             let mut above = landed(&watermarks, &a).await?;
                             if let Some((x, through)) = query.assume_landed
                                 && x == aggregate
@@ -356,7 +498,7 @@ impl Outbox for IdbOutbox {
 
     async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED]), async |tx| {
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
                 let a = Agg::new(&batch.aggregate);
                 let above = landed(&store(tx, LANDED)?, &a)
                     .await?
@@ -365,7 +507,7 @@ impl Outbox for IdbOutbox {
                     return Ok(Vec::new());
                 }
                 let range = a.seqs(above as f64, false, batch.last_seq as f64)?;
-                events_in(&store(tx, EVENTS)?, &a, &range, batch.count.max(1)).await
+                events_in(&store(tx, OUTBOX)?, &a, &range, batch.count.max(1)).await
             })
             .await
     }
@@ -430,12 +572,13 @@ impl Outbox for IdbOutbox {
     async fn prune(&self, aggregate: AggregateRef, max: u32) -> Result<Pruned, StoreError> {
         self.db
             .write(
-                &stores(&[EVENTS, LANDED]),
+                &stores(&[OUTBOX, LANDED, IDS]),
                 BOOKKEEPING,
                 Commit::Early,
                 async |tx| {
-                    let events = store(tx, EVENTS)?;
+                    let events = store(tx, OUTBOX)?;
                     let watermarks = store(tx, LANDED)?;
+                    let ids = store(tx, IDS)?;
                     let a = Agg::new(&aggregate);
                     let through = landed(&watermarks, &a).await?;
                     if through == 0 {
@@ -458,6 +601,11 @@ impl Outbox for IdbOutbox {
                         events.delete(&all.into()).js()?;
                         // Nothing landed is stored any more: the watermark has done its job.
                         watermarks.delete(&a.key()).js()?;
+                    }
+                    self.orphaned.set(self.orphaned.get() + removed as u64);
+                    if !more && self.orphaned.get() >= ORPHANS_BEFORE_COMPACTING {
+                        self.orphaned.set(0);
+                        compact_ids(&events, &ids).await?;
                     }
                     Ok(Pruned {
                         removed: removed as u32,
@@ -508,12 +656,12 @@ impl Outbox for IdbOutbox {
     async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
         self.db
             .write(
-                &stores(&[PARKED, EVENTS, DISCARDED]),
+                &stores(&[PARKED, OUTBOX, DISCARDED]),
                 self.durability,
                 Commit::Early,
                 async |tx| {
                     let parked = store(tx, PARKED)?;
-                    let events = store(tx, EVENTS)?;
+                    let events = store(tx, OUTBOX)?;
                     let discarded = store(tx, DISCARDED)?;
                     let a = Agg::new(&aggregate);
                     let found = get(&parked, &a.key()).await?;
@@ -540,8 +688,8 @@ impl Outbox for IdbOutbox {
 
     async fn count(&self) -> Result<u64, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED]), async |tx| {
-                let events = store(tx, EVENTS)?;
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
                 let total = result(events.count()).await.js()?.as_f64().unwrap_or(0.0) as u64;
                 // Landed events not yet pruned are not counted (the store holds few rows).
@@ -561,8 +709,8 @@ impl Outbox for IdbOutbox {
 
     async fn pending_aggregates(&self) -> Result<Vec<(AggregateRef, u64)>, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED, COUNTERS]), async |tx| {
-                let events = store(tx, EVENTS)?;
+            .read(&stores(&[OUTBOX, LANDED, COUNTERS]), async |tx| {
+                let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
                 let counters = store(tx, COUNTERS)?;
                 let mut out = Vec::new();
@@ -586,8 +734,8 @@ impl Outbox for IdbOutbox {
         aggregates: &[AggregateRef],
     ) -> Result<Vec<Option<u64>>, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, LANDED]), async |tx| {
-                let events = store(tx, EVENTS)?;
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
                 let mut out = Vec::with_capacity(aggregates.len());
                 for aggregate in aggregates {
@@ -603,23 +751,27 @@ impl Outbox for IdbOutbox {
 
     async fn event_state(&self, event_id: Uuid) -> Result<EventState, StoreError> {
         self.db
-            .read(&stores(&[EVENTS, DISCARDED, LANDED]), async |tx| {
-                let index = store(tx, EVENTS)?.index(BY_EVENT_ID).js()?;
+            .read(&stores(&[OUTBOX, IDS, DISCARDED, LANDED]), async |tx| {
                 let id = uuid_js(&event_id);
-                let key = result(index.get_key(&id)).await.js()?;
+                let key = get(&store(tx, IDS)?, &id).await?;
                 if !key.is_undefined() {
                     let aggregate = aggregate_of(&key)?;
                     let client_seq = seq_of(&key)?;
+                    let still = result(store(tx, OUTBOX)?.count_with_key(&key))
+                        .await
+                        .js()?
+                        .as_f64()
+                        .unwrap_or(0.0)
+                        > 0.0;
                     let through = landed(&store(tx, LANDED)?, &Agg::new(&aggregate)).await?;
-                    return Ok(if client_seq > through {
-                        EventState::Pending {
+                    if still && client_seq > through {
+                        return Ok(EventState::Pending {
                             aggregate,
                             client_seq,
-                        }
-                    } else {
-                        EventState::Absent // landed, not yet pruned
-                    });
+                        });
+                    }
                 }
+                // Gone (or landed, not yet pruned): landed, unless the app discarded it.
                 let mark = get(&store(tx, DISCARDED)?, &id).await?;
                 Ok(if mark.is_undefined() {
                     EventState::Absent

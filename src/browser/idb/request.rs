@@ -18,15 +18,15 @@ export function requested(r) {
 export function finished(tx) {
   return new Promise((ok, fail) => { tx.oncomplete = () => ok(); tx.onabort = () => fail(tx.error); });
 }
-export function record(t, a, s, e, w) { return { t, a, s, e, w }; }
+export function record(s, e, w) { return { s, e, w }; }
 export function begin(db, stores, mode, options) { return db.transaction(stores, mode, options); }
 export function commit(tx) { if (tx.commit) tx.commit(); }
 "#)]
 extern "C" {
     fn requested(request: &IdbRequest) -> Promise;
     fn finished(tx: &IdbTransaction) -> Promise;
-    /// An `events` record, built in one call.
-    pub fn record(t: &JsValue, a: &JsValue, s: f64, e: &JsValue, w: &str) -> JsValue;
+    /// An `outbox` record, built in one call.
+    pub fn record(s: f64, e: &JsValue, w: &str) -> JsValue;
 
     /// `db.transaction(stores, mode, { durability })` (the options are not in web-sys' stable
     /// bindings).

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use uuid::Uuid;
 
+use super::super::auth::{AuthFailure, RENEW_BEFORE_MS, Session};
 use super::super::backoff::Backoff;
 use super::super::batch::{batch_of, encode};
 use super::super::classify::{Action as Decision, Outcome, classify, decide};
@@ -115,6 +116,8 @@ pub enum Input {
     },
     /// [`Action::Pin`]'s answer: `false` when the compare-and-set failed.
     Pinned(Result<bool, StoreError>),
+    /// [`Action::OpenSession`]'s answer.
+    SessionOpened(Result<Session, AuthFailure>),
     /// [`Action::CheckLock`]'s answer.
     MaySend(bool),
     /// [`Action::Send`]'s answer.
@@ -164,10 +167,17 @@ pub enum Action {
         /// The pin it replaces (`None`: nothing pinned).
         replacing: Option<Batch>,
     },
+    /// Open a session (sign a fresh nonce, ask the gateway).
+    OpenSession,
     /// Confirm this context still drains, right before sending.
     CheckLock,
-    /// Post this body to the write endpoint.
-    Send(String),
+    /// Post this body to the write endpoint under the session's token.
+    Send {
+        /// The request body.
+        body: String,
+        /// The session's bearer token.
+        token: String,
+    },
     /// Record that `batch` landed through `through` and pin `then`, by compare-and-set.
     Settle {
         /// The pinned batch.
@@ -241,6 +251,7 @@ enum Phase {
     AwaitingReadAhead,
     Pinning(Loaded),
     Isolating(Loaded),
+    Authenticating(Loaded),
     Checking(Loaded),
     Sending(Loaded),
     Settling(Settling),
@@ -285,6 +296,10 @@ pub struct Drain {
     /// Whether an attempt of the pinned batch may have landed (an unknown outcome, or a pin
     /// found at start-up: it was pinned before a send that may have happened).
     ambiguous: bool,
+    /// The session writes go under, once opened.
+    session: Option<Session>,
+    /// Consecutive failures to open a session.
+    auth_attempt: u32,
     /// While offline: when to probe next (Unix ms).
     next_probe_at: u64,
     read_ahead: Option<ReadAhead>,
@@ -310,6 +325,8 @@ impl Drain {
             attempt: 0,
             isolating: BTreeMap::new(),
             ambiguous: true,
+            session: None,
+            auth_attempt: 0,
             next_probe_at: 0,
             read_ahead: None,
             settled_whole: None,
@@ -459,6 +476,36 @@ impl Drain {
                 Ok(false) => self.stop(RunEnd::Superseded),
                 Err(e) => self.storage_failed(e, now),
             },
+            (Phase::Authenticating(loaded), Input::SessionOpened(result)) => match result {
+                Ok(session) => {
+                    self.session = Some(session);
+                    self.auth_attempt = 0;
+                    self.phase = Phase::Checking(loaded);
+                    self.emit(Action::CheckLock);
+                }
+                Err(failure) => {
+                    // Never a judgement on the events: they wait, and the session is asked for
+                    // again after a backoff.
+                    let wait = self.policy.backoff.delay_ms(
+                        self.auth_attempt,
+                        now.random,
+                        failure.retry_after_ms,
+                    );
+                    self.auth_attempt = self.auth_attempt.saturating_add(1);
+                    self.report(Report::Error {
+                        code: failure.code,
+                        message: failure.message,
+                        at: now.ms,
+                    });
+                    self.report(Report::State(SyncState::Unauthorized));
+                    self.phase = Phase::Waiting(loaded);
+                    self.emit(Action::Wait {
+                        ms: wait,
+                        work: false,
+                        network: true,
+                    });
+                }
+            },
             (Phase::Checking(loaded), Input::MaySend(may)) => {
                 if may {
                     self.send(loaded);
@@ -580,6 +627,16 @@ impl Drain {
             }
             self.next_probe_at = now.ms + self.policy.offline_probe_ms;
         }
+        // Writes need a session: open one first, or renew one about to expire.
+        if self
+            .session
+            .as_ref()
+            .is_none_or(|s| now.ms.saturating_add(RENEW_BEFORE_MS) >= s.expires_at)
+        {
+            self.phase = Phase::Authenticating(loaded);
+            self.emit(Action::OpenSession);
+            return;
+        }
         // Confirm this context still drains (another may have taken over, e.g. from a frozen
         // tab) right before sending.
         self.phase = Phase::Checking(loaded);
@@ -612,7 +669,12 @@ impl Drain {
             });
             self.emit(Action::ReadAhead { in_flight: *batch });
         }
-        self.emit(Action::Send(body));
+        let token = self
+            .session
+            .as_ref()
+            .map(|s| s.token.clone())
+            .unwrap_or_default();
+        self.emit(Action::Send { body, token });
         self.maybe_prune(false);
         self.phase = Phase::Sending(loaded);
     }
@@ -621,7 +683,7 @@ impl Drain {
         let outcome = classify(reply);
         let unknown = matches!(outcome, Outcome::Unknown { .. });
         let (attempt, backoff) = (self.attempt, self.policy.backoff);
-        let decision = decide(&batch, outcome, |retry_after| {
+        let decision = decide(&batch, outcome, attempt, |retry_after| {
             backoff.delay_ms(attempt, now.random, retry_after)
         });
         match decision {
@@ -662,6 +724,30 @@ impl Drain {
                 }
                 self.phase = Phase::Waiting((batch, events));
                 self.report(Report::State(SyncState::Backoff));
+                self.emit(Action::Wait {
+                    ms: delay_ms,
+                    work: false,
+                    network: true,
+                });
+            }
+            Decision::Reauthenticate {
+                delay_ms,
+                code,
+                message,
+            } => {
+                // Nothing was applied; the events are not at fault. New session, same bytes.
+                self.session = None;
+                self.attempt = self.attempt.saturating_add(1);
+                self.report(Report::Error {
+                    code: Some(code),
+                    message,
+                    at: now.ms,
+                });
+                if delay_ms == 0 {
+                    return self.ready((batch, events), now);
+                }
+                self.phase = Phase::Waiting((batch, events));
+                self.report(Report::State(SyncState::Unauthorized));
                 self.emit(Action::Wait {
                     ms: delay_ms,
                     work: false,

@@ -52,6 +52,21 @@ fn doing(d: &mut Drain) -> Vec<Action> {
         .collect()
 }
 
+/// The send of `events`' batch under the test session.
+fn send_of(a: u128, events: &[StoredEvent]) -> Action {
+    Action::Send {
+        body: encode(Uuid::from_u128(0xC1), agg(a), events),
+        token: "t1".into(),
+    }
+}
+
+fn session() -> Session {
+    Session {
+        token: "t1".into(),
+        expires_at: AT.ms + 3_600_000,
+    }
+}
+
 fn landed() -> Reply {
     Reply::Http {
         status: 200,
@@ -87,6 +102,12 @@ fn sending(d: &mut Drain, first: &[StoredEvent]) {
         }]
     );
     d.handle(Input::Pinned(Ok(true)), AT);
+    assert_eq!(
+        doing(d),
+        [Action::OpenSession],
+        "a session before the first write"
+    );
+    d.handle(Input::SessionOpened(Ok(session())), AT);
     assert_eq!(doing(d), [Action::CheckLock]);
     d.handle(Input::MaySend(true), AT);
     assert_eq!(
@@ -96,11 +117,7 @@ fn sending(d: &mut Drain, first: &[StoredEvent]) {
             Action::ReadAhead {
                 in_flight: batch(first)
             },
-            Action::Send(encode(
-                Uuid::from_u128(0xC1),
-                agg(first[0].aggregate.id.as_u128()),
-                first
-            )),
+            send_of(first[0].aggregate.id.as_u128(), first),
         ]
     );
 }
@@ -137,10 +154,7 @@ fn a_whole_landing_settles_and_pins_the_batch_read_ahead_in_one_step() {
     assert_eq!(after[1..], [Action::CheckLock], "no cut, no separate pin");
     d.handle(Input::MaySend(true), AT);
     let sent = doing(&mut d);
-    assert_eq!(
-        sent[1],
-        Action::Send(encode(Uuid::from_u128(0xC1), agg(2), &b))
-    );
+    assert_eq!(sent[1], send_of(2, &b));
 }
 
 #[test]
@@ -200,7 +214,7 @@ fn a_2002_prefix_settles_it_and_re_pins_the_rest_without_reading() {
     assert_eq!(doing(&mut d), [Action::CheckLock]);
     d.handle(Input::MaySend(true), AT);
     let sent = doing(&mut d);
-    assert!(sent.contains(&Action::Send(encode(Uuid::from_u128(0xC1), agg(1), &rest))));
+    assert!(sent.contains(&send_of(1, &rest)));
 }
 
 #[test]
@@ -208,7 +222,7 @@ fn a_retry_waits_and_resends_the_identical_body() {
     let mut d = drain();
     let a = events(1, 1..=3);
     sending(&mut d, &a);
-    let first_body = encode(Uuid::from_u128(0xC1), agg(1), &a);
+    let first_send = send_of(1, &a);
     let mut reply = body(
         503,
         r#"{"outcome":"retry","code":2013,"message":"in flight"}"#,
@@ -240,7 +254,7 @@ fn a_retry_waits_and_resends_the_identical_body() {
     d.handle(Input::MaySend(true), AT);
     assert_eq!(
         doing(&mut d),
-        [Action::Send(first_body)],
+        [first_send],
         "identical, and the read-ahead is not repeated"
     );
     // Neither a network error nor a timeout gives up the batch either.
@@ -315,7 +329,7 @@ fn a_rejection_isolates_the_offending_event_then_parks_it() {
     assert_eq!(doing(&mut d), [Action::CheckLock]);
     d.handle(Input::MaySend(true), AT);
     let sent = doing(&mut d);
-    assert!(sent.contains(&Action::Send(encode(Uuid::from_u128(0xC1), agg(1), &head))));
+    assert!(sent.contains(&send_of(1, &head)));
     // A stale read-ahead answer (it assumed the whole batch would land) is ignored.
     d.handle(
         Input::ReadAhead {
@@ -461,6 +475,7 @@ fn a_pin_found_at_start_is_resent_first_and_may_have_landed() {
         ]
     );
     d.handle(Input::Read(Ok(a.clone())), AT);
+    d.handle(Input::SessionOpened(Ok(session())), AT);
     d.handle(Input::MaySend(true), AT);
     let sent = doing(&mut d);
     assert!(
@@ -513,4 +528,114 @@ fn a_storage_failure_waits_then_reads_the_pin_back() {
     );
     d.handle(Input::TimerFired, AT);
     assert_eq!(doing(&mut d), [Action::ReadPin]);
+}
+
+#[test]
+fn a_refused_session_is_renewed_and_the_batch_resent_identically() {
+    let mut d = drain();
+    let a = events(1, 1..=3);
+    sending(&mut d, &a);
+    d.handle(
+        Input::Replied(body(
+            401,
+            r#"{"outcome":"unauthorized","code":40102,"message":"expired"}"#,
+        )),
+        AT,
+    );
+    let after = take(&mut d);
+    assert!(matches!(
+        after[0],
+        Action::Report(Report::Error {
+            code: Some(40102),
+            ..
+        })
+    ));
+    assert_eq!(after[1..], [Action::OpenSession], "renewed at once");
+    let renewed = Session {
+        token: "t2".into(),
+        expires_at: AT.ms + 3_600_000,
+    };
+    d.handle(Input::SessionOpened(Ok(renewed)), AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+    d.handle(Input::MaySend(true), AT);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Send {
+            body: encode(Uuid::from_u128(0xC1), agg(1), &a),
+            token: "t2".into()
+        }],
+        "the same bytes, the new token"
+    );
+    // Refused twice in a row: now with a backoff, still never parked.
+    d.handle(
+        Input::Replied(body(
+            401,
+            r#"{"outcome":"unauthorized","code":40101,"message":"forged"}"#,
+        )),
+        AT,
+    );
+    let after = take(&mut d);
+    assert!(after.contains(&Action::Report(Report::State(SyncState::Unauthorized))));
+    assert!(
+        after
+            .iter()
+            .any(|a| matches!(a, Action::Wait { network: true, .. }))
+    );
+    assert!(!after.iter().any(|a| matches!(a, Action::Park { .. })));
+}
+
+#[test]
+fn a_session_that_cannot_be_opened_leaves_the_events_waiting() {
+    let mut d = drain();
+    d.start();
+    d.handle(Input::Recounted(Ok(())), AT);
+    d.handle(Input::Unpruned(Ok(vec![])), AT);
+    d.handle(Input::PinRead(Ok(None)), AT);
+    let a = events(1, 1..=2);
+    d.handle(Input::Cut(Ok(Some(a.clone()))), AT);
+    d.handle(Input::Pinned(Ok(true)), AT);
+    take(&mut d);
+    for attempt in 0..3 {
+        d.handle(
+            Input::SessionOpened(Err(AuthFailure {
+                code: Some(40121),
+                message: "the app token was refused".into(),
+                retry_after_ms: Some(5_000),
+            })),
+            AT,
+        );
+        let after = take(&mut d);
+        assert_eq!(
+            after[1],
+            Action::Report(Report::State(SyncState::Unauthorized)),
+            "attempt {attempt}"
+        );
+        assert!(matches!(after[2], Action::Wait { ms, .. } if ms >= 5_000));
+        d.handle(Input::TimerFired, AT);
+        assert_eq!(doing(&mut d), [Action::OpenSession]);
+    }
+    d.handle(Input::SessionOpened(Ok(session())), AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+}
+
+#[test]
+fn a_session_about_to_expire_is_renewed_before_the_next_send() {
+    let mut d = drain();
+    let (a, b) = (events(1, 1..=2), events(2, 1..=2));
+    sending(&mut d, &a);
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(&a),
+            result: Ok(Some(b.clone())),
+        },
+        AT,
+    );
+    d.handle(Input::Replied(landed()), AT);
+    take(&mut d);
+    let late = Now {
+        ms: session().expires_at - 30_000,
+        ..AT
+    };
+    d.handle(Input::Settled(Ok(true)), late);
+    assert_eq!(doing(&mut d), [Action::OpenSession]);
 }

@@ -12,4 +12,4 @@ pub mod run;
 
 pub use flush::{FlushError, flush, when_synced};
 pub use machine::{Drain, Policy, RunEnd};
-pub use run::run;
+pub use run::{Edge, run};

@@ -12,9 +12,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
-
 use super::machine::{Action, Drain, Input, Now, Report, RunEnd};
+use crate::engine::auth::Authenticator;
 use crate::engine::env::{Env, Transport};
 use crate::engine::outbox::{CutQuery, Outbox};
 use crate::engine::signal::Signal;
@@ -39,16 +38,36 @@ fn now<E: Env>(env: &E) -> Now {
     }
 }
 
+/// What the drain runs over.
+pub struct Edge<'a, O, T, A, E> {
+    /// Storage.
+    pub outbox: &'a O,
+    /// The write endpoint.
+    pub transport: &'a T,
+    /// Sessions.
+    pub auth: &'a A,
+    /// Clock, timers, network state, lock check.
+    pub env: &'a E,
+    /// Status, counts and wake-ups.
+    pub hub: &'a Hub,
+}
+
 /// Runs `drain` until it stops: the hub closed, or another context drains now.
-pub async fn run<O: Outbox, T: Transport, E: Env>(
+pub async fn run<O: Outbox, T: Transport, A: Authenticator, E: Env>(
     mut drain: Drain,
-    outbox: &O,
-    transport: &T,
-    env: &E,
-    hub: &Hub,
+    edge: Edge<'_, O, T, A, E>,
 ) -> RunEnd {
+    let Edge {
+        outbox,
+        transport,
+        auth,
+        env,
+        hub,
+    } = edge;
     let policy = drain.policy();
-    let mut ops: FuturesUnordered<Op<'_>> = FuturesUnordered::new();
+    // A few operations at most (a storage operation, the request or its read-ahead, a prune):
+    // a plain list, each polled when the task wakes.
+    let mut ops: Vec<Op<'_>> = Vec::new();
     let mut wait: Option<Wait<'_>> = None;
     // The work signal's generation when storage was last searched for work: an append after
     // that must not be slept through.
@@ -113,13 +132,16 @@ pub async fn run<O: Outbox, T: Transport, E: Env>(
                 Action::Pin { batch, replacing } => ops.push(Box::pin(async move {
                     Input::Pinned(outbox.pin(&batch, replacing.as_ref()).await)
                 })),
+                Action::OpenSession => ops.push(Box::pin(async move {
+                    Input::SessionOpened(auth.open_session().await)
+                })),
                 Action::CheckLock => {
                     ops.push(Box::pin(
                         async move { Input::MaySend(env.may_send().await) },
                     ))
                 }
-                Action::Send(body) => {
-                    let reply = transport.send(body);
+                Action::Send { body, token } => {
+                    let reply = transport.send(body, token);
                     ops.push(Box::pin(async move { Input::Replied(reply.await) }))
                 }
                 Action::Settle {
@@ -159,11 +181,7 @@ pub async fn run<O: Outbox, T: Transport, E: Env>(
 
 /// Waits for whatever comes first: closing, superseding, an operation's result, or the end of
 /// the current wait.
-async fn next_input<'a>(
-    ops: &mut FuturesUnordered<Op<'a>>,
-    wait: &mut Option<Wait<'a>>,
-    hub: &Hub,
-) -> Input {
+async fn next_input<'a>(ops: &mut Vec<Op<'a>>, wait: &mut Option<Wait<'a>>, hub: &Hub) -> Input {
     std::future::poll_fn(|cx| {
         if hub.is_closed() {
             return Poll::Ready(Input::Close);
@@ -173,8 +191,11 @@ async fn next_input<'a>(
         }
         // Register for the next close or supersede.
         let _ = Pin::new(&mut hub.closing.changed_since(hub.closing.generation())).poll(cx);
-        if let Poll::Ready(Some(input)) = ops.poll_next_unpin(cx) {
-            return Poll::Ready(input);
+        for i in 0..ops.len() {
+            if let Poll::Ready(input) = ops[i].as_mut().poll(cx) {
+                drop(ops.remove(i));
+                return Poll::Ready(input);
+            }
         }
         if let Some(w) = wait.as_mut() {
             if signalled(w.work, &hub.work, cx) || signalled(w.network, &hub.network, cx) {

@@ -13,12 +13,13 @@ use std::collections::HashMap;
 
 use celeriant_sync_protocol::ReadBatch;
 use celeriant_sync_protocol::codes::{celeriant as codes, gateway as g};
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadableTable, Table, WriteTransaction};
 use uuid::Uuid;
 
 use super::record::{Corrupt, open_number, open_version, seal_batch, seal_number, seal_version};
 use super::tables::{
-    AGGREGATES, BATCHES, CLIENT_SEQS, CLIENT_USAGE, ClientKey, agg_key, client_key, describe,
+    AGGREGATES, AggKey, BATCHES, BatchKey, CLIENT_SEQS, CLIENT_USAGE, ClientKey, Sealed, agg_key,
+    client_key, describe,
 };
 use super::{StoreFailure, storage_failure};
 use crate::backend::{BackendError, WriteAck, WriteCommand};
@@ -103,20 +104,44 @@ pub fn open_usage(client: u128, sealed: (u64, u32)) -> Result<u64, Corrupt> {
     })
 }
 
-/// Checks and applies one command inside `txn`, recording its sequences in `in_flight`.
-/// `quota`: most bytes of batches one client id may store (0: no quota). Each aggregate
-/// written is recorded in `changed` with its new version (for the watchers, once committed).
+/// The tables a write touches, opened once per commit group.
+pub struct Tables<'txn> {
+    aggregates: Table<'txn, AggKey, Sealed>,
+    batches: Table<'txn, BatchKey, &'static [u8]>,
+    client_seqs: Table<'txn, ClientKey, Sealed>,
+    usage: Table<'txn, u128, Sealed>,
+}
+
+impl<'txn> Tables<'txn> {
+    /// Opens them in `txn`.
+    pub fn open(txn: &'txn WriteTransaction) -> Result<Self, ApplyError> {
+        Ok(Tables {
+            aggregates: txn.open_table(AGGREGATES)?,
+            batches: txn.open_table(BATCHES)?,
+            client_seqs: txn.open_table(CLIENT_SEQS)?,
+            usage: txn.open_table(CLIENT_USAGE)?,
+        })
+    }
+}
+
+/// Checks and applies one command in the tables of the group's transaction, recording its
+/// sequences in `in_flight`. `quota`: most bytes of batches one client id may store (0: no
+/// quota). Each aggregate written is recorded in `changed` with its new version (for the
+/// watchers, once committed).
 pub fn apply(
-    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
     command: &WriteCommand,
     in_flight: &mut InFlight,
     changed: &mut Changed,
     server_timestamp: u64,
     quota: u64,
 ) -> Result<WriteAck, ApplyError> {
-    let mut aggregates = txn.open_table(AGGREGATES)?;
-    let mut client_seqs = txn.open_table(CLIENT_SEQS)?;
-    let mut usage = txn.open_table(CLIENT_USAGE)?;
+    let Tables {
+        aggregates,
+        batches,
+        client_seqs,
+        usage,
+    } = tables;
     if command.writes.is_empty() {
         return Err(refuse(
             codes::EMPTY_EVENTS_LIST,
@@ -208,7 +233,6 @@ pub fn apply(
     }
 
     // Apply.
-    let mut batches = txn.open_table(BATCHES)?;
     let mut last_version = 0;
     for (write, akey, ckey, durable, bkey, record) in plans {
         batches.insert(bkey, record.as_slice())?;

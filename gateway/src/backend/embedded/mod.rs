@@ -50,7 +50,7 @@ use celeriant_sync_protocol::wire::StoreHealth;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use self::apply::{ApplyError, Changed, InFlight, apply};
+use self::apply::{ApplyError, Changed, InFlight, Tables, apply};
 use self::health::{Health, free_space};
 use self::migrate::Opened;
 use self::read::ReadError;
@@ -401,8 +401,20 @@ fn commit_group(shared: &Shared, db: &Database, group: Vec<Job>) -> Result<(), S
     let mut in_flight = InFlight::new();
     let mut changed = Changed::new();
     let mut results = Vec::with_capacity(group.len());
+    let mut tables = match Tables::open(&txn) {
+        Ok(tables) => tables,
+        Err(ApplyError::Storage(failure)) => return fail(group, failure),
+        Err(_) => return fail(group, StoreFailure::Other("cannot open the tables".into())),
+    };
     for job in &group {
-        match apply(&txn, &job.command, &mut in_flight, &mut changed, now, quota) {
+        match apply(
+            &mut tables,
+            &job.command,
+            &mut in_flight,
+            &mut changed,
+            now,
+            quota,
+        ) {
             Ok(ack) => results.push(Ok(ack)),
             Err(ApplyError::Refused(e)) => results.push(Err(e)),
             Err(ApplyError::Corrupt(corrupt)) => {
@@ -413,11 +425,13 @@ fn commit_group(shared: &Shared, db: &Database, group: Vec<Job>) -> Result<(), S
                 )));
             }
             Err(ApplyError::Storage(failure)) => {
+                drop(tables);
                 drop(txn);
                 return fail(group, failure);
             }
         }
     }
+    drop(tables);
     if let Err(e) = txn.commit() {
         return fail(group, storage_failure(e));
     }
