@@ -9,7 +9,9 @@
 //! `--request-timeout-ms` (plus [`DEADLINE_GRACE`]) of reaching the router gets 504 (50400,
 //! `unknown`). The write route answers at the deadline itself, with its own message; the grace
 //! lets it, so the layer only ever catches the other routes. (Reading a request's headers is
-//! bounded before the router, by `crate::serve`.)
+//! bounded before the router, by `crate::serve`.) The deadline bounds the time to a response's
+//! head, not its body: a change stream (`/v1/watch`) answers its head at once and then streams
+//! for as long as its session lasts, which is why it needs no exemption.
 
 use std::time::Duration;
 
@@ -19,7 +21,9 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use celeriant_sync_protocol::codes::gateway as g;
-use celeriant_sync_protocol::{FAULTS_PATH, HEALTH_PATH, SESSION_PATH, WRITE_PATH};
+use celeriant_sync_protocol::{
+    FAULTS_PATH, FAULTS_TRIM_PATH, HEALTH_PATH, SESSION_PATH, WATCH_PATH, WRITE_PATH,
+};
 use tower::{BoxError, ServiceBuilder};
 use tower_http::services::ServeDir;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
@@ -75,12 +79,18 @@ pub fn app(state: AppState) -> Router {
             "/v1/aggregates/{type_id}/{id}/events",
             get(routes::read::events),
         )
+        .route(
+            WATCH_PATH,
+            get(routes::watch::watch).post(routes::watch::watch),
+        )
         .route(HEALTH_PATH, get(routes::health::health));
     if state.faults.is_some() {
-        api = api.route(
-            FAULTS_PATH,
-            get(routes::faults::report).put(routes::faults::set),
-        );
+        api = api
+            .route(
+                FAULTS_PATH,
+                get(routes::faults::report).put(routes::faults::set),
+            )
+            .route(FAULTS_TRIM_PATH, post(routes::faults::trim));
     }
     // `/v1/{*rest}` does not match `/v1` or `/v1/` (the catch-all needs at least one
     // character), so those are routed explicitly; otherwise they would reach the static files.

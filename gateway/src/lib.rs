@@ -27,6 +27,7 @@ pub mod limits;
 pub mod routes;
 pub mod serve;
 pub mod state;
+pub mod watch;
 
 pub use app::app;
 pub use state::AppState;

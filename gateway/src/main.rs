@@ -91,7 +91,13 @@ async fn run(config: Config) -> Result<(), String> {
         "celeriant-gateway listening on http://{addr}"
     );
     println!("celeriant-gateway listening on http://{addr}");
-    serve(listener, app(state), options, shutdown_signal()).await;
+    let watch = state.watch.clone();
+    let shutdown = async move {
+        shutdown_signal().await;
+        // Change streams never finish on their own: end them so shutdown does not wait.
+        watch.close();
+    };
+    serve(listener, app(state), options, shutdown).await;
     tracing::info!("celeriant-gateway stopped");
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! What every handler shares: the backend, the configuration, the fault injector, admission
-//! (writes in progress, memory budgets, fair share) and the session machinery.
+//! (writes in progress, memory budgets, fair share), the session machinery and the change
+//! streams' hub.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use crate::config::Config;
 use crate::faults::FaultInjector;
 use crate::limits::budget::Budget;
 use crate::limits::fair::FairShare;
+use crate::watch::Hub;
 
 /// Shared state of the HTTP application (cheap to clone).
 #[derive(Clone)]
@@ -35,6 +37,8 @@ pub struct AppState {
     pub fair: Arc<FairShare>,
     /// Sessions: keys, app tokens, replay cache, rate limit.
     pub auth: Arc<Auth>,
+    /// The change streams and the fan-out of the backend's changes.
+    pub watch: Arc<Hub>,
 }
 
 impl AppState {
@@ -53,7 +57,15 @@ impl AppState {
             None
         };
         let limits = &config.limits;
+        let watch = Hub::new(config.watch.limits(), config.org_id);
+        // The pump needs a runtime; a state built outside one (unit tests) has no fan-out.
+        if let (Some(changes), Ok(runtime)) =
+            (backend.changes(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(watch.clone().pump(changes));
+        }
         Ok(AppState {
+            watch,
             backend,
             admission: Arc::new(Semaphore::new(limits.max_inflight)),
             write_bytes: Arc::new(Budget::new("write bodies", limits.write_buffer_bytes)),

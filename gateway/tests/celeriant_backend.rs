@@ -461,10 +461,31 @@ async fn an_unknown_aggregate_reads_as_empty() {
         page,
         ReadPage {
             batches: vec![],
-            next: None
+            next: None,
+            tip: 0,
         }
     );
     assert_eq!(fake.requests().len(), 1, "answered 1001 by the fake");
+}
+
+#[tokio::test]
+async fn a_read_below_a_trim_is_batch_index_unavailable_with_the_minimum() {
+    let fake = FakeCeleriant::start();
+    fake.script([Reply::error(
+        c::BATCH_INDEX_UNAVAILABLE,
+        r#"{"requested":1,"minimum_available":4}"#,
+    )]);
+    let err = backend(&fake)
+        .await
+        .read(query(7, 1, 100, 1 << 20))
+        .await
+        .unwrap_err();
+    assert_eq!(err, BackendError::Trimmed { min_version: 4 });
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "not silently re-read from the first batch kept"
+    );
 }
 
 #[tokio::test]

@@ -93,7 +93,8 @@ async fn each_fault_applies_or_not_as_documented() {
     assert_eq!(
         report["counts"],
         json!({"requests": 7, "dropAfterCommit": 1, "timeout": 1, "inflight": 2, "busy": 1,
-               "resetBeforeCommit": 1, "rejected": 0, "maxInFlightPerClient": 1})
+               "resetBeforeCommit": 1, "rejected": 0, "maxInFlightPerClient": 1,
+               "watchStreams": 0, "watchStreamsByClient": {}})
     );
 }
 

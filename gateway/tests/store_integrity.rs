@@ -247,7 +247,7 @@ async fn a_schema_1_store_is_migrated_on_open_and_keeps_working() {
     let expected: Vec<u8> = [
         br#"{"batches":["#.as_slice(),
         &jsons[60..80].join(&b","[..]),
-        br#"],"next":null}"#,
+        br#"],"next":null,"tip":20}"#,
     ]
     .concat();
     assert_eq!(body, expected, "byte for byte");
@@ -379,7 +379,8 @@ async fn a_page_stays_within_its_byte_budget_or_says_what_one_batch_needs() {
     assert_eq!(
         serde_json::to_vec(&ReadResponse {
             batches: typed.batches,
-            next: typed.next
+            next: typed.next,
+            tip: typed.tip,
         })
         .unwrap(),
         all

@@ -66,6 +66,9 @@ pub mod celeriant {
     pub const IDENTITY_LAST: u32 = 10007;
     /// A shard's inter-shard channel is full.
     pub const SERVER_BUSY: u32 = 11000;
+    /// A read asked for versions below what the aggregate still holds (it was trimmed): read
+    /// again from the minimum available version (the read answer's `minVersion`).
+    pub const BATCH_INDEX_UNAVAILABLE: u32 = 1000;
 }
 
 /// The gateway's own codes. The first three digits are the HTTP status.
@@ -107,6 +110,8 @@ pub mod gateway {
     pub const INVALID_NONCE: u32 = 40016;
     /// `POST /v1/session`: `signature` is not the standard base64 of exactly 256 bytes.
     pub const INVALID_SIGNATURE: u32 = 40017;
+    /// `POST /v1/watch`: the stream names more aggregates than `--watch-max-aggregates`.
+    pub const WATCH_TOO_MANY_AGGREGATES: u32 = 40020;
     /// No session: the request has no `Authorization: Bearer <token>` header (or a malformed
     /// one). Open a session and resend the identical request.
     pub const SESSION_REQUIRED: u32 = 40100;
@@ -161,6 +166,12 @@ pub mod gateway {
     /// This client id, or this client address, is over its share (requests per second or
     /// requests at once, on writes or on reads): not applied, resend after `retryAfterMs`.
     pub const RATE_LIMITED: u32 = 42910;
+    /// `POST /v1/watch`: this client id has `--watch-max-streams-per-client` streams open
+    /// already (close one, e.g. in another tab); retry after `retryAfterMs`.
+    pub const WATCH_STREAMS_PER_CLIENT: u32 = 42920;
+    /// `POST /v1/watch`: the gateway has `--watch-max-streams` streams open; retry after
+    /// `retryAfterMs`.
+    pub const WATCH_STREAMS_FULL: u32 = 42921;
     /// Stored data failed its checksum (named in the message: aggregate and version). Nothing
     /// of a write was applied, and nothing corrupt is ever served; an operator must restore
     /// the store (`celeriant-gateway verify` lists what is damaged).
@@ -183,7 +194,7 @@ pub mod gateway {
     pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 45] = [
+    pub const ALL: [u32; 48] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -201,6 +212,7 @@ pub mod gateway {
         INVALID_PUBLIC_KEY,
         INVALID_NONCE,
         INVALID_SIGNATURE,
+        WATCH_TOO_MANY_AGGREGATES,
         SESSION_REQUIRED,
         SESSION_INVALID,
         SESSION_EXPIRED,
@@ -222,6 +234,8 @@ pub mod gateway {
         GATEWAY_BUSY,
         SESSION_RATE_LIMITED,
         RATE_LIMITED,
+        WATCH_STREAMS_PER_CLIENT,
+        WATCH_STREAMS_FULL,
         DATA_CORRUPT,
         UPSTREAM_OUTCOME_UNKNOWN,
         INTERNAL,
@@ -272,6 +286,7 @@ pub fn name(code: u32) -> &'static str {
         c::SHARD_ROUTING_INCOMPATIBLE_FILTERS => "SHARD_ROUTING_INCOMPATIBLE_FILTERS",
         c::IDENTITY_FIRST..=c::IDENTITY_LAST => "IDENTITY_OR_AUTH",
         c::SERVER_BUSY => "SERVER_BUSY",
+        c::BATCH_INDEX_UNAVAILABLE => "BATCH_INDEX_UNAVAILABLE",
         g::MALFORMED_JSON => "MALFORMED_JSON",
         g::INVALID_FIELD => "INVALID_FIELD",
         g::NO_WRITES => "NO_WRITES",
@@ -289,6 +304,7 @@ pub fn name(code: u32) -> &'static str {
         g::INVALID_PUBLIC_KEY => "INVALID_PUBLIC_KEY",
         g::INVALID_NONCE => "INVALID_NONCE",
         g::INVALID_SIGNATURE => "INVALID_SIGNATURE",
+        g::WATCH_TOO_MANY_AGGREGATES => "WATCH_TOO_MANY_AGGREGATES",
         g::SESSION_REQUIRED => "SESSION_REQUIRED",
         g::SESSION_INVALID => "SESSION_INVALID",
         g::SESSION_EXPIRED => "SESSION_EXPIRED",
@@ -310,6 +326,8 @@ pub fn name(code: u32) -> &'static str {
         g::GATEWAY_BUSY => "GATEWAY_BUSY",
         g::SESSION_RATE_LIMITED => "SESSION_RATE_LIMITED",
         g::RATE_LIMITED => "RATE_LIMITED",
+        g::WATCH_STREAMS_PER_CLIENT => "WATCH_STREAMS_PER_CLIENT",
+        g::WATCH_STREAMS_FULL => "WATCH_STREAMS_FULL",
         g::DATA_CORRUPT => "DATA_CORRUPT",
         g::UPSTREAM_OUTCOME_UNKNOWN => "UPSTREAM_OUTCOME_UNKNOWN",
         g::INTERNAL => "INTERNAL",

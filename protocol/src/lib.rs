@@ -48,6 +48,13 @@ pub const HEALTH_PATH: &str = "/healthz";
 /// Path of the fault-injection control endpoint (only served when the gateway enables faults).
 pub const FAULTS_PATH: &str = "/v1/faults";
 
+/// Path of the change stream (Server-Sent Events): `POST` with the aggregates in a JSON body,
+/// or `GET` with repeated `aggregate=<typeId>/<id>` query parameters.
+pub const WATCH_PATH: &str = "/v1/watch";
+
+/// Path of the trim test hook (only served when the gateway enables faults).
+pub const FAULTS_TRIM_PATH: &str = "/v1/faults/trim";
+
 /// Path of the read endpoint for one aggregate: `/v1/aggregates/{typeId}/{id}/events?from=N`.
 pub fn events_path(aggregate: &AggregateRef) -> String {
     format!(

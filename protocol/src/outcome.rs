@@ -97,7 +97,8 @@ pub fn classify(code: u32) -> Class {
         | g::NOT_FOUND
         | g::METHOD_NOT_ALLOWED
         | g::BODY_TOO_LARGE
-        | g::UNSUPPORTED_MEDIA_TYPE => Class::Rejected,
+        | g::UNSUPPORTED_MEDIA_TYPE
+        | g::WATCH_TOO_MANY_AGGREGATES => Class::Rejected,
         g::SESSION_REQUIRED
         | g::SESSION_INVALID
         | g::SESSION_EXPIRED
@@ -110,6 +111,8 @@ pub fn classify(code: u32) -> Class {
         g::GATEWAY_BUSY
         | g::SESSION_RATE_LIMITED
         | g::RATE_LIMITED
+        | g::WATCH_STREAMS_PER_CLIENT
+        | g::WATCH_STREAMS_FULL
         | g::REQUEST_TIMEOUT
         | g::UPSTREAM_UNAVAILABLE
         | g::STORE_DEGRADED => Class::Retry(RetryKind::Transient),

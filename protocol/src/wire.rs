@@ -182,6 +182,10 @@ pub struct ReadResponse {
     pub batches: Vec<ReadBatch>,
     /// The `from` to ask for next, or `null` when this page reached the end.
     pub next: Option<u64>,
+    /// The aggregate's highest version when it was read (0: unknown or deleted). Always sent
+    /// by this gateway; absent from older gateways' answers (then 0).
+    #[serde(default)]
+    pub tip: u64,
 }
 
 /// One stored batch: what one write appended to one aggregate.

@@ -70,6 +70,9 @@ pub struct Session {
     pub client_id: Option<Uuid>,
     /// The aggregate types allowed; `None`: all.
     pub types: Option<Vec<Uuid>>,
+    /// When the session expires, Unix seconds (`None` under `--auth none`): a change stream
+    /// ends then.
+    pub expires_at: Option<u64>,
 }
 
 impl Session {
@@ -104,6 +107,7 @@ impl FromRequestParts<AppState> for Session {
             return Ok(Session {
                 client_id: None,
                 types: None,
+                expires_at: None,
             });
         }
         let token = match bearer(&parts.headers) {
@@ -125,6 +129,7 @@ impl FromRequestParts<AppState> for Session {
         Ok(Session {
             client_id: Some(claims.sub),
             types: claims.types,
+            expires_at: Some(claims.exp),
         })
     }
 }

@@ -16,6 +16,10 @@
 //! ([`Backend::write_gate`], asked before a body is read) and what `/healthz` should report
 //! about its storage ([`Backend::store_health`]), and renders read pages straight into the
 //! response body ([`Backend::read_json`]) so that a store holding JSON need not parse it.
+//!
+//! For the change stream (`POST /v1/watch`) a backend publishes [`Change`]s on a bounded
+//! broadcast channel ([`Backend::changes`]); the gateway's watch hub (`crate::watch`) fans
+//! them out. A trimmed aggregate's early versions read as [`BackendError::Trimmed`].
 
 pub mod celeriant;
 pub mod embedded;
@@ -25,6 +29,7 @@ use celeriant_sync_protocol::codes::celeriant as codes;
 use celeriant_sync_protocol::outcome::{Failure, WriteOutcome};
 use celeriant_sync_protocol::wire::StoreHealth;
 use celeriant_sync_protocol::{AggregateRef, Event, ReadBatch, ReadResponse};
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
 /// A fully qualified aggregate: the organisation (from gateway configuration) and the aggregate.
@@ -89,7 +94,33 @@ pub struct ReadPage {
     pub batches: Vec<ReadBatch>,
     /// The version to continue from, or `None` at the end.
     pub next: Option<u64>,
+    /// The aggregate's highest version at the time of the read (0: unknown or deleted).
+    pub tip: u64,
 }
+
+/// What a backend tells the watch hub after a commit (or about its upstream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The aggregate's version is now (at least) `version`.
+    Changed {
+        /// Which aggregate.
+        key: AggregateKey,
+        /// Its version after the commit.
+        version: u64,
+    },
+    /// The aggregate was trimmed or deleted: read it again from scratch.
+    Reset {
+        /// Which aggregate.
+        key: AggregateKey,
+    },
+    /// Notifications may have been lost (an upstream watch reconnected or lagged): every
+    /// watcher must catch up everything.
+    Resync,
+}
+
+/// How many changes a backend's broadcast channel holds for a lagging receiver before that
+/// receiver is told it lagged (and every stream gets `resync`).
+pub const CHANGE_BUFFER: usize = 4096;
 
 /// A page rendered as the body of `GET /v1/aggregates/…/events`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +155,13 @@ pub enum BackendError {
     /// The request was sent and no answer came back: it may or may not have been applied.
     #[error("outcome unknown: {0}")]
     OutcomeUnknown(String),
+    /// A read from below the aggregate's lowest available version (it was trimmed):
+    /// Celeriant's 1000, BatchIndexUnavailable. Read again from `min_version`.
+    #[error("versions below {min_version} were trimmed")]
+    Trimmed {
+        /// The lowest version still available.
+        min_version: u64,
+    },
 }
 
 impl BackendError {
@@ -164,6 +202,10 @@ impl BackendError {
             BackendError::OutcomeUnknown(m) => {
                 WriteOutcome::from_code(g::UPSTREAM_OUTCOME_UNKNOWN, m)
             }
+            BackendError::Trimmed { min_version } => WriteOutcome::Rejected(Failure::new(
+                codes::BATCH_INDEX_UNAVAILABLE,
+                format!("versions below {min_version} were trimmed; read from {min_version}"),
+            )),
         }
     }
 }
@@ -194,6 +236,23 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// The changes this backend publishes, for the watch hub (`None`: it cannot be watched).
+    /// Called once, at start-up.
+    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+        None
+    }
+
+    /// Test hook (`POST /v1/faults/trim`): removes the aggregate's batches below `before`,
+    /// records `before` as its lowest available version and publishes a [`Change::Reset`].
+    /// Returns the lowest available version after it.
+    async fn trim(&self, key: AggregateKey, before: u64) -> Result<u64, BackendError> {
+        let _ = (key, before);
+        Err(BackendError::code(
+            celeriant_sync_protocol::codes::gateway::NOT_FOUND,
+            format!("the {} backend cannot trim", self.name()),
+        ))
+    }
+
     /// One page rendered as the response body. The default reads it with [`Backend::read`] and
     /// serialises it (never [`JsonPage::Needs`]).
     async fn read_json(&self, query: ReadQuery) -> Result<JsonPage, BackendError> {
@@ -201,6 +260,7 @@ pub trait Backend: Send + Sync + 'static {
         let body = serde_json::to_vec(&ReadResponse {
             batches: page.batches,
             next: page.next,
+            tip: page.tip,
         })
         .map_err(|e| {
             BackendError::code(

@@ -5,7 +5,8 @@
 //! [`Config::check`] refuses the combinations that would expose a test-only switch or an open
 //! CORS policy beyond loopback, and limits that contradict each other. The bounds on what a
 //! client can make the gateway hold are in [`LimitConfig`] (`limits.rs`), the embedded store's
-//! disk settings in [`StoreConfig`] (`store.rs`).
+//! disk settings in [`StoreConfig`] (`store.rs`), the change stream's in [`WatchConfig`]
+//! (`watch.rs`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -16,9 +17,11 @@ use uuid::Uuid;
 
 mod limits;
 mod store;
+mod watch;
 
 pub use limits::LimitConfig;
 pub use store::StoreConfig;
+pub use watch::WatchConfig;
 
 /// Which store the gateway writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -258,6 +261,10 @@ pub struct Config {
     /// The embedded store's disk and quota.
     #[command(flatten)]
     pub store: StoreConfig,
+
+    /// The change stream's heartbeat and limits.
+    #[command(flatten)]
+    pub watch: WatchConfig,
 
     /// What to do (default: serve).
     #[command(subcommand)]

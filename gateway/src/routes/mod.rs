@@ -4,4 +4,5 @@ pub mod faults;
 pub mod health;
 pub mod read;
 pub mod session;
+pub mod watch;
 pub mod write;

@@ -7,6 +7,11 @@
 //! 42900), held until the response has been handed to the connection. A page holds at most
 //! `--read-page-bytes` of response, unless its first batch alone is larger: that batch is then
 //! served alone, once its size could be reserved too. The router's deadline bounds the whole.
+//!
+//! Every page carries `tip`, the aggregate's version when it was read. A read from below a
+//! trimmed aggregate's lowest available version is answered **410** with
+//! `{"outcome":"rejected","code":1000,"message":…,"minVersion":N}` (Celeriant's
+//! BatchIndexUnavailable): the client drops what it holds of the aggregate and reads from N.
 
 use std::collections::HashMap;
 
@@ -20,7 +25,7 @@ use celeriant_sync_protocol::encoding::MAX_SAFE_INTEGER;
 use uuid::Uuid;
 
 use crate::auth::Session;
-use crate::backend::{AggregateKey, JsonPage, ReadQuery};
+use crate::backend::{AggregateKey, BackendError, JsonPage, ReadQuery};
 use crate::error::ApiError;
 use crate::limits::budget::Reserved;
 use crate::limits::fair::Kind;
@@ -104,12 +109,12 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
     };
     let mut reserved = state.read_bytes.reserve(query.max_bytes)?;
     let body = loop {
-        match state
-            .backend
-            .read_json(query)
-            .await
-            .map_err(|e| ApiError(e.into_outcome()))?
-        {
+        let page = match state.backend.read_json(query).await {
+            Err(BackendError::Trimmed { min_version }) => return Ok(trimmed(min_version)),
+            Err(e) => return Err(ApiError(e.into_outcome())),
+            Ok(page) => page,
+        };
+        match page {
             JsonPage::Body(body) => break body,
             JsonPage::Needs(bytes) if bytes > reserved.bytes() => {
                 reserved.merge(state.read_bytes.reserve(bytes - reserved.bytes())?);
@@ -136,6 +141,19 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
         HeaderValue::from_static("application/json"),
     );
     Ok(response)
+}
+
+/// The 410 answer to a read from below `min_version`.
+fn trimmed(min_version: u64) -> Response {
+    let body = serde_json::json!({
+        "outcome": "rejected",
+        "code": celeriant_sync_protocol::codes::celeriant::BATCH_INDEX_UNAVAILABLE,
+        "message": format!(
+            "versions below {min_version} of this aggregate were trimmed; read from {min_version}"
+        ),
+        "minVersion": min_version,
+    });
+    (axum::http::StatusCode::GONE, axum::Json(body)).into_response()
 }
 
 /// A body that keeps its reservation until the connection has taken the bytes (or dropped

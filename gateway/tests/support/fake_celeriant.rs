@@ -8,6 +8,12 @@
 //! received, and answers each request from a per-test script; with nothing scripted it behaves as
 //! a tiny store (writes append a batch, reads return them, unknown aggregates answer 1001).
 //!
+//! A `Watch` request turns its connection into a watch stream, as on a single-shard node: an
+//! empty `WatchResponse` acknowledges it, then every stored write is notified on it, and a test
+//! can push notifications ([`FakeCeleriant::notify`]), end every watch
+//! ([`FakeCeleriant::end_watches`]) or end them part-way through a frame
+//! ([`FakeCeleriant::break_watches_mid_frame`]).
+//!
 //! `DictCodec` is `!Sync`, so the server owns a thread with a current-thread runtime and a
 //! `LocalSet`; dropping the [`FakeCeleriant`] stops it and closes its connections.
 
@@ -25,12 +31,14 @@ use celeriant_msg::process_identify::{
 use celeriant_msg::request::requests::{IdentifyRequest, ReadRequest, WriteRequest};
 use celeriant_msg::response::aggregate_event_batch::AggregateEventBatch;
 use celeriant_msg::response::responses::{
-    ErrorResponse, IdentifyResponse, ReadResponse, WriteResponse,
+    ErrorResponse, IdentifyResponse, ReadResponse, WatchResponse, WriteResponse,
 };
+use celeriant_msg::response::watch_event::WatchResponseEvent;
 use celeriant_wal::aggregate_key::AggregateKey;
 use celeriant_wal::builtin_dict::BUILTIN_DICT_BYTES;
 use celeriant_wire::codec::compression::DictCodec;
 use celeriant_wire::network::wire_header::{PROTOCOL_VERSION_V4, WireHeader};
+use futures_util::io::AsyncWriteExt;
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
 
 /// Largest frame the fake reads or writes (the server's default).
@@ -89,6 +97,21 @@ struct State {
     requests: Vec<ClientRequest>,
     store: HashMap<AggregateKey, Vec<AggregateEventBatch>>,
     read_page_limit: Option<usize>,
+    watchers: Vec<tokio::sync::mpsc::UnboundedSender<WatchMsg>>,
+}
+
+/// What a watch connection is told to do.
+#[derive(Debug, Clone)]
+enum WatchMsg {
+    Events(Vec<WatchResponseEvent>),
+    End,
+    BreakMidFrame,
+}
+
+impl State {
+    fn tell_watchers(&mut self, msg: WatchMsg) {
+        self.watchers.retain(|w| w.send(msg.clone()).is_ok());
+    }
 }
 
 /// A running fake node.
@@ -186,6 +209,95 @@ impl FakeCeleriant {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap()
     }
+
+    /// Watch connections open now.
+    pub fn watches(&self) -> usize {
+        let mut state = self.lock();
+        state.watchers.retain(|w| !w.is_closed());
+        state.watchers.len()
+    }
+
+    /// Sends these notifications on every open watch.
+    pub fn notify(&self, events: Vec<WatchResponseEvent>) {
+        self.lock().tell_watchers(WatchMsg::Events(events));
+    }
+
+    /// Closes every open watch connection (cleanly, between frames).
+    pub fn end_watches(&self) {
+        self.lock().tell_watchers(WatchMsg::End);
+    }
+
+    /// Sends half a frame on every open watch, then closes it: the client is left mid-message.
+    pub fn break_watches_mid_frame(&self) {
+        self.lock().tell_watchers(WatchMsg::BreakMidFrame);
+    }
+}
+
+/// A notification as the server sends it after a write.
+pub fn written(key: &AggregateKey, version: u64) -> WatchResponseEvent {
+    WatchResponseEvent {
+        org_id: key.org_id,
+        aggregate_type_id: key.aggregate_type_id,
+        aggregate_id: key.aggregate_id,
+        operation: 1,
+        from_aggregate_version: Some(version),
+        to_aggregate_version: Some(version),
+        keep_from_aggregate_version: None,
+    }
+}
+
+/// A frame holding `response`, as bytes.
+async fn frame(response: &ClientResponse, codec: &DictCodec) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    ClientResponse::write_response(
+        &mut bytes,
+        response,
+        false,
+        codec,
+        MAX_FRAME,
+        PROTOCOL_VERSION_V4,
+    )
+    .await
+    .unwrap();
+    bytes
+}
+
+/// Serves a watch on `stream` until told to end or the client goes away.
+async fn watch_stream(mut stream: Stream, state: Arc<Mutex<State>>, codec: DictCodec) {
+    let (sender, mut messages) = tokio::sync::mpsc::unbounded_channel();
+    state.lock().unwrap().watchers.push(sender);
+    let ack = frame(
+        &ClientResponse::Watch(WatchResponse { events: vec![] }),
+        &codec,
+    )
+    .await;
+    if stream.write_all(&ack).await.is_err() {
+        return;
+    }
+    while let Some(message) = messages.recv().await {
+        match message {
+            WatchMsg::Events(events) => {
+                let bytes = frame(&ClientResponse::Watch(WatchResponse { events }), &codec).await;
+                if stream.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            WatchMsg::End => return,
+            WatchMsg::BreakMidFrame => {
+                let event = written(&AggregateKey::new(0, 0, 0), 1);
+                let bytes = frame(
+                    &ClientResponse::Watch(WatchResponse {
+                        events: vec![event],
+                    }),
+                    &codec,
+                )
+                .await;
+                let _ = stream.write_all(&bytes[..bytes.len() / 2]).await;
+                let _ = stream.flush().await;
+                return;
+            }
+        }
+    }
 }
 
 /// An address nothing listens on: bound to claim a free port, then released.
@@ -217,6 +329,10 @@ async fn connection(mut stream: Stream, state: Arc<Mutex<State>>) {
         let Ok(request) = ClientRequest::read_from_header(header, &mut stream, &codec).await else {
             return;
         };
+        if matches!(request, ClientRequest::Watch(_)) {
+            state.lock().unwrap().requests.push(request);
+            return watch_stream(stream, state, codec).await;
+        }
         let reply = {
             let mut state = state.lock().unwrap();
             state.requests.push(request.clone());
@@ -349,6 +465,7 @@ impl State {
             .unwrap()
             .as_millis() as u64;
         let mut version = None;
+        let mut notes = Vec::new();
         for (key, write) in &request.writes {
             let batches = self.store.entry(key.clone()).or_default();
             let mut event_seq = batches.iter().map(|b| b.events.len() as u64).sum::<u64>();
@@ -371,7 +488,9 @@ impl State {
                 events,
             });
             version = Some(aggregate_version);
+            notes.push(written(key, aggregate_version));
         }
+        self.tell_watchers(WatchMsg::Events(notes));
         ClientResponse::Write(WriteResponse {
             correlation_id,
             max_aggregate_version: version.filter(|_| request.writes.len() == 1),

@@ -7,6 +7,7 @@
 //! * [`fake_celeriant`]: an in-process Celeriant node for the Celeriant backend's tests;
 //! * [`device`]: device keys, signed nonces and session bodies for the auth tests;
 //! * [`process`]: the gateway as a real process on 127.0.0.1;
+//! * [`sse`]: a change stream (`/v1/watch`) read event by event off a raw socket;
 //! * [`hostile`]: raw sockets against it (another loopback source address, a deadline on
 //!   every exchange), its memory, root for a tmpfs.
 
@@ -20,3 +21,5 @@ pub mod fake_celeriant;
 pub mod hostile;
 #[allow(dead_code)]
 pub mod process;
+#[allow(dead_code)]
+pub mod sse;

@@ -127,6 +127,10 @@ fn read_event(event: DatablockAggregateEvent) -> Event {
 /// added while the page has fewer than `max_batches` and under `max_bytes` of payload, and
 /// always at least one. `next` is the first batch left out, else the server's continuation;
 /// it never points back into the page (or before `from`), so a caller cannot loop.
+///
+/// A Celeriant read does not say the aggregate's version, so `tip` is the highest version
+/// this read saw: exact when the page reached the end (`next` null), else a lower bound
+/// (`next - 1`); an empty page from `from` gives `from - 1`.
 pub(super) fn page(
     response: ReadResponse,
     from: u64,
@@ -153,7 +157,12 @@ pub(super) fn page(
         // Nothing returned: only a continuation strictly ahead of `from` makes progress.
         None => next.filter(|n| *n > from),
     };
-    ReadPage { batches, next }
+    let tip = match (next, batches.last()) {
+        (Some(n), _) => n - 1,
+        (None, Some(last)) => last.version,
+        (None, None) => from - 1,
+    };
+    ReadPage { batches, next, tip }
 }
 
 #[cfg(test)]

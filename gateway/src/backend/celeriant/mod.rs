@@ -7,14 +7,17 @@
 //! left for this module is how much is known when a call fails; [`backend_error`] answers it.
 //!
 //! * `convert`: field-by-field translation between the gateway's and Celeriant's types;
-//! * `errors`: the `ClientError` → [`BackendError`] table.
+//! * `errors`: the `ClientError` → [`BackendError`] table;
+//! * `watch`: the one upstream watch per process behind [`Backend::changes`].
 
 mod convert;
 mod errors;
 #[cfg(test)]
 mod errors_table;
+pub mod watch;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,8 +27,11 @@ use celeriant_client_tokio::{
 use celeriant_msg::request::read_filters::ReadFilters;
 use celeriant_msg::request::requests::ReadRequest;
 use celeriant_wal::aggregate_key::AggregateKey as CeleriantKey;
+use tokio::sync::broadcast;
 
-use super::{Backend, BackendError, ReadPage, ReadQuery, WriteAck, WriteCommand};
+use super::{
+    Backend, BackendError, CHANGE_BUFFER, Change, ReadPage, ReadQuery, WriteAck, WriteCommand,
+};
 pub use errors::{UNRECOGNISED_UPSTREAM_CODE, backend_error};
 
 /// Upper bound on dialling one node (and on waiting for one of the pool's connection slots).
@@ -55,7 +61,7 @@ impl fmt::Debug for CeleriantOptions {
 
 /// A Celeriant cluster as a [`Backend`].
 pub struct CeleriantBackend {
-    pool: CeleriantPool,
+    pool: Arc<CeleriantPool>,
 }
 
 impl CeleriantBackend {
@@ -82,7 +88,7 @@ impl CeleriantBackend {
             pool = pool.with_identity(ClientIdentityConfig::from_api_key(key));
         }
         Ok(CeleriantBackend {
-            pool: CeleriantPool::new(pool),
+            pool: Arc::new(CeleriantPool::new(pool)),
         })
     }
 
@@ -119,6 +125,15 @@ impl Backend for CeleriantBackend {
         "celeriant"
     }
 
+    /// Starts the one upstream watch (it ends when the receiver is dropped and the watch next
+    /// wakes); `None` outside a runtime.
+    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (sender, receiver) = broadcast::channel(CHANGE_BUFFER);
+        runtime.spawn(watch::run(self.pool.clone(), sender));
+        Some(receiver)
+    }
+
     async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError> {
         let request = convert::write_request(command)?;
         let response = self.pool.write(request).await.map_err(backend_error)?;
@@ -130,35 +145,29 @@ impl Backend for CeleriantBackend {
     async fn read(&self, query: ReadQuery) -> Result<ReadPage, BackendError> {
         let key = convert::aggregate_key(&query.key);
         let max_batches = query.max_batches.max(1);
-        let mut from = query.from_version.max(1);
-        let mut moved_to_oldest = false;
-        loop {
-            // One batch beyond the page, so a full page knows whether more exist.
-            let to = from.saturating_add(u64::try_from(max_batches).unwrap_or(u64::MAX));
-            match self.read_range(&key, from, to).await {
-                Ok(response) => {
-                    return Ok(convert::page(response, from, max_batches, query.max_bytes));
-                }
-                Err(e) if is_missing_aggregate(&e) => {
-                    return Ok(ReadPage {
-                        batches: Vec::new(),
-                        next: None,
-                    });
-                }
-                // The start was trimmed away: the page starts at the first batch kept.
-                Err(ClientError::Server(ServerError::Read {
-                    kind:
-                        ReadError::UnavailableBatchIndex {
-                            minimum_available_version: Some(oldest),
-                            ..
-                        },
-                    ..
-                })) if oldest > from && !moved_to_oldest => {
-                    from = oldest;
-                    moved_to_oldest = true;
-                }
-                Err(e) => return Err(backend_error(e)),
-            }
+        let from = query.from_version.max(1);
+        // One batch beyond the page, so a full page knows whether more exist.
+        let to = from.saturating_add(u64::try_from(max_batches).unwrap_or(u64::MAX));
+        match self.read_range(&key, from, to).await {
+            Ok(response) => Ok(convert::page(response, from, max_batches, query.max_bytes)),
+            Err(e) if is_missing_aggregate(&e) => Ok(ReadPage {
+                batches: Vec::new(),
+                next: None,
+                tip: 0,
+            }),
+            // The start was trimmed away: the client must drop what it holds and read
+            // from the first batch kept (410 with minVersion), not be served a gap.
+            Err(ClientError::Server(ServerError::Read {
+                kind:
+                    ReadError::UnavailableBatchIndex {
+                        minimum_available_version: Some(oldest),
+                        ..
+                    },
+                ..
+            })) if oldest > from => Err(BackendError::Trimmed {
+                min_version: oldest,
+            }),
+            Err(e) => Err(backend_error(e)),
         }
     }
 

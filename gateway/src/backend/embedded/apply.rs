@@ -28,6 +28,10 @@ use crate::backend::{BackendError, WriteAck, WriteCommand};
 /// writes are accepted but not yet durable, which is exactly Celeriant's "in flight".
 pub type InFlight = HashMap<ClientKey, u64>;
 
+/// The aggregates a group wrote, each with its highest new version (a group's writes to one
+/// aggregate coalesce into one notification).
+pub type Changed = HashMap<crate::backend::AggregateKey, u64>;
+
 /// Why applying failed.
 pub enum ApplyError {
     /// A Celeriant (or quota) answer for this command; nothing of it was written.
@@ -122,11 +126,13 @@ impl<'txn> Tables<'txn> {
 
 /// Checks and applies one command in the tables of the group's transaction, recording its
 /// sequences in `in_flight`. `quota`: most bytes of batches one client id may store (0: no
-/// quota).
+/// quota). Each aggregate written is recorded in `changed` with its new version (for the
+/// watchers, once committed).
 pub fn apply(
     tables: &mut Tables<'_>,
     command: &WriteCommand,
     in_flight: &mut InFlight,
+    changed: &mut Changed,
     server_timestamp: u64,
     quota: u64,
 ) -> Result<WriteAck, ApplyError> {
@@ -240,6 +246,7 @@ pub fn apply(
             *entry = (*entry).max(highest);
         }
         last_version = bkey.3;
+        changed.insert(write.key, bkey.3);
     }
     usage.insert(client, seal_usage(client, used + added))?;
     Ok(WriteAck {

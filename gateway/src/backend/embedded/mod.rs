@@ -23,6 +23,11 @@
 //!   the store's monitor thread closes and reopens the database, commits a probe transaction,
 //!   and takes writes again, without a restart. Until then `/healthz` says degraded.
 //!
+//! * **Changes** (for `POST /v1/watch`): after each commit the writer publishes every
+//!   aggregate the group wrote, with its new version (one per aggregate per group), on a
+//!   bounded `tokio::sync::broadcast` channel ([`Backend::changes`]); publishing never waits
+//!   for a reader. The trim test hook (`trim.rs`) publishes a reset.
+//!
 //! `linger` (tests and benchmarks) keeps a group open a little longer before committing, which
 //! makes the in-flight window observable and trades latency for fewer fsyncs.
 
@@ -32,6 +37,7 @@ mod migrate;
 mod read;
 mod record;
 mod tables;
+mod trim;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -42,14 +48,17 @@ use async_trait::async_trait;
 use celeriant_sync_protocol::codes::{celeriant as codes, gateway as g};
 use celeriant_sync_protocol::wire::StoreHealth;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
-use self::apply::{ApplyError, InFlight, Tables, apply};
+use self::apply::{ApplyError, Changed, InFlight, Tables, apply};
 use self::health::{Health, free_space};
 use self::migrate::Opened;
 use self::read::ReadError;
 use self::tables::AGGREGATES;
-use super::{Backend, BackendError, JsonPage, ReadPage, ReadQuery, WriteAck, WriteCommand};
+use super::{
+    AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, JsonPage, ReadPage, ReadQuery,
+    WriteAck, WriteCommand,
+};
 use crate::config::Config;
 use crate::limits::notice::Throttle;
 
@@ -143,6 +152,7 @@ struct Shared {
     db: RwLock<Option<Arc<Database>>>,
     health: Health,
     reopen_log: Throttle,
+    changes: broadcast::Sender<Change>,
 }
 
 /// The embedded durable store.
@@ -197,6 +207,7 @@ impl EmbeddedStore {
             db: RwLock::new(Some(Arc::new(db))),
             health: Health::new(options.min_free_bytes),
             reopen_log: Throttle::new(),
+            changes: broadcast::channel(CHANGE_BUFFER).0,
         });
         shared.health.observe_free(free_space(dir));
         let (jobs, queue) = mpsc::unbounded_channel();
@@ -263,6 +274,14 @@ impl Shared {
                     format!("the store could not be read: {}", failure.message()),
                 )
             }
+            ReadError::Trimmed(min_version) => BackendError::Trimmed { min_version },
+        }
+    }
+
+    /// Tells the watchers about `change`; without a receiver (no hub) it goes nowhere.
+    fn publish(&self, change: Change) {
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(change);
         }
     }
 
@@ -380,6 +399,7 @@ fn commit_group(shared: &Shared, db: &Database, group: Vec<Job>) -> Result<(), S
     let now = now_ms();
     let quota = shared.options.quota_bytes;
     let mut in_flight = InFlight::new();
+    let mut changed = Changed::new();
     let mut results = Vec::with_capacity(group.len());
     let mut tables = match Tables::open(&txn) {
         Ok(tables) => tables,
@@ -387,7 +407,14 @@ fn commit_group(shared: &Shared, db: &Database, group: Vec<Job>) -> Result<(), S
         Err(_) => return fail(group, StoreFailure::Other("cannot open the tables".into())),
     };
     for job in &group {
-        match apply(&mut tables, &job.command, &mut in_flight, now, quota) {
+        match apply(
+            &mut tables,
+            &job.command,
+            &mut in_flight,
+            &mut changed,
+            now,
+            quota,
+        ) {
             Ok(ack) => results.push(Ok(ack)),
             Err(ApplyError::Refused(e)) => results.push(Err(e)),
             Err(ApplyError::Corrupt(corrupt)) => {
@@ -410,6 +437,9 @@ fn commit_group(shared: &Shared, db: &Database, group: Vec<Job>) -> Result<(), S
     }
     for (job, result) in group.into_iter().zip(results) {
         let _ = job.reply.send(result);
+    }
+    for (key, version) in changed {
+        shared.publish(Change::Changed { key, version });
     }
     Ok(())
 }
@@ -470,6 +500,25 @@ impl Backend for EmbeddedStore {
 
     fn write_gate(&self) -> Result<(), BackendError> {
         self.shared.health.gate()
+    }
+
+    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+        Some(self.shared.changes.subscribe())
+    }
+
+    async fn trim(&self, key: AggregateKey, before: u64) -> Result<u64, BackendError> {
+        let shared = self.shared.clone();
+        let min = tokio::task::spawn_blocking(move || {
+            let db = shared.db()?;
+            trim::trim(&db, key, before).map_err(|e| match e {
+                trim::TrimError::Read(e) => shared.read_failed(e),
+                trim::TrimError::Refused(m) => BackendError::code(g::INVALID_FIELD, m),
+            })
+        })
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))??;
+        self.shared.publish(Change::Reset { key });
+        Ok(min)
     }
 
     fn store_health(&self) -> Option<StoreHealth> {

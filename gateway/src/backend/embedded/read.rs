@@ -7,13 +7,19 @@
 //! `DATA_CORRUPT` (50001) naming the aggregate and version, and the failure is counted
 //! (`/healthz`) and logged by the caller.
 //!
+//! Every page carries the aggregate's `tip` (its version, read in the same transaction as the
+//! batches). A read from below a trimmed aggregate's lowest available version fails with
+//! [`ReadError::Trimmed`] (answered 410 with `minVersion`).
+//!
 //! [`Backend::read`]: crate::backend::Backend::read
 
 use celeriant_sync_protocol::ReadBatch;
 use redb::{Database, ReadableDatabase};
 
-use super::record::{Corrupt, HEADER, open_batch};
-use super::tables::{BATCHES, BatchKey, agg_key};
+use redb::ReadTransaction;
+
+use super::record::{Corrupt, HEADER, open_batch, open_trim};
+use super::tables::{BATCHES, BatchKey, TRIMS, agg_key};
 use super::{StoreFailure, storage_failure};
 use crate::backend::{JsonPage, ReadPage, ReadQuery};
 
@@ -23,6 +29,8 @@ pub enum ReadError {
     Corrupt(Corrupt),
     /// The database failed.
     Storage(StoreFailure),
+    /// The read starts below the aggregate's lowest available version, this one.
+    Trimmed(u64),
 }
 
 impl<E: Into<redb::Error>> From<E> for ReadError {
@@ -33,36 +41,65 @@ impl<E: Into<redb::Error>> From<E> for ReadError {
 
 const OPEN: &[u8] = br#"{"batches":["#;
 
-fn close(next: Option<u64>) -> String {
+fn close(next: Option<u64>, tip: u64) -> String {
     match next {
-        Some(n) => format!(r#"],"next":{n}}}"#),
-        None => r#"],"next":null}"#.to_owned(),
+        Some(n) => format!(r#"],"next":{n},"tip":{tip}}}"#),
+        None => format!(r#"],"next":null,"tip":{tip}}}"#),
     }
 }
 
-/// Longest closing: `],"next":` and 16 digits and `}`.
-const CLOSE_MAX: usize = 26;
+/// Longest closing: `],"next":` and 16 digits, `,"tip":` and 16 digits, and `}`.
+const CLOSE_MAX: usize = 49;
+
+/// The aggregate's version (0: unknown) and its lowest available version (1 unless trimmed).
+///
+/// The version is the key of its last batch (one descent of the batches' tree), so a read never
+/// depends on the `aggregates` record: a damaged one keeps the writes out (they must trust it)
+/// but not the readers. An aggregate trimmed of every batch is at its lowest version − 1.
+pub fn bounds(txn: &ReadTransaction, key: super::tables::AggKey) -> Result<(u64, u64), ReadError> {
+    let min = match txn.open_table(TRIMS) {
+        Ok(table) => match table.get(key)? {
+            Some(v) => open_trim(key, v.value()).map_err(ReadError::Corrupt)?,
+            None => 1,
+        },
+        Err(redb::TableError::TableDoesNotExist(_)) => 1,
+        Err(e) => return Err(e.into()),
+    };
+    let (o, t, i) = key;
+    let last = txn
+        .open_table(BATCHES)?
+        .range((o, t, i, 0)..=(o, t, i, u64::MAX))?
+        .next_back()
+        .transpose()?
+        .map(|(k, _)| k.value().3);
+    Ok((last.unwrap_or(0).max(min - 1), min))
+}
 
 /// Visits the records of `query`'s range in order until `take` says stop (returning the version
-/// it stopped at, the page's `next`). `take` checks each record it keeps ([`open_batch`]); a
-/// record after the page's end is not read.
+/// it stopped at, the page's `next`) and the aggregate's tip. `take` checks each record it
+/// keeps ([`open_batch`]); a record after the page's end is not read.
 fn visit(
     db: &Database,
     query: &ReadQuery,
     mut take: impl FnMut(BatchKey, &[u8]) -> Result<bool, ReadError>,
-) -> Result<Option<u64>, ReadError> {
+) -> Result<(Option<u64>, u64), ReadError> {
     let txn = db.begin_read()?;
-    let table = txn.open_table(BATCHES)?;
-    let (o, t, i) = agg_key(&query.key);
+    let akey = agg_key(&query.key);
+    let (tip, min) = bounds(&txn, akey)?;
     let from = query.from_version.max(1);
+    if from < min {
+        return Err(ReadError::Trimmed(min));
+    }
+    let table = txn.open_table(BATCHES)?;
+    let (o, t, i) = akey;
     for row in table.range((o, t, i, from)..=(o, t, i, u64::MAX))? {
         let (key, value) = row?;
         let key = key.value();
         if !take(key, value.value())? {
-            return Ok(Some(key.3));
+            return Ok((Some(key.3), tip));
         }
     }
-    Ok(None)
+    Ok((None, tip))
 }
 
 /// The page as a response body: records while the body stays within `query.max_bytes` (the
@@ -71,7 +108,7 @@ pub fn page_json(db: &Database, query: ReadQuery) -> Result<JsonPage, ReadError>
     let mut body = Vec::new();
     let mut count = 0usize;
     let mut needs = None;
-    let next = visit(db, &query, |key, record| {
+    let (next, tip) = visit(db, &query, |key, record| {
         let json_len = record.len().saturating_sub(HEADER);
         let size = if count == 0 {
             OPEN.len()
@@ -102,7 +139,7 @@ pub fn page_json(db: &Database, query: ReadQuery) -> Result<JsonPage, ReadError>
     if count == 0 {
         body.extend_from_slice(OPEN);
     }
-    body.extend_from_slice(close(next).as_bytes());
+    body.extend_from_slice(close(next, tip).as_bytes());
     Ok(JsonPage::Body(body))
 }
 
@@ -111,7 +148,7 @@ pub fn page_json(db: &Database, query: ReadQuery) -> Result<JsonPage, ReadError>
 pub fn page(db: &Database, query: ReadQuery) -> Result<ReadPage, ReadError> {
     let mut batches: Vec<ReadBatch> = Vec::new();
     let mut bytes = 0usize;
-    let next = visit(db, &query, |key, record| {
+    let (next, tip) = visit(db, &query, |key, record| {
         if !batches.is_empty() && (batches.len() >= query.max_batches || bytes >= query.max_bytes) {
             return Ok(false);
         }
@@ -126,5 +163,5 @@ pub fn page(db: &Database, query: ReadQuery) -> Result<ReadPage, ReadError> {
         batches.push(batch);
         Ok(true)
     })?;
-    Ok(ReadPage { batches, next })
+    Ok(ReadPage { batches, next, tip })
 }

@@ -109,6 +109,20 @@ pub fn open_version(key: AggKey, sealed: Sealed) -> Result<u64, Corrupt> {
     })
 }
 
+/// The lowest available version of a trimmed aggregate, sealed.
+pub fn seal_trim(key: AggKey, min_version: u64) -> Sealed {
+    let (o, t, i) = key;
+    seal_number("trims", &[o, t, i], min_version)
+}
+
+/// The lowest available version of a trimmed aggregate, checked.
+pub fn open_trim(key: AggKey, sealed: Sealed) -> Result<u64, Corrupt> {
+    let (o, t, i) = key;
+    open_number("trims", &[o, t, i], sealed, || {
+        format!("the trim mark of {}", describe(key))
+    })
+}
+
 /// The writing client of a batch's JSON, read without trusting (or parsing) the rest of it.
 pub fn writer_of(json: &[u8]) -> Option<u128> {
     #[derive(serde::Deserialize)]

@@ -1,4 +1,4 @@
-//! The embedded store's schema (version 2): five redb tables, described once.
+//! The embedded store's schema (version 2): six redb tables, described once.
 //!
 //! Every key starts with the organisation, the aggregate type and the aggregate id as `u128`s
 //! (the UUIDs' numeric values), so one aggregate's rows are contiguous and range scans are
@@ -12,6 +12,11 @@
 //! | `batches`         | (org, type, id, version)   | tag, checksum, the batch as JSON ([`ReadBatch`]) |
 //! | `client_seqs.v2`  | (org, type, id, client)    | (highest durable `client_seq`, checksum)       |
 //! | `client_usage`    | client                     | (bytes of batches stored, checksum)            |
+//! | `trims`           | (org, type, id)            | (lowest available version, checksum)           |
+//!
+//! `trims` holds a row only for an aggregate trimmed by the test hook (`POST /v1/faults/trim`);
+//! it is created on the first trim, so a store without it is the same schema 2 (no row: the
+//! lowest available version is 1).
 //!
 //! Schema 1 (before checksums) had `aggregates` and `client_seqs` with bare `u64` values,
 //! `batches` holding bare JSON, and no `meta`; `migrate.rs` converts it on open.
@@ -52,6 +57,9 @@ pub const CLIENT_SEQS: TableDefinition<ClientKey, Sealed> = TableDefinition::new
 
 /// Bytes of batch records stored per client id (the storage quota's count).
 pub const CLIENT_USAGE: TableDefinition<u128, Sealed> = TableDefinition::new("client_usage");
+
+/// Lowest available version of each trimmed aggregate.
+pub const TRIMS: TableDefinition<AggKey, Sealed> = TableDefinition::new("trims");
 
 /// Schema 1: current version of each aggregate, without checksum.
 pub const AGGREGATES_V1: TableDefinition<AggKey, u64> = TableDefinition::new("aggregates");

@@ -1,0 +1,143 @@
+//! The Celeriant backend's change feed: one upstream watch per gateway process, through the
+//! pool's `CeleriantPool::watch`, turned into [`Change`]s for the gateway's watch hub.
+//!
+//! The watch is opened for every aggregate (the hub filters by organisation and by what each
+//! stream watches), and kept open for the life of the process:
+//!
+//! * a notification with a `keep_from_aggregate_version` (a trim), or without a
+//!   `to_aggregate_version` (a delete), is a [`Change::Reset`]; any other is a
+//!   [`Change::Changed`] to its `to_aggregate_version`;
+//! * on every (re)connection, after the watch is open, a [`Change::Resync`]: whatever was
+//!   committed while no watch was open was not notified, so every stream catches up;
+//! * an error, the end of the watch, or a watch left mid-frame (`is_desynchronised`) is a
+//!   [`Change::Resync`] at once, then a reconnection with exponential backoff (100 ms doubling
+//!   to [`MAX_BACKOFF`], reset after a watch that delivered).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use celeriant_client_tokio::{CeleriantPool, WatchOptions};
+use celeriant_msg::request::requests::WatchRequest;
+use celeriant_msg::response::watch_event::WatchResponseEvent;
+use celeriant_sync_protocol::AggregateRef;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::backend::{AggregateKey, Change};
+
+/// First wait before reconnecting.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Longest wait between reconnections.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The change a Celeriant notification means.
+pub fn change_of(event: &WatchResponseEvent) -> Change {
+    let key = AggregateKey {
+        org: Uuid::from_u128(event.org_id),
+        aggregate: AggregateRef {
+            type_id: Uuid::from_u128(event.aggregate_type_id),
+            id: Uuid::from_u128(event.aggregate_id),
+        },
+    };
+    match (
+        event.keep_from_aggregate_version,
+        event.to_aggregate_version,
+    ) {
+        (None, Some(version)) => Change::Changed { key, version },
+        _ => Change::Reset { key },
+    }
+}
+
+fn request() -> WatchRequest {
+    WatchRequest {
+        correlation_id: None,
+        requested_latency_ms: None,
+        shard_id: None,
+        orgs: None,
+        aggregate_types: None,
+        aggregates: None,
+        operation_types: None,
+    }
+}
+
+/// Keeps one upstream watch open for as long as anyone listens on `changes`, publishing
+/// what it says there.
+pub async fn run(pool: Arc<CeleriantPool>, changes: broadcast::Sender<Change>) {
+    let mut backoff = FIRST_BACKOFF;
+    let mut reported = false;
+    loop {
+        if changes.receiver_count() == 0 {
+            return;
+        }
+        let mut watch = match pool.watch(request(), WatchOptions::default()).await {
+            Ok(watch) => watch,
+            Err(e) => {
+                if !reported {
+                    tracing::warn!(error = %e, "celeriant watch: cannot open; retrying");
+                    reported = true;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        tracing::info!(node = watch.address(), "celeriant watch: open");
+        reported = false;
+        let _ = changes.send(Change::Resync);
+        loop {
+            match watch.next().await {
+                Ok(response) => {
+                    backoff = FIRST_BACKOFF;
+                    for event in &response.events {
+                        let _ = changes.send(change_of(event));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "celeriant watch: lost; resync and reconnect");
+                    break;
+                }
+            }
+            if watch.is_desynchronised() {
+                tracing::warn!("celeriant watch: desynchronised; resync and reconnect");
+                break;
+            }
+        }
+        let _ = changes.send(Change::Resync);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(to: Option<u64>, keep: Option<u64>) -> WatchResponseEvent {
+        WatchResponseEvent {
+            org_id: 1,
+            aggregate_type_id: 2,
+            aggregate_id: 3,
+            operation: 1,
+            from_aggregate_version: None,
+            to_aggregate_version: to,
+            keep_from_aggregate_version: keep,
+        }
+    }
+
+    #[test]
+    fn writes_change_trims_and_deletes_reset() {
+        assert!(matches!(
+            change_of(&event(Some(7), None)),
+            Change::Changed { version: 7, .. }
+        ));
+        assert!(matches!(
+            change_of(&event(Some(7), Some(4))),
+            Change::Reset { .. }
+        ));
+        assert!(matches!(
+            change_of(&event(None, None)),
+            Change::Reset { .. }
+        ));
+    }
+}

@@ -1,0 +1,57 @@
+//! The change stream's settings (`POST /v1/watch`): heartbeat and the three stream limits.
+//!
+//! Each open stream holds a connection (counted in `--max-connections`), a slot of pending
+//! notifications bounded by the aggregates it names, and registry entries; these flags bound
+//! how many of each a client, or everyone, can make the gateway hold.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::watch::WatchLimits;
+
+/// Heartbeat and limits of the change streams.
+#[derive(Debug, Clone, Args)]
+pub struct WatchConfig {
+    /// Seconds between `heartbeat` events on a change stream (a client treats 30 s without a
+    /// byte as a dead connection). Half of --idle-timeout-ms applies when that is shorter.
+    #[arg(long, env = "CELERIANT_GATEWAY_WATCH_HEARTBEAT_SECS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub watch_heartbeat_secs: u64,
+
+    /// Most aggregates one change stream may name (after removing duplicates); more is
+    /// refused (400, 40020, `rejected`).
+    #[arg(long, env = "CELERIANT_GATEWAY_WATCH_MAX_AGGREGATES", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub watch_max_aggregates: u32,
+
+    /// Most change streams one client id may hold open; one more is refused (429, 42920,
+    /// `retry`).
+    #[arg(long, env = "CELERIANT_GATEWAY_WATCH_MAX_STREAMS_PER_CLIENT", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub watch_max_streams_per_client: u32,
+
+    /// Most change streams open in the gateway; one more is refused (429, 42921, `retry`).
+    #[arg(long, env = "CELERIANT_GATEWAY_WATCH_MAX_STREAMS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub watch_max_streams: u32,
+}
+
+impl WatchConfig {
+    /// The hub's limits.
+    pub fn limits(&self) -> WatchLimits {
+        WatchLimits {
+            max_aggregates: self.watch_max_aggregates as usize,
+            max_streams_per_client: self.watch_max_streams_per_client as usize,
+            max_streams: self.watch_max_streams as usize,
+        }
+    }
+
+    /// The heartbeat interval that applies: `--watch-heartbeat-secs`, or half of
+    /// `--idle-timeout-ms` when that is shorter, so an idle stream is never cut off between
+    /// heartbeats.
+    pub fn heartbeat(&self, idle_timeout_ms: u64) -> Duration {
+        Duration::from_secs(self.watch_heartbeat_secs)
+            .min(Duration::from_millis((idle_timeout_ms / 2).max(1)))
+    }
+}

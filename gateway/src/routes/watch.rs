@@ -1,0 +1,120 @@
+//! `POST /v1/watch` (aggregates in a JSON body) and `GET /v1/watch?aggregate=<typeId>/<id>…`
+//! (for curl): a change stream as Server-Sent Events.
+//!
+//! Auth is that of reads: a session (401 without one) whose access list includes every type
+//! named (403, 40301). Opening a stream draws on the address's and client id's read rate like
+//! a read (429, 42910), then the hub's limits apply (`crate::watch::hub`). The stream is
+//! registered before the answer's head is sent, so `ready` — its first event — means every
+//! change committed from then on will be notified.
+//!
+//! The router's deadline bounds the time to the answer's head only (it wraps the handler's
+//! future, not the body), so a stream is not cut off by it; it is counted in the connection
+//! cap like any connection, and kept alive past the idle timeout by its heartbeats.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use axum::extract::{FromRequestParts, Query, Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::response::sse::Sse;
+use axum::response::{IntoResponse, Response};
+use celeriant_sync_protocol::AggregateRef;
+use celeriant_sync_protocol::codes::gateway as g;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::auth::{Session, now_ms};
+use crate::error::ApiError;
+use crate::extract::read_json;
+use crate::limits::fair::Kind;
+use crate::limits::ip;
+use crate::state::AppState;
+use crate::watch::stream;
+
+/// The `POST` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WatchBody {
+    aggregates: Vec<AggregateRef>,
+}
+
+/// Bytes of `POST` body allowed per aggregate the limit lets a stream name (a compact entry
+/// takes 86; the rest is room for spaces), so that a list somewhat over the limit is answered
+/// 40020 and a flood 413 before it is read.
+const BODY_BYTES_PER_AGGREGATE: usize = 200;
+
+/// The handler (both methods).
+pub async fn watch(State(state): State<AppState>, request: Request) -> Response {
+    match open(&state, request).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn parse_aggregate(value: &str) -> Result<AggregateRef, ApiError> {
+    let bad = || {
+        ApiError::code(
+            g::INVALID_QUERY,
+            format!("aggregate={value:?} is not <typeId>/<id> (two UUIDs)"),
+        )
+    };
+    let (type_id, id) = value.split_once('/').ok_or_else(bad)?;
+    Ok(AggregateRef {
+        type_id: Uuid::parse_str(type_id).map_err(|_| bad())?,
+        id: Uuid::parse_str(id).map_err(|_| bad())?,
+    })
+}
+
+async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let (mut parts, body) = request.into_parts();
+    let address = state
+        .fair
+        .address(Kind::Read, ip::peer(&parts.extensions))?;
+    let session = Session::from_request_parts(&mut parts, state).await?;
+    let share = state.fair.client(Kind::Read, address, session.client_id)?;
+    let aggregates: Vec<AggregateRef> = if parts.method == Method::POST {
+        let limit =
+            state.config.watch.watch_max_aggregates as usize * BODY_BYTES_PER_AGGREGATE + 1024;
+        let body: WatchBody =
+            read_json(&parts.headers, body, limit, state.body_read_timeout()).await?;
+        body.aggregates
+    } else {
+        let Query(params) = Query::<Vec<(String, String)>>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(|e| ApiError::code(g::INVALID_QUERY, e.body_text()))?;
+        params
+            .iter()
+            .map(|(name, value)| match name.as_str() {
+                "aggregate" => parse_aggregate(value),
+                other => Err(ApiError::code(
+                    g::INVALID_QUERY,
+                    format!("unknown query parameter {other:?}"),
+                )),
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let aggregates: HashSet<AggregateRef> = aggregates.into_iter().collect();
+    for aggregate in &aggregates {
+        session.check_type(aggregate.type_id)?;
+    }
+    let registration = state.watch.register(session.client_id, aggregates)?;
+    // The share bounds how fast streams are opened, not how long they last.
+    drop(share);
+    let lifetime = session
+        .expires_at
+        .map(|exp| Duration::from_millis((exp * 1000).saturating_sub(now_ms())));
+    let events = stream::events(
+        registration,
+        state
+            .config
+            .watch
+            .heartbeat(state.config.limits.idle_timeout_ms),
+        lifetime,
+        state.watch.closing(),
+    );
+    let mut response = Sse::new(events).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}

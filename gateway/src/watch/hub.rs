@@ -1,0 +1,233 @@
+//! The watch hub: which stream watches which aggregate, the stream limits, and the fan-out of
+//! a backend's changes.
+//!
+//! Streams register their aggregates here ([`Hub::register`], refused over
+//! `--watch-max-aggregates`, `--watch-max-streams-per-client` or `--watch-max-streams`) and
+//! unregister when their [`Registration`] is dropped. The registry maps each aggregate to the
+//! streams that watch it, so a change costs one hash lookup whatever the number of streams
+//! (and nothing more when nobody watches that aggregate). [`Hub::pump`] reads the backend's
+//! broadcast channel; a pump that lagged behind it (notifications lost) sends `resync` to every
+//! stream. The hub never waits for a stream: it only writes into its [`Slot`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use celeriant_sync_protocol::AggregateRef;
+use celeriant_sync_protocol::codes::gateway as g;
+use celeriant_sync_protocol::outcome::{Failure, TRANSIENT_RETRY_AFTER_MS, WriteOutcome};
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+use uuid::Uuid;
+
+use super::slot::Slot;
+use crate::backend::Change;
+use crate::error::ApiError;
+
+/// The stream limits (`--watch-max-*`).
+#[derive(Debug, Clone, Copy)]
+pub struct WatchLimits {
+    /// Most aggregates one stream may name.
+    pub max_aggregates: usize,
+    /// Most streams one client id may hold open.
+    pub max_streams_per_client: usize,
+    /// Most streams open in the process.
+    pub max_streams: usize,
+}
+
+#[derive(Default)]
+struct Registry {
+    streams: HashMap<u64, Arc<Slot>>,
+    by_aggregate: HashMap<AggregateRef, Vec<Arc<Slot>>>,
+    by_client: HashMap<Option<Uuid>, usize>,
+}
+
+/// The registry of open streams.
+pub struct Hub {
+    limits: WatchLimits,
+    org: Uuid,
+    registry: Mutex<Registry>,
+    next_id: AtomicU64,
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+/// One stream's place in the hub; unregisters when dropped.
+pub struct Registration {
+    hub: Arc<Hub>,
+    /// The stream's slot.
+    pub slot: Arc<Slot>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.hub.unregister(&self.slot);
+    }
+}
+
+fn retry(code: u32, message: String) -> ApiError {
+    ApiError(WriteOutcome::Retry(Failure {
+        retry_after_ms: Some(TRANSIENT_RETRY_AFTER_MS),
+        ..Failure::new(code, message)
+    }))
+}
+
+impl Hub {
+    /// An empty hub for organisation `org` (changes of other organisations are ignored).
+    pub fn new(limits: WatchLimits, org: Uuid) -> Arc<Self> {
+        Arc::new(Hub {
+            limits,
+            org,
+            registry: Mutex::new(Registry::default()),
+            next_id: AtomicU64::new(1),
+            closing: tokio::sync::watch::Sender::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a stream of `client` watching `aggregates`, under the limits. Once this
+    /// returns, every change the hub receives for them reaches the stream's slot.
+    pub fn register(
+        self: &Arc<Self>,
+        client: Option<Uuid>,
+        aggregates: HashSet<AggregateRef>,
+    ) -> Result<Registration, ApiError> {
+        let limits = self.limits;
+        if aggregates.len() > limits.max_aggregates {
+            return Err(ApiError::code(
+                g::WATCH_TOO_MANY_AGGREGATES,
+                format!(
+                    "the stream names {} aggregates; at most {} are allowed per stream",
+                    aggregates.len(),
+                    limits.max_aggregates
+                ),
+            ));
+        }
+        let mut registry = self.lock();
+        if registry.streams.len() >= limits.max_streams {
+            return Err(retry(
+                g::WATCH_STREAMS_FULL,
+                format!(
+                    "the gateway has {} change streams open, its limit; retry shortly",
+                    registry.streams.len()
+                ),
+            ));
+        }
+        let open = registry.by_client.get(&client).copied().unwrap_or(0);
+        if client.is_some() && open >= limits.max_streams_per_client {
+            return Err(retry(
+                g::WATCH_STREAMS_PER_CLIENT,
+                format!(
+                    "this client id has {open} change streams open, its limit; close one (one \
+                     stream per device is enough) or retry shortly"
+                ),
+            ));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::new(id, client, aggregates));
+        for aggregate in &slot.aggregates {
+            registry
+                .by_aggregate
+                .entry(*aggregate)
+                .or_default()
+                .push(slot.clone());
+        }
+        *registry.by_client.entry(client).or_insert(0) += 1;
+        registry.streams.insert(id, slot.clone());
+        Ok(Registration {
+            hub: self.clone(),
+            slot,
+        })
+    }
+
+    fn unregister(&self, slot: &Slot) {
+        let mut registry = self.lock();
+        registry.streams.remove(&slot.id);
+        for aggregate in &slot.aggregates {
+            if let Some(slots) = registry.by_aggregate.get_mut(aggregate) {
+                slots.retain(|s| s.id != slot.id);
+                if slots.is_empty() {
+                    registry.by_aggregate.remove(aggregate);
+                }
+            }
+        }
+        if let Some(n) = registry.by_client.get_mut(&slot.client) {
+            *n -= 1;
+            if *n == 0 {
+                registry.by_client.remove(&slot.client);
+            }
+        }
+    }
+
+    /// Hands one change to the streams concerned.
+    pub fn dispatch(&self, change: Change) {
+        let registry = self.lock();
+        match change {
+            Change::Changed { key, version } if key.org == self.org => {
+                for slot in registry
+                    .by_aggregate
+                    .get(&key.aggregate)
+                    .into_iter()
+                    .flatten()
+                {
+                    slot.changed(key.aggregate, version);
+                }
+            }
+            Change::Reset { key } if key.org == self.org => {
+                for slot in registry
+                    .by_aggregate
+                    .get(&key.aggregate)
+                    .into_iter()
+                    .flatten()
+                {
+                    slot.reset(key.aggregate);
+                }
+            }
+            Change::Resync => {
+                for slot in registry.streams.values() {
+                    slot.resync();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads `changes` until the backend closes it, dispatching each; after a lag, `resync`
+    /// to everyone.
+    pub async fn pump(self: Arc<Self>, mut changes: broadcast::Receiver<Change>) {
+        loop {
+            match changes.recv().await {
+                Ok(change) => self.dispatch(change),
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "watch: the hub lagged behind the store; resync");
+                    self.dispatch(Change::Resync);
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Streams open now, in total and per client id (`"none"` under `--auth none`).
+    pub fn counts(&self) -> (usize, BTreeMap<String, usize>) {
+        let registry = self.lock();
+        let by_client = registry
+            .by_client
+            .iter()
+            .map(|(c, n)| (c.map_or_else(|| "none".to_owned(), |c| c.to_string()), *n))
+            .collect();
+        (registry.streams.len(), by_client)
+    }
+
+    /// Ends every stream (the gateway is shutting down) and refuses none afterwards: a stream
+    /// that sees [`Hub::closing`] turn true ends.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Whether the gateway is shutting down, to wait on.
+    pub fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+}

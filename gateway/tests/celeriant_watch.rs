@@ -1,0 +1,221 @@
+//! The Celeriant backend's one upstream watch, against the fake node: a write is notified as
+//! `changed`, a trim or delete as `reset`, a watch that ends (cleanly or mid-frame) as
+//! `resync` followed by a reconnection (and another `resync` once it is open again); and the
+//! whole path over HTTP: a gateway process on `--backend celeriant` streams a write made
+//! through it.
+
+mod support;
+
+use std::time::Duration;
+
+use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
+use celeriant_gateway::backend::{AggregateCommand, AggregateKey, Backend, Change, WriteCommand};
+use celeriant_msg::response::watch_event::WatchResponseEvent;
+use celeriant_sync_protocol::{AggregateRef, Event};
+use serde_json::json;
+use support::fake_celeriant::FakeCeleriant;
+use support::process::{Process, data_dir, post};
+use support::sse;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+const ORG: u128 = 0x0a;
+const TYPE: u128 = 0x0b;
+const WAIT: Duration = Duration::from_secs(5);
+
+fn key(id: u128) -> AggregateKey {
+    AggregateKey {
+        org: Uuid::from_u128(ORG),
+        aggregate: AggregateRef {
+            type_id: Uuid::from_u128(TYPE),
+            id: Uuid::from_u128(id),
+        },
+    }
+}
+
+fn command(id: u128, seq: u64) -> WriteCommand {
+    WriteCommand {
+        client_id: Uuid::from_u128(0xc1),
+        writes: vec![AggregateCommand {
+            key: key(id),
+            allow_create: true,
+            expected_version: None,
+            enforce_client_idempotency: true,
+            events: vec![Event {
+                client_seq: seq,
+                event_id: None,
+                timestamp: 1_700_000_000_000,
+                event_type: 3,
+                minor: 0,
+                data: b"x".to_vec(),
+                iv: None,
+            }],
+        }],
+    }
+}
+
+async fn next(changes: &mut broadcast::Receiver<Change>) -> Change {
+    tokio::time::timeout(WAIT, changes.recv())
+        .await
+        .expect("a change within the wait")
+        .unwrap()
+}
+
+async fn watches(fake: &FakeCeleriant, n: usize) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while fake.watches() != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} watches, want {n}",
+            fake.watches()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn one_upstream_watch_changed_reset_resync_and_reconnect() {
+    let fake = FakeCeleriant::start();
+    let backend = CeleriantBackend::connect(CeleriantOptions {
+        addresses: vec![fake.address()],
+        api_key: None,
+        request_timeout: Duration::from_secs(5),
+    })
+    .await
+    .unwrap();
+    let mut changes = backend.changes().unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Resync,
+        "a resync once the watch is open"
+    );
+    watches(&fake, 1).await;
+
+    backend.write(command(1, 1)).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Changed {
+            key: key(1),
+            version: 1
+        }
+    );
+    backend.write(command(1, 2)).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Changed {
+            key: key(1),
+            version: 2
+        }
+    );
+
+    let trimmed = WatchResponseEvent {
+        org_id: ORG,
+        aggregate_type_id: TYPE,
+        aggregate_id: 1,
+        operation: 3,
+        from_aggregate_version: None,
+        to_aggregate_version: Some(2),
+        keep_from_aggregate_version: Some(2),
+    };
+    let deleted = WatchResponseEvent {
+        aggregate_id: 2,
+        to_aggregate_version: None,
+        keep_from_aggregate_version: None,
+        ..trimmed.clone()
+    };
+    fake.notify(vec![trimmed, deleted]);
+    assert_eq!(next(&mut changes).await, Change::Reset { key: key(1) });
+    assert_eq!(next(&mut changes).await, Change::Reset { key: key(2) });
+
+    fake.end_watches();
+    assert_eq!(next(&mut changes).await, Change::Resync, "the watch ended");
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Resync,
+        "the watch is open again"
+    );
+    watches(&fake, 1).await;
+    backend.write(command(1, 3)).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Changed {
+            key: key(1),
+            version: 3
+        }
+    );
+
+    fake.break_watches_mid_frame();
+    assert_eq!(next(&mut changes).await, Change::Resync, "left mid-frame");
+    assert_eq!(next(&mut changes).await, Change::Resync, "reconnected");
+    watches(&fake, 1).await;
+    backend.write(command(1, 4)).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Changed {
+            key: key(1),
+            version: 4
+        }
+    );
+    let watch_requests = fake
+        .requests()
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                celeriant_msg::process_client_requests::ClientRequest::Watch(_)
+            )
+        })
+        .count();
+    assert_eq!(watch_requests, 3, "one watch at a time, reopened twice");
+}
+
+#[test]
+fn a_gateway_on_celeriant_streams_what_is_written_through_it() {
+    let fake = FakeCeleriant::start();
+    let dir = data_dir();
+    let org = Uuid::from_u128(ORG).to_string();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--backend",
+            "celeriant",
+            "--celeriant-addr",
+            &fake.address(),
+            "--org-id",
+            &org,
+            "--auth",
+            "none",
+        ],
+    );
+    let (type_id, id) = (
+        Uuid::from_u128(TYPE).to_string(),
+        Uuid::from_u128(7).to_string(),
+    );
+    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
+    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    assert_eq!(s.status, 200, "{}", s.body);
+    assert_eq!(s.expect(WAIT).event, "ready");
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake.watches() != 1 {
+        assert!(std::time::Instant::now() < deadline, "no upstream watch");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let write = support::app::write_by("5f0c6b2e-8a3d-4c1e-9b7a-2d4e6f8a0b1c", &type_id, &id, &[1]);
+    let r = post(&gw.base, "/v1/write", None, &write);
+    assert_eq!(r.json["outcome"], "landed", "{:?}", r.json);
+    loop {
+        let e = s.expect(WAIT);
+        if e.event == "resync" {
+            continue; // the upstream watch opening may race the stream's ready
+        }
+        assert_eq!(e.event, "changed");
+        assert_eq!(e.data, json!({"typeId": type_id, "id": id, "version": 1}));
+        break;
+    }
+    fake.end_watches();
+    assert_eq!(
+        s.expect(WAIT).event,
+        "resync",
+        "the upstream watch was lost"
+    );
+}
