@@ -13,6 +13,7 @@
 //! and, after a calm period: exactly one open context drains, and the others follow.
 #![cfg(not(target_arch = "wasm32"))]
 
+use celeriant_sync::engine::read::machine::ReadState;
 use std::collections::VecDeque;
 
 use celeriant_sync::engine::coord::{
@@ -89,6 +90,7 @@ fn status() -> Status {
         parked: 0,
         last_error: None,
         role: Role::Drainer,
+        read: ReadState::Idle,
     }
 }
 

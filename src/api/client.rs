@@ -119,6 +119,7 @@ impl SyncClient {
             None
         };
         let config = Config {
+            gateway_url: options.gateway_url.clone(),
             database_name: options.database_name.clone(),
             write_url: format!(
                 "{}{}",
@@ -277,6 +278,51 @@ impl SyncClient {
             inner.runtime.discarded(aggregate, removed);
             Ok(JsValue::from(removed))
         })
+    }
+
+    /// The converged view of an aggregate now: what the server confirmed, in server order, then
+    /// this device's pending events. Online, it catches the local log up first; offline (or if
+    /// the catch-up fails) it answers from the local log with `fromCache: true`.
+    #[wasm_bindgen(unchecked_return_type = "Promise<AggregateView>")]
+    pub fn read(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
+    ) -> Promise {
+        let inner = self.inner.clone();
+        let aggregate = input::aggregate(&aggregate);
+        promise(async move {
+            inner.check_open()?;
+            Ok(inner.runtime.read(aggregate?).await?)
+        })
+    }
+
+    /// Calls `listener` with the aggregate's view at once (from the local log), then after
+    /// every change: a confirmed page arrived, a local append, a pending event confirmed, a
+    /// reset. Returns the function that unsubscribes (idempotent). The device holds one change
+    /// stream for all its contexts' subscriptions.
+    #[wasm_bindgen(unchecked_return_type = "() => void")]
+    pub fn subscribe(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "(view: AggregateView) => void")] listener: Function,
+    ) -> Result<JsValue, JsValue> {
+        self.inner.check_open()?;
+        let aggregate = input::aggregate(&aggregate)?;
+        let runtime = self.inner.runtime.clone();
+        let (id, first) = runtime.views.subscribe(aggregate, listener);
+        if first {
+            runtime.watch_changed();
+        }
+        let mut done = false;
+        let unsubscribe = Closure::<dyn FnMut()>::new(move || {
+            if std::mem::replace(&mut done, true) {
+                return;
+            }
+            if runtime.views.unsubscribe(aggregate, id) && !runtime.hub.is_closed() {
+                runtime.watch_changed();
+            }
+        });
+        Ok(unsubscribe.into_js_value())
     }
 
     /// Stops the drain loop (an in-flight request is aborted; its batch stays pinned and is

@@ -90,6 +90,50 @@ export interface SyncStatus {
     /** Events parked after a permanent rejection. */
     parked: number;
     lastError: SyncFailure | null;
+    /** The read side (the change stream and catch-up, run by the draining context). */
+    read: ReadStatus;
+}
+
+/** The read side's state. */
+export interface ReadStatus {
+    /** `idle`: nothing watched; `connecting`: the change stream is being (re)opened;
+     * `connected`: open, and every watched aggregate caught up; `catchingUp`: pages are being
+     * read into the local log; `offline`: views answer from the local log. */
+    state: "idle" | "connecting" | "connected" | "catchingUp" | "offline";
+}
+
+/** One event of an `AggregateView`. */
+export interface ViewEvent {
+    eventId: string | null;
+    clientId: string;
+    clientSeq: number;
+    type: number;
+    minor: number;
+    /** The device's time of the append, Unix milliseconds. */
+    timestamp: number;
+    data: Uint8Array;
+    /** `confirmed`: in the server's log (with its `version`); `pending`: this device's, not confirmed yet. */
+    status: "confirmed" | "pending";
+    /** The aggregate version of the batch that holds it (confirmed events). */
+    version?: number;
+    /** The server's time of the write (confirmed events). */
+    serverTimestamp?: number;
+    /** Why it cannot sync (pending events of a parked aggregate) until discarded. */
+    parked?: { code: number; message: string };
+    /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
+    json(): unknown;
+}
+
+/** One converged view of an aggregate: confirmed events in server order, then this device's pending ones in sequence order. */
+export interface AggregateView {
+    aggregate: AggregateRef;
+    /** The highest confirmed version in the local log. */
+    version: number;
+    events: ViewEvent[];
+    /** How many of `events` are pending. */
+    pending: number;
+    /** The local log may be behind the server (offline, or not caught up). */
+    fromCache: boolean;
 }
 
 /** The `synced` event's detail: events that landed. */

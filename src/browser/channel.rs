@@ -5,7 +5,7 @@
 //! notices in the very shapes the app sees ([`super::convert`]). A message this version cannot
 //! read (another version of the library, damage) is ignored.
 
-use js_sys::Object;
+use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
 
@@ -15,6 +15,8 @@ use super::convert::{
 };
 use super::js;
 use crate::engine::coord::Message;
+use crate::engine::model::AggregateRef;
+use crate::engine::read::message::ReadMessage;
 
 fn tagged(kind: &str, fields: &[(&str, JsValue)]) -> JsValue {
     let o = Object::new();
@@ -41,7 +43,66 @@ pub fn encode(message: &Message) -> JsValue {
         ),
         Message::Heartbeat => tagged("heartbeat", &[]),
         Message::Hello => tagged("hello", &[]),
+        Message::Read(read) => encode_read(read),
     }
+}
+
+fn agg(aggregate: &AggregateRef) -> (&'static str, JsValue) {
+    ("aggregate", aggregate_to_js(aggregate))
+}
+
+fn encode_read(message: &ReadMessage) -> JsValue {
+    match message {
+        ReadMessage::Watch { context, list } => {
+            let items = Array::new();
+            for (aggregate, count) in list {
+                let item = Object::new();
+                js::set(&item, "aggregate", aggregate_to_js(aggregate));
+                js::set(&item, "count", *count);
+                items.push(&item);
+            }
+            tagged(
+                "watch",
+                &[
+                    // A u64 in a string: the context id is random over 64 bits.
+                    ("context", JsValue::from_str(&context.to_string())),
+                    ("list", items.into()),
+                ],
+            )
+        }
+        ReadMessage::WhoWatches => tagged("whoWatches", &[]),
+        ReadMessage::CatchUp(a) => tagged("catchUp", &[agg(a)]),
+        ReadMessage::CaughtUp { aggregate, ok } => tagged(
+            "caughtUp",
+            &[agg(aggregate), ("ok", JsValue::from_bool(*ok))],
+        ),
+        ReadMessage::LogChanged(a) => tagged("logChanged", &[agg(a)]),
+        ReadMessage::Touched(a) => tagged("touched", &[agg(a)]),
+    }
+}
+
+fn decode_read(kind: &str, value: &JsValue) -> Option<ReadMessage> {
+    let aggregate = || aggregate_from_js(&js::get(value, "aggregate"));
+    Some(match kind {
+        "watch" => {
+            let context = js::get_string(value, "context")?.parse().ok()?;
+            let mut list = Vec::new();
+            for item in js::array(&js::get(value, "list")) {
+                let aggregate = aggregate_from_js(&js::get(&item, "aggregate"))?;
+                list.push((aggregate, u32::try_from(js::get_u64(&item, "count")?).ok()?));
+            }
+            ReadMessage::Watch { context, list }
+        }
+        "whoWatches" => ReadMessage::WhoWatches,
+        "catchUp" => ReadMessage::CatchUp(aggregate()?),
+        "caughtUp" => ReadMessage::CaughtUp {
+            aggregate: aggregate()?,
+            ok: js::get(value, "ok").as_bool()?,
+        },
+        "logChanged" => ReadMessage::LogChanged(aggregate()?),
+        "touched" => ReadMessage::Touched(aggregate()?),
+        _ => return None,
+    })
 }
 
 /// Reads a message back; `None` for anything this version does not understand.
@@ -60,7 +121,7 @@ pub fn decode(value: &JsValue) -> Option<Message> {
         },
         "heartbeat" => Message::Heartbeat,
         "hello" => Message::Hello,
-        _ => return None,
+        other => Message::Read(decode_read(other, value)?),
     })
 }
 

@@ -12,6 +12,7 @@ use wasm_bindgen::JsValue;
 use super::idb::keys::uuid_js;
 use super::js;
 use crate::engine::model::{AggregateRef, ParkRecord};
+use crate::engine::read::machine::ReadState;
 use crate::engine::status::{LastError, Role, Status, SyncState, SyncedNotice};
 
 /// `{ typeId, id }`.
@@ -33,6 +34,14 @@ pub fn aggregate_from_js(v: &JsValue) -> Option<AggregateRef> {
         id: uuid_from(&js::get(v, "id"))?,
     })
 }
+
+const READ_STATES: [ReadState; 5] = [
+    ReadState::Idle,
+    ReadState::Connecting,
+    ReadState::Connected,
+    ReadState::CatchingUp,
+    ReadState::Offline,
+];
 
 const STATES: [SyncState; 7] = [
     SyncState::Idle,
@@ -62,6 +71,9 @@ pub fn status_to_js(s: &Status) -> JsValue {
         }
     };
     js::set(&o, "lastError", error);
+    let read = Object::new();
+    js::set(&read, "state", s.read.as_str());
+    js::set(&o, "read", read);
     o.into()
 }
 
@@ -90,6 +102,14 @@ pub fn status_from_js(v: &JsValue) -> Option<Status> {
         parked: js::get_u64(v, "parked")?,
         last_error,
         role,
+        read: {
+            let read = js::get(v, "read");
+            let state = js::get_string(&read, "state").unwrap_or_default();
+            *READ_STATES
+                .iter()
+                .find(|s| s.as_str() == state)
+                .unwrap_or(&ReadState::Idle)
+        },
     })
 }
 

@@ -35,16 +35,21 @@ pub fn error_text(error: &JsValue) -> String {
 
 async fn exchange(
     url: &str,
-    body: &str,
+    body: Option<&str>,
     bearer: Option<&str>,
     controller: &AbortController,
 ) -> Result<Reply, JsValue> {
     let init = RequestInit::new();
-    init.set_method("POST");
-    init.set_body(&JsValue::from_str(body));
-    init.set_signal(Some(&controller.signal()));
     let headers = web_sys::Headers::new()?;
-    headers.set("Content-Type", "application/json")?;
+    match body {
+        Some(body) => {
+            init.set_method("POST");
+            init.set_body(&JsValue::from_str(body));
+            headers.set("Content-Type", "application/json")?;
+        }
+        None => init.set_method("GET"),
+    }
+    init.set_signal(Some(&controller.signal()));
     if let Some(token) = bearer {
         headers.set("Authorization", &format!("Bearer {token}"))?;
     }
@@ -73,6 +78,16 @@ async fn exchange(
 /// Posts `body` (JSON) to `url`, with `Authorization: Bearer` when `bearer` is given; aborts
 /// after `timeout_ms`, or when the future is dropped.
 pub async fn post(url: &str, body: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
+    request(url, Some(body), bearer, timeout_ms).await
+}
+
+/// `GET url`, with `Authorization: Bearer` when `bearer` is given; aborts after `timeout_ms`,
+/// or when the future is dropped.
+pub async fn get(url: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
+    request(url, None, bearer, timeout_ms).await
+}
+
+async fn request(url: &str, body: Option<&str>, bearer: Option<&str>, timeout_ms: u32) -> Reply {
     let controller = match AbortController::new() {
         Ok(c) => c,
         Err(e) => return Reply::network(error_text(&e)),

@@ -9,6 +9,8 @@
 //! * [`identity`], [`session`]: the device key (WebCrypto) and the sessions it opens;
 //! * [`locks`], [`channel`]: Web Locks and the `BroadcastChannel` between contexts;
 //! * [`runtime`]: one open client's runtime — coordination and drain, executed;
+//! * [`reader`], [`stream`], [`views`]: the read side — catch-up and the change stream in the
+//!   draining context, the converged views in every context;
 //! * [`convert`], [`js`]: the engine's values as plain JS objects;
 //! * [`global`]: the global scope, reached through `js_sys::global()` so everything works in a
 //!   window, a dedicated Worker or a Service Worker.
@@ -26,5 +28,8 @@ pub mod identity;
 pub mod inspect;
 pub mod js;
 pub mod locks;
+pub mod reader;
 pub mod runtime;
 pub mod session;
+pub mod stream;
+pub mod views;

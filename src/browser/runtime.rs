@@ -10,21 +10,30 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
+use futures_channel::oneshot;
 use gloo_timers::callback::Interval;
+use gloo_timers::future::TimeoutFuture;
 use uuid::Uuid;
+use wasm_bindgen::JsValue;
 
 use super::channel::Channel;
 use super::env::{BrowserEnv, OnlineListener};
 use super::fetch::FetchTransport;
 use super::idb::outbox::IdbOutbox;
 use super::locks::{self, DrainLock};
+use super::reader::{ReaderConfig, ReaderNews, ReaderRuntime};
 use super::session::GatewaySessions;
+use super::views::Views;
 use crate::engine::coord::{Coordinator, Effect, Event, HEARTBEAT_MS, HubUpdate, Message};
 use crate::engine::drain::{Drain, Edge, Policy, run_inspected};
 use crate::engine::group::{GroupCommit, Spawn};
 use crate::engine::inspect::Inspector;
 use crate::engine::model::{AggregateRef, NewEvent, ParkRecord, Receipt};
 use crate::engine::outbox::StoreError;
+use crate::engine::read::machine::{Input as ReadInput, ReadState};
+use crate::engine::read::message::ReadMessage;
+use crate::engine::read::subscriptions::Subscriptions;
+use crate::engine::signal::first;
 use crate::engine::status::{Hub, Observer, Status, SyncState, SyncedNotice};
 
 /// What the runtime needs to know.
@@ -32,6 +41,8 @@ use crate::engine::status::{Hub, Observer, Status, SyncState, SyncedNotice};
 pub struct Config {
     /// The IndexedDB database (and the name of its lock and channel).
     pub database_name: String,
+    /// The gateway's base URL.
+    pub gateway_url: String,
     /// `{gateway}/v1/write`.
     pub write_url: String,
     /// Per-request timeout.
@@ -61,6 +72,16 @@ pub struct Runtime {
     heartbeat: RefCell<Option<Interval>>,
     online: RefCell<Option<OnlineListener>>,
     draining: Cell<bool>,
+    /// This context's random id among the device's contexts.
+    context: u64,
+    /// This context's views (`subscribe`, `read`).
+    pub views: Rc<Views>,
+    /// Every context's subscriptions (meaningful while this context drains).
+    subscriptions: RefCell<Subscriptions>,
+    /// The read side, while this context drains.
+    reader: RefCell<Option<Rc<ReaderRuntime>>>,
+    /// `read` calls waiting for a catch-up to end.
+    waiters: RefCell<Vec<(AggregateRef, oneshot::Sender<bool>)>>,
 }
 
 fn now() -> u64 {
@@ -103,6 +124,10 @@ impl Observer for Relay {
         self.app.synced(notice);
         if let Some(runtime) = self.runtime.upgrade() {
             runtime.feed(Event::Changed(Message::Synced(notice.clone())));
+            let reader = runtime.reader.borrow().clone();
+            if let Some(reader) = reader {
+                reader.landed(notice.aggregate);
+            }
         }
     }
 
@@ -110,6 +135,7 @@ impl Observer for Relay {
         self.app.parked(record);
         if let Some(runtime) = self.runtime.upgrade() {
             runtime.feed(Event::Changed(Message::Parked(record.clone())));
+            runtime.touched(record.aggregate);
         }
     }
 }
@@ -135,6 +161,12 @@ impl Runtime {
             };
             let hub = Rc::new(Hub::new(Box::new(relay)));
             hub.reset_counts(counts.0, counts.1);
+            let read_hub = hub.clone();
+            let views = Views::new(
+                outbox.clone(),
+                client_id.to_string(),
+                Box::new(move || read_hub.status().read != ReadState::Connected),
+            );
             Runtime {
                 appends: GroupCommit::new(outbox.clone(), spawn()),
                 outbox,
@@ -151,13 +183,21 @@ impl Runtime {
                 heartbeat: RefCell::new(None),
                 online: RefCell::new(None),
                 draining: Cell::new(false),
+                context: (js_sys::Math::random() * 9_007_199_254_740_991.0) as u64,
+                views,
+                subscriptions: RefCell::default(),
+                reader: RefCell::new(None),
+                waiters: RefCell::default(),
             }
         });
         *runtime.online.borrow_mut() = Some(OnlineListener::new(&runtime.hub)?);
         let weak = Rc::downgrade(&runtime);
         *runtime.channel.borrow_mut() = Channel::open(&runtime.config.database_name, move |m| {
             if let Some(runtime) = weak.upgrade() {
-                runtime.feed(Event::Received(m));
+                match m {
+                    Message::Read(read) => runtime.read_message(read),
+                    m => runtime.feed(Event::Received(m)),
+                }
             }
         });
         let weak = Rc::downgrade(&runtime);
@@ -284,8 +324,142 @@ impl Runtime {
             };
             let end = run_inspected(drain, edge, &this.inspector).await;
             this.draining.set(false);
+            if let Some(reader) = this.reader.borrow_mut().take() {
+                reader.stop();
+            }
             this.feed(Event::DrainStopped(end));
         });
+        self.start_reader();
+    }
+
+    /// The draining context also holds the change stream and does the catch-ups.
+    fn start_reader(self: &Rc<Self>) {
+        let weak = Rc::downgrade(self);
+        let news = Box::new(move |news: ReaderNews| {
+            let Some(runtime) = weak.upgrade() else {
+                return;
+            };
+            match news {
+                ReaderNews::LogChanged(aggregate) => {
+                    runtime.views.changed(aggregate);
+                    runtime.post(&Message::Read(ReadMessage::LogChanged(aggregate)));
+                }
+                ReaderNews::CaughtUp(aggregate, ok) => {
+                    runtime.caught_up(aggregate, ok);
+                    runtime.post(&Message::Read(ReadMessage::CaughtUp { aggregate, ok }));
+                }
+            }
+        });
+        let reader = ReaderRuntime::start(
+            ReaderConfig {
+                gateway_url: self.config.gateway_url.clone(),
+                timeout_ms: self.config.request_timeout_ms,
+                me: self.client_id.to_string(),
+            },
+            self.outbox.clone(),
+            self.hub.clone(),
+            self.sessions.clone(),
+            news,
+        );
+        if let Some(old) = self.reader.borrow_mut().replace(reader.clone()) {
+            old.stop();
+        }
+        let inputs = {
+            let mut subscriptions = self.subscriptions.borrow_mut();
+            *subscriptions = Subscriptions::default();
+            subscriptions.replace(self.context, &self.views.watched())
+        };
+        for input in inputs {
+            reader.feed(input);
+        }
+        // The other contexts say what they watch.
+        self.post(&Message::Read(ReadMessage::WhoWatches));
+    }
+
+    /// A read-side message from another context.
+    fn read_message(self: &Rc<Self>, message: ReadMessage) {
+        let reader = self.reader.borrow().clone();
+        match message {
+            ReadMessage::Watch { context, list } => {
+                if let Some(reader) = reader {
+                    let inputs = self.subscriptions.borrow_mut().replace(context, &list);
+                    for input in inputs {
+                        reader.feed(input);
+                    }
+                }
+            }
+            ReadMessage::WhoWatches => self.post(&Message::Read(ReadMessage::Watch {
+                context: self.context,
+                list: self.views.watched(),
+            })),
+            ReadMessage::CatchUp(aggregate) => {
+                if let Some(reader) = reader {
+                    reader.feed(ReadInput::CatchUp(aggregate));
+                }
+            }
+            ReadMessage::CaughtUp { aggregate, ok } => self.caught_up(aggregate, ok),
+            ReadMessage::LogChanged(aggregate) | ReadMessage::Touched(aggregate) => {
+                self.views.changed(aggregate)
+            }
+        }
+    }
+
+    /// This context's subscriptions changed: tell whoever holds the stream.
+    pub fn watch_changed(self: &Rc<Self>) {
+        let list = self.views.watched();
+        let reader = self.reader.borrow().clone();
+        match reader {
+            Some(reader) => {
+                let inputs = self.subscriptions.borrow_mut().replace(self.context, &list);
+                for input in inputs {
+                    reader.feed(input);
+                }
+            }
+            None => self.post(&Message::Read(ReadMessage::Watch {
+                context: self.context,
+                list,
+            })),
+        }
+    }
+
+    /// The aggregate's pending events changed here: refresh views, here and elsewhere.
+    fn touched(self: &Rc<Self>, aggregate: AggregateRef) {
+        self.views.changed(aggregate);
+        self.post(&Message::Read(ReadMessage::Touched(aggregate)));
+    }
+
+    fn caught_up(&self, aggregate: AggregateRef, ok: bool) {
+        let waiting = std::mem::take(&mut *self.waiters.borrow_mut());
+        let (done, rest): (Vec<_>, Vec<_>) =
+            waiting.into_iter().partition(|(a, _)| *a == aggregate);
+        *self.waiters.borrow_mut() = rest;
+        for (_, sender) in done {
+            let _ = sender.send(ok);
+        }
+    }
+
+    /// The aggregate's view now: caught up first when online (by whichever context drains),
+    /// from the local log alone when offline or when the catch-up fails or takes too long.
+    pub async fn read(self: &Rc<Self>, aggregate: AggregateRef) -> Result<JsValue, StoreError> {
+        self.outbox.ensure_cursor(aggregate).await?;
+        let mut ok = false;
+        if super::global::is_online() {
+            let (sender, receiver) = oneshot::channel();
+            self.waiters.borrow_mut().push((aggregate, sender));
+            let reader = self.reader.borrow().clone();
+            match reader {
+                Some(reader) => reader.feed(ReadInput::CatchUp(aggregate)),
+                None => self.post(&Message::Read(ReadMessage::CatchUp(aggregate))),
+            }
+            let mut answer = None;
+            first(
+                async { answer = receiver.await.ok() },
+                TimeoutFuture::new(self.config.request_timeout_ms.saturating_mul(2)),
+            )
+            .await;
+            ok = answer == Some(true);
+        }
+        self.views.read(aggregate, !ok).await
     }
 
     /// Stores an append through group commit; resolves once its transaction committed.
@@ -296,6 +470,7 @@ impl Runtime {
     ) -> Result<Vec<Receipt>, StoreError> {
         let receipts = self.appends.append(aggregate, events).await?;
         self.feed(Event::Appended(receipts.len() as u64));
+        self.touched(aggregate);
         Ok(receipts)
     }
 
@@ -312,6 +487,7 @@ impl Runtime {
     /// This context discarded an aggregate's parked events.
     pub fn discarded(self: &Rc<Self>, aggregate: AggregateRef, removed: u32) {
         self.feed(Event::Discarded { aggregate, removed });
+        self.touched(aggregate);
     }
 
     /// Stops the drain (if this context drains), releases the lock, closes channel and
@@ -328,6 +504,15 @@ impl Runtime {
             self.hub.set_state(SyncState::Closed);
         }
         self.feed(Event::Close);
+        if let Some(reader) = self.reader.borrow_mut().take() {
+            reader.stop();
+        }
+        // Goodbye to the drainer: this context watches nothing any more.
+        self.post(&Message::Read(ReadMessage::Watch {
+            context: self.context,
+            list: Vec::new(),
+        }));
+        self.waiters.borrow_mut().clear();
         self.heartbeat.borrow_mut().take();
         self.online.borrow_mut().take();
         if let Some(lock) = self.lock.borrow_mut().take() {

@@ -17,6 +17,7 @@
 //! * [`drain`]: the one sync loop, as a pure state machine and its executor; [`auth`]: the
 //!   sessions it writes under;
 //! * [`coord`]: which context drains, as a pure state machine;
+//! * [`read`]: the read side — catch-up, the change stream, the converged view;
 //! * [`status`] and [`signal`]: what the app sees and how the drain is woken;
 //! * [`errors`]: the stable error codes JavaScript sees.
 //! * [`inspect`]: what `inspect()` shows (the drain's recent outcomes, the pinned batch's
@@ -40,5 +41,6 @@ pub mod inspect;
 pub mod memory;
 pub mod model;
 pub mod outbox;
+pub mod read;
 pub mod signal;
 pub mod status;

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use super::model::{AggregateRef, ParkRecord};
+use super::read::machine::ReadState;
 use super::signal::Signal;
 
 /// The drain loop's state.
@@ -90,6 +91,8 @@ pub struct Status {
     pub last_error: Option<LastError>,
     /// Whether this context drains.
     pub role: Role,
+    /// The read side's state (the drainer's, mirrored in every context).
+    pub read: ReadState,
 }
 
 /// Events that landed, reported once they are settled locally.
@@ -139,6 +142,9 @@ pub struct Hub {
     observer: Box<dyn Observer>,
     state: Cell<SyncState>,
     role: Cell<Role>,
+    read: Cell<ReadState>,
+    /// Aggregates whose local log moved, for the drain to prune what it now holds.
+    logged: RefCell<Vec<AggregateRef>>,
     last_error: RefCell<Option<LastError>>,
     counts: RefCell<Counts>,
     closed: Cell<bool>,
@@ -153,6 +159,8 @@ pub struct Hub {
     pub closing: Signal,
     /// The drain loop has stopped.
     pub stopped: Signal,
+    /// An aggregate's local log moved (see [`Hub::logged`]).
+    pub log: Signal,
 }
 
 impl Hub {
@@ -162,6 +170,8 @@ impl Hub {
             observer,
             state: Cell::new(SyncState::Idle),
             role: Cell::new(Role::Drainer),
+            read: Cell::new(ReadState::Idle),
+            logged: RefCell::default(),
             last_error: RefCell::new(None),
             counts: RefCell::new(Counts::default()),
             closed: Cell::new(false),
@@ -171,6 +181,7 @@ impl Hub {
             progress: Signal::default(),
             closing: Signal::default(),
             stopped: Signal::default(),
+            log: Signal::default(),
         }
     }
 
@@ -184,7 +195,30 @@ impl Hub {
             parked,
             last_error: self.last_error.borrow().clone(),
             role: self.role.get(),
+            read: self.read.get(),
         }
+    }
+
+    /// Sets the read side's state.
+    pub fn set_read(&self, state: ReadState) {
+        let before = self.status();
+        self.read.set(state);
+        self.changed(before);
+    }
+
+    /// The local log of `aggregate` moved: landed events it now holds may be pruned.
+    pub fn logged(&self, aggregate: AggregateRef) {
+        let mut logged = self.logged.borrow_mut();
+        if !logged.contains(&aggregate) {
+            logged.push(aggregate);
+        }
+        drop(logged);
+        self.log.notify();
+    }
+
+    /// The aggregates whose log moved since the last call.
+    pub fn take_logged(&self) -> Vec<AggregateRef> {
+        std::mem::take(&mut self.logged.borrow_mut())
     }
 
     /// Sets whether this context drains.
@@ -200,6 +234,7 @@ impl Hub {
         if !self.closed.get() {
             self.state.set(status.state);
         }
+        self.read.set(status.read);
         *self.last_error.borrow_mut() = status.last_error.clone();
         {
             let mut counts = self.counts.borrow_mut();

@@ -151,6 +151,11 @@ export async function readAll(gateway, typeId, id, token) {
       auth = await readerToken(gateway, renew);
       r = await get(auth);
     }
+    if (r.status === 410) {
+      // Trimmed below `from`: the log starts at minVersion now.
+      from = (await r.json()).minVersion;
+      continue;
+    }
     if (!r.ok) throw new Error(`read: ${r.status} ${await r.text()}`);
     const page = await r.json();
     for (const batch of page.batches) {
@@ -305,4 +310,109 @@ export function storeNames(dbName) {
     open.onerror = () => reject(open.error);
     open.onsuccess = () => { const names = [...open.result.objectStoreNames]; open.result.close(); resolve(names); };
   });
+}
+
+/** Cuts single devices off the network, whatever the others do: a device's session requests
+ *  (told apart by the public key they carry) and every request with a token the gateway gave
+ *  it fail as a network error would, and its open change streams are aborted.
+ *  Returns { cut(publicKey), heal(publicKey), restore() }. */
+export function cutOff() {
+  const real = globalThis.fetch;
+  const keys = new Set();
+  const tokens = new Map();
+  const streams = [];
+  globalThis.fetch = async (input, init) => {
+    const request = input instanceof Request ? input : new Request(input, init);
+    const url = request.url;
+    if (url.endsWith("/v1/session")) {
+      const key = JSON.parse(await request.clone().text()).publicKey;
+      if (keys.has(key)) throw new TypeError("Failed to fetch (cut off)");
+      const response = await real(input, init);
+      try {
+        const { token } = await response.clone().json();
+        if (token) tokens.set(token, key);
+      } catch (_) { /* a refusal */ }
+      return response;
+    }
+    const auth = request.headers.get("authorization");
+    const key = auth ? tokens.get(auth.slice("Bearer ".length)) : undefined;
+    if (key !== undefined && keys.has(key)) throw new TypeError("Failed to fetch (cut off)");
+    if (key !== undefined && url.endsWith("/v1/watch")) {
+      const controller = new AbortController();
+      const signal = init && init.signal;
+      if (signal) signal.addEventListener("abort", () => controller.abort());
+      streams.push({ key, controller });
+      return real(input, { ...init, signal: controller.signal });
+    }
+    return real(input, init);
+  };
+  return {
+    cut(key) {
+      keys.add(key);
+      for (const s of streams) if (s.key === key) s.controller.abort();
+    },
+    heal(key) { keys.delete(key); },
+    restore() { globalThis.fetch = real; },
+  };
+}
+
+/** Subscribes to an aggregate and records every view the listener gets, as keys
+ *  `clientId:clientSeq:status`. Returns { views: string[][], last, unsubscribe }. */
+export function recordViews(client, aggregate) {
+  const log = { views: [], last: null };
+  log.unsubscribe = client.subscribe(aggregate, (view) => {
+    log.last = view;
+    log.views.push(view.events.map((e) => `${e.clientId}:${e.clientSeq}:${e.status}`));
+  });
+  return log;
+}
+
+/** What is wrong with a listener's history, or null: an event shown twice in one view, an
+ *  event that disappeared after being shown, or a confirmed event shown as pending again. */
+export function flicker(views) {
+  const seen = new Map(); // event -> "pending" | "confirmed"
+  for (let i = 0; i < views.length; i++) {
+    const now = new Map();
+    for (const key of views[i]) {
+      const cut = key.lastIndexOf(":");
+      const [event, status] = [key.slice(0, cut), key.slice(cut + 1)];
+      if (now.has(event)) return `view ${i}: ${event} twice`;
+      now.set(event, status);
+      if (seen.get(event) === "confirmed" && status === "pending") {
+        return `view ${i}: ${event} confirmed before, pending again`;
+      }
+    }
+    for (const [event] of seen) {
+      if (!now.has(event)) return `view ${i}: ${event} disappeared`;
+    }
+    for (const [event, status] of now) seen.set(event, status);
+  }
+  return null;
+}
+
+/** The events of an aggregate as the server holds them, as keys `clientId:clientSeq:confirmed`. */
+export async function serverKeys(gateway, typeId, id) {
+  const events = await readAll(gateway, typeId, id);
+  return events.map((e) => `${e.clientId}:${e.clientSeq}:confirmed`);
+}
+
+/** A view's events as keys `clientId:clientSeq:status`. */
+export function viewKeys(view) {
+  return view.events.map((e) => `${e.clientId}:${e.clientSeq}:${e.status}`);
+}
+
+/** The gateway's fault report (GET /v1/faults), with its counts. */
+export async function faultReport(gateway) {
+  const r = await fetch(`${gateway}/v1/faults`);
+  if (!r.ok) throw new Error(`GET /v1/faults: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+/** Trims an aggregate below `before` (the gateway's test hook). */
+export async function trim(gateway, typeId, id, before) {
+  const r = await fetch(`${gateway}/v1/faults/trim`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ typeId, id, before }),
+  });
+  if (!r.ok) throw new Error(`POST /v1/faults/trim: ${r.status} ${await r.text()}`);
 }

@@ -134,7 +134,7 @@ export async function chaos({
   for (const page of pages) await page.evaluate((ms) => harness.flush(ms), flushMs);
   const report = await gateway.setFaults({});
   const counts = { ...report.counts };
-  if (figures.faultsBeforeKill) for (const [k, v] of Object.entries(figures.faultsBeforeKill)) if (k !== "maxInFlightPerClient") counts[k] += v;
+  if (figures.faultsBeforeKill) for (const [k, v] of Object.entries(figures.faultsBeforeKill)) if (k !== "maxInFlightPerClient" && typeof v === "number") counts[k] += v;
   // Landed events are deleted (pruned) in the background once the drain is idle: wait for it.
   let outboxes = [];
   for (let waited = 0; waited <= 30_000; waited += 250) {

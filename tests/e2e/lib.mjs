@@ -186,6 +186,22 @@ export class Gateway {
     }
   }
 
+  /** Every event of an aggregate as `clientId:clientSeq:confirmed` keys, in server order. */
+  async readAllBatches(typeId, id) {
+    const keys = [];
+    for (let from = 1; ;) {
+      const url = `${this.base}/v1/aggregates/${typeId}/${id}/events?from=${from}`;
+      const get = async (renew) => fetch(url, { headers: { authorization: `Bearer ${await this.token({ renew })}` } });
+      let r = await get(false);
+      if (r.status === 401) r = await get(true);
+      if (!r.ok) throw new Error(`read ${id}: ${r.status} ${await r.text()}`);
+      const page = await r.json();
+      for (const b of page.batches) for (const e of b.events) keys.push(`${b.clientId}:${e.clientSeq}:confirmed`);
+      if (page.next === null) return keys;
+      from = page.next;
+    }
+  }
+
   cleanup() {
     rmSync(this.dir, { recursive: true, force: true });
   }

@@ -6,7 +6,7 @@
 //
 //   npm run soak -- --events 100000     # the long chaos run
 import { chaos } from "./chaos.mjs";
-import { demo, hungDrainer, oneSender, quota, takeover } from "./scenarios.mjs";
+import { demo, hungDrainer, oneSender, quota, readRestart, takeover } from "./scenarios.mjs";
 import { sessions } from "./sessions.mjs";
 
 const args = process.argv.slice(2);
@@ -36,6 +36,7 @@ const scenarios = {
   quota: () => quota({ seed: seed + 4 }),
   demo: () => demo(),
   sessions: () => sessions({ seed: seed + 5 }),
+  "read-restart": () => readRestart({ seed: seed + 6 }),
 };
 
 let passed = 0;

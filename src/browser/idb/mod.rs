@@ -5,11 +5,13 @@
 //!   helper every operation goes through, with its error mapping;
 //! * [`request`]: requests and transactions as futures;
 //! * [`keys`]: keys and key ranges;
+//! * [`log`]: the local log of what the server confirmed, and the snapshot a view is built from;
 //! * [`outbox`]: [`IdbOutbox`](outbox::IdbOutbox), the
 //!   [`Outbox`](crate::engine::outbox::Outbox) implementation, one transaction per operation.
 
 pub mod db;
 pub mod keys;
+pub mod log;
 pub mod outbox;
 pub mod request;
 pub mod schema;

@@ -17,7 +17,7 @@ use super::db::{Commit, Db, Durability, Js, stores};
 use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, uuid_js};
 use super::request::{record, result};
 use super::schema::{
-    CLIENT_ID_KEY, COUNTERS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
+    CLIENT_ID_KEY, COUNTERS, CURSORS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
 };
 use crate::browser::js;
 use crate::engine::batch::take_within;
@@ -109,11 +109,11 @@ async fn compact_ids(events: &IdbObjectStore, ids: &IdbObjectStore) -> Result<()
     Ok(())
 }
 
-fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, StoreError> {
+pub(super) fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, StoreError> {
     tx.object_store(name).js()
 }
 
-async fn get(store: &IdbObjectStore, key: &JsValue) -> Result<JsValue, StoreError> {
+pub(super) async fn get(store: &IdbObjectStore, key: &JsValue) -> Result<JsValue, StoreError> {
     result(store.get(key)).await.js()
 }
 
@@ -247,7 +247,7 @@ fn parked_record(r: &ParkRecord) -> JsValue {
     o.into()
 }
 
-fn park_of_record(v: &JsValue) -> Result<ParkRecord, StoreError> {
+pub(super) fn park_of_record(v: &JsValue) -> Result<ParkRecord, StoreError> {
     let bad = || StoreError::Corrupt("a bad parked record".into());
     Ok(ParkRecord {
         aggregate: aggregate_of_record(v)?,
@@ -275,6 +275,11 @@ impl IdbOutbox {
     /// Closes the connection for good.
     pub fn close(&self) {
         self.db.close();
+    }
+
+    /// The database (for the local log's operations, `super::log`).
+    pub(super) fn db(&self) -> &Db {
+        &self.db
     }
 
     /// The device's stored key pair, if it has one.
@@ -572,7 +577,7 @@ impl Outbox for IdbOutbox {
     async fn prune(&self, aggregate: AggregateRef, max: u32) -> Result<Pruned, StoreError> {
         self.db
             .write(
-                &stores(&[OUTBOX, LANDED, IDS]),
+                &stores(&[OUTBOX, LANDED, IDS, CURSORS]),
                 BOOKKEEPING,
                 Commit::Early,
                 async |tx| {
@@ -580,7 +585,15 @@ impl Outbox for IdbOutbox {
                     let watermarks = store(tx, LANDED)?;
                     let ids = store(tx, IDS)?;
                     let a = Agg::new(&aggregate);
-                    let through = landed(&watermarks, &a).await?;
+                    let landed_through = landed(&watermarks, &a).await?;
+                    // An aggregate with a local log keeps its landed events until the log holds
+                    // them: a view shows them as pending until then (no flicker).
+                    let logged = get(&store(tx, CURSORS)?, &a.key()).await?;
+                    let through = if logged.is_undefined() {
+                        landed_through
+                    } else {
+                        landed_through.min(js::get_u64(&logged, "mine").unwrap_or(0))
+                    };
                     if through == 0 {
                         return Ok(Pruned {
                             removed: 0,
@@ -599,8 +612,10 @@ impl Outbox for IdbOutbox {
                         events.delete(&a.seqs(0.0, true, cut as f64)?.into()).js()?;
                     } else {
                         events.delete(&all.into()).js()?;
-                        // Nothing landed is stored any more: the watermark has done its job.
-                        watermarks.delete(&a.key()).js()?;
+                        if through == landed_through {
+                            // Nothing landed is stored any more: the watermark has done its job.
+                            watermarks.delete(&a.key()).js()?;
+                        }
                     }
                     self.orphaned.set(self.orphaned.get() + removed as u64);
                     if !more && self.orphaned.get() >= ORPHANS_BEFORE_COMPACTING {

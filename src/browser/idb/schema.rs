@@ -9,6 +9,8 @@
 //! | `meta`      | out of line               | `"clientId"` (the device's id), `"pin"` (the pinned batch) | 1 |
 //! | `discarded` | out of line: event id     | when a parked event was discarded (`whenSynced` rejects for it) | 1 |
 //! | `landed`    | out of line: `[t, a]`     | the landed watermark: every sequence at or below it landed; kept only while landed events of the aggregate are still stored | 2 |
+//! | `log`       | out of line: `[t, a, version]` | a batch the server confirmed, as it reads it (`{ version, clientId, serverTimestamp, events }`) | 3 |
+//! | `cursors`   | out of line: `[t, a]`     | `{ version, mine }`: the highest version in `log`, and the highest of this device's sequences it holds | 3 |
 //!
 //! UUIDs are stored as lowercase hyphenated strings, so the key order of `outbox` is the order
 //! of (type, id, sequence) — the same order the in-memory outbox uses.
@@ -30,7 +32,7 @@ use wasm_bindgen::prelude::*;
 use web_sys::{IdbDatabase, IdbObjectStoreParameters, IdbTransaction};
 
 /// The current schema version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Pending (and landed, not yet pruned) events, keyed by aggregate and sequence.
 pub const OUTBOX: &str = "outbox";
@@ -46,6 +48,10 @@ pub const META: &str = "meta";
 pub const DISCARDED: &str = "discarded";
 /// Landed watermarks of aggregates whose landed events are not all pruned yet.
 pub const LANDED: &str = "landed";
+/// The local log: confirmed batches, per aggregate and version.
+pub const LOG: &str = "log";
+/// How far the local log of each aggregate reaches.
+pub const CURSORS: &str = "cursors";
 
 /// `meta` key of the device's client id.
 pub const CLIENT_ID_KEY: &str = "clientId";
@@ -102,6 +108,10 @@ pub fn upgrade(db: &IdbDatabase, tx: &IdbTransaction, old: u32) -> Result<(), Js
         if old == 1 {
             migrate_v1(db, tx);
         }
+    }
+    if old < 3 {
+        db.create_object_store(LOG)?;
+        db.create_object_store(CURSORS)?;
     }
     Ok(())
 }

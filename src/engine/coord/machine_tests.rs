@@ -1,6 +1,7 @@
 //! Unit tests of the coordination machine: one path each, exact effects.
 
 use super::*;
+use crate::engine::read::machine::ReadState;
 use crate::engine::status::SyncState;
 
 fn effects(c: &mut Coordinator) -> Vec<Effect> {
@@ -31,6 +32,7 @@ fn status() -> Status {
         parked: 0,
         last_error: None,
         role: Role::Drainer,
+        read: ReadState::Idle,
     }
 }
 

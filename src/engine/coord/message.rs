@@ -5,6 +5,7 @@
 //! current status. The browser layer encodes these as plain objects (`browser/channel.rs`).
 
 use crate::engine::model::{AggregateRef, ParkRecord};
+use crate::engine::read::message::ReadMessage;
 use crate::engine::status::{Status, SyncedNotice};
 
 /// One message between the contexts of a database.
@@ -32,4 +33,7 @@ pub enum Message {
     Heartbeat,
     /// A new context asks the drainer for its status.
     Hello,
+    /// The read side's business (the runtime hands it to the views and the reader, never to
+    /// the coordinator).
+    Read(ReadMessage),
 }

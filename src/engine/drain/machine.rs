@@ -133,6 +133,8 @@ pub enum Input {
     TimerFired,
     /// The current [`Action::Wait`] was cut short by a signal it waited for.
     Woken,
+    /// The local log of these aggregates moved: landed events it now holds may be pruned.
+    Logged(Vec<AggregateRef>),
     /// The client is closing.
     Close,
     /// Another context drains now.
@@ -410,6 +412,12 @@ impl Drain {
         let phase = std::mem::replace(&mut self.phase, Phase::Stopped);
         match (phase, input) {
             (_, Input::Close) => self.stop(RunEnd::Closed),
+            (phase, Input::Logged(aggregates)) => {
+                let idle = matches!(phase, Phase::Idle);
+                self.phase = phase;
+                self.unpruned.extend(aggregates);
+                self.maybe_prune(idle);
+            }
             (_, Input::Supersede) => self.stop(RunEnd::Superseded),
 
             // Background work, whatever the phase.

@@ -207,6 +207,11 @@ async fn next_input<'a>(ops: &mut Vec<Op<'a>>, wait: &mut Option<Wait<'a>>, hub:
         }
         // Register for the next close or supersede.
         let _ = Pin::new(&mut hub.closing.changed_since(hub.closing.generation())).poll(cx);
+        let logged = hub.take_logged();
+        if !logged.is_empty() {
+            return Poll::Ready(Input::Logged(logged));
+        }
+        let _ = Pin::new(&mut hub.log.changed_since(hub.log.generation())).poll(cx);
         for i in 0..ops.len() {
             if let Poll::Ready(input) = ops[i].as_mut().poll(cx) {
                 drop(ops.remove(i));

@@ -87,6 +87,42 @@ const harness = {
   close() {
     return this.client.close();
   },
+
+  /** Subscribes to an aggregate, recording every view as keys `clientId:clientSeq:status`. */
+  watch(aggregate) {
+    this.watched ??= new Map();
+    const log = { views: [] };
+    log.unsubscribe = this.client.subscribe(aggregate, (view) => {
+      log.views.push(view.events.map((e) => `${e.clientId}:${e.clientSeq}:${e.status}`));
+    });
+    this.watched.set(aggregate.id, log);
+  },
+
+  /** The last view recorded for an aggregate, and what is wrong with its history (or null):
+   *  an event twice in one view, an event gone after being shown, confirmed then pending. */
+  watchReport(id) {
+    const { views } = this.watched.get(id);
+    const seen = new Map();
+    let problem = null;
+    for (let i = 0; i < views.length && !problem; i++) {
+      const now = new Map();
+      for (const key of views[i]) {
+        const cut = key.lastIndexOf(":");
+        const [event, status] = [key.slice(0, cut), key.slice(cut + 1)];
+        if (now.has(event)) problem = `view ${i}: ${event} twice`;
+        now.set(event, status);
+        if (seen.get(event) === "confirmed" && status === "pending") problem = `view ${i}: ${event} pending again`;
+      }
+      for (const [event] of seen) if (!now.has(event)) problem ??= `view ${i}: ${event} disappeared`;
+      for (const [event, status] of now) seen.set(event, status);
+    }
+    return { last: views[views.length - 1] ?? null, count: views.length, problem };
+  },
+
+  async read(aggregate) {
+    const view = await this.client.read(aggregate);
+    return { keys: view.events.map((e) => `${e.clientId}:${e.clientSeq}:${e.status}`), pending: view.pending, fromCache: view.fromCache };
+  },
 };
 
 globalThis.harness = harness;

@@ -1,0 +1,382 @@
+//! The read side's executor in the draining context: performs what the
+//! [`Reader`](crate::engine::read::machine::Reader) machine decides — the change stream
+//! ([`super::stream`]), catch-up pages (`GET …/events?from=cursor+1`, stored with the cursor in
+//! one transaction), log resets, timers — and feeds back what happened.
+//!
+//! Inputs are queued and handled one at a time, as in [`super::runtime`]; every callback from
+//! the platform goes through `spawn_local` first, so nothing is re-entered and no closure is
+//! dropped while it runs. A stream or a request that outlives [`ReaderRuntime::stop`] (or a
+//! newer stream) finds the generation changed and is ignored.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, VecDeque};
+use std::rc::{Rc, Weak};
+
+use gloo_timers::callback::Timeout;
+use js_sys::{Array, JSON};
+use wasm_bindgen::JsValue;
+
+use super::fetch::get;
+use super::idb::outbox::IdbOutbox;
+use super::js;
+use super::session::GatewaySessions;
+use super::stream::WatchStream;
+use crate::engine::auth::{Authenticator, RENEW_BEFORE_MS, Session};
+use crate::engine::backoff::Backoff;
+use crate::engine::env::Reply;
+use crate::engine::model::AggregateRef;
+use crate::engine::read::machine::{Action, Input, PageEnd, Reader};
+use crate::engine::read::sse::{Parser, note};
+use crate::engine::status::Hub;
+
+/// What the reader tells the rest of the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReaderNews {
+    /// The aggregate's local log moved.
+    LogChanged(AggregateRef),
+    /// A catch-up of the aggregate ended (`true`: it reached the server's tip).
+    CaughtUp(AggregateRef, bool),
+}
+
+/// Where the reader reads from.
+pub struct ReaderConfig {
+    /// The gateway's base URL.
+    pub gateway_url: String,
+    /// Per-request timeout for pages.
+    pub timeout_ms: u32,
+    /// The device's client id, as the server writes it.
+    pub me: String,
+}
+
+/// The read side of the draining context.
+pub struct ReaderRuntime {
+    config: ReaderConfig,
+    outbox: Rc<IdbOutbox>,
+    hub: Rc<Hub>,
+    sessions: Rc<GatewaySessions>,
+    news: Box<dyn Fn(ReaderNews)>,
+    machine: RefCell<Reader>,
+    queue: RefCell<VecDeque<Input>>,
+    pumping: Cell<bool>,
+    session: RefCell<Option<Session>>,
+    stream: RefCell<Option<WatchStream>>,
+    /// Bumped for every stream opened or closed: callbacks of an older one are ignored.
+    generation: Cell<u64>,
+    timer: RefCell<Option<Timeout>>,
+    /// Aggregates with a local log: a landed batch of one is followed by its catch-up.
+    logged: RefCell<BTreeSet<AggregateRef>>,
+    stopped: Cell<bool>,
+}
+
+fn now() -> u64 {
+    js_sys::Date::now() as u64
+}
+
+impl ReaderRuntime {
+    /// A reader with nothing watched yet; `news` hears of log changes and catch-ups.
+    pub fn start(
+        config: ReaderConfig,
+        outbox: Rc<IdbOutbox>,
+        hub: Rc<Hub>,
+        sessions: Rc<GatewaySessions>,
+        news: Box<dyn Fn(ReaderNews)>,
+    ) -> Rc<ReaderRuntime> {
+        let reader = Rc::new(ReaderRuntime {
+            config,
+            outbox,
+            hub,
+            sessions,
+            news,
+            machine: RefCell::new(Reader::new(Backoff::default())),
+            queue: RefCell::default(),
+            pumping: Cell::new(false),
+            session: RefCell::new(None),
+            stream: RefCell::new(None),
+            generation: Cell::new(0),
+            timer: RefCell::new(None),
+            logged: RefCell::default(),
+            stopped: Cell::new(false),
+        });
+        reader.feed(Input::Online(super::global::is_online()));
+        // The network coming and going, for as long as the reader runs.
+        let weak = Rc::downgrade(&reader);
+        let hub = reader.hub.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            loop {
+                hub.network.notified().await;
+                let Some(reader) = weak.upgrade() else { return };
+                if reader.stopped.get() {
+                    return;
+                }
+                reader.feed(Input::Online(super::global::is_online()));
+            }
+        });
+        let weak = Rc::downgrade(&reader);
+        wasm_bindgen_futures::spawn_local(async move {
+            let Some(reader) = weak.upgrade() else { return };
+            if let Ok(logged) = reader.outbox.logged().await {
+                reader.logged.borrow_mut().extend(logged);
+            }
+        });
+        reader
+    }
+
+    /// Stops: closes the stream, cancels the timer; whatever is in flight is ignored.
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.generation.set(self.generation.get() + 1);
+        self.stream.borrow_mut().take();
+        self.timer.borrow_mut().take();
+        self.hub
+            .set_read(crate::engine::read::machine::ReadState::Idle);
+    }
+
+    /// Events of this aggregate landed: catch it up if it has a local log.
+    pub fn landed(self: &Rc<Self>, aggregate: AggregateRef) {
+        if self.logged.borrow().contains(&aggregate) {
+            self.feed(Input::CatchUp(aggregate));
+        }
+    }
+
+    /// Hands an input to the machine and performs what it decides.
+    pub fn feed(self: &Rc<Self>, input: Input) {
+        if self.stopped.get() {
+            return;
+        }
+        if let Input::Subscribe(a) | Input::CatchUp(a) = &input {
+            self.logged.borrow_mut().insert(*a);
+        }
+        self.queue.borrow_mut().push_back(input);
+        if self.pumping.replace(true) {
+            return;
+        }
+        loop {
+            let Some(input) = self.queue.borrow_mut().pop_front() else {
+                break;
+            };
+            let actions: Vec<Action> = {
+                let mut machine = self.machine.borrow_mut();
+                machine.handle(input, now(), js_sys::Math::random());
+                std::iter::from_fn(|| machine.poll()).collect()
+            };
+            for action in actions {
+                self.apply(action);
+            }
+        }
+        self.pumping.set(false);
+    }
+
+    /// Feeds `input` later, from a fresh task, unless the reader stopped meanwhile.
+    fn later(self: &Rc<Self>, input: Input) {
+        let weak = Rc::downgrade(self);
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Some(reader) = weak.upgrade() {
+                reader.feed(input);
+            }
+        });
+    }
+
+    fn apply(self: &Rc<Self>, action: Action) {
+        match action {
+            Action::OpenStream(aggregates) => self.open_stream(aggregates),
+            Action::CloseStream => {
+                self.generation.set(self.generation.get() + 1);
+                self.stream.borrow_mut().take();
+            }
+            Action::FetchPage(aggregate) => {
+                let this = self.clone();
+                wasm_bindgen_futures::spawn_local(async move {
+                    let end = this.fetch_page(aggregate).await;
+                    this.feed(Input::Page { aggregate, end });
+                });
+            }
+            Action::ResetLog {
+                aggregate,
+                min_version,
+            } => {
+                let this = self.clone();
+                wasm_bindgen_futures::spawn_local(async move {
+                    // A failed reset leaves the old log: the next page read finds out again.
+                    let _ = this.outbox.reset_log(aggregate, min_version).await;
+                    (this.news)(ReaderNews::LogChanged(aggregate));
+                    this.feed(Input::LogReset(aggregate));
+                });
+            }
+            Action::Wait(ms) => {
+                let weak = Rc::downgrade(self);
+                let timer = Timeout::new(ms.min(u64::from(u32::MAX)) as u32, move || {
+                    if let Some(reader) = weak.upgrade() {
+                        reader.later(Input::TimerFired);
+                    }
+                });
+                *self.timer.borrow_mut() = Some(timer);
+            }
+            Action::Report(state) => self.hub.set_read(state),
+            Action::CaughtUp(aggregate, ok) => (self.news)(ReaderNews::CaughtUp(aggregate, ok)),
+        }
+    }
+
+    /// A session token, opened (or renewed) when needed.
+    async fn token(&self) -> Result<String, String> {
+        if let Some(session) = self.session.borrow().as_ref()
+            && session.expires_at > now() + RENEW_BEFORE_MS
+        {
+            return Ok(session.token.clone());
+        }
+        match self.sessions.open_session().await {
+            Ok(session) => {
+                let token = session.token.clone();
+                *self.session.borrow_mut() = Some(session);
+                Ok(token)
+            }
+            Err(failure) => Err(failure.message),
+        }
+    }
+
+    fn open_stream(self: &Rc<Self>, aggregates: Vec<AggregateRef>) {
+        let generation = self.generation.get() + 1;
+        self.generation.set(generation);
+        self.stream.borrow_mut().take();
+        let mut body = String::from("{\"aggregates\":[");
+        for (i, a) in aggregates.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(&format!(
+                "{{\"typeId\":\"{}\",\"id\":\"{}\"}}",
+                a.type_id, a.id
+            ));
+        }
+        body.push_str("]}");
+        let this = self.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            let token = this.token().await;
+            if this.generation.get() != generation || this.stopped.get() {
+                return;
+            }
+            let token = match token {
+                Ok(token) => token,
+                Err(_) => return this.feed(Input::StreamEnded),
+            };
+            let url = format!("{}/v1/watch", this.config.gateway_url);
+            let parser = Rc::new(RefCell::new(Parser::default()));
+            let (on_chunk, on_end): (Weak<Self>, Weak<Self>) =
+                (Rc::downgrade(&this), Rc::downgrade(&this));
+            let stream = WatchStream::open(
+                &url,
+                &token,
+                &body,
+                move |text: String| {
+                    let Some(reader) = on_chunk.upgrade() else {
+                        return false;
+                    };
+                    let events = match parser.borrow_mut().feed(&text) {
+                        Ok(events) => events,
+                        Err(_) => return false,
+                    };
+                    for event in events {
+                        match note(&event) {
+                            Ok(Some(n)) => reader.later_if(generation, Input::Stream(n)),
+                            Ok(None) => {}
+                            Err(_) => return false,
+                        }
+                    }
+                    true
+                },
+                move |status: u16, _why: String| {
+                    let Some(reader) = on_end.upgrade() else {
+                        return;
+                    };
+                    if status == 401 {
+                        reader.session.borrow_mut().take();
+                    }
+                    reader.later_if(generation, Input::StreamEnded);
+                },
+            );
+            *this.stream.borrow_mut() = Some(stream);
+        });
+    }
+
+    /// Feeds `input` later if the stream of `generation` is still the current one.
+    fn later_if(self: &Rc<Self>, generation: u64, input: Input) {
+        let weak = Rc::downgrade(self);
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Some(reader) = weak.upgrade()
+                && reader.generation.get() == generation
+            {
+                if input == Input::StreamEnded {
+                    reader.stream.borrow_mut().take();
+                }
+                reader.feed(input);
+            }
+        });
+    }
+
+    /// Reads the aggregate's next page and stores it with its cursor.
+    async fn fetch_page(&self, aggregate: AggregateRef) -> PageEnd {
+        let failed = |message: String| PageEnd::Failed { message };
+        let cursor = match self.outbox.cursor(aggregate).await {
+            Ok(cursor) => cursor,
+            Err(e) => return failed(e.to_string()),
+        };
+        let token = match self.token().await {
+            Ok(token) => token,
+            Err(message) => return failed(message),
+        };
+        let url = format!(
+            "{}/v1/aggregates/{}/{}/events?from={}",
+            self.config.gateway_url,
+            aggregate.type_id,
+            aggregate.id,
+            cursor.version + 1
+        );
+        let (status, body) = match get(&url, Some(&token), self.config.timeout_ms).await {
+            Reply::Http {
+                status,
+                body: Ok(body),
+                ..
+            } => (status, body),
+            Reply::Http { body: Err(e), .. } => return failed(e),
+            Reply::Failed { message, .. } => return failed(message),
+        };
+        let parsed = JSON::parse(&body).unwrap_or(JsValue::UNDEFINED);
+        match status {
+            200 => {
+                let batches = js::get(&parsed, "batches");
+                if !Array::is_array(&batches) {
+                    return failed("a page without batches".into());
+                }
+                let batches = Array::from(&batches);
+                if let Err(e) = self
+                    .outbox
+                    .store_page(aggregate, &batches, &self.config.me)
+                    .await
+                {
+                    return failed(e.to_string());
+                }
+                if batches.length() > 0 {
+                    self.hub.logged(aggregate);
+                    (self.news)(ReaderNews::LogChanged(aggregate));
+                }
+                let next = js::get(&parsed, "next");
+                PageEnd::Stored {
+                    more: !(next.is_null() || next.is_undefined()) && batches.length() > 0,
+                }
+            }
+            410 => match js::get_u64(&parsed, "minVersion") {
+                Some(min_version) if min_version > cursor.version + 1 => {
+                    PageEnd::Trimmed { min_version }
+                }
+                _ => failed(format!("HTTP 410 without a usable minVersion: {body}")),
+            },
+            401 => {
+                self.session.borrow_mut().take();
+                failed("HTTP 401: the session was refused".into())
+            }
+            _ => failed(format!(
+                "HTTP {status}: {}",
+                body.chars().take(300).collect::<String>()
+            )),
+        }
+    }
+}

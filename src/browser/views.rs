@@ -1,0 +1,377 @@
+//! The views of one context: what `subscribe` listeners and `read` get — the confirmed log of an
+//! aggregate in server order, then this device's pending events in sequence order
+//! ([`crate::engine::read::view`]'s rule), built from one snapshot of the database.
+//!
+//! Every context keeps its own views and refreshes them when told something changed (a page
+//! stored, a reset, an append, a park or discard — in this context or, over the channel, in
+//! another). Refreshes of one aggregate run one at a time (a refresh asked for meanwhile runs
+//! once after), so a listener never gets an older view after a newer one. Confirmed events are
+//! turned into JS objects once and kept; a refresh reads only the batches above what this
+//! context has (unless the log was reset). A listener is called only when the view changed.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Object};
+use wasm_bindgen::prelude::*;
+
+use super::convert::aggregate_to_js;
+use super::idb::log::Snapshot;
+use super::idb::outbox::IdbOutbox;
+use super::js;
+use crate::engine::model::AggregateRef;
+use crate::engine::outbox::StoreError;
+
+#[wasm_bindgen(inline_js = r#"
+const proto = {
+  json() { return JSON.parse(new TextDecoder().decode(this.data)); },
+};
+function bytes(b64) {
+  if (b64 == null) return new Uint8Array(0);
+  const s = atob(b64);
+  const out = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+  return out;
+}
+function make(e, clientId, status, version) {
+  const v = Object.create(proto);
+  v.eventId = e.eventId ?? null;
+  v.clientId = clientId;
+  v.clientSeq = e.clientSeq;
+  v.type = e.type;
+  v.minor = e.minor;
+  v.timestamp = e.timestamp;
+  v.data = bytes(e.data);
+  v.status = status;
+  if (version !== undefined) v.version = version;
+  return v;
+}
+export function pushConfirmed(out, batches) {
+  for (const b of batches) {
+    for (const e of b.events) {
+      const v = make(e, b.clientId, "confirmed", b.version);
+      v.serverTimestamp = b.serverTimestamp;
+      out.push(v);
+    }
+  }
+}
+export function pushPending(out, records, clientId, parkedFrom, parkedCode, parkedMessage) {
+  for (const r of records) {
+    const v = make(JSON.parse(r.w), clientId, "pending");
+    if (parkedFrom > 0 && r.s >= parkedFrom) v.parked = { code: parkedCode, message: parkedMessage };
+    out.push(v);
+  }
+}
+"#)]
+extern "C" {
+    #[wasm_bindgen(js_name = pushConfirmed)]
+    fn push_confirmed(out: &Array, batches: &Array);
+    #[wasm_bindgen(js_name = pushPending)]
+    fn push_pending(
+        out: &Array,
+        records: &Array,
+        client_id: &str,
+        parked_from: f64,
+        parked_code: u32,
+        parked_message: &str,
+    );
+}
+
+/// What a listener was last given, to tell whether a view changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Signature {
+    epoch: u64,
+    version: u64,
+    pending: usize,
+    first_pending: u64,
+    last_pending: u64,
+    parked: Option<(u64, u32)>,
+}
+
+struct Listener {
+    id: u32,
+    function: Function,
+    /// The view generation this listener was last called with.
+    given: u64,
+}
+
+#[derive(Default)]
+struct View {
+    listeners: Vec<Listener>,
+    /// `(epoch, version)` of the confirmed events kept.
+    kept: Option<(u64, u64)>,
+    confirmed: Vec<JsValue>,
+    signature: Option<Signature>,
+    /// The latest view and its generation.
+    latest: Option<(JsValue, u64)>,
+    refreshing: bool,
+    again: bool,
+}
+
+/// The views of one context.
+pub struct Views {
+    outbox: Rc<IdbOutbox>,
+    me: String,
+    views: RefCell<BTreeMap<AggregateRef, View>>,
+    next_id: Cell<u32>,
+    /// Whether views are served from a cache that may be behind the server.
+    from_cache: Box<dyn Fn() -> bool>,
+}
+
+impl Views {
+    /// The views of a context whose device writes as `me`.
+    pub fn new(outbox: Rc<IdbOutbox>, me: String, from_cache: Box<dyn Fn() -> bool>) -> Rc<Views> {
+        Rc::new(Views {
+            outbox,
+            me,
+            views: RefCell::default(),
+            next_id: Cell::new(1),
+            from_cache,
+        })
+    }
+
+    /// What this context subscribes to, with how many listeners each.
+    pub fn watched(&self) -> Vec<(AggregateRef, u32)> {
+        self.views
+            .borrow()
+            .iter()
+            .filter(|(_, v)| !v.listeners.is_empty())
+            .map(|(a, v)| (*a, v.listeners.len() as u32))
+            .collect()
+    }
+
+    /// Adds a listener; it gets the current view soon (from the local log), then every change.
+    /// Returns its id and whether it is the aggregate's first.
+    pub fn subscribe(self: &Rc<Self>, aggregate: AggregateRef, function: Function) -> (u32, bool) {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let first = {
+            let mut views = self.views.borrow_mut();
+            let view = views.entry(aggregate).or_default();
+            view.listeners.push(Listener {
+                id,
+                function,
+                given: 0,
+            });
+            view.listeners.len() == 1
+        };
+        let this = self.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            if first {
+                // From now on the drain keeps this aggregate's landed events until the log
+                // holds them, so nothing shown as pending can vanish before it is confirmed.
+                let _ = this.outbox.ensure_cursor(aggregate).await;
+            }
+            if this.has_latest(&aggregate) {
+                this.deliver(aggregate);
+            } else {
+                this.refresh(aggregate).await;
+            }
+        });
+        (id, first)
+    }
+
+    fn has_latest(&self, aggregate: &AggregateRef) -> bool {
+        self.views
+            .borrow()
+            .get(aggregate)
+            .is_some_and(|v| v.latest.is_some() && !v.refreshing)
+    }
+
+    /// Removes a listener; returns whether its aggregate has none left.
+    pub fn unsubscribe(&self, aggregate: AggregateRef, id: u32) -> bool {
+        let mut views = self.views.borrow_mut();
+        let Some(view) = views.get_mut(&aggregate) else {
+            return false;
+        };
+        let before = view.listeners.len();
+        view.listeners.retain(|l| l.id != id);
+        let last = before > 0 && view.listeners.is_empty();
+        if view.listeners.is_empty() && !view.refreshing {
+            views.remove(&aggregate);
+        }
+        last
+    }
+
+    /// Something about the aggregate changed: rebuild its view if anyone here watches it.
+    pub fn changed(self: &Rc<Self>, aggregate: AggregateRef) {
+        if !self.views.borrow().contains_key(&aggregate) {
+            return;
+        }
+        let this = self.clone();
+        wasm_bindgen_futures::spawn_local(async move { this.refresh(aggregate).await });
+    }
+
+    /// Every view changed (the log may have moved for all of them).
+    pub fn all_changed(self: &Rc<Self>) {
+        let aggregates: Vec<AggregateRef> = self.views.borrow().keys().copied().collect();
+        for aggregate in aggregates {
+            self.changed(aggregate);
+        }
+    }
+
+    /// Rebuilds the aggregate's view (one refresh at a time; one more if asked meanwhile).
+    async fn refresh(self: &Rc<Self>, aggregate: AggregateRef) {
+        {
+            let mut views = self.views.borrow_mut();
+            let view = views.entry(aggregate).or_default();
+            if view.refreshing {
+                view.again = true;
+                return;
+            }
+            view.refreshing = true;
+        }
+        loop {
+            let kept = self.views.borrow().get(&aggregate).and_then(|v| v.kept);
+            let built = self.build(aggregate, kept).await;
+            let again = {
+                let mut views = self.views.borrow_mut();
+                let Some(view) = views.get_mut(&aggregate) else {
+                    return;
+                };
+                if let Ok(built) = built {
+                    view.apply(built, (self.from_cache)());
+                }
+                let again = std::mem::take(&mut view.again);
+                if !again {
+                    view.refreshing = false;
+                    if view.listeners.is_empty() {
+                        views.remove(&aggregate);
+                        return;
+                    }
+                }
+                again
+            };
+            if !again {
+                break;
+            }
+        }
+        self.deliver(aggregate);
+    }
+
+    /// Reads the snapshot and turns what is new into JS objects.
+    async fn build(
+        &self,
+        aggregate: AggregateRef,
+        kept: Option<(u64, u64)>,
+    ) -> Result<Built, StoreError> {
+        let snapshot: Snapshot = self.outbox.snapshot(aggregate, kept).await?;
+        let confirmed = Array::new();
+        push_confirmed(&confirmed, &snapshot.batches.iter().collect());
+        let pending = Array::new();
+        let records: Array = snapshot.pending.iter().collect();
+        let (parked_from, code, message) = match &snapshot.parked {
+            Some(p) => (p.first_seq as f64, p.code, p.message.as_str()),
+            None => (0.0, 0, ""),
+        };
+        push_pending(&pending, &records, &self.me, parked_from, code, message);
+        let seqs: Vec<u64> = snapshot
+            .pending
+            .iter()
+            .filter_map(|r| js::get_u64(r, "s"))
+            .collect();
+        Ok(Built {
+            aggregate,
+            from: snapshot.from,
+            signature: Signature {
+                epoch: snapshot.cursor.epoch,
+                version: snapshot.cursor.version,
+                pending: seqs.len(),
+                first_pending: seqs.first().copied().unwrap_or(0),
+                last_pending: seqs.last().copied().unwrap_or(0),
+                parked: snapshot.parked.as_ref().map(|p| (p.first_seq, p.code)),
+            },
+            confirmed: confirmed.iter().collect(),
+            pending,
+        })
+    }
+
+    /// Calls every listener that has not been given the latest view.
+    fn deliver(&self, aggregate: AggregateRef) {
+        let calls: Vec<(Function, JsValue)> = {
+            let mut views = self.views.borrow_mut();
+            let Some(view) = views.get_mut(&aggregate) else {
+                return;
+            };
+            let Some((latest, generation)) = view.latest.clone() else {
+                return;
+            };
+            view.listeners
+                .iter_mut()
+                .filter(|l| l.given < generation)
+                .map(|l| {
+                    l.given = generation;
+                    (l.function.clone(), latest.clone())
+                })
+                .collect()
+        };
+        // No borrow held: a listener may subscribe, unsubscribe or read.
+        for (function, view) in calls {
+            if let Err(e) = function.call1(&JsValue::NULL, &view) {
+                web_sys::console::error_2(&"celeriant-sync: a subscribe listener threw".into(), &e);
+            }
+        }
+    }
+
+    /// The current view of an aggregate, built now (for `read`).
+    pub async fn read(
+        &self,
+        aggregate: AggregateRef,
+        from_cache: bool,
+    ) -> Result<JsValue, StoreError> {
+        let built = self.build(aggregate, None).await?;
+        let mut view = View::default();
+        view.apply(built, from_cache);
+        Ok(view.latest.map(|(v, _)| v).unwrap_or(JsValue::NULL))
+    }
+}
+
+/// A view just read, not yet applied.
+struct Built {
+    aggregate: AggregateRef,
+    /// The version the confirmed batches start after (0: from scratch).
+    from: u64,
+    signature: Signature,
+    confirmed: Vec<JsValue>,
+    pending: Array,
+}
+
+impl View {
+    /// Takes in a view just read; a new generation when it differs from the last.
+    fn apply(&mut self, built: Built, from_cache: bool) {
+        let Built {
+            aggregate,
+            from,
+            signature,
+            confirmed,
+            pending,
+        } = built;
+        if from == 0 {
+            self.confirmed = confirmed;
+        } else {
+            self.confirmed.extend(confirmed);
+        }
+        self.kept = Some((signature.epoch, signature.version));
+        if self.signature.as_ref() == Some(&signature) && self.latest.is_some() {
+            return;
+        }
+        let generation = self.latest.as_ref().map_or(1, |(_, g)| g + 1);
+        let events = Array::new();
+        for e in &self.confirmed {
+            events.push(e);
+        }
+        let pending_count = pending.length();
+        for e in pending.iter() {
+            events.push(&e);
+        }
+        let o = Object::new();
+        js::set(&o, "aggregate", aggregate_to_js(&aggregate));
+        js::set(&o, "version", signature.version as f64);
+        js::set(&o, "events", events);
+        js::set(&o, "pending", pending_count);
+        js::set(&o, "fromCache", from_cache);
+        self.signature = Some(signature);
+        self.latest = Some((o.into(), generation));
+    }
+}

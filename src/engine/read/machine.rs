@@ -1,0 +1,390 @@
+//! The read side's decisions, as a pure state machine: which aggregates the device watches, the
+//! one change stream that covers them, and the catch-up that pages what the server confirmed
+//! into the local log.
+//!
+//! The rules (from Celeriant's own watch): a watch covers the live tail only, never the past —
+//! so the stream is opened **first**, and once it is ready every watched aggregate is caught up
+//! from its cursor; a notification says only "this aggregate reached version N" (versions only
+//! advance, so coalescing loses nothing, and re-reading from the cursor never misses an event);
+//! `reset` means read the aggregate again from scratch, `resync` means catch up everything. A
+//! stream that fails or falls silent is reopened with the drain's backoff.
+//!
+//! [`Reader::handle`] takes what happened; [`Reader::poll`] yields [`Action`]s. One page is
+//! fetched at a time (bounded memory, one request at a time besides the stream); fetching a
+//! page and storing it with the aggregate's cursor is one action, so a page and its cursor move
+//! together.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::super::backoff::Backoff;
+use super::super::model::AggregateRef;
+
+/// The read side's state, as `status().read` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadState {
+    /// Nothing is watched.
+    Idle,
+    /// The stream is being opened (or reopened after a failure).
+    Connecting,
+    /// The stream is open and every watched aggregate is caught up.
+    Connected,
+    /// Pages are being read into the local log.
+    CatchingUp,
+    /// The platform reports no network: views answer from the local log.
+    Offline,
+}
+
+impl ReadState {
+    /// The state's name as the JS API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadState::Idle => "idle",
+            ReadState::Connecting => "connecting",
+            ReadState::Connected => "connected",
+            ReadState::CatchingUp => "catchingUp",
+            ReadState::Offline => "offline",
+        }
+    }
+}
+
+/// What the change stream said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Note {
+    /// Subscribed: everything from now on will be notified.
+    Ready,
+    /// The aggregate reached `version`.
+    Changed {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// Its version now.
+        version: u64,
+    },
+    /// The aggregate was trimmed or deleted: read it again from scratch.
+    Reset {
+        /// The aggregate.
+        aggregate: AggregateRef,
+    },
+    /// The gateway dropped or lagged: catch up everything.
+    Resync,
+}
+
+/// How reading one page ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageEnd {
+    /// Stored; `more`: the next page exists.
+    Stored {
+        /// Whether to read on.
+        more: bool,
+    },
+    /// The versions asked for were trimmed; the server still has them from `min_version`.
+    Trimmed {
+        /// The lowest version still available.
+        min_version: u64,
+    },
+    /// Not read (network, timeout, a refusal); try again later.
+    Failed {
+        /// Why.
+        message: String,
+    },
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// One more subscriber (any context of the device) wants the aggregate watched.
+    Subscribe(AggregateRef),
+    /// One subscriber less.
+    Unsubscribe(AggregateRef),
+    /// Catch this aggregate up now (a `read`, or a batch of it just landed).
+    CatchUp(AggregateRef),
+    /// The stream said something.
+    Stream(Note),
+    /// The stream ended (failed, closed, or silent for too long).
+    StreamEnded,
+    /// [`Action::FetchPage`] ended.
+    Page {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// How.
+        end: PageEnd,
+    },
+    /// [`Action::ResetLog`] is done.
+    LogReset(AggregateRef),
+    /// The current [`Action::Wait`] ran out.
+    TimerFired,
+    /// The network is back (or the wait was cut short).
+    Woken,
+    /// The platform's view of the network changed.
+    Online(bool),
+}
+
+/// What the executor does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Open the change stream for these aggregates (replacing the current one: the new one is
+    /// opened before the old one is closed).
+    OpenStream(Vec<AggregateRef>),
+    /// Close the change stream.
+    CloseStream,
+    /// Read the aggregate's next page (from its local cursor) and store it with the cursor.
+    FetchPage(AggregateRef),
+    /// Empty the aggregate's local log; its cursor restarts below `min_version`.
+    ResetLog {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// The lowest version the server still has (1: from scratch).
+        min_version: u64,
+    },
+    /// Wait (replacing any current wait), cut short by the network coming back.
+    Wait(u64),
+    /// The read side's state changed.
+    Report(ReadState),
+    /// The aggregate's catch-up ended: `true` when it reached the server's tip as known.
+    CaughtUp(AggregateRef, bool),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    /// None open; the next one may be opened at `retry_at` (0: at once).
+    Down { retry_at: u64 },
+    /// Opening; not ready yet.
+    Opening,
+    /// Ready: changes are being notified.
+    Up,
+}
+
+/// The read-side state machine of the draining context.
+#[derive(Debug)]
+pub struct Reader {
+    backoff: Backoff,
+    /// Watched aggregates and how many subscriptions want each.
+    watched: BTreeMap<AggregateRef, u32>,
+    stream: Stream,
+    /// Consecutive stream failures.
+    attempt: u32,
+    /// Aggregates to catch up, in order; at most one page is read at a time.
+    queue: VecDeque<AggregateRef>,
+    fetching: Option<AggregateRef>,
+    /// Catch-ups that failed, to try again when the stream is back.
+    failed: Vec<AggregateRef>,
+    online: bool,
+    state: ReadState,
+    actions: VecDeque<Action>,
+}
+
+impl Reader {
+    /// A reader with nothing watched.
+    pub fn new(backoff: Backoff) -> Self {
+        Reader {
+            backoff,
+            watched: BTreeMap::new(),
+            stream: Stream::Down { retry_at: 0 },
+            attempt: 0,
+            queue: VecDeque::new(),
+            fetching: None,
+            failed: Vec::new(),
+            online: true,
+            state: ReadState::Idle,
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The aggregates watched now.
+    pub fn watched(&self) -> Vec<AggregateRef> {
+        self.watched.keys().copied().collect()
+    }
+
+    fn emit(&mut self, action: Action) {
+        self.actions.push_back(action);
+    }
+
+    /// Handles what happened at `now_ms`; `random` is a uniform draw in `[0, 1)` for jitter.
+    pub fn handle(&mut self, input: Input, now_ms: u64, random: f64) {
+        match input {
+            Input::Subscribe(aggregate) => {
+                let count = self.watched.entry(aggregate).or_insert(0);
+                *count += 1;
+                if *count == 1 {
+                    self.restream(now_ms);
+                    // Caught up at once (the view is fresh even if the stream is slow to come),
+                    // and again when the stream is ready.
+                    self.enqueue(aggregate);
+                }
+            }
+            Input::Unsubscribe(aggregate) => {
+                if let Some(count) = self.watched.get_mut(&aggregate) {
+                    *count -= 1;
+                    if *count == 0 {
+                        self.watched.remove(&aggregate);
+                        self.restream(now_ms);
+                    }
+                }
+            }
+            Input::CatchUp(aggregate) => self.enqueue(aggregate),
+            Input::Stream(note) => self.note(note),
+            Input::StreamEnded => {
+                if self.watched.is_empty() {
+                    self.stream = Stream::Down { retry_at: 0 };
+                } else {
+                    let wait = self.backoff.delay_ms(self.attempt, random, None).max(250);
+                    self.attempt = self.attempt.saturating_add(1);
+                    self.stream = Stream::Down {
+                        retry_at: now_ms + wait,
+                    };
+                    self.emit(Action::Wait(wait));
+                }
+            }
+            Input::Page { aggregate, end } => {
+                if self.fetching == Some(aggregate) {
+                    self.fetching = None;
+                }
+                match end {
+                    PageEnd::Stored { more: true } => {
+                        // Read on first; the pages to come cover a queued catch-up of it too.
+                        self.queue.retain(|a| *a != aggregate);
+                        self.queue.push_front(aggregate);
+                    }
+                    PageEnd::Stored { more: false } => {
+                        self.emit(Action::CaughtUp(aggregate, true));
+                    }
+                    PageEnd::Trimmed { min_version } => {
+                        self.fetching = Some(aggregate);
+                        self.emit(Action::ResetLog {
+                            aggregate,
+                            min_version,
+                        });
+                    }
+                    PageEnd::Failed { .. } => {
+                        self.emit(Action::CaughtUp(aggregate, false));
+                        if !self.failed.contains(&aggregate) {
+                            self.failed.push(aggregate);
+                        }
+                    }
+                }
+            }
+            Input::LogReset(aggregate) => {
+                if self.fetching == Some(aggregate) {
+                    self.fetching = None;
+                }
+                self.queue.push_front(aggregate);
+            }
+            Input::TimerFired | Input::Woken => {
+                if let Stream::Down { retry_at } = self.stream
+                    && (retry_at <= now_ms || input == Input::Woken)
+                {
+                    self.stream = Stream::Down { retry_at: 0 };
+                    self.restream(now_ms);
+                }
+            }
+            Input::Online(online) => {
+                self.online = online;
+                if online && matches!(self.stream, Stream::Down { .. }) {
+                    self.stream = Stream::Down { retry_at: 0 };
+                    self.restream(now_ms);
+                }
+            }
+        }
+        self.pump();
+        self.report();
+    }
+
+    /// Opens a stream for the watched set (or closes it when nothing is watched).
+    fn restream(&mut self, now_ms: u64) {
+        if self.watched.is_empty() {
+            if self.stream != (Stream::Down { retry_at: 0 }) {
+                self.emit(Action::CloseStream);
+            }
+            self.stream = Stream::Down { retry_at: 0 };
+            return;
+        }
+        if let Stream::Down { retry_at } = self.stream
+            && retry_at > now_ms
+        {
+            return; // backing off: the timer reopens it with the set as it is then
+        }
+        self.stream = Stream::Opening;
+        let watched = self.watched();
+        self.emit(Action::OpenStream(watched));
+    }
+
+    fn note(&mut self, note: Note) {
+        match note {
+            Note::Ready => {
+                self.stream = Stream::Up;
+                self.attempt = 0;
+                // The stream covers what happens from now on: catch up what happened before.
+                for aggregate in self.watched() {
+                    self.enqueue(aggregate);
+                }
+                for aggregate in std::mem::take(&mut self.failed) {
+                    self.enqueue(aggregate);
+                }
+            }
+            Note::Changed { aggregate, .. } => {
+                if self.watched.contains_key(&aggregate) {
+                    self.enqueue(aggregate);
+                }
+            }
+            Note::Reset { aggregate } => {
+                if self.watched.contains_key(&aggregate) && self.fetching != Some(aggregate) {
+                    self.queue.retain(|a| *a != aggregate);
+                    self.fetching = Some(aggregate);
+                    self.emit(Action::ResetLog {
+                        aggregate,
+                        min_version: 1,
+                    });
+                }
+            }
+            Note::Resync => {
+                for aggregate in self.watched() {
+                    self.enqueue(aggregate);
+                }
+            }
+        }
+    }
+
+    /// Queues a catch-up (once: a queued aggregate is read up to the tip anyway).
+    fn enqueue(&mut self, aggregate: AggregateRef) {
+        if !self.queue.contains(&aggregate) {
+            self.queue.push_back(aggregate);
+        }
+    }
+
+    /// Starts the next page, one at a time.
+    fn pump(&mut self) {
+        if self.fetching.is_some() {
+            return;
+        }
+        if let Some(aggregate) = self.queue.pop_front() {
+            self.fetching = Some(aggregate);
+            self.emit(Action::FetchPage(aggregate));
+        }
+    }
+
+    fn report(&mut self) {
+        let state = if self.watched.is_empty() && self.fetching.is_none() {
+            ReadState::Idle
+        } else if !self.online {
+            ReadState::Offline
+        } else if self.fetching.is_some() {
+            ReadState::CatchingUp
+        } else if self.stream == Stream::Up {
+            ReadState::Connected
+        } else {
+            ReadState::Connecting
+        };
+        if state != self.state {
+            self.state = state;
+            self.emit(Action::Report(state));
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

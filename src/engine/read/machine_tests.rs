@@ -1,0 +1,290 @@
+//! Unit tests of the read machine: one path each, exact actions.
+
+use super::*;
+use uuid::Uuid;
+
+fn agg(n: u128) -> AggregateRef {
+    AggregateRef {
+        type_id: Uuid::from_u128(7),
+        id: Uuid::from_u128(n),
+    }
+}
+
+fn take(r: &mut Reader) -> Vec<Action> {
+    std::iter::from_fn(|| r.poll()).collect()
+}
+
+fn doing(r: &mut Reader) -> Vec<Action> {
+    take(r)
+        .into_iter()
+        .filter(|a| !matches!(a, Action::Report(_)))
+        .collect()
+}
+
+fn reader() -> Reader {
+    Reader::new(Backoff::default())
+}
+
+const T: u64 = 1_000_000;
+
+#[test]
+fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_ready() {
+    let mut r = reader();
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    assert_eq!(
+        take(&mut r),
+        [
+            Action::OpenStream(vec![agg(1)]),
+            Action::FetchPage(agg(1)),
+            Action::Report(ReadState::CatchingUp),
+        ]
+    );
+    r.handle(Input::Subscribe(agg(2)), T, 0.5);
+    assert_eq!(doing(&mut r), [Action::OpenStream(vec![agg(1), agg(2)])]);
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::CaughtUp(agg(1), true), Action::FetchPage(agg(2))]
+    );
+    r.handle(Input::Stream(Note::Ready), T, 0.5);
+    r.handle(
+        Input::Page {
+            aggregate: agg(2),
+            end: PageEnd::Stored { more: true },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::FetchPage(agg(2))],
+        "the next page first"
+    );
+    r.handle(
+        Input::Page {
+            aggregate: agg(2),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::CaughtUp(agg(2), true), Action::FetchPage(agg(1))],
+        "ready: everything watched is caught up again (nothing between the two is missed)"
+    );
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    let after = take(&mut r);
+    assert!(
+        after.contains(&Action::Report(ReadState::Connected)),
+        "{after:?}"
+    );
+    r.handle(
+        Input::Stream(Note::Changed {
+            aggregate: agg(1),
+            version: 9,
+        }),
+        T,
+        0.5,
+    );
+    assert_eq!(
+        take(&mut r),
+        [
+            Action::FetchPage(agg(1)),
+            Action::Report(ReadState::CatchingUp)
+        ]
+    );
+}
+
+#[test]
+fn notifications_coalesce_into_one_catch_up_per_aggregate() {
+    let mut r = reader();
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    r.handle(Input::Subscribe(agg(2)), T, 0.5);
+    take(&mut r);
+    for version in 1..5 {
+        r.handle(
+            Input::Stream(Note::Changed {
+                aggregate: agg(2),
+                version,
+            }),
+            T,
+            0.5,
+        );
+    }
+    r.handle(
+        Input::Stream(Note::Changed {
+            aggregate: agg(9),
+            version: 1,
+        }),
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [],
+        "agg 2 is queued once; agg 9 is not watched"
+    );
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::CaughtUp(agg(1), true), Action::FetchPage(agg(2))]
+    );
+}
+
+#[test]
+fn a_trimmed_aggregate_is_read_again_from_its_minimum_version() {
+    let mut r = reader();
+    r.handle(Input::CatchUp(agg(3)), T, 0.5);
+    assert_eq!(doing(&mut r), [Action::FetchPage(agg(3))]);
+    r.handle(
+        Input::Page {
+            aggregate: agg(3),
+            end: PageEnd::Trimmed { min_version: 40 },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::ResetLog {
+            aggregate: agg(3),
+            min_version: 40
+        }]
+    );
+    r.handle(Input::LogReset(agg(3)), T, 0.5);
+    assert_eq!(doing(&mut r), [Action::FetchPage(agg(3))]);
+}
+
+#[test]
+fn reset_and_resync_notes() {
+    let mut r = reader();
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    r.handle(Input::Subscribe(agg(2)), T, 0.5);
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    r.handle(
+        Input::Page {
+            aggregate: agg(2),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    take(&mut r);
+    r.handle(Input::Stream(Note::Reset { aggregate: agg(2) }), T, 0.5);
+    assert_eq!(
+        doing(&mut r),
+        [Action::ResetLog {
+            aggregate: agg(2),
+            min_version: 1
+        }]
+    );
+    r.handle(Input::LogReset(agg(2)), T, 0.5);
+    assert_eq!(doing(&mut r), [Action::FetchPage(agg(2))]);
+    r.handle(Input::Stream(Note::Resync), T, 0.5);
+    r.handle(
+        Input::Page {
+            aggregate: agg(2),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::CaughtUp(agg(2), true), Action::FetchPage(agg(1))],
+        "resync: everything watched again"
+    );
+}
+
+#[test]
+fn a_failing_stream_backs_off_and_reopens_with_the_set_as_it_is_then() {
+    let mut r = reader();
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    take(&mut r);
+    r.handle(Input::StreamEnded, T, 0.5);
+    let after = doing(&mut r);
+    let Action::Wait(ms) = after[0] else {
+        panic!("{after:?}")
+    };
+    assert!(ms >= 250);
+    r.handle(Input::Subscribe(agg(2)), T + 1, 0.5);
+    assert_eq!(
+        doing(&mut r),
+        [],
+        "backing off: no stream yet (agg 2's catch-up waits behind agg 1's page)"
+    );
+    r.handle(Input::TimerFired, T + ms, 0.5);
+    assert_eq!(doing(&mut r), [Action::OpenStream(vec![agg(1), agg(2)])]);
+    r.handle(Input::StreamEnded, T + ms, 0.9);
+    let Action::Wait(second) = doing(&mut r)[0] else {
+        panic!()
+    };
+    r.handle(Input::Woken, T + ms + 1, 0.5);
+    assert_eq!(
+        doing(&mut r),
+        [Action::OpenStream(vec![agg(1), agg(2)])],
+        "the network coming back ends the wait ({second} ms)"
+    );
+}
+
+#[test]
+fn unwatching_the_last_aggregate_closes_the_stream() {
+    let mut r = reader();
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    take(&mut r);
+    r.handle(Input::Unsubscribe(agg(1)), T, 0.5);
+    assert_eq!(doing(&mut r), [], "one subscriber is left");
+    r.handle(Input::Unsubscribe(agg(1)), T, 0.5);
+    assert_eq!(doing(&mut r), [Action::CloseStream]);
+    assert!(r.watched().is_empty());
+}
+
+#[test]
+fn a_failed_page_is_reported_and_tried_again_when_the_stream_is_ready() {
+    let mut r = reader();
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    take(&mut r);
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Failed {
+                message: "offline".into(),
+            },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(doing(&mut r), [Action::CaughtUp(agg(1), false)]);
+    r.handle(Input::Stream(Note::Ready), T, 0.5);
+    assert_eq!(doing(&mut r), [Action::FetchPage(agg(1))]);
+}

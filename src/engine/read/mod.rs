@@ -1,0 +1,14 @@
+//! The read side: what the server confirmed, kept in a local log and watched live.
+//!
+//! * [`machine`]: [`Reader`](machine::Reader), the decisions — the one change stream, catch-up
+//!   paging, resets, reconnects — with no I/O;
+//! * [`message`]: what the contexts of a device tell each other about it;
+//! * [`sse`]: the change stream's Server-Sent Events, parsed from text chunks;
+//! * [`subscriptions`]: the subscriptions of every context of the device, merged;
+//! * [`view`]: how the confirmed log and this device's pending events converge into one view.
+
+pub mod machine;
+pub mod message;
+pub mod sse;
+pub mod subscriptions;
+pub mod view;

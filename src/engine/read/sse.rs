@@ -1,0 +1,241 @@
+//! Reading the change stream: Server-Sent Events, parsed from text chunks as they arrive.
+//!
+//! The stream is read with `fetch` (so it can carry the session's `Authorization` header, which
+//! `EventSource` cannot), so the parsing is ours: lines end with `\n`, `\r\n` or `\r`; an empty
+//! line ends an event; `event:` names it, `data:` lines are joined with `\n`, lines starting
+//! with `:` are comments; a chunk may end anywhere, even inside a line. Each event's data is one
+//! JSON object ([`crate::engine::read::machine::Note`]s are made of them by [`note`]).
+//! The buffer of an unfinished line is bounded: a stream that sends a longer line is broken.
+
+use celeriant_sync_protocol::json::{Members, Scalar};
+use uuid::Uuid;
+
+use super::machine::Note;
+use crate::engine::model::AggregateRef;
+
+/// Longest line accepted (a notification is a few hundred bytes).
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// One event of the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Its `event:` name (`message` when none).
+    pub name: String,
+    /// Its `data:`.
+    pub data: String,
+}
+
+/// Why a stream cannot be read further.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLong;
+
+/// A known event whose data does not read: the stream is not to be trusted further.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unreadable;
+
+/// The parser's state between chunks.
+#[derive(Debug, Default)]
+pub struct Parser {
+    line: String,
+    /// A `\r` ended the last chunk: a `\n` starting the next one belongs to it.
+    after_cr: bool,
+    name: String,
+    data: Option<String>,
+}
+
+impl Parser {
+    /// Feeds a chunk; returns the events it completed.
+    pub fn feed(&mut self, chunk: &str) -> Result<Vec<Event>, TooLong> {
+        let mut events = Vec::new();
+        let mut rest = chunk;
+        if self.after_cr {
+            self.after_cr = false;
+            rest = rest.strip_prefix('\n').unwrap_or(rest);
+        }
+        while let Some(end) = rest.find(['\n', '\r']) {
+            self.line.push_str(&rest[..end]);
+            if rest[end..].starts_with('\r') {
+                match rest[end + 1..].chars().next() {
+                    Some('\n') => rest = &rest[end + 2..],
+                    Some(_) => rest = &rest[end + 1..],
+                    None => {
+                        self.after_cr = true;
+                        rest = "";
+                    }
+                }
+            } else {
+                rest = &rest[end + 1..];
+            }
+            let line = std::mem::take(&mut self.line);
+            if let Some(event) = self.line_done(&line) {
+                events.push(event);
+            }
+        }
+        self.line.push_str(rest);
+        if self.line.len() > MAX_LINE {
+            return Err(TooLong);
+        }
+        Ok(events)
+    }
+
+    fn line_done(&mut self, line: &str) -> Option<Event> {
+        if line.is_empty() {
+            let data = self.data.take()?;
+            let name = std::mem::take(&mut self.name);
+            return Some(Event {
+                name: if name.is_empty() {
+                    "message".into()
+                } else {
+                    name
+                },
+                data,
+            });
+        }
+        if line.starts_with(':') {
+            return None; // a comment
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.name = value.to_owned(),
+            "data" => match &mut self.data {
+                Some(data) => {
+                    data.push('\n');
+                    data.push_str(value);
+                }
+                None => self.data = Some(value.to_owned()),
+            },
+            _ => {} // id, retry, unknown fields: not used
+        }
+        None
+    }
+}
+
+fn aggregate_of(members: &Members) -> Option<AggregateRef> {
+    let uuid = |name: &str| match members.get(name).ok()? {
+        Some(Scalar::Str(s)) => Uuid::parse_str(s).ok(),
+        _ => None,
+    };
+    Some(AggregateRef {
+        type_id: uuid("typeId")?,
+        id: uuid("id")?,
+    })
+}
+
+/// What an event means for the read side; `Ok(None)` for a heartbeat (or an event this version
+/// does not know), `Err` for a known event that does not read (the stream is not to be trusted
+/// further).
+pub fn note(event: &Event) -> Result<Option<Note>, Unreadable> {
+    let members = || Members::parse(&event.data).ok_or(Unreadable);
+    Ok(Some(match event.name.as_str() {
+        "ready" => Note::Ready,
+        "resync" => Note::Resync,
+        "changed" => {
+            let m = members()?;
+            let version = match m.get("version").map_err(|_| Unreadable)? {
+                Some(Scalar::Int(v)) => *v,
+                _ => return Err(Unreadable),
+            };
+            Note::Changed {
+                aggregate: aggregate_of(&m).ok_or(Unreadable)?,
+                version,
+            }
+        }
+        "reset" => Note::Reset {
+            aggregate: aggregate_of(&members()?).ok_or(Unreadable)?,
+        },
+        _ => return Ok(None),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(chunks: &[&str]) -> Vec<Event> {
+        let mut p = Parser::default();
+        chunks.iter().flat_map(|c| p.feed(c).unwrap()).collect()
+    }
+
+    #[test]
+    fn events_are_read_whatever_the_chunking_and_line_ends() {
+        let text = "event: ready\ndata: {}\n\n: a comment\nevent: changed\r\ndata: {\"a\":1}\r\n\r\nevent: resync\rdata: {}\r\rdata: line one\ndata: line two\n\n";
+        let want = vec![
+            Event {
+                name: "ready".into(),
+                data: "{}".into(),
+            },
+            Event {
+                name: "changed".into(),
+                data: "{\"a\":1}".into(),
+            },
+            Event {
+                name: "resync".into(),
+                data: "{}".into(),
+            },
+            Event {
+                name: "message".into(),
+                data: "line one\nline two".into(),
+            },
+        ];
+        assert_eq!(events(&[text]), want);
+        // Every split point, including inside "\r\n".
+        for at in 0..text.len() {
+            if text.is_char_boundary(at) {
+                assert_eq!(events(&[&text[..at], &text[at..]]), want, "split at {at}");
+            }
+        }
+        // One byte at a time.
+        let bytes: Vec<String> = text.chars().map(String::from).collect();
+        let refs: Vec<&str> = bytes.iter().map(String::as_str).collect();
+        assert_eq!(events(&refs), want);
+    }
+
+    #[test]
+    fn an_endless_line_is_refused() {
+        let mut p = Parser::default();
+        assert!(p.feed(&"x".repeat(MAX_LINE)).is_ok());
+        assert_eq!(p.feed("y"), Err(TooLong));
+    }
+
+    #[test]
+    fn notes() {
+        let a = "00000000-0000-0000-0000-000000000007";
+        let b = "00000000-0000-0000-0000-000000000009";
+        let ev = |name: &str, data: String| Event {
+            name: name.into(),
+            data,
+        };
+        let agg = AggregateRef {
+            type_id: Uuid::from_u128(7),
+            id: Uuid::from_u128(9),
+        };
+        assert_eq!(note(&ev("ready", "{}".into())), Ok(Some(Note::Ready)));
+        assert_eq!(
+            note(&ev(
+                "changed",
+                format!(r#"{{"typeId":"{a}","id":"{b}","version":12}}"#)
+            )),
+            Ok(Some(Note::Changed {
+                aggregate: agg,
+                version: 12
+            }))
+        );
+        assert_eq!(
+            note(&ev("reset", format!(r#"{{"typeId":"{a}","id":"{b}"}}"#))),
+            Ok(Some(Note::Reset { aggregate: agg }))
+        );
+        assert_eq!(note(&ev("resync", "{}".into())), Ok(Some(Note::Resync)));
+        assert_eq!(note(&ev("heartbeat", "{}".into())), Ok(None));
+        assert_eq!(
+            note(&ev(
+                "changed",
+                format!(r#"{{"typeId":"{a}","id":"x","version":1}}"#)
+            )),
+            Err(Unreadable)
+        );
+        assert_eq!(note(&ev("changed", "not json".into())), Err(Unreadable));
+    }
+}
