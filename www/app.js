@@ -2,6 +2,7 @@
 import init, { SyncClient } from "/pkg/celeriant_sync.js";
 import { read } from "./reader.js";
 import { inspector } from "./inspector.js";
+import { liveView } from "./live.js";
 
 const gateway = location.origin;
 const $ = (id) => document.getElementById(id);
@@ -11,6 +12,10 @@ const AGGREGATES = [
   ["Account B", "b0b00000-0000-4000-8000-00000000000b"],
   ["Account C", "c4a71e00-0000-4000-8000-00000000000c"],
 ];
+// ?device=N: another device on the same page, with its own database (so its own key and client
+// id) writing to the same aggregates. Device 1 keeps the client's default database.
+const DEVICE = Math.max(1, Math.floor(Number(new URLSearchParams(location.search).get("device")) || 1));
+const DATABASE = DEVICE === 1 ? "celeriant-sync" : `celeriant-sync-device-${DEVICE}`;
 const RATES = [
   ["dropAfterCommit", "commit, then drop the reply"],
   ["timeout", "delay past the timeout"],
@@ -31,12 +36,19 @@ function showStatus(s) {
   $("pending").textContent = s.pending;
   $("parked").textContent = s.parked;
   $("lastError").textContent = s.lastError ? `${s.lastError.code ?? "network"}: ${s.lastError.message}` : "—";
+  $("readState").textContent = s.read?.state ?? "—";
 }
 
 await init();
-const client = await SyncClient.open({ gatewayUrl: gateway, requestTimeoutMs: 2000, maxBatchEvents: 50 });
+const client = await SyncClient.open({ gatewayUrl: gateway, databaseName: DATABASE, requestTimeoutMs: 2000, maxBatchEvents: 50 });
 window.client = client; // for the console and the end-to-end test
 $("gateway").textContent = gateway;
+const other = DEVICE === 1 ? 2 : 1;
+document.title = `device ${DEVICE} — ${document.title}`;
+$("deviceName").textContent = `device ${DEVICE}`;
+$("databaseName").textContent = DATABASE;
+$("otherDevice").href = `?device=${other}`;
+$("otherDevice").textContent = `Open device ${other}`;
 $("clientId").textContent = client.clientId;
 showStatus(client.status());
 
@@ -67,7 +79,7 @@ async function append(count, type) {
   const id = $("aggregate").value;
   const events = Array.from({ length: count }, (_, i) => ({
     type,
-    data: { note: `demo event ${i + 1} of ${count}`, at: new Date().toISOString() },
+    data: { note: `demo event ${i + 1} of ${count}`, device: DEVICE, at: new Date().toISOString() },
   }));
   try {
     const receipts = await client.append({ typeId: TYPE_ID, id }, events);
@@ -189,6 +201,7 @@ async function refreshParked() {
 }
 
 inspector(client);
+liveView(client, TYPE_ID, AGGREGATES, $("liveAggregates"));
 refreshServer();
 refreshParked();
 refreshFaults();
