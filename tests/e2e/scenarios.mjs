@@ -253,3 +253,69 @@ export async function readRestart({ seed }) {
     return { events: n, lives: gateway.lives };
   });
 }
+
+/** The demo's live view with a second device: device 1 (`/`) and device 2 (`/?device=2`, its
+ *  own database, so its own client id) append to the same aggregate through the UI; each page's
+ *  live view ends up listing both devices' events as confirmed. Device 2 appends once while
+ *  (simulated) offline: its live view shows that event pending until it syncs. A rejected
+ *  event shows as parked, with the reason. */
+export async function demoLive() {
+  return withSetup({ www: join(ROOT, "www") }, async (gateway, context) => {
+    const errors = [];
+    const open = async (query) => {
+      const page = await context.newPage();
+      page.on("pageerror", (e) => errors.push(`${query || "/"}: ${e.message}`));
+      await page.goto(`${gateway.base}/${query}`);
+      await page.waitForFunction(() => document.getElementById("clientId").textContent.length === 36);
+      return page;
+    };
+    const [one, two] = [await open(""), await open("?device=2")];
+    const ids = [await one.textContent("#clientId"), await two.textContent("#clientId")];
+    assert(ids[0] !== ids[1], `two devices, two client ids: ${ids}`);
+    assert((await two.textContent("#deviceName")) === "device 2", "the second page says it is device 2");
+    const short = ids.map((id) => id.slice(0, 8));
+    // The live view's event rows of the first aggregate, as text.
+    const rows = (page) => page.$$eval("#liveAggregates .aggregate:first-child .events li", (lis) => lis.map((li) => `${li.className}|${li.textContent}`));
+    const writers = (page) => page.$$eval("#liveAggregates .aggregate:first-child .writers li", (lis) => lis.map((li) => li.textContent));
+    const waitRows = async (page, what, check, ms = 20_000) => {
+      try {
+        await waitFor(what, ms, async () => check(await rows(page), await writers(page)));
+      } catch (e) {
+        throw new Error(`${e.message}; rows: ${JSON.stringify(await rows(page))}; writers: ${JSON.stringify(await writers(page))}`);
+      }
+    };
+
+    await one.click("[data-append='1']");
+    await one.click("[data-append='1']");
+    // Device 2 offline: its append is pending (marked so) in its own view until it syncs.
+    await two.check("#offline");
+    await two.click("[data-append='1']");
+    await waitRows(two, "device 2's own event pending", (r) =>
+      r.some((t) => t.startsWith("pending|") && t.includes(`${short[1]} (this device) #1`) && t.includes("device 2: demo event 1 of 1")));
+    await two.uncheck("#offline");
+    await two.click("[data-append='1']");
+
+    // Both views converge: device 1's #1–#2 and device 2's #1–#2, all confirmed, nothing pending.
+    const converged = (me, other) => (r, w) =>
+      r.length === 4 && r.every((t) => t.startsWith("confirmed|")) &&
+      [1, 2].every((s) => r.some((t) => t.includes(`${short[me]} (this device) #${s}`)) && r.some((t) => t.includes(`${short[other]} #${s}`))) &&
+      w.includes(`${short[me]} (this device): 2 confirmed`) && w.includes(`${short[other]}: 2 confirmed`);
+    await waitRows(one, "device 1's view to show both devices confirmed", converged(0, 1));
+    await waitRows(two, "device 2's view to show both devices confirmed", converged(1, 0));
+    const heading = await one.textContent("#liveAggregates .aggregate:first-child h3");
+    assert(/version \d+, 4 confirmed, 0 pending/.test(heading), `heading: ${heading}`);
+    assert(/^v\d+ /.test((await rows(one))[0].split("|")[1]), "confirmed rows carry their version");
+
+    // A rejected event (the gateway refuses type 13 once Apply sends the reject type) is parked,
+    // with its reason, in the aggregate it was appended to.
+    await one.selectOption("#aggregate", { index: 2 });
+    await one.click("#applyFaults");
+    await one.click("#poison");
+    await waitFor("a parked row", 15_000, async () =>
+      (await one.$$eval("#liveAggregates .aggregate:nth-child(3) .events li.parked", (lis) => lis.map((li) => li.textContent)))
+        .some((t) => t.includes("parked (") && t.includes(`${short[0]} (this device) #1`)));
+    const readState = await one.textContent("#readState");
+    assert(errors.length === 0, `page errors: ${errors}`);
+    return { devices: 2, events: 4, readState };
+  });
+}
