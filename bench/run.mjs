@@ -8,6 +8,7 @@ import { createServer } from "node:http";
 import { readFileSync, writeFileSync, statSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 import { cpus, totalmem, tmpdir } from "node:os";
+import { randomBytes, randomUUID } from "node:crypto";
 import { join, extname, resolve } from "node:path";
 
 const ROOT = resolve(new URL("..", import.meta.url).pathname);
@@ -17,8 +18,8 @@ const ONLY = onlyAt >= 0 ? process.argv[onlyAt + 1].split(",") : null;
 const wanted = (key) => !ONLY || ONLY.includes(key);
 const RUNS = SMOKE ? 1 : 3;
 const N = SMOKE
-  ? { serial: 50, burst: 500, drain: 1000, memoryLarge: 2000, memorySmall: 1000, loadSeconds: 2 }
-  : { serial: 2000, burst: 20000, drain: 10000, memoryLarge: 100000, memorySmall: 10000, loadSeconds: 10 };
+  ? { serial: 50, burst: 500, drain: 1000, memoryLarge: 2000, memorySmall: 1000, catchup: 500, loadSeconds: 2 }
+  : { serial: 2000, burst: 20000, drain: 10000, memoryLarge: 100000, memorySmall: 10000, catchup: 10000, loadSeconds: 10 };
 const TMP = process.env.TMPDIR || tmpdir();
 const sh = (cmd) => execFileSync("sh", ["-c", cmd], { encoding: "utf8" }).trim();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -76,10 +77,11 @@ async function stopGateway(g) {
 
 // ---- one measurement = one fresh browser ----
 const CHROMIUM = sh("command -v chromium");
-async function measure(m, variant, n, gateway) {
+async function measure(m, variant, n, gateway, extra = {}) {
   const profile = mkdtempSync(join(TMP, "bench-profile-"));
   const tag = `${m}-${variant}-${Date.now()}`;
-  const url = `${SITE}/index.html?m=${m}&variant=${variant}&n=${n}&tag=${tag}&gateway=${encodeURIComponent(gateway)}&report=${encodeURIComponent(`${SITE}/result`)}`;
+  const more = Object.entries(extra).map(([k, v]) => `&${k}=${encodeURIComponent(v)}`).join("");
+  const url = `${SITE}/index.html?m=${m}&variant=${variant}&n=${n}&tag=${tag}&gateway=${encodeURIComponent(gateway)}&report=${encodeURIComponent(`${SITE}/result`)}${more}`;
   const result = new Promise((resolve) => (waiting = resolve));
   const browser = spawn(CHROMIUM, [
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -103,10 +105,39 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const min = (xs) => Math.min(...xs);
 const fmt = (x, d = 1) => Number(x).toFixed(d);
 
-async function series(m, variant, n, gateway) {
+async function series(m, variant, n, gateway, extra) {
   const runs = [];
-  for (let i = 0; i < RUNS; i++) runs.push(await measure(m, variant, n, gateway));
+  for (let i = 0; i < RUNS; i++) runs.push(await measure(m, variant, n, gateway, extra));
   return runs;
+}
+
+/** Seeds one aggregate with `n` confirmed events (200-byte payloads) as 4 devices would write
+ *  them: writes of 10 events, each device's writes in sequence, the 4 devices at once.
+ *  The bench gateway runs --auth none, so clientId is taken as given. */
+async function seed(gateway, n) {
+  const aggregate = { typeId: randomUUID(), id: randomUUID() };
+  const DEVICES = 4;
+  const PER_WRITE = 10;
+  const device = async (d) => {
+    const clientId = randomUUID();
+    const mine = Math.floor(n / DEVICES) + (d < n % DEVICES ? 1 : 0);
+    for (let first = 1; first <= mine; first += PER_WRITE) {
+      const events = [];
+      for (let s = first; s < first + PER_WRITE && s <= mine; s++) {
+        events.push({ clientSeq: s, eventId: randomUUID(), timestamp: Date.now(), type: 1, minor: 0, data: randomBytes(200).toString("base64"), iv: null });
+      }
+      const body = JSON.stringify({ clientId, writes: [{ aggregate, allowCreate: true, events }] });
+      for (let attempt = 0; ; attempt++) {
+        const r = await fetch(`${gateway}/v1/write`, { method: "POST", headers: { "content-type": "application/json" }, body });
+        const answer = await r.json().catch(() => ({}));
+        if (answer.outcome === "landed") break;
+        if (attempt >= 20 || answer.outcome === "rejected") throw new Error(`seeding: ${r.status} ${JSON.stringify(answer)}`);
+        await sleep(100);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: DEVICES }, (_, d) => device(d)));
+  return aggregate;
 }
 
 const lines = [];
@@ -177,11 +208,25 @@ try {
       ratio: (sw + sh2) / (lw + lh), target: 0.5, note: "bounded: peak barely grows with a 10× backlog (target: ratio ≥ 0.5)",
     });
   }
+  // 6. catch-up: n confirmed events into an empty local log (the read side).
+  if (wanted("catchup")) {
+    const aggregate = await seed(gw, N.catchup);
+    const ours = await series("catchup", "ours", N.catchup, gw, aggregate);
+    const base = await series("catchup", "baseline", N.catchup, gw, aggregate);
+    const [o, b] = [ours.map((r) => r.eventsPerSecond), base.map((r) => r.eventsPerSecond)];
+    lines.push({
+      name: `catch-up of ${N.catchup} confirmed events into an empty local log (${N.catchup / 10} batches of 10, 200 B payloads)`,
+      ours: `${fmt(median(o), 0)} events/s, ${fmt(median(ours.map((r) => r.ms)), 0)} ms (max ${fmt(Math.max(...o), 0)} events/s): a fresh client's \`read\``,
+      baseline: `${fmt(median(b), 0)} events/s, ${fmt(median(base.map((r) => r.ms)), 0)} ms: fetch the same ${base[0].pages} pages, one IndexedDB transaction each`,
+      ratio: median(o) / median(b), target: null,
+      note: `ours includes opening a session (\`POST /v1/session\`) and building the ${N.catchup}-event view; timed once the fresh client holds the drain role; both sides write the log with \`relaxed\` durability (a cache of the server)`,
+    });
+  }
 } finally {
   await stopGateway(gateway);
 }
 
-// 6. the gateway under load, from a Rust load generator.
+// 7. the gateway under load, from a Rust load generator.
 if (wanted("gateway")) {
   const g = startGateway();
   const url = await gatewayUrl(g);
@@ -221,4 +266,4 @@ const text = [
 ].join("\n");
 console.log(text);
 if (!SMOKE && !ONLY) writeFileSync(join(ROOT, "BENCHMARKS.md"), text);
-console.log(SMOKE ? "bench smoke: ok" : "wrote BENCHMARKS.md");
+console.log(SMOKE ? "bench smoke: ok" : ONLY ? "--only: BENCHMARKS.md not rewritten" : "wrote BENCHMARKS.md");

@@ -2,7 +2,8 @@
 // orchestrator (bench/run.mjs), which launched this browser without any automation protocol
 // attached (DevTools slows fetch and IndexedDB noticeably).
 //
-//   ?m=append-serial|append-burst|drain|memory &variant=ours|baseline &n=N &gateway=URL &report=URL &tag=T
+//   ?m=append-serial|append-burst|drain|memory|catchup &variant=ours|baseline &n=N &gateway=URL &report=URL &tag=T
+//   (catchup also: &typeId=T &id=I, the aggregate bench/run.mjs seeded with n confirmed events)
 import init, { SyncClient } from "/pkg/celeriant_sync.js";
 
 const q = new URLSearchParams(location.search);
@@ -175,7 +176,75 @@ async function memory() {
   return { ms, peakWasmBytes: samples.wasm, peakHeapBytes: samples.heap, wasmBytesBefore: before.wasm };
 }
 
-const runs = { "append-serial": appendSerial, "append-burst": appendBurst, drain, memory };
+/** Catch-up: n confirmed events of one aggregate (seeded on the gateway by bench/run.mjs) into
+ *  an empty local log. Ours: a fresh client's `read(aggregate)`, timed from the call to its
+ *  resolution (it opens a session, reads every page into IndexedDB and builds the view);
+ *  the view must hold all n events, confirmed, not from cache. Baseline: plain JS following
+ *  `next` page by page, each page's batches put into an object store with the cursor, one
+ *  transaction per page, at the durability the client's log uses (`relaxed`: a cache). */
+async function catchup() {
+  const aggregate = { typeId: q.get("typeId"), id: q.get("id") };
+  if (variant === "baseline") {
+    const db = await new Promise((resolve, reject) => {
+      const r = indexedDB.open(`plain-${tag}`, 1);
+      r.onupgradeneeded = () => {
+        r.result.createObjectStore("log");
+        r.result.createObjectStore("cursors");
+      };
+      r.onsuccess = () => resolve(r.result);
+      r.onerror = () => reject(r.error);
+    });
+    const t0 = performance.now();
+    let events = 0;
+    let pages = 0;
+    for (let from = 1; ;) {
+      const r = await fetch(`${gateway}/v1/aggregates/${aggregate.typeId}/${aggregate.id}/events?from=${from}`);
+      if (!r.ok) throw new Error(`read: ${r.status} ${await r.text()}`);
+      const page = await r.json();
+      await new Promise((resolve, reject) => {
+        const tx = db.transaction(["log", "cursors"], "readwrite", { durability: "relaxed" });
+        const log = tx.objectStore("log");
+        let version = 0;
+        for (const b of page.batches) {
+          log.put(b, [aggregate.typeId, aggregate.id, b.version]);
+          events += b.events.length;
+          version = b.version;
+        }
+        tx.objectStore("cursors").put({ version }, [aggregate.typeId, aggregate.id]);
+        tx.oncomplete = () => resolve();
+        tx.onerror = () => reject(tx.error);
+        tx.onabort = () => reject(tx.error);
+      });
+      pages += 1;
+      if (page.next === null) break;
+      from = page.next;
+    }
+    const ms = performance.now() - t0;
+    if (events !== n) throw new Error(`baseline stored ${events} events, expected ${n}`);
+    return { ms, eventsPerSecond: (n / ms) * 1000, pages };
+  }
+  await init();
+  const client = await SyncClient.open({ gatewayUrl: gateway, databaseName: `ours-${tag}` });
+  // Timed once this context drains (holds the device's drain lock, so it does the catch-up
+  // itself): a read issued in the moment before the lock is granted is handed to "the drainer"
+  // and currently waits out its 20 s bound, answering from the (empty) cache.
+  for (const t = performance.now(); client.status().role !== "drainer"; ) {
+    if (performance.now() - t > 10_000) throw new Error("the client never became the drainer");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const t0 = performance.now();
+  const view = await client.read(aggregate);
+  const ms = performance.now() - t0;
+  const confirmed = view.events.filter((e) => e.status === "confirmed").length;
+  const status = client.status();
+  await client.close();
+  if (view.fromCache || confirmed !== n) {
+    throw new Error(`read answered after ${Math.round(ms)} ms with ${confirmed} confirmed events of ${n} (fromCache ${view.fromCache}); status ${JSON.stringify(status)}`);
+  }
+  return { ms, eventsPerSecond: (n / ms) * 1000 };
+}
+
+const runs = { "append-serial": appendSerial, "append-burst": appendBurst, drain, memory, catchup };
 try {
   const result = await runs[m]();
   await post({ ok: true, m, variant, n, ...result });
