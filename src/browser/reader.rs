@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::rc::{Rc, Weak};
 
 use gloo_timers::callback::Timeout;
+use gloo_timers::future::TimeoutFuture;
 use js_sys::{Array, JSON};
 use wasm_bindgen::JsValue;
 
@@ -27,6 +28,7 @@ use crate::engine::env::Reply;
 use crate::engine::model::AggregateRef;
 use crate::engine::read::machine::{Action, Input, PageEnd, Reader};
 use crate::engine::read::sse::{Parser, note};
+use crate::engine::signal::{Signal, first};
 use crate::engine::status::Hub;
 
 /// What the reader tells the rest of the runtime.
@@ -63,9 +65,15 @@ pub struct ReaderRuntime {
     /// Bumped for every stream opened or closed: callbacks of an older one are ignored.
     generation: Cell<u64>,
     timer: RefCell<Option<Timeout>>,
+    /// Catch-ups to try again after a failed page.
+    retries: RefCell<Vec<Timeout>>,
     /// Aggregates with a local log: a landed batch of one is followed by its catch-up.
     logged: RefCell<BTreeSet<AggregateRef>>,
+    /// `logged` has been read from storage (until then every landed batch is caught up).
+    loaded: Cell<bool>,
     stopped: Cell<bool>,
+    /// Notified by [`ReaderRuntime::stop`], so the reader's own tasks end.
+    stopping: Rc<Signal>,
 }
 
 fn now() -> u64 {
@@ -94,16 +102,22 @@ impl ReaderRuntime {
             stream: RefCell::new(None),
             generation: Cell::new(0),
             timer: RefCell::new(None),
+            retries: RefCell::default(),
             logged: RefCell::default(),
+            loaded: Cell::new(false),
             stopped: Cell::new(false),
+            stopping: Rc::default(),
         });
         reader.feed(Input::Online(super::global::is_online()));
         // The network coming and going, for as long as the reader runs.
         let weak = Rc::downgrade(&reader);
-        let hub = reader.hub.clone();
+        let (hub, stopping) = (reader.hub.clone(), reader.stopping.clone());
         wasm_bindgen_futures::spawn_local(async move {
             loop {
-                hub.network.notified().await;
+                let stop = stopping.notified();
+                if !first(hub.network.notified(), stop).await {
+                    return;
+                }
                 let Some(reader) = weak.upgrade() else { return };
                 if reader.stopped.get() {
                     return;
@@ -117,6 +131,7 @@ impl ReaderRuntime {
             if let Ok(logged) = reader.outbox.logged().await {
                 reader.logged.borrow_mut().extend(logged);
             }
+            reader.loaded.set(true);
         });
         reader
     }
@@ -127,15 +142,23 @@ impl ReaderRuntime {
         self.generation.set(self.generation.get() + 1);
         self.stream.borrow_mut().take();
         self.timer.borrow_mut().take();
+        self.retries.borrow_mut().clear();
+        self.stopping.notify();
         self.hub
             .set_read(crate::engine::read::machine::ReadState::Idle);
     }
 
-    /// Events of this aggregate landed: catch it up if it has a local log.
+    /// Events of this aggregate landed: catch it up if it has a local log (its landed events
+    /// are pruned only once the log holds them).
     pub fn landed(self: &Rc<Self>, aggregate: AggregateRef) {
-        if self.logged.borrow().contains(&aggregate) {
+        if !self.loaded.get() || self.logged.borrow().contains(&aggregate) {
             self.feed(Input::CatchUp(aggregate));
         }
+    }
+
+    /// The aggregate has a local log now (a `read` or `subscribe` in some context).
+    pub fn note_logged(&self, aggregate: AggregateRef) {
+        self.logged.borrow_mut().insert(aggregate);
     }
 
     /// Hands an input to the machine and performs what it decides.
@@ -183,24 +206,58 @@ impl ReaderRuntime {
                 self.generation.set(self.generation.get() + 1);
                 self.stream.borrow_mut().take();
             }
-            Action::FetchPage(aggregate) => {
+            Action::FetchPage(aggregate) | Action::Probe(aggregate) => {
+                let probe = matches!(action, Action::Probe(_));
                 let this = self.clone();
                 wasm_bindgen_futures::spawn_local(async move {
-                    let end = this.fetch_page(aggregate).await;
-                    this.feed(Input::Page { aggregate, end });
+                    // One deadline over the whole page (a session opening included), so a
+                    // hung `auth` callback cannot stop catch-up for good.
+                    let mut end = None;
+                    let deadline = this.config.timeout_ms.saturating_mul(3);
+                    first(
+                        async { end = Some(this.fetch_page(aggregate, probe).await) },
+                        TimeoutFuture::new(deadline),
+                    )
+                    .await;
+                    let end = end.unwrap_or_else(|| PageEnd::Failed {
+                        message: format!("no page within {deadline} ms"),
+                    });
+                    if !this.stopped.get() {
+                        this.feed(Input::Page { aggregate, end });
+                    }
                 });
             }
             Action::ResetLog {
                 aggregate,
                 min_version,
+                gone,
             } => {
                 let this = self.clone();
                 wasm_bindgen_futures::spawn_local(async move {
+                    if this.stopped.get() {
+                        return;
+                    }
                     // A failed reset leaves the old log: the next page read finds out again.
-                    let _ = this.outbox.reset_log(aggregate, min_version).await;
+                    let _ = this.outbox.reset_log(aggregate, min_version, gone).await;
+                    this.hub.logged(aggregate);
                     (this.news)(ReaderNews::LogChanged(aggregate));
                     this.feed(Input::LogReset(aggregate));
                 });
+            }
+            Action::RetryLater { aggregate, ms } => {
+                let weak = Rc::downgrade(self);
+                let timer = Timeout::new(ms.min(u64::from(u32::MAX)) as u32, move || {
+                    if let Some(reader) = weak.upgrade() {
+                        reader.later(Input::CatchUp(aggregate));
+                    }
+                });
+                let mut retries = self.retries.borrow_mut();
+                retries.retain(|_| true);
+                retries.push(timer);
+                // Bounded: a few dozen pending retries at most (older ones fired long ago).
+                if retries.len() > 64 {
+                    retries.remove(0).forget();
+                }
             }
             Action::Wait(ms) => {
                 let weak = Rc::downgrade(self);
@@ -312,8 +369,10 @@ impl ReaderRuntime {
         });
     }
 
-    /// Reads the aggregate's next page and stores it with its cursor.
-    async fn fetch_page(&self, aggregate: AggregateRef) -> PageEnd {
+    /// Reads the aggregate's next page and stores it with its cursor (compare-and-set on the
+    /// cursor read before the request); with `probe`, asks only what is left of it after a
+    /// `reset`: its first version (a 410 gives the minimum) and its tip.
+    async fn fetch_page(&self, aggregate: AggregateRef, probe: bool) -> PageEnd {
         let failed = |message: String| PageEnd::Failed { message };
         let cursor = match self.outbox.cursor(aggregate).await {
             Ok(cursor) => cursor,
@@ -323,12 +382,14 @@ impl ReaderRuntime {
             Ok(token) => token,
             Err(message) => return failed(message),
         };
+        let query = if probe {
+            "from=1&limit=1".to_owned()
+        } else {
+            format!("from={}", cursor.version + 1)
+        };
         let url = format!(
-            "{}/v1/aggregates/{}/{}/events?from={}",
-            self.config.gateway_url,
-            aggregate.type_id,
-            aggregate.id,
-            cursor.version + 1
+            "{}/v1/aggregates/{}/{}/events?{query}",
+            self.config.gateway_url, aggregate.type_id, aggregate.id,
         );
         let (status, body) = match get(&url, Some(&token), self.config.timeout_ms).await {
             Reply::Http {
@@ -339,6 +400,9 @@ impl ReaderRuntime {
             Reply::Http { body: Err(e), .. } => return failed(e),
             Reply::Failed { message, .. } => return failed(message),
         };
+        if self.stopped.get() {
+            return failed("the reader stopped".into());
+        }
         let parsed = JSON::parse(&body).unwrap_or(JsValue::UNDEFINED);
         match status {
             200 => {
@@ -347,26 +411,42 @@ impl ReaderRuntime {
                     return failed("a page without batches".into());
                 }
                 let batches = Array::from(&batches);
-                if let Err(e) = self
+                if probe {
+                    // Version 1 is still there (else 410): gone only if the aggregate was
+                    // deleted or recreated below what the local log holds.
+                    let tip = js::get_u64(&parsed, "tip").unwrap_or(u64::MAX);
+                    return if tip < cursor.version {
+                        PageEnd::Gone
+                    } else {
+                        PageEnd::Stored { more: true }
+                    };
+                }
+                let stored = match self
                     .outbox
-                    .store_page(aggregate, &batches, &self.config.me)
+                    .store_page(aggregate, &batches, &self.config.me, cursor)
                     .await
                 {
-                    return failed(e.to_string());
-                }
-                if batches.length() > 0 {
+                    Ok(stored) => stored,
+                    Err(e) => return failed(e.to_string()),
+                };
+                let Some(after) = stored else {
+                    // The cursor moved meanwhile (a reset): read again from where it is now.
+                    return PageEnd::Stored { more: true };
+                };
+                if after.version > cursor.version {
                     self.hub.logged(aggregate);
                     (self.news)(ReaderNews::LogChanged(aggregate));
                 }
                 let next = js::get(&parsed, "next");
                 PageEnd::Stored {
-                    more: !(next.is_null() || next.is_undefined()) && batches.length() > 0,
+                    // Read on only if this page moved the cursor (a server that keeps saying
+                    // "more" without giving any is not followed).
+                    more: !(next.is_null() || next.is_undefined())
+                        && after.version > cursor.version,
                 }
             }
             410 => match js::get_u64(&parsed, "minVersion") {
-                Some(min_version) if min_version > cursor.version + 1 => {
-                    PageEnd::Trimmed { min_version }
-                }
+                Some(min_version) if min_version > 1 => PageEnd::Trimmed { min_version },
                 _ => failed(format!("HTTP 410 without a usable minVersion: {body}")),
             },
             401 => {

@@ -422,6 +422,13 @@ impl Runtime {
         }
     }
 
+    /// The aggregate has a local log now: the drainer's reader follows its landed batches.
+    pub fn logged(&self, aggregate: AggregateRef) {
+        if let Some(reader) = self.reader.borrow().as_ref() {
+            reader.note_logged(aggregate);
+        }
+    }
+
     /// The aggregate's pending events changed here: refresh views, here and elsewhere.
     fn touched(self: &Rc<Self>, aggregate: AggregateRef) {
         self.views.changed(aggregate);
@@ -442,6 +449,7 @@ impl Runtime {
     /// from the local log alone when offline or when the catch-up fails or takes too long.
     pub async fn read(self: &Rc<Self>, aggregate: AggregateRef) -> Result<JsValue, StoreError> {
         self.outbox.ensure_cursor(aggregate).await?;
+        self.logged(aggregate);
         let mut ok = false;
         if super::global::is_online() {
             let (sender, receiver) = oneshot::channel();
@@ -458,6 +466,8 @@ impl Runtime {
             )
             .await;
             ok = answer == Some(true);
+            // A waiter that timed out is not kept until some catch-up of it ends.
+            self.waiters.borrow_mut().retain(|(_, s)| !s.is_canceled());
         }
         self.views.read(aggregate, !ok).await
     }

@@ -65,9 +65,9 @@ export function pushPending(out, records, clientId, parkedFrom, parkedCode, park
 }
 "#)]
 extern "C" {
-    #[wasm_bindgen(js_name = pushConfirmed)]
-    fn push_confirmed(out: &Array, batches: &Array);
-    #[wasm_bindgen(js_name = pushPending)]
+    #[wasm_bindgen(js_name = pushConfirmed, catch)]
+    fn push_confirmed(out: &Array, batches: &Array) -> Result<(), JsValue>;
+    #[wasm_bindgen(js_name = pushPending, catch)]
     fn push_pending(
         out: &Array,
         records: &Array,
@@ -75,7 +75,7 @@ extern "C" {
         parked_from: f64,
         parked_code: u32,
         parked_message: &str,
-    );
+    ) -> Result<(), JsValue>;
 }
 
 /// What a listener was last given, to tell whether a view changed.
@@ -87,6 +87,7 @@ struct Signature {
     first_pending: u64,
     last_pending: u64,
     parked: Option<(u64, u32)>,
+    from_cache: bool,
 }
 
 struct Listener {
@@ -258,14 +259,21 @@ impl Views {
     ) -> Result<Built, StoreError> {
         let snapshot: Snapshot = self.outbox.snapshot(aggregate, kept).await?;
         let confirmed = Array::new();
-        push_confirmed(&confirmed, &snapshot.batches.iter().collect());
+        let unreadable = |e: JsValue| {
+            StoreError::Corrupt(format!(
+                "a stored event cannot be shown: {}",
+                super::fetch::error_text(&e)
+            ))
+        };
+        push_confirmed(&confirmed, &snapshot.batches.iter().collect()).map_err(unreadable)?;
         let pending = Array::new();
         let records: Array = snapshot.pending.iter().collect();
         let (parked_from, code, message) = match &snapshot.parked {
             Some(p) => (p.first_seq as f64, p.code, p.message.as_str()),
             None => (0.0, 0, ""),
         };
-        push_pending(&pending, &records, &self.me, parked_from, code, message);
+        push_pending(&pending, &records, &self.me, parked_from, code, message)
+            .map_err(unreadable)?;
         let seqs: Vec<u64> = snapshot
             .pending
             .iter()
@@ -281,6 +289,7 @@ impl Views {
                 first_pending: seqs.first().copied().unwrap_or(0),
                 last_pending: seqs.last().copied().unwrap_or(0),
                 parked: snapshot.parked.as_ref().map(|p| (p.first_seq, p.code)),
+                from_cache: false,
             },
             confirmed: confirmed.iter().collect(),
             pending,
@@ -343,10 +352,11 @@ impl View {
         let Built {
             aggregate,
             from,
-            signature,
+            mut signature,
             confirmed,
             pending,
         } = built;
+        signature.from_cache = from_cache;
         if from == 0 {
             self.confirmed = confirmed;
         } else {

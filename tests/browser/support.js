@@ -416,3 +416,24 @@ export async function trim(gateway, typeId, id, before) {
   });
   if (!r.ok) throw new Error(`POST /v1/faults/trim: ${r.status} ${await r.text()}`);
 }
+
+/** Makes the gateway's event pages hostile until `restore()`: every batch's events get a
+ *  non-base64 `data` and a version gap is introduced. Counts the pages it spoiled. */
+export function spoilPages() {
+  const real = globalThis.fetch;
+  const log = { spoiled: 0 };
+  globalThis.fetch = async (input, init) => {
+    const url = input instanceof Request ? input.url : String(input);
+    const response = await real(input, init);
+    if (!url.includes("/events?") || response.status !== 200) return response;
+    const page = await response.json();
+    for (const b of page.batches) {
+      b.version += 5;
+      for (const e of b.events) e.data = "!!not base64!!";
+    }
+    log.spoiled += 1;
+    return new Response(JSON.stringify(page), { status: 200, headers: { "content-type": "application/json" } });
+  };
+  log.restore = () => { globalThis.fetch = real; };
+  return log;
+}

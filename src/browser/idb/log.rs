@@ -13,9 +13,9 @@ use wasm_bindgen::JsValue;
 
 use super::db::{Commit, Durability, Js};
 use super::keys::Agg;
-use super::outbox::{IdbOutbox, get, park_of_record, store};
+use super::outbox::{IdbOutbox, get, landed, park_of_record, store};
 use super::request::result;
-use super::schema::{CURSORS, LOG, OUTBOX, PARKED};
+use super::schema::{COUNTERS, CURSORS, LANDED, LOG, OUTBOX, PARKED};
 use crate::browser::js;
 use crate::engine::model::{AggregateRef, ParkRecord};
 use crate::engine::outbox::StoreError;
@@ -45,6 +45,24 @@ fn cursor_record(c: Cursor) -> JsValue {
     js::set(&o, "mine", c.mine as f64);
     js::set(&o, "epoch", c.epoch as f64);
     o.into()
+}
+
+/// Whether a confirmed event has the fields a view needs, of the right kinds.
+fn well_formed(e: &JsValue) -> bool {
+    let int = |k: &str| js::get_u64(e, k).is_some();
+    let data = js::get(e, "data");
+    let base64 = |v: &JsValue| {
+        v.as_string().is_some_and(|s| {
+            s.len() % 4 == 0
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=')
+        })
+    };
+    int("clientSeq")
+        && int("type")
+        && int("minor")
+        && int("timestamp")
+        && (data.is_null() || base64(&data))
 }
 
 /// What a view of an aggregate is built from, read in one snapshot.
@@ -112,17 +130,22 @@ impl IdbOutbox {
     }
 
     /// Stores a page of batches (parsed JSON, in version order) and moves the cursor, in one
-    /// transaction; batches at or below the cursor are skipped (pages may overlap). `me` is this
-    /// device's client id, as the server writes it.
+    /// transaction — if the cursor is still `expected` (compare-and-set: a page read by a reader
+    /// that has since stopped, or across a reset, is not stored; `Ok(None)`). Batches at or below
+    /// the cursor are skipped (pages may overlap); the others must follow it without a gap and
+    /// be well formed, or nothing is stored (a broken or hostile page never enters the log).
+    /// `me` is this device's client id, as the server writes it; `mine` never passes the
+    /// highest sequence this device assigned for the aggregate.
     pub async fn store_page(
         &self,
         aggregate: AggregateRef,
         batches: &Array,
         me: &str,
-    ) -> Result<Cursor, StoreError> {
+        expected: Cursor,
+    ) -> Result<Option<Cursor>, StoreError> {
         self.db()
             .write(
-                &super::db::stores(&[LOG, CURSORS]),
+                &super::db::stores(&[LOG, CURSORS, COUNTERS]),
                 // A cache of the server: losing the last page in a power cut only re-reads it.
                 Durability::Relaxed,
                 Commit::Early,
@@ -130,17 +153,37 @@ impl IdbOutbox {
                     let (log, cursors) = (store(tx, LOG)?, store(tx, CURSORS)?);
                     let a = Agg::new(&aggregate);
                     let mut cursor = cursor_of(&get(&cursors, &a.key()).await?);
+                    if cursor != expected {
+                        return Ok(None);
+                    }
+                    let assigned =
+                        js::get_u64(&get(&store(tx, COUNTERS)?, &a.key()).await?, "last")
+                            .unwrap_or(0);
+                    let bad = |why: &str| {
+                        StoreError::Corrupt(format!("the gateway sent a bad page: {why}"))
+                    };
                     for batch in batches.iter() {
-                        let Some(version) = js::get_u64(&batch, "version") else {
-                            return Err(StoreError::Corrupt("a batch without a version".into()));
-                        };
+                        let version = js::get_u64(&batch, "version")
+                            .ok_or_else(|| bad("a batch without a version"))?;
                         if version <= cursor.version {
                             continue;
                         }
-                        if js::get_string(&batch, "clientId").as_deref() == Some(me) {
-                            for e in js::array(&js::get(&batch, "events")) {
-                                cursor.mine =
-                                    cursor.mine.max(js::get_u64(&e, "clientSeq").unwrap_or(0));
+                        if version != cursor.version + 1 {
+                            return Err(bad("versions with a gap"));
+                        }
+                        let writer = js::get_string(&batch, "clientId")
+                            .ok_or_else(|| bad("a batch without a clientId"))?;
+                        let events = js::get(&batch, "events");
+                        if !Array::is_array(&events) || Array::from(&events).length() == 0 {
+                            return Err(bad("a batch without events"));
+                        }
+                        for e in js::array(&events) {
+                            if !well_formed(&e) {
+                                return Err(bad("an event without its fields"));
+                            }
+                            if writer == me {
+                                let seq = js::get_u64(&e, "clientSeq").unwrap_or(0);
+                                cursor.mine = cursor.mine.max(seq.min(assigned));
                             }
                         }
                         log.put_with_key(&batch, &a.event(version as f64)).js()?;
@@ -149,33 +192,45 @@ impl IdbOutbox {
                     cursors
                         .put_with_key(&cursor_record(cursor), &a.key())
                         .js()?;
-                    Ok(cursor)
+                    Ok(Some(cursor))
                 },
             )
             .await
     }
 
-    /// Empties the aggregate's log (it was trimmed or deleted on the server); the cursor
-    /// restarts just below `min_version` and keeps `mine` (an event this device wrote never
-    /// turns pending again).
+    /// The server no longer has the aggregate's versions below `min_version` (trimmed), or, with
+    /// `gone`, none of them (deleted): those are dropped from the local log, the cursor moves up
+    /// to just below `min_version` if it was lower (or to 0 when gone), `epoch` + 1. `mine` is
+    /// raised to the landed watermark: an event of this device that landed but will never be
+    /// read back stops being pending (and can be pruned). Versions kept stay: a trim never makes
+    /// a confirmed event vanish and reappear.
     pub async fn reset_log(
         &self,
         aggregate: AggregateRef,
         min_version: u64,
+        gone: bool,
     ) -> Result<(), StoreError> {
         self.db()
             .write(
-                &super::db::stores(&[LOG, CURSORS]),
+                &super::db::stores(&[LOG, CURSORS, LANDED]),
                 Durability::Relaxed,
                 Commit::Early,
                 async |tx| {
                     let (log, cursors) = (store(tx, LOG)?, store(tx, CURSORS)?);
                     let a = Agg::new(&aggregate);
-                    log.delete(&a.seqs(0.0, true, f64::INFINITY)?.into()).js()?;
                     let old = cursor_of(&get(&cursors, &a.key()).await?);
+                    let landed = landed(&store(tx, LANDED)?, &a).await?;
+                    // Versions up to `through`, included, go.
+                    let (through, version) = if gone {
+                        (f64::INFINITY, 0)
+                    } else {
+                        let below = min_version.saturating_sub(1);
+                        (below as f64, old.version.max(below))
+                    };
+                    log.delete(&a.seqs(0.0, true, through)?.into()).js()?;
                     let cursor = Cursor {
-                        version: min_version.saturating_sub(1),
-                        mine: old.mine,
+                        version,
+                        mine: old.mine.max(landed),
                         epoch: old.epoch + 1,
                     };
                     cursors

@@ -118,7 +118,7 @@ pub(super) async fn get(store: &IdbObjectStore, key: &JsValue) -> Result<JsValue
 }
 
 /// The landed watermark of an aggregate (0: nothing landed that is still stored).
-async fn landed(landed: &IdbObjectStore, a: &Agg) -> Result<u64, StoreError> {
+pub(super) async fn landed(landed: &IdbObjectStore, a: &Agg) -> Result<u64, StoreError> {
     Ok(get(landed, &a.key()).await?.as_f64().unwrap_or(0.0) as u64)
 }
 

@@ -14,7 +14,7 @@
 //! page and storing it with the aggregate's cursor is one action, so a page and its cursor move
 //! together.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
@@ -81,6 +81,8 @@ pub enum PageEnd {
         /// The lowest version still available.
         min_version: u64,
     },
+    /// The aggregate is gone on the server (deleted, or recreated below the local cursor).
+    Gone,
     /// Not read (network, timeout, a refusal); try again later.
     Failed {
         /// Why.
@@ -128,12 +130,25 @@ pub enum Action {
     CloseStream,
     /// Read the aggregate's next page (from its local cursor) and store it with the cursor.
     FetchPage(AggregateRef),
-    /// Empty the aggregate's local log; its cursor restarts below `min_version`.
+    /// Ask the server what is left of the aggregate after a `reset` (its first version: a 410
+    /// says the minimum; a tip below the cursor says it is gone); answered as a [`PageEnd`].
+    Probe(AggregateRef),
+    /// Drop the aggregate's local log below `min_version` (all of it when `gone`); the cursor
+    /// moves up to just below `min_version` if it was lower.
     ResetLog {
         /// The aggregate.
         aggregate: AggregateRef,
-        /// The lowest version the server still has (1: from scratch).
+        /// The lowest version the server still has.
         min_version: u64,
+        /// Deleted: nothing is kept, the cursor restarts at 0.
+        gone: bool,
+    },
+    /// Catch the aggregate up again after `ms` (its last page failed).
+    RetryLater {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// How long to wait.
+        ms: u64,
     },
     /// Wait (replacing any current wait), cut short by the network coming back.
     Wait(u64),
@@ -165,8 +180,12 @@ pub struct Reader {
     /// Aggregates to catch up, in order; at most one page is read at a time.
     queue: VecDeque<AggregateRef>,
     fetching: Option<AggregateRef>,
-    /// Catch-ups that failed, to try again when the stream is back.
+    /// Catch-ups that failed, to try again when the stream is back (and after a backoff).
     failed: Vec<AggregateRef>,
+    /// Consecutive failed pages (for the retry's backoff).
+    page_failures: u32,
+    /// Aggregates the stream said were reset: probed before their next page.
+    probe_due: BTreeSet<AggregateRef>,
     online: bool,
     state: ReadState,
     actions: VecDeque<Action>,
@@ -183,6 +202,8 @@ impl Reader {
             queue: VecDeque::new(),
             fetching: None,
             failed: Vec::new(),
+            page_failures: 0,
+            probe_due: BTreeSet::new(),
             online: true,
             state: ReadState::Idle,
             actions: VecDeque::new(),
@@ -243,6 +264,9 @@ impl Reader {
                 if self.fetching == Some(aggregate) {
                     self.fetching = None;
                 }
+                if !matches!(end, PageEnd::Failed { .. }) {
+                    self.page_failures = 0;
+                }
                 match end {
                     PageEnd::Stored { more: true } => {
                         // Read on first; the pages to come cover a queued catch-up of it too.
@@ -257,6 +281,15 @@ impl Reader {
                         self.emit(Action::ResetLog {
                             aggregate,
                             min_version,
+                            gone: false,
+                        });
+                    }
+                    PageEnd::Gone => {
+                        self.fetching = Some(aggregate);
+                        self.emit(Action::ResetLog {
+                            aggregate,
+                            min_version: 1,
+                            gone: true,
                         });
                     }
                     PageEnd::Failed { .. } => {
@@ -264,6 +297,14 @@ impl Reader {
                         if !self.failed.contains(&aggregate) {
                             self.failed.push(aggregate);
                         }
+                        // Not only when the stream comes back: a stream that stays up says
+                        // nothing more about an aggregate whose last change was missed.
+                        let ms = self
+                            .backoff
+                            .delay_ms(self.page_failures, random, None)
+                            .max(250);
+                        self.page_failures = self.page_failures.saturating_add(1);
+                        self.emit(Action::RetryLater { aggregate, ms });
                     }
                 }
             }
@@ -331,13 +372,11 @@ impl Reader {
                 }
             }
             Note::Reset { aggregate } => {
-                if self.watched.contains_key(&aggregate) && self.fetching != Some(aggregate) {
+                // Probed before its next page, even if a page of it is in flight now.
+                if self.watched.contains_key(&aggregate) {
+                    self.probe_due.insert(aggregate);
                     self.queue.retain(|a| *a != aggregate);
-                    self.fetching = Some(aggregate);
-                    self.emit(Action::ResetLog {
-                        aggregate,
-                        min_version: 1,
-                    });
+                    self.queue.push_front(aggregate);
                 }
             }
             Note::Resync => {
@@ -362,7 +401,11 @@ impl Reader {
         }
         if let Some(aggregate) = self.queue.pop_front() {
             self.fetching = Some(aggregate);
-            self.emit(Action::FetchPage(aggregate));
+            if self.probe_due.remove(&aggregate) {
+                self.emit(Action::Probe(aggregate));
+            } else {
+                self.emit(Action::FetchPage(aggregate));
+            }
         }
     }
 

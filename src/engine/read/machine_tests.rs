@@ -170,7 +170,8 @@ fn a_trimmed_aggregate_is_read_again_from_its_minimum_version() {
         doing(&mut r),
         [Action::ResetLog {
             aggregate: agg(3),
-            min_version: 40
+            min_version: 40,
+            gone: false
         }]
     );
     r.handle(Input::LogReset(agg(3)), T, 0.5);
@@ -202,9 +203,23 @@ fn reset_and_resync_notes() {
     r.handle(Input::Stream(Note::Reset { aggregate: agg(2) }), T, 0.5);
     assert_eq!(
         doing(&mut r),
+        [Action::Probe(agg(2))],
+        "a reset is probed first: nothing is dropped before the server says what is left"
+    );
+    r.handle(
+        Input::Page {
+            aggregate: agg(2),
+            end: PageEnd::Gone,
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
         [Action::ResetLog {
             aggregate: agg(2),
-            min_version: 1
+            min_version: 1,
+            gone: true
         }]
     );
     r.handle(Input::LogReset(agg(2)), T, 0.5);
@@ -284,7 +299,55 @@ fn a_failed_page_is_reported_and_tried_again_when_the_stream_is_ready() {
         T,
         0.5,
     );
-    assert_eq!(doing(&mut r), [Action::CaughtUp(agg(1), false)]);
+    let after = doing(&mut r);
+    assert_eq!(after[0], Action::CaughtUp(agg(1), false));
+    let Action::RetryLater { aggregate, ms } = after[1] else {
+        panic!("{after:?}")
+    };
+    assert_eq!(aggregate, agg(1));
+    assert!(
+        ms >= 250,
+        "retried after a backoff even if the stream stays up"
+    );
     r.handle(Input::Stream(Note::Ready), T, 0.5);
     assert_eq!(doing(&mut r), [Action::FetchPage(agg(1))]);
+}
+
+#[test]
+fn a_reset_during_a_page_of_the_same_aggregate_is_probed_after_it() {
+    let mut r = reader();
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    take(&mut r);
+    // agg 1's first page is in flight.
+    r.handle(Input::Stream(Note::Reset { aggregate: agg(1) }), T, 0.5);
+    assert_eq!(doing(&mut r), [], "one request at a time");
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::CaughtUp(agg(1), true), Action::Probe(agg(1))],
+        "the reset is not lost"
+    );
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Trimmed { min_version: 7 },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::ResetLog {
+            aggregate: agg(1),
+            min_version: 7,
+            gone: false
+        }]
+    );
 }

@@ -15,6 +15,8 @@ use crate::engine::model::AggregateRef;
 
 /// Longest line accepted (a notification is a few hundred bytes).
 pub const MAX_LINE: usize = 64 * 1024;
+/// Most data one event may carry (its `data:` lines together).
+pub const MAX_EVENT: usize = 64 * 1024;
 
 /// One event of the stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +72,9 @@ impl Parser {
             if let Some(event) = self.line_done(&line) {
                 events.push(event);
             }
+            if self.data.as_ref().is_some_and(|d| d.len() > MAX_EVENT) {
+                return Err(TooLong);
+            }
         }
         self.line.push_str(rest);
         if self.line.len() > MAX_LINE {
@@ -80,8 +85,9 @@ impl Parser {
 
     fn line_done(&mut self, line: &str) -> Option<Event> {
         if line.is_empty() {
-            let data = self.data.take()?;
+            // An event ends here, with data or without (a name alone is dropped with it).
             let name = std::mem::take(&mut self.name);
+            let data = self.data.take()?;
             return Some(Event {
                 name: if name.is_empty() {
                     "message".into()
@@ -191,6 +197,27 @@ mod tests {
         let bytes: Vec<String> = text.chars().map(String::from).collect();
         let refs: Vec<&str> = bytes.iter().map(String::as_str).collect();
         assert_eq!(events(&refs), want);
+    }
+
+    #[test]
+    fn an_endless_event_is_refused_and_a_name_without_data_is_dropped() {
+        let mut p = Parser::default();
+        let line = format!("data: {}\n", "x".repeat(1000));
+        let mut refused = false;
+        for _ in 0..100 {
+            if p.feed(&line).is_err() {
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "data lines beyond MAX_EVENT end the stream");
+        assert_eq!(
+            events(&["event: changed\n\ndata: {}\n\n"]),
+            [Event {
+                name: "message".into(),
+                data: "{}".into()
+            }]
+        );
     }
 
     #[test]
