@@ -77,7 +77,10 @@ const SITE = `http://127.0.0.1:${server.address().port}`;
 function startGateway() {
   const dir = mkdtempSync(join(TMP, "bench-gateway-"));
   const portFile = join(dir, "port");
-  const proc = spawn(join(ROOT, "target/release/celeriant-gateway"), ["--listen", "127.0.0.1:0", "--port-file", portFile, "--data-dir", join(dir, "data")], {
+  // --auth none: the baselines post without a session (and so does the load generator,
+  // gateway/src/bin/loadgen.rs). The client still opens one (the endpoint answers either way),
+  // so its side of every line includes that cost.
+  const proc = spawn(join(ROOT, "target/release/celeriant-gateway"), ["--listen", "127.0.0.1:0", "--port-file", portFile, "--data-dir", join(dir, "data"), "--auth", "none"], {
     stdio: "ignore", env: { ...process.env, RUST_LOG: "warn" },
   });
   return { proc, dir, portFile };

@@ -79,8 +79,11 @@ if ! cargo build -q -p celeriant-gateway; then
   echo "the gateway did not build"
   exit 1
 fi
+# Device identity is on (the gateway's default). Every test opens fresh databases, each a new
+# device with its own session, all from 127.0.0.1: no per-address limit on session openings.
+AUTH_FLAGS=(--session-rate-per-minute 0)
 ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$WORK/gateway.port" \
-  --data-dir "$WORK/gateway" --www www --pkg pkg --faults \
+  --data-dir "$WORK/gateway" --www www --pkg pkg --faults "${AUTH_FLAGS[@]}" \
   --fault-seed "${CELERIANT_FAULT_SEED:-20261129}" >"$WORK/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 for _ in $(seq 200); do [ -s "$WORK/gateway.port" ] && break; sleep 0.1; done

@@ -20,4 +20,5 @@ exec ./target/release/celeriant-gateway \
   --data-dir .data/gateway \
   --www www \
   --pkg pkg \
+  \
   --faults "$@"

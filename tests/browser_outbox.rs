@@ -5,9 +5,9 @@
 mod browser;
 
 use browser::*;
+use celeriant_sync::browser::idb::db::Durability;
 use celeriant_sync::browser::idb::outbox::IdbOutbox;
 use celeriant_sync::engine::conformance;
-use indexed_db_futures::transaction::TransactionDurability;
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
@@ -17,7 +17,7 @@ wasm_bindgen_test_configure!(run_in_browser);
 #[wasm_bindgen_test]
 async fn indexeddb_outbox_passes_the_conformance_suite() {
     conformance::run_all(|| async {
-        IdbOutbox::open(&db_name("conformance"), TransactionDurability::Strict)
+        IdbOutbox::open(&db_name("conformance"), Durability::Strict)
             .await
             .unwrap()
     })
@@ -37,7 +37,7 @@ async fn rule1_append_persists_before_any_network_attempt() {
     let receipts = ok(client.append(aggregate(&t, &a), events.into())).await;
     assert_eq!(seqs(&receipts), [1, 2, 3]);
     assert_eq!(
-        count_store(&db, "events").await,
+        count_store(&db, "outbox").await,
         3,
         "stored once the promise resolved"
     );
@@ -93,11 +93,7 @@ async fn rule1_sequences_are_never_reused_after_synced_events_are_pruned() {
         [2]
     );
     ok(client.flush()).await;
-    assert_eq!(
-        count_store(&db, "events").await,
-        0,
-        "synced events are pruned"
-    );
+    pruned_within(&db, 10_000).await; // synced events are pruned
     ok(client.close()).await;
     let client = open(&db, "{}").await;
     assert_eq!(
@@ -142,18 +138,15 @@ async fn rule1_a_multi_event_append_is_all_or_nothing() {
     let client = open_nowhere(&db, "{}").await;
     let (t, a) = (uuid(), uuid());
     // A stray record where sequence 3 will go makes the third `add` of the next append fail.
-    let stray = object(&[
-        ("t", t.clone().into()),
-        ("a", a.clone().into()),
-        ("s", 3.into()),
-    ]);
-    insert_raw(&db, "events", &stray).await;
+    let stray = object(&[("s", 3.into())]);
+    let key = Array::of3(&t.clone().into(), &a.clone().into(), &3.into());
+    insert_raw(&db, "outbox", &stray, Some(&key.into())).await;
     let events: Array = (0..5).map(|i| bytes_event(1, &[i])).collect();
     let e = err(client.append(aggregate(&t, &a), events.into())).await;
     assert_eq!(string(&e, "name"), "CeleriantSyncError");
     assert_eq!(string(&e, "code"), "STORAGE_FAILED", "{}", describe(&e));
     assert_eq!(
-        count_store(&db, "events").await,
+        count_store(&db, "outbox").await,
         1,
         "events 1, 2, 4, 5 were rolled back with 3"
     );
@@ -162,6 +155,7 @@ async fn rule1_a_multi_event_append_is_all_or_nothing() {
         0,
         "and so was the counter"
     );
+    assert_eq!(count_store(&db, "ids").await, 0, "and their ids");
     ok(client.close()).await;
 }
 
@@ -319,7 +313,7 @@ async fn rule2_bad_input_throws_a_typed_error_and_persists_nothing() {
         assert_eq!(string(&e, "name"), "CeleriantSyncError", "{what}");
         assert_eq!(string(&e, "code"), code, "{what}: {}", describe(&e));
     }
-    assert_eq!(count_store(&db, "events").await, 0, "nothing persisted");
+    assert_eq!(count_store(&db, "outbox").await, 0, "nothing persisted");
     assert_eq!(
         count_store(&db, "counters").await,
         0,
@@ -406,4 +400,37 @@ async fn options_are_checked_and_a_closed_client_refuses_work() {
     .await;
     assert_eq!(string(&e, "code"), "CLOSED");
     assert_eq!(string(&err(client.flush()).await, "code"), "CLOSED");
+}
+
+#[wasm_bindgen_test]
+async fn a_version_1_database_is_upgraded_with_its_events_and_ids() {
+    no_faults().await;
+    let db = db_name("v1");
+    let (t, a) = (uuid(), uuid());
+    let ids: Vec<String> = (0..5).map(|_| uuid()).collect();
+    create_v1(&db, &v1_content(&t, &a, &ids, false)).await;
+    let client = open(&db, "{}").await;
+    assert_eq!(
+        num(&client.status(), "pending"),
+        5.0,
+        "every event migrated"
+    );
+    let names = store_names(&db).await;
+    assert!(!names.contains(&"events".to_owned()), "{names:?}");
+    assert!(names.contains(&"outbox".to_owned()) && names.contains(&"ids".to_owned()));
+    ok(client.when_synced(&ids[4])).await;
+    flush_within(&client, 30).await;
+    let landed: Vec<String> = read_all(&t, &a)
+        .await
+        .iter()
+        .map(|e| string(e, "eventId"))
+        .collect();
+    assert_eq!(landed, ids, "each once, in order, with its id");
+    let receipts = ok(client.append(
+        aggregate(&t, &a),
+        Array::of1(&bytes_event(1, b"next")).into(),
+    ))
+    .await;
+    assert_eq!(seqs(&receipts), [6], "the counter carried over");
+    ok(client.close()).await;
 }

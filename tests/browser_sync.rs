@@ -546,7 +546,7 @@ async fn rule8_a_backlog_of_100000_events_drains_in_order_and_is_pruned() {
         assert_eq!(num(&offline.status(), "pending"), 100_000.0);
         ok(offline.close()).await;
     }
-    assert_eq!(count_store(&db, "events").await, 100_000);
+    assert_eq!(count_store(&db, "outbox").await, 100_000);
     let client = open(&db, "{}").await;
     assert_eq!(
         num(&client.status(), "pending"),
@@ -554,11 +554,8 @@ async fn rule8_a_backlog_of_100000_events_drains_in_order_and_is_pruned() {
         "counted at open, not loaded"
     );
     flush_within(&client, 300).await;
-    assert_eq!(
-        count_store(&db, "events").await,
-        0,
-        "synced events are pruned"
-    );
+    pruned_within(&db, 120_000).await; // synced events are pruned
+
     for id in &ids {
         let landed = read_all(&t, id).await;
         assert_eq!(landed.len(), 10_000);

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
-use celeriant_sync::engine::drain::{Drainer, Policy};
+use celeriant_sync::engine::drain::{Drain, Edge, Policy, run as drain};
 use celeriant_sync::engine::memory::MemoryOutbox;
 use celeriant_sync::engine::model::{AggregateRef, NewEvent, ParkRecord};
 use celeriant_sync::engine::outbox::Outbox;
@@ -18,7 +18,7 @@ use celeriant_sync::engine::status::{Hub, Observer, Status, SyncState, SyncedNot
 use futures_executor::block_on;
 use futures_util::FutureExt;
 use proptest::prelude::*;
-use sim::{Fault, POISON, Rng, SimEnv, SimServer, SimTransport};
+use sim::{Fault, POISON, Rng, SimAuth, SimEnv, SimServer, SimTransport};
 use uuid::Uuid;
 
 #[derive(Default)]
@@ -52,7 +52,8 @@ fn pick_fault(rng: &Rng, rate: f64) -> Fault {
     if !rng.chance(rate) {
         return Fault::None;
     }
-    match rng.below(10) {
+    match rng.below(11) {
+        10 => Fault::Unauthorized,
         0 => Fault::DropAfterCommit,
         1 => Fault::TimeoutAfterCommit,
         2 => Fault::ResetBeforeCommit,
@@ -179,18 +180,27 @@ fn run(p: Params) {
                 }
             })
         });
-        let drainer = Drainer::new(
-            outbox.clone(),
-            transport,
-            env.clone(),
-            hub.clone(),
-            policy,
-            client_id,
-        );
-        block_on(async {
-            drainer.recount().await.unwrap();
-            drainer.run().await;
-        });
+        // The gateway sometimes refuses a session too (an app token that expired, a rate
+        // limit): the events must simply wait.
+        let auth = SimAuth {
+            server: server.clone(),
+            env: env.clone(),
+            fail: {
+                let (rng, rate) = (rng.clone(), p.fault_rate);
+                Box::new(move || rng.chance(rate * 0.3))
+            },
+            opened: Default::default(),
+        };
+        block_on(drain(
+            Drain::new(policy, client_id),
+            Edge {
+                outbox: &*outbox,
+                transport: &transport,
+                auth: &auth,
+                env: &*env,
+                hub: &hub,
+            },
+        ));
         *env.on_sleep.borrow_mut() = None;
 
         // The app discards whatever was parked (it was told, through `parked`).

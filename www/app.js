@@ -1,5 +1,6 @@
 // The demo page: uses the built package exactly as an app would.
 import init, { SyncClient } from "/pkg/celeriant_sync.js";
+import { read } from "./reader.js";
 
 const gateway = location.origin;
 const $ = (id) => document.getElementById(id);
@@ -153,7 +154,7 @@ async function refreshServer() {
     const seqs = [];
     let from = 1;
     for (;;) {
-      const r = await fetch(`${gateway}/v1/aggregates/${TYPE_ID}/${id}/events?from=${from}`).catch(() => null);
+      const r = await read(gateway, `${gateway}/v1/aggregates/${TYPE_ID}/${id}/events?from=${from}`).catch(() => null);
       if (!r?.ok) break;
       const page = await r.json();
       for (const b of page.batches) for (const e of b.events) seqs.push(e.clientSeq);

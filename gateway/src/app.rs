@@ -2,19 +2,21 @@
 //!
 //! [`app`] returns the whole `Router`, so tests drive it with `tower::ServiceExt::oneshot` and
 //! `main` serves it. Unknown API routes (anything under `/v1`, including `/v1` and `/v1/`
-//! themselves) and wrong methods get the protocol's JSON body too.
+//! themselves) and wrong methods get the protocol's JSON body too. Layers, outermost first:
+//! tracing, the `Host` check (`crate::host`), CORS.
 
 use axum::Router;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use celeriant_sync_protocol::codes::gateway as g;
-use celeriant_sync_protocol::{FAULTS_PATH, HEALTH_PATH, WRITE_PATH};
+use celeriant_sync_protocol::{FAULTS_PATH, HEALTH_PATH, SESSION_PATH, WRITE_PATH};
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
 use crate::cors;
 use crate::error::ApiError;
+use crate::host::{self, HostPolicy};
 use crate::routes;
 use crate::state::AppState;
 
@@ -42,6 +44,7 @@ async fn method_not_allowed(request: Request) -> Response {
 pub fn app(state: AppState) -> Router {
     let mut api = Router::new()
         .route(WRITE_PATH, post(routes::write::write))
+        .route(SESSION_PATH, axum::routing::any(routes::session::session))
         .route(
             "/v1/aggregates/{type_id}/{id}/events",
             get(routes::read::events),
@@ -64,7 +67,11 @@ pub fn app(state: AppState) -> Router {
     api.nest_service("/pkg", pkg)
         .fallback_service(www)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(cors::layer(&state.config.allow_origins))
+        .layer(cors::layer(&state.config))
+        .layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::new(HostPolicy::from_config(&state.config)),
+            host::check,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

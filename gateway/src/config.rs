@@ -2,8 +2,10 @@
 //!
 //! `celeriant-gateway --help` lists them. Every flag can also be set through the variable named
 //! in its help (`CELERIANT_GATEWAY_*`), which is how container deployments usually configure it.
+//! [`Config::check`] refuses the combinations that would expose a test-only switch or an open
+//! CORS policy beyond loopback.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use celeriant_sync_protocol::faults::{DEFAULT_DELAY_MS, DEFAULT_RETRY_AFTER_MS, FaultRates};
@@ -17,6 +19,27 @@ pub enum BackendKind {
     Embedded,
     /// A real Celeriant cluster through `celeriant_client_tokio`.
     Celeriant,
+}
+
+/// Whether writes and reads need a session proving the device's client id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// Every write and read carries a session token from `POST /v1/session` (the default).
+    Device,
+    /// No session is needed and `clientId` is taken at face value: local experiments only,
+    /// refused unless the gateway listens on loopback.
+    None,
+}
+
+/// How the app's own tokens (at `POST /v1/session`) are signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AppTokenAlg {
+    /// HMAC-SHA256 with a shared secret (the key file holds the secret).
+    Hs256,
+    /// RSASSA-PKCS1-v1_5 / SHA-256 (the key file holds the PEM public key).
+    Rs256,
+    /// ECDSA P-256 / SHA-256 (the key file holds the PEM public key).
+    Es256,
 }
 
 /// The default organisation id when none is configured.
@@ -68,13 +91,86 @@ pub struct Config {
     pub org_id: Uuid,
 
     /// Origin allowed to call the API from a browser (repeatable). Without any, the gateway
-    /// allows its own origin and http(s) origins on localhost, 127.0.0.1 and `[::1]`.
+    /// allows http(s) origins on localhost, 127.0.0.1 and `[::1]`; a gateway listening beyond
+    /// loopback refuses to start without this list.
     #[arg(
         long = "allow-origin",
         env = "CELERIANT_GATEWAY_ALLOW_ORIGIN",
         value_delimiter = ','
     )]
     pub allow_origins: Vec<String>,
+
+    /// Host name clients use to reach the gateway (repeatable), besides IP addresses,
+    /// `localhost` and the hosts of --allow-origin; any other `Host` header is refused (421).
+    #[arg(
+        long = "public-host",
+        env = "CELERIANT_GATEWAY_PUBLIC_HOST",
+        value_delimiter = ','
+    )]
+    pub public_hosts: Vec<String>,
+
+    /// Whether writes and reads need a session (`none`: local experiments, loopback only).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_AUTH",
+        value_enum,
+        default_value = "device"
+    )]
+    pub auth: AuthMode,
+
+    /// File holding the secret session tokens are signed with (at least 32 bytes). Without it
+    /// (or --session-secret), one is generated into the data directory on first start.
+    #[arg(long, env = "CELERIANT_GATEWAY_SESSION_SECRET_FILE")]
+    pub session_secret_file: Option<PathBuf>,
+
+    /// The session-token secret itself (at least 32 bytes); prefer the variable or a file.
+    #[arg(long, env = "CELERIANT_GATEWAY_SESSION_SECRET", hide_env_values = true)]
+    pub session_secret: Option<String>,
+
+    /// How long a session token is accepted, in seconds.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_SESSION_TTL_SECS",
+        default_value_t = 3600,
+        value_parser = clap::value_parser!(u64).range(1..=604_800)
+    )]
+    pub session_ttl_secs: u64,
+
+    /// Session creations allowed per client address per minute (0: no limit).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_SESSION_RATE_PER_MINUTE",
+        default_value_t = 60
+    )]
+    pub session_rate_per_minute: u32,
+
+    /// Session creations one client address may make at once before the rate applies.
+    #[arg(long, env = "CELERIANT_GATEWAY_SESSION_BURST", default_value_t = 30)]
+    pub session_burst: u32,
+
+    /// Most (public key, nonce) pairs remembered to refuse replays (in memory, per replica).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_SESSION_REPLAY_CAPACITY",
+        default_value_t = 100_000
+    )]
+    pub session_replay_capacity: usize,
+
+    /// Require the app's own token at POST /v1/session, signed with this algorithm.
+    #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_ALG", value_enum)]
+    pub app_token_alg: Option<AppTokenAlg>,
+
+    /// The app-token key: the HS256 secret, or the RS256/ES256 public key in PEM.
+    #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_KEY_FILE")]
+    pub app_token_key_file: Option<PathBuf>,
+
+    /// Required `iss` of app tokens (unchecked when not set).
+    #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_ISSUER")]
+    pub app_token_issuer: Option<String>,
+
+    /// Required `aud` of app tokens (unchecked when not set).
+    #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_AUDIENCE")]
+    pub app_token_audience: Option<String>,
 
     /// Directory served at `/` (the demo page).
     #[arg(long, env = "CELERIANT_GATEWAY_WWW", default_value = "www")]
@@ -108,7 +204,8 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_PORT_FILE")]
     pub port_file: Option<PathBuf>,
 
-    /// Enable fault injection and the /v1/faults control endpoint (tests and demos only).
+    /// Enable fault injection and the /v1/faults control endpoint (tests and demos only;
+    /// loopback only).
     #[arg(long, env = "CELERIANT_GATEWAY_FAULTS")]
     pub faults: bool,
 
@@ -181,6 +278,60 @@ impl Config {
     pub fn defaults() -> Self {
         Config::parse_from(["celeriant-gateway"])
     }
+
+    /// Whether the gateway listens on loopback only (127.0.0.0/8 or `::1`).
+    pub fn listens_on_loopback(&self) -> bool {
+        is_loopback(self.listen.ip())
+    }
+
+    /// Refuses the combinations that are only safe on loopback, and incomplete app-token
+    /// settings, with a message saying what to change.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.listens_on_loopback() {
+            let listen = self.listen;
+            if self.auth == AuthMode::None {
+                return Err(format!(
+                    "--auth none is refused when listening beyond loopback ({listen}): anyone \
+                     could write under any client id; listen on 127.0.0.1 or drop --auth none"
+                ));
+            }
+            if self.faults {
+                return Err(format!(
+                    "--faults is refused when listening beyond loopback ({listen}): fault \
+                     injection is for tests and demos; listen on 127.0.0.1 or drop --faults"
+                ));
+            }
+            if self.allow_origins.is_empty() {
+                return Err(format!(
+                    "listening beyond loopback ({listen}) needs an explicit --allow-origin list \
+                     (CELERIANT_GATEWAY_ALLOW_ORIGIN): the origins of the apps that may call it"
+                ));
+            }
+        }
+        match (self.app_token_alg, &self.app_token_key_file) {
+            (Some(_), None) => Err("--app-token-alg needs --app-token-key-file".into()),
+            (None, Some(_)) => Err("--app-token-key-file needs --app-token-alg".into()),
+            _ if self.app_token_alg.is_none()
+                && (self.app_token_issuer.is_some() || self.app_token_audience.is_some()) =>
+            {
+                Err("--app-token-issuer and --app-token-audience need --app-token-alg".into())
+            }
+            _ if self.session_secret.is_some() && self.session_secret_file.is_some() => {
+                Err("give --session-secret or --session-secret-file, not both".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether `ip` is a loopback address (an IPv4-mapped IPv6 loopback counts too).
+pub fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +364,66 @@ mod tests {
             assert_eq!(env.to_str(), Some(allowed.as_str()), "--{long}");
             checked += 1;
         }
-        assert!(checked >= 23, "{checked}");
+        assert!(checked >= 35, "{checked}");
+    }
+
+    fn parse(args: &[&str]) -> Config {
+        Config::parse_from(std::iter::once("celeriant-gateway").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn test_switches_and_open_cors_are_refused_beyond_loopback() {
+        assert!(Config::defaults().check().is_ok());
+        assert_eq!(
+            Config::defaults().auth,
+            AuthMode::Device,
+            "auth is on by default"
+        );
+        for loopback in ["127.0.0.1:0", "127.0.0.2:8080", "[::1]:0"] {
+            let c = parse(&["--listen", loopback, "--auth", "none", "--faults"]);
+            assert!(c.check().is_ok(), "{loopback}");
+        }
+        for (args, needle) in [
+            (&["--listen", "0.0.0.0:8080"][..], "--allow-origin"),
+            (&["--listen", "192.168.1.5:8080"][..], "--allow-origin"),
+            (
+                &[
+                    "--listen",
+                    "0.0.0.0:8080",
+                    "--allow-origin",
+                    "https://a.example",
+                    "--auth",
+                    "none",
+                ][..],
+                "--auth none",
+            ),
+            (
+                &[
+                    "--listen",
+                    "[::]:8080",
+                    "--allow-origin",
+                    "https://a.example",
+                    "--faults",
+                ][..],
+                "--faults",
+            ),
+            (&["--app-token-alg", "hs256"][..], "--app-token-key-file"),
+            (&["--app-token-key-file", "k"][..], "--app-token-alg"),
+            (&["--app-token-issuer", "i"][..], "--app-token-alg"),
+            (
+                &["--session-secret", "s", "--session-secret-file", "f"][..],
+                "not both",
+            ),
+        ] {
+            let err = parse(args).check().unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        let public = parse(&[
+            "--listen",
+            "0.0.0.0:8080",
+            "--allow-origin",
+            "https://a.example",
+        ]);
+        assert!(public.check().is_ok());
     }
 }

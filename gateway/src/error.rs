@@ -25,6 +25,15 @@ impl ApiError {
     pub fn not_found() -> Self {
         Self::code(g::NOT_FOUND, "no such route")
     }
+
+    /// The same error with the gateway's clock in its body (`serverTime`, Unix ms), as every
+    /// answer of `POST /v1/session` has.
+    pub fn with_server_time(mut self, now_ms: u64) -> Self {
+        if let Some(f) = self.0.failure_mut() {
+            f.server_time = Some(now_ms);
+        }
+        self
+    }
 }
 
 impl From<WriteOutcome> for ApiError {
@@ -40,7 +49,8 @@ impl IntoResponse for ApiError {
 }
 
 /// Renders any outcome with its status and, for `retry`, its `Retry-After` header (whole
-/// seconds, rounded up; the body's `retryAfterMs` is exact).
+/// seconds, rounded up; the body's `retryAfterMs` is exact). An `unauthorized` answer (401)
+/// carries `WWW-Authenticate: Bearer`, as HTTP requires of a 401.
 pub fn outcome_response(outcome: WriteOutcome) -> Response {
     let status =
         StatusCode::from_u16(outcome.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -48,7 +58,14 @@ pub fn outcome_response(outcome: WriteOutcome) -> Response {
         WriteOutcome::Retry(f) => f.retry_after_ms,
         _ => None,
     };
+    let unauthorized = matches!(outcome, WriteOutcome::Unauthorized(_));
     let mut response = (status, Json(outcome)).into_response();
+    if unauthorized {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"celeriant-gateway\""),
+        );
+    }
     if let Some(ms) = retry_after {
         let secs = ms.div_ceil(1000).max(1);
         response

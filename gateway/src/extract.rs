@@ -7,7 +7,7 @@
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request};
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use celeriant_sync_protocol::codes::gateway as g;
 use serde::de::DeserializeOwned;
 
@@ -21,42 +21,49 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ProtocolJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let limit = state.config.max_body_bytes;
-        let headers = req.headers();
-        let is_json = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
-        if !is_json {
-            return Err(ApiError::code(
-                g::UNSUPPORTED_MEDIA_TYPE,
-                "the body must be sent with Content-Type: application/json",
-            ));
-        }
-        let too_large = || {
-            ApiError::code(
-                g::BODY_TOO_LARGE,
-                format!("the body is over the {limit}-byte limit"),
-            )
-        };
-        let declared = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(too_large());
-        }
-        let bytes = read_limited(req.into_body(), limit)
+        let (parts, body) = req.into_parts();
+        read_json(&parts.headers, body, state.config.max_body_bytes)
             .await
-            .map_err(|e| match e {
-                ReadError::TooLarge => too_large(),
-                ReadError::Io(m) => {
-                    ApiError::code(g::MALFORMED_JSON, format!("body unreadable: {m}"))
-                }
-            })?;
-        parse(&bytes).map(ProtocolJson)
+            .map(ProtocolJson)
     }
+}
+
+/// Reads and parses a JSON body of at most `limit` bytes with the checks of [`ProtocolJson`]
+/// (for handlers whose limit is not `--max-body-bytes`).
+pub async fn read_json<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::code(
+            g::UNSUPPORTED_MEDIA_TYPE,
+            "the body must be sent with Content-Type: application/json",
+        ));
+    }
+    let too_large = || {
+        ApiError::code(
+            g::BODY_TOO_LARGE,
+            format!("the body is over the {limit}-byte limit"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let bytes = read_limited(body, limit).await.map_err(|e| match e {
+        ReadError::TooLarge => too_large(),
+        ReadError::Io(m) => ApiError::code(g::MALFORMED_JSON, format!("body unreadable: {m}")),
+    })?;
+    parse(&bytes)
 }
 
 enum ReadError {

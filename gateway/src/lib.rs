@@ -5,17 +5,22 @@
 //! client idempotency enforced and no expected version, to a [`backend::Backend`]: the embedded
 //! durable store (default) or a real Celeriant cluster.
 //!
+//! Every write and read runs under a session proving the device's client id ([`auth`],
+//! `POST /v1/session`), unless the gateway runs with `--auth none` on loopback.
+//!
 //! [`app::app`] builds the router (testable without a socket); `main.rs` parses the
 //! configuration, opens the backend and serves with graceful shutdown.
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod cors;
 pub mod error;
 pub mod extract;
 pub mod faults;
+pub mod host;
 pub mod routes;
 pub mod state;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use celeriant_gateway::backend::Backend;
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
 use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
-use celeriant_gateway::config::{BackendKind, Config};
+use celeriant_gateway::config::{AuthMode, BackendKind, Config};
 use celeriant_gateway::{AppState, app};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -27,6 +27,8 @@ async fn main() {
 }
 
 async fn run(config: Config) -> Result<(), String> {
+    // Refuse a dangerous configuration before opening anything.
+    config.check()?;
     let backend: Arc<dyn Backend> = match config.backend {
         BackendKind::Embedded => Arc::new(EmbeddedStore::open(
             &config.data_dir,
@@ -53,7 +55,16 @@ async fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let port_file = config.port_file.clone();
+    // From here on `listen` is the bound address (the port chosen for port 0): the CORS
+    // layer derives the gateway's own origins from it.
+    let config = Config {
+        listen: addr,
+        ..config
+    };
     let state = AppState::new(config, backend.clone())?;
+    if state.auth.mode == AuthMode::None {
+        tracing::warn!("--auth none: clientId is taken at face value; local experiments only");
+    }
     if let Some(faults) = &state.faults {
         let report = faults.report();
         tracing::warn!(seed = report.seed, rates = ?report.rates, "fault injection enabled");
@@ -67,7 +78,8 @@ async fn run(config: Config) -> Result<(), String> {
         "celeriant-gateway listening on http://{addr}"
     );
     println!("celeriant-gateway listening on http://{addr}");
-    axum::serve(listener, app(state))
+    let service = app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| e.to_string())?;

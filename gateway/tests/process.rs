@@ -23,8 +23,10 @@ impl Gateway {
     fn start_with(data: &Path, env: &[(&str, &str)]) -> Gateway {
         let port_file = data.join("port");
         let _ = std::fs::remove_file(&port_file);
+        // These tests are about durability and configuration, not about who writes: no
+        // sessions (auth_process.rs tests the gateway with device identity on).
         let mut child = Command::new(env!("CARGO_BIN_EXE_celeriant-gateway"))
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["--auth", "none", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data.join("db"))
             .arg("--port-file")
             .arg(&port_file)

@@ -6,7 +6,9 @@
 //! * The gateway's own codes, five digits whose first three are the HTTP status they travel with
 //!   (`40007` is a 400, `41300` a 413, `50201` a 502, `50400` a 504). They never collide with
 //!   Celeriant's. Only the codes listed in [`gateway`] exist: any other number, even one in
-//!   40000–59999, is a code nobody knows (see [`crate::outcome::classify`]).
+//!   40000–59999, is a code nobody knows (see [`crate::outcome::classify`]). 401xx codes are
+//!   about the session (class `unauthorized`: renew the session, resend), 403xx about what an
+//!   authenticated client may do (class `rejected`).
 //!
 //! What a writer does with a code is decided in [`crate::outcome::classify`], not here.
 
@@ -97,6 +99,42 @@ pub mod gateway {
     pub const TOO_MANY_AGGREGATES: u32 = 40013;
     /// A query parameter was invalid.
     pub const INVALID_QUERY: u32 = 40014;
+    /// `POST /v1/session`: `publicKey` is not the standard base64 of a DER SubjectPublicKeyInfo
+    /// holding an RSA key of exactly 2048 bits (or is over the size bound, or not canonical DER).
+    pub const INVALID_PUBLIC_KEY: u32 = 40015;
+    /// `POST /v1/session`: `nonce` is not a decimal epoch-milliseconds string (digits only, no
+    /// sign, no leading zero, at most 16 digits).
+    pub const INVALID_NONCE: u32 = 40016;
+    /// `POST /v1/session`: `signature` is not the standard base64 of exactly 256 bytes.
+    pub const INVALID_SIGNATURE: u32 = 40017;
+    /// No session: the request has no `Authorization: Bearer <token>` header (or a malformed
+    /// one). Open a session and resend the identical request.
+    pub const SESSION_REQUIRED: u32 = 40100;
+    /// The session token is not one this gateway issued: forged, corrupted, or signed with a
+    /// secret the gateway no longer has (after a rotation). Open a new session and resend.
+    pub const SESSION_INVALID: u32 = 40101;
+    /// The session token has expired. Open a new session and resend the identical request.
+    pub const SESSION_EXPIRED: u32 = 40102;
+    /// `POST /v1/session`: the signature does not verify with the public key.
+    pub const DEVICE_SIGNATURE_INVALID: u32 = 40110;
+    /// `POST /v1/session`: the nonce is more than 2 minutes old or more than 60 s ahead of the
+    /// gateway's clock; the body's `serverTime` tells the client how far off its clock is.
+    pub const NONCE_OUT_OF_WINDOW: u32 = 40111;
+    /// `POST /v1/session`: this (public key, nonce) pair was already accepted. Sign a new nonce.
+    pub const NONCE_REPLAYED: u32 = 40112;
+    /// `POST /v1/session`: the gateway requires the app's own token in `Authorization: Bearer`.
+    pub const APP_TOKEN_REQUIRED: u32 = 40120;
+    /// `POST /v1/session`: the app token does not verify (signature, algorithm, issuer,
+    /// audience, `nbf`, or a malformed claim).
+    pub const APP_TOKEN_INVALID: u32 = 40121;
+    /// `POST /v1/session`: the app token has expired (`exp`). Get a fresh one from the app.
+    pub const APP_TOKEN_EXPIRED: u32 = 40122;
+    /// A write's `clientId` is not the client id of its session token. Only a broken or hostile
+    /// client sends this; nothing is written.
+    pub const CLIENT_ID_MISMATCH: u32 = 40300;
+    /// The session's access list (from the app token's `celeriant_types` claim) does not
+    /// include an aggregate type the request writes or reads.
+    pub const AGGREGATE_TYPE_FORBIDDEN: u32 = 40301;
     /// No such route.
     pub const NOT_FOUND: u32 = 40400;
     /// The route exists but not with this method.
@@ -105,8 +143,14 @@ pub mod gateway {
     pub const BODY_TOO_LARGE: u32 = 41300;
     /// The request did not declare `Content-Type: application/json`.
     pub const UNSUPPORTED_MEDIA_TYPE: u32 = 41500;
+    /// The request's `Host` is not a name this gateway answers to (a DNS-rebinding defence):
+    /// a deployment problem, so an operator `retry`, never a rejection of the events.
+    pub const HOST_NOT_ALLOWED: u32 = 42100;
     /// The gateway's own admission limit: not applied, resend later.
     pub const GATEWAY_BUSY: u32 = 42900;
+    /// `POST /v1/session`: too many session creations from this address (or in total); retry
+    /// after `retryAfterMs`.
+    pub const SESSION_RATE_LIMITED: u32 = 42901;
     /// The upstream store may or may not have applied the write (connection lost after send,
     /// response timeout, protocol error).
     pub const UPSTREAM_OUTCOME_UNKNOWN: u32 = 50200;
@@ -119,7 +163,7 @@ pub mod gateway {
     pub const GATEWAY_TIMEOUT: u32 = 50400;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 23] = [
+    pub const ALL: [u32; 39] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -134,11 +178,27 @@ pub mod gateway {
         WRITE_TOO_LARGE,
         TOO_MANY_AGGREGATES,
         INVALID_QUERY,
+        INVALID_PUBLIC_KEY,
+        INVALID_NONCE,
+        INVALID_SIGNATURE,
+        SESSION_REQUIRED,
+        SESSION_INVALID,
+        SESSION_EXPIRED,
+        DEVICE_SIGNATURE_INVALID,
+        NONCE_OUT_OF_WINDOW,
+        NONCE_REPLAYED,
+        APP_TOKEN_REQUIRED,
+        APP_TOKEN_INVALID,
+        APP_TOKEN_EXPIRED,
+        CLIENT_ID_MISMATCH,
+        AGGREGATE_TYPE_FORBIDDEN,
         NOT_FOUND,
         METHOD_NOT_ALLOWED,
         BODY_TOO_LARGE,
         UNSUPPORTED_MEDIA_TYPE,
+        HOST_NOT_ALLOWED,
         GATEWAY_BUSY,
+        SESSION_RATE_LIMITED,
         UPSTREAM_OUTCOME_UNKNOWN,
         INTERNAL,
         UPSTREAM_UNAVAILABLE,
@@ -200,11 +260,27 @@ pub fn name(code: u32) -> &'static str {
         g::WRITE_TOO_LARGE => "WRITE_TOO_LARGE",
         g::TOO_MANY_AGGREGATES => "TOO_MANY_AGGREGATES",
         g::INVALID_QUERY => "INVALID_QUERY",
+        g::INVALID_PUBLIC_KEY => "INVALID_PUBLIC_KEY",
+        g::INVALID_NONCE => "INVALID_NONCE",
+        g::INVALID_SIGNATURE => "INVALID_SIGNATURE",
+        g::SESSION_REQUIRED => "SESSION_REQUIRED",
+        g::SESSION_INVALID => "SESSION_INVALID",
+        g::SESSION_EXPIRED => "SESSION_EXPIRED",
+        g::DEVICE_SIGNATURE_INVALID => "DEVICE_SIGNATURE_INVALID",
+        g::NONCE_OUT_OF_WINDOW => "NONCE_OUT_OF_WINDOW",
+        g::NONCE_REPLAYED => "NONCE_REPLAYED",
+        g::APP_TOKEN_REQUIRED => "APP_TOKEN_REQUIRED",
+        g::APP_TOKEN_INVALID => "APP_TOKEN_INVALID",
+        g::APP_TOKEN_EXPIRED => "APP_TOKEN_EXPIRED",
+        g::CLIENT_ID_MISMATCH => "CLIENT_ID_MISMATCH",
+        g::AGGREGATE_TYPE_FORBIDDEN => "AGGREGATE_TYPE_FORBIDDEN",
         g::NOT_FOUND => "NOT_FOUND",
         g::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
         g::BODY_TOO_LARGE => "BODY_TOO_LARGE",
         g::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
+        g::HOST_NOT_ALLOWED => "HOST_NOT_ALLOWED",
         g::GATEWAY_BUSY => "GATEWAY_BUSY",
+        g::SESSION_RATE_LIMITED => "SESSION_RATE_LIMITED",
         g::UPSTREAM_OUTCOME_UNKNOWN => "UPSTREAM_OUTCOME_UNKNOWN",
         g::INTERNAL => "INTERNAL",
         g::UPSTREAM_UNAVAILABLE => "UPSTREAM_UNAVAILABLE",

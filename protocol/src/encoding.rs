@@ -13,9 +13,9 @@ use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
 /// The largest integer a JavaScript number represents exactly: 2^53 − 1.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
-/// Encodes bytes as standard padded base64.
+/// Encodes bytes as standard padded base64 ([`crate::json::base64`]).
 pub fn encode_base64(bytes: &[u8]) -> String {
-    STANDARD.encode(bytes)
+    crate::json::base64(bytes)
 }
 
 /// Decodes standard padded base64, refusing other alphabets, missing padding and whitespace.

@@ -9,22 +9,28 @@
 //! * [`encoding`]: the JSON encodings of ids, integers and bytes (UUID strings, numbers no larger
 //!   than 2^53 − 1, standard padded base64).
 //! * [`codes`]: Celeriant's write-path codes and the gateway's own codes.
-//! * [`outcome`]: the four outcomes (`landed`, `retry`, `unknown`, `rejected`) and the
-//!   classification of every code into one of them.
+//! * [`outcome`]: the five outcomes (`landed`, `retry`, `unknown`, `unauthorized`, `rejected`)
+//!   and the classification of every code into one of them.
 //! * [`validate`]: the checks a write must pass before anything is written, shared so the client
 //!   can refuse bad input at `append` with exactly the gateway's rules.
+//! * [`json`]: the hand-written JSON the browser client uses (event encoding, outcome reading).
+//! * [`session`]: `POST /v1/session`, where a device proves its client id with its key and gets
+//!   the token every write and read carries.
 //! * [`faults`]: the body of the gateway's fault-injection control endpoint (tests and the demo).
 #![warn(missing_docs)]
 
 pub mod codes;
 pub mod encoding;
 pub mod faults;
+pub mod json;
 pub mod outcome;
+pub mod session;
 mod strict;
 pub mod validate;
 pub mod wire;
 
 pub use outcome::{Class, WriteOutcome};
+pub use session::{SESSION_PATH, SessionRequest, SessionResponse};
 pub use validate::{Limits, ValidationError};
 pub use wire::{AggregateRef, AggregateWrite, Event, ReadBatch, ReadResponse, WriteRequest};
 

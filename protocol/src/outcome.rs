@@ -1,4 +1,4 @@
-//! The four outcomes of a write and the table that decides them.
+//! The five outcomes of a write and the table that decides them.
 //!
 //! Every `/v1/write` response body is a [`WriteOutcome`], tagged by its `outcome` field. A writer
 //! needs nothing else to act correctly:
@@ -8,6 +8,7 @@
 //! | `landed`   | 200           | durable (fresh, or a 2002 duplicate)            | mark synced                     |
 //! | `retry`    | 503, 429      | definitely not applied                          | back off, resend identical      |
 //! | `unknown`  | 502, 504      | may or may not have been applied                | resend identical                |
+//! | `unauthorized` | 401       | no valid session: nothing was applied           | open a new session, resend identical |
 //! | `rejected` | 4xx           | permanent for this request                      | stop the aggregate, tell the app|
 //!
 //! [`classify`] maps a Celeriant or gateway code to its [`Class`], following
@@ -15,6 +16,8 @@
 //! backoff: an unrecognised answer must never cause an event to be dropped.
 
 use serde::{Deserialize, Serialize};
+
+use crate::json::{Members, Scalar};
 
 use crate::codes::{celeriant as c, gateway as g};
 
@@ -27,6 +30,10 @@ pub enum Class {
     Retry(RetryKind),
     /// May have been applied; resend the identical request.
     Unknown,
+    /// The session is missing, expired or unknown (HTTP 401); nothing was applied. Open a new
+    /// session (`POST /v1/session`) and resend the identical request. Never a reason to park or
+    /// drop events.
+    Unauthorized,
     /// Permanent for this request.
     Rejected,
 }
@@ -81,11 +88,29 @@ pub fn classify(code: u32) -> Class {
         | g::WRITE_TOO_LARGE
         | g::TOO_MANY_AGGREGATES
         | g::INVALID_QUERY
+        | g::INVALID_PUBLIC_KEY
+        | g::INVALID_NONCE
+        | g::INVALID_SIGNATURE
+        | g::CLIENT_ID_MISMATCH
+        | g::AGGREGATE_TYPE_FORBIDDEN
         | g::NOT_FOUND
         | g::METHOD_NOT_ALLOWED
         | g::BODY_TOO_LARGE
         | g::UNSUPPORTED_MEDIA_TYPE => Class::Rejected,
-        g::GATEWAY_BUSY | g::UPSTREAM_UNAVAILABLE => Class::Retry(RetryKind::Transient),
+        g::SESSION_REQUIRED
+        | g::SESSION_INVALID
+        | g::SESSION_EXPIRED
+        | g::DEVICE_SIGNATURE_INVALID
+        | g::NONCE_OUT_OF_WINDOW
+        | g::NONCE_REPLAYED
+        | g::APP_TOKEN_REQUIRED
+        | g::APP_TOKEN_INVALID
+        | g::APP_TOKEN_EXPIRED => Class::Unauthorized,
+        g::GATEWAY_BUSY | g::SESSION_RATE_LIMITED | g::UPSTREAM_UNAVAILABLE => {
+            Class::Retry(RetryKind::Transient)
+        }
+        // A Host the gateway does not answer to is a deployment problem, not the events' fault.
+        g::HOST_NOT_ALLOWED => Class::Retry(RetryKind::Operator),
         g::UPSTREAM_OUTCOME_UNKNOWN | g::INTERNAL | g::GATEWAY_TIMEOUT => Class::Unknown,
         // Everything else, including unassigned numbers in the gateway's 40000-59999 space.
         _ => Class::Retry(RetryKind::Operator),
@@ -102,6 +127,8 @@ pub enum WriteOutcome {
     Retry(Failure),
     /// May have been applied; resend identical.
     Unknown(Failure),
+    /// No valid session (HTTP 401): not applied; open a new session and resend identical.
+    Unauthorized(Failure),
     /// Permanent for this request.
     Rejected(Failure),
 }
@@ -143,6 +170,11 @@ pub struct Failure {
     /// For 2013 in a `retry`: the lowest sequence of the refused write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempted_client_seq: Option<u64>,
+    /// On every answer of `POST /v1/session`: the gateway's clock, Unix milliseconds, so a
+    /// client whose clock is off can correct its next nonce (the `Date` header is not readable
+    /// cross-origin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_time: Option<u64>,
 }
 
 impl Failure {
@@ -154,51 +186,73 @@ impl Failure {
             retry_after_ms: None,
             last_client_seq: None,
             attempted_client_seq: None,
+            server_time: None,
         }
     }
 }
 
-/// Every field any outcome body may carry, flat: what [`WriteOutcome::parse`] reads.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FlatOutcome {
-    outcome: String,
-    #[serde(default)]
-    duplicate: bool,
-    aggregate_version: Option<u64>,
-    code: Option<u32>,
-    message: Option<String>,
-    retry_after_ms: Option<u64>,
-    last_client_seq: Option<u64>,
-    attempted_client_seq: Option<u64>,
-}
-
 impl WriteOutcome {
     /// Parses a response body, leniently (unknown fields are ignored, for bodies from newer
-    /// gateways); `None` when it is not a protocol body. Equivalent to the derived
-    /// `Deserialize`, without the buffering an internally tagged enum costs in WebAssembly.
+    /// gateways); `None` when it is not a protocol body: not one JSON object, no known
+    /// `outcome`, a failure without a `code`, or a known field of the wrong type or given
+    /// twice. Equivalent to the derived `Deserialize` of a flat struct of every field (a test
+    /// checks it), written by hand so the browser client carries no JSON library
+    /// ([`crate::json`]).
     pub fn parse(json: &str) -> Option<WriteOutcome> {
-        let f: FlatOutcome = serde_json::from_str(json).ok()?;
-        let failure = |code: Option<u32>| {
+        let members = Members::parse(json)?;
+        let get = |name: &str| members.get(name).ok();
+        let u64_field = |name: &str| -> Option<Option<u64>> {
+            match get(name)? {
+                None | Some(Scalar::Null) => Some(None),
+                Some(Scalar::Int(n)) => Some(Some(*n)),
+                Some(_) => None,
+            }
+        };
+        let outcome = match get("outcome")? {
+            Some(Scalar::Str(s)) => s.as_str(),
+            _ => return None,
+        };
+        let duplicate = match get("duplicate")? {
+            None => false,
+            Some(Scalar::Bool(b)) => *b,
+            Some(_) => return None,
+        };
+        let code = match u64_field("code")? {
+            Some(n) => Some(u32::try_from(n).ok()?),
+            None => None,
+        };
+        let message = match get("message")? {
+            None | Some(Scalar::Null) => None,
+            Some(Scalar::Str(s)) => Some(s.clone()),
+            Some(_) => return None,
+        };
+        let aggregate_version = u64_field("aggregateVersion")?;
+        let retry_after_ms = u64_field("retryAfterMs")?;
+        let last_client_seq = u64_field("lastClientSeq")?;
+        let attempted_client_seq = u64_field("attemptedClientSeq")?;
+        let server_time = u64_field("serverTime")?;
+        let failure = || {
             Some(Failure {
                 code: code?,
-                message: f.message.clone().unwrap_or_default(),
-                retry_after_ms: f.retry_after_ms,
-                last_client_seq: f.last_client_seq,
-                attempted_client_seq: f.attempted_client_seq,
+                message: message.clone().unwrap_or_default(),
+                retry_after_ms,
+                last_client_seq,
+                attempted_client_seq,
+                server_time,
             })
         };
-        Some(match f.outcome.as_str() {
+        Some(match outcome {
             "landed" => WriteOutcome::Landed(Landed {
-                duplicate: f.duplicate,
-                aggregate_version: f.aggregate_version,
-                code: f.code,
-                last_client_seq: f.last_client_seq,
-                attempted_client_seq: f.attempted_client_seq,
+                duplicate,
+                aggregate_version,
+                code,
+                last_client_seq,
+                attempted_client_seq,
             }),
-            "retry" => WriteOutcome::Retry(failure(f.code)?),
-            "unknown" => WriteOutcome::Unknown(failure(f.code)?),
-            "rejected" => WriteOutcome::Rejected(failure(f.code)?),
+            "retry" => WriteOutcome::Retry(failure()?),
+            "unknown" => WriteOutcome::Unknown(failure()?),
+            "unauthorized" => WriteOutcome::Unauthorized(failure()?),
+            "rejected" => WriteOutcome::Rejected(failure()?),
             _ => return None,
         })
     }
@@ -246,19 +300,21 @@ impl WriteOutcome {
                 ..failure
             }),
             Class::Unknown => WriteOutcome::Unknown(failure),
+            Class::Unauthorized => WriteOutcome::Unauthorized(failure),
             Class::Rejected => WriteOutcome::Rejected(failure),
         }
     }
 
     /// The HTTP status this outcome travels with: a gateway code's first three digits (see
-    /// [`g::http_status`]); otherwise 200 for `landed`, 503 for `retry`, 502 for `unknown` and
-    /// 422 for `rejected`. A code nobody knows, even an unassigned one in 40000–59999, is a
+    /// [`g::http_status`]); otherwise 200 for `landed`, 503 for `retry`, 502 for `unknown`, 401
+    /// for `unauthorized` and 422 for `rejected`. A code nobody knows, even an unassigned one in 40000–59999, is a
     /// `retry` (see [`classify`]) and so travels with 503.
     pub fn http_status(&self) -> u16 {
         match self {
             WriteOutcome::Landed(_) => 200,
             WriteOutcome::Retry(f) => g::http_status(f.code).unwrap_or(503),
             WriteOutcome::Unknown(f) => g::http_status(f.code).unwrap_or(502),
+            WriteOutcome::Unauthorized(f) => g::http_status(f.code).unwrap_or(401),
             WriteOutcome::Rejected(f) => g::http_status(f.code).unwrap_or(422),
         }
     }
@@ -267,9 +323,32 @@ impl WriteOutcome {
     pub fn code(&self) -> Option<u32> {
         match self {
             WriteOutcome::Landed(l) => l.code,
-            WriteOutcome::Retry(f) | WriteOutcome::Unknown(f) | WriteOutcome::Rejected(f) => {
-                Some(f.code)
-            }
+            WriteOutcome::Retry(f)
+            | WriteOutcome::Unknown(f)
+            | WriteOutcome::Unauthorized(f)
+            | WriteOutcome::Rejected(f) => Some(f.code),
+        }
+    }
+
+    /// The failure carried, if any (`landed` carries none).
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            WriteOutcome::Landed(_) => None,
+            WriteOutcome::Retry(f)
+            | WriteOutcome::Unknown(f)
+            | WriteOutcome::Unauthorized(f)
+            | WriteOutcome::Rejected(f) => Some(f),
+        }
+    }
+
+    /// The failure carried, if any, to amend (e.g. with `serverTime`).
+    pub fn failure_mut(&mut self) -> Option<&mut Failure> {
+        match self {
+            WriteOutcome::Landed(_) => None,
+            WriteOutcome::Retry(f)
+            | WriteOutcome::Unknown(f)
+            | WriteOutcome::Unauthorized(f)
+            | WriteOutcome::Rejected(f) => Some(f),
         }
     }
 
@@ -279,6 +358,7 @@ impl WriteOutcome {
             WriteOutcome::Landed(_) => "landed",
             WriteOutcome::Retry(_) => "retry",
             WriteOutcome::Unknown(_) => "unknown",
+            WriteOutcome::Unauthorized(_) => "unauthorized",
             WriteOutcome::Rejected(_) => "rejected",
         }
     }
@@ -314,7 +394,8 @@ mod tests {
     #[test]
     fn unassigned_codes_in_the_gateway_space_are_operator_retries() {
         for code in [
-            40002, 40015, 40099, 40401, 41000, 42000, 42901, 49999, 50000, 50100, 59999,
+            40002, 40018, 40099, 40103, 40302, 40401, 41000, 42000, 42101, 42902, 49999, 50000,
+            50100, 59999,
         ] {
             assert!(!g::is_gateway_code(code), "{code}");
             assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
@@ -340,8 +421,9 @@ mod tests {
             let outcome = WriteOutcome::from_code(code, "x");
             assert_eq!(u32::from(outcome.http_status()), code / 100, "{code}");
             let expected = match code / 100 {
-                429 | 503 => "retry",
+                421 | 429 | 503 => "retry",
                 502 | 504 => "unknown",
+                401 => "unauthorized",
                 _ => "rejected",
             };
             assert_eq!(outcome.tag(), expected, "{code}");
@@ -363,6 +445,52 @@ mod tests {
         assert_eq!(classify(g::UPSTREAM_OUTCOME_UNKNOWN), Class::Unknown);
         assert_eq!(classify(g::GATEWAY_TIMEOUT), Class::Unknown);
         assert_eq!(classify(g::INTERNAL), Class::Unknown);
+        for code in [
+            g::SESSION_REQUIRED,
+            g::SESSION_INVALID,
+            g::SESSION_EXPIRED,
+            g::DEVICE_SIGNATURE_INVALID,
+            g::NONCE_OUT_OF_WINDOW,
+            g::NONCE_REPLAYED,
+            g::APP_TOKEN_REQUIRED,
+            g::APP_TOKEN_INVALID,
+            g::APP_TOKEN_EXPIRED,
+        ] {
+            assert_eq!(classify(code), Class::Unauthorized, "{code}");
+        }
+        for code in [g::CLIENT_ID_MISMATCH, g::AGGREGATE_TYPE_FORBIDDEN] {
+            assert_eq!(classify(code), Class::Rejected, "{code}");
+            assert_eq!(WriteOutcome::from_code(code, "x").http_status(), 403);
+        }
+        assert_eq!(
+            classify(g::SESSION_RATE_LIMITED),
+            Class::Retry(RetryKind::Transient)
+        );
+        assert_eq!(
+            classify(g::HOST_NOT_ALLOWED),
+            Class::Retry(RetryKind::Operator)
+        );
+    }
+
+    #[test]
+    fn unauthorized_bodies_carry_their_server_time_and_parse_back() {
+        let mut outcome = WriteOutcome::from_code(g::NONCE_OUT_OF_WINDOW, "nonce is stale");
+        outcome.failure_mut().unwrap().server_time = Some(1_764_450_000_000);
+        assert_eq!(outcome.http_status(), 401);
+        let json = serde_json::to_string(&outcome).unwrap();
+        assert_eq!(
+            json,
+            r#"{"outcome":"unauthorized","code":40111,"message":"nonce is stale","serverTime":1764450000000}"#
+        );
+        assert_eq!(WriteOutcome::parse(&json), Some(outcome));
+        let session = WriteOutcome::from_code(g::SESSION_EXPIRED, "expired");
+        assert_eq!(session.tag(), "unauthorized");
+        assert_eq!(
+            serde_json::to_string(&session).unwrap(),
+            r#"{"outcome":"unauthorized","code":40102,"message":"expired"}"#
+        );
+        // An unauthorized body without a code is not a protocol body.
+        assert_eq!(WriteOutcome::parse(r#"{"outcome":"unauthorized"}"#), None);
     }
 
     #[test]
@@ -379,6 +507,9 @@ mod tests {
             }),
             WriteOutcome::from_code(g::GATEWAY_TIMEOUT, "late"),
             WriteOutcome::from_code(2022, "schema"),
+            WriteOutcome::from_code(g::SESSION_INVALID, "forged"),
+            WriteOutcome::from_code(g::CLIENT_ID_MISMATCH, "not yours"),
+            WriteOutcome::from_code(g::SESSION_RATE_LIMITED, "slow down"),
         ];
         for outcome in bodies {
             let json = serde_json::to_string(&outcome).unwrap();
@@ -400,6 +531,119 @@ mod tests {
             Some(WriteOutcome::landed(Some(2))),
             "lenient"
         );
+    }
+
+    /// The serde reading `parse` must agree with: every field, flat, unknown ones ignored.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct FlatOutcome {
+        outcome: String,
+        #[serde(default)]
+        duplicate: bool,
+        aggregate_version: Option<u64>,
+        code: Option<u32>,
+        message: Option<String>,
+        retry_after_ms: Option<u64>,
+        last_client_seq: Option<u64>,
+        attempted_client_seq: Option<u64>,
+        server_time: Option<u64>,
+    }
+
+    fn reference(json: &str) -> Option<WriteOutcome> {
+        // Objects only: serde would also read a positional array, which no gateway sends.
+        if !json.trim_start().starts_with('{') {
+            return None;
+        }
+        let f: FlatOutcome = serde_json::from_str(json).ok()?;
+        let failure = || {
+            Some(Failure {
+                code: f.code?,
+                message: f.message.clone().unwrap_or_default(),
+                retry_after_ms: f.retry_after_ms,
+                last_client_seq: f.last_client_seq,
+                attempted_client_seq: f.attempted_client_seq,
+                server_time: f.server_time,
+            })
+        };
+        Some(match f.outcome.as_str() {
+            "landed" => WriteOutcome::Landed(Landed {
+                duplicate: f.duplicate,
+                aggregate_version: f.aggregate_version,
+                code: f.code,
+                last_client_seq: f.last_client_seq,
+                attempted_client_seq: f.attempted_client_seq,
+            }),
+            "retry" => WriteOutcome::Retry(failure()?),
+            "unknown" => WriteOutcome::Unknown(failure()?),
+            "unauthorized" => WriteOutcome::Unauthorized(failure()?),
+            "rejected" => WriteOutcome::Rejected(failure()?),
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn parse_agrees_with_serde_on_generated_bodies() {
+        let names = [
+            "outcome",
+            "duplicate",
+            "aggregateVersion",
+            "code",
+            "message",
+            "retryAfterMs",
+            "lastClientSeq",
+            "attemptedClientSeq",
+            "serverTime",
+            "extra",
+        ];
+        let values = [
+            "\"landed\"",
+            "\"retry\"",
+            "\"unknown\"",
+            "\"rejected\"",
+            "\"unauthorized\"",
+            "\"maybe\"",
+            "true",
+            "false",
+            "null",
+            "0",
+            "2002",
+            "4294967296",
+            "9007199254740993",
+            "-1",
+            "-0",
+            "1.0",
+            "1e2",
+            "\"text \\u00e9\"",
+            "[1,{\"a\":null}]",
+            "{}",
+        ];
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut parsed = 0;
+        for _ in 0..100_000 {
+            let n = next() % 7;
+            let body: Vec<String> = (0..n)
+                .map(|i| {
+                    let name = if i == 0 && next() % 4 != 0 {
+                        "outcome"
+                    } else {
+                        names[(next() % names.len() as u64) as usize]
+                    };
+                    let value = values[(next() % values.len() as u64) as usize];
+                    format!("\"{name}\":{value}")
+                })
+                .collect();
+            let json = format!("{{{}}}", body.join(","));
+            let ours = WriteOutcome::parse(&json);
+            assert_eq!(ours, reference(&json), "{json}");
+            parsed += usize::from(ours.is_some());
+        }
+        assert!(parsed > 500, "{parsed}");
     }
 
     #[test]

@@ -144,21 +144,40 @@ impl ValidationError {
 /// Checks one event's own fields (everything but its sequence), as `append` must.
 /// `at` names the event in messages.
 pub fn validate_event(event: &Event, limits: &Limits, at: &str) -> Result<(), ValidationError> {
-    if event.event_type == 0 {
-        return Err(ValidationError::EventTypeZero { at: at.to_owned() });
+    validate_fields(
+        event.event_type,
+        event.iv.as_deref(),
+        event.data.len(),
+        limits,
+        || at.to_owned(),
+    )
+}
+
+/// The rules of [`validate_event`] on the fields themselves, without an [`Event`]: the client
+/// checks `append` input with it before anything is encoded, the gateway through
+/// [`validate_event`]. `at` is called only to name a failing event.
+pub fn validate_fields(
+    event_type: u64,
+    iv: Option<&[u8]>,
+    data_len: usize,
+    limits: &Limits,
+    at: impl Fn() -> String,
+) -> Result<(), ValidationError> {
+    if event_type == 0 {
+        return Err(ValidationError::EventTypeZero { at: at() });
     }
-    if let Some(iv) = &event.iv
+    if let Some(iv) = iv
         && iv.len() != 12
     {
         return Err(ValidationError::InvalidIv {
-            at: at.to_owned(),
+            at: at(),
             len: iv.len(),
         });
     }
-    if event.data.len() > limits.max_event_bytes {
+    if data_len > limits.max_event_bytes {
         return Err(ValidationError::EventTooLarge {
-            at: at.to_owned(),
-            len: event.data.len(),
+            at: at(),
+            len: data_len,
             max: limits.max_event_bytes,
         });
     }

@@ -1,24 +1,28 @@
 //! `SyncClient`, the class apps use.
 //!
 //! State lives behind an `Rc<Inner>`; every async method clones it and runs an `async move`
-//! block, so concurrent calls from JS never hit "recursive use of an object". Whether this
-//! context drains or follows is the session's business ([`super::session`]).
+//! block, so concurrent calls from JS never hit "recursive use of an object". This layer only
+//! converts between JavaScript and Rust: whether this context drains or follows is the
+//! runtime's business ([`crate::browser::runtime`]), decided by the engine.
 
 use std::rc::Rc;
 
-use indexed_db_futures::transaction::TransactionDurability;
 use js_sys::{Array, Function, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
+use web_sys::EventTarget;
 
 use super::errors::ClientError;
-use super::options::{self, Durability};
-use super::session::Session;
+use super::events::DomEvents;
+use super::options;
 use super::{input, output};
-use crate::browser::global::random_uuid;
 use crate::browser::idb::outbox::IdbOutbox;
+use crate::browser::identity::{self, Identity};
+use crate::browser::runtime::{Config, Runtime};
+use crate::browser::session::GatewaySessions;
 use crate::engine::append;
 use crate::engine::drain;
+use crate::engine::errors::ErrorCode;
 use crate::engine::model::Batch;
 use crate::engine::outbox::Outbox;
 use celeriant_sync_protocol::validate::Limits;
@@ -26,9 +30,12 @@ use celeriant_sync_protocol::validate::Limits;
 /// How long `open` waits for an answer to `persist: true` (Firefox asks the user).
 const PERSIST_WAIT_MS: u32 = 1_000;
 
-/// What a `SyncClient` holds: the session and the limits it checks input against.
+/// What a `SyncClient` holds: the runtime, where listeners are registered, and the limits it
+/// checks input against.
 struct Inner {
-    session: Rc<Session>,
+    runtime: Rc<Runtime>,
+    identity: Identity,
+    target: EventTarget,
     database_name: String,
     limits: Limits,
     persisted: Option<bool>,
@@ -36,7 +43,7 @@ struct Inner {
 
 impl Inner {
     fn check_open(&self) -> Result<(), ClientError> {
-        if self.session.hub.is_closed() {
+        if self.runtime.hub.is_closed() {
             Err(ClientError::closed())
         } else {
             Ok(())
@@ -44,7 +51,7 @@ impl Inner {
     }
 
     fn outbox(&self) -> &IdbOutbox {
-        &self.session.outbox
+        &self.runtime.outbox
     }
 }
 
@@ -85,38 +92,68 @@ impl SyncClient {
     }
 
     async fn open_inner(options: JsValue) -> Result<SyncClient, ClientError> {
-        let options = options::parse(options)?;
-        let durability = match options.durability {
-            Durability::Strict => TransactionDurability::Strict,
-            Durability::Relaxed => TransactionDurability::Relaxed,
-            Durability::Default => TransactionDurability::Default,
-        };
-        let outbox = Rc::new(IdbOutbox::open(&options.database_name, durability).await?);
-        let client_id = outbox.client_id(random_uuid()).await?;
+        let options = options::parse(&options)?;
+        let unsupported = |what: &str| ClientError::new(ErrorCode::Unsupported, what.to_owned());
+        let target =
+            EventTarget::new().map_err(|_| unsupported("EventTarget is not constructible here"))?;
+        if !identity::supported() {
+            return Err(unsupported(
+                "WebCrypto (crypto.subtle) is missing: the client needs a secure context \
+                 (https: or localhost) to hold its device key",
+            ));
+        }
+        let outbox = Rc::new(IdbOutbox::open(&options.database_name, options.durability).await?);
+        let identity = identity::load_or_create(&outbox).await?;
         // Counted before `open` resolves, so `status()` is right from the start.
-        let total = outbox.count().await?;
-        let parked = outbox.parked().await?;
-        let database_name = options.database_name.clone();
+        let counts = (outbox.count().await?, outbox.parked().await?);
         let persisted = if options.persist {
             crate::browser::global::persist_storage(PERSIST_WAIT_MS).await
         } else {
             None
         };
-        let session = Session::start(options, outbox, client_id)?;
-        session.hub.reset_counts(total, parked);
+        let config = Config {
+            database_name: options.database_name.clone(),
+            write_url: format!(
+                "{}{}",
+                options.gateway_url,
+                celeriant_sync_protocol::WRITE_PATH
+            ),
+            request_timeout_ms: options.request_timeout_ms,
+            policy: options.policy,
+        };
+        let events = Rc::new(DomEvents {
+            target: target.clone(),
+        });
+        let sessions = GatewaySessions::new(
+            &options.gateway_url,
+            identity.clone(),
+            options.auth,
+            options.request_timeout_ms,
+        );
+        let runtime = Runtime::start(config, outbox, sessions, events, counts)
+            .map_err(|_| unsupported("cannot listen for the online event"))?;
         let inner = Rc::new(Inner {
-            session,
-            database_name,
+            runtime,
+            identity,
+            target,
+            database_name: options.database_name,
             limits: Limits::default(),
             persisted,
         });
         Ok(SyncClient { inner })
     }
 
-    /// The device's client id (a UUID), created on first open and kept in the database.
+    /// The device's client id (a UUID): the first 16 bytes of the SHA-256 of its public key,
+    /// little-endian, as Celeriant derives it. Fixed for the database.
     #[wasm_bindgen(getter = clientId)]
     pub fn client_id(&self) -> String {
-        self.inner.session.client_id.to_string()
+        self.inner.identity.client_id.to_string()
+    }
+
+    /// The device's public key: its SPKI DER, standard base64 (check the `clientId` from it).
+    #[wasm_bindgen(getter = publicKey)]
+    pub fn public_key(&self) -> String {
+        self.inner.identity.public_key.clone()
     }
 
     /// With `persist: true`: whether the browser granted persistent storage (`null` when it
@@ -153,8 +190,7 @@ impl SyncClient {
         });
         promise(async move {
             let (aggregate, events) = parsed?;
-            let receipts = inner.session.append(aggregate, events).await?;
-            inner.session.appended(receipts.len() as u64);
+            let receipts = inner.runtime.append(aggregate, events).await?;
             Ok(output::receipts(&receipts))
         })
     }
@@ -162,7 +198,7 @@ impl SyncClient {
     /// The outbox's state now: `{ state, pending, parked, lastError }`.
     #[wasm_bindgen(unchecked_return_type = "SyncStatus")]
     pub fn status(&self) -> JsValue {
-        output::status(&self.inner.session.hub.status())
+        crate::browser::convert::status_to_js(&self.inner.runtime.hub.status())
     }
 
     /// Resolves once every event appended before the call has landed. Rejects with code
@@ -172,7 +208,7 @@ impl SyncClient {
         let inner = self.inner.clone();
         promise(async move {
             inner.check_open()?;
-            drain::flush(inner.outbox(), &inner.session.hub).await?;
+            drain::flush(inner.outbox(), &inner.runtime.hub).await?;
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -185,13 +221,13 @@ impl SyncClient {
         let inner = self.inner.clone();
         let id = uuid::Uuid::parse_str(event_id).map_err(|e| {
             ClientError::new(
-                "INVALID_EVENT_ID",
+                ErrorCode::InvalidEventId,
                 format!("\"{event_id}\" is not a UUID: {e}"),
             )
         });
         promise(async move {
             inner.check_open()?;
-            drain::when_synced(inner.outbox(), &inner.session.hub, id?).await?;
+            drain::when_synced(inner.outbox(), &inner.runtime.hub, id?).await?;
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -231,7 +267,7 @@ impl SyncClient {
             inner.check_open()?;
             let aggregate = aggregate?;
             let removed = inner.outbox().discard_parked(aggregate).await?;
-            inner.session.discarded(aggregate, removed);
+            inner.runtime.discarded(aggregate, removed);
             Ok(JsValue::from(removed))
         })
     }
@@ -242,7 +278,7 @@ impl SyncClient {
     pub fn close(&self) -> Promise {
         let inner = self.inner.clone();
         promise(async move {
-            inner.session.close().await;
+            inner.runtime.close().await;
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -257,14 +293,12 @@ impl SyncClient {
     ) -> Result<(), JsValue> {
         if options.is_undefined() {
             self.inner
-                .session
                 .target
                 .add_event_listener_with_callback(kind, listener)
         } else {
             let add: Function =
-                js_sys::Reflect::get(&self.inner.session.target, &"addEventListener".into())?
-                    .into();
-            add.call3(&self.inner.session.target, &kind.into(), listener, &options)
+                js_sys::Reflect::get(&self.inner.target, &"addEventListener".into())?.into();
+            add.call3(&self.inner.target, &kind.into(), listener, &options)
                 .map(|_| ())
         }
     }
@@ -273,7 +307,6 @@ impl SyncClient {
     #[wasm_bindgen(js_name = removeEventListener, skip_typescript)]
     pub fn remove_event_listener(&self, kind: &str, listener: &Function) -> Result<(), JsValue> {
         self.inner
-            .session
             .target
             .remove_event_listener_with_callback(kind, listener)
     }

@@ -1,16 +1,18 @@
 //! The one error type thrown to JavaScript.
 //!
 //! Every failure reaches JS as a real `Error` whose `name` is `"CeleriantSyncError"` and whose
-//! `code` is one of the stable strings below (also a TypeScript union, `SyncErrorCode`). Extra
-//! properties (`index`, `aggregate`, `parkCode`) say where, when that is known.
+//! `code` is one of the stable [`ErrorCode`]s (also a TypeScript union, `SyncErrorCode`). Extra
+//! properties (`index`, `aggregate`, `parkCode`) say where, when that is known; the platform's
+//! own error, when there is one (a `DOMException` from IndexedDB), is kept as `cause`.
 
 use js_sys::{Error, Reflect};
 use wasm_bindgen::JsValue;
 
+use crate::browser::convert::aggregate_to_js;
 use crate::engine::append::AppendError;
 use crate::engine::drain::FlushError;
+use crate::engine::errors::ErrorCode;
 use crate::engine::outbox::StoreError;
-use celeriant_sync_protocol::validate::ValidationError;
 
 /// The error name of everything the client throws.
 pub const NAME: &str = "CeleriantSyncError";
@@ -19,20 +21,23 @@ pub const NAME: &str = "CeleriantSyncError";
 #[derive(Debug)]
 pub struct ClientError {
     /// The stable code.
-    pub code: &'static str,
+    pub code: ErrorCode,
     /// A message for humans.
     pub message: String,
     /// Extra properties.
     pub extra: Vec<(&'static str, JsValue)>,
+    /// The platform's error behind it.
+    pub cause: Option<JsValue>,
 }
 
 impl ClientError {
     /// An error with a code and message.
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ClientError {
             code,
             message: message.into(),
             extra: Vec::new(),
+            cause: None,
         }
     }
 
@@ -44,7 +49,7 @@ impl ClientError {
 
     /// The client was closed.
     pub fn closed() -> Self {
-        ClientError::new("CLOSED", "the client is closed")
+        ClientError::new(ErrorCode::Closed, "the client is closed")
     }
 }
 
@@ -52,9 +57,12 @@ impl From<ClientError> for JsValue {
     fn from(e: ClientError) -> JsValue {
         let error = Error::new(&e.message);
         error.set_name(NAME);
-        let _ = Reflect::set(&error, &"code".into(), &e.code.into());
+        let _ = Reflect::set(&error, &"code".into(), &e.code.as_str().into());
         for (key, value) in e.extra {
             let _ = Reflect::set(&error, &key.into(), &value);
+        }
+        if let Some(cause) = e.cause {
+            let _ = Reflect::set(&error, &"cause".into(), &cause);
         }
         error.into()
     }
@@ -62,46 +70,32 @@ impl From<ClientError> for JsValue {
 
 impl From<StoreError> for ClientError {
     fn from(e: StoreError) -> Self {
-        let code = match &e {
-            StoreError::QuotaExceeded(_) => "QUOTA_EXCEEDED",
-            StoreError::Closed => "CLOSED",
-            StoreError::Failed { .. } | StoreError::Corrupt(_) => "STORAGE_FAILED",
-        };
-        ClientError::new(code, e.to_string())
+        let mut error = ClientError::new(ErrorCode::from(&e), e.to_string());
+        error.cause = e.cause().get::<JsValue>().cloned();
+        error
     }
 }
 
 impl From<AppendError> for ClientError {
     fn from(e: AppendError) -> Self {
-        let message = e.to_string();
+        let error = ClientError::new(ErrorCode::from(&e), e.to_string());
         match e {
-            AppendError::Empty => ClientError::new("EMPTY_EVENTS", message),
-            AppendError::TooMany { .. } => ClientError::new("TOO_MANY_EVENTS", message),
-            AppendError::Invalid { index, error } => {
-                let code = match error {
-                    ValidationError::EventTypeZero { .. } => "INVALID_EVENT_TYPE",
-                    ValidationError::InvalidIv { .. } => "INVALID_IV",
-                    ValidationError::EventTooLarge { .. } => "EVENT_TOO_LARGE",
-                    _ => "INVALID_EVENT",
-                };
-                ClientError::new(code, message).with("index", index as u32)
-            }
+            AppendError::Invalid { index, .. } => error.with("index", index as u32),
+            _ => error,
         }
     }
 }
 
 impl From<FlushError> for ClientError {
     fn from(e: FlushError) -> Self {
-        let message = e.to_string();
         match e {
+            FlushError::Store(e) => e.into(),
             FlushError::Parked {
                 aggregate, code, ..
-            } => ClientError::new("PARKED", message)
-                .with("aggregate", crate::api::output::aggregate(&aggregate))
+            } => ClientError::new(ErrorCode::Parked, e.to_string())
+                .with("aggregate", aggregate_to_js(&aggregate))
                 .with("parkCode", code),
-            FlushError::Discarded(_) => ClientError::new("DISCARDED", message),
-            FlushError::Closed => ClientError::new("CLOSED", message),
-            FlushError::Store(e) => e.into(),
+            other => ClientError::new(ErrorCode::from(&other), other.to_string()),
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Parsing `append`'s arguments from JS values, refusing bad input with typed errors.
 //!
-//! Nothing is written unless every event parses: the whole append is refused at the first bad
-//! field, with the event's index. `data` is a `Uint8Array` (stored as is) or any value
-//! `JSON.stringify` can encode (stored as its UTF-8 text).
+//! Only the JavaScript shapes are checked here (an object, an integer, a UUID string, bytes);
+//! the rules on the values themselves (type ≥ 1, a 12-byte `iv`, the size limit) are the
+//! protocol's, applied once by [`crate::engine::append::check`]. Nothing is written unless every
+//! event passes: the whole append is refused at the first bad field, with the event's index.
+//! `data` is a `Uint8Array` or `ArrayBuffer` (stored as is) or any value `JSON.stringify` can
+//! encode (stored as its UTF-8 text).
 
 use js_sys::{Array, JSON, Object, Reflect, Uint8Array};
 use uuid::Uuid;
@@ -10,6 +13,7 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::errors::ClientError;
 use crate::browser::global::random_uuid;
+use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, NewEvent};
 
 const EVENT_KEYS: [&str; 5] = ["type", "minor", "data", "eventId", "iv"];
@@ -19,7 +23,7 @@ fn get(object: &JsValue, key: &str) -> JsValue {
 }
 
 /// Parses a UUID string (any form the `uuid` crate reads); stored lowercase and hyphenated.
-fn uuid(value: &JsValue, code: &'static str, what: &str) -> Result<Uuid, ClientError> {
+fn uuid(value: &JsValue, code: ErrorCode, what: &str) -> Result<Uuid, ClientError> {
     let text = value
         .as_string()
         .ok_or_else(|| ClientError::new(code, format!("{what} must be a UUID string")))?;
@@ -31,17 +35,21 @@ fn uuid(value: &JsValue, code: &'static str, what: &str) -> Result<Uuid, ClientE
 pub fn aggregate(value: &JsValue) -> Result<AggregateRef, ClientError> {
     if !value.is_object() {
         return Err(ClientError::new(
-            "INVALID_AGGREGATE",
+            ErrorCode::InvalidAggregate,
             "the aggregate must be an object { typeId, id }",
         ));
     }
     Ok(AggregateRef {
         type_id: uuid(
             &get(value, "typeId"),
-            "INVALID_AGGREGATE",
+            ErrorCode::InvalidAggregate,
             "aggregate.typeId",
         )?,
-        id: uuid(&get(value, "id"), "INVALID_AGGREGATE", "aggregate.id")?,
+        id: uuid(
+            &get(value, "id"),
+            ErrorCode::InvalidAggregate,
+            "aggregate.id",
+        )?,
     })
 }
 
@@ -60,12 +68,12 @@ fn bytes(value: &JsValue) -> Option<Vec<u8>> {
 }
 
 fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientError> {
-    let at = |code: &'static str, message: String| {
+    let at = |code: ErrorCode, message: String| {
         ClientError::new(code, format!("events[{index}]: {message}")).with("index", index as u32)
     };
     if !value.is_object() || Array::is_array(value) {
         return Err(at(
-            "INVALID_EVENT",
+            ErrorCode::InvalidEvent,
             "must be an object { type, data, minor?, eventId?, iv? }".into(),
         ));
     }
@@ -73,7 +81,7 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
         let key = key.as_string().unwrap_or_default();
         if !EVENT_KEYS.contains(&key.as_str()) {
             return Err(at(
-                "INVALID_EVENT",
+                ErrorCode::InvalidEvent,
                 format!(
                     "unknown field \"{key}\" (fields: {})",
                     EVENT_KEYS.join(", ")
@@ -81,26 +89,18 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
             ));
         }
     }
-    let event_type = match safe_integer(&get(value, "type")) {
-        Some(t) if t >= 1 => t,
-        Some(_) => {
-            return Err(at(
-                "INVALID_EVENT_TYPE",
-                "type 0 is reserved; event types start at 1".into(),
-            ));
-        }
-        None => {
-            return Err(at(
-                "INVALID_EVENT_TYPE",
-                "type must be an integer in 1..2^53".into(),
-            ));
-        }
-    };
+    // Type 0 parses here and is refused with the protocol's own rule.
+    let event_type = safe_integer(&get(value, "type")).ok_or_else(|| {
+        at(
+            ErrorCode::InvalidEventType,
+            "type must be an integer in 1..2^53".into(),
+        )
+    })?;
     let minor = match get(value, "minor") {
         v if v.is_undefined() => 0,
         v => safe_integer(&v).ok_or_else(|| {
             at(
-                "INVALID_MINOR",
+                ErrorCode::InvalidMinor,
                 "minor must be an integer in 0..2^53".into(),
             )
         })?,
@@ -110,21 +110,21 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
         Some(bytes) => bytes,
         None if data_value.is_undefined() => {
             return Err(at(
-                "DATA_NOT_SERIALIZABLE",
+                ErrorCode::DataNotSerializable,
                 "data is required (a Uint8Array, or a JSON value)".into(),
             ));
         }
         None => {
             let text = JSON::stringify(&data_value).map_err(|e| {
                 at(
-                    "DATA_NOT_SERIALIZABLE",
+                    ErrorCode::DataNotSerializable,
                     format!("data cannot be encoded as JSON: {}", describe(&e)),
                 )
             })?;
             text.as_string()
                 .ok_or_else(|| {
                     at(
-                        "DATA_NOT_SERIALIZABLE",
+                        ErrorCode::DataNotSerializable,
                         "data has no JSON encoding (a function or symbol?)".into(),
                     )
                 })?
@@ -133,14 +133,16 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
     };
     let event_id = match get(value, "eventId") {
         v if v.is_undefined() || v.is_null() => random_uuid(),
-        v => uuid(&v, "INVALID_EVENT_ID", "eventId").map_err(|e| at(e.code, e.message))?,
+        v => uuid(&v, ErrorCode::InvalidEventId, "eventId").map_err(|e| at(e.code, e.message))?,
     };
     let iv = match get(value, "iv") {
         v if v.is_undefined() || v.is_null() => None,
-        v => Some(
-            bytes(&v)
-                .ok_or_else(|| at("INVALID_IV", "iv must be a Uint8Array of 12 bytes".into()))?,
-        ),
+        v => Some(bytes(&v).ok_or_else(|| {
+            at(
+                ErrorCode::InvalidIv,
+                "iv must be a Uint8Array of 12 bytes".into(),
+            )
+        })?),
     };
     Ok(NewEvent {
         event_id,
@@ -156,14 +158,14 @@ fn describe(error: &JsValue) -> String {
     error
         .dyn_ref::<js_sys::Error>()
         .map(|e| String::from(e.message()))
-        .unwrap_or_else(|| format!("{error:?}"))
+        .unwrap_or_else(|| "an error that is not an Error".into())
 }
 
 /// An array of events. `max` bounds the count before any event is parsed.
 pub fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEvent>, ClientError> {
     if !Array::is_array(value) {
         return Err(ClientError::new(
-            "INVALID_EVENTS",
+            ErrorCode::InvalidEvents,
             "events must be an array",
         ));
     }
@@ -171,13 +173,13 @@ pub fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEvent>, Cl
     let len = array.length() as usize;
     if len == 0 {
         return Err(ClientError::new(
-            "EMPTY_EVENTS",
+            ErrorCode::EmptyEvents,
             "append needs at least one event",
         ));
     }
     if len > max {
         return Err(ClientError::new(
-            "TOO_MANY_EVENTS",
+            ErrorCode::TooManyEvents,
             format!("{len} events in one append; at most {max} are accepted"),
         ));
     }

@@ -1,35 +1,13 @@
 //! `SyncClient.open`'s options: parsed strictly (an unknown key is an error, so a typo is not
 //! silently ignored) and range-checked.
 
-use serde::Deserialize;
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::errors::ClientError;
+use crate::browser::idb::db::Durability;
+use crate::browser::js;
 use crate::engine::drain::Policy;
-
-/// The options as given.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Raw {
-    gateway_url: String,
-    database_name: Option<String>,
-    request_timeout_ms: Option<f64>,
-    max_batch_events: Option<f64>,
-    max_batch_bytes: Option<f64>,
-    durability: Option<String>,
-    persist: Option<bool>,
-}
-
-/// How committed writes reach the disk (IndexedDB transaction durability).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Committed means flushed to disk (the default).
-    Strict,
-    /// Committed means handed to the OS; faster, may be lost on power failure.
-    Relaxed,
-    /// The browser's default.
-    Default,
-}
+use crate::engine::errors::ErrorCode;
 
 /// The checked options.
 #[derive(Debug, Clone)]
@@ -42,10 +20,13 @@ pub struct Options {
     pub request_timeout_ms: u32,
     /// Batch cutting and backoff.
     pub policy: Policy,
-    /// IndexedDB durability for writes.
+    /// IndexedDB durability for appends and discards.
     pub durability: Durability,
     /// Ask for persistent storage (`navigator.storage.persist()`) at open.
     pub persist: bool,
+    /// The app's own authentication: `() => Promise<string | null>`, sent with each session
+    /// request.
+    pub auth: Option<js_sys::Function>,
 }
 
 /// Default IndexedDB database name.
@@ -53,8 +34,20 @@ pub const DEFAULT_DATABASE: &str = "celeriant-sync";
 /// Default request timeout.
 pub const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 
+/// Every option's key.
+const KEYS: [&str; 8] = [
+    "gatewayUrl",
+    "databaseName",
+    "requestTimeoutMs",
+    "maxBatchEvents",
+    "maxBatchBytes",
+    "durability",
+    "persist",
+    "auth",
+];
+
 fn bad(message: impl Into<String>) -> ClientError {
-    ClientError::new("INVALID_OPTIONS", message)
+    ClientError::new(ErrorCode::InvalidOptions, message)
 }
 
 /// A number as JavaScript prints it (without pulling Rust's float formatting into the module).
@@ -66,14 +59,33 @@ fn number_text(v: f64) -> String {
     )
 }
 
+/// The option `name`: absent (`undefined`) gives `None`.
+fn field(options: &JsValue, name: &str) -> Option<JsValue> {
+    Some(js::get(options, name)).filter(|v| !v.is_undefined())
+}
+
+fn string(options: &JsValue, name: &str) -> Result<Option<String>, ClientError> {
+    field(options, name)
+        .map(|v| {
+            v.as_string()
+                .ok_or_else(|| bad(format!("{name} must be a string")))
+        })
+        .transpose()
+}
+
 fn integer(
+    options: &JsValue,
     name: &str,
-    value: Option<f64>,
     default: u64,
     min: u64,
     max: u64,
 ) -> Result<u64, ClientError> {
-    let Some(v) = value else { return Ok(default) };
+    let Some(value) = field(options, name) else {
+        return Ok(default);
+    };
+    let v = value
+        .as_f64()
+        .ok_or_else(|| bad(format!("{name} must be a number")))?;
     if v.fract() != 0.0 || v < min as f64 || v > max as f64 {
         return Err(bad(format!(
             "{name} must be an integer in {min}..={max}, got {}",
@@ -84,22 +96,12 @@ fn integer(
 }
 
 /// Parses and checks the options object.
-pub fn parse(value: JsValue) -> Result<Options, ClientError> {
+pub fn parse(value: &JsValue) -> Result<Options, ClientError> {
     if !value.is_object() {
         return Err(bad(
             "SyncClient.open needs an options object with at least { gatewayUrl }",
         ));
     }
-    // serde-wasm-bindgen reads only the declared fields, so unknown keys are checked here.
-    const KEYS: [&str; 7] = [
-        "gatewayUrl",
-        "databaseName",
-        "requestTimeoutMs",
-        "maxBatchEvents",
-        "maxBatchBytes",
-        "durability",
-        "persist",
-    ];
     for key in js_sys::Object::keys(value.unchecked_ref::<js_sys::Object>()).iter() {
         let key = key.as_string().unwrap_or_default();
         if !KEYS.contains(&key.as_str()) {
@@ -109,42 +111,39 @@ pub fn parse(value: JsValue) -> Result<Options, ClientError> {
             )));
         }
     }
-    let raw: Raw =
-        serde_wasm_bindgen::from_value(value).map_err(|e| bad(format!("invalid options: {e}")))?;
-    let gateway_url = raw.gateway_url.trim_end_matches('/').to_owned();
+    let raw_url = string(value, "gatewayUrl")?.ok_or_else(|| bad("gatewayUrl is required"))?;
+    let gateway_url = raw_url.trim_end_matches('/').to_owned();
     if !(gateway_url.starts_with("http://") || gateway_url.starts_with("https://"))
         || gateway_url.len() < 10
     {
         return Err(bad(format!(
-            "gatewayUrl must be an absolute http(s) URL, got \"{}\"",
-            raw.gateway_url
+            "gatewayUrl must be an absolute http(s) URL, got \"{raw_url}\""
         )));
     }
-    let database_name = raw
-        .database_name
-        .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
+    let database_name =
+        string(value, "databaseName")?.unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
     if database_name.is_empty() {
         return Err(bad("databaseName must not be empty"));
     }
     let defaults = Policy::default();
     let policy = Policy {
         max_batch_events: integer(
+            value,
             "maxBatchEvents",
-            raw.max_batch_events,
             defaults.max_batch_events as u64,
             1,
             10_000,
         )? as usize,
         max_batch_bytes: integer(
+            value,
             "maxBatchBytes",
-            raw.max_batch_bytes,
             defaults.max_batch_bytes as u64,
             4_096,
             4 << 20,
         )? as usize,
         ..defaults
     };
-    let durability = match raw.durability.as_deref() {
+    let durability = match string(value, "durability")?.as_deref() {
         None | Some("strict") => Durability::Strict,
         Some("relaxed") => Durability::Relaxed,
         Some("default") => Durability::Default,
@@ -154,18 +153,32 @@ pub fn parse(value: JsValue) -> Result<Options, ClientError> {
             )));
         }
     };
+    let persist = match field(value, "persist") {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| bad("persist must be a boolean"))?,
+    };
+    let auth = match field(value, "auth") {
+        None => None,
+        Some(v) => Some(
+            v.dyn_into::<js_sys::Function>()
+                .map_err(|_| bad("auth must be a function returning a token (or null)"))?,
+        ),
+    };
     Ok(Options {
+        auth,
         gateway_url,
         database_name,
         request_timeout_ms: integer(
+            value,
             "requestTimeoutMs",
-            raw.request_timeout_ms,
             DEFAULT_TIMEOUT_MS.into(),
             100,
             600_000,
         )? as u32,
         policy,
         durability,
-        persist: raw.persist.unwrap_or(false),
+        persist,
     })
 }

@@ -1,175 +1,54 @@
-//! The plain objects handed back to JS: receipts, status, event details, parked events.
-//!
-//! Built with `serde-wasm-bindgen` (missing values become `null`, never `undefined`), in the
-//! shapes the TypeScript declarations in [`super::typescript`] describe.
+//! The plain objects handed back to JS besides status and notices: receipts and parked events.
 
-use serde::Serialize;
+use js_sys::{Array, JSON, Object};
 use wasm_bindgen::JsValue;
 
-use crate::engine::model::{AggregateRef, ParkRecord, Receipt, StoredEvent};
-use crate::engine::status::{Status, SyncedNotice};
+use crate::browser::convert::aggregate_to_js;
+use crate::browser::idb::keys::uuid_js;
+use crate::browser::js;
+use crate::engine::model::{ParkRecord, Receipt, StoredEvent};
 
-fn js<T: Serialize>(value: &T) -> JsValue {
-    let serializer = serde_wasm_bindgen::Serializer::new().serialize_missing_as_null(true);
-    value.serialize(&serializer).unwrap_or(JsValue::NULL)
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Aggregate {
-    type_id: String,
-    id: String,
-}
-
-fn agg(a: &AggregateRef) -> Aggregate {
-    Aggregate {
-        type_id: a.type_id.to_string(),
-        id: a.id.to_string(),
-    }
-}
-
-/// `{ typeId, id }`.
-pub fn aggregate(a: &AggregateRef) -> JsValue {
-    js(&agg(a))
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReceiptOut {
-    event_id: String,
-    client_seq: u64,
+#[wasm_bindgen::prelude::wasm_bindgen(
+    inline_js = "export function bytesOf(b64) { return typeof b64 === 'string' ? Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) : null; }"
+)]
+extern "C" {
+    /// A base64 string's bytes, decoded by the platform (`null` for anything else).
+    #[wasm_bindgen(js_name = bytesOf)]
+    fn bytes(base64: &JsValue) -> JsValue;
 }
 
 /// `[{ eventId, clientSeq }]`.
 pub fn receipts(receipts: &[Receipt]) -> JsValue {
-    let out: Vec<ReceiptOut> = receipts
+    receipts
         .iter()
-        .map(|r| ReceiptOut {
-            event_id: r.event_id.to_string(),
-            client_seq: r.client_seq,
+        .map(|r| {
+            let o = Object::new();
+            js::set(&o, "eventId", uuid_js(&r.event_id));
+            js::set(&o, "clientSeq", r.client_seq as f64);
+            JsValue::from(o)
         })
-        .collect();
-    js(&out)
+        .collect::<Array>()
+        .into()
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct LastErrorOut<'a> {
-    code: Option<u32>,
-    message: &'a str,
-    at: u64,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct StatusOut<'a> {
-    state: &'static str,
-    role: &'static str,
-    pending: u64,
-    parked: u64,
-    last_error: Option<LastErrorOut<'a>>,
-}
-
-/// `{ state, pending, parked, lastError }`.
-pub fn status(s: &Status) -> JsValue {
-    js(&StatusOut {
-        state: s.state.as_str(),
-        role: s.role.as_str(),
-        pending: s.pending,
-        parked: s.parked,
-        last_error: s.last_error.as_ref().map(|e| LastErrorOut {
-            code: e.code,
-            message: &e.message,
-            at: e.at,
-        }),
-    })
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SyncedOut {
-    aggregate: Aggregate,
-    first_seq: u64,
-    last_seq: u64,
-    event_ids: Vec<String>,
-    duplicate: bool,
-}
-
-/// The `synced` event's detail.
-pub fn synced(n: &SyncedNotice) -> JsValue {
-    js(&SyncedOut {
-        aggregate: agg(&n.aggregate),
-        first_seq: n.first_seq,
-        last_seq: n.last_seq,
-        event_ids: n.event_ids.iter().map(ToString::to_string).collect(),
-        duplicate: n.duplicate,
-    })
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ParkedOut<'a> {
-    aggregate: Aggregate,
-    first_seq: u64,
-    last_seq: u64,
-    count: u32,
-    code: u32,
-    message: &'a str,
-    parked_at: u64,
-    may_have_landed: bool,
-}
-
-/// The `parked` event's detail.
-pub fn parked(r: &ParkRecord) -> JsValue {
-    js(&ParkedOut {
-        aggregate: agg(&r.aggregate),
-        first_seq: r.first_seq,
-        last_seq: r.last_seq,
-        count: r.count,
-        code: r.code,
-        message: &r.message,
-        parked_at: r.parked_at,
-        may_have_landed: r.may_have_landed,
-    })
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ParkedEventOut<'a> {
-    aggregate: Aggregate,
-    client_seq: u64,
-    event_id: String,
-    #[serde(rename = "type")]
-    event_type: u64,
-    minor: u64,
-    #[serde(with = "serde_bytes")]
-    data: &'a [u8],
-    #[serde(with = "serde_bytes")]
-    iv: Option<&'a [u8]>,
-    timestamp: u64,
-    code: u32,
-    message: &'a str,
-    parked_at: u64,
-    may_have_landed: bool,
-}
-
-/// One element of `parkedEvents()` (the event decoded from its stored wire form).
+/// One element of `parkedEvents()`: the event decoded from its stored wire form (with the
+/// platform's own `JSON`), with its park record's reason.
 pub fn parked_event(e: &StoredEvent, r: &ParkRecord) -> JsValue {
-    let Ok(wire) = e.decode() else {
+    let Ok(wire) = JSON::parse(&e.wire) else {
         return JsValue::NULL;
     };
-    js(&ParkedEventOut {
-        aggregate: agg(&e.aggregate),
-        client_seq: e.client_seq,
-        event_id: e.event_id.to_string(),
-        event_type: wire.event_type,
-        minor: wire.minor,
-        data: &wire.data,
-        iv: wire.iv.as_deref(),
-        timestamp: wire.timestamp,
-        code: r.code,
-        message: &r.message,
-        parked_at: r.parked_at,
-        may_have_landed: r.may_have_landed,
-    })
+    let o = Object::new();
+    js::set(&o, "aggregate", aggregate_to_js(&e.aggregate));
+    js::set(&o, "clientSeq", e.client_seq as f64);
+    js::set(&o, "eventId", uuid_js(&e.event_id));
+    js::set(&o, "type", js::get(&wire, "type"));
+    js::set(&o, "minor", js::get(&wire, "minor"));
+    js::set(&o, "data", bytes(&js::get(&wire, "data")));
+    js::set(&o, "iv", bytes(&js::get(&wire, "iv")));
+    js::set(&o, "timestamp", js::get(&wire, "timestamp"));
+    js::set(&o, "code", r.code);
+    js::set(&o, "message", r.message.as_str());
+    js::set(&o, "parkedAt", r.parked_at as f64);
+    js::set(&o, "mayHaveLanded", r.may_have_landed);
+    o.into()
 }

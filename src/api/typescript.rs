@@ -25,6 +25,12 @@ export interface SyncClientOptions {
     durability?: "strict" | "relaxed" | "default";
     /** Ask for persistent storage (`navigator.storage.persist()`) at open; see `persisted`. */
     persist?: boolean;
+    /**
+     * The app's own authentication, when the gateway checks one: called before each session is
+     * opened (and again when the gateway says the app token expired); its token is sent as
+     * `Authorization: Bearer` on `POST /v1/session` only. Resolve with `null` for none.
+     */
+    auth?: () => Promise<string | null>;
 }
 
 /** An aggregate: its type id and id, both UUID strings. */
@@ -55,7 +61,15 @@ export interface Receipt {
 }
 
 /** The drain loop's state. */
-export type SyncState = "idle" | "syncing" | "backoff" | "offline" | "parked" | "closed";
+export type SyncState =
+    | "idle"
+    | "syncing"
+    | "backoff"
+    | "offline"
+    | "parked"
+    /** The gateway refused a session (or could not be asked): the events wait, nothing is dropped. */
+    | "unauthorized"
+    | "closed";
 
 /** The most recent failure since the last success. */
 export interface SyncFailure {
@@ -94,7 +108,7 @@ export interface ParkedDetail {
     firstSeq: number;
     lastSeq: number;
     count: number;
-    /** Celeriant's or the gateway's code (0: the server contradicted itself). */
+    /** Celeriant's or the gateway's code (0: the server contradicted itself; 1: pinned when the database moved to its device key, may have landed under the old client id). */
     code: number;
     message: string;
     parkedAt: number;

@@ -1,45 +1,67 @@
-//! Status in every tab: a `BroadcastChannel` per database carries what the drainer sees to the
-//! other contexts (tabs, workers) of the same origin, and their appends back to it.
+//! The `BroadcastChannel` of one database: carries [`Message`]s between its contexts (tabs,
+//! workers) of the same origin.
 //!
-//! Messages are JSON strings ([`Message`]). The drainer posts its status, `synced` and `parked`
-//! notices and a heartbeat; followers post `appended` and `discarded` so the drainer wakes and
-//! counts right, and `hello` to ask for the current status.
+//! A message travels as a plain object `{ kind, ...fields }` (structured clone); status and
+//! notices in the very shapes the app sees ([`super::convert`]). A message this version cannot
+//! read (another version of the library, damage) is ignored.
 
-use serde::{Deserialize, Serialize};
+use js_sys::Object;
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
 
-use crate::engine::model::{AggregateRef, ParkRecord};
-use crate::engine::status::{Status, SyncedNotice};
+use super::convert::{
+    aggregate_from_js, aggregate_to_js, parked_from_js, parked_to_js, status_from_js, status_to_js,
+    synced_from_js, synced_to_js,
+};
+use super::js;
+use crate::engine::coord::Message;
 
-/// One message between the contexts of a database.
-// Externally tagged (serde's default): internally tagged enums buffer their input through
-// serde's `Content`, which costs kilobytes of wasm for nothing here.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Message {
-    /// The drainer's status changed.
-    Status(Status),
-    /// Events landed.
-    Synced(SyncedNotice),
-    /// An aggregate was parked.
-    Parked(ParkRecord),
-    /// A follower appended `n` events.
-    Appended {
-        /// How many.
-        n: u64,
-    },
-    /// A context discarded an aggregate's parked events.
-    Discarded {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// How many events were dropped.
-        removed: u32,
-    },
-    /// The drainer is alive.
-    Heartbeat,
-    /// A new context asks the drainer for its status.
-    Hello,
+fn tagged(kind: &str, fields: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    js::set(&o, "kind", kind);
+    for (k, v) in fields {
+        js::set(&o, k, v.clone());
+    }
+    o.into()
+}
+
+/// A message as the plain object that travels.
+pub fn encode(message: &Message) -> JsValue {
+    match message {
+        Message::Status(s) => tagged("status", &[("value", status_to_js(s))]),
+        Message::Synced(n) => tagged("synced", &[("value", synced_to_js(n))]),
+        Message::Parked(r) => tagged("parked", &[("value", parked_to_js(r))]),
+        Message::Appended { n } => tagged("appended", &[("n", JsValue::from_f64(*n as f64))]),
+        Message::Discarded { aggregate, removed } => tagged(
+            "discarded",
+            &[
+                ("aggregate", aggregate_to_js(aggregate)),
+                ("removed", JsValue::from(*removed)),
+            ],
+        ),
+        Message::Heartbeat => tagged("heartbeat", &[]),
+        Message::Hello => tagged("hello", &[]),
+    }
+}
+
+/// Reads a message back; `None` for anything this version does not understand.
+pub fn decode(value: &JsValue) -> Option<Message> {
+    let inner = || js::get(value, "value");
+    Some(match js::get_string(value, "kind")?.as_str() {
+        "status" => Message::Status(status_from_js(&inner())?),
+        "synced" => Message::Synced(synced_from_js(&inner())?),
+        "parked" => Message::Parked(parked_from_js(&inner())?),
+        "appended" => Message::Appended {
+            n: js::get_u64(value, "n")?,
+        },
+        "discarded" => Message::Discarded {
+            aggregate: aggregate_from_js(&js::get(value, "aggregate"))?,
+            removed: js::get_u64(value, "removed")? as u32,
+        },
+        "heartbeat" => Message::Heartbeat,
+        "hello" => Message::Hello,
+        _ => return None,
+    })
 }
 
 /// The channel of one database; closed when dropped.
@@ -54,9 +76,7 @@ impl Channel {
     pub fn open(database: &str, mut handle: impl FnMut(Message) + 'static) -> Option<Channel> {
         let channel = BroadcastChannel::new(&format!("celeriant-sync:{database}")).ok()?;
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
-            if let Some(text) = event.data().as_string()
-                && let Ok(message) = serde_json::from_str::<Message>(&text)
-            {
+            if let Some(message) = decode(&event.data()) {
                 handle(message);
             }
         });
@@ -69,9 +89,7 @@ impl Channel {
 
     /// Posts a message to every other context of the database.
     pub fn post(&self, message: &Message) {
-        if let Ok(text) = serde_json::to_string(message) {
-            let _ = self.channel.post_message(&JsValue::from_str(&text));
-        }
+        let _ = self.channel.post_message(&encode(message));
     }
 }
 

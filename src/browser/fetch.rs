@@ -1,9 +1,10 @@
-//! The engine's [`Transport`] over `fetch`.
+//! Posting JSON to the gateway over `fetch`, and the engine's [`Transport`] on top of it.
 //!
 //! Every request carries an `AbortController`: the request timeout aborts it, and so does
-//! dropping the future (the drain loop drops it when the client closes). A network failure
-//! (`TypeError`) and a timeout are reported as such; a response whose body breaks mid-way is
-//! reported with its status and the body error, so the engine classifies it `unknown`.
+//! dropping the future (the drain drops it when the client closes). A rejected `fetch` (a
+//! `TypeError`: network, DNS, CORS) and a timeout are reported as such, by what happened, never
+//! by message text; a response whose body breaks mid-way is reported with its status and the
+//! body error, so the engine classifies it `unknown`.
 
 use gloo_timers::future::TimeoutFuture;
 use wasm_bindgen::prelude::*;
@@ -14,14 +15,6 @@ use super::global::fetch_with_request;
 use crate::engine::env::{Reply, Transport};
 use crate::engine::signal::first;
 
-/// Posts write requests to one gateway.
-pub struct FetchTransport {
-    /// `{gateway}/v1/write`.
-    pub url: String,
-    /// How long one request may take, headers and body together.
-    pub timeout_ms: u32,
-}
-
 /// Aborts the request when dropped (after completion, aborting is a no-op).
 struct AbortOnDrop(AbortController);
 
@@ -31,65 +24,84 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn error_text(error: &JsValue) -> String {
+/// `Name: message` of a thrown value, for `lastError` (never inspected).
+pub fn error_text(error: &JsValue) -> String {
     error
         .dyn_ref::<js_sys::Error>()
         .map(|e| format!("{}: {}", e.name(), e.message()))
         .or_else(|| error.as_string())
-        .unwrap_or_else(|| format!("{error:?}"))
+        .unwrap_or_else(|| "an unknown error".into())
 }
 
-impl FetchTransport {
-    async fn exchange(&self, body: String, controller: &AbortController) -> Result<Reply, JsValue> {
-        let init = RequestInit::new();
-        init.set_method("POST");
-        init.set_body(&JsValue::from_str(&body));
-        init.set_signal(Some(&controller.signal()));
-        let headers = web_sys::Headers::new()?;
-        headers.set("Content-Type", "application/json")?;
-        init.set_headers(&headers);
-        let request = Request::new_with_str_and_init(&self.url, &init)?;
-        let response: Response = match JsFuture::from(fetch_with_request(&request)).await {
-            Ok(response) => response.unchecked_into(),
-            Err(error) => return Ok(Reply::Network(error_text(&error))),
-        };
-        let status = response.status();
-        let retry_after = response.headers().get("Retry-After").ok().flatten();
-        let body = match response.text() {
-            Ok(promise) => JsFuture::from(promise)
-                .await
-                .map(|text| text.as_string().unwrap_or_default())
-                .map_err(|e| error_text(&e)),
-            Err(e) => Err(error_text(&e)),
-        };
-        Ok(Reply::Http {
-            status,
-            retry_after,
-            body,
-        })
+async fn exchange(
+    url: &str,
+    body: &str,
+    bearer: Option<&str>,
+    controller: &AbortController,
+) -> Result<Reply, JsValue> {
+    let init = RequestInit::new();
+    init.set_method("POST");
+    init.set_body(&JsValue::from_str(body));
+    init.set_signal(Some(&controller.signal()));
+    let headers = web_sys::Headers::new()?;
+    headers.set("Content-Type", "application/json")?;
+    if let Some(token) = bearer {
+        headers.set("Authorization", &format!("Bearer {token}"))?;
+    }
+    init.set_headers(&headers);
+    let request = Request::new_with_str_and_init(url, &init)?;
+    let response: Response = match JsFuture::from(fetch_with_request(&request)).await {
+        Ok(response) => response.unchecked_into(),
+        Err(error) => return Ok(Reply::network(error_text(&error))),
+    };
+    let status = response.status();
+    let retry_after = response.headers().get("Retry-After").ok().flatten();
+    let body = match response.text() {
+        Ok(promise) => JsFuture::from(promise)
+            .await
+            .map(|text| text.as_string().unwrap_or_default())
+            .map_err(|e| error_text(&e)),
+        Err(e) => Err(error_text(&e)),
+    };
+    Ok(Reply::Http {
+        status,
+        retry_after,
+        body,
+    })
+}
+
+/// Posts `body` (JSON) to `url`, with `Authorization: Bearer` when `bearer` is given; aborts
+/// after `timeout_ms`, or when the future is dropped.
+pub async fn post(url: &str, body: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
+    let controller = match AbortController::new() {
+        Ok(c) => c,
+        Err(e) => return Reply::network(error_text(&e)),
+    };
+    let guard = AbortOnDrop(controller);
+    let mut reply = None;
+    let finished = first(
+        async { reply = Some(exchange(url, body, bearer, &guard.0).await) },
+        TimeoutFuture::new(timeout_ms),
+    )
+    .await;
+    match reply {
+        Some(Ok(reply)) if finished => reply,
+        Some(Err(e)) if finished => Reply::network(error_text(&e)),
+        _ => Reply::timeout(),
     }
 }
 
+/// Posts write requests to one gateway.
+pub struct FetchTransport {
+    /// `{gateway}/v1/write`.
+    pub url: String,
+    /// How long one request may take, headers and body together.
+    pub timeout_ms: u32,
+}
+
 impl Transport for FetchTransport {
-    async fn send(&self, body: String) -> Reply {
-        let controller = match AbortController::new() {
-            Ok(c) => c,
-            Err(e) => return Reply::Network(error_text(&e)),
-        };
-        let guard = AbortOnDrop(controller);
-        let mut reply = None;
-        let finished = first(
-            async { reply = Some(self.exchange(body, &guard.0).await) },
-            TimeoutFuture::new(self.timeout_ms),
-        )
-        .await;
-        if !finished {
-            return Reply::Timeout;
-        }
-        match reply {
-            Some(Ok(reply)) => reply,
-            Some(Err(e)) => Reply::Network(error_text(&e)),
-            None => Reply::Timeout,
-        }
+    async fn send(&self, body: String, token: String) -> Reply {
+        let bearer = (!token.is_empty()).then_some(token.as_str());
+        post(&self.url, &body, bearer, self.timeout_ms).await
     }
 }

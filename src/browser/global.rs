@@ -37,13 +37,28 @@ pub fn event_target() -> web_sys::EventTarget {
     js_sys::global().unchecked_into()
 }
 
+thread_local! {
+    /// Random bytes from the platform's cryptographic generator, fetched 4 KiB at a time (one
+    /// `getRandomValues` call per 256 ids instead of one each) and used once.
+    static POOL: std::cell::RefCell<(Vec<u8>, usize)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
+}
+
 /// A random (version 4) UUID from the platform's cryptographic generator.
 pub fn random_uuid() -> Uuid {
-    let bytes = Uint8Array::new_with_length(16);
-    get_random_values(&bytes);
-    let mut raw = [0u8; 16];
-    bytes.copy_to(&mut raw);
-    uuid::Builder::from_random_bytes(raw).into_uuid()
+    POOL.with_borrow_mut(|(pool, used)| {
+        if *used + 16 > pool.len() {
+            let fresh = Uint8Array::new_with_length(4096);
+            get_random_values(&fresh);
+            *pool = fresh.to_vec();
+            *used = 0;
+        }
+        let mut raw = [0u8; 16];
+        raw.copy_from_slice(&pool[*used..*used + 16]);
+        // Each byte is used once: zero it, so no copy of a handed-out id stays in the pool.
+        pool[*used..*used + 16].fill(0);
+        *used += 16;
+        uuid::Builder::from_random_bytes(raw).into_uuid()
+    })
 }
 
 /// Asks for persistent storage (`navigator.storage.persist()`), where the platform offers it.

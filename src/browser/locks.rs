@@ -111,12 +111,14 @@ impl DrainLock {
     }
 
     /// Requests the lock. `on_granted` runs when this context gets it, `on_lost` if it is
-    /// taken away (stolen) after that. `steal` takes it from its current holder at once.
+    /// taken away (stolen) after that, `on_failed` if the request fails or is withdrawn before
+    /// it is granted. `steal` takes it from its current holder at once.
     pub fn request(
         name: &str,
         steal: bool,
         on_granted: impl FnOnce() + 'static,
         on_lost: impl FnOnce() + 'static,
+        on_failed: impl FnOnce() + 'static,
     ) -> Result<DrainLock, JsValue> {
         let locks = locks().ok_or_else(|| JsValue::from_str("navigator.locks is not available"))?;
         let state = Rc::new(LockState {
@@ -155,6 +157,8 @@ impl DrainLock {
                 state.lost.set(true);
                 if was_held {
                     on_lost();
+                } else {
+                    on_failed();
                 }
             })
         };

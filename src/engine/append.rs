@@ -4,7 +4,7 @@
 //! moment the app can still do something about them: an event the gateway would reject is
 //! refused here, with a typed error, and nothing of the append is persisted.
 
-use celeriant_sync_protocol::validate::{Limits, ValidationError, validate_event};
+use celeriant_sync_protocol::validate::{Limits, ValidationError, validate_fields};
 
 use super::model::NewEvent;
 
@@ -32,7 +32,8 @@ pub enum AppendError {
     },
 }
 
-/// Checks an append's events against the protocol's rules and `limits`.
+/// Checks an append's events against the protocol's rules and `limits` — the very rules the
+/// gateway applies ([`validate_fields`]), before anything is encoded or stored.
 pub fn check(events: &[NewEvent], limits: &Limits) -> Result<(), AppendError> {
     if events.is_empty() {
         return Err(AppendError::Empty);
@@ -44,28 +45,10 @@ pub fn check(events: &[NewEvent], limits: &Limits) -> Result<(), AppendError> {
         });
     }
     for (index, e) in events.iter().enumerate() {
-        let wire = celeriant_sync_protocol::Event {
-            client_seq: 1,
-            event_id: Some(e.event_id),
-            timestamp: e.timestamp,
-            event_type: e.event_type,
-            minor: e.minor,
-            data: Vec::new(),
-            iv: e.iv.clone(),
-        };
-        // The size rule is checked on the real payload without copying it into `wire`.
-        if e.data.len() > limits.max_event_bytes {
-            return Err(AppendError::Invalid {
-                index,
-                error: ValidationError::EventTooLarge {
-                    at: format!("events[{index}]"),
-                    len: e.data.len(),
-                    max: limits.max_event_bytes,
-                },
-            });
-        }
-        validate_event(&wire, limits, &format!("events[{index}]"))
-            .map_err(|error| AppendError::Invalid { index, error })?;
+        validate_fields(e.event_type, e.iv.as_deref(), e.data.len(), limits, || {
+            format!("events[{index}]")
+        })
+        .map_err(|error| AppendError::Invalid { index, error })?;
     }
     Ok(())
 }

@@ -47,12 +47,13 @@ pub fn batch_of(events: &[StoredEvent]) -> Option<Batch> {
 pub fn encode(client_id: Uuid, aggregate: AggregateRef, events: &[StoredEvent]) -> String {
     let size = WRITE_JSON_OVERHEAD + events.iter().map(StoredEvent::encoded_len).sum::<usize>();
     let mut body = String::with_capacity(size);
+    let mut buffer = Uuid::encode_buffer();
     body.push_str(r#"{"clientId":""#);
-    body.push_str(&client_id.to_string());
+    body.push_str(client_id.hyphenated().encode_lower(&mut buffer));
     body.push_str(r#"","writes":[{"aggregate":{"typeId":""#);
-    body.push_str(&aggregate.type_id.to_string());
+    body.push_str(aggregate.type_id.hyphenated().encode_lower(&mut buffer));
     body.push_str(r#"","id":""#);
-    body.push_str(&aggregate.id.to_string());
+    body.push_str(aggregate.id.hyphenated().encode_lower(&mut buffer));
     body.push_str(r#""},"allowCreate":true,"events":["#);
     for (i, event) in events.iter().enumerate() {
         if i > 0 {

@@ -23,7 +23,7 @@
 use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::outcome::{Class, RetryKind, WriteOutcome, classify as classify_code};
 
-use super::env::Reply;
+use super::env::{NoAnswer, Reply};
 use super::model::Batch;
 
 /// What one attempt established.
@@ -51,6 +51,16 @@ pub enum Outcome {
         code: Option<u32>,
         /// Why.
         message: String,
+        /// Set when no HTTP answer came at all.
+        cause: Option<NoAnswer>,
+    },
+    /// The session is missing, expired or unknown; nothing of it was applied. Not a judgement
+    /// on the events: open a new session and resend identical.
+    Unauthorized {
+        /// The code.
+        code: u32,
+        /// Why.
+        message: String,
     },
     /// Permanent for this request; nothing of it was applied.
     Rejected {
@@ -73,13 +83,13 @@ fn retry_after_header(value: Option<&str>) -> Option<u64> {
 /// Classifies one reply.
 pub fn classify(reply: &Reply) -> Outcome {
     match reply {
-        Reply::Network(message) => Outcome::Unknown {
+        Reply::Failed { cause, message } => Outcome::Unknown {
             code: None,
-            message: format!("network error: {message}"),
-        },
-        Reply::Timeout => Outcome::Unknown {
-            code: None,
-            message: "request timed out".into(),
+            message: match cause {
+                NoAnswer::Network => format!("network error: {message}"),
+                NoAnswer::Timeout => message.clone(),
+            },
+            cause: Some(*cause),
         },
         Reply::Http {
             status,
@@ -93,6 +103,7 @@ pub fn classify(reply: &Reply) -> Outcome {
                     return Outcome::Unknown {
                         code: None,
                         message: format!("HTTP {status}, response body lost: {e}"),
+                        cause: None,
                     };
                 }
             };
@@ -115,6 +126,10 @@ fn from_protocol(status: u16, outcome: WriteOutcome, header_ms: Option<u64>) -> 
             message: f.message,
             retry_after_ms: f.retry_after_ms.or(header_ms),
         },
+        WriteOutcome::Unauthorized(f) if status == 401 => Outcome::Unauthorized {
+            code: f.code,
+            message: f.message,
+        },
         WriteOutcome::Rejected(f) if (400..500).contains(&status) => Outcome::Rejected {
             code: f.code,
             message: f.message,
@@ -122,11 +137,13 @@ fn from_protocol(status: u16, outcome: WriteOutcome, header_ms: Option<u64>) -> 
         WriteOutcome::Unknown(f) => Outcome::Unknown {
             code: Some(f.code),
             message: f.message,
+            cause: None,
         },
         // A body that contradicts its status proves nothing: treat it as unknown.
         other => Outcome::Unknown {
             code: other.code(),
             message: format!("HTTP {status} with a contradicting '{}' body", other.tag()),
+            cause: None,
         },
     }
 }
@@ -155,6 +172,7 @@ fn from_bare_status(status: u16, header_ms: Option<u64>) -> Outcome {
         _ => Outcome::Unknown {
             code: None,
             message,
+            cause: None,
         },
     }
 }
@@ -180,6 +198,16 @@ pub enum Action {
         /// Whether nothing reached the gateway (a network error): the client may be offline.
         network: bool,
     },
+    /// The session was refused: open a new one, then resend it unchanged after `delay_ms`
+    /// (0 the first time: an expired session is expected and renewed at once).
+    Reauthenticate {
+        /// The wait before the new session is asked for.
+        delay_ms: u64,
+        /// The refusal's code.
+        code: u32,
+        /// Why.
+        message: String,
+    },
     /// Rejected with several events: pin its first event alone to find the offending one.
     Isolate {
         /// The rejection's code.
@@ -199,10 +227,12 @@ pub enum Action {
 /// Code used when a server's answer contradicts itself (a 2002 below the batch).
 pub const PROTOCOL_VIOLATION: u32 = 0;
 
-/// Decides what an outcome means for `batch`. `delay_ms(retry_after)` computes the backoff.
+/// Decides what an outcome means for `batch`. `delay_ms(retry_after)` computes the backoff;
+/// `attempt` counts the batch's failed attempts so far.
 pub fn decide(
     batch: &Batch,
     outcome: Outcome,
+    attempt: u32,
     delay_ms: impl FnOnce(Option<u64>) -> u64,
 ) -> Action {
     match outcome {
@@ -249,9 +279,18 @@ pub fn decide(
             message,
             network: false,
         },
-        Outcome::Unknown { code, message } => Action::Resend {
+        Outcome::Unknown {
+            code,
+            message,
+            cause,
+        } => Action::Resend {
             delay_ms: delay_ms(None),
-            network: code.is_none() && message.starts_with("network error"),
+            network: cause == Some(NoAnswer::Network),
+            code,
+            message,
+        },
+        Outcome::Unauthorized { code, message } => Action::Reauthenticate {
+            delay_ms: if attempt == 0 { 0 } else { delay_ms(None) },
             code,
             message,
         },
@@ -364,8 +403,8 @@ mod tests {
                 retry_after: None,
                 body: Err("reset".into()),
             },
-            Reply::Network("TypeError: Failed to fetch".into()),
-            Reply::Timeout,
+            Reply::network("TypeError: Failed to fetch"),
+            Reply::timeout(),
         ] {
             assert!(
                 matches!(classify(&reply), Outcome::Unknown { .. }),
@@ -402,7 +441,7 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let d = |b: &Batch, o: Outcome| decide(b, o, |ra| ra.unwrap_or(100));
+        let d = |b: &Batch, o: Outcome| decide(b, o, 0, |ra| ra.unwrap_or(100));
         let b = batch(5, 10, 6);
         let landed = |dup, last| Outcome::Landed {
             duplicate: dup,
@@ -470,7 +509,7 @@ mod tests {
                 ..
             }
         ));
-        let net = classify(&Reply::Network("Failed to fetch".into()));
+        let net = classify(&Reply::network("Failed to fetch"));
         assert!(matches!(
             d(&b, net),
             Action::Resend {
@@ -480,11 +519,17 @@ mod tests {
             }
         ));
         assert!(matches!(
+            d(&b, classify(&Reply::timeout())),
+            Action::Resend { network: false, .. }
+        ));
+        // A message that merely reads like a network error is not one.
+        assert!(matches!(
             d(
                 &b,
                 Outcome::Unknown {
                     code: None,
-                    message: "request timed out".into()
+                    message: "network error: made up".into(),
+                    cause: None,
                 }
             ),
             Action::Resend { network: false, .. }
@@ -501,5 +546,40 @@ mod tests {
             d(&batch(5, 5, 1), rejected),
             Action::Park { code: 2022, .. }
         ));
+        // A refused session is never a rejection of the events.
+        let unauthorized = classify(&http(
+            401,
+            r#"{"outcome":"unauthorized","code":40102,"message":"expired"}"#,
+        ));
+        assert_eq!(
+            d(&b, unauthorized.clone()),
+            Action::Reauthenticate {
+                delay_ms: 0,
+                code: 40102,
+                message: "expired".into()
+            },
+            "renewed at once the first time"
+        );
+        assert!(matches!(
+            decide(&b, unauthorized, 3, |_| 700),
+            Action::Reauthenticate { delay_ms: 700, .. }
+        ));
+        assert!(matches!(
+            classify(&http(
+                401,
+                r#"{"outcome":"unauthorized","code":40100,"message":"x"}"#
+            )),
+            Outcome::Unauthorized { code: 40100, .. }
+        ));
+        assert!(
+            matches!(
+                classify(&http(
+                    200,
+                    r#"{"outcome":"unauthorized","code":40100,"message":"x"}"#
+                )),
+                Outcome::Unknown { .. }
+            ),
+            "an unauthorized body on another status proves nothing"
+        );
     }
 }

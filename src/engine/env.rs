@@ -1,5 +1,5 @@
-//! What the drain loop needs from its surroundings: a clock, timers, the network's apparent
-//! state, randomness for jitter, and a transport. Injected so the loop runs unchanged in the
+//! What the drain needs from its surroundings: a clock, timers, the network's apparent state,
+//! randomness for jitter, a lock check and a transport. Injected so the same drain runs in the
 //! browser and in native tests with a simulated clock and server.
 
 use std::future::Future;
@@ -20,6 +20,16 @@ pub trait Env {
     }
 }
 
+/// Why a request got no HTTP answer, as data (never recovered from message text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoAnswer {
+    /// The request failed without a response: the network, DNS, a refused or reset
+    /// connection, CORS (fetch's `TypeError`).
+    Network,
+    /// No response within the client's request timeout (the request was aborted).
+    Timeout,
+}
+
 /// What came back from one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -32,14 +42,35 @@ pub enum Reply {
         /// Its body, or why the body could not be read (the connection broke mid-response).
         body: Result<String, String>,
     },
-    /// The request failed without a response (fetch's `TypeError`).
-    Network(String),
-    /// No response within the client's request timeout.
-    Timeout,
+    /// No response: why, and what the platform said.
+    Failed {
+        /// The cause.
+        cause: NoAnswer,
+        /// The platform's message (for `lastError`; never inspected).
+        message: String,
+    },
+}
+
+impl Reply {
+    /// A network failure with the platform's message.
+    pub fn network(message: impl Into<String>) -> Self {
+        Reply::Failed {
+            cause: NoAnswer::Network,
+            message: message.into(),
+        }
+    }
+
+    /// A timeout.
+    pub fn timeout() -> Self {
+        Reply::Failed {
+            cause: NoAnswer::Timeout,
+            message: "request timed out".into(),
+        }
+    }
 }
 
 /// Sends one request body to the gateway's write endpoint.
 pub trait Transport {
-    /// Posts `body`; dropping the future aborts the request.
-    fn send(&self, body: String) -> impl Future<Output = Reply>;
+    /// Posts `body` with the session's bearer `token`; dropping the future aborts the request.
+    fn send(&self, body: String, token: String) -> impl Future<Output = Reply>;
 }

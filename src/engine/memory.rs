@@ -1,26 +1,63 @@
 //! An in-memory [`Outbox`]: the reference implementation of the storage rules, used by native
-//! tests and the model-based property test. Not durable, by design.
+//! tests and the model-based property tests. Not durable, by design.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use uuid::Uuid;
 
 use super::batch::take_within;
 use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
-use super::outbox::{EventState, Outbox, StoreError};
+use super::outbox::{CutQuery, EventState, Outbox, Pruned, StoreError};
 
 type Key = (AggregateRef, u64);
 
 #[derive(Default)]
 struct State {
     client_id: Option<Uuid>,
-    events: BTreeMap<(AggregateRef, u64), StoredEvent>,
+    events: BTreeMap<Key, StoredEvent>,
     counters: BTreeMap<AggregateRef, u64>,
+    landed: BTreeMap<AggregateRef, u64>,
     pin: Option<Batch>,
     parked: BTreeMap<AggregateRef, ParkRecord>,
-    discarded: std::collections::BTreeSet<Uuid>,
+    discarded: BTreeSet<Uuid>,
+}
+
+impl State {
+    fn landed(&self, aggregate: &AggregateRef) -> u64 {
+        self.landed.get(aggregate).copied().unwrap_or(0)
+    }
+
+    /// The aggregate's pending events from `above` (exclusive) on, in order.
+    fn pending_above(
+        &self,
+        aggregate: AggregateRef,
+        above: u64,
+    ) -> impl Iterator<Item = &StoredEvent> {
+        let from = above.max(self.landed(&aggregate));
+        self.events
+            .range((
+                Bound::Excluded((aggregate, from)),
+                Bound::Included((aggregate, u64::MAX)),
+            ))
+            .map(|(_, e)| e)
+    }
+
+    /// Aggregates with pending events, in key order.
+    fn pending_aggregates(&self) -> Vec<AggregateRef> {
+        let mut out: Vec<AggregateRef> = Vec::new();
+        for (aggregate, seq) in self.events.keys() {
+            if out.last() != Some(aggregate) && *seq > self.landed(aggregate) {
+                out.push(*aggregate);
+            }
+        }
+        out
+    }
+
+    fn is_pending(&self, e: &StoredEvent) -> bool {
+        e.client_seq > self.landed(&e.aggregate)
+    }
 }
 
 /// The in-memory outbox.
@@ -35,8 +72,9 @@ impl MemoryOutbox {
         Self::default()
     }
 
-    fn range(aggregate: AggregateRef, from: u64, to: u64) -> std::ops::RangeInclusive<Key> {
-        (aggregate, from)..=(aggregate, to)
+    /// How many events are stored, landed ones not yet pruned included (tests).
+    pub fn stored(&self) -> usize {
+        self.state.borrow().events.len()
     }
 }
 
@@ -45,26 +83,29 @@ impl Outbox for MemoryOutbox {
         Ok(*self.state.borrow_mut().client_id.get_or_insert(fresh))
     }
 
-    async fn append(
+    async fn append_group(
         &self,
-        aggregate: AggregateRef,
-        events: Vec<NewEvent>,
-    ) -> Result<Vec<Receipt>, StoreError> {
+        group: &[(AggregateRef, &[NewEvent])],
+    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
         let mut state = self.state.borrow_mut();
-        let mut seq = state.counters.get(&aggregate).copied().unwrap_or(0);
-        let mut receipts = Vec::with_capacity(events.len());
-        for event in events {
-            seq += 1;
-            receipts.push(Receipt {
-                event_id: event.event_id,
-                client_seq: seq,
-            });
-            state
-                .events
-                .insert((aggregate, seq), StoredEvent::new(aggregate, seq, &event));
+        let mut all = Vec::with_capacity(group.len());
+        for (aggregate, events) in group {
+            let mut seq = state.counters.get(aggregate).copied().unwrap_or(0);
+            let mut receipts = Vec::with_capacity(events.len());
+            for event in events.iter() {
+                seq += 1;
+                receipts.push(Receipt {
+                    event_id: event.event_id,
+                    client_seq: seq,
+                });
+                state
+                    .events
+                    .insert((*aggregate, seq), StoredEvent::new(*aggregate, seq, event));
+            }
+            state.counters.insert(*aggregate, seq);
+            all.push(receipts);
         }
-        state.counters.insert(aggregate, seq);
-        Ok(receipts)
+        Ok(all)
     }
 
     async fn last_assigned(&self, aggregate: AggregateRef) -> Result<u64, StoreError> {
@@ -77,58 +118,50 @@ impl Outbox for MemoryOutbox {
             .unwrap_or(0))
     }
 
-    async fn next_aggregate(
+    async fn next_batch(
         &self,
-        after: Option<AggregateRef>,
-    ) -> Result<Option<AggregateRef>, StoreError> {
+        query: CutQuery<'_>,
+    ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
         let state = self.state.borrow();
-        let next = match after {
-            None => state.events.keys().next(),
-            Some(a) => state
-                .events
-                .range((Bound::Excluded((a, u64::MAX)), Bound::Unbounded))
-                .next()
-                .map(|(k, _)| k),
-        };
-        Ok(next.map(|(a, _)| *a))
-    }
-
-    async fn lowest_pending(&self, aggregate: AggregateRef) -> Result<Option<u64>, StoreError> {
-        let state = self.state.borrow();
-        Ok(state
-            .events
-            .range(Self::range(aggregate, 0, u64::MAX))
-            .next()
-            .map(|((_, s), _)| *s))
-    }
-
-    async fn head(
-        &self,
-        aggregate: AggregateRef,
-        max_events: usize,
-        max_bytes: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        let state = self.state.borrow();
-        let all: Vec<&StoredEvent> = state
-            .events
-            .range(Self::range(aggregate, 0, u64::MAX))
-            .map(|(_, e)| e)
-            .take(max_events.max(1))
-            .collect();
-        let n = take_within(all.iter().map(|e| e.encoded_len()), max_events, max_bytes);
-        Ok(all.into_iter().take(n).cloned().collect())
+        let aggregates = state.pending_aggregates();
+        // Round robin: those after `after` first, then from the start through `after`.
+        let split = query
+            .after
+            .map_or(0, |after| aggregates.partition_point(|a| *a <= after));
+        let order = aggregates[split..].iter().chain(&aggregates[..split]);
+        for aggregate in order {
+            if query.skip.binary_search(aggregate).is_ok() {
+                continue;
+            }
+            let above = match query.assume_landed {
+                Some((a, through)) if a == *aggregate => through,
+                _ => 0,
+            };
+            let head: Vec<&StoredEvent> = state
+                .pending_above(*aggregate, above)
+                .take(query.max_events.max(1))
+                .collect();
+            if head.is_empty() {
+                continue;
+            }
+            let n = take_within(
+                head.iter().map(|e| e.encoded_len()),
+                query.max_events,
+                query.max_bytes,
+            );
+            return Ok(Some(head.into_iter().take(n).cloned().collect()));
+        }
+        Ok(None)
     }
 
     async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
         let state = self.state.borrow();
         Ok(state
             .events
-            .range(Self::range(
-                batch.aggregate,
-                batch.first_seq,
-                batch.last_seq,
-            ))
-            .map(|(_, e)| e.clone())
+            .range((batch.aggregate, batch.first_seq)..=(batch.aggregate, batch.last_seq))
+            .map(|(_, e)| e)
+            .filter(|e| state.is_pending(e))
+            .cloned()
             .collect())
     }
 
@@ -145,41 +178,59 @@ impl Outbox for MemoryOutbox {
         Ok(true)
     }
 
-    async fn settle(&self, batch: &Batch, through: u64) -> Result<u32, StoreError> {
+    async fn settle(
+        &self,
+        batch: &Batch,
+        through: u64,
+        then: Option<&Batch>,
+    ) -> Result<bool, StoreError> {
         let mut state = self.state.borrow_mut();
-        let keys: Vec<_> = state
+        if state.pin != Some(*batch) {
+            return Ok(false);
+        }
+        let landed = state.landed(&batch.aggregate).max(through);
+        state.landed.insert(batch.aggregate, landed);
+        state.pin = then.copied();
+        Ok(true)
+    }
+
+    async fn prune(&self, aggregate: AggregateRef, max: u32) -> Result<Pruned, StoreError> {
+        let mut state = self.state.borrow_mut();
+        let landed = state.landed(&aggregate);
+        let keys: Vec<Key> = state
             .events
-            .range(Self::range(
-                batch.aggregate,
-                batch.first_seq,
-                through.min(batch.last_seq),
-            ))
+            .range((aggregate, 0)..=(aggregate, landed))
             .map(|(k, _)| *k)
+            .take(max as usize)
             .collect();
         for key in &keys {
             state.events.remove(key);
         }
-        let rest: Vec<u64> = state
+        let more = state
             .events
-            .range((
-                Bound::Excluded((batch.aggregate, through)),
-                Bound::Included((batch.aggregate, batch.last_seq)),
-            ))
-            .map(|((_, s), _)| *s)
-            .collect();
-        if state.pin != Some(*batch) {
-            return Ok(keys.len() as u32);
-        }
-        state.pin = match (rest.first(), rest.last()) {
-            (Some(&first_seq), Some(&last_seq)) if through < batch.last_seq => Some(Batch {
-                first_seq,
-                last_seq,
-                count: rest.len() as u32,
-                ..*batch
-            }),
-            _ => None,
-        };
-        Ok(keys.len() as u32)
+            .range((aggregate, 0)..=(aggregate, landed))
+            .next()
+            .is_some();
+        Ok(Pruned {
+            removed: keys.len() as u32,
+            more,
+        })
+    }
+
+    async fn unpruned(&self) -> Result<Vec<AggregateRef>, StoreError> {
+        let state = self.state.borrow();
+        Ok(state
+            .landed
+            .iter()
+            .filter(|(a, through)| {
+                state
+                    .events
+                    .range((**a, 0)..=(**a, **through))
+                    .next()
+                    .is_some()
+            })
+            .map(|(a, _)| *a)
+            .collect())
     }
 
     async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
@@ -200,22 +251,57 @@ impl Outbox for MemoryOutbox {
         let Some(record) = state.parked.remove(&aggregate) else {
             return Ok(0);
         };
-        let keys: Vec<_> = state
+        let keys: Vec<Key> = state
             .events
-            .range(Self::range(aggregate, record.first_seq, record.last_seq))
+            .range((aggregate, record.first_seq)..=(aggregate, record.last_seq))
             .map(|(k, _)| *k)
             .collect();
+        let mut removed = 0;
         for key in &keys {
-            if let Some(event) = state.events.remove(key) {
+            if let Some(event) = state.events.remove(key)
+                && event.client_seq > state.landed(&aggregate)
+            {
                 state.discarded.insert(event.event_id);
+                removed += 1;
             }
         }
-        Ok(keys.len() as u32)
+        Ok(removed)
+    }
+
+    async fn count(&self) -> Result<u64, StoreError> {
+        let state = self.state.borrow();
+        Ok(state
+            .events
+            .values()
+            .filter(|e| state.is_pending(e))
+            .count() as u64)
+    }
+
+    async fn pending_aggregates(&self) -> Result<Vec<(AggregateRef, u64)>, StoreError> {
+        let state = self.state.borrow();
+        Ok(state
+            .pending_aggregates()
+            .into_iter()
+            .map(|a| (a, state.counters.get(&a).copied().unwrap_or(0)))
+            .collect())
+    }
+
+    async fn lowest_pending_of(
+        &self,
+        aggregates: &[AggregateRef],
+    ) -> Result<Vec<Option<u64>>, StoreError> {
+        let state = self.state.borrow();
+        Ok(aggregates
+            .iter()
+            .map(|a| state.pending_above(*a, 0).next().map(|e| e.client_seq))
+            .collect())
     }
 
     async fn event_state(&self, event_id: Uuid) -> Result<EventState, StoreError> {
         let state = self.state.borrow();
-        if let Some(e) = state.events.values().find(|e| e.event_id == event_id) {
+        if let Some(e) = state.events.values().find(|e| e.event_id == event_id)
+            && state.is_pending(e)
+        {
             return Ok(EventState::Pending {
                 aggregate: e.aggregate,
                 client_seq: e.client_seq,
@@ -226,10 +312,6 @@ impl Outbox for MemoryOutbox {
         } else {
             EventState::Absent
         })
-    }
-
-    async fn count(&self) -> Result<u64, StoreError> {
-        Ok(self.state.borrow().events.len() as u64)
     }
 }
 

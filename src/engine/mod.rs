@@ -1,10 +1,12 @@
 //! The outbox's logic in plain Rust: no web types, no I/O of its own, an injected clock.
 //!
 //! Everything that decides *what* happens to an event lives here and is tested natively with
-//! `cargo test` (including a model-based property test against a simulated Celeriant):
+//! `cargo test` (including model-based property tests against a simulated Celeriant and a
+//! simulated lock manager):
 //!
 //! * [`model`]: events, batches, receipts and parked records;
-//! * [`append`]: the checks an `append` must pass before anything is written;
+//! * [`append`]: the checks an `append` must pass before anything is written; [`group`]: group
+//!   commit of concurrent appends;
 //! * [`outbox`]: the storage interface ([`outbox::Outbox`]) and its rules, with an in-memory
 //!   implementation ([`memory`]) and a conformance suite ([`conformance`]) that the IndexedDB
 //!   implementation in `browser/` must pass too;
@@ -12,19 +14,26 @@
 //! * [`classify`]: what an HTTP reply means ([`classify::Outcome`]) and what to do about it
 //!   ([`classify::Action`]);
 //! * [`backoff`]: capped exponential backoff with full jitter, honouring `Retry-After`;
-//! * [`drain`]: the one sync loop, generic over storage, transport and environment;
-//! * [`status`] and [`signal`]: what the app sees and how the loop is woken.
+//! * [`drain`]: the one sync loop, as a pure state machine and its executor; [`auth`]: the
+//!   sessions it writes under;
+//! * [`coord`]: which context drains, as a pure state machine;
+//! * [`status`] and [`signal`]: what the app sees and how the drain is woken;
+//! * [`errors`]: the stable error codes JavaScript sees.
 //!
 //! Arrows point one way: `api` → `browser` → `engine` → `protocol`.
 
 pub mod append;
+pub mod auth;
 pub mod backoff;
 pub mod batch;
 pub mod classify;
 #[doc(hidden)]
 pub mod conformance;
+pub mod coord;
 pub mod drain;
 pub mod env;
+pub mod errors;
+pub mod group;
 pub mod memory;
 pub mod model;
 pub mod outbox;

@@ -4,6 +4,9 @@
 //! every attempt; nothing is ever renumbered. A [`Batch`] is the pinned boundary of one request:
 //! once persisted, every resend carries exactly the events in `first_seq..=last_seq`.
 
+use celeriant_sync_protocol::encoding::base64_len;
+use celeriant_sync_protocol::json::{EventFields, push_event};
+#[cfg(not(target_arch = "wasm32"))]
 use celeriant_sync_protocol::wire::Event as WireEvent;
 use uuid::Uuid;
 
@@ -47,24 +50,34 @@ pub struct StoredEvent {
 impl StoredEvent {
     /// `e` stored under `aggregate` at `client_seq`: encoded once, here.
     pub fn new(aggregate: AggregateRef, client_seq: u64, e: &NewEvent) -> Self {
-        let wire = WireEvent {
-            client_seq,
-            event_id: Some(e.event_id),
-            timestamp: e.timestamp,
-            event_type: e.event_type,
-            minor: e.minor,
-            data: e.data.clone(),
-            iv: e.iv.clone(),
-        };
+        let mut wire = String::with_capacity(
+            celeriant_sync_protocol::wire::EVENT_JSON_OVERHEAD
+                + base64_len(e.data.len())
+                + e.iv.as_ref().map_or(0, |iv| base64_len(iv.len())),
+        );
+        push_event(
+            &mut wire,
+            EventFields {
+                client_seq,
+                event_id: Some(&e.event_id),
+                timestamp: e.timestamp,
+                event_type: e.event_type,
+                minor: e.minor,
+                data: &e.data,
+                iv: e.iv.as_deref(),
+            },
+        );
         StoredEvent {
             aggregate,
             client_seq,
             event_id: e.event_id,
-            wire: serde_json::to_string(&wire).expect("an event always serialises"),
+            wire,
         }
     }
 
-    /// The event decoded from its wire form (for `parkedEvents` and tests).
+    /// The event decoded from its wire form (native tests; the browser decodes with the
+    /// platform's own `JSON`).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn decode(&self) -> Result<WireEvent, serde_json::Error> {
         serde_json::from_str(&self.wire)
     }
@@ -97,8 +110,15 @@ pub struct Batch {
     pub count: u32,
 }
 
+/// Park code of a batch that was pinned when this database moved from a random client id to its
+/// device key: it may have landed under the old id, which no key proves any more, so it is not
+/// resent under the new one (that could land it twice); the app decides. (Code 0 is a server
+/// answer that contradicts itself, [`super::classify::PROTOCOL_VIOLATION`]; every other park
+/// code is the server's.)
+pub const IDENTITY_CHANGED: u32 = 1;
+
 /// An aggregate stopped by a permanent rejection, and the events that were rejected.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParkRecord {
     /// The aggregate; its later events wait until the app discards the parked ones.
     pub aggregate: AggregateRef,

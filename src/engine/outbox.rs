@@ -1,18 +1,22 @@
 //! The storage interface of the outbox, and the rules every implementation keeps.
 //!
-//! Two implementations exist: [`super::memory::MemoryOutbox`] (native tests, the property test)
+//! Two implementations exist: [`super::memory::MemoryOutbox`] (native tests, the property tests)
 //! and the IndexedDB one in `browser/idb`. Both run the same conformance suite
 //! ([`super::conformance`]). The rules:
 //!
-//! 1. `append` assigns the aggregate's next sequences and stores the events **and** the bumped
-//!    counter atomically: all of the append or none of it. Sequences start at 1, strictly
+//! 1. `append_group` assigns each aggregate's next sequences and stores the events **and** the
+//!    bumped counters atomically: all of the group or none of it. Sequences start at 1, strictly
 //!    increase per aggregate and are never reused — the counter outlives the events.
-//! 2. Pending events are read per aggregate in sequence order ([`Outbox::head`], [`Outbox::read`]);
-//!    aggregates are visited in key order ([`Outbox::next_aggregate`]).
-//! 3. At most one batch is pinned. Its boundaries are persisted before its first send and read
-//!    back on every resend, also after a restart.
-//! 4. Only [`Outbox::settle`] (after `landed`) and [`Outbox::discard_parked`] (the app's explicit
-//!    choice) remove events. Nothing else does.
+//! 2. An event is **pending** until it is settled; settling records a per-aggregate *landed
+//!    watermark* (every sequence at or below it landed). Landed events may stay stored until
+//!    [`Outbox::prune`] deletes them, but no read that serves the drain, `flush` or
+//!    `whenSynced` ever returns or counts them.
+//! 3. Pending events are read per aggregate in sequence order; aggregates are visited in key
+//!    order ([`Outbox::next_batch`]).
+//! 4. At most one batch is pinned. Its boundaries are persisted before its first send and read
+//!    back on every resend, also after a restart. The pin changes only by compare-and-set.
+//! 5. Only [`Outbox::settle`] (after `landed`) and [`Outbox::discard_parked`] (the app's
+//!    explicit choice) end an event's life; [`Outbox::prune`] only deletes what was settled.
 
 use std::future::Future;
 
@@ -21,12 +25,12 @@ use uuid::Uuid;
 use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
 
 /// Why storage failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The browser refused to store more (disk or origin quota), with what it said (Chromium
     /// says nothing).
     #[error("storage quota exceeded{}", detail(.0))]
-    QuotaExceeded(String),
+    QuotaExceeded(String, Cause),
     /// The database was closed (by `close`, or by another tab's upgrade).
     #[error("the outbox database is closed")]
     Closed,
@@ -37,10 +41,76 @@ pub enum StoreError {
         name: String,
         /// What it said.
         message: String,
+        /// The platform's own error object, when there is one.
+        cause: Cause,
     },
     /// A stored record could not be understood.
     #[error("corrupt outbox record: {0}")]
     Corrupt(String),
+}
+
+impl PartialEq for StoreError {
+    /// Equal by kind and text; the platform's error object is not compared.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (StoreError::QuotaExceeded(a, _), StoreError::QuotaExceeded(b, _)) => a == b,
+            (StoreError::Closed, StoreError::Closed) => true,
+            (
+                StoreError::Failed {
+                    name: a,
+                    message: m,
+                    ..
+                },
+                StoreError::Failed {
+                    name: b,
+                    message: n,
+                    ..
+                },
+            ) => a == b && m == n,
+            (StoreError::Corrupt(a), StoreError::Corrupt(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl StoreError {
+    /// The platform's error object behind this failure, if any.
+    pub fn cause(&self) -> &Cause {
+        match self {
+            StoreError::QuotaExceeded(_, cause) | StoreError::Failed { cause, .. } => cause,
+            StoreError::Closed | StoreError::Corrupt(_) => &Cause::NONE,
+        }
+    }
+}
+
+/// The platform's own error object behind a failure, carried opaquely through the engine so
+/// the API can hand it to the app as `error.cause` (the engine never looks inside).
+#[derive(Clone, Default)]
+pub struct Cause(Option<std::rc::Rc<dyn std::any::Any>>);
+
+impl Cause {
+    /// No underlying error.
+    pub const NONE: Cause = Cause(None);
+
+    /// Wraps a platform value.
+    pub fn new<T: 'static>(value: T) -> Self {
+        Cause(Some(std::rc::Rc::new(value)))
+    }
+
+    /// The wrapped value, if it is a `T`.
+    pub fn get<T: 'static>(&self) -> Option<&T> {
+        self.0.as_deref()?.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Cause(..)"
+        } else {
+            "None"
+        })
+    }
 }
 
 /// `": {message}"`, or nothing when the platform gave no message.
@@ -64,8 +134,34 @@ pub enum EventState {
     },
     /// Parked, then discarded by the app: it will never land.
     Discarded,
-    /// Not in the outbox: it landed (synced events are pruned) — or this database never held it.
+    /// Not pending: it landed — or this database never held it.
     Absent,
+}
+
+/// What [`Outbox::next_batch`] looks for.
+#[derive(Debug, Clone, Copy)]
+pub struct CutQuery<'a> {
+    /// Round robin: start strictly after this aggregate and wrap around (it comes last).
+    pub after: Option<AggregateRef>,
+    /// Aggregates not to serve (parked ones), sorted.
+    pub skip: &'a [AggregateRef],
+    /// Treat this aggregate's events up to this sequence as landed too (the batch in flight,
+    /// when the next batch is read ahead).
+    pub assume_landed: Option<(AggregateRef, u64)>,
+    /// Most events.
+    pub max_events: usize,
+    /// Largest request body the events may make ([`StoredEvent::encoded_len`]); at least one
+    /// event is returned whatever its size.
+    pub max_bytes: usize,
+}
+
+/// What one [`Outbox::prune`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    /// Landed events deleted.
+    pub removed: u32,
+    /// Whether landed events of that aggregate remain stored.
+    pub more: bool,
 }
 
 /// The outbox's storage.
@@ -73,13 +169,26 @@ pub trait Outbox {
     /// Loads the device's client id, storing `fresh` first if none exists yet.
     fn client_id(&self, fresh: Uuid) -> impl Future<Output = Result<Uuid, StoreError>>;
 
-    /// Stores `events` under the aggregate's next sequences, counter and events in one atomic
-    /// write. Resolves only once that write is durable.
+    /// Stores several appends in one atomic write (group commit): each aggregate's counter is
+    /// read once, every append gets its next sequences in order, every counter is bumped, and
+    /// all of it is durable before this resolves — or none of it is written. Receipts come
+    /// back per append, in order.
+    fn append_group(
+        &self,
+        group: &[(AggregateRef, &[NewEvent])],
+    ) -> impl Future<Output = Result<Vec<Vec<Receipt>>, StoreError>>;
+
+    /// One append: [`Outbox::append_group`] of one.
     fn append(
         &self,
         aggregate: AggregateRef,
         events: Vec<NewEvent>,
-    ) -> impl Future<Output = Result<Vec<Receipt>, StoreError>>;
+    ) -> impl Future<Output = Result<Vec<Receipt>, StoreError>> {
+        async move {
+            let mut receipts = self.append_group(&[(aggregate, &events)]).await?;
+            Ok(receipts.pop().unwrap_or_default())
+        }
+    }
 
     /// The highest sequence ever assigned in `aggregate` (0 if none).
     fn last_assigned(
@@ -87,42 +196,13 @@ pub trait Outbox {
         aggregate: AggregateRef,
     ) -> impl Future<Output = Result<u64, StoreError>>;
 
-    /// The first aggregate, in key order, strictly after `after` (from the start when `None`)
-    /// that has pending events.
-    fn next_aggregate(
+    /// The lowest pending events of the first aggregate, round robin from `query.after`, that
+    /// has pending events and is not skipped: at most `max_events`, within `max_bytes` of
+    /// request body but at least one. `None` when no aggregate qualifies.
+    fn next_batch(
         &self,
-        after: Option<AggregateRef>,
-    ) -> impl Future<Output = Result<Option<AggregateRef>, StoreError>>;
-
-    /// The lowest pending sequence of `aggregate`, if it has pending events.
-    fn lowest_pending(
-        &self,
-        aggregate: AggregateRef,
-    ) -> impl Future<Output = Result<Option<u64>, StoreError>>;
-
-    /// [`Outbox::lowest_pending`] of several aggregates (one transaction where storage has them).
-    fn lowest_pending_of(
-        &self,
-        aggregates: &[AggregateRef],
-    ) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> {
-        async move {
-            let mut lowest = Vec::with_capacity(aggregates.len());
-            for aggregate in aggregates {
-                lowest.push(self.lowest_pending(*aggregate).await?);
-            }
-            Ok(lowest)
-        }
-    }
-
-    /// The aggregate's lowest pending events in sequence order: at most `max_events`, and no
-    /// more than fit in `max_bytes` of request body ([`StoredEvent::encoded_len`]) — but at
-    /// least one event when any is pending.
-    fn head(
-        &self,
-        aggregate: AggregateRef,
-        max_events: usize,
-        max_bytes: usize,
-    ) -> impl Future<Output = Result<Vec<StoredEvent>, StoreError>>;
+        query: CutQuery<'_>,
+    ) -> impl Future<Output = Result<Option<Vec<StoredEvent>>, StoreError>>;
 
     /// The pending events within a batch's boundaries, in sequence order.
     fn read(&self, batch: &Batch) -> impl Future<Output = Result<Vec<StoredEvent>, StoreError>>;
@@ -138,10 +218,27 @@ pub trait Outbox {
         replacing: Option<&Batch>,
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
-    /// After `landed`: removes the batch's events up to `through` and, in the same atomic
-    /// write, unpins the batch (or, when `through < last_seq`, re-pins the rest of it) — the pin
-    /// only if it is still this batch. Returns how many events were removed.
-    fn settle(&self, batch: &Batch, through: u64) -> impl Future<Output = Result<u32, StoreError>>;
+    /// After `landed`, in one atomic compare-and-set on the pin (still `batch`): raises the
+    /// aggregate's landed watermark to `through` and pins `then` — the rest of `batch` when only
+    /// a prefix landed, or the next batch, read ahead — or unpins. `false` (and nothing
+    /// written) when another drainer changed the pin meanwhile.
+    fn settle(
+        &self,
+        batch: &Batch,
+        through: u64,
+        then: Option<&Batch>,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+
+    /// Deletes up to `max` landed events of `aggregate` (at or below its watermark), lowest
+    /// first, in one atomic write.
+    fn prune(
+        &self,
+        aggregate: AggregateRef,
+        max: u32,
+    ) -> impl Future<Output = Result<Pruned, StoreError>>;
+
+    /// Aggregates with landed events still stored (left by an earlier session).
+    fn unpruned(&self) -> impl Future<Output = Result<Vec<AggregateRef>, StoreError>>;
 
     /// After `rejected`: records the parked events and unpins `batch` (if it is still pinned),
     /// atomically.
@@ -162,8 +259,19 @@ pub trait Outbox {
         aggregate: AggregateRef,
     ) -> impl Future<Output = Result<u32, StoreError>>;
 
-    /// How many events are in the outbox (pending and parked).
+    /// How many events are pending or parked (landed ones not counted).
     fn count(&self) -> impl Future<Output = Result<u64, StoreError>>;
+
+    /// Every aggregate with pending events, with the highest sequence assigned in it.
+    fn pending_aggregates(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(AggregateRef, u64)>, StoreError>>;
+
+    /// The lowest pending sequence of each aggregate, in one read.
+    fn lowest_pending_of(
+        &self,
+        aggregates: &[AggregateRef],
+    ) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>>;
 
     /// Where the event with this id stands.
     fn event_state(&self, event_id: Uuid) -> impl Future<Output = Result<EventState, StoreError>>;
@@ -171,17 +279,25 @@ pub trait Outbox {
 
 #[cfg(test)]
 mod tests {
-    use super::StoreError;
+    use super::{Cause, StoreError};
 
     #[test]
     fn a_quota_error_reads_well_with_and_without_the_platform_message() {
         assert_eq!(
-            StoreError::QuotaExceeded(String::new()).to_string(),
+            StoreError::QuotaExceeded(String::new(), Cause::NONE).to_string(),
             "storage quota exceeded"
         );
         assert_eq!(
-            StoreError::QuotaExceeded("the disk is full".into()).to_string(),
+            StoreError::QuotaExceeded("the disk is full".into(), Cause::NONE).to_string(),
             "storage quota exceeded: the disk is full"
         );
+    }
+
+    #[test]
+    fn a_cause_is_carried_opaquely() {
+        let cause = Cause::new(42u32);
+        assert_eq!(cause.get::<u32>(), Some(&42));
+        assert_eq!(cause.get::<String>(), None);
+        assert!(Cause::NONE.get::<u32>().is_none());
     }
 }

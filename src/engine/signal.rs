@@ -77,9 +77,17 @@ impl Future for Changed<'_> {
 
 /// Waits for whichever of two futures finishes first; `true` when it was the first.
 pub async fn first<A: Future, B: Future>(a: A, b: B) -> bool {
-    use futures_util::future::{Either, select};
-    let (a, b) = (std::pin::pin!(a), std::pin::pin!(b));
-    matches!(select(a, b).await, Either::Left(_))
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    std::future::poll_fn(|cx| {
+        if a.as_mut().poll(cx).is_ready() {
+            Poll::Ready(true)
+        } else if b.as_mut().poll(cx).is_ready() {
+            Poll::Ready(false)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]

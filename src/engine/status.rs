@@ -14,8 +14,7 @@ use super::model::{AggregateRef, ParkRecord};
 use super::signal::Signal;
 
 /// The drain loop's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncState {
     /// Nothing to send (or only parked events).
     Idle,
@@ -27,6 +26,8 @@ pub enum SyncState {
     Offline,
     /// Idle, but some aggregates are parked and wait for the app.
     Parked,
+    /// The gateway refused a session (or could not be asked for one); the events wait.
+    Unauthorized,
     /// The client was closed.
     Closed,
 }
@@ -40,14 +41,14 @@ impl SyncState {
             SyncState::Backoff => "backoff",
             SyncState::Offline => "offline",
             SyncState::Parked => "parked",
+            SyncState::Unauthorized => "unauthorized",
             SyncState::Closed => "closed",
         }
     }
 }
 
 /// Whether this context runs the drain loop (one per device) or mirrors it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// This context drains the outbox.
     Drainer,
@@ -66,7 +67,7 @@ impl Role {
 }
 
 /// The most recent failure, kept until the next success.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastError {
     /// The protocol code, when the gateway gave one.
     pub code: Option<u32>,
@@ -77,7 +78,7 @@ pub struct LastError {
 }
 
 /// A snapshot of the outbox.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     /// The loop's state.
     pub state: SyncState,
@@ -92,7 +93,7 @@ pub struct Status {
 }
 
 /// Events that landed, reported once they are settled locally.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncedNotice {
     /// The aggregate.
     pub aggregate: AggregateRef,
@@ -334,6 +335,11 @@ impl Hub {
     /// Whether `aggregate` is parked.
     pub fn is_parked(&self, aggregate: &AggregateRef) -> bool {
         self.counts.borrow().parked.contains_key(aggregate)
+    }
+
+    /// Every parked aggregate, in order.
+    pub fn parked_aggregates(&self) -> Vec<AggregateRef> {
+        self.counts.borrow().parked.keys().copied().collect()
     }
 
     /// Starts closing: the loop stops at its next step, waiters are released.

@@ -111,6 +111,24 @@ pub async fn count_store(db: &str, store: &str) -> u32 {
     ok(count_store_js(db, store)).await.as_f64().unwrap() as u32
 }
 
+/// Waits until the `outbox` store of `db` is empty: landed events are deleted (pruned) in the
+/// background once the drain is idle. Fails the test after `ms`.
+pub async fn pruned_within(db: &str, ms: u32) {
+    let mut waited = 0;
+    loop {
+        let left = count_store(db, "outbox").await;
+        if left == 0 {
+            return;
+        }
+        assert!(
+            waited < ms,
+            "{left} landed events still stored after {ms} ms"
+        );
+        sleep(50).await;
+        waited += 50;
+    }
+}
+
 /// `object[key]`.
 pub fn get(object: &JsValue, key: &str) -> JsValue {
     Reflect::get(object, &key.into()).unwrap_or(JsValue::UNDEFINED)
@@ -187,11 +205,37 @@ pub async fn until(ms: u32, what: &str, mut check: impl FnMut() -> bool) {
 #[wasm_bindgen(module = "/tests/browser/support.js")]
 extern "C" {
     #[wasm_bindgen(js_name = insertRaw)]
-    fn insert_raw_js(db: &str, store: &str, record: &JsValue) -> Promise;
+    fn insert_raw_js(db: &str, store: &str, record: &JsValue, key: &JsValue) -> Promise;
+    #[wasm_bindgen(js_name = createV1)]
+    fn create_v1_js(db: &str, content: &JsValue) -> Promise;
+    #[wasm_bindgen(js_name = storeNames)]
+    fn store_names_js(db: &str) -> Promise;
 }
 
-pub async fn insert_raw(db: &str, store: &str, record: &JsValue) {
-    ok(insert_raw_js(db, store, record)).await;
+/// Puts `record` into `store` of `db` directly (under `key` for stores without a key path).
+pub async fn insert_raw(db: &str, store: &str, record: &JsValue, key: Option<&JsValue>) {
+    ok(insert_raw_js(
+        db,
+        store,
+        record,
+        key.unwrap_or(&JsValue::UNDEFINED),
+    ))
+    .await;
+}
+
+/// Creates `db` as version 1 of the client laid it out (see `createV1` in support.js).
+pub async fn create_v1(db: &str, content: &JsValue) {
+    ok(create_v1_js(db, content)).await;
+}
+
+/// The names of `db`'s object stores.
+pub async fn store_names(db: &str) -> Vec<String> {
+    ok(store_names_js(db))
+        .await
+        .unchecked_into::<Array>()
+        .iter()
+        .filter_map(|n| n.as_string())
+        .collect()
 }
 
 #[wasm_bindgen(module = "/tests/browser/support.js")]
@@ -298,4 +342,42 @@ pub async fn flush_within(client: &SyncClient, seconds: u32) {
 /// Collects the client's event details (see `listen`).
 pub fn listened(client: &SyncClient) -> JsValue {
     listen(&JsValue::from(client.clone()))
+}
+
+/// Version 1 content for `create_v1`: five events (sequences 1–5, ids `ids`) of one aggregate,
+/// its counter, a random client id, and — with `pinned` — a pin over sequences 1 and 2.
+pub fn v1_content(t: &str, a: &str, ids: &[String], pinned: bool) -> JsValue {
+    let events = Array::new();
+    for (i, id) in ids.iter().enumerate() {
+        let seq = i as u32 + 1;
+        let wire = format!(
+            r#"{{"clientSeq":{seq},"eventId":"{id}","timestamp":1790000000000,"type":1,"minor":0,"data":"{}","iv":null}}"#,
+            base64(&[seq as u8])
+        );
+        events.push(&object(&[
+            ("t", t.into()),
+            ("a", a.into()),
+            ("s", seq.into()),
+            ("e", id.as_str().into()),
+            ("w", wire.into()),
+        ]));
+    }
+    let counter = object(&[
+        ("t", t.into()),
+        ("a", a.into()),
+        ("last", (ids.len() as u32).into()),
+    ]);
+    let pin = object(&[
+        ("t", t.into()),
+        ("a", a.into()),
+        ("first", 1.into()),
+        ("last", 2.into()),
+        ("count", 2.into()),
+    ]);
+    object(&[
+        ("clientId", uuid().into()),
+        ("events", events.into()),
+        ("counters", Array::of1(&counter).into()),
+        ("pin", if pinned { pin } else { JsValue::UNDEFINED }),
+    ])
 }

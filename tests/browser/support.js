@@ -1,5 +1,7 @@
 // JavaScript helpers for the browser tests (tests/browser_*.rs): talking to the real gateway's
-// control and read endpoints, observing the client's requests, and simulating connectivity.
+// control, session and read endpoints, observing the client's requests, and simulating
+// connectivity. Plain ES module with no browser-only top level, so Node (tests/e2e/sessions.mjs)
+// tests the session helpers against a real gateway too.
 
 /** Wraps the global fetch: every request still goes to the real gateway, and each write's body
  *  and start time are recorded in order, with the most writes ever in flight at once.
@@ -26,18 +28,34 @@ export function recordWrites() {
 }
 
 /** Replaces the global fetch for writes with a scripted one: each call shifts the next step
- *  from `script` ({status, body, retryAfter} | {network: true} | {hang: true} | {real: true});
- *  when the script is empty, requests go to the real gateway. Records bodies. */
+ *  from `script` ({status, body, retryAfter} | {network: true} | {hang: true} | {real: true} |
+ *  {realThen: {status, body}}: sent to the real gateway, which handles it, then answered with
+ *  the scripted reply instead); when the script is empty, requests go to the real gateway.
+ *  Records bodies, their bearer tokens, and counts session openings (POST /v1/session). */
 export function scriptWrites(script) {
   const real = globalThis.fetch;
   const bodies = [];
   const times = [];
+  const tokens = [];
+  const log = { bodies, times, tokens, script, sessions: 0 };
   globalThis.fetch = async (input, init) => {
+    if (input instanceof Request && input.url.endsWith("/v1/session")) {
+      log.sessions += 1;
+      return real(input, init);
+    }
     if (!(input instanceof Request && input.url.endsWith("/v1/write"))) return real(input, init);
     bodies.push(await input.clone().text());
     times.push(performance.now());
+    tokens.push(input.headers.get("authorization"));
     const step = script.shift();
     if (!step || step.real) return real(input, init);
+    if (step.realThen) {
+      const handled = await real(input, init);
+      await handled.arrayBuffer().catch(() => {});
+      return new Response(JSON.stringify(step.realThen.body), {
+        status: step.realThen.status, headers: { "content-type": "application/json" },
+      });
+    }
     if (step.network) throw new TypeError("Failed to fetch (scripted)");
     if (step.hang) {
       return new Promise((_, reject) => {
@@ -48,7 +66,8 @@ export function scriptWrites(script) {
     if (step.retryAfter !== undefined) headers["retry-after"] = String(step.retryAfter);
     return new Response(step.body === undefined ? "" : JSON.stringify(step.body), { status: step.status, headers });
   };
-  return { bodies, times, script, restore() { globalThis.fetch = real; } };
+  log.restore = () => { globalThis.fetch = real; };
+  return log;
 }
 
 /** Sets the gateway's fault rates (PUT /v1/faults); resolves with the report. */
@@ -60,15 +79,83 @@ export async function setFaults(gateway, rates) {
   return r.json();
 }
 
-/** Every event of an aggregate, through the gateway's read endpoint, following `next`. */
-export async function readAll(gateway, typeId, id) {
+/** A device key pair as the client makes one: RSASSA-PKCS1-v1_5, 2048 bits, SHA-256, with a
+ *  non-extractable private key. */
+export function deviceKey() {
+  return crypto.subtle.generateKey(
+    { name: "RSASSA-PKCS1-v1_5", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: "SHA-256" },
+    false,
+    ["sign", "verify"],
+  );
+}
+
+/** The client id Celeriant derives from an SPKI (bytes): the first 16 bytes of its SHA-256 read
+ *  as a little-endian u128, written as a UUID (Rust's `Uuid::from_u128`). */
+export async function clientIdOf(spki) {
+  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", spki)).slice(0, 16);
+  const hex = [...hash].reverse().map((b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** Opens a session on `gateway` (POST /v1/session) with `keyPair` (default: a new device key),
+ *  sending `appToken` as `Authorization: Bearer` when given. A nonce refused as out of window
+ *  (40111) or replayed (40112) is signed again once, corrected with the answer's `serverTime`.
+ *  Resolves with { clientId, token, expiresAt, serverTime, publicKey, keyPair, clockOffsetMs };
+ *  rejects with the gateway's answer otherwise. */
+export async function openSession(gateway, { keyPair, appToken, clockOffsetMs = 0 } = {}) {
+  keyPair = keyPair ?? (await deviceKey());
+  const publicKey = base64(new Uint8Array(await crypto.subtle.exportKey("spki", keyPair.publicKey)));
+  let offset = clockOffsetMs;
+  for (let attempt = 0; ; attempt++) {
+    const nonce = String(Math.round(Date.now() + offset) + attempt);
+    const signed = await crypto.subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, new TextEncoder().encode(nonce));
+    const headers = { "content-type": "application/json" };
+    if (appToken) headers.authorization = `Bearer ${appToken}`;
+    const r = await fetch(`${gateway}/v1/session`, {
+      method: "POST", headers, body: JSON.stringify({ publicKey, nonce, signature: base64(new Uint8Array(signed)) }),
+    });
+    const body = await r.json().catch(() => null);
+    if (r.ok) return { ...body, publicKey, keyPair, clockOffsetMs: offset };
+    if (attempt === 0 && body && (body.code === 40111 || body.code === 40112) && typeof body.serverTime === "number") {
+      offset = body.serverTime - Date.now();
+      continue;
+    }
+    throw new Error(`POST /v1/session: ${r.status} ${JSON.stringify(body)}`);
+  }
+}
+
+// One reader session per gateway, opened the first time a read is refused with 401.
+const readers = new Map();
+function readerToken(gateway, renew) {
+  if (renew || !readers.has(gateway)) {
+    const token = openSession(gateway).then((s) => s.token);
+    token.catch(() => readers.delete(gateway));
+    readers.set(gateway, token);
+  }
+  return readers.get(gateway);
+}
+
+/** Every event of an aggregate, through the gateway's read endpoint, following `next`. With
+ *  `token`, reads with that session; without, reads without one and, if the gateway answers 401
+ *  (auth on), with a reader session of its own (renewed once if that is refused too). */
+export async function readAll(gateway, typeId, id, token) {
   const events = [];
   let from = 1;
+  let auth = token;
   for (;;) {
-    const r = await fetch(`${gateway}/v1/aggregates/${typeId}/${id}/events?from=${from}`);
+    const url = `${gateway}/v1/aggregates/${typeId}/${id}/events?from=${from}`;
+    const get = (t) => fetch(url, t ? { headers: { authorization: `Bearer ${t}` } } : undefined);
+    let r = await get(auth);
+    if (r.status === 401 && token === undefined) {
+      const renew = auth !== undefined;
+      auth = await readerToken(gateway, renew);
+      r = await get(auth);
+    }
     if (!r.ok) throw new Error(`read: ${r.status} ${await r.text()}`);
     const page = await r.json();
-    for (const batch of page.batches) events.push(...batch.events.map((e) => ({ ...e, version: batch.version })));
+    for (const batch of page.batches) {
+      events.push(...batch.events.map((e) => ({ ...e, version: batch.version, clientId: batch.clientId })));
+    }
     if (page.next === null) return events;
     from = page.next;
   }
@@ -117,14 +204,15 @@ export function base64(bytes) {
 }
 
 /** Writes a record straight into an IndexedDB store (to set up a corrupt or colliding state). */
-export function insertRaw(dbName, store, record) {
+export function insertRaw(dbName, store, record, key) {
   return new Promise((resolve, reject) => {
     const open = indexedDB.open(dbName);
     open.onerror = () => reject(open.error);
     open.onsuccess = () => {
       const db = open.result;
       const tx = db.transaction(store, "readwrite");
-      tx.objectStore(store).put(record);
+      if (key === undefined) tx.objectStore(store).put(record);
+      else tx.objectStore(store).put(record, key);
       tx.oncomplete = () => { db.close(); resolve(); };
       tx.onerror = () => { db.close(); reject(tx.error); };
     };
@@ -178,5 +266,43 @@ export function upgradeRaw(dbName) {
       up.onerror = () => reject(up.error);
       up.onsuccess = () => { up.result.close(); resolve({ version, blocked }); };
     };
+  });
+}
+
+/** Creates a database exactly as version 1 of the client laid it out (store `events` keyed
+ *  ["t","a","s"] with an `eventId` index), holding `events` ({t, a, s, e, w}), `counters`
+ *  ({t, a, last}), the client id and, optionally, a pin ({t, a, first, last, count}). */
+export function createV1(dbName, { clientId, events, counters, pin }) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName, 1);
+    open.onupgradeneeded = () => {
+      const db = open.result;
+      const store = db.createObjectStore("events", { keyPath: ["t", "a", "s"] });
+      store.createIndex("eventId", "e");
+      db.createObjectStore("counters", { keyPath: ["t", "a"] });
+      db.createObjectStore("parked", { keyPath: ["t", "a"] });
+      db.createObjectStore("meta");
+      db.createObjectStore("discarded");
+    };
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      const tx = db.transaction(["events", "counters", "meta"], "readwrite");
+      for (const e of events) tx.objectStore("events").add(e);
+      for (const c of counters) tx.objectStore("counters").put(c);
+      tx.objectStore("meta").put(clientId, "clientId");
+      if (pin) tx.objectStore("meta").put(pin, "pin");
+      tx.oncomplete = () => { db.close(); resolve(); };
+      tx.onerror = () => { db.close(); reject(tx.error); };
+    };
+  });
+}
+
+/** The names of a database's object stores. */
+export function storeNames(dbName) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => { const names = [...open.result.objectStoreNames]; open.result.close(); resolve(names); };
   });
 }

@@ -39,7 +39,7 @@ export async function chaos({
   const reported = new Map(); // payload -> { id, seq, eventId }
   let drainerChanges = 0;
   let lastDrainer = null;
-  const figures = { reloads: 0, takeovers: 0, takeoverMs: [], kills: 0, appendFailures: 0 };
+  const figures = { reloads: 0, takeovers: 0, takeoverMs: [], kills: 0, secretRotations: 0, appendFailures: 0 };
 
   await context.exposeBinding("e2eReport", (_source, msg) => {
     if (msg.kind === "appending") for (const p of msg.payloads) attempted.set(p, msg.id);
@@ -108,13 +108,22 @@ export async function chaos({
           pages.push(page);
         }
       } else if (step.action === "kill9") {
-        log(`  ${reported.size} events: kill -9 the gateway, restart it on the same data`);
+        log(`  ${reported.size} events: kill -9 the gateway, restart it on the same data with a new session secret`);
         const before = await gateway.faults();
         figures.faultsBeforeKill = before.counts;
+        const oldToken = gateway.auth === "none" ? null : await gateway.token();
         await gateway.kill9();
         await sleep(1000);
+        gateway.rotateSecret();
         await gateway.start();
         figures.kills += 1;
+        if (oldToken) {
+          // Every session issued before is void now: the tabs must renew theirs.
+          const r = await fetch(`${gateway.base}/v1/aggregates/${typeId}/${ids[0]}/events`, { headers: { authorization: `Bearer ${oldToken}` } });
+          if (r.status !== 401) throw new Error(`a token from before the rotation was answered ${r.status}`);
+          figures.secretRotations += 1;
+          await gateway.token({ renew: true });
+        }
       }
     }
   }
@@ -126,7 +135,13 @@ export async function chaos({
   const report = await gateway.setFaults({});
   const counts = { ...report.counts };
   if (figures.faultsBeforeKill) for (const [k, v] of Object.entries(figures.faultsBeforeKill)) if (k !== "maxInFlightPerClient") counts[k] += v;
-  const outboxes = await Promise.all(pages.map((p) => p.evaluate((db) => harness.countOutbox(db), db)));
+  // Landed events are deleted (pruned) in the background once the drain is idle: wait for it.
+  let outboxes = [];
+  for (let waited = 0; waited <= 30_000; waited += 250) {
+    outboxes = await Promise.all(pages.map((p) => p.evaluate((db) => harness.countOutbox(db), db)));
+    if (outboxes.every((n) => n === 0)) break;
+    await sleep(250);
+  }
 
   // Verify through the read endpoint.
   const problems = [];
@@ -168,7 +183,7 @@ export async function chaos({
       inflight: counts.inflight, busy: counts.busy, resetBeforeCommit: counts.resetBeforeCommit,
     },
     reloads: figures.reloads, drainerCloses: figures.takeovers, takeoverMs: figures.takeoverMs,
-    drainerChanges, gatewayKills: figures.kills, appendFailures: figures.appendFailures,
+    drainerChanges, gatewayKills: figures.kills, secretRotations: figures.secretRotations, appendFailures: figures.appendFailures,
     maxInFlightPerClient: report.counts.maxInFlightPerClient, duplicates, losses, elapsedSeconds: Number(elapsed),
   };
   log(`chaos figures: ${JSON.stringify(result)}`);

@@ -1,6 +1,7 @@
 // Shared pieces of the end-to-end harness: the gateway as a real process (start, kill -9,
 // restart on the same data and port), Debian's Chromium through playwright-core with a
-// persistent on-disk profile, a seeded random generator, and the gateway's read endpoint.
+// persistent on-disk profile, a seeded random generator, the gateway's read endpoint, and the
+// device handshake (POST /v1/session) with WebCrypto, as the client does it.
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, existsSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -42,11 +43,59 @@ export function gatewayBinary() {
   return bin;
 }
 
+/** A device key pair as the client makes one: RSASSA-PKCS1-v1_5, 2048 bits, SHA-256, with a
+ *  non-extractable private key. */
+export function deviceKey() {
+  return crypto.subtle.generateKey(
+    { name: "RSASSA-PKCS1-v1_5", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: "SHA-256" },
+    false,
+    ["sign", "verify"],
+  );
+}
+
+const b64 = (bytes) => Buffer.from(bytes).toString("base64");
+
+/** The client id Celeriant derives from an SPKI (bytes): the first 16 bytes of its SHA-256 read
+ *  as a little-endian u128, written as a UUID. */
+export async function clientIdOf(spki) {
+  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", spki)).slice(0, 16);
+  const hex = [...hash].reverse().map((b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** Opens a session on the gateway at `base` (POST /v1/session) with `keyPair` (default: a new
+ *  device key), sending `appToken` as `Authorization: Bearer` when given. A nonce refused as out
+ *  of window (40111) or replayed (40112) is signed again once, corrected with the answer's
+ *  `serverTime`. Resolves with { clientId, token, expiresAt, serverTime, publicKey, keyPair,
+ *  clockOffsetMs }; rejects with the gateway's answer otherwise. */
+export async function openSession(base, { keyPair, appToken, clockOffsetMs = 0 } = {}) {
+  keyPair = keyPair ?? (await deviceKey());
+  const publicKey = b64(await crypto.subtle.exportKey("spki", keyPair.publicKey));
+  let offset = clockOffsetMs;
+  for (let attempt = 0; ; attempt++) {
+    const nonce = String(Math.round(Date.now() + offset) + attempt);
+    const signature = b64(await crypto.subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, new TextEncoder().encode(nonce)));
+    const headers = { "content-type": "application/json" };
+    if (appToken) headers.authorization = `Bearer ${appToken}`;
+    const r = await fetch(`${base}/v1/session`, { method: "POST", headers, body: JSON.stringify({ publicKey, nonce, signature }) });
+    const body = await r.json().catch(() => null);
+    if (r.ok) return { ...body, publicKey, keyPair, clockOffsetMs: offset };
+    if (attempt === 0 && body && (body.code === 40111 || body.code === 40112) && typeof body.serverTime === "number") {
+      offset = body.serverTime - Date.now();
+      continue;
+    }
+    throw new Error(`POST /v1/session: ${r.status} ${JSON.stringify(body)}`);
+  }
+}
+
 export class Gateway {
-  constructor({ www = join(ROOT, "tests/e2e/site"), flags = [] } = {}) {
+  /** `auth`: "none" starts the gateway with --auth none; "device" with device identity on (the
+   *  gateway's default), in which case readAll opens a reader session of its own. */
+  constructor({ www = join(ROOT, "tests/e2e/site"), flags = [], auth = "device" } = {}) {
     this.dir = tempDir("gateway");
     this.www = www;
     this.flags = flags;
+    this.auth = auth;
     this.port = 0;
     this.lives = 0;
   }
@@ -57,6 +106,8 @@ export class Gateway {
     const args = [
       "--listen", `127.0.0.1:${this.port}`, "--port-file", portFile, "--data-dir", join(this.dir, "data"),
       "--www", this.www, "--pkg", join(ROOT, "pkg"), "--faults", ...this.flags,
+      // Many tabs, reloads and restarts open many sessions from one address: no per-address limit.
+      ...(this.auth === "none" ? ["--auth", "none"] : ["--session-rate-per-minute", "0"]),
     ];
     this.proc = spawn(gatewayBinary(), args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, RUST_LOG: "warn" } });
     this.stderr = "";
@@ -71,6 +122,13 @@ export class Gateway {
     this.port = Number(addr.split(":")[1]);
     this.base = `http://${addr}`;
     this.lives += 1;
+  }
+
+  /** Deletes the session secret the gateway generated into its data directory, so its next
+   *  start makes a new one: every token issued before is refused (401) from then on. */
+  rotateSecret() {
+    rmSync(join(this.dir, "data", "session-secret"), { force: true });
+    this.reader = null;
   }
 
   /** SIGKILL, no goodbye. */
@@ -98,11 +156,28 @@ export class Gateway {
     return r.json();
   }
 
-  /** Every event of an aggregate, following `next`. */
+  /** A session token for reading (opened once, and again with `renew`, e.g. after the gateway
+   *  was restarted with another secret). */
+  token({ renew = false } = {}) {
+    if (renew || !this.reader) {
+      this.reader = openSession(this.base).then((s) => s.token);
+      this.reader.catch(() => { this.reader = null; });
+    }
+    return this.reader;
+  }
+
+  /** Every event of an aggregate, following `next`; with auth on, under a reader session
+   *  (renewed once when the gateway answers 401). */
   async readAll(typeId, id) {
     const events = [];
     for (let from = 1; ;) {
-      const r = await fetch(`${this.base}/v1/aggregates/${typeId}/${id}/events?from=${from}`);
+      const url = `${this.base}/v1/aggregates/${typeId}/${id}/events?from=${from}`;
+      const get = async (renew) => {
+        if (this.auth === "none") return fetch(url);
+        return fetch(url, { headers: { authorization: `Bearer ${await this.token({ renew })}` } });
+      };
+      let r = await get(false);
+      if (r.status === 401 && this.auth !== "none") r = await get(true);
       if (!r.ok) throw new Error(`read ${id}: ${r.status} ${await r.text()}`);
       const page = await r.json();
       for (const b of page.batches) events.push(...b.events);

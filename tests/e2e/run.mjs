@@ -7,6 +7,7 @@
 //   npm run soak -- --events 100000     # the long chaos run
 import { chaos } from "./chaos.mjs";
 import { demo, hungDrainer, oneSender, quota, takeover } from "./scenarios.mjs";
+import { sessions } from "./sessions.mjs";
 
 const args = process.argv.slice(2);
 const option = (name, fallback) => {
@@ -34,6 +35,7 @@ const scenarios = {
   "hung-drainer": () => hungDrainer({ seed: seed + 3 }),
   quota: () => quota({ seed: seed + 4 }),
   demo: () => demo(),
+  sessions: () => sessions({ seed: seed + 5 }),
 };
 
 let passed = 0;

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
+use celeriant_sync::engine::auth::{AuthFailure, Authenticator, Session};
 use celeriant_sync::engine::env::{Env, Reply, Transport};
 use celeriant_sync::engine::model::AggregateRef;
 use celeriant_sync::protocol::outcome::{Failure, WriteOutcome};
@@ -85,13 +86,15 @@ impl Env for SimEnv {
     }
 }
 
-/// Celeriant's write rules over an in-memory log.
+/// Celeriant's write rules over an in-memory log, behind a gateway that issues sessions.
 #[derive(Default)]
 pub struct SimServer {
     /// Every event that landed, per aggregate, in the order it was written.
     pub log: RefCell<BTreeMap<AggregateRef, Vec<Event>>>,
     /// Highest durable sequence per aggregate (one client).
     pub highest: RefCell<BTreeMap<AggregateRef, u64>>,
+    /// The session tokens' generation: a token of an older one is refused (401).
+    pub session: Cell<u64>,
 }
 
 /// Event type the server refuses (as a schema validation failure, 2022).
@@ -189,6 +192,8 @@ pub enum Fault {
     PrefixLanded,
     /// Not applied, rejected (2022) though the events are fine.
     Rejected,
+    /// Not applied: the session expired (the gateway's secret rotated), 401.
+    Unauthorized,
     /// The tab dies mid-request (applied or not), before the answer is processed.
     Crash {
         applied: bool,
@@ -235,7 +240,7 @@ fn http(outcome: &WriteOutcome) -> Reply {
 }
 
 impl Transport for SimTransport {
-    fn send(&self, body: String) -> impl Future<Output = Reply> {
+    fn send(&self, body: String, token: String) -> impl Future<Output = Reply> {
         (self.before)();
         let request: WriteRequest =
             serde_json::from_str(&body).expect("the client sends valid JSON");
@@ -247,7 +252,12 @@ impl Transport for SimTransport {
                 "a resend after an ambiguous failure or a retry must be byte-identical"
             );
         }
-        let fault = (self.choose)(&request);
+        let fault = if token != format!("session-{}", self.server.session.get()) {
+            // A token of an earlier session: refused whatever was chosen.
+            Fault::Unauthorized
+        } else {
+            (self.choose)(&request)
+        };
         let repeat = !matches!(fault, Fault::None | Fault::PrefixLanded | Fault::Rejected);
         *self.must_repeat.borrow_mut() = repeat.then(|| body.clone());
         self.sent.borrow_mut().push((body, fault));
@@ -255,19 +265,23 @@ impl Transport for SimTransport {
             Fault::None => Some(http(&self.server.apply(&request))),
             Fault::DropAfterCommit => {
                 self.server.apply(&request);
-                Some(Reply::Network("connection reset".into()))
+                Some(Reply::network("connection reset"))
             }
             Fault::TimeoutAfterCommit => {
                 self.server.apply(&request);
-                Some(Reply::Timeout)
+                Some(Reply::timeout())
             }
-            Fault::ResetBeforeCommit => Some(Reply::Network("connection reset".into())),
+            Fault::ResetBeforeCommit => Some(Reply::network("connection reset")),
             Fault::BadGateway => Some(Reply::Http {
                 status: 502,
                 retry_after: None,
                 body: Ok(String::new()),
             }),
             Fault::Inflight => Some(http(&WriteOutcome::from_code(2013, "in flight"))),
+            Fault::Unauthorized => {
+                self.server.session.set(self.server.session.get() + 1);
+                Some(http(&WriteOutcome::from_code(40102, "the session expired")))
+            }
             Fault::Busy => Some(http(&WriteOutcome::Retry(Failure {
                 retry_after_ms: Some(1500),
                 ..Failure::new(2012, "busy")
@@ -297,5 +311,33 @@ impl Transport for SimTransport {
             None => Box::pin(std::future::pending()),
         };
         fut
+    }
+}
+
+/// Opens sessions on the simulated gateway; `fail` decides, per attempt, whether the gateway
+/// (or the app's own authentication) refuses.
+pub struct SimAuth {
+    pub server: Rc<SimServer>,
+    pub env: Rc<SimEnv>,
+    pub fail: Box<dyn Fn() -> bool>,
+    pub opened: Cell<u64>,
+}
+
+impl Authenticator for SimAuth {
+    fn open_session(&self) -> impl Future<Output = Result<Session, AuthFailure>> {
+        let result = if (self.fail)() {
+            Err(AuthFailure {
+                code: Some(40121),
+                message: "the app token was refused".into(),
+                retry_after_ms: None,
+            })
+        } else {
+            self.opened.set(self.opened.get() + 1);
+            Ok(Session {
+                token: format!("session-{}", self.server.session.get()),
+                expires_at: self.env.now.get() + 3_600_000,
+            })
+        };
+        std::future::ready(result)
     }
 }

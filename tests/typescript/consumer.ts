@@ -12,7 +12,11 @@ import init, {
 
 export async function example(): Promise<void> {
   await init();
-  const client: SyncClient = await SyncClient.open({ gatewayUrl: "http://127.0.0.1:8080", maxBatchEvents: 100 });
+  const client: SyncClient = await SyncClient.open({
+    gatewayUrl: "http://127.0.0.1:8080",
+    maxBatchEvents: 100,
+    auth: async () => "app-token",
+  });
   const id: string = client.clientId;
   const account: AggregateRef = { typeId: crypto.randomUUID(), id };
   const receipts: Receipt[] = await client.append(account, [
@@ -21,12 +25,13 @@ export async function example(): Promise<void> {
   ]);
   const seq: number = receipts[0]!.clientSeq;
   const status: SyncStatus = client.status();
-  const state: "idle" | "syncing" | "backoff" | "offline" | "parked" | "closed" = status.state;
+  const state: "idle" | "syncing" | "backoff" | "offline" | "parked" | "unauthorized" | "closed" = status.state;
+  const publicKey: string = client.publicKey;
   const lastCode: number | null = status.lastError?.code ?? null;
   client.addEventListener("synced", (event) => {
     const ids: string[] = event.detail.eventIds;
     const dup: boolean = event.detail.duplicate;
-    console.log(ids, dup, seq, state, lastCode);
+    console.log(ids, dup, seq, state, lastCode, publicKey);
   });
   client.addEventListener("parked", (event) => {
     const code: number = event.detail.code;

@@ -3,4 +3,5 @@
 pub mod faults;
 pub mod health;
 pub mod read;
+pub mod session;
 pub mod write;

@@ -1,5 +1,6 @@
 //! `GET /v1/aggregates/{typeId}/{id}/events?from=N`: one size-bounded page of an aggregate's
-//! batches, in version order. An unknown aggregate reads as an empty page.
+//! batches, in version order. An unknown aggregate reads as an empty page. Needs a session
+//! (401 without one) whose access list includes the aggregate's type (403 otherwise).
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use celeriant_sync_protocol::encoding::MAX_SAFE_INTEGER;
 use celeriant_sync_protocol::{AggregateRef, ReadResponse};
 use uuid::Uuid;
 
+use crate::auth::Session;
 use crate::backend::{AggregateKey, ReadQuery};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -47,6 +49,7 @@ fn u64_param(params: &HashMap<String, String>, name: &str, default: u64) -> Resu
 /// The handler.
 pub async fn events(
     State(state): State<AppState>,
+    session: Session,
     Path((type_id, id)): Path<(String, String)>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<ReadResponse>, ApiError> {
@@ -54,6 +57,7 @@ pub async fn events(
         type_id: uuid_param("typeId", &type_id)?,
         id: uuid_param("id", &id)?,
     };
+    session.check_type(aggregate.type_id)?;
     if let Some(unknown) = params
         .keys()
         .find(|k| !matches!(k.as_str(), "from" | "limit"))

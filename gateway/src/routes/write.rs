@@ -1,5 +1,9 @@
-//! `POST /v1/write`: validate, inject a fault if asked to, hand to the backend, answer with the
-//! protocol outcome.
+//! `POST /v1/write`: check the session, validate, inject a fault if asked to, hand to the
+//! backend, answer with the protocol outcome.
+//!
+//! A missing or invalid session is refused (401) before the body is read; a body whose
+//! `clientId` is not the session's, or that names an aggregate type outside the session's
+//! access list, is refused (403) before validation. Nothing is written in either case.
 //!
 //! The backend call runs in its own task, so a write handed to the store completes (or fails)
 //! whatever happens to the HTTP exchange: a client that times out, a connection the fault
@@ -16,6 +20,7 @@ use celeriant_sync_protocol::outcome::Failure;
 use celeriant_sync_protocol::validate::validate_write;
 use celeriant_sync_protocol::{WriteOutcome, WriteRequest};
 
+use crate::auth::Session;
 use crate::backend::{AggregateCommand, AggregateKey, WriteCommand};
 use crate::error::{ApiError, outcome_response};
 use crate::extract::ProtocolJson;
@@ -25,8 +30,13 @@ use crate::state::AppState;
 /// The handler.
 pub async fn write(
     State(state): State<AppState>,
+    session: Session,
     ProtocolJson(request): ProtocolJson<WriteRequest>,
 ) -> Response {
+    if let Err(e) = authorize(&session, &request) {
+        tracing::warn!(summary = %Summary::of(&request), session = ?session.client_id, code = e.0.code(), "write refused");
+        return e.into_response();
+    }
     if let Err(e) = validate_write(&request, &state.limits) {
         return ApiError::code(e.code(), e.to_string()).into_response();
     }
@@ -93,6 +103,15 @@ pub async fn write(
         return broken_connection();
     }
     answered(&summary, fault, outcome)
+}
+
+/// The session may write as this client id, to these aggregate types.
+fn authorize(session: &Session, request: &WriteRequest) -> Result<(), ApiError> {
+    session.check_client(request.client_id)?;
+    request
+        .writes
+        .iter()
+        .try_for_each(|w| session.check_type(w.aggregate.type_id))
 }
 
 fn answered(summary: &Summary, fault: Option<Fault>, outcome: WriteOutcome) -> Response {

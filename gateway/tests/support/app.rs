@@ -1,5 +1,10 @@
 //! Shared helpers for the gateway's HTTP tests: an app over a fresh embedded store, and a way to
 //! send one request through it without a socket.
+//!
+//! [`Harness::new`] and [`Harness::with`] run with `--auth none`: the tests built on them are
+//! about write and read semantics, which do not depend on who writes. [`Harness::auth`] runs
+//! with device identity on (the gateway's default), with helpers to open sessions and send
+//! tokens; the auth tests use it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,11 +13,13 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
-use celeriant_gateway::config::Config;
+use celeriant_gateway::config::{AuthMode, Config};
 use celeriant_gateway::{AppState, app};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
+
+use super::device::{Device, fresh_nonce};
 
 /// A router over a fresh embedded store (the tempdir lives as long as the harness).
 pub struct Harness {
@@ -27,6 +34,27 @@ impl Harness {
     }
 
     pub fn with(configure: impl FnOnce(&mut Config), options: EmbeddedOptions) -> Self {
+        Self::build(
+            |c| {
+                c.auth = AuthMode::None;
+                configure(c)
+            },
+            options,
+        )
+    }
+
+    /// Device identity on (the default), no session rate limit unless `configure` sets one.
+    pub fn auth(configure: impl FnOnce(&mut Config)) -> Self {
+        Self::build(
+            |c| {
+                c.session_rate_per_minute = 0;
+                configure(c)
+            },
+            EmbeddedOptions::default(),
+        )
+    }
+
+    fn build(configure: impl FnOnce(&mut Config), options: EmbeddedOptions) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::defaults();
         config.data_dir = dir.path().to_owned();
@@ -85,6 +113,70 @@ impl Harness {
         self.post_json("/v1/write", body).await
     }
 
+    /// `POST /v1/session` with `body` and, when given, the app token.
+    pub async fn session(&self, body: &Value, app_token: Option<&str>) -> Reply {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri("/v1/session")
+            .header("content-type", "application/json");
+        if let Some(token) = app_token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        self.send(
+            request
+                .body(Body::from(serde_json::to_vec(body).unwrap()))
+                .unwrap(),
+        )
+        .await
+    }
+
+    /// A session for `device` (a fresh nonce); panics unless it is opened. Returns the token.
+    pub async fn open(&self, device: &Device) -> String {
+        let r = self
+            .session(&device.session_body(fresh_nonce()), None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+        assert_eq!(r.json["clientId"], device.client_id);
+        r.json["token"].as_str().unwrap().to_owned()
+    }
+
+    /// `POST /v1/write` with `Authorization: Bearer <token>`.
+    pub async fn write_as(&self, token: &str, body: &Value) -> Reply {
+        let request = Request::post("/v1/write")
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .unwrap();
+        self.send(request).await
+    }
+
+    /// `GET path` with `Authorization: Bearer <token>`.
+    pub async fn get_as(&self, token: &str, path: &str) -> Reply {
+        let request = Request::get(path)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        self.send(request).await
+    }
+
+    /// The `clientSeq`s stored on an aggregate, read with `token`.
+    pub async fn seqs_as(&self, token: &str, type_id: &str, id: &str) -> Vec<u64> {
+        let page = self
+            .get_as(
+                token,
+                &format!("/v1/aggregates/{type_id}/{id}/events?limit=1000"),
+            )
+            .await;
+        assert_eq!(page.status, StatusCode::OK, "{:?}", page.json);
+        page.json["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|b| b["events"].as_array().unwrap().clone())
+            .map(|e| e["clientSeq"].as_u64().unwrap())
+            .collect()
+    }
+
     /// Every event of the aggregate, following `next` through all pages.
     pub async fn read_all(&self, type_id: &str, id: &str) -> Vec<Value> {
         let mut from = 1u64;
@@ -141,7 +233,12 @@ pub fn write_of(seqs: &[u64]) -> Value {
 }
 
 pub fn write_to(id: &str, seqs: &[u64]) -> Value {
-    json!({"clientId": CLIENT, "writes": [{"aggregate": {"typeId": TYPE, "id": id},
+    write_by(CLIENT, TYPE, id, seqs)
+}
+
+/// A write of `seqs` by `client` to aggregate (`type_id`, `id`).
+pub fn write_by(client: &str, type_id: &str, id: &str, seqs: &[u64]) -> Value {
+    json!({"clientId": client, "writes": [{"aggregate": {"typeId": type_id, "id": id},
            "allowCreate": true, "events": seqs.iter().map(|s| event(*s)).collect::<Vec<_>>()}]})
 }
 

@@ -1,10 +1,15 @@
 //! The IndexedDB outbox.
 //!
 //! * [`schema`]: database version, store names, key paths and the upgrade chain;
-//! * [`records`]: the stored shapes and their conversion to and from engine values;
-//! * [`outbox`]: [`IdbOutbox`](outbox::IdbOutbox), the [`Outbox`](crate::engine::outbox::Outbox)
-//!   implementation, one IndexedDB transaction per operation.
+//! * [`db`]: the connection (reopened after another tab's upgrade) and the one transaction
+//!   helper every operation goes through, with its error mapping;
+//! * [`request`]: requests and transactions as futures;
+//! * [`keys`]: keys and key ranges;
+//! * [`outbox`]: [`IdbOutbox`](outbox::IdbOutbox), the
+//!   [`Outbox`](crate::engine::outbox::Outbox) implementation, one transaction per operation.
 
+pub mod db;
+pub mod keys;
 pub mod outbox;
-pub mod records;
+pub mod request;
 pub mod schema;

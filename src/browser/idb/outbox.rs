@@ -1,690 +1,790 @@
 //! [`IdbOutbox`]: the outbox in IndexedDB, one transaction per operation.
 //!
-//! Every method opens its own transaction, issues only IndexedDB requests inside it and commits
-//! it explicitly (indexed_db_futures rolls back on drop): awaiting anything else would let the
-//! browser auto-commit the transaction half-way (TransactionInactiveError). Writes use the
-//! configured durability (`strict` by default: committed means on disk).
+//! Every method is one [`Db::read`] or [`Db::write`]: it issues only IndexedDB requests inside
+//! its transaction (awaiting anything else would let the browser commit it half-way), and the
+//! helper commits and maps errors. Appends and discards use the configured durability
+//! (`strict` by default: committed means on disk); the drain's own bookkeeping (pin, settle,
+//! park, prune) is `relaxed` (see [`BOOKKEEPING`]).
 
-use indexed_db_futures::KeyRange;
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::collections::BTreeMap;
 
-use indexed_db_futures::database::Database;
-use indexed_db_futures::prelude::*;
-use indexed_db_futures::transaction::{
-    Transaction, TransactionDurability, TransactionMode, TransactionOptions,
-};
+use js_sys::{Array, Object};
 use uuid::Uuid;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
+use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 
-use super::records::{
-    CounterRecord, EventRead, EventRecord, ParkedRecord, PinRecord, aggregate_key,
-    aggregate_of_key, event_key, from_js, seq_of_key, to_js,
-};
+use super::db::{Commit, Db, Durability, Js, stores};
+use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, uuid_js};
+use super::request::{record, result};
 use super::schema::{
-    self, BY_EVENT_ID, CLIENT_ID_KEY, COUNTERS, DISCARDED, EVENTS, META, PARKED, PIN_KEY,
+    CLIENT_ID_KEY, COUNTERS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
 };
+use crate::browser::js;
 use crate::engine::batch::take_within;
-use crate::engine::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
-use crate::engine::outbox::{EventState, Outbox, StoreError};
+use crate::engine::model::{
+    AggregateRef, Batch, IDENTITY_CHANGED, NewEvent, ParkRecord, Receipt, StoredEvent,
+};
+use crate::engine::outbox::{CutQuery, EventState, Outbox, Pruned, StoreError};
 
-/// Maps an IndexedDB failure to the engine's [`StoreError`], by the DOMException's name.
-pub fn store_error(e: indexed_db_futures::error::Error) -> StoreError {
-    use indexed_db_futures::error::Error as E;
-    match e {
-        E::DomException(ex) => {
-            let sys: web_sys::DomException = ex.into();
-            let (name, message) = (sys.name(), sys.message());
-            match name.as_str() {
-                "QuotaExceededError" => StoreError::QuotaExceeded(message),
-                "InvalidStateError" => StoreError::Closed,
-                _ => StoreError::Failed { name, message },
-            }
-        }
-        other => StoreError::Failed {
-            name: "IndexedDB".into(),
-            message: other.to_string(),
-        },
-    }
+/// Durability of the drain's own writes (pin, settle, park, prune). `relaxed` is safe for
+/// them: they survive a tab or browser crash, and if an OS crash loses one, the only effect is
+/// a resend that Celeriant answers with 2002 (a lost pin: a resend with other boundaries, whose
+/// landed prefix `lastClientSeq` names; a lost settle: a resend of landed events; a lost park:
+/// a second rejection; a lost prune: landed events deleted later). Appends and discards keep
+/// the configured durability: losing those would lose the app's data or decision.
+const BOOKKEEPING: Durability = Durability::Relaxed;
+
+/// The device's key pair, as stored in `meta` (`"device"`).
+pub struct Device {
+    /// The `CryptoKeyPair` (structured-cloned into IndexedDB; its private key stays
+    /// non-extractable).
+    pub key_pair: JsValue,
+    /// The public key's SPKI DER.
+    pub spki: Vec<u8>,
+    /// The client id derived from it.
+    pub client_id: Uuid,
 }
 
-trait Ctx<T> {
-    fn ctx(self) -> Result<T, StoreError>;
+/// `meta` key of the device's key pair.
+const DEVICE_KEY: &str = "device";
+/// `meta` key of the random client id a database had before it had a device key.
+const PREVIOUS_CLIENT_ID_KEY: &str = "previousClientId";
+
+fn device_record(d: &Device) -> JsValue {
+    let o = Object::new();
+    js::set(&o, "keyPair", d.key_pair.clone());
+    js::set(&o, "spki", js_sys::Uint8Array::from(d.spki.as_slice()));
+    js::set(&o, "clientId", uuid_js(&d.client_id));
+    o.into()
 }
 
-impl<T> Ctx<T> for indexed_db_futures::Result<T> {
-    fn ctx(self) -> Result<T, StoreError> {
-        self.map_err(store_error)
+fn device_of_record(v: &JsValue) -> Result<Option<Device>, StoreError> {
+    if v.is_undefined() {
+        return Ok(None);
     }
+    let spki = js::get(v, "spki")
+        .dyn_into::<js_sys::Uint8Array>()
+        .map_err(|_| StoreError::Corrupt("the device record has no public key".into()))?;
+    Ok(Some(Device {
+        key_pair: js::get(v, "keyPair"),
+        spki: spki.to_vec(),
+        client_id: parse_uuid(&js::get(v, "clientId"))?,
+    }))
 }
 
 /// The outbox over one IndexedDB database.
-///
-/// The connection is replaced when another context upgrades the database: on `versionchange`
-/// the connection is closed at once (so the upgrade is never blocked by this client) and the
-/// next operation reopens the database at whatever version it now has. Schema upgrades are
-/// additive ([`schema`]), so this client keeps working on a newer schema.
 pub struct IdbOutbox {
-    name: String,
-    durability: TransactionDurability,
-    db: RefCell<Database>,
-    /// The connection was closed by a version change and must be reopened.
-    stale: Rc<Cell<bool>>,
-    /// `close` was called: no reopening.
-    closed: Cell<bool>,
+    db: Db,
+    durability: Durability,
+    /// Events pruned since the `ids` store was last compacted (this context's drain prunes).
+    orphaned: std::cell::Cell<u64>,
 }
 
-/// `[type, id, 0] ..= [type, id, +Infinity]`: every event of an aggregate.
-fn all_of(a: &AggregateRef) -> KeyRange<JsValue> {
-    KeyRange::Bound(event_key(a, 0.0), false, event_key(a, f64::INFINITY), false)
-}
+/// How many pruned events leave their id records behind before the `ids` store is compacted.
+const ORPHANS_BEFORE_COMPACTING: u64 = 1_000;
 
-/// `[type, id, from] ..= [type, id, to]`.
-fn seqs_of(a: &AggregateRef, from: u64, to: u64) -> KeyRange<JsValue> {
-    KeyRange::Bound(
-        event_key(a, from as f64),
-        false,
-        event_key(a, to as f64),
-        false,
-    )
-}
-
-/// The pinned batch, read inside the caller's transaction.
-async fn current_pin(
-    meta: &indexed_db_futures::object_store::ObjectStore<'_>,
-) -> Result<Option<Batch>, StoreError> {
-    let pin: Option<JsValue> = meta.get(PIN_KEY).primitive().ctx()?.await.ctx()?;
-    pin.map(|v| from_js::<PinRecord>(v)?.into_batch())
-        .transpose()
-}
-
-/// Durability of the drain loop's own writes (pin, settle, park). `relaxed` is safe for them:
-/// they survive a tab or browser crash, and if an OS crash loses one, the only effect is a
-/// resend that Celeriant answers with 2002 (a lost pin: a resend with other boundaries, whose
-/// landed prefix `lastClientSeq` names; a lost settle: a resend of landed events; a lost park: a
-/// second rejection). Appends and discards keep the configured durability: losing those would
-/// lose the app's data or decision.
-const BOOKKEEPING: TransactionDurability = TransactionDurability::Relaxed;
-
-fn read_tx<'a>(db: &'a Database, stores: &[&str]) -> Result<Transaction<'a>, StoreError> {
-    db.transaction(stores.to_vec())
-        .with_mode(TransactionMode::Readonly)
-        .build()
-        .ctx()
-}
-
-fn write_tx<'a>(
-    db: &'a Database,
-    durability: TransactionDurability,
-    stores: &[&str],
-) -> Result<Transaction<'a>, StoreError> {
-    db.transaction(stores.to_vec())
-        .with_mode(TransactionMode::Readwrite)
-        .with_options(TransactionOptions::new().with_durability(durability))
-        .build()
-        .ctx()
-}
-
-/// Waits for `tx` to commit on its own (it auto-commits once its requests are done) and, if
-/// it aborted, says why from `transaction.error` — a full disk shows up only there
-/// (`QuotaExceededError`), which `Transaction::commit` would report as a bare abort.
-async fn committed(tx: Transaction<'_>) -> Result<(), StoreError> {
-    use indexed_db_futures::transaction::TransactionFinishKind;
-    let finished = tx.on_done().ctx()?.await;
-    match finished {
-        TransactionFinishKind::Ok => Ok(()),
-        _ => Err(tx
-            .error()
-            .map(store_error)
-            .unwrap_or_else(|| StoreError::Failed {
-                name: "AbortError".into(),
-                message: "the transaction was aborted".into(),
-            })),
+/// Drops the id records of events that are gone: all of them when the outbox is empty, or a
+/// rebuild from the outbox when it holds more than twice as many ids as events (the outbox
+/// never emptied: a steady stream of appends). Never a record-by-record delete (see
+/// [`super::schema`]).
+async fn compact_ids(events: &IdbObjectStore, ids: &IdbObjectStore) -> Result<(), StoreError> {
+    if first_key(events, None).await?.is_none() {
+        ids.clear().js()?;
+        return Ok(());
     }
-}
-
-/// Opens `name` at [`schema::VERSION`] (creating or upgrading it), or at its current version
-/// when a newer client already upgraded it.
-async fn open_database(name: &str) -> Result<Database, StoreError> {
-    let opened = Database::open(name)
-        .with_version(schema::VERSION)
-        .with_on_upgrade_needed(|event, db| schema::upgrade(&event, &db))
-        .await;
-    match opened {
-        Ok(db) => Ok(db),
-        Err(indexed_db_futures::error::OpenDbError::Base(e)) => match store_error(e) {
-            StoreError::Failed { name: kind, .. } if kind == "VersionError" => {
-                Database::open(name).await.map_err(open_error)
-            }
-            other => Err(other),
-        },
-        Err(other) => Err(open_error(other)),
-    }
-}
-
-fn open_error(e: indexed_db_futures::error::OpenDbError) -> StoreError {
-    match e {
-        indexed_db_futures::error::OpenDbError::Base(e) => store_error(e),
-        other => StoreError::Failed {
-            name: "OpenDbError".into(),
-            message: other.to_string(),
-        },
-    }
-}
-
-/// Closes `db` as soon as another context asks to upgrade it, and marks it stale.
-fn watch_version_changes(db: &Database, stale: Rc<Cell<bool>>) {
-    let Ok(mut changes) = db.version_changes() else {
-        return;
+    let count = |store: &IdbObjectStore| {
+        let request = store.count();
+        async move { Ok::<_, StoreError>(result(request).await.js()?.as_f64().unwrap_or(0.0)) }
     };
-    let db = db.clone();
-    wasm_bindgen_futures::spawn_local(async move {
-        if changes.recv().await.is_some() {
-            stale.set(true);
-            db.close();
+    let (stored, known) = (count(events).await?, count(ids).await?);
+    if known <= 2.0 * stored + ORPHANS_BEFORE_COMPACTING as f64 {
+        return Ok(());
+    }
+    let keys = js::array(&result(events.get_all_keys()).await.js()?);
+    let values = js::array(&result(events.get_all()).await.js()?);
+    ids.clear().js()?;
+    for (key, value) in keys.iter().zip(&values) {
+        ids.put_with_key(key, &js::get(value, "e")).js()?;
+    }
+    Ok(())
+}
+
+fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, StoreError> {
+    tx.object_store(name).js()
+}
+
+async fn get(store: &IdbObjectStore, key: &JsValue) -> Result<JsValue, StoreError> {
+    result(store.get(key)).await.js()
+}
+
+/// The landed watermark of an aggregate (0: nothing landed that is still stored).
+async fn landed(landed: &IdbObjectStore, a: &Agg) -> Result<u64, StoreError> {
+    Ok(get(landed, &a.key()).await?.as_f64().unwrap_or(0.0) as u64)
+}
+
+/// The first key in `range` (every array key when `None`).
+async fn first_key(
+    events: &IdbObjectStore,
+    range: Option<IdbKeyRange>,
+) -> Result<Option<JsValue>, StoreError> {
+    let range: JsValue = match range {
+        Some(r) => r.into(),
+        None => IdbKeyRange::lower_bound(&Array::new()).js()?.into(),
+    };
+    let key = result(events.get_key(&range)).await.js()?;
+    Ok((!key.is_undefined()).then_some(key))
+}
+
+/// An `events` record back as a [`StoredEvent`] of `aggregate`.
+fn stored_event(aggregate: AggregateRef, value: &JsValue) -> Result<StoredEvent, StoreError> {
+    let bad = || StoreError::Corrupt("an events record lacks s, e or w".into());
+    Ok(StoredEvent {
+        aggregate,
+        client_seq: js::get_u64(value, "s").ok_or_else(bad)?,
+        event_id: parse_uuid(&js::get(value, "e"))?,
+        wire: js::get_string(value, "w").ok_or_else(bad)?,
+    })
+}
+
+/// Up to `limit` events of `a` in `range`.
+async fn events_in(
+    events: &IdbObjectStore,
+    a: &Agg,
+    range: &IdbKeyRange,
+    limit: u32,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let values = result(events.get_all_with_key_and_limit(range, limit))
+        .await
+        .js()?;
+    js::array(&values)
+        .iter()
+        .map(|v| stored_event(a.aggregate, v))
+        .collect()
+}
+
+/// The aggregate's lowest events above `above`: at most `max_events`, within `max_bytes` of
+/// request body, at least one. Read in chunks — a small first one, then sized by the byte
+/// budget and the sizes seen — so memory stays bounded with large payloads while a long run
+/// of small events takes two requests.
+async fn head(
+    events: &IdbObjectStore,
+    a: &Agg,
+    above: u64,
+    max_events: usize,
+    max_bytes: usize,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let max_events = max_events.max(1);
+    let mut out: Vec<StoredEvent> = Vec::new();
+    let mut from = above;
+    let mut chunk = 32usize;
+    loop {
+        let want = (max_events - out.len()).min(chunk) as u32;
+        let got = events_in(events, a, &a.above(from)?, want).await?;
+        let exhausted = got.len() < want as usize;
+        out.extend(got);
+        let fit = take_within(
+            out.iter().map(StoredEvent::encoded_len),
+            max_events,
+            max_bytes,
+        );
+        if fit < out.len() {
+            out.truncate(fit);
+            return Ok(out);
         }
-    });
+        if exhausted || out.len() >= max_events {
+            return Ok(out);
+        }
+        from = out.last().map_or(from, |e| e.client_seq);
+        let seen: usize = out.iter().map(StoredEvent::encoded_len).sum();
+        let average = (seen / out.len()).max(1);
+        chunk = (max_bytes.saturating_sub(seen) / average + 1).clamp(32, 4096);
+    }
+}
+
+fn pin_record(b: &Batch) -> JsValue {
+    let o = Object::new();
+    let a = Agg::new(&b.aggregate);
+    js::set(&o, "t", a.t);
+    js::set(&o, "a", a.a);
+    js::set(&o, "first", b.first_seq as f64);
+    js::set(&o, "last", b.last_seq as f64);
+    js::set(&o, "count", b.count);
+    o.into()
+}
+
+fn aggregate_of_record(v: &JsValue) -> Result<AggregateRef, StoreError> {
+    Ok(AggregateRef {
+        type_id: parse_uuid(&js::get(v, "t"))?,
+        id: parse_uuid(&js::get(v, "a"))?,
+    })
+}
+
+fn batch_of_record(v: &JsValue) -> Result<Option<Batch>, StoreError> {
+    if v.is_undefined() {
+        return Ok(None);
+    }
+    let bad = || StoreError::Corrupt("a bad pin record".into());
+    Ok(Some(Batch {
+        aggregate: aggregate_of_record(v)?,
+        first_seq: js::get_u64(v, "first").ok_or_else(bad)?,
+        last_seq: js::get_u64(v, "last").ok_or_else(bad)?,
+        count: js::get_u64(v, "count").ok_or_else(bad)? as u32,
+    }))
+}
+
+fn parked_record(r: &ParkRecord) -> JsValue {
+    let o = Object::new();
+    let a = Agg::new(&r.aggregate);
+    js::set(&o, "t", a.t);
+    js::set(&o, "a", a.a);
+    js::set(&o, "first", r.first_seq as f64);
+    js::set(&o, "last", r.last_seq as f64);
+    js::set(&o, "count", r.count);
+    js::set(&o, "code", r.code);
+    js::set(&o, "message", r.message.as_str());
+    js::set(&o, "at", r.parked_at as f64);
+    js::set(&o, "may_have_landed", r.may_have_landed);
+    o.into()
+}
+
+fn park_of_record(v: &JsValue) -> Result<ParkRecord, StoreError> {
+    let bad = || StoreError::Corrupt("a bad parked record".into());
+    Ok(ParkRecord {
+        aggregate: aggregate_of_record(v)?,
+        first_seq: js::get_u64(v, "first").ok_or_else(bad)?,
+        last_seq: js::get_u64(v, "last").ok_or_else(bad)?,
+        count: js::get_u64(v, "count").ok_or_else(bad)? as u32,
+        code: js::get_u64(v, "code").ok_or_else(bad)? as u32,
+        message: js::get_string(v, "message").unwrap_or_default(),
+        parked_at: js::get_u64(v, "at").unwrap_or(0),
+        may_have_landed: js::get_bool(v, "may_have_landed").unwrap_or(false),
+    })
 }
 
 impl IdbOutbox {
-    /// Stores several appends in **one** transaction (group commit): each aggregate's counter
-    /// is read once, every append gets its next sequences in order, every counter is bumped.
-    /// All of the group lands or none of it; receipts come back per append.
-    pub async fn append_group(
-        &self,
-        group: &[(AggregateRef, &[NewEvent])],
-    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
-        match self.append_group_once(group).await {
-            // Another context upgraded the database mid-append: nothing was written (the
-            // transaction aborted); reopen and try once more.
-            Err(_) if self.stale.get() && !self.closed.get() => self.append_group_once(group).await,
-            result => result,
-        }
+    /// Opens (creating or upgrading) the database `name`; appends and discards commit with
+    /// `durability`.
+    pub async fn open(name: &str, durability: Durability) -> Result<Self, StoreError> {
+        Ok(IdbOutbox {
+            db: Db::open(name).await?,
+            durability,
+            orphaned: std::cell::Cell::new(ORPHANS_BEFORE_COMPACTING),
+        })
+    }
+
+    /// Closes the connection for good.
+    pub fn close(&self) {
+        self.db.close();
+    }
+
+    /// The device's stored key pair, if it has one.
+    pub async fn device(&self) -> Result<Option<Device>, StoreError> {
+        self.db
+            .read(&stores(&[META]), async |tx| {
+                device_of_record(&get(&store(tx, META)?, &DEVICE_KEY.into()).await?)
+            })
+            .await
+    }
+
+    /// Stores `candidate` as the device's key pair and its client id as the database's — in
+    /// one transaction, unless a key pair is stored already (another context was first), which
+    /// is then returned instead.
+    ///
+    /// A database that had a random client id (made before device keys) starts its new
+    /// identity here: events never sent are simply sent under the new id, but a pinned batch
+    /// may have landed under the old one, so it is parked ([`IDENTITY_CHANGED`],
+    /// `mayHaveLanded`) for the app to check and discard or append again — never resent under
+    /// the new id, where it could land a second time.
+    pub async fn adopt_device(&self, candidate: Device) -> Result<Device, StoreError> {
+        self.db
+            .write(
+                &stores(&[META, PARKED, OUTBOX]),
+                self.durability,
+                Commit::Early,
+                async |tx| {
+                    let meta = store(tx, META)?;
+                    if let Some(stored) = device_of_record(&get(&meta, &DEVICE_KEY.into()).await?)?
+                    {
+                        return Ok(stored);
+                    }
+                    let previous = get(&meta, &CLIENT_ID_KEY.into()).await?;
+                    let new_id = uuid_js(&candidate.client_id);
+                    meta.put_with_key(&device_record(&candidate), &DEVICE_KEY.into())
+                        .js()?;
+                    meta.put_with_key(&new_id, &CLIENT_ID_KEY.into()).js()?;
+                    if previous.is_undefined() || previous == new_id {
+                        return Ok(candidate);
+                    }
+                    meta.put_with_key(&previous, &PREVIOUS_CLIENT_ID_KEY.into())
+                        .js()?;
+                    if let Some(pin) = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)? {
+                        let a = Agg::new(&pin.aggregate);
+                        let range = a.between(pin.first_seq, pin.last_seq)?;
+                        let stored = result(store(tx, OUTBOX)?.count_with_key(&range))
+                            .await
+                            .js()?
+                            .as_f64()
+                            .unwrap_or(0.0) as u32;
+                        let record = ParkRecord {
+                            aggregate: pin.aggregate,
+                            first_seq: pin.first_seq,
+                            last_seq: pin.last_seq,
+                            count: stored,
+                            code: IDENTITY_CHANGED,
+                            message: format!(
+                                "this batch was pinned when the database moved from client id \
+                                 {} to its device key; it may have landed under the old id: \
+                                 check the aggregate, then discard it or append it again",
+                                previous.as_string().unwrap_or_default()
+                            ),
+                            parked_at: js_sys::Date::now() as u64,
+                            may_have_landed: true,
+                        };
+                        store(tx, PARKED)?.put(&parked_record(&record)).js()?;
+                        meta.delete(&PIN_KEY.into()).js()?;
+                    }
+                    Ok(candidate)
+                },
+            )
+            .await
     }
 
     async fn append_group_once(
         &self,
         group: &[(AggregateRef, &[NewEvent])],
     ) -> Result<Vec<Vec<Receipt>>, StoreError> {
-        let db = self.connection().await?;
-        let tx = write_tx(&db, self.durability, &[EVENTS, COUNTERS])?;
-        let counters = tx.object_store(COUNTERS).ctx()?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        // Read every counter first (the requests run together), then assign.
-        let mut aggregates: Vec<AggregateRef> = group.iter().map(|(a, _)| *a).collect();
-        aggregates.sort();
-        aggregates.dedup();
-        let mut reads = Vec::with_capacity(aggregates.len());
-        for aggregate in &aggregates {
-            reads.push(
-                counters
-                    .get::<JsValue, _, _>(aggregate_key(aggregate))
-                    .primitive()
-                    .ctx()?,
-            );
-        }
-        let mut last = std::collections::BTreeMap::new();
-        for (aggregate, read) in aggregates.iter().zip(reads) {
-            let seq = match read.await.ctx()? {
-                Some(v) => from_js::<CounterRecord>(v)?.last,
-                None => 0,
-            };
-            last.insert(
-                *aggregate,
-                (aggregate.type_id.to_string(), aggregate.id.to_string(), seq),
-            );
-        }
-        let mut all = Vec::with_capacity(group.len());
-        for (aggregate, events) in group {
-            let (t, a, seq) = last
-                .get_mut(aggregate)
-                .expect("every aggregate's counter was read");
-            let mut receipts = Vec::with_capacity(events.len());
-            for event in events.iter() {
-                *seq += 1;
-                receipts.push(Receipt {
-                    event_id: event.event_id,
-                    client_seq: *seq,
-                });
-                // Requests go out when built; the commit below waits for all of them.
-                let stored = StoredEvent::new(*aggregate, *seq, event);
-                store
-                    .add(to_js(&EventRecord::new(t, a, &stored))?)
-                    .primitive()
-                    .ctx()?;
-            }
-            all.push(receipts);
-        }
-        for (t, a, seq) in last.into_values() {
-            counters
-                .put(to_js(&CounterRecord { t, a, last: seq })?)
-                .primitive()
-                .ctx()?;
-        }
-        committed(tx).await?;
-        Ok(all)
+        self.db
+            .write(
+                &stores(&[OUTBOX, COUNTERS, IDS]),
+                self.durability,
+                Commit::Auto,
+                async |tx| {
+                    let counters = store(tx, COUNTERS)?;
+                    let events = store(tx, OUTBOX)?;
+                    let ids = store(tx, IDS)?;
+                    // Read every counter first (the requests run together), then assign.
+                    let mut last: BTreeMap<AggregateRef, (Agg, u64)> = BTreeMap::new();
+                    for (aggregate, _) in group {
+                        last.entry(*aggregate)
+                            .or_insert_with(|| (Agg::new(aggregate), 0));
+                    }
+                    let reads: Vec<_> =
+                        last.values().map(|(a, _)| counters.get(&a.key())).collect();
+                    for ((_, seq), read) in last.values_mut().zip(reads) {
+                        *seq = js::get_u64(&result(read).await.js()?, "last").unwrap_or(0);
+                    }
+                    let mut all = Vec::with_capacity(group.len());
+                    for (aggregate, batch) in group {
+                        let (a, seq) = last.get_mut(aggregate).expect("read above");
+                        let mut receipts = Vec::with_capacity(batch.len());
+                        for event in batch.iter() {
+                            *seq += 1;
+                            receipts.push(Receipt {
+                                event_id: event.event_id,
+                                client_seq: *seq,
+                            });
+                            // Requests go out when made; the commit waits for all of them.
+                            let stored = StoredEvent::new(*aggregate, *seq, event);
+                            let (key, id) = (a.event(*seq as f64), uuid_js(&event.event_id));
+                            events
+                                .add_with_key(&record(*seq as f64, &id, &stored.wire), &key)
+                                .js()?;
+                            ids.put_with_key(&key, &id).js()?;
+                        }
+                        all.push(receipts);
+                    }
+                    for (a, seq) in last.values() {
+                        let o = Object::new();
+                        js::set(&o, "t", a.t.clone());
+                        js::set(&o, "a", a.a.clone());
+                        js::set(&o, "last", *seq as f64);
+                        counters.put(&o).js()?;
+                    }
+                    Ok(all)
+                },
+            )
+            .await
     }
-
-    /// Opens (creating or upgrading) the database `name`.
-    pub async fn open(name: &str, durability: TransactionDurability) -> Result<Self, StoreError> {
-        let db = open_database(name).await?;
-        let stale = Rc::new(Cell::new(false));
-        watch_version_changes(&db, stale.clone());
-        Ok(IdbOutbox {
-            name: name.to_owned(),
-            durability,
-            db: RefCell::new(db),
-            stale,
-            closed: Cell::new(false),
-        })
-    }
-
-    /// The current connection, reopened first if a version change closed it.
-    async fn connection(&self) -> Result<Database, StoreError> {
-        if self.closed.get() {
-            return Err(StoreError::Closed);
-        }
-        if self.stale.get() {
-            let db = open_database(&self.name).await?;
-            if self.stale.get() {
-                self.stale.set(false);
-                watch_version_changes(&db, self.stale.clone());
-                *self.db.borrow_mut() = db;
-            } else {
-                db.close(); // another operation reopened it meanwhile
-            }
-        }
-        Ok(self.db.borrow().clone())
-    }
-
-    /// Closes the connection for good.
-    pub fn close(&self) {
-        self.closed.set(true);
-        self.db.borrow().clone().close();
-    }
-
-    async fn get_all(
-        &self,
-        aggregate: AggregateRef,
-        range: KeyRange<JsValue>,
-        limit: u32,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[EVENTS])?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        get_all_in(&store, aggregate, range, limit).await
-    }
-}
-
-/// Up to `limit` events in `range`, read inside the caller's transaction.
-async fn get_all_in(
-    store: &indexed_db_futures::object_store::ObjectStore<'_>,
-    aggregate: AggregateRef,
-    range: KeyRange<JsValue>,
-    limit: u32,
-) -> Result<Vec<StoredEvent>, StoreError> {
-    let values = store
-        .get_all::<JsValue>()
-        .with_query::<JsValue, _>(range)
-        .with_limit(limit)
-        .primitive()
-        .ctx()?
-        .await
-        .ctx()?;
-    let mut events = Vec::new();
-    for value in values {
-        events.push(from_js::<EventRead>(value.ctx()?)?.into_event(aggregate)?);
-    }
-    Ok(events)
 }
 
 impl Outbox for IdbOutbox {
     async fn client_id(&self, fresh: Uuid) -> Result<Uuid, StoreError> {
-        let db = self.connection().await?;
-        let tx = write_tx(&db, self.durability, &[META])?;
-        let meta = tx.object_store(META).ctx()?;
-        let existing: Option<JsValue> = meta.get(CLIENT_ID_KEY).primitive().ctx()?.await.ctx()?;
-        let id = match existing.and_then(|v| v.as_string()) {
-            Some(text) => Uuid::parse_str(&text)
-                .map_err(|e| StoreError::Corrupt(format!("client id: {e}")))?,
-            None => {
-                meta.put(JsValue::from_str(&fresh.to_string()))
-                    .with_key(CLIENT_ID_KEY)
-                    .primitive()
-                    .ctx()?;
-                fresh
-            }
-        };
-        tx.commit().await.ctx()?;
-        Ok(id)
+        self.db
+            .write(
+                &stores(&[META]),
+                self.durability,
+                Commit::Early,
+                async |tx| {
+                    let meta = store(tx, META)?;
+                    let existing = get(&meta, &CLIENT_ID_KEY.into()).await?;
+                    if existing.is_undefined() {
+                        meta.put_with_key(&uuid_js(&fresh), &CLIENT_ID_KEY.into())
+                            .js()?;
+                        Ok(fresh)
+                    } else {
+                        parse_uuid(&existing)
+                    }
+                },
+            )
+            .await
     }
 
-    async fn append(
+    async fn append_group(
         &self,
-        aggregate: AggregateRef,
-        events: Vec<NewEvent>,
-    ) -> Result<Vec<Receipt>, StoreError> {
-        let mut receipts = self.append_group(&[(aggregate, &events)]).await?;
-        Ok(receipts.pop().unwrap_or_default())
+        group: &[(AggregateRef, &[NewEvent])],
+    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
+        match self.append_group_once(group).await {
+            // Another context upgraded the database mid-append: nothing was written (the
+            // transaction aborted); reopen and try once more.
+            Err(_) if self.db.lost_to_upgrade() => self.append_group_once(group).await,
+            result => result,
+        }
     }
 
     async fn last_assigned(&self, aggregate: AggregateRef) -> Result<u64, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[COUNTERS])?;
-        let counters = tx.object_store(COUNTERS).ctx()?;
-        let counter: Option<JsValue> = counters
-            .get(aggregate_key(&aggregate))
-            .primitive()
-            .ctx()?
+        self.db
+            .read(&stores(&[COUNTERS]), async |tx| {
+                let counter = get(&store(tx, COUNTERS)?, &Agg::new(&aggregate).key()).await?;
+                Ok(js::get_u64(&counter, "last").unwrap_or(0))
+            })
             .await
-            .ctx()?;
-        Ok(match counter {
-            Some(v) => from_js::<CounterRecord>(v)?.last,
-            None => 0,
-        })
     }
 
-    async fn next_aggregate(
+    async fn next_batch(
         &self,
-        after: Option<AggregateRef>,
-    ) -> Result<Option<AggregateRef>, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[EVENTS])?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        // Every key of `after` is below [type, id, +Infinity]; any other aggregate's are above.
-        let from = match after {
-            Some(a) => KeyRange::LowerBound(event_key(&a, f64::INFINITY), true),
-            None => KeyRange::LowerBound(js_sys::Array::new().into(), false),
-        };
-        let key: Option<JsValue> = store.get_key(from).primitive().ctx()?.await.ctx()?;
-        key.map(|k| aggregate_of_key(&k)).transpose()
+        query: CutQuery<'_>,
+    ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+        self.db
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
+                let watermarks = store(tx, LANDED)?;
+                let start = query.after.as_ref().map(Agg::new);
+                // Round robin: aggregates after `after`, then from the start through `after`.
+                for pass in 0..2 {
+                    let mut lower = if pass == 0 {
+                        after_aggregate(start.as_ref())?
+                    } else {
+                        None
+                    };
+                    while let Some(key) = first_key(&events, lower).await? {
+                        let aggregate = aggregate_of(&key)?;
+                        if pass == 1 && query.after.is_some_and(|after| aggregate > after) {
+                            break; // visited in the first pass
+                        }
+                        let a = Agg::new(&aggregate);
+                        if query.skip.binary_search(&aggregate).is_err() {
+                            let mut above = landed(&watermarks, &a).await?;
+                            if let Some((x, through)) = query.assume_landed
+                                && x == aggregate
+                            {
+                                above = above.max(through);
+                            }
+                            let found =
+                                head(&events, &a, above, query.max_events, query.max_bytes).await?;
+                            if !found.is_empty() {
+                                return Ok(Some(found));
+                            }
+                        }
+                        lower = after_aggregate(Some(&a))?;
+                    }
+                    if query.after.is_none() {
+                        break; // the first pass started at the beginning
+                    }
+                }
+                Ok(None)
+            })
+            .await
+    }
+
+    async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
+        self.db
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let a = Agg::new(&batch.aggregate);
+                let above = landed(&store(tx, LANDED)?, &a)
+                    .await?
+                    .max(batch.first_seq.saturating_sub(1));
+                if above >= batch.last_seq {
+                    return Ok(Vec::new());
+                }
+                let range = a.seqs(above as f64, false, batch.last_seq as f64)?;
+                events_in(&store(tx, OUTBOX)?, &a, &range, batch.count.max(1)).await
+            })
+            .await
+    }
+
+    async fn pinned(&self) -> Result<Option<Batch>, StoreError> {
+        self.db
+            .read(&stores(&[META]), async |tx| {
+                batch_of_record(&get(&store(tx, META)?, &PIN_KEY.into()).await?)
+            })
+            .await
+    }
+
+    async fn pin(&self, batch: &Batch, replacing: Option<&Batch>) -> Result<bool, StoreError> {
+        self.db
+            .write(&stores(&[META]), BOOKKEEPING, Commit::Early, async |tx| {
+                let meta = store(tx, META)?;
+                let current = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)?;
+                if current.as_ref() != replacing {
+                    return Ok(false); // nothing written
+                }
+                meta.put_with_key(&pin_record(batch), &PIN_KEY.into())
+                    .js()?;
+                Ok(true)
+            })
+            .await
+    }
+
+    async fn settle(
+        &self,
+        batch: &Batch,
+        through: u64,
+        then: Option<&Batch>,
+    ) -> Result<bool, StoreError> {
+        self.db
+            .write(
+                &stores(&[META, LANDED]),
+                BOOKKEEPING,
+                Commit::Early,
+                async |tx| {
+                    let meta = store(tx, META)?;
+                    let watermarks = store(tx, LANDED)?;
+                    let current = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)?;
+                    if current.as_ref() != Some(batch) {
+                        return Ok(false); // another drainer moved the pin: nothing written
+                    }
+                    let a = Agg::new(&batch.aggregate);
+                    let landed = landed(&watermarks, &a).await?.max(through);
+                    watermarks
+                        .put_with_key(&JsValue::from_f64(landed as f64), &a.key())
+                        .js()?;
+                    match then {
+                        Some(next) => meta.put_with_key(&pin_record(next), &PIN_KEY.into()),
+                        None => meta.delete(&PIN_KEY.into()),
+                    }
+                    .js()?;
+                    Ok(true)
+                },
+            )
+            .await
+    }
+
+    async fn prune(&self, aggregate: AggregateRef, max: u32) -> Result<Pruned, StoreError> {
+        self.db
+            .write(
+                &stores(&[OUTBOX, LANDED, IDS]),
+                BOOKKEEPING,
+                Commit::Early,
+                async |tx| {
+                    let events = store(tx, OUTBOX)?;
+                    let watermarks = store(tx, LANDED)?;
+                    let ids = store(tx, IDS)?;
+                    let a = Agg::new(&aggregate);
+                    let through = landed(&watermarks, &a).await?;
+                    if through == 0 {
+                        return Ok(Pruned {
+                            removed: 0,
+                            more: false,
+                        });
+                    }
+                    let all = a.seqs(0.0, true, through as f64)?;
+                    let keys = result(events.get_all_keys_with_key_and_limit(&all, max + 1))
+                        .await
+                        .js()?;
+                    let keys = js::array(&keys);
+                    let more = keys.len() > max as usize;
+                    let removed = keys.len().min(max as usize);
+                    if more {
+                        let cut = seq_of(&keys[removed - 1])?;
+                        events.delete(&a.seqs(0.0, true, cut as f64)?.into()).js()?;
+                    } else {
+                        events.delete(&all.into()).js()?;
+                        // Nothing landed is stored any more: the watermark has done its job.
+                        watermarks.delete(&a.key()).js()?;
+                    }
+                    self.orphaned.set(self.orphaned.get() + removed as u64);
+                    if !more && self.orphaned.get() >= ORPHANS_BEFORE_COMPACTING {
+                        self.orphaned.set(0);
+                        compact_ids(&events, &ids).await?;
+                    }
+                    Ok(Pruned {
+                        removed: removed as u32,
+                        more,
+                    })
+                },
+            )
+            .await
+    }
+
+    async fn unpruned(&self) -> Result<Vec<AggregateRef>, StoreError> {
+        self.db
+            .read(&stores(&[LANDED]), async |tx| {
+                let keys = result(store(tx, LANDED)?.get_all_keys()).await.js()?;
+                js::array(&keys).iter().map(aggregate_of).collect()
+            })
+            .await
+    }
+
+    async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
+        self.db
+            .write(
+                &stores(&[PARKED, META]),
+                BOOKKEEPING,
+                Commit::Early,
+                async |tx| {
+                    let meta = store(tx, META)?;
+                    store(tx, PARKED)?.put(&parked_record(record)).js()?;
+                    let current = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)?;
+                    if current.as_ref() == Some(batch) {
+                        meta.delete(&PIN_KEY.into()).js()?;
+                    }
+                    Ok(())
+                },
+            )
+            .await
+    }
+
+    async fn parked(&self) -> Result<Vec<ParkRecord>, StoreError> {
+        self.db
+            .read(&stores(&[PARKED]), async |tx| {
+                let values = result(store(tx, PARKED)?.get_all()).await.js()?;
+                js::array(&values).iter().map(park_of_record).collect()
+            })
+            .await
+    }
+
+    async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
+        self.db
+            .write(
+                &stores(&[PARKED, OUTBOX, DISCARDED]),
+                self.durability,
+                Commit::Early,
+                async |tx| {
+                    let parked = store(tx, PARKED)?;
+                    let events = store(tx, OUTBOX)?;
+                    let discarded = store(tx, DISCARDED)?;
+                    let a = Agg::new(&aggregate);
+                    let found = get(&parked, &a.key()).await?;
+                    if found.is_undefined() {
+                        return Ok(0);
+                    }
+                    let record = park_of_record(&found)?;
+                    let range = a.between(record.first_seq, record.last_seq)?;
+                    // Remember the dropped ids, so `whenSynced` can tell "discarded" from
+                    // "landed".
+                    let dropped = result(events.get_all_with_key(&range)).await.js()?;
+                    let dropped = js::array(&dropped);
+                    let now = JsValue::from_f64(js_sys::Date::now());
+                    for value in &dropped {
+                        discarded.put_with_key(&now, &js::get(value, "e")).js()?;
+                    }
+                    events.delete(&range.into()).js()?;
+                    parked.delete(&a.key()).js()?;
+                    Ok(dropped.len() as u32)
+                },
+            )
+            .await
+    }
+
+    async fn count(&self) -> Result<u64, StoreError> {
+        self.db
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
+                let watermarks = store(tx, LANDED)?;
+                let total = result(events.count()).await.js()?.as_f64().unwrap_or(0.0) as u64;
+                // Landed events not yet pruned are not counted (the store holds few rows).
+                let keys = js::array(&result(watermarks.get_all_keys()).await.js()?);
+                let values = js::array(&result(watermarks.get_all()).await.js()?);
+                let mut landed_stored = 0u64;
+                for (key, through) in keys.iter().zip(values) {
+                    let a = Agg::new(&aggregate_of(key)?);
+                    let range = a.seqs(0.0, true, through.as_f64().unwrap_or(0.0))?;
+                    let n = result(events.count_with_key(&range)).await.js()?;
+                    landed_stored += n.as_f64().unwrap_or(0.0) as u64;
+                }
+                Ok(total.saturating_sub(landed_stored))
+            })
+            .await
+    }
+
+    async fn pending_aggregates(&self) -> Result<Vec<(AggregateRef, u64)>, StoreError> {
+        self.db
+            .read(&stores(&[OUTBOX, LANDED, COUNTERS]), async |tx| {
+                let events = store(tx, OUTBOX)?;
+                let watermarks = store(tx, LANDED)?;
+                let counters = store(tx, COUNTERS)?;
+                let mut out = Vec::new();
+                let mut lower = None;
+                while let Some(key) = first_key(&events, lower).await? {
+                    let a = Agg::new(&aggregate_of(&key)?);
+                    let through = landed(&watermarks, &a).await?;
+                    if first_key(&events, Some(a.above(through)?)).await?.is_some() {
+                        let counter = get(&counters, &a.key()).await?;
+                        out.push((a.aggregate, js::get_u64(&counter, "last").unwrap_or(0)));
+                    }
+                    lower = after_aggregate(Some(&a))?;
+                }
+                Ok(out)
+            })
+            .await
     }
 
     async fn lowest_pending_of(
         &self,
         aggregates: &[AggregateRef],
     ) -> Result<Vec<Option<u64>>, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[EVENTS])?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        let mut requests = Vec::with_capacity(aggregates.len());
-        for aggregate in aggregates {
-            requests.push(store.get_key(all_of(aggregate)).primitive().ctx()?);
-        }
-        let mut lowest = Vec::with_capacity(aggregates.len());
-        for request in requests {
-            let key: Option<JsValue> = request.await.ctx()?;
-            lowest.push(key.map(|k| seq_of_key(&k)).transpose()?);
-        }
-        Ok(lowest)
-    }
-
-    async fn lowest_pending(&self, aggregate: AggregateRef) -> Result<Option<u64>, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[EVENTS])?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        let key: Option<JsValue> = store
-            .get_key(all_of(&aggregate))
-            .primitive()
-            .ctx()?
+        self.db
+            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+                let events = store(tx, OUTBOX)?;
+                let watermarks = store(tx, LANDED)?;
+                let mut out = Vec::with_capacity(aggregates.len());
+                for aggregate in aggregates {
+                    let a = Agg::new(aggregate);
+                    let through = landed(&watermarks, &a).await?;
+                    let key = first_key(&events, Some(a.above(through)?)).await?;
+                    out.push(key.map(|k| seq_of(&k)).transpose()?);
+                }
+                Ok(out)
+            })
             .await
-            .ctx()?;
-        key.map(|k| seq_of_key(&k)).transpose()
-    }
-
-    async fn head(
-        &self,
-        aggregate: AggregateRef,
-        max_events: usize,
-        max_bytes: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        // One transaction; a small first chunk, then chunks sized by the byte budget and the
-        // sizes seen, so memory stays bounded with large payloads while a long run of small
-        // events takes two requests.
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[EVENTS])?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        let max_events = max_events.max(1);
-        let mut events: Vec<StoredEvent> = Vec::new();
-        let mut from = 0.0;
-        let mut open = false;
-        let mut chunk_size = 32;
-        loop {
-            let want = (max_events - events.len()).min(chunk_size) as u32;
-            let range = KeyRange::Bound(
-                event_key(&aggregate, from),
-                open,
-                event_key(&aggregate, f64::INFINITY),
-                false,
-            );
-            let chunk = get_all_in(&store, aggregate, range, want).await?;
-            let exhausted = chunk.len() < want as usize;
-            events.extend(chunk);
-            let fit = take_within(
-                events.iter().map(StoredEvent::encoded_len),
-                max_events,
-                max_bytes,
-            );
-            if fit < events.len() {
-                events.truncate(fit);
-                return Ok(events);
-            }
-            if exhausted || events.len() >= max_events {
-                return Ok(events);
-            }
-            from = events.last().map_or(0.0, |e| e.client_seq as f64);
-            open = true;
-            // Next, what the byte budget probably still holds, judged by the sizes seen so far:
-            // usually the rest of the batch in one request.
-            let seen: usize = events.iter().map(StoredEvent::encoded_len).sum();
-            let average = (seen / events.len()).max(1);
-            chunk_size = (max_bytes.saturating_sub(seen) / average + 1).clamp(32, 4096);
-        }
-    }
-
-    async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
-        self.get_all(
-            batch.aggregate,
-            seqs_of(&batch.aggregate, batch.first_seq, batch.last_seq),
-            batch.count.max(1),
-        )
-        .await
-    }
-
-    async fn pinned(&self) -> Result<Option<Batch>, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[META])?;
-        let meta = tx.object_store(META).ctx()?;
-        let pin: Option<JsValue> = meta.get(PIN_KEY).primitive().ctx()?.await.ctx()?;
-        pin.map(|v| from_js::<PinRecord>(v)?.into_batch())
-            .transpose()
-    }
-
-    async fn pin(&self, batch: &Batch, replacing: Option<&Batch>) -> Result<bool, StoreError> {
-        let db = self.connection().await?;
-        let tx = write_tx(&db, BOOKKEEPING, &[META])?;
-        let meta = tx.object_store(META).ctx()?;
-        if current_pin(&meta).await?.as_ref() != replacing {
-            return Ok(false); // dropping the transaction rolls it back (nothing was written)
-        }
-        meta.put(to_js(&PinRecord::from_batch(batch))?)
-            .with_key(PIN_KEY)
-            .primitive()
-            .ctx()?;
-        tx.commit().await.ctx()?;
-        Ok(true)
-    }
-
-    async fn settle(&self, batch: &Batch, through: u64) -> Result<u32, StoreError> {
-        let db = self.connection().await?;
-        let tx = write_tx(&db, BOOKKEEPING, &[EVENTS, META])?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        let meta = tx.object_store(META).ctx()?;
-        let still_pinned = current_pin(&meta).await?.as_ref() == Some(batch);
-        let upto = through.min(batch.last_seq);
-        let removed = if upto >= batch.first_seq {
-            let settled = seqs_of(&batch.aggregate, batch.first_seq, upto);
-            let n: u32 = store
-                .count()
-                .with_query::<JsValue, _>(settled.clone())
-                .primitive()
-                .ctx()?
-                .await
-                .ctx()?;
-            store.delete::<JsValue, _>(settled).primitive().ctx()?;
-            n
-        } else {
-            0
-        };
-        let rest = if still_pinned && through < batch.last_seq {
-            let range = KeyRange::Bound(
-                event_key(&batch.aggregate, through as f64),
-                true,
-                event_key(&batch.aggregate, batch.last_seq as f64),
-                false,
-            );
-            let keys = store
-                .get_all_keys::<JsValue>()
-                .with_query::<JsValue, _>(range)
-                .primitive()
-                .ctx()?
-                .await
-                .ctx()?;
-            let mut seqs = Vec::new();
-            for key in keys {
-                seqs.push(seq_of_key(&key.ctx()?)?);
-            }
-            seqs
-        } else {
-            Vec::new()
-        };
-        match (rest.first(), rest.last()) {
-            (Some(&first_seq), Some(&last_seq)) => {
-                let next = Batch {
-                    first_seq,
-                    last_seq,
-                    count: rest.len() as u32,
-                    ..*batch
-                };
-                meta.put(to_js(&PinRecord::from_batch(&next))?)
-                    .with_key(PIN_KEY)
-                    .primitive()
-                    .ctx()?;
-            }
-            _ if still_pinned => {
-                meta.delete(PIN_KEY).primitive().ctx()?;
-            }
-            // Another drainer's pin: leave it.
-            _ => {}
-        }
-        tx.commit().await.ctx()?;
-        Ok(removed)
-    }
-
-    async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
-        let db = self.connection().await?;
-        let tx = write_tx(&db, BOOKKEEPING, &[PARKED, META])?;
-        let parked = tx.object_store(PARKED).ctx()?;
-        let meta = tx.object_store(META).ctx()?;
-        parked
-            .put(to_js(&ParkedRecord::from_park(record))?)
-            .primitive()
-            .ctx()?;
-        if current_pin(&meta).await?.as_ref() == Some(batch) {
-            meta.delete(PIN_KEY).primitive().ctx()?;
-        }
-        tx.commit().await.ctx()
-    }
-
-    async fn parked(&self) -> Result<Vec<ParkRecord>, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[PARKED])?;
-        let store = tx.object_store(PARKED).ctx()?;
-        let values = store.get_all::<JsValue>().primitive().ctx()?.await.ctx()?;
-        let mut records = Vec::new();
-        for value in values {
-            records.push(from_js::<ParkedRecord>(value.ctx()?)?.into_park()?);
-        }
-        Ok(records)
-    }
-
-    async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
-        let db = self.connection().await?;
-        let tx = write_tx(&db, self.durability, &[PARKED, EVENTS, DISCARDED])?;
-        let parked = tx.object_store(PARKED).ctx()?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        let discarded = tx.object_store(DISCARDED).ctx()?;
-        let record: Option<JsValue> = parked
-            .get(aggregate_key(&aggregate))
-            .primitive()
-            .ctx()?
-            .await
-            .ctx()?;
-        let Some(record) = record else { return Ok(0) };
-        let record = from_js::<ParkedRecord>(record)?;
-        let range = seqs_of(&aggregate, record.first, record.last);
-        // Remember the dropped ids, so `whenSynced` can tell "discarded" from "landed".
-        let dropped = store
-            .get_all::<JsValue>()
-            .with_query::<JsValue, _>(range.clone())
-            .primitive()
-            .ctx()?
-            .await
-            .ctx()?;
-        for value in dropped {
-            let event = from_js::<EventRead>(value.ctx()?)?;
-            discarded
-                .put(JsValue::from_f64(js_sys::Date::now()))
-                .with_key(event.e)
-                .primitive()
-                .ctx()?;
-        }
-        let n: u32 = store
-            .count()
-            .with_query::<JsValue, _>(range.clone())
-            .primitive()
-            .ctx()?
-            .await
-            .ctx()?;
-        store.delete::<JsValue, _>(range).primitive().ctx()?;
-        parked.delete(aggregate_key(&aggregate)).primitive().ctx()?;
-        tx.commit().await.ctx()?;
-        Ok(n)
-    }
-
-    async fn count(&self) -> Result<u64, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[EVENTS])?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        let n: u32 = store.count().primitive().ctx()?.await.ctx()?;
-        Ok(u64::from(n))
     }
 
     async fn event_state(&self, event_id: Uuid) -> Result<EventState, StoreError> {
-        let db = self.connection().await?;
-        let tx = read_tx(&db, &[EVENTS, DISCARDED])?;
-        let store = tx.object_store(EVENTS).ctx()?;
-        let index = store.index(BY_EVENT_ID).ctx()?;
-        let id = event_id.to_string();
-        let key: Option<JsValue> = index
-            .get_key(id.as_str())
-            .with_key_type::<JsValue>()
-            .primitive()
-            .ctx()?
+        self.db
+            .read(&stores(&[OUTBOX, IDS, DISCARDED, LANDED]), async |tx| {
+                let id = uuid_js(&event_id);
+                let key = get(&store(tx, IDS)?, &id).await?;
+                if !key.is_undefined() {
+                    let aggregate = aggregate_of(&key)?;
+                    let client_seq = seq_of(&key)?;
+                    let still = result(store(tx, OUTBOX)?.count_with_key(&key))
+                        .await
+                        .js()?
+                        .as_f64()
+                        .unwrap_or(0.0)
+                        > 0.0;
+                    let through = landed(&store(tx, LANDED)?, &Agg::new(&aggregate)).await?;
+                    if still && client_seq > through {
+                        return Ok(EventState::Pending {
+                            aggregate,
+                            client_seq,
+                        });
+                    }
+                }
+                // Gone (or landed, not yet pruned): landed, unless the app discarded it.
+                let mark = get(&store(tx, DISCARDED)?, &id).await?;
+                Ok(if mark.is_undefined() {
+                    EventState::Absent
+                } else {
+                    EventState::Discarded
+                })
+            })
             .await
-            .ctx()?;
-        if let Some(key) = key {
-            return Ok(EventState::Pending {
-                aggregate: aggregate_of_key(&key)?,
-                client_seq: seq_of_key(&key)?,
-            });
-        }
-        let discarded = tx.object_store(DISCARDED).ctx()?;
-        let mark: Option<JsValue> = discarded.get(id.as_str()).primitive().ctx()?.await.ctx()?;
-        Ok(if mark.is_some() {
-            EventState::Discarded
-        } else {
-            EventState::Absent
-        })
+    }
+}
+
+impl std::fmt::Debug for IdbOutbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdbOutbox")
     }
 }

@@ -1,63 +1,107 @@
 //! The IndexedDB schema, as code.
 //!
-//! Version 1 has four object stores:
+//! | store       | key                       | value                                                  | since |
+//! |-------------|---------------------------|--------------------------------------------------------|-------|
+//! | `outbox`    | out of line: `[t, a, s]`  | `{ s, e, w }`: a pending (or landed, not yet pruned) event: sequence `s`, event id `e`, and its wire encoding `w` | 2 |
+//! | `ids`       | out of line: event id     | `[t, a, s]`: where an event was stored; written with the event, deleted in bulk (below) | 2 |
+//! | `counters`  | key path `["t", "a"]`     | `{ t, a, last }`: the highest sequence ever assigned in the aggregate (never deleted) | 1 |
+//! | `parked`    | key path `["t", "a"]`     | a parked aggregate: rejected range, code, message      | 1 |
+//! | `meta`      | out of line               | `"clientId"` (the device's id), `"pin"` (the pinned batch) | 1 |
+//! | `discarded` | out of line: event id     | when a parked event was discarded (`whenSynced` rejects for it) | 1 |
+//! | `landed`    | out of line: `[t, a]`     | the landed watermark: every sequence at or below it landed; kept only while landed events of the aggregate are still stored | 2 |
 //!
-//! | store       | key path          | value                                                  |
-//! |-------------|-------------------|--------------------------------------------------------|
-//! | `events`    | `["t", "a", "s"]` | a pending event: aggregate type `t`, id `a`, sequence `s`, event id `e`, and the event's wire encoding `w` (see [`super::records::EventRecord`]); index `eventId` on `e` |
-//! | `counters` | `["t", "a"]`      | the highest sequence ever assigned in the aggregate (never deleted) |
-//! | `parked`   | `["t", "a"]`      | a parked aggregate: rejected range, code, message      |
-//! | `meta`     | out-of-line keys  | `"clientId"` (the device's id), `"pin"` (the pinned batch) |
-//! | `discarded` | out-of-line: event id | ids of parked events the app discarded (`whenSynced` rejects for them) |
-//!
-//! UUIDs are stored as lowercase hyphenated strings, so the key order of `events` is the order
+//! UUIDs are stored as lowercase hyphenated strings, so the key order of `outbox` is the order
 //! of (type, id, sequence) — the same order the in-memory outbox uses.
 //!
-//! Upgrades are **additive**: a future version adds a step to [`upgrade`] that creates stores or
-//! indexes and never changes what an existing one means, so a client of an older version can
-//! keep using a database a newer tab upgraded (it reopens it at the newer version).
+//! **No secondary index on a store the drain deletes from.** In WebKit's in-memory IndexedDB
+//! (Safari's private browsing, and every WebDriver session) deleting one record of an indexed
+//! store scans the whole index: a 50,000-event backlog drained at 5 events/s (docs/browsers.md).
+//! The event-id lookup `whenSynced` needs is therefore its own store, `ids`, which the drain
+//! never deletes from record by record (500 point deletes per batch cost ~300 ms in Chromium):
+//! an id whose event is gone means "landed" (unless discarded), and the store is cleared when
+//! the outbox is empty, or rebuilt from the outbox when it holds far more ids than events.
+//!
+//! Version 1 kept events in `events` (key path `["t","a","s"]`, index `eventId`); the upgrade to
+//! 2 copies them into `outbox` and `ids` and deletes `events`, so a tab still running version 1
+//! fails loudly (its transactions name a store that is gone) instead of writing where nobody
+//! reads. Every other upgrade is additive.
 
-use indexed_db_futures::database::{Database, VersionChangeEvent};
-use indexed_db_futures::prelude::*;
+use wasm_bindgen::prelude::*;
+use web_sys::{IdbDatabase, IdbObjectStoreParameters, IdbTransaction};
 
 /// The current schema version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
-/// Pending events, keyed by aggregate and sequence.
-pub const EVENTS: &str = "events";
+/// Pending (and landed, not yet pruned) events, keyed by aggregate and sequence.
+pub const OUTBOX: &str = "outbox";
+/// Where each event id is (or was) stored.
+pub const IDS: &str = "ids";
 /// Sequence counters per aggregate.
 pub const COUNTERS: &str = "counters";
 /// Parked aggregates.
 pub const PARKED: &str = "parked";
 /// Client id and pinned batch.
 pub const META: &str = "meta";
+/// Ids of discarded events.
+pub const DISCARDED: &str = "discarded";
+/// Landed watermarks of aggregates whose landed events are not all pruned yet.
+pub const LANDED: &str = "landed";
 
 /// `meta` key of the device's client id.
 pub const CLIENT_ID_KEY: &str = "clientId";
 /// `meta` key of the pinned batch.
 pub const PIN_KEY: &str = "pin";
-/// Ids of discarded events.
-pub const DISCARDED: &str = "discarded";
-/// Index of `events` by event id.
-pub const BY_EVENT_ID: &str = "eventId";
 
-/// Applies every upgrade step from `old_version` to [`VERSION`].
-pub fn upgrade(event: &VersionChangeEvent, db: &Database) -> indexed_db_futures::Result<()> {
-    let old = event.old_version() as u32;
+fn key_path(fields: &[&str]) -> JsValue {
+    fields
+        .iter()
+        .map(|f| JsValue::from_str(f))
+        .collect::<js_sys::Array>()
+        .into()
+}
+
+#[wasm_bindgen(inline_js = r#"
+export function migrateV1(db, tx) {
+  const outbox = tx.objectStore("outbox"), ids = tx.objectStore("ids");
+  const cursor = tx.objectStore("events").openCursor();
+  cursor.onsuccess = () => {
+    const c = cursor.result;
+    if (!c) { db.deleteObjectStore("events"); return; }
+    const v = c.value;
+    outbox.add({ s: v.s, e: v.e, w: v.w }, [v.t, v.a, v.s]);
+    ids.put([v.t, v.a, v.s], v.e);
+    c.continue();
+  };
+}
+"#)]
+extern "C" {
+    /// Copies version 1's `events` into `outbox` and `ids`, then deletes `events` — all inside
+    /// the `versionchange` transaction, so a failure leaves version 1 untouched.
+    #[wasm_bindgen(js_name = migrateV1)]
+    fn migrate_v1(db: &IdbDatabase, tx: &IdbTransaction);
+}
+
+/// Applies every upgrade step from `old` to [`VERSION`] inside the `versionchange`
+/// transaction.
+pub fn upgrade(db: &IdbDatabase, tx: &IdbTransaction, old: u32) -> Result<(), JsValue> {
     if old < 1 {
-        let events = db
-            .create_object_store(EVENTS)
-            .with_key_path(["t", "a", "s"].into())
-            .build()?;
-        events.create_index(BY_EVENT_ID, "e".into()).build()?;
-        db.create_object_store(COUNTERS)
-            .with_key_path(["t", "a"].into())
-            .build()?;
-        db.create_object_store(PARKED)
-            .with_key_path(["t", "a"].into())
-            .build()?;
-        db.create_object_store(META).build()?;
-        db.create_object_store(DISCARDED).build()?;
+        let keyed = |fields: &[&str]| {
+            let p = IdbObjectStoreParameters::new();
+            p.set_key_path(&key_path(fields));
+            p
+        };
+        db.create_object_store_with_optional_parameters(COUNTERS, &keyed(&["t", "a"]))?;
+        db.create_object_store_with_optional_parameters(PARKED, &keyed(&["t", "a"]))?;
+        db.create_object_store(META)?;
+        db.create_object_store(DISCARDED)?;
+    }
+    if old < 2 {
+        db.create_object_store(OUTBOX)?;
+        db.create_object_store(IDS)?;
+        db.create_object_store(LANDED)?;
+        if old == 1 {
+            migrate_v1(db, tx);
+        }
     }
     Ok(())
 }

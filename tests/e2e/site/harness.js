@@ -77,7 +77,7 @@ const harness = {
       open.onerror = () => reject(open.error);
       open.onsuccess = () => {
         const db = open.result;
-        const req = db.transaction("events", "readonly").objectStore("events").count();
+        const req = db.transaction("outbox", "readonly").objectStore("outbox").count();
         req.onsuccess = () => { db.close(); resolve(req.result); };
         req.onerror = () => { db.close(); reject(req.error); };
       };

@@ -1,0 +1,137 @@
+//! Device identity: who may write and read, proven rather than claimed.
+//!
+//! A client id is the hash of a device's public key. `POST /v1/session` checks the device's
+//! signature over a fresh nonce ([`device`]), refuses replays ([`replay`]) and floods
+//! ([`rate`]), optionally checks the app's own token ([`app_token`]), and issues a stateless
+//! token bound to the client id ([`token`], under the secret of [`secret`]). Every write and
+//! read then runs under a [`Session`]: no valid token is a 401 (`unauthorized`: the client opens
+//! a new session and resends), and a write under another client id, or to an aggregate type the
+//! session may not touch, is a 403 (`rejected`). With `--auth none` (loopback only) every
+//! request runs under an unrestricted session, as before device identity existed.
+
+pub mod app_token;
+pub mod bearer;
+pub mod device;
+pub mod rate;
+pub mod replay;
+pub mod secret;
+pub mod token;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use celeriant_sync_protocol::codes::gateway as g;
+use uuid::Uuid;
+
+use self::app_token::AppTokens;
+use self::bearer::{Bearer, bearer};
+use self::rate::SessionLimiter;
+use self::replay::ReplayCache;
+use self::token::SessionKeys;
+use crate::config::{AuthMode, Config};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Everything the gateway needs to open and check sessions.
+pub struct Auth {
+    /// Whether writes and reads need a session.
+    pub mode: AuthMode,
+    /// Signs and verifies session tokens.
+    pub keys: SessionKeys,
+    /// A session's lifetime, in seconds.
+    pub ttl_secs: u64,
+    /// The app-token verifier, when app tokens are required.
+    pub app: Option<AppTokens>,
+    /// Recently accepted (key, nonce) pairs.
+    pub replay: ReplayCache,
+    /// Session creations per address.
+    pub limiter: SessionLimiter,
+}
+
+impl Auth {
+    /// The auth settings of `config`, loading (or generating) the session secret.
+    pub fn from_config(config: &Config) -> Result<Self, String> {
+        let (secret, source) = secret::load(config)?;
+        tracing::info!(?source, mode = ?config.auth, "session secret loaded");
+        Ok(Auth {
+            mode: config.auth,
+            keys: SessionKeys::new(&secret),
+            ttl_secs: config.session_ttl_secs,
+            app: AppTokens::from_config(config)?,
+            replay: ReplayCache::new(config.session_replay_capacity),
+            limiter: SessionLimiter::new(config.session_rate_per_minute, config.session_burst),
+        })
+    }
+}
+
+/// The session a write or read runs under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// The proven client id; `None` under `--auth none`.
+    pub client_id: Option<Uuid>,
+    /// The aggregate types allowed; `None`: all.
+    pub types: Option<Vec<Uuid>>,
+}
+
+impl Session {
+    /// Refuses (403) a write whose body names another client id than the session's.
+    pub fn check_client(&self, client_id: Uuid) -> Result<(), ApiError> {
+        match self.client_id {
+            Some(own) if own != client_id => Err(ApiError::code(
+                g::CLIENT_ID_MISMATCH,
+                format!("clientId {client_id} is not this session's client id {own}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses (403) an aggregate type outside the session's access list.
+    pub fn check_type(&self, type_id: Uuid) -> Result<(), ApiError> {
+        match &self.types {
+            Some(types) if !types.contains(&type_id) => Err(ApiError::code(
+                g::AGGREGATE_TYPE_FORBIDDEN,
+                format!("this session may not write or read aggregate type {type_id}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if state.auth.mode == AuthMode::None {
+            return Ok(Session {
+                client_id: None,
+                types: None,
+            });
+        }
+        let token = match bearer(&parts.headers) {
+            Bearer::Token(token) => token,
+            Bearer::Missing => {
+                return Err(ApiError::code(
+                    g::SESSION_REQUIRED,
+                    "no session: open one at POST /v1/session and send Authorization: Bearer <token>",
+                ));
+            }
+            Bearer::Malformed(why) => {
+                return Err(ApiError::code(
+                    g::SESSION_REQUIRED,
+                    format!("no session: {why}"),
+                ));
+            }
+        };
+        let claims = state.auth.keys.verify(token)?;
+        Ok(Session {
+            client_id: Some(claims.sub),
+            types: claims.types,
+        })
+    }
+}
+
+/// The gateway's clock, Unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

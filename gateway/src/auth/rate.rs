@@ -1,0 +1,106 @@
+//! Per-address rate limit on session creation.
+//!
+//! Verifying a signature costs the gateway far more than it costs a caller to send garbage, and
+//! every accepted session takes a replay-cache entry, so `POST /v1/session` is limited per client
+//! address (GCRA from `governor`): `--session-burst` at once, then `--session-rate-per-minute`.
+//! IPv6 addresses count per /64, the block one subscriber usually gets, so one host cannot
+//! dodge the limit by walking its own prefix. The per-address memory is bounded: past
+//! [`MAX_TRACKED`] addresses the idle ones are dropped, and while that many are all active, new
+//! addresses are refused too. Behind a reverse proxy every request has the proxy's address;
+//! size the limit for that (docs/protocol.md).
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::Clock as _;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+/// Most addresses tracked at once.
+pub const MAX_TRACKED: usize = 65_536;
+
+/// The session-creation limiter (`None` inside when the rate is 0: no limit).
+pub struct SessionLimiter {
+    limiter: Option<DefaultKeyedRateLimiter<IpAddr>>,
+}
+
+impl SessionLimiter {
+    /// `per_minute` creations per address per minute after a burst of `burst` (0: no limit).
+    pub fn new(per_minute: u32, burst: u32) -> Self {
+        let limiter = NonZeroU32::new(per_minute).map(|rate| {
+            let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+            RateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst))
+        });
+        SessionLimiter { limiter }
+    }
+
+    /// `Ok` when `ip` may create a session now; otherwise how long it should wait.
+    pub fn check(&self, ip: IpAddr) -> Result<(), Duration> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        if limiter.len() >= MAX_TRACKED {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+            if limiter.len() >= MAX_TRACKED {
+                return Err(Duration::from_secs(1));
+            }
+        }
+        limiter
+            .check_key(&bucket(ip))
+            .map_err(|not_until| not_until.wait_time_from(limiter.clock().now()))
+    }
+}
+
+/// The key an address counts under: IPv4 as is (also when mapped into IPv6), IPv6 per /64.
+fn bucket(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_then_a_wait_per_address() {
+        let limiter = SessionLimiter::new(60, 2);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        assert!(limiter.check(a).is_ok());
+        assert!(limiter.check(a).is_ok());
+        let wait = limiter.check(a).unwrap_err();
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_secs(1),
+            "{wait:?}"
+        );
+        assert!(
+            limiter.check(b).is_ok(),
+            "another address has its own budget"
+        );
+    }
+
+    #[test]
+    fn ipv6_counts_per_64_and_zero_means_no_limit() {
+        let limiter = SessionLimiter::new(60, 1);
+        assert!(limiter.check("2001:db8::1".parse().unwrap()).is_ok());
+        assert!(limiter.check("2001:db8::ffff:2".parse().unwrap()).is_err());
+        assert!(limiter.check("2001:db8:0:1::1".parse().unwrap()).is_ok());
+        assert!(limiter.check("::ffff:192.0.2.9".parse().unwrap()).is_ok());
+        assert!(
+            limiter.check("192.0.2.9".parse().unwrap()).is_err(),
+            "mapped is the same"
+        );
+        let open = SessionLimiter::new(0, 0);
+        let ip: IpAddr = "192.0.2.3".parse().unwrap();
+        assert!((0..1000).all(|_| open.check(ip).is_ok()));
+    }
+}

@@ -1,0 +1,125 @@
+//! `POST /v1/session`: a device proves its client id and gets a session token.
+//!
+//! The order of the checks is the order of their cost: the per-address rate limit, the strict
+//! bounded body, the app token (when required), the shape of the proof, the signature (RSA),
+//! then the replay cache — which only remembers proofs that verified. Every answer, errors
+//! included, carries `serverTime` so a client with a skewed clock can correct its next nonce.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use axum::Json;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::response::{IntoResponse, Response};
+use celeriant_sync_protocol::codes::gateway as g;
+use celeriant_sync_protocol::outcome::Failure;
+use celeriant_sync_protocol::session::MAX_SESSION_BODY_BYTES;
+use celeriant_sync_protocol::{SessionRequest, SessionResponse, WriteOutcome};
+
+use crate::auth::replay::Admit;
+use crate::auth::token::{SESSION_AUDIENCE, SessionClaims};
+use crate::auth::{device, now_ms};
+use crate::error::ApiError;
+use crate::extract::read_json;
+use crate::state::AppState;
+
+/// The handler (routed for every method, so that a wrong method gets `serverTime` too).
+pub async fn session(State(state): State<AppState>, request: Request) -> Response {
+    let ip = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+    let wrong_method = request.method() != Method::POST;
+    let answer = if wrong_method {
+        Err(ApiError::code(
+            g::METHOD_NOT_ALLOWED,
+            format!("{} is not allowed on /v1/session", request.method()),
+        ))
+    } else {
+        open(&state, ip, request).await
+    };
+    match answer {
+        Ok(session) => Json(session).into_response(),
+        Err(error) => {
+            let message = error.0.failure().map_or("", |f| f.message.as_str());
+            tracing::info!(%ip, code = error.0.code(), message, "session refused");
+            let mut response = error.with_server_time(now_ms()).into_response();
+            if wrong_method {
+                response
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("POST"));
+            }
+            response
+        }
+    }
+}
+
+async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionResponse, ApiError> {
+    let auth = &state.auth;
+    auth.limiter.check(ip).map_err(|wait| {
+        let ms = (wait.as_millis() as u64).max(1);
+        ApiError(WriteOutcome::Retry(Failure {
+            retry_after_ms: Some(ms),
+            ..Failure::new(
+                g::SESSION_RATE_LIMITED,
+                format!("too many sessions opened from this address; retry in {ms} ms"),
+            )
+        }))
+    })?;
+    let (parts, body) = request.into_parts();
+    let body: SessionRequest = read_json(&parts.headers, body, MAX_SESSION_BODY_BYTES).await?;
+    let grant = match &auth.app {
+        Some(app) => Some(app.verify(&parts.headers)?),
+        None => None,
+    };
+    let now = now_ms();
+    let proven = device::verify(&body, now)?;
+    match auth.replay.admit(proven.client_id, proven.nonce_ms, now) {
+        Admit::Fresh => {}
+        Admit::Replayed => {
+            return Err(ApiError::code(
+                g::NONCE_REPLAYED,
+                "this nonce was already used with this key; sign a fresh one",
+            ));
+        }
+        Admit::Full { retry_after_ms } => {
+            tracing::warn!("replay cache full: refusing new sessions for now");
+            return Err(ApiError(WriteOutcome::Retry(Failure {
+                retry_after_ms: Some(retry_after_ms),
+                ..Failure::new(
+                    g::SESSION_RATE_LIMITED,
+                    "the gateway is opening too many sessions; retry shortly",
+                )
+            })));
+        }
+    }
+    let now_s = now / 1000;
+    let mut exp = now_s + auth.ttl_secs;
+    if let Some(grant) = &grant {
+        exp = exp.min(grant.expires_at);
+    }
+    let claims = SessionClaims {
+        sub: proven.client_id,
+        aud: SESSION_AUDIENCE.into(),
+        iat: now_s,
+        exp,
+        types: grant.as_ref().and_then(|g| g.types.clone()),
+    };
+    let token = auth
+        .keys
+        .issue(&claims)
+        .map_err(|e| ApiError::code(g::INTERNAL, e))?;
+    tracing::info!(
+        client = %proven.client_id,
+        subject = grant.as_ref().map(|g| g.subject.as_str()),
+        types = ?claims.types,
+        %ip,
+        "session opened"
+    );
+    Ok(SessionResponse {
+        client_id: proven.client_id,
+        token,
+        expires_at: exp * 1000,
+        server_time: now_ms(),
+    })
+}

@@ -1,0 +1,182 @@
+//! The gateway as a real process on 127.0.0.1 (port 0, address read from `--port-file`), and a
+//! small blocking HTTP client for it, for the tests that need real sockets: client addresses
+//! (the session rate limit), restarts (secret rotation), raw `Host` headers (DNS rebinding),
+//! start-up refusals.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running gateway, killed and reaped on drop.
+pub struct Process {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+}
+
+/// The gateway binary with `args`, not started.
+pub fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_celeriant-gateway"));
+    command.args(args).env("RUST_LOG", "warn");
+    // The tests' own environment must not configure the gateway.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CELERIANT_GATEWAY_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+impl Process {
+    /// Starts the gateway on 127.0.0.1:0 with its data in `data` and the extra `args`.
+    // The child is waited on by `Drop for Process` (or just below when it fails to start).
+    #[allow(clippy::zombie_processes)]
+    pub fn start(data: &Path, args: &[&str]) -> Process {
+        let port_file = data.join("port");
+        let _ = std::fs::remove_file(&port_file);
+        let mut child = command(args)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.join("db"))
+            .arg("--port-file")
+            .arg(&port_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(addr) = std::fs::read_to_string(&port_file)
+                && !addr.is_empty()
+            {
+                return Process {
+                    child,
+                    base: format!("http://{addr}"),
+                    addr,
+                };
+            }
+            if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("gateway did not start with {args:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the gateway with `args` and waits for it to exit (for start-up refusals), at most 20 s.
+pub fn run_to_exit(data: &Path, args: &[&str]) -> Output {
+    let mut child = command(args)
+        .arg("--data-dir")
+        .arg(data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// One answer.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub json: Value,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn code(&self) -> u64 {
+        self.json["code"].as_u64().unwrap_or(0)
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+fn answer(mut response: ureq::http::Response<ureq::Body>) -> Answer {
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    Answer {
+        status,
+        headers,
+        json: serde_json::from_str(&text).unwrap_or(Value::Null),
+    }
+}
+
+/// `POST base + path` with a JSON body and, when given, a bearer token.
+pub fn post(base: &str, path: &str, token: Option<&str>, body: &Value) -> Answer {
+    let mut request = agent()
+        .post(&format!("{base}{path}"))
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", &format!("Bearer {token}"));
+    }
+    answer(request.send(serde_json::to_vec(body).unwrap()).unwrap())
+}
+
+/// `GET base + path` with, when given, a bearer token.
+pub fn get(base: &str, path: &str, token: Option<&str>) -> Answer {
+    let mut request = agent().get(&format!("{base}{path}"));
+    if let Some(token) = token {
+        request = request.header("authorization", &format!("Bearer {token}"));
+    }
+    answer(request.call().unwrap())
+}
+
+/// Sends `request` (a raw HTTP/1.1 request, `Connection: close`) to `addr` and returns the raw
+/// answer: for headers no HTTP client lets a test set, such as a foreign `Host`.
+pub fn raw(addr: &str, request: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = stream.read_to_string(&mut out);
+    out
+}
+
+/// A temporary directory for one gateway's data.
+pub fn data_dir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// The path of a test key file.
+pub fn key_file(name: &str) -> PathBuf {
+    super::device::keys_dir().join(name)
+}

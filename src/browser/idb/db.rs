@@ -1,0 +1,285 @@
+//! The database connection and the one way to use it: [`Db::read`] and [`Db::write`] open a
+//! transaction on the named stores, run the given requests, wait for the transaction to
+//! finish, and map every failure to a [`StoreError`] the same way — so a full disk reads as
+//! `QuotaExceeded` on every write path (append, pin, settle, park, discard, prune).
+//!
+//! The connection is replaced when another context upgrades the database: on `versionchange`
+//! it is closed at once (so the upgrade is never blocked by this client) and the next
+//! operation reopens the database at whatever version it now has. Schema upgrades are
+//! additive ([`super::schema`]), so this client keeps working on a newer schema.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use js_sys::{Array, Object, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{DomException, IdbDatabase, IdbFactory, IdbOpenDbRequest, IdbTransaction};
+
+use super::request;
+use super::schema;
+use crate::browser::global;
+use crate::engine::outbox::{Cause, StoreError};
+
+/// How committed writes reach the disk (IndexedDB transaction durability).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Committed means flushed to disk.
+    Strict,
+    /// Committed means handed to the OS; may be lost on power failure, not on a crash of the
+    /// tab or the browser.
+    Relaxed,
+    /// The browser's default.
+    Default,
+}
+
+impl Durability {
+    fn as_str(self) -> &'static str {
+        match self {
+            Durability::Strict => "strict",
+            Durability::Relaxed => "relaxed",
+            Durability::Default => "default",
+        }
+    }
+}
+
+/// Maps a platform error (a `DOMException`, usually) to a [`StoreError`], keeping it as the
+/// cause.
+pub fn store_error(e: JsValue) -> StoreError {
+    let Some(ex) = e.dyn_ref::<DomException>() else {
+        let message = e
+            .dyn_ref::<js_sys::Error>()
+            .map(|e| String::from(e.message()))
+            .unwrap_or_else(|| "an IndexedDB call failed".into());
+        return StoreError::Failed {
+            name: "IndexedDB".into(),
+            message,
+            cause: Cause::new(e),
+        };
+    };
+    let (name, message) = (ex.name(), ex.message());
+    match name.as_str() {
+        "QuotaExceededError" => StoreError::QuotaExceeded(message, Cause::new(e)),
+        "InvalidStateError" => StoreError::Closed,
+        _ => StoreError::Failed {
+            name,
+            message,
+            cause: Cause::new(e),
+        },
+    }
+}
+
+/// `?` for results whose error is a `JsValue`.
+pub trait Js<T> {
+    /// The result with its error mapped by [`store_error`].
+    fn js(self) -> Result<T, StoreError>;
+}
+
+impl<T> Js<T> for Result<T, JsValue> {
+    fn js(self) -> Result<T, StoreError> {
+        self.map_err(store_error)
+    }
+}
+
+fn factory() -> Result<IdbFactory, StoreError> {
+    global::property("indexedDB")
+        .and_then(|f| f.dyn_into::<IdbFactory>().ok())
+        .ok_or_else(|| StoreError::Failed {
+            name: "NotSupportedError".into(),
+            message: "IndexedDB is not available here".into(),
+            cause: Cause::NONE,
+        })
+}
+
+/// Opens `name` at `version`, running the upgrade when it is older (or new).
+async fn open_at(name: &str, version: Option<u32>) -> Result<IdbDatabase, StoreError> {
+    let factory = factory()?;
+    let request: IdbOpenDbRequest = match version {
+        Some(v) => factory.open_with_u32(name, v),
+        None => factory.open(name),
+    }
+    .js()?;
+    let upgrade = Closure::<dyn FnMut(web_sys::IdbVersionChangeEvent)>::new({
+        let request = request.clone();
+        move |event: web_sys::IdbVersionChangeEvent| {
+            let old = event.old_version() as u32;
+            if let (Ok(db), Some(tx)) = (request.result(), request.transaction()) {
+                // An error here aborts the upgrade; the open then fails with it.
+                if let Err(e) = schema::upgrade(&db.unchecked_into(), &tx, old) {
+                    let _ = tx.abort();
+                    web_sys::console::error_1(&e);
+                }
+            }
+        }
+    });
+    request.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
+    let opened = request::result(Ok(request.clone().unchecked_into())).await;
+    request.set_onupgradeneeded(None);
+    drop(upgrade);
+    Ok(opened.js()?.unchecked_into())
+}
+
+/// Opens `name` at [`schema::VERSION`] (creating or upgrading it), or at its current version
+/// when a newer client already upgraded it.
+async fn open_database(name: &str) -> Result<IdbDatabase, StoreError> {
+    match open_at(name, Some(schema::VERSION)).await {
+        Err(StoreError::Failed { name: kind, .. }) if kind == "VersionError" => {
+            open_at(name, None).await
+        }
+        other => other,
+    }
+}
+
+/// Closes `db` as soon as another context asks to upgrade it, and marks it stale.
+fn watch_version_changes(db: &IdbDatabase, stale: Rc<Cell<bool>>) {
+    let target = db.clone();
+    let on_change = Closure::<dyn FnMut()>::new(move || {
+        stale.set(true);
+        target.close();
+    });
+    db.set_onversionchange(Some(on_change.as_ref().unchecked_ref()));
+    // Lives as long as the connection (closed connections fire nothing).
+    on_change.forget();
+}
+
+/// When a write transaction commits (see [`Db::write`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Once its last request answered (the browser's own rule).
+    Auto,
+    /// As soon as its requests are issued.
+    Early,
+}
+
+/// One IndexedDB database, reopened after another context upgraded it.
+pub struct Db {
+    name: String,
+    db: RefCell<IdbDatabase>,
+    stale: Rc<Cell<bool>>,
+    closed: Cell<bool>,
+    /// `{ durability }` objects, made once.
+    options: [JsValue; 3],
+}
+
+/// The stores one transaction works on, as the JS array IndexedDB wants.
+pub fn stores(names: &[&str]) -> JsValue {
+    names
+        .iter()
+        .map(|n| JsValue::from_str(n))
+        .collect::<Array>()
+        .into()
+}
+
+impl Db {
+    /// Opens (creating or upgrading) the database `name`.
+    pub async fn open(name: &str) -> Result<Db, StoreError> {
+        let db = open_database(name).await?;
+        let stale = Rc::new(Cell::new(false));
+        watch_version_changes(&db, stale.clone());
+        let options = [Durability::Strict, Durability::Relaxed, Durability::Default].map(|d| {
+            let o = Object::new();
+            let _ = Reflect::set(&o, &"durability".into(), &d.as_str().into());
+            JsValue::from(o)
+        });
+        Ok(Db {
+            name: name.to_owned(),
+            db: RefCell::new(db),
+            stale,
+            closed: Cell::new(false),
+            options,
+        })
+    }
+
+    /// The current connection, reopened first if a version change closed it.
+    async fn connection(&self) -> Result<IdbDatabase, StoreError> {
+        if self.closed.get() {
+            return Err(StoreError::Closed);
+        }
+        if self.stale.get() {
+            let db = open_database(&self.name).await?;
+            if self.stale.get() {
+                self.stale.set(false);
+                watch_version_changes(&db, self.stale.clone());
+                *self.db.borrow_mut() = db;
+            } else {
+                db.close(); // another operation reopened it meanwhile
+            }
+        }
+        Ok(self.db.borrow().clone())
+    }
+
+    /// Whether the connection was lost to another context's upgrade (and not closed by us).
+    pub fn lost_to_upgrade(&self) -> bool {
+        self.stale.get() && !self.closed.get()
+    }
+
+    /// Closes the connection for good.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.db.borrow().close();
+    }
+
+    fn begin(
+        &self,
+        db: &IdbDatabase,
+        names: &JsValue,
+        mode: &str,
+        durability: Durability,
+    ) -> Result<IdbTransaction, StoreError> {
+        let options = &self.options[durability as usize];
+        request::begin(db, names, mode, options).js()
+    }
+
+    /// Runs `body` in a read-only transaction on `names` (see [`stores`]).
+    pub async fn read<T>(
+        &self,
+        names: &JsValue,
+        body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let db = self.connection().await?;
+        let tx = self.begin(&db, names, "readonly", Durability::Default)?;
+        body(&tx).await
+    }
+
+    /// Runs `body` in a read-write transaction on `names` and resolves once the transaction
+    /// committed, durable as `durability` says. If it aborted, the error is the transaction's
+    /// own (`QuotaExceededError` for a full disk, which only shows there). A request that fails
+    /// (an `add` over an existing key) aborts the whole transaction.
+    ///
+    /// `commit` asks the browser to commit as soon as the body has issued its requests,
+    /// instead of after the last one's answer reached this context — one round trip less. Only
+    /// for transactions whose requests cannot fail one by one (`put`, `delete`): Firefox
+    /// commits an explicitly committed transaction even when one of its requests fails
+    /// afterwards, which would break an append's all-or-nothing.
+    pub async fn write<T>(
+        &self,
+        names: &JsValue,
+        durability: Durability,
+        commit: Commit,
+        body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let db = self.connection().await?;
+        let tx = self.begin(&db, names, "readwrite", durability)?;
+        let done: JsFuture = request::watch(&tx);
+        let value = match body(&tx).await {
+            Ok(value) => value,
+            Err(e) => {
+                let _ = tx.abort();
+                let _ = done.await;
+                return Err(e);
+            }
+        };
+        if commit == Commit::Early {
+            request::commit(&tx);
+        }
+        match done.await {
+            Ok(_) => Ok(value),
+            Err(e) if e.is_null() || e.is_undefined() => Err(StoreError::Failed {
+                name: "AbortError".into(),
+                message: "the transaction was aborted".into(),
+                cause: Cause::NONE,
+            }),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+}

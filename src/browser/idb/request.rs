@@ -1,0 +1,52 @@
+//! IndexedDB requests and transactions as futures.
+//!
+//! A request or a transaction is wrapped in a JavaScript promise by a two-line helper (below),
+//! then awaited as a `JsFuture`. The promise settles inside the request's `success` event, and
+//! its continuation runs in the same microtask checkpoint, while the transaction is still
+//! active — so a request can be issued after awaiting another, as long as nothing but
+//! IndexedDB requests is awaited in between (anything else lets the transaction commit).
+
+use js_sys::Promise;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{IdbDatabase, IdbRequest, IdbTransaction};
+
+#[wasm_bindgen(inline_js = r#"
+export function requested(r) {
+  return new Promise((ok, fail) => { r.onsuccess = () => ok(r.result); r.onerror = () => fail(r.error); });
+}
+export function finished(tx) {
+  return new Promise((ok, fail) => { tx.oncomplete = () => ok(); tx.onabort = () => fail(tx.error); });
+}
+export function record(s, e, w) { return { s, e, w }; }
+export function begin(db, stores, mode, options) { return db.transaction(stores, mode, options); }
+export function commit(tx) { if (tx.commit) tx.commit(); }
+"#)]
+extern "C" {
+    fn requested(request: &IdbRequest) -> Promise;
+    fn finished(tx: &IdbTransaction) -> Promise;
+    /// An `outbox` record, built in one call.
+    pub fn record(s: f64, e: &JsValue, w: &str) -> JsValue;
+
+    /// `db.transaction(stores, mode, { durability })` (the options are not in web-sys' stable
+    /// bindings).
+    #[wasm_bindgen(catch)]
+    pub fn begin(
+        db: &IdbDatabase,
+        stores: &JsValue,
+        mode: &str,
+        options: &JsValue,
+    ) -> Result<IdbTransaction, JsValue>;
+    /// Commits at once instead of when the last request is done (where the browser can).
+    pub fn commit(tx: &IdbTransaction);
+}
+
+/// Resolves with the request's result, or fails with its error.
+pub async fn result(request: Result<IdbRequest, JsValue>) -> Result<JsValue, JsValue> {
+    JsFuture::from(requested(&request?)).await
+}
+
+/// A promise that settles with the transaction (set up before any request can finish).
+pub fn watch(tx: &IdbTransaction) -> JsFuture {
+    JsFuture::from(finished(tx))
+}

@@ -1,0 +1,325 @@
+//! The runtime of one open client: it performs what the engine's machines decide, with the
+//! browser's means — the drain lock (Web Locks), the database's channel (`BroadcastChannel`),
+//! the heartbeat timer, the `online` event, `spawn_local` — and feeds back what happens.
+//!
+//! Nothing here decides anything. Events for the coordination machine are queued and handled
+//! one at a time ([`Runtime::feed`]); applying an effect may report more events (a hub change
+//! the drainer relays), which wait their turn, so the machine is never re-entered.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::{Rc, Weak};
+
+use gloo_timers::callback::Interval;
+use uuid::Uuid;
+
+use super::channel::Channel;
+use super::env::{BrowserEnv, OnlineListener};
+use super::fetch::FetchTransport;
+use super::idb::outbox::IdbOutbox;
+use super::locks::{self, DrainLock};
+use super::session::GatewaySessions;
+use crate::engine::coord::{Coordinator, Effect, Event, HEARTBEAT_MS, HubUpdate, Message};
+use crate::engine::drain::{Drain, Edge, Policy, run};
+use crate::engine::group::{GroupCommit, Spawn};
+use crate::engine::model::{AggregateRef, NewEvent, ParkRecord, Receipt};
+use crate::engine::outbox::StoreError;
+use crate::engine::status::{Hub, Observer, Status, SyncState, SyncedNotice};
+
+/// What the runtime needs to know.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The IndexedDB database (and the name of its lock and channel).
+    pub database_name: String,
+    /// `{gateway}/v1/write`.
+    pub write_url: String,
+    /// Per-request timeout.
+    pub request_timeout_ms: u32,
+    /// How the drain cuts batches and waits.
+    pub policy: Policy,
+}
+
+/// One open client's runtime.
+pub struct Runtime {
+    /// The outbox.
+    pub outbox: Rc<IdbOutbox>,
+    /// Status, parked set and wake-ups.
+    pub hub: Rc<Hub>,
+    /// The device's client id.
+    pub client_id: Uuid,
+    config: Config,
+    sessions: Rc<GatewaySessions>,
+    appends: Rc<GroupCommit<IdbOutbox>>,
+    coordinator: RefCell<Coordinator>,
+    queue: RefCell<VecDeque<Event>>,
+    pumping: Cell<bool>,
+    lock: RefCell<Option<DrainLock>>,
+    channel: RefCell<Option<Channel>>,
+    heartbeat: RefCell<Option<Interval>>,
+    online: RefCell<Option<OnlineListener>>,
+    draining: Cell<bool>,
+}
+
+fn now() -> u64 {
+    js_sys::Date::now() as u64
+}
+
+fn spawn() -> Spawn {
+    Rc::new(wasm_bindgen_futures::spawn_local)
+}
+
+/// Reports the hub's changes to the app's observer and, through the coordinator, to the other
+/// contexts; status changes are coalesced to one report per task.
+struct Relay {
+    app: Rc<dyn Observer>,
+    runtime: Weak<Runtime>,
+    status_due: Rc<Cell<bool>>,
+}
+
+impl Observer for Relay {
+    fn status(&self, _: &Status) {
+        if self.status_due.replace(true) {
+            return;
+        }
+        let (app, runtime, due) = (
+            self.app.clone(),
+            self.runtime.clone(),
+            self.status_due.clone(),
+        );
+        wasm_bindgen_futures::spawn_local(async move {
+            due.set(false);
+            if let Some(runtime) = runtime.upgrade() {
+                let status = runtime.hub.status();
+                app.status(&status);
+                runtime.feed(Event::Changed(Message::Status(status)));
+            }
+        });
+    }
+
+    fn synced(&self, notice: &SyncedNotice) {
+        self.app.synced(notice);
+        if let Some(runtime) = self.runtime.upgrade() {
+            runtime.feed(Event::Changed(Message::Synced(notice.clone())));
+        }
+    }
+
+    fn parked(&self, record: &ParkRecord) {
+        self.app.parked(record);
+        if let Some(runtime) = self.runtime.upgrade() {
+            runtime.feed(Event::Changed(Message::Parked(record.clone())));
+        }
+    }
+}
+
+impl Runtime {
+    /// Starts the runtime of a client over an open outbox: channel, lock request (or draining
+    /// at once where Web Locks do not exist), heartbeat, `online` listener. `app` receives the
+    /// hub's changes; `total` and `parked` are the counts read at open.
+    pub fn start(
+        config: Config,
+        outbox: Rc<IdbOutbox>,
+        sessions: GatewaySessions,
+        app: Rc<dyn Observer>,
+        counts: (u64, Vec<ParkRecord>),
+    ) -> Result<Rc<Runtime>, wasm_bindgen::JsValue> {
+        let client_id = sessions.identity.client_id;
+        let sessions = Rc::new(sessions);
+        let runtime = Rc::new_cyclic(|weak: &Weak<Runtime>| {
+            let relay = Relay {
+                app,
+                runtime: weak.clone(),
+                status_due: Rc::default(),
+            };
+            let hub = Rc::new(Hub::new(Box::new(relay)));
+            hub.reset_counts(counts.0, counts.1);
+            Runtime {
+                appends: GroupCommit::new(outbox.clone(), spawn()),
+                outbox,
+                hub,
+                client_id,
+                config,
+                sessions,
+                coordinator: RefCell::new(Coordinator::new()),
+                queue: RefCell::default(),
+                pumping: Cell::new(false),
+                lock: RefCell::new(None),
+                channel: RefCell::new(None),
+                heartbeat: RefCell::new(None),
+                online: RefCell::new(None),
+                draining: Cell::new(false),
+            }
+        });
+        *runtime.online.borrow_mut() = Some(OnlineListener::new(&runtime.hub)?);
+        let weak = Rc::downgrade(&runtime);
+        *runtime.channel.borrow_mut() = Channel::open(&runtime.config.database_name, move |m| {
+            if let Some(runtime) = weak.upgrade() {
+                runtime.feed(Event::Received(m));
+            }
+        });
+        let weak = Rc::downgrade(&runtime);
+        *runtime.heartbeat.borrow_mut() = Some(Interval::new(HEARTBEAT_MS as u32, move || {
+            if let Some(runtime) = weak.upgrade() {
+                let pending = runtime.hub.status().pending;
+                runtime.feed(Event::Tick { pending });
+            }
+        }));
+        runtime.feed(Event::Start {
+            locks: locks::supported(),
+        });
+        Ok(runtime)
+    }
+
+    /// Hands an event to the coordinator and performs what it decides.
+    pub fn feed(self: &Rc<Self>, event: Event) {
+        self.queue.borrow_mut().push_back(event);
+        if self.pumping.replace(true) {
+            return; // the loop below is running further up the stack
+        }
+        loop {
+            let Some(event) = self.queue.borrow_mut().pop_front() else {
+                break;
+            };
+            let effects: Vec<Effect> = {
+                let mut coordinator = self.coordinator.borrow_mut();
+                coordinator.handle(event, now());
+                std::iter::from_fn(|| coordinator.poll()).collect()
+            };
+            for effect in effects {
+                self.apply(effect);
+            }
+        }
+        self.pumping.set(false);
+    }
+
+    fn apply(self: &Rc<Self>, effect: Effect) {
+        match effect {
+            Effect::RequestLock { id, steal } => self.request_lock(id, steal),
+            Effect::ReleaseLock => {
+                if let Some(lock) = self.lock.borrow_mut().take() {
+                    lock.release();
+                }
+            }
+            Effect::StartDrain => self.start_drain(),
+            Effect::StopDrain => self.hub.supersede(),
+            Effect::Post(message) => self.post(&message),
+            Effect::PostStatus => self.post(&Message::Status(self.hub.status())),
+            Effect::Hub(update) => match update {
+                HubUpdate::Role(role) => self.hub.set_role(role),
+                HubUpdate::Mirror(status) => self.hub.mirror(&status),
+                HubUpdate::Synced(notice) => self.hub.remote_synced(&notice),
+                HubUpdate::Parked(record) => self.hub.remote_parked(record),
+                HubUpdate::Appended(n) => self.hub.appended(n),
+                HubUpdate::Discarded { aggregate, removed } => {
+                    self.hub.discarded(&aggregate, removed)
+                }
+                HubUpdate::Error(message) => self.hub.set_error(None, message, now()),
+            },
+        }
+    }
+
+    fn post(&self, message: &Message) {
+        if let Some(channel) = self.channel.borrow().as_ref() {
+            channel.post(message);
+        }
+    }
+
+    fn request_lock(self: &Rc<Self>, id: u32, steal: bool) {
+        let name = DrainLock::name(&self.config.database_name);
+        let (granted, lost, failed) = (
+            Rc::downgrade(self),
+            Rc::downgrade(self),
+            Rc::downgrade(self),
+        );
+        let request = DrainLock::request(
+            &name,
+            steal,
+            move || {
+                granted
+                    .upgrade()
+                    .map_or((), |r| r.feed(Event::LockGranted(id)))
+            },
+            move || lost.upgrade().map_or((), |r| r.feed(Event::LockLost(id))),
+            move || {
+                failed
+                    .upgrade()
+                    .map_or((), |r| r.feed(Event::LockFailed(id)))
+            },
+        );
+        // Replacing a request withdraws it (or releases the lock it holds).
+        if let Some(old) = self.lock.borrow_mut().take() {
+            old.release();
+        }
+        match request {
+            Ok(lock) => *self.lock.borrow_mut() = Some(lock),
+            Err(_) => self.feed(Event::LockFailed(id)),
+        }
+    }
+
+    fn start_drain(self: &Rc<Self>) {
+        if self.hub.is_closed() {
+            return;
+        }
+        self.draining.set(true);
+        self.hub.resume();
+        let transport = FetchTransport {
+            url: self.config.write_url.clone(),
+            timeout_ms: self.config.request_timeout_ms,
+        };
+        let env = BrowserEnv {
+            lock: self.lock.borrow().as_ref().map(DrainLock::state),
+        };
+        let drain = Drain::new(self.config.policy, self.client_id);
+        let this = self.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            let edge = Edge {
+                outbox: &*this.outbox,
+                transport: &transport,
+                auth: &*this.sessions,
+                env: &env,
+                hub: &this.hub,
+            };
+            let end = run(drain, edge).await;
+            this.draining.set(false);
+            this.feed(Event::DrainStopped(end));
+        });
+    }
+
+    /// Stores an append through group commit; resolves once its transaction committed.
+    pub async fn append(
+        self: &Rc<Self>,
+        aggregate: AggregateRef,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<Receipt>, StoreError> {
+        let receipts = self.appends.append(aggregate, events).await?;
+        self.feed(Event::Appended(receipts.len() as u64));
+        Ok(receipts)
+    }
+
+    /// This context discarded an aggregate's parked events.
+    pub fn discarded(self: &Rc<Self>, aggregate: AggregateRef, removed: u32) {
+        self.feed(Event::Discarded { aggregate, removed });
+    }
+
+    /// Stops the drain (if this context drains), releases the lock, closes channel and
+    /// database. Idempotent.
+    pub async fn close(self: &Rc<Self>) {
+        if self.hub.is_closed() {
+            return;
+        }
+        let stopped = self.hub.stopped.notified();
+        self.hub.close();
+        if self.draining.get() {
+            stopped.await;
+        } else {
+            self.hub.set_state(SyncState::Closed);
+        }
+        self.feed(Event::Close);
+        self.heartbeat.borrow_mut().take();
+        self.online.borrow_mut().take();
+        if let Some(lock) = self.lock.borrow_mut().take() {
+            lock.release();
+        }
+        self.channel.borrow_mut().take();
+        self.outbox.close();
+    }
+}

@@ -1,0 +1,641 @@
+//! Unit tests of the drain machine: each drives it by hand through one path and checks the
+//! exact actions it asks for.
+
+use super::*;
+use crate::engine::model::NewEvent;
+
+fn agg(n: u128) -> AggregateRef {
+    AggregateRef {
+        type_id: Uuid::from_u128(7),
+        id: Uuid::from_u128(n),
+    }
+}
+
+fn events(a: u128, seqs: std::ops::RangeInclusive<u64>) -> Vec<StoredEvent> {
+    seqs.map(|s| {
+        let e = NewEvent {
+            event_id: Uuid::from_u128(u128::from(s) + (a << 32)),
+            timestamp: 1,
+            event_type: 1,
+            minor: 0,
+            data: vec![s as u8],
+            iv: None,
+        };
+        StoredEvent::new(agg(a), s, &e)
+    })
+    .collect()
+}
+
+fn batch(evs: &[StoredEvent]) -> Batch {
+    batch_of(evs).unwrap()
+}
+
+const AT: Now = Now {
+    ms: 1_000_000,
+    online: true,
+    random: 0.5,
+};
+
+fn drain() -> Drain {
+    Drain::new(Policy::default(), Uuid::from_u128(0xC1))
+}
+
+fn take(d: &mut Drain) -> Vec<Action> {
+    std::iter::from_fn(|| d.poll()).collect()
+}
+
+/// Only the actions that are not reports.
+fn doing(d: &mut Drain) -> Vec<Action> {
+    take(d)
+        .into_iter()
+        .filter(|a| !matches!(a, Action::Report(_)))
+        .collect()
+}
+
+/// The send of `events`' batch under the test session.
+fn send_of(a: u128, events: &[StoredEvent]) -> Action {
+    Action::Send {
+        body: encode(Uuid::from_u128(0xC1), agg(a), events),
+        token: "t1".into(),
+    }
+}
+
+fn session() -> Session {
+    Session {
+        token: "t1".into(),
+        expires_at: AT.ms + 3_600_000,
+    }
+}
+
+fn landed() -> Reply {
+    Reply::Http {
+        status: 200,
+        retry_after: None,
+        body: Ok(r#"{"outcome":"landed","duplicate":false,"aggregateVersion":1}"#.into()),
+    }
+}
+
+fn body(status: u16, json: &str) -> Reply {
+    Reply::Http {
+        status,
+        retry_after: None,
+        body: Ok(json.into()),
+    }
+}
+
+/// Starts a machine and brings it to sending `first` (cut fresh, nothing pinned).
+fn sending(d: &mut Drain, first: &[StoredEvent]) {
+    d.start();
+    assert_eq!(doing(d), [Action::Recount]);
+    d.handle(Input::Recounted(Ok(())), AT);
+    assert_eq!(doing(d), [Action::FindUnpruned]);
+    d.handle(Input::Unpruned(Ok(vec![])), AT);
+    assert_eq!(doing(d), [Action::ReadPin]);
+    d.handle(Input::PinRead(Ok(None)), AT);
+    assert_eq!(doing(d), [Action::Cut { after: None }]);
+    d.handle(Input::Cut(Ok(Some(first.to_vec()))), AT);
+    assert_eq!(
+        doing(d),
+        [Action::Pin {
+            batch: batch(first),
+            replacing: None
+        }]
+    );
+    d.handle(Input::Pinned(Ok(true)), AT);
+    assert_eq!(
+        doing(d),
+        [Action::OpenSession],
+        "a session before the first write"
+    );
+    d.handle(Input::SessionOpened(Ok(session())), AT);
+    assert_eq!(doing(d), [Action::CheckLock]);
+    d.handle(Input::MaySend(true), AT);
+    assert_eq!(
+        take(d),
+        [
+            Action::Report(Report::State(SyncState::Syncing)),
+            Action::ReadAhead {
+                in_flight: batch(first)
+            },
+            send_of(first[0].aggregate.id.as_u128(), first),
+        ]
+    );
+}
+
+#[test]
+fn a_whole_landing_settles_and_pins_the_batch_read_ahead_in_one_step() {
+    let mut d = drain();
+    let (a, b) = (events(1, 1..=3), events(2, 1..=2));
+    sending(&mut d, &a);
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(&a),
+            result: Ok(Some(b.clone())),
+        },
+        AT,
+    );
+    assert_eq!(doing(&mut d), []);
+    d.handle(Input::Replied(landed()), AT);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Settle {
+            batch: batch(&a),
+            through: 3,
+            then: Some(batch(&b))
+        }]
+    );
+    d.handle(Input::Settled(Ok(true)), AT);
+    let after = take(&mut d);
+    assert!(
+        matches!(&after[0], Action::Report(Report::Synced { notice, removed: 3 })
+            if notice.event_ids == a.iter().map(|e| e.event_id).collect::<Vec<_>>()),
+        "{after:?}"
+    );
+    assert_eq!(after[1..], [Action::CheckLock], "no cut, no separate pin");
+    d.handle(Input::MaySend(true), AT);
+    let sent = doing(&mut d);
+    assert_eq!(sent[1], send_of(2, &b));
+}
+
+#[test]
+fn a_read_ahead_still_in_progress_is_awaited_instead_of_cut_again() {
+    let mut d = drain();
+    let (a, b) = (events(1, 1..=3), events(2, 1..=2));
+    sending(&mut d, &a);
+    d.handle(Input::Replied(landed()), AT);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Settle {
+            batch: batch(&a),
+            through: 3,
+            then: None
+        }]
+    );
+    d.handle(Input::Settled(Ok(true)), AT);
+    assert_eq!(doing(&mut d), [], "waits for the read in progress");
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(&a),
+            result: Ok(Some(b.clone())),
+        },
+        AT,
+    );
+    assert_eq!(
+        doing(&mut d),
+        [Action::Pin {
+            batch: batch(&b),
+            replacing: None
+        }]
+    );
+}
+
+#[test]
+fn a_2002_prefix_settles_it_and_re_pins_the_rest_without_reading() {
+    let mut d = drain();
+    let a = events(1, 1..=5);
+    sending(&mut d, &a);
+    d.handle(
+        Input::Replied(body(
+            200,
+            r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":2,"attemptedClientSeq":1}"#,
+        )),
+        AT,
+    );
+    let rest = events(1, 3..=5);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Settle {
+            batch: batch(&a),
+            through: 2,
+            then: Some(batch(&rest))
+        }]
+    );
+    d.handle(Input::Settled(Ok(true)), AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+    d.handle(Input::MaySend(true), AT);
+    let sent = doing(&mut d);
+    assert!(sent.contains(&send_of(1, &rest)));
+}
+
+#[test]
+fn a_retry_waits_and_resends_the_identical_body() {
+    let mut d = drain();
+    let a = events(1, 1..=3);
+    sending(&mut d, &a);
+    let first_send = send_of(1, &a);
+    let mut reply = body(
+        503,
+        r#"{"outcome":"retry","code":2013,"message":"in flight"}"#,
+    );
+    if let Reply::Http { retry_after, .. } = &mut reply {
+        *retry_after = Some("2".into());
+    }
+    d.handle(Input::Replied(reply), AT);
+    let after = take(&mut d);
+    assert!(matches!(
+        after[0],
+        Action::Report(Report::Error {
+            code: Some(2013),
+            ..
+        })
+    ));
+    assert_eq!(after[1], Action::Report(Report::State(SyncState::Backoff)));
+    assert_eq!(
+        after[2],
+        Action::Wait {
+            ms: 2_000,
+            work: false,
+            network: true
+        },
+        "Retry-After is a floor"
+    );
+    d.handle(Input::TimerFired, AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+    d.handle(Input::MaySend(true), AT);
+    assert_eq!(
+        doing(&mut d),
+        [first_send],
+        "identical, and the read-ahead is not repeated"
+    );
+    // Neither a network error nor a timeout gives up the batch either.
+    d.handle(Input::Replied(Reply::timeout()), AT);
+    assert!(
+        doing(&mut d)
+            .iter()
+            .any(|a| matches!(a, Action::Wait { network: true, .. }))
+    );
+}
+
+#[test]
+fn a_network_error_while_offline_waits_for_the_network_or_the_probe() {
+    let mut d = drain();
+    let a = events(1, 1..=2);
+    sending(&mut d, &a);
+    let offline = Now {
+        online: false,
+        ..AT
+    };
+    d.handle(Input::Replied(Reply::network("Failed to fetch")), offline);
+    let after = take(&mut d);
+    assert!(after.contains(&Action::Report(Report::State(SyncState::Offline))));
+    assert!(after.contains(&Action::Wait {
+        ms: 15_000,
+        work: false,
+        network: true
+    }));
+    // Woken early (still offline): wait for the rest of the probe interval.
+    d.handle(
+        Input::Woken,
+        Now {
+            ms: AT.ms + 1_000,
+            ..offline
+        },
+    );
+    assert!(doing(&mut d).contains(&Action::Wait {
+        ms: 14_000,
+        work: false,
+        network: true
+    }));
+    // The probe is due: one ordinary send.
+    d.handle(
+        Input::TimerFired,
+        Now {
+            ms: AT.ms + 15_000,
+            ..offline
+        },
+    );
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+}
+
+#[test]
+fn a_rejection_isolates_the_offending_event_then_parks_it() {
+    let mut d = drain();
+    let a = events(1, 1..=3);
+    sending(&mut d, &a);
+    let rejected = body(
+        422,
+        r#"{"outcome":"rejected","code":2022,"message":"schema"}"#,
+    );
+    d.handle(Input::Replied(rejected.clone()), AT);
+    let head = events(1, 1..=1);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Pin {
+            batch: batch(&head),
+            replacing: Some(batch(&a))
+        }]
+    );
+    d.handle(Input::Pinned(Ok(true)), AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+    d.handle(Input::MaySend(true), AT);
+    let sent = doing(&mut d);
+    assert!(sent.contains(&send_of(1, &head)));
+    // A stale read-ahead answer (it assumed the whole batch would land) is ignored.
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(&a),
+            result: Ok(Some(events(1, 4..=6))),
+        },
+        AT,
+    );
+    d.handle(Input::Replied(rejected), AT);
+    let parked = doing(&mut d);
+    assert!(
+        matches!(&parked[..], [Action::Park { record, batch: b }]
+            if *b == batch(&head) && record.first_seq == 1 && record.last_seq == 1 && record.code == 2022),
+        "{parked:?}"
+    );
+    d.handle(Input::Parked(Ok(())), AT);
+    let after = take(&mut d);
+    assert!(matches!(after[0], Action::Report(Report::Parked(_))));
+    assert_eq!(
+        after[1],
+        Action::Cut {
+            after: Some(agg(1))
+        }
+    );
+}
+
+#[test]
+fn nothing_to_send_recounts_goes_idle_and_prunes_what_landed() {
+    let mut d = drain();
+    let a = events(1, 1..=3);
+    sending(&mut d, &a);
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(&a),
+            result: Ok(None),
+        },
+        AT,
+    );
+    d.handle(Input::Replied(landed()), AT);
+    d.handle(Input::Settled(Ok(true)), AT);
+    assert_eq!(
+        doing(&mut d),
+        [
+            Action::Settle {
+                batch: batch(&a),
+                through: 3,
+                then: None
+            },
+            Action::Cut {
+                after: Some(agg(1))
+            }
+        ]
+    );
+    d.handle(Input::Cut(Ok(None)), AT);
+    assert_eq!(doing(&mut d), [Action::Recount]);
+    d.handle(Input::Recounted(Ok(())), AT);
+    assert_eq!(
+        take(&mut d),
+        [
+            Action::Report(Report::Idle),
+            Action::Wait {
+                ms: 30_000,
+                work: true,
+                network: true
+            },
+            Action::Prune(agg(1)),
+        ]
+    );
+    d.handle(
+        Input::Pruned(Ok(Pruned {
+            removed: 3,
+            more: false,
+        })),
+        AT,
+    );
+    assert_eq!(doing(&mut d), [], "nothing more to prune");
+    d.handle(Input::Woken, AT);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Cut {
+            after: Some(agg(1))
+        }]
+    );
+}
+
+#[test]
+fn losing_a_compare_and_set_or_the_lock_stops_the_drain() {
+    for stop in [
+        Input::Pinned(Ok(false)),
+        Input::Settled(Ok(false)),
+        Input::MaySend(false),
+        Input::Supersede,
+    ] {
+        let mut d = drain();
+        let a = events(1, 1..=2);
+        sending(&mut d, &a);
+        // Bring the machine to the phase where `stop` is the answer it waits for.
+        match &stop {
+            Input::Settled(_) => {
+                d.handle(Input::Replied(landed()), AT);
+                take(&mut d);
+            }
+            Input::MaySend(_) => {
+                d.handle(Input::Replied(Reply::timeout()), AT);
+                d.handle(Input::TimerFired, AT);
+                take(&mut d);
+            }
+            Input::Pinned(_) => {
+                d.handle(
+                    Input::Replied(body(
+                        422,
+                        r#"{"outcome":"rejected","code":2022,"message":"x"}"#,
+                    )),
+                    AT,
+                );
+                take(&mut d);
+            }
+            _ => {}
+        }
+        d.handle(stop, AT);
+        assert_eq!(doing(&mut d), [Action::Stop(RunEnd::Superseded)]);
+        assert!(d.is_stopped());
+        d.handle(Input::Replied(landed()), AT);
+        assert_eq!(doing(&mut d), [], "nothing after stopping");
+    }
+}
+
+#[test]
+fn a_pin_found_at_start_is_resent_first_and_may_have_landed() {
+    let mut d = drain();
+    d.start();
+    d.handle(Input::Recounted(Ok(())), AT);
+    d.handle(Input::Unpruned(Ok(vec![agg(9)])), AT);
+    let a = events(1, 4..=6);
+    d.handle(Input::PinRead(Ok(Some(batch(&a)))), AT);
+    assert_eq!(
+        doing(&mut d),
+        [
+            Action::Recount,
+            Action::FindUnpruned,
+            Action::ReadPin,
+            Action::Read(batch(&a))
+        ]
+    );
+    d.handle(Input::Read(Ok(a.clone())), AT);
+    d.handle(Input::SessionOpened(Ok(session())), AT);
+    d.handle(Input::MaySend(true), AT);
+    let sent = doing(&mut d);
+    assert!(
+        sent.contains(&Action::Prune(agg(9))),
+        "leftovers are pruned soon: {sent:?}"
+    );
+    d.handle(
+        Input::Replied(body(
+            422,
+            r#"{"outcome":"rejected","code":2006,"message":"gone"}"#,
+        )),
+        AT,
+    );
+    d.handle(Input::Pinned(Ok(true)), AT);
+    d.handle(Input::MaySend(true), AT);
+    d.handle(
+        Input::Replied(body(
+            422,
+            r#"{"outcome":"rejected","code":2006,"message":"gone"}"#,
+        )),
+        AT,
+    );
+    let parked = doing(&mut d);
+    assert!(
+        matches!(parked.last(), Some(Action::Park { record, .. }) if record.may_have_landed),
+        "{parked:?}"
+    );
+}
+
+#[test]
+fn a_storage_failure_waits_then_reads_the_pin_back() {
+    let mut d = drain();
+    let a = events(1, 1..=2);
+    sending(&mut d, &a);
+    d.handle(Input::Replied(landed()), AT);
+    take(&mut d);
+    d.handle(Input::Settled(Err(StoreError::Corrupt("disk".into()))), AT);
+    let after = take(&mut d);
+    assert!(matches!(
+        after[0],
+        Action::Report(Report::Error { code: None, .. })
+    ));
+    assert_eq!(
+        after[1],
+        Action::Wait {
+            ms: 1_000,
+            work: false,
+            network: false
+        }
+    );
+    d.handle(Input::TimerFired, AT);
+    assert_eq!(doing(&mut d), [Action::ReadPin]);
+}
+
+#[test]
+fn a_refused_session_is_renewed_and_the_batch_resent_identically() {
+    let mut d = drain();
+    let a = events(1, 1..=3);
+    sending(&mut d, &a);
+    d.handle(
+        Input::Replied(body(
+            401,
+            r#"{"outcome":"unauthorized","code":40102,"message":"expired"}"#,
+        )),
+        AT,
+    );
+    let after = take(&mut d);
+    assert!(matches!(
+        after[0],
+        Action::Report(Report::Error {
+            code: Some(40102),
+            ..
+        })
+    ));
+    assert_eq!(after[1..], [Action::OpenSession], "renewed at once");
+    let renewed = Session {
+        token: "t2".into(),
+        expires_at: AT.ms + 3_600_000,
+    };
+    d.handle(Input::SessionOpened(Ok(renewed)), AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+    d.handle(Input::MaySend(true), AT);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Send {
+            body: encode(Uuid::from_u128(0xC1), agg(1), &a),
+            token: "t2".into()
+        }],
+        "the same bytes, the new token"
+    );
+    // Refused twice in a row: now with a backoff, still never parked.
+    d.handle(
+        Input::Replied(body(
+            401,
+            r#"{"outcome":"unauthorized","code":40101,"message":"forged"}"#,
+        )),
+        AT,
+    );
+    let after = take(&mut d);
+    assert!(after.contains(&Action::Report(Report::State(SyncState::Unauthorized))));
+    assert!(
+        after
+            .iter()
+            .any(|a| matches!(a, Action::Wait { network: true, .. }))
+    );
+    assert!(!after.iter().any(|a| matches!(a, Action::Park { .. })));
+}
+
+#[test]
+fn a_session_that_cannot_be_opened_leaves_the_events_waiting() {
+    let mut d = drain();
+    d.start();
+    d.handle(Input::Recounted(Ok(())), AT);
+    d.handle(Input::Unpruned(Ok(vec![])), AT);
+    d.handle(Input::PinRead(Ok(None)), AT);
+    let a = events(1, 1..=2);
+    d.handle(Input::Cut(Ok(Some(a.clone()))), AT);
+    d.handle(Input::Pinned(Ok(true)), AT);
+    take(&mut d);
+    for attempt in 0..3 {
+        d.handle(
+            Input::SessionOpened(Err(AuthFailure {
+                code: Some(40121),
+                message: "the app token was refused".into(),
+                retry_after_ms: Some(5_000),
+            })),
+            AT,
+        );
+        let after = take(&mut d);
+        assert_eq!(
+            after[1],
+            Action::Report(Report::State(SyncState::Unauthorized)),
+            "attempt {attempt}"
+        );
+        assert!(matches!(after[2], Action::Wait { ms, .. } if ms >= 5_000));
+        d.handle(Input::TimerFired, AT);
+        assert_eq!(doing(&mut d), [Action::OpenSession]);
+    }
+    d.handle(Input::SessionOpened(Ok(session())), AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+}
+
+#[test]
+fn a_session_about_to_expire_is_renewed_before_the_next_send() {
+    let mut d = drain();
+    let (a, b) = (events(1, 1..=2), events(2, 1..=2));
+    sending(&mut d, &a);
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(&a),
+            result: Ok(Some(b.clone())),
+        },
+        AT,
+    );
+    d.handle(Input::Replied(landed()), AT);
+    take(&mut d);
+    let late = Now {
+        ms: session().expires_at - 30_000,
+        ..AT
+    };
+    d.handle(Input::Settled(Ok(true)), late);
+    assert_eq!(doing(&mut d), [Action::OpenSession]);
+}

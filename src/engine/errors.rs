@@ -1,0 +1,147 @@
+//! The stable codes of everything the client rejects or throws with, as one enum.
+//!
+//! JavaScript sees each as the `code` of a `CeleriantSyncError` (a string, [`ErrorCode::as_str`])
+//! and TypeScript as the `SyncErrorCode` union, which a test checks against [`ErrorCode::ALL`]
+//! (`tests/error_codes.rs`). The engine's own errors map to codes here, so the mapping is tested
+//! natively.
+
+use celeriant_sync_protocol::validate::ValidationError;
+
+use super::append::AppendError;
+use super::drain::FlushError;
+use super::outbox::StoreError;
+
+macro_rules! codes {
+    ($($(#[$doc:meta])* $name:ident = $text:literal,)*) => {
+        /// A stable error code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in declaration order.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$name,)*];
+
+            /// The code as JavaScript sees it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$name => $text,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    /// A bad or unknown option.
+    InvalidOptions = "INVALID_OPTIONS",
+    /// The aggregate is not `{ typeId, id }` with UUID strings.
+    InvalidAggregate = "INVALID_AGGREGATE",
+    /// `events` is not an array.
+    InvalidEvents = "INVALID_EVENTS",
+    /// `events` is empty.
+    EmptyEvents = "EMPTY_EVENTS",
+    /// More events than one append may carry.
+    TooManyEvents = "TOO_MANY_EVENTS",
+    /// An event is not an object, or has an unknown field.
+    InvalidEvent = "INVALID_EVENT",
+    /// An event's `type` is not an integer ≥ 1.
+    InvalidEventType = "INVALID_EVENT_TYPE",
+    /// An event's `minor` is not an integer ≥ 0.
+    InvalidMinor = "INVALID_MINOR",
+    /// An event id is not a UUID.
+    InvalidEventId = "INVALID_EVENT_ID",
+    /// An `iv` is not 12 bytes.
+    InvalidIv = "INVALID_IV",
+    /// `data` is missing or has no JSON encoding.
+    DataNotSerializable = "DATA_NOT_SERIALIZABLE",
+    /// `data` is over the per-event limit.
+    EventTooLarge = "EVENT_TOO_LARGE",
+    /// The browser refused to store more.
+    QuotaExceeded = "QUOTA_EXCEEDED",
+    /// Any other storage failure.
+    StorageFailed = "STORAGE_FAILED",
+    /// An aggregate the call waits for is parked.
+    Parked = "PARKED",
+    /// The event was parked and then discarded.
+    Discarded = "DISCARDED",
+    /// The client is closed.
+    Closed = "CLOSED",
+    /// The environment lacks what the client needs.
+    Unsupported = "UNSUPPORTED",
+}
+
+impl From<&StoreError> for ErrorCode {
+    fn from(e: &StoreError) -> Self {
+        match e {
+            StoreError::QuotaExceeded(..) => ErrorCode::QuotaExceeded,
+            StoreError::Closed => ErrorCode::Closed,
+            StoreError::Failed { .. } | StoreError::Corrupt(_) => ErrorCode::StorageFailed,
+        }
+    }
+}
+
+impl From<&AppendError> for ErrorCode {
+    fn from(e: &AppendError) -> Self {
+        match e {
+            AppendError::Empty => ErrorCode::EmptyEvents,
+            AppendError::TooMany { .. } => ErrorCode::TooManyEvents,
+            AppendError::Invalid { error, .. } => match error {
+                ValidationError::EventTypeZero { .. } => ErrorCode::InvalidEventType,
+                ValidationError::InvalidIv { .. } => ErrorCode::InvalidIv,
+                ValidationError::EventTooLarge { .. } => ErrorCode::EventTooLarge,
+                _ => ErrorCode::InvalidEvent,
+            },
+        }
+    }
+}
+
+impl From<&FlushError> for ErrorCode {
+    fn from(e: &FlushError) -> Self {
+        match e {
+            FlushError::Parked { .. } => ErrorCode::Parked,
+            FlushError::Discarded(_) => ErrorCode::Discarded,
+            FlushError::Closed => ErrorCode::Closed,
+            FlushError::Store(e) => e.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_screaming_snake_case() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::ALL {
+            let text = code.as_str();
+            assert!(seen.insert(text), "{text} twice");
+            assert!(
+                text.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn engine_errors_map_to_their_codes() {
+        use super::super::outbox::Cause;
+        assert_eq!(
+            ErrorCode::from(&StoreError::QuotaExceeded(String::new(), Cause::NONE)),
+            ErrorCode::QuotaExceeded
+        );
+        assert_eq!(ErrorCode::from(&StoreError::Closed), ErrorCode::Closed);
+        assert_eq!(
+            ErrorCode::from(&FlushError::Store(StoreError::Corrupt("x".into()))),
+            ErrorCode::StorageFailed
+        );
+        let zero = AppendError::Invalid {
+            index: 0,
+            error: ValidationError::EventTypeZero { at: "e".into() },
+        };
+        assert_eq!(ErrorCode::from(&zero), ErrorCode::InvalidEventType);
+        assert_eq!(ErrorCode::from(&AppendError::Empty), ErrorCode::EmptyEvents);
+    }
+}
