@@ -166,20 +166,42 @@ run_engine() { # engine log
     # other file takes seconds, so a page that never starts its tests costs minutes, not 15.
     # browser_sync runs with the runner's --nocapture so that its console lines (rule8's drain
     # rate, the chaos run's fault counts) reach the log; the summary repeats rule8's.
-    local timeout=300 file_status runner_args=${BROWSER_TEST_ARGS:-}
+    local timeout=180 file_status runner_args=${BROWSER_TEST_ARGS:-} pid tail_pid waited
     if [ "$name" = browser_sync ]; then
       timeout=900
       runner_args="--nocapture $runner_args"
     fi
+    timeout=${WASM_BINDGEN_TEST_TIMEOUT:-$timeout}
     for attempt in 1 2; do
+      # wasm-pack, cargo, the runner and the runner's driver and browser in a process group of
+      # their own, killed by a watchdog if the runner outlives its own timeout by 2 minutes (a
+      # Chromium page once blocked the runner's WebDriver calls for 7 minutes past its 300 s)
+      # and by cleanup on every exit path.
       # shellcheck disable=SC2086 # BROWSER_TEST_ARGS is a list of words (a filter, --skip NAME)
-      WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-$timeout} wasm-pack test --headless "${args[@]}" -- --test "$name" \
-        ${runner_args:+-- $runner_args} 2>&1 | tee "$WORK/file.log"
-      file_status=${PIPESTATUS[0]}
-      # The runner's service-worker page can wait forever for a `controllerchange` it missed
-      # (seen once in WebKit: the page stayed at "Loading Wasm module...", no test started).
-      # A page that never started a test is retried once, in a fresh browser; a test that ran
-      # and failed is never retried.
+      WASM_BINDGEN_TEST_TIMEOUT=$timeout setsid wasm-pack test --headless "${args[@]}" -- --test "$name" \
+        ${runner_args:+-- $runner_args} >"$WORK/file.log" 2>&1 &
+      pid=$!
+      echo "$pid" >>"$GROUPS_FILE"
+      tail -n +1 -f --pid="$pid" "$WORK/file.log" &
+      tail_pid=$!
+      waited=0
+      while kill -0 "$pid" 2>/dev/null; do
+        if [ "$waited" -ge $((timeout + 120)) ]; then
+          echo "--- $engine: $name: the runner outlived its ${timeout} s timeout by 120 s: killed"
+          kill_group "$pid"
+          break
+        fi
+        sleep 1
+        waited=$((waited + 1))
+      done
+      wait "$pid"
+      file_status=$?
+      wait "$tail_pid"
+      kill_group "$pid" # whatever the runner left behind (its driver, a browser)
+      sed -i "/^$pid\$/d" "$GROUPS_FILE"
+      # A page that never started a test (seen in Chromium and in WebKit, more than once: the page
+      # stayed at "Loading scripts..."/"Loading Wasm module...", no console error) is retried
+      # once, in a fresh browser; a test that ran and failed is never retried.
       if [ "$file_status" -ne 0 ] && [ "$attempt" -eq 1 ] && ! grep -aqE '^running [0-9]+ tests?' "$WORK/file.log"; then
         echo "--- $engine: $name: the runner never started a test; once more in a fresh browser"
         cat "$WORK/file.log" >>"$WORK/retried.log"
