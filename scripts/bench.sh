@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `npm run bench [-- --smoke]`: builds the package and the gateway (release), then runs
-# bench/run.mjs, which measures each line against a plain-JavaScript baseline in fresh headless
-# Chromium processes and writes BENCHMARKS.md (not in smoke mode).
+# `npm run bench [-- --smoke] [-- --browser chromium|firefox|webkit|all]`: builds the package and
+# the gateway (release), then runs bench/run.mjs, which measures each line against a
+# plain-JavaScript baseline in fresh headless Chromium processes, then the drain in each other
+# engine of --browser (default all: Firefox, WebKit through WebDriver, WebKit on disk) against
+# Chromium's, and writes BENCHMARKS.md (not in smoke mode, nor with --only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"

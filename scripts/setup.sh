@@ -5,7 +5,8 @@
 #   - the wasm32-unknown-unknown Rust target
 #   - wasm-bindgen-cli at exactly the wasm-bindgen version in Cargo.lock
 #   - wasm-pack 0.15.1
-#   - Debian's chromium and chromium-driver, firefox-esr and geckodriver (headless browser tests)
+#   - Debian's chromium and chromium-driver, firefox-esr and geckodriver, webkit2gtk-driver
+#     (WebKitWebDriver and MiniBrowser) and xvfb (headless browser tests)
 #   - the npm packages in package-lock.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +41,8 @@ if [ "$have" != "$WASM_PACK_VERSION" ]; then
   cargo install wasm-pack --version "$WASM_PACK_VERSION" --locked --force
 fi
 
-# 4. Headless Chromium and its driver, Firefox (the second engine), from Debian (never a test
+# 4. Headless Chromium and its driver, Firefox (the second engine), WebKitGTK's WebDriver with
+#    its MiniBrowser and the X server it needs (the third engine), from Debian (never a test
 #    tool's own browser download); one `apt-get update` for whatever is missing.
 packages=()
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
@@ -48,6 +50,12 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
 fi
 if ! command -v firefox-esr >/dev/null && ! command -v firefox >/dev/null; then
   packages+=(firefox-esr)
+fi
+if ! command -v WebKitWebDriver >/dev/null; then
+  packages+=(webkit2gtk-driver)
+fi
+if ! command -v Xvfb >/dev/null; then
+  packages+=(xvfb)
 fi
 if [ ${#packages[@]} -gt 0 ]; then
   log "installing Debian's ${packages[*]}"

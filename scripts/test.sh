@@ -3,8 +3,9 @@
 #
 #   1. lint: rustfmt and clippy -D warnings, native and wasm32 (one check)
 #   2. native tests: `cargo test --workspace` (protocol, gateway, engine, property tests)
-#   3. browser tests: `wasm-pack test --headless`, in Chromium and in Firefox, against a real
-#      gateway process started here on 127.0.0.1 with fault injection enabled
+#   3. browser tests (scripts/browser-tests.sh): `wasm-pack test --headless`, in Chromium,
+#      Firefox and WebKit, against a real gateway process started on 127.0.0.1 with fault
+#      injection enabled; each engine's wall time is printed
 #   4. the built npm package: TypeScript consumers type-check against its .d.ts files (one check);
 #      `npm pack` of it holds exactly the files an app needs (tests/package/pack.mjs)
 #   5. the benchmark's pipeline in smoke mode (one check; times are printed, never asserted)
@@ -29,12 +30,7 @@ fi
 RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/celeriant-test.XXXXXX")
 export TMPDIR="$RUN_DIR/tmp"
 mkdir -p "$TMPDIR"
-GATEWAY_PID=
 cleanup() {
-  if [ -n "$GATEWAY_PID" ]; then
-    kill "$GATEWAY_PID" 2>/dev/null
-    wait "$GATEWAY_PID" 2>/dev/null
-  fi
   rm -rf "$RUN_DIR"
 }
 trap cleanup EXIT
@@ -71,57 +67,16 @@ step "native tests: cargo test --workspace"
 cargo test --workspace --no-fail-fast 2>&1 | tee "$RUN_DIR/native.log"
 tally "$RUN_DIR/native.log" "native (cargo test)" "${PIPESTATUS[0]}"
 
-step "browser tests: headless Chromium and Firefox against a real gateway on 127.0.0.1"
-if cargo build -q -p celeriant-gateway; then
-  # Device identity is on (the gateway's default). Every test opens fresh databases, each a new
-  # device with its own session, all from 127.0.0.1: no per-address limit on session openings.
-  AUTH_FLAGS=(--session-rate-per-minute 0)
-  ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$RUN_DIR/gateway.port" \
-    --data-dir "$RUN_DIR/gateway" --www www --pkg pkg --faults "${AUTH_FLAGS[@]}" \
-    --fault-seed "${CELERIANT_FAULT_SEED:-20261129}" >"$RUN_DIR/gateway.log" 2>&1 &
-  GATEWAY_PID=$!
-  for _ in $(seq 200); do [ -s "$RUN_DIR/gateway.port" ] && break; sleep 0.1; done
-  export CELERIANT_TEST_GATEWAY="http://$(cat "$RUN_DIR/gateway.port" 2>/dev/null)"
-  echo "gateway: $CELERIANT_TEST_GATEWAY (pid $GATEWAY_PID, fault seed ${CELERIANT_FAULT_SEED:-20261129})"
-  # Every browser test file, once per engine; one wasm-pack run per file, so a failing file
-  # does not hide the others. The runner picks whichever driver variable is set (Firefox wins
-  # when both are), so each run sets exactly one; Firefox gets a throwaway HOME (it writes
-  # crash-report and config folders there), cargo and rustup keep the real ones.
-  status=0
-  run_browser_suite() { # engine log driver-args...
-    local engine=$1 log=$2
-    shift 2
-    for file in tests/browser_*.rs; do
-      name=$(basename "$file" .rs)
-      echo "--- $engine: $name"
-      WASM_BINDGEN_TEST_TIMEOUT=900 wasm-pack test --headless "$@" -- --test "$name" 2>&1 | tee -a "$log"
-      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    done
-  }
-  (
-    unset GECKODRIVER
-    run_browser_suite chromium "$RUN_DIR/browser-chromium.log" --chrome --chromedriver "$(command -v chromedriver)"
-    exit $status
-  ) || status=1
-  tally "$RUN_DIR/browser-chromium.log" "browser, Chromium (wasm-pack test)" "$status"
-  firefox_status=0
-  (
-    unset CHROMEDRIVER
-    export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
-    export HOME="$RUN_DIR/firefox-home"
-    mkdir -p "$HOME"
-    run_browser_suite firefox "$RUN_DIR/browser-firefox.log" --firefox --geckodriver "$(command -v geckodriver)"
-    exit $status
-  ) || firefox_status=1
-  tally "$RUN_DIR/browser-firefox.log" "browser, Firefox (wasm-pack test)" "$firefox_status"
-  [ "$firefox_status" -eq 0 ] || status=1
-  if [ "$status" -ne 0 ]; then
-    echo "--- last lines of the gateway's log"
-    tail -n 40 "$RUN_DIR/gateway.log"
+step "browser tests: headless Chromium, Firefox and WebKit against a real gateway on 127.0.0.1"
+BROWSER_LOG_DIR="$RUN_DIR" bash scripts/browser-tests.sh chromium firefox webkit
+for engine in Chromium Firefox WebKit; do
+  key=$(echo "$engine" | tr 'A-Z' 'a-z')
+  if [ -f "$RUN_DIR/browser-$key.status" ]; then
+    tally "$RUN_DIR/browser-$key.log" "browser, $engine (wasm-pack test)" "$(cat "$RUN_DIR/browser-$key.status")"
+  else
+    record "browser, $engine (wasm-pack test)" 0 1
   fi
-else
-  record "browser (wasm-pack test)" 0 1
-fi
+done
 
 step "package: build pkg/ and type-check a TypeScript consumer against its .d.ts"
 if bash scripts/build.sh >"$RUN_DIR/build.log" 2>&1 \

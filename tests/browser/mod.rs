@@ -327,13 +327,15 @@ pub async fn open_nowhere(db: &str, extra: &str) -> SyncClient {
 }
 
 /// Awaits `client.flush()`, failing the test (with the status) after `seconds`.
+///
+/// On failure the client is closed first (not awaited): a failed test never closes its client,
+/// and the tests of a file share one page, so its drain loop would otherwise go on competing with
+/// the next tests for the page's IndexedDB (in WebKit one long settle blocks every database).
 pub async fn flush_within(client: &SyncClient, seconds: u32) {
     if let Err(e) = within(client.flush(), seconds * 1000, "flush").await {
-        panic!(
-            "flush failed: {} (status {:?})",
-            describe(&e),
-            js_sys::JSON::stringify(&client.status())
-        );
+        let status = js_sys::JSON::stringify(&client.status());
+        let _ = client.close();
+        panic!("flush failed: {} (status {:?})", describe(&e), status);
     }
 }
 
