@@ -172,7 +172,10 @@ run_engine() { # engine log
       runner_args="--nocapture $runner_args"
     fi
     timeout=${WASM_BINDGEN_TEST_TIMEOUT:-$timeout}
-    for attempt in 1 2; do
+    # A page that never starts its tests is noticed after ${BROWSER_TEST_START_WAIT:-120} s (the
+    # runner prints "running N tests" as soon as the page has loaded the module) and retried.
+    local start_wait=${BROWSER_TEST_START_WAIT:-120} started
+    for attempt in 1 2 3; do
       # wasm-pack, cargo, the runner and the runner's driver and browser in a process group of
       # their own, killed by a watchdog if the runner outlives its own timeout by 2 minutes (a
       # Chromium page once blocked the runner's WebDriver calls for 7 minutes past its 300 s)
@@ -185,7 +188,19 @@ run_engine() { # engine log
       tail -n +1 -f --pid="$pid" "$WORK/file.log" &
       tail_pid=$!
       waited=0
+      started=1
+      local loading=0 # seconds since the runner opened the page (compiling does not count)
       while kill -0 "$pid" 2>/dev/null; do
+        if grep -aq '^Running headless tests in' "$WORK/file.log"; then
+          loading=$((loading + 1))
+        fi
+        if [ "$loading" -ge "$start_wait" ] && [ "$attempt" -lt 3 ] \
+          && ! grep -aqE '^running [0-9]+ tests?' "$WORK/file.log"; then
+          echo "--- $engine: $name: no test started within ${start_wait} s: killed"
+          kill_group "$pid"
+          started=0
+          break
+        fi
         if [ "$waited" -ge $((timeout + 120)) ]; then
           echo "--- $engine: $name: the runner outlived its ${timeout} s timeout by 120 s: killed"
           kill_group "$pid"
@@ -201,8 +216,9 @@ run_engine() { # engine log
       sed -i "/^$pid\$/d" "$GROUPS_FILE"
       # A page that never started a test (seen in Chromium and in WebKit, more than once: the page
       # stayed at "Loading scripts..."/"Loading Wasm module...", no console error) is retried
-      # once, in a fresh browser; a test that ran and failed is never retried.
-      if [ "$file_status" -ne 0 ] && [ "$attempt" -eq 1 ] && ! grep -aqE '^running [0-9]+ tests?' "$WORK/file.log"; then
+      # up to twice, in a fresh browser; a test that ran and failed is never retried.
+      if [ "$file_status" -ne 0 ] && [ "$attempt" -lt 3 ] \
+        && { [ "$started" -eq 0 ] || ! grep -aqE '^running [0-9]+ tests?' "$WORK/file.log"; }; then
         echo "--- $engine: $name: the runner never started a test; once more in a fresh browser"
         cat "$WORK/file.log" >>"$WORK/retried.log"
         if [ "$engine" = webkit ]; then

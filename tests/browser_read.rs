@@ -288,3 +288,31 @@ async fn a_hostile_page_never_enters_the_local_log_and_the_view_recovers() {
     );
     ok(client.close()).await;
 }
+
+#[wasm_bindgen_test]
+async fn a_read_right_after_open_is_caught_up_even_before_this_context_drains() {
+    no_faults().await;
+    let writer = open(&db_name("read-early-writer"), "{}").await;
+    let (t, id) = (uuid(), uuid());
+    let agg = aggregate(&t, &id);
+    append_json(&writer, &agg, r#"{"n":1}"#).await;
+    flush_within(&writer, 20).await;
+    let want = server_keys(&t, &id).await;
+    for round in 0..3 {
+        // `read` at once: the drain lock may not be granted yet, so its catch-up request has
+        // nobody to go to until this context becomes the drainer.
+        let reader = open(&db_name(&format!("read-early-{round}")), "{}").await;
+        let started = js_sys::Date::now();
+        let view = ok(reader.read(agg.clone())).await;
+        let took = js_sys::Date::now() - started;
+        assert_eq!(
+            get(&view, "fromCache").as_bool(),
+            Some(false),
+            "round {round}"
+        );
+        assert_eq!(view_keys(&view), want, "round {round}");
+        assert!(took < 5_000.0, "round {round}: the read waited {took} ms");
+        ok(reader.close()).await;
+    }
+    ok(writer.close()).await;
+}

@@ -372,7 +372,13 @@ impl Runtime {
         for input in inputs {
             reader.feed(input);
         }
-        // The other contexts say what they watch.
+        // `read`s of this context that asked before it drained (their catch-up went to the
+        // channel, and there was nobody to hear it).
+        let waiting: Vec<AggregateRef> = self.waiters.borrow().iter().map(|(a, _)| *a).collect();
+        for aggregate in waiting {
+            reader.feed(ReadInput::CatchUp(aggregate));
+        }
+        // The other contexts say what they watch (and ask again for their waiting reads).
         self.post(&Message::Read(ReadMessage::WhoWatches));
     }
 
@@ -388,10 +394,17 @@ impl Runtime {
                     }
                 }
             }
-            ReadMessage::WhoWatches => self.post(&Message::Read(ReadMessage::Watch {
-                context: self.context,
-                list: self.views.watched(),
-            })),
+            ReadMessage::WhoWatches => {
+                self.post(&Message::Read(ReadMessage::Watch {
+                    context: self.context,
+                    list: self.views.watched(),
+                }));
+                let waiting: Vec<AggregateRef> =
+                    self.waiters.borrow().iter().map(|(a, _)| *a).collect();
+                for aggregate in waiting {
+                    self.post(&Message::Read(ReadMessage::CatchUp(aggregate)));
+                }
+            }
             ReadMessage::CatchUp(aggregate) => {
                 if let Some(reader) = reader {
                     reader.feed(ReadInput::CatchUp(aggregate));
