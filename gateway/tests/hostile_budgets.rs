@@ -76,3 +76,82 @@ fn slow_bodies_of_one_address_cannot_take_the_whole_write_budget() {
     );
     drop(held);
 }
+
+/// A `GET` of aggregate `id` from a socket with a small receive buffer that is not read yet.
+fn idle_reader(addr: &str, id: &str) -> TcpStream {
+    let target: std::net::SocketAddr = addr.parse().unwrap();
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&target.into()).unwrap();
+    let mut stream: TcpStream = socket.into();
+    let request = format!(
+        "GET /v1/aggregates/{}/{id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        support::app::TYPE
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    stream
+}
+
+/// Reads: a page's bytes are reserved from `--read-buffer-bytes` until the connection has
+/// taken them. The page used to go out as one frame: hyper took it, saw the end of the body
+/// and dropped it (giving the reservation back) while the whole page still sat in its write
+/// buffer for a reader that did not read, so any number of such readers held pages beyond the
+/// budget. Now the page goes out in 64 KiB frames and the reservation is held until the last
+/// is taken: past the budget the readers are refused 429 (42900).
+#[test]
+fn pages_held_for_readers_that_do_not_read_stay_within_the_read_budget() {
+    let dir = data_dir();
+    // Room for one page of the 5.6 MB batch below (the smallest budget the flags allow).
+    let budget = celeriant_sync_protocol::body_size::max_write_body_bytes(
+        &celeriant_sync_protocol::Limits::default(),
+    );
+    let gateway = Process::start(
+        dir.path(),
+        &["--auth", "none", "--read-buffer-bytes", &budget.to_string()],
+    );
+    let id = aggregate(2);
+    let mb = vec![0x42u8; 1 << 20];
+    let events: Vec<(u64, &[u8])> = (1..=4).map(|s| (s, mb.as_slice())).collect();
+    let mut writer = TcpStream::connect(&gateway.addr).unwrap();
+    writer
+        .write_all(&write_request(OTHER, &id, &events, "Connection: close\r\n"))
+        .unwrap();
+    let answer = read_answer(&mut writer, Duration::from_secs(30));
+    assert_eq!(answer.status, 200, "{answer:?}");
+
+    const READERS: usize = 6;
+    // One after the other, each once the one before is answered (and not read).
+    let mut readers: Vec<TcpStream> = (0..READERS)
+        .map(|_| {
+            let reader = idle_reader(&gateway.addr, &id);
+            std::thread::sleep(Duration::from_millis(400));
+            reader
+        })
+        .collect();
+    let answers: Vec<_> = readers
+        .iter_mut()
+        .map(|r| read_answer(r, Duration::from_secs(30)))
+        .collect();
+    let served = answers.iter().filter(|a| a.status == 200).count();
+    let refused = answers
+        .iter()
+        .filter(|a| a.status == 429 && a.code() == 42900)
+        .count();
+    println!("{READERS} readers that do not read: {served} served, {refused} refused 429 (42900)");
+    assert_eq!(
+        (served, refused),
+        (1, READERS - 1),
+        "one page fits the read budget; the others must be refused while it is unread"
+    );
+    assert!(
+        answers
+            .iter()
+            .filter(|a| a.status == 200)
+            .all(|a| a.body.len() > 5_000_000),
+        "the page is served whole"
+    );
+
+    // Once taken, the reservation is given back.
+    let mut again = idle_reader(&gateway.addr, &id);
+    assert_eq!(read_answer(&mut again, Duration::from_secs(30)).status, 200);
+}
