@@ -132,3 +132,43 @@ fn a_flipped_byte_is_detected_on_read_and_by_verify() {
         store["checksumFailures"]
     );
 }
+
+/// A trimmed aggregate is sound (security review): `verify` expects its batches from the trim
+/// mark on, not from 1 (it used to report every trimmed aggregate as damaged), and the trim
+/// gives the bytes removed back to the writer's quota (it used to keep counting them: a client
+/// whose batches were trimmed stayed over its quota for good, and `verify` then reported its
+/// usage as wrong too).
+#[test]
+fn a_trim_is_sound_to_verify_and_frees_the_writers_quota() {
+    let dir = data_dir();
+    let db = dir.path().join("db");
+    // Room for three of the ~13.7 KB batches below, not four.
+    let mut gw = Process::start(
+        dir.path(),
+        &["--auth", "none", "--faults", "--store-quota-bytes", "45000"],
+    );
+    let payload = vec![0x33u8; 10_000];
+    for seq in 1..=3 {
+        assert_eq!(write(&gw.addr, 7, seq, &payload), 200);
+    }
+    assert_eq!(write(&gw.addr, 7, 4, &payload), 403, "over the quota");
+    let trimmed = support::process::post(
+        &gw.base,
+        "/v1/faults/trim",
+        None,
+        &serde_json::json!({"typeId": support::app::TYPE, "id": aggregate(7), "before": 3}),
+    );
+    assert_eq!(trimmed.json["minVersion"], 3, "{:?}", trimmed.json);
+    assert_eq!(
+        write(&gw.addr, 7, 4, &payload),
+        200,
+        "the two batches trimmed no longer count against the quota"
+    );
+    gw.stop();
+    let (status, report) = verify(&db);
+    assert_eq!(status, 0, "{report}");
+    assert!(
+        report.starts_with("ok: 2 batches, 1 aggregates, 1 trim marks"),
+        "{report}"
+    );
+}
