@@ -6,7 +6,7 @@
 //! flipped in the file of a stopped gateway; `celeriant-gateway verify` names the batch and
 //! exits 1; the restarted gateway answers a read of that aggregate 500 (50001, naming the
 //! aggregate and version) instead of the data, counts the failure in `/healthz` (still 200:
-//! the rest of the store is sound), serves every other aggregate, and keeps taking writes.
+//! the rest of the store is sound; the count only, the aggregate is named in the log), serves every other aggregate, and keeps taking writes.
 
 mod support;
 
@@ -114,12 +114,12 @@ fn a_flipped_byte_is_detected_on_read_and_by_verify() {
     assert_eq!(health.status, 200, "{health:?}");
     let store = &health.json()["store"];
     assert_eq!(store["checksumFailures"], 1, "{store}");
+    // Only the count: which aggregate is damaged is for the operator's log, and `/healthz`
+    // answers anyone.
+    assert!(store.get("lastChecksumFailure").is_none(), "{store}");
     assert!(
-        store["lastChecksumFailure"]
-            .as_str()
-            .unwrap()
-            .starts_with("batch 2 of aggregate"),
-        "{store}"
+        !health.json().to_string().contains(&aggregate(1)),
+        "no aggregate named in /healthz: {store}"
     );
     assert_eq!(read_all(&gw.addr, &aggregate(2), "").len(), 1);
     assert_eq!(write(&gw.addr, 1, 3, b"still writable"), 200);
