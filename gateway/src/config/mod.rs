@@ -306,7 +306,8 @@ impl Config {
         is_loopback(self.listen.ip())
     }
 
-    /// Refuses the combinations that are only safe on loopback, and incomplete app-token
+    /// Refuses the combinations that are only safe on loopback (also when a `--public-host`
+    /// says the gateway is reached from beyond it through a proxy), and incomplete app-token
     /// settings, with a message saying what to change.
     pub fn check(&self) -> Result<(), String> {
         if !self.listens_on_loopback() {
@@ -327,6 +328,21 @@ impl Config {
                 return Err(format!(
                     "listening beyond loopback ({listen}) needs an explicit --allow-origin list \
                      (CELERIANT_GATEWAY_ALLOW_ORIGIN): the origins of the apps that may call it"
+                ));
+            }
+        }
+        // A public host name means the gateway is reached through something (a reverse proxy,
+        // a tunnel) that connects from loopback: the listen address proves nothing then.
+        if !self.public_hosts.is_empty() {
+            let hosts = self.public_hosts.join(",");
+            if self.auth == AuthMode::None {
+                return Err(format!(
+                    "--auth none is refused with --public-host ({hosts}): the gateway is reached                      beyond this machine (through a proxy, from loopback), and anyone could write                      under any client id; drop --auth none or --public-host"
+                ));
+            }
+            if self.faults {
+                return Err(format!(
+                    "--faults is refused with --public-host ({hosts}): the gateway is reached                      beyond this machine (through a proxy, from loopback), and fault injection                      is for tests and demos; drop --faults or --public-host"
                 ));
             }
         }
