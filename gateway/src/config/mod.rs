@@ -98,6 +98,13 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_API_KEY", hide_env_values = true)]
     pub celeriant_api_key: Option<String>,
 
+    /// Seconds one upstream Celeriant watch is kept before it is renewed (closed, reopened,
+    /// every change stream sent `resync`). A Celeriant watch sends no keepalive, so a silently
+    /// dead one (a hung node, a half-open connection) is noticed at the latest after this long.
+    #[arg(long, env = "CELERIANT_GATEWAY_CELERIANT_WATCH_RENEW_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub celeriant_watch_renew_secs: u64,
+
     /// Organisation every write and read is scoped to (never taken from request bodies).
     #[arg(long, env = "CELERIANT_GATEWAY_ORG_ID", default_value_t = DEFAULT_ORG_ID)]
     pub org_id: Uuid,
