@@ -75,6 +75,7 @@ impl AppState {
             write_share: Arc::new(ByteShare::new(
                 limits.write_buffer_bytes,
                 limits.max_body_bytes,
+                limits.write_buffer_bytes_per_ip,
             )),
             read_bytes: Arc::new(Budget::new("read responses", limits.read_buffer_bytes)),
             fair: Arc::new(FairShare::new(limits)),

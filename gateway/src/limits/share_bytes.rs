@@ -6,7 +6,8 @@
 //! each address (IPv6: per /64) and each session client id may hold at most an eighth of
 //! `--write-buffer-bytes` (never less than `--max-body-bytes`, so one largest body always
 //! fits) at once; past it the write is refused 429 `retry`, code 42910, `Retry-After: 1`,
-//! before the global budget is touched. An entry exists only while its key holds bytes.
+//! before the global budget is touched. `--write-buffer-bytes-per-ip` sets the address's share
+//! (0: none, behind a reverse proxy). An entry exists only while its key holds bytes.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -89,34 +90,42 @@ impl<K: Hash + Eq + Clone> Drop for HeldBytes<K> {
 /// The per-address and per-client shares of the write-body budget.
 pub struct ByteShare {
     total: usize,
-    ip: Arc<KeyedBytes<IpAddr>>,
+    /// `None`: no per-address share (`--write-buffer-bytes-per-ip 0`).
+    ip: Option<Arc<KeyedBytes<IpAddr>>>,
     client: Arc<KeyedBytes<Uuid>>,
     throttle: Throttle,
 }
 
 /// A write's bytes in its address's and client's shares, held until the store answered.
 pub struct SharedBytes {
-    _ip: HeldBytes<IpAddr>,
+    _ip: Option<HeldBytes<IpAddr>>,
     _client: Option<HeldBytes<Uuid>>,
 }
 
 impl ByteShare {
     /// Shares of a budget of `total` bytes: each key at most `total / 8`, never less than
-    /// `max_body` (nor more than `total`).
-    pub fn new(total: usize, max_body: usize) -> Self {
+    /// `max_body` (nor more than `total`). `per_ip` overrides the address's share (0: the
+    /// whole budget, for a gateway behind a reverse proxy, where every request has the proxy's
+    /// address), also at least `max_body`.
+    pub fn new(total: usize, max_body: usize, per_ip: Option<usize>) -> Self {
         let total = total.max(1);
         let cap = (total / 8).max(max_body).min(total);
+        let ip_cap = match per_ip {
+            None => Some(cap),
+            Some(0) => None,
+            Some(n) => Some(n.max(max_body).min(total)),
+        };
         ByteShare {
             total,
-            ip: KeyedBytes::new(cap),
+            ip: ip_cap.map(KeyedBytes::new),
             client: KeyedBytes::new(cap),
             throttle: Throttle::new(),
         }
     }
 
-    /// Most bytes one key may hold.
+    /// Most bytes one client id may hold.
     pub fn cap(&self) -> usize {
-        self.ip.cap
+        self.client.cap
     }
 
     /// Takes `bytes` (clamped as the budget clamps them) for `ip` and `client`, or refuses
@@ -128,31 +137,33 @@ impl ByteShare {
         bytes: usize,
     ) -> Result<SharedBytes, ApiError> {
         let bytes = bytes.clamp(1, self.total);
-        let ip_held = self
-            .ip
-            .take(bucket(ip), bytes)
-            .ok_or_else(|| self.refuse("this address", &ip.to_string(), bytes))?;
-        let client_held = match client {
+        let ip_held = match &self.ip {
             None => None,
-            Some(id) => Some(
-                self.client
-                    .take(id, bytes)
-                    .ok_or_else(|| self.refuse("this client id", &id.to_string(), bytes))?,
+            Some(share) => Some(
+                share
+                    .take(bucket(ip), bytes)
+                    .ok_or_else(|| self.refuse("this address", &ip.to_string(), share.cap))?,
             ),
         };
+        let client_held =
+            match client {
+                None => None,
+                Some(id) => Some(self.client.take(id, bytes).ok_or_else(|| {
+                    self.refuse("this client id", &id.to_string(), self.client.cap)
+                })?),
+            };
         Ok(SharedBytes {
             _ip: ip_held,
             _client: client_held,
         })
     }
 
-    fn refuse(&self, whose: &str, key: &str, bytes: usize) -> ApiError {
+    fn refuse(&self, whose: &str, key: &str, share: usize) -> ApiError {
         let message = format!(
-            "{whose} holds its share ({} bytes) of the write-body budget; retry shortly",
-            self.cap()
+            "{whose} holds its share ({share} bytes) of the write-body budget; retry shortly"
         );
         if let Some(suppressed) = self.throttle.allow() {
-            tracing::info!(key, bytes, %message, suppressed, "fair share of bytes: write refused");
+            tracing::info!(key, %message, suppressed, "fair share of bytes: write refused");
         }
         ApiError(WriteOutcome::Retry(Failure {
             retry_after_ms: Some(TRANSIENT_RETRY_AFTER_MS),
@@ -167,7 +178,7 @@ mod tests {
 
     #[test]
     fn each_key_holds_at_most_its_share_and_gives_it_back() {
-        let s = ByteShare::new(800, 50);
+        let s = ByteShare::new(800, 50, None);
         assert_eq!(s.cap(), 100);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
@@ -183,14 +194,18 @@ mod tests {
         );
         let _other = s.take(b, None, 100).unwrap();
         drop(first);
-        assert_eq!((s.ip.held(&a), s.client.keys()), (0, 0));
+        assert_eq!((s.ip.as_ref().unwrap().held(&a), s.client.keys()), (0, 0));
         let _again = s.take(a, Some(c), 100).unwrap();
     }
 
     #[test]
     fn one_largest_body_always_fits() {
-        let s = ByteShare::new(100, 90);
+        let s = ByteShare::new(100, 90, None);
         assert_eq!(s.cap(), 90);
-        assert_eq!(ByteShare::new(100, 500).cap(), 100);
+        assert_eq!(ByteShare::new(100, 500, None).cap(), 100);
+        let proxy = ByteShare::new(800, 50, Some(0));
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let _a = proxy.take(ip, None, 400).unwrap();
+        let _b = proxy.take(ip, None, 400).unwrap();
     }
 }
