@@ -50,7 +50,11 @@ async fn run(config: Config) -> Result<(), String> {
                     api_key: config.celeriant_api_key.clone(),
                     request_timeout: Duration::from_millis(config.limits.request_timeout_ms),
                 })
-                .await?,
+                .await?
+                .with_watch(
+                    Some(config.org_id),
+                    Duration::from_secs(config.celeriant_watch_renew_secs),
+                ),
             )
         }
     };

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::faults::FaultInjector;
 use crate::limits::budget::Budget;
 use crate::limits::fair::FairShare;
+use crate::limits::share_bytes::ByteShare;
 use crate::watch::Hub;
 
 /// Shared state of the HTTP application (cheap to clone).
@@ -31,6 +32,8 @@ pub struct AppState {
     pub admission: Arc<Semaphore>,
     /// Bytes of write bodies held at once (`--write-buffer-bytes`).
     pub write_bytes: Arc<Budget>,
+    /// Each address's and client id's share of `write_bytes` (an eighth, at least one body).
+    pub write_share: Arc<ByteShare>,
     /// Bytes of read responses held at once (`--read-buffer-bytes`).
     pub read_bytes: Arc<Budget>,
     /// Per-address and per-client rates and concurrency.
@@ -69,6 +72,11 @@ impl AppState {
             backend,
             admission: Arc::new(Semaphore::new(limits.max_inflight)),
             write_bytes: Arc::new(Budget::new("write bodies", limits.write_buffer_bytes)),
+            write_share: Arc::new(ByteShare::new(
+                limits.write_buffer_bytes,
+                limits.max_body_bytes,
+                limits.write_buffer_bytes_per_ip,
+            )),
             read_bytes: Arc::new(Budget::new("read responses", limits.read_buffer_bytes)),
             fair: Arc::new(FairShare::new(limits)),
             auth: Arc::new(Auth::from_config(&config)?),

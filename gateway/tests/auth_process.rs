@@ -264,6 +264,28 @@ fn unsafe_configurations_beyond_loopback_refuse_to_start() {
             "--faults",
         ),
         (&["--listen", "0.0.0.0:0"][..], "--allow-origin"),
+        // On loopback, but reached from beyond it: a reverse proxy connects from 127.0.0.1.
+        (
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--public-host",
+                "sync.example.com",
+                "--auth",
+                "none",
+            ][..],
+            "--auth none is refused with --public-host",
+        ),
+        (
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--public-host",
+                "sync.example.com",
+                "--faults",
+            ][..],
+            "--faults is refused with --public-host",
+        ),
     ] {
         let out = run_to_exit(dir.path(), args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -219,3 +219,164 @@ fn a_gateway_on_celeriant_streams_what_is_written_through_it() {
         "the upstream watch was lost"
     );
 }
+
+fn written(id: u128, version: u64) -> WatchResponseEvent {
+    WatchResponseEvent {
+        org_id: ORG,
+        aggregate_type_id: TYPE,
+        aggregate_id: id,
+        operation: 1,
+        from_aggregate_version: Some(version),
+        to_aggregate_version: Some(version),
+        keep_from_aggregate_version: None,
+    }
+}
+
+/// A Celeriant delete is a `reset`, and what the stream had sent of the aggregate no longer
+/// holds: the aggregate created again from version 1 is notified `changed` again. (The stream
+/// used to remember version 5 as sent and swallowed every version up to it.)
+#[test]
+fn a_deleted_aggregate_created_again_is_notified_again() {
+    let fake = FakeCeleriant::start();
+    let dir = data_dir();
+    let org = Uuid::from_u128(ORG).to_string();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--backend",
+            "celeriant",
+            "--celeriant-addr",
+            &fake.address(),
+            "--org-id",
+            &org,
+            "--auth",
+            "none",
+        ],
+    );
+    let k = key(9);
+    let (type_id, id) = (k.aggregate.type_id.to_string(), k.aggregate.id.to_string());
+    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
+    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    assert_eq!(s.status, 200, "{}", s.body);
+    assert_eq!(s.expect(WAIT).event, "ready");
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake.watches() != 1 {
+        assert!(std::time::Instant::now() < deadline, "no upstream watch");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let expect = |s: &mut sse::Stream| loop {
+        let e = s.expect(WAIT);
+        if e.event != "resync" {
+            return e;
+        }
+    };
+    fake.notify(vec![written(9, 5)]);
+    let e = expect(&mut s);
+    assert_eq!(
+        (e.event.as_str(), &e.data["version"]),
+        ("changed", &json!(5))
+    );
+    let deleted = WatchResponseEvent {
+        org_id: ORG,
+        aggregate_type_id: TYPE,
+        aggregate_id: 9,
+        operation: 3,
+        from_aggregate_version: None,
+        to_aggregate_version: None,
+        keep_from_aggregate_version: None,
+    };
+    fake.notify(vec![deleted]);
+    assert_eq!(expect(&mut s).event, "reset");
+    fake.notify(vec![written(9, 1)]);
+    let e = expect(&mut s);
+    assert_eq!(
+        (e.event.as_str(), &e.data["version"]),
+        ("changed", &json!(1)),
+        "the recreated aggregate's version 1 is notified"
+    );
+}
+
+/// A Celeriant watch sends nothing while nothing changes, so a watch that silently died (a
+/// hung node, a half-open connection) looked exactly like a quiet store and was never noticed:
+/// every later change was lost without a `resync`. The gateway now renews its watch every
+/// `--celeriant-watch-renew-secs` (1 here) and sends `resync`; the watch asks for the gateway's
+/// organisation only.
+#[test]
+fn a_silently_dead_upstream_watch_is_renewed_with_a_resync() {
+    let fake = FakeCeleriant::start();
+    let dir = data_dir();
+    let org = Uuid::from_u128(ORG).to_string();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--backend",
+            "celeriant",
+            "--celeriant-addr",
+            &fake.address(),
+            "--org-id",
+            &org,
+            "--auth",
+            "none",
+            "--celeriant-watch-renew-secs",
+            "1",
+        ],
+    );
+    let k = key(11);
+    let (type_id, id) = (k.aggregate.type_id.to_string(), k.aggregate.id.to_string());
+    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
+    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    assert_eq!(s.status, 200, "{}", s.body);
+    assert_eq!(s.expect(WAIT).event, "ready");
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake.watches() != 1 {
+        assert!(std::time::Instant::now() < deadline, "no upstream watch");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let orgs: Vec<_> = fake
+        .requests()
+        .iter()
+        .filter_map(|r| match r {
+            celeriant_msg::process_client_requests::ClientRequest::Watch(w) => Some(w.orgs.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        orgs[0],
+        Some([ORG].into_iter().collect()),
+        "the watch asks for the gateway's organisation"
+    );
+
+    // The upstream watch hangs; a change made now is not notified on it.
+    fake.silence_watches();
+    while matches!(s.next(Duration::from_millis(50)), sse::Next::Event(_)) {}
+    fake.notify(vec![written(11, 1)]);
+    let started = std::time::Instant::now();
+    // (A renewal racing the silence may deliver the change on the next watch first.)
+    while s.expect(WAIT).event != "resync" {}
+    println!(
+        "a silently dead watch noticed after {:?}",
+        started.elapsed()
+    );
+
+    // A fresh watch delivers again.
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake.watches() != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new upstream watch"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fake.notify(vec![written(11, 2)]);
+    loop {
+        let e = s.expect(WAIT);
+        if e.event == "resync" {
+            continue;
+        }
+        assert_eq!(
+            (e.event.as_str(), &e.data["version"]),
+            ("changed", &json!(2))
+        );
+        break;
+    }
+}

@@ -6,7 +6,8 @@
 //! `--write-buffer-bytes` (64 MiB by default) before its body is read, and held until the store
 //! answered; the bodies over the budget are refused with 429 (42900) unread.
 //!
-//! Here 128 connections each send a legal write of 5.6 MB (four events of 1 MiB, the
+//! Here 128 connections, from 64 loopback addresses (one address may hold only an eighth of
+//! the budget, 42910 past it), each send a legal write of 5.6 MB (four events of 1 MiB, the
 //! protocol's 4 MiB per request) at once, to a gateway with default limits. The bound: the
 //! gateway's peak resident memory (`VmHWM`) stays under [`BOUND_MIB`] — its memory at rest,
 //! about three times the write budget (the body, the parsed request and the stored record of
@@ -16,12 +17,12 @@
 mod support;
 
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::hostile::{aggregate, healthz, memory_kib, read_all, read_answer};
+use support::hostile::{aggregate, connect_from, healthz, memory_kib, read_all, read_answer};
 use support::process::{Process, data_dir};
 
 const CONNECTIONS: u64 = 128;
@@ -34,6 +35,7 @@ const CLIENT: &str = "6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0001";
 struct Tally {
     landed: Vec<u64>,
     busy: u64,
+    share: u64,
     cut: u64,
     other: Vec<String>,
 }
@@ -73,6 +75,7 @@ fn many_connections_with_large_bodies_stay_within_the_memory_bound() {
         match client.join().unwrap() {
             (200, _) => tally.landed.push(n as u64),
             (429, 42900) => tally.busy += 1,
+            (429, 42910) => tally.share += 1,
             (0, _) => tally.cut += 1,
             other => tally.other.push(format!("{other:?}")),
         }
@@ -84,14 +87,15 @@ fn many_connections_with_large_bodies_stay_within_the_memory_bound() {
     println!(
         "memory bound: {CONNECTIONS} connections × {:.1} MB bodies in {elapsed:.1?}: resident \
          {} MiB at rest, {} MiB peak sampled, {} MiB peak (VmHWM); bound {BOUND_MIB} MiB; \
-         {} landed, {} refused 429 (42900) before their body was read, {} cut while sending \
-         (the 429 raced the upload)",
+         {} landed, {} refused 429 (42900) before their body was read, {} past their \
+         address's share (42910), {} cut while sending (the 429 raced the upload)",
         (EVENTS as usize * payload.len()) as f64 / 1e6,
         at_rest / 1024,
         sampled.load(Ordering::Relaxed) / 1024,
         peak / 1024,
         tally.landed.len(),
         tally.busy,
+        tally.share,
         tally.cut,
     );
     assert!(tally.other.is_empty(), "untyped answers: {:?}", tally.other);
@@ -131,7 +135,10 @@ fn send_large_write(addr: &str, n: u64, payload: &str) -> (u16, u64) {
             .sum::<usize>()
         + (EVENTS as usize - 1)
         + "]}]}".len();
-    let Ok(mut stream) = TcpStream::connect(addr) else {
+    // From 64 addresses: each address may hold only an eighth of the budget, and the bound
+    // here is the budget's own.
+    let source = Ipv4Addr::new(127, 0, 1, 1 + (n % 64) as u8);
+    let Ok(mut stream) = std::panic::catch_unwind(|| connect_from(source, addr)) else {
         return (0, 0);
     };
     let mut send = || -> std::io::Result<()> {

@@ -236,7 +236,8 @@ pub struct StoreHealth {
     pub min_free_bytes: u64,
     /// Stored records that failed their checksum since the gateway started.
     pub checksum_failures: u64,
-    /// The last of them: which aggregate and version.
+    /// Which aggregate and version failed last. No longer sent (the gateway logs it instead:
+    /// `/healthz` is public); kept so that answers of older gateways still parse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checksum_failure: Option<String>,
     /// Times the store reopened itself after an I/O error since the gateway started.

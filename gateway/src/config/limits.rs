@@ -69,6 +69,13 @@ pub struct LimitConfig {
     #[arg(long, env = "CELERIANT_GATEWAY_WRITE_BUFFER_BYTES", default_value_t = 64 << 20)]
     pub write_buffer_bytes: usize,
 
+    /// Most bytes of write bodies one client address may hold at once (IPv6: per /64; at
+    /// least --max-body-bytes); past it 429 (42910). Default: an eighth of
+    /// --write-buffer-bytes. 0: no per-address share (behind a reverse proxy, where every
+    /// request has the proxy's address). Each session client id holds at most an eighth too.
+    #[arg(long, env = "CELERIANT_GATEWAY_WRITE_BUFFER_BYTES_PER_IP")]
+    pub write_buffer_bytes_per_ip: Option<usize>,
+
     /// Most writes handled at once; more are answered 429 (42900) before their body is read.
     #[arg(long, env = "CELERIANT_GATEWAY_MAX_INFLIGHT", default_value_t = 1024)]
     pub max_inflight: usize,

@@ -98,6 +98,13 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_API_KEY", hide_env_values = true)]
     pub celeriant_api_key: Option<String>,
 
+    /// Seconds one upstream Celeriant watch is kept before it is renewed (closed, reopened,
+    /// every change stream sent `resync`). A Celeriant watch sends no keepalive, so a silently
+    /// dead one (a hung node, a half-open connection) is noticed at the latest after this long.
+    #[arg(long, env = "CELERIANT_GATEWAY_CELERIANT_WATCH_RENEW_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub celeriant_watch_renew_secs: u64,
+
     /// Organisation every write and read is scoped to (never taken from request bodies).
     #[arg(long, env = "CELERIANT_GATEWAY_ORG_ID", default_value_t = DEFAULT_ORG_ID)]
     pub org_id: Uuid,
@@ -306,7 +313,8 @@ impl Config {
         is_loopback(self.listen.ip())
     }
 
-    /// Refuses the combinations that are only safe on loopback, and incomplete app-token
+    /// Refuses the combinations that are only safe on loopback (also when a `--public-host`
+    /// says the gateway is reached from beyond it through a proxy), and incomplete app-token
     /// settings, with a message saying what to change.
     pub fn check(&self) -> Result<(), String> {
         if !self.listens_on_loopback() {
@@ -327,6 +335,21 @@ impl Config {
                 return Err(format!(
                     "listening beyond loopback ({listen}) needs an explicit --allow-origin list \
                      (CELERIANT_GATEWAY_ALLOW_ORIGIN): the origins of the apps that may call it"
+                ));
+            }
+        }
+        // A public host name means the gateway is reached through something (a reverse proxy,
+        // a tunnel) that connects from loopback: the listen address proves nothing then.
+        if !self.public_hosts.is_empty() {
+            let hosts = self.public_hosts.join(",");
+            if self.auth == AuthMode::None {
+                return Err(format!(
+                    "--auth none is refused with --public-host ({hosts}): the gateway is reached                      beyond this machine (through a proxy, from loopback), and anyone could write                      under any client id; drop --auth none or --public-host"
+                ));
+            }
+            if self.faults {
+                return Err(format!(
+                    "--faults is refused with --public-host ({hosts}): the gateway is reached                      beyond this machine (through a proxy, from loopback), and fault injection                      is for tests and demos; drop --faults or --public-host"
                 ));
             }
         }

@@ -1,4 +1,4 @@
-//! The change stream's settings (`POST /v1/watch`): heartbeat and the three stream limits.
+//! The change stream's settings (`POST /v1/watch`): heartbeat and the stream limits.
 //!
 //! Each open stream holds a connection (counted in `--max-connections`), a slot of pending
 //! notifications bounded by the aggregates it names, and registry entries; these flags bound
@@ -35,6 +35,13 @@ pub struct WatchConfig {
     #[arg(long, env = "CELERIANT_GATEWAY_WATCH_MAX_STREAMS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub watch_max_streams: u32,
+
+    /// Most registrations in the gateway: aggregates summed over every open change stream
+    /// (each costs a registry entry and a slot entry); a stream that would pass it is refused
+    /// (429, 42921, `retry`).
+    #[arg(long, env = "CELERIANT_GATEWAY_WATCH_MAX_REGISTRATIONS", default_value_t = 200_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub watch_max_registrations: u32,
 }
 
 impl WatchConfig {
@@ -44,6 +51,7 @@ impl WatchConfig {
             max_aggregates: self.watch_max_aggregates as usize,
             max_streams_per_client: self.watch_max_streams_per_client as usize,
             max_streams: self.watch_max_streams as usize,
+            max_registrations: self.watch_max_registrations as usize,
         }
     }
 

@@ -6,7 +6,8 @@
 //! * [`connections`]: open connections, overall and per address (`crate::serve` applies it);
 //! * [`fair`]: per-address and per-client rate and concurrency, for writes and reads apart
 //!   (429, 42910);
-//! * [`budget`]: bytes of write bodies and of read responses held at once (429, 42900).
+//! * [`budget`]: bytes of write bodies and of read responses held at once (429, 42900);
+//! * [`share_bytes`]: each address's and client id's share of the write-body bytes (429, 42910).
 //!
 //! Per-key state is bounded: concurrency entries exist only while a request of that key is in
 //! flight (so there are at most as many as open connections), and the rate limiters drop idle
@@ -19,3 +20,4 @@ pub mod fair;
 pub mod ip;
 pub mod keyed;
 pub mod notice;
+pub mod share_bytes;

@@ -156,10 +156,16 @@ fn trimmed(min_version: u64) -> Response {
     (axum::http::StatusCode::GONE, axum::Json(body)).into_response()
 }
 
-/// A body that keeps its reservation until the connection has taken the bytes (or dropped
-/// the body): memory the budget accounts for stays accounted for while it is held.
+/// Size of the frames a page is handed to the connection in.
+const FRAME_BYTES: usize = 64 << 10;
+
+/// A body that keeps its reservation until the connection has taken the last of its bytes (or
+/// dropped the body): memory the budget accounts for stays accounted for while it is held.
+/// The page goes out in [`FRAME_BYTES`] slices of the one buffer, so hyper cannot take it all
+/// in one frame, see the end of the stream and drop the body (giving the reservation back)
+/// while the page still sits in its write buffer for a reader that does not read.
 struct Held {
-    bytes: Option<Bytes>,
+    bytes: Bytes,
     reserved: Option<Reserved>,
 }
 
@@ -171,25 +177,31 @@ impl http_body::Body for Held {
         mut self: std::pin::Pin<&mut Self>,
         _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let frame = self.bytes.take().map(|b| Ok(http_body::Frame::data(b)));
-        if frame.is_none() {
+        if self.bytes.is_empty() {
+            self.reserved = None;
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.bytes.len().min(FRAME_BYTES);
+        let frame = self.bytes.split_to(n);
+        if self.bytes.is_empty() {
+            // The last frame is taken: hyper holds no more than one frame of it now.
             self.reserved = None;
         }
-        std::task::Poll::Ready(frame)
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(frame))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.bytes.is_none()
+        self.bytes.is_empty()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        http_body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
+        http_body::SizeHint::with_exact(self.bytes.len() as u64)
     }
 }
 
 fn held(bytes: Bytes, reserved: Reserved) -> Body {
     Body::new(Held {
-        bytes: Some(bytes),
+        bytes,
         reserved: Some(reserved),
     })
 }

@@ -5,7 +5,9 @@
 //! the address's fair share (429, 42910), the session (401), the client id's fair share (429,
 //! 42910), the content type (415) and declared length (413), the store's own gate (a disk under
 //! its floor: 507; a store reopening after an I/O error: 503), then admission proper — a slot
-//! among `--max-inflight` and the body's bytes from `--write-buffer-bytes` (429, 42900). Only
+//! among `--max-inflight`, the body's bytes within the address's and the client id's share of
+//! `--write-buffer-bytes` (an eighth each, at least one largest body; 429, 42910) and then from
+//! the budget itself (429, 42900). Only
 //! then is the body read, within `--body-read-timeout-ms` (408) and the body limit (413), and
 //! parsed (400), checked against the session (403) and validated (400). Nothing is written in
 //! any of these cases.
@@ -36,6 +38,7 @@ use crate::faults::Fault;
 use crate::limits::budget::Reserved;
 use crate::limits::fair::{Kind, Share};
 use crate::limits::ip;
+use crate::limits::share_bytes::SharedBytes;
 use crate::state::AppState;
 
 /// What a write holds from admission until the store answered.
@@ -43,14 +46,14 @@ struct Admitted {
     _share: Share,
     _slot: OwnedSemaphorePermit,
     _bytes: Reserved,
+    _bytes_share: SharedBytes,
 }
 
 /// Everything before the body: fair share, session, headers, the store's gate, admission.
 async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted, Body), ApiError> {
     let (mut parts, body) = request.into_parts();
-    let address = state
-        .fair
-        .address(Kind::Write, ip::peer(&parts.extensions))?;
+    let peer = ip::peer(&parts.extensions);
+    let address = state.fair.address(Kind::Write, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let share = state.fair.client(Kind::Write, address, session.client_id)?;
     let limit = state.config.limits.max_body_bytes;
@@ -65,13 +68,16 @@ async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted,
             "too many writes in progress; retry shortly",
         )
     })?;
-    let bytes = state.write_bytes.reserve(declared.unwrap_or(limit))?;
+    let wanted = declared.unwrap_or(limit);
+    let bytes_share = state.write_share.take(peer, session.client_id, wanted)?;
+    let bytes = state.write_bytes.reserve(wanted)?;
     Ok((
         session,
         Admitted {
             _share: share,
             _slot: slot,
             _bytes: bytes,
+            _bytes_share: bytes_share,
         },
         body,
     ))

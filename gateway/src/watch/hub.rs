@@ -2,7 +2,8 @@
 //! a backend's changes.
 //!
 //! Streams register their aggregates here ([`Hub::register`], refused over
-//! `--watch-max-aggregates`, `--watch-max-streams-per-client` or `--watch-max-streams`) and
+//! `--watch-max-aggregates`, `--watch-max-streams-per-client`, `--watch-max-streams` or
+//! `--watch-max-registrations`, the aggregates summed over all streams) and
 //! unregister when their [`Registration`] is dropped. The registry maps each aggregate to the
 //! streams that watch it, so a change costs one hash lookup whatever the number of streams
 //! (and nothing more when nobody watches that aggregate). [`Hub::pump`] reads the backend's
@@ -33,13 +34,19 @@ pub struct WatchLimits {
     pub max_streams_per_client: usize,
     /// Most streams open in the process.
     pub max_streams: usize,
+    /// Most registrations (aggregates summed over the open streams) in the process.
+    pub max_registrations: usize,
 }
 
 #[derive(Default)]
 struct Registry {
     streams: HashMap<u64, Arc<Slot>>,
-    by_aggregate: HashMap<AggregateRef, Vec<Arc<Slot>>>,
+    /// Per aggregate, its streams by id: removing one stream is one lookup per aggregate it
+    /// watches, whatever the number of streams watching the same aggregates.
+    by_aggregate: HashMap<AggregateRef, HashMap<u64, Arc<Slot>>>,
     by_client: HashMap<Option<Uuid>, usize>,
+    /// Aggregates summed over the open streams.
+    registrations: usize,
 }
 
 /// The registry of open streams.
@@ -115,6 +122,18 @@ impl Hub {
                 ),
             ));
         }
+        if registry.registrations + aggregates.len() > limits.max_registrations {
+            return Err(retry(
+                g::WATCH_STREAMS_FULL,
+                format!(
+                    "the gateway's change streams watch {} aggregates in all, and {} more would \
+                     pass its limit of {}; retry shortly",
+                    registry.registrations,
+                    aggregates.len(),
+                    limits.max_registrations
+                ),
+            ));
+        }
         let open = registry.by_client.get(&client).copied().unwrap_or(0);
         if client.is_some() && open >= limits.max_streams_per_client {
             return Err(retry(
@@ -132,8 +151,9 @@ impl Hub {
                 .by_aggregate
                 .entry(*aggregate)
                 .or_default()
-                .push(slot.clone());
+                .insert(id, slot.clone());
         }
+        registry.registrations += slot.aggregates.len();
         *registry.by_client.entry(client).or_insert(0) += 1;
         registry.streams.insert(id, slot.clone());
         Ok(Registration {
@@ -144,10 +164,13 @@ impl Hub {
 
     fn unregister(&self, slot: &Slot) {
         let mut registry = self.lock();
-        registry.streams.remove(&slot.id);
+        if registry.streams.remove(&slot.id).is_none() {
+            return;
+        }
+        registry.registrations -= slot.aggregates.len();
         for aggregate in &slot.aggregates {
             if let Some(slots) = registry.by_aggregate.get_mut(aggregate) {
-                slots.retain(|s| s.id != slot.id);
+                slots.remove(&slot.id);
                 if slots.is_empty() {
                     registry.by_aggregate.remove(aggregate);
                 }
@@ -170,7 +193,7 @@ impl Hub {
                     .by_aggregate
                     .get(&key.aggregate)
                     .into_iter()
-                    .flatten()
+                    .flat_map(|slots| slots.values())
                 {
                     slot.changed(key.aggregate, version);
                 }
@@ -180,7 +203,7 @@ impl Hub {
                     .by_aggregate
                     .get(&key.aggregate)
                     .into_iter()
-                    .flatten()
+                    .flat_map(|slots| slots.values())
                 {
                     slot.reset(key.aggregate);
                 }

@@ -5,7 +5,8 @@
 //! reading therefore costs at most one entry per aggregate it watches: changes to one aggregate
 //! coalesce into its highest version, a reset is a flag per aggregate, a resync one flag that
 //! replaces everything pending. Versions sent never go backwards (the slot remembers the last
-//! version it sent per aggregate, again one entry per watched aggregate).
+//! version it sent per aggregate, again one entry per watched aggregate) until the aggregate is
+//! reset: a deleted aggregate created again is notified from its new versions.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -74,9 +75,15 @@ impl Slot {
         self.wake.notify_one();
     }
 
-    /// `aggregate` was trimmed or deleted.
+    /// `aggregate` was trimmed or deleted. What was sent or pending of it no longer holds: a
+    /// deleted aggregate created again starts from version 1, and its versions must be notified
+    /// again (the reader re-reads it from scratch on `reset` anyway).
     pub fn reset(&self, aggregate: AggregateRef) {
-        self.lock().resets.insert(aggregate);
+        let mut p = self.lock();
+        p.sent.remove(&aggregate);
+        p.changed.remove(&aggregate);
+        p.resets.insert(aggregate);
+        drop(p);
         self.wake.notify_one();
     }
 
@@ -133,6 +140,20 @@ mod tests {
         assert_eq!(s.drain(), vec![]);
         s.changed(agg(1), 6);
         assert_eq!(s.drain(), vec![Note::Changed(agg(1), 6)]);
+    }
+
+    #[test]
+    fn after_a_reset_lower_versions_are_notified_again() {
+        let s = Slot::new(1, None, [agg(1)].into());
+        s.changed(agg(1), 5);
+        assert_eq!(s.drain(), vec![Note::Changed(agg(1), 5)]);
+        s.changed(agg(1), 6);
+        s.reset(agg(1));
+        s.changed(agg(1), 1);
+        assert_eq!(
+            s.drain(),
+            vec![Note::Reset(agg(1)), Note::Changed(agg(1), 1)]
+        );
     }
 
     #[test]

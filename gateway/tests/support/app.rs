@@ -99,6 +99,8 @@ impl Harness {
             .method(Method::POST)
             .uri(path)
             .header("content-type", "application/json")
+            // As every real client sends it for a body it holds whole.
+            .header("content-length", body.len())
             .body(Body::from(body))
             .unwrap();
         self.send(request).await
@@ -142,10 +144,12 @@ impl Harness {
 
     /// `POST /v1/write` with `Authorization: Bearer <token>`.
     pub async fn write_as(&self, token: &str, body: &Value) -> Reply {
+        let body = serde_json::to_vec(body).unwrap();
         let request = Request::post("/v1/write")
             .header("content-type", "application/json")
+            .header("content-length", body.len())
             .header("authorization", format!("Bearer {token}"))
-            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .body(Body::from(body))
             .unwrap();
         self.send(request).await
     }

@@ -11,8 +11,9 @@
 //! A `Watch` request turns its connection into a watch stream, as on a single-shard node: an
 //! empty `WatchResponse` acknowledges it, then every stored write is notified on it, and a test
 //! can push notifications ([`FakeCeleriant::notify`]), end every watch
-//! ([`FakeCeleriant::end_watches`]) or end them part-way through a frame
-//! ([`FakeCeleriant::break_watches_mid_frame`]).
+//! ([`FakeCeleriant::end_watches`]), end them part-way through a frame
+//! ([`FakeCeleriant::break_watches_mid_frame`]) or make them hang
+//! ([`FakeCeleriant::silence_watches`]).
 //!
 //! `DictCodec` is `!Sync`, so the server owns a thread with a current-thread runtime and a
 //! `LocalSet`; dropping the [`FakeCeleriant`] stops it and closes its connections.
@@ -98,6 +99,8 @@ struct State {
     store: HashMap<AggregateKey, Vec<AggregateEventBatch>>,
     read_page_limit: Option<usize>,
     watchers: Vec<tokio::sync::mpsc::UnboundedSender<WatchMsg>>,
+    /// Watches that hang: open, told nothing ever again.
+    silenced: Vec<tokio::sync::mpsc::UnboundedSender<WatchMsg>>,
 }
 
 /// What a watch connection is told to do.
@@ -220,6 +223,14 @@ impl FakeCeleriant {
     /// Sends these notifications on every open watch.
     pub fn notify(&self, events: Vec<WatchResponseEvent>) {
         self.lock().tell_watchers(WatchMsg::Events(events));
+    }
+
+    /// Every open watch hangs: its connection stays open, and nothing more is sent on it (a
+    /// node that hung, a half-open connection). Later watches are served as usual.
+    pub fn silence_watches(&self) {
+        let mut state = self.lock();
+        let hung = std::mem::take(&mut state.watchers);
+        state.silenced.extend(hung);
     }
 
     /// Closes every open watch connection (cleanly, between frames).

@@ -62,6 +62,7 @@ impl fmt::Debug for CeleriantOptions {
 /// A Celeriant cluster as a [`Backend`].
 pub struct CeleriantBackend {
     pool: Arc<CeleriantPool>,
+    watch: watch::WatchSettings,
 }
 
 impl CeleriantBackend {
@@ -89,7 +90,15 @@ impl CeleriantBackend {
         }
         Ok(CeleriantBackend {
             pool: Arc::new(CeleriantPool::new(pool)),
+            watch: watch::WatchSettings::default(),
         })
+    }
+
+    /// Scopes the upstream watch to `org` (`None`: every organisation) and renews it every
+    /// `renew` (see [`watch`]).
+    pub fn with_watch(mut self, org: Option<uuid::Uuid>, renew: Duration) -> Self {
+        self.watch = watch::WatchSettings { org, renew };
+        self
     }
 
     /// One read request: batches `from..=to` of `key`.
@@ -130,7 +139,7 @@ impl Backend for CeleriantBackend {
     fn changes(&self) -> Option<broadcast::Receiver<Change>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (sender, receiver) = broadcast::channel(CHANGE_BUFFER);
-        runtime.spawn(watch::run(self.pool.clone(), sender));
+        runtime.spawn(watch::run(self.pool.clone(), sender, self.watch));
         Some(receiver)
     }
 

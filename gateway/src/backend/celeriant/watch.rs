@@ -1,7 +1,7 @@
 //! The Celeriant backend's change feed: one upstream watch per gateway process, through the
 //! pool's `CeleriantPool::watch`, turned into [`Change`]s for the gateway's watch hub.
 //!
-//! The watch is opened for every aggregate (the hub filters by organisation and by what each
+//! The watch is opened for every aggregate of the organisation (the hub filters by what each
 //! stream watches), and kept open for the life of the process:
 //!
 //! * a notification with a `keep_from_aggregate_version` (a trim), or without a
@@ -11,7 +11,15 @@
 //!   committed while no watch was open was not notified, so every stream catches up;
 //! * an error, the end of the watch, or a watch left mid-frame (`is_desynchronised`) is a
 //!   [`Change::Resync`] at once, then a reconnection with exponential backoff (100 ms doubling
-//!   to [`MAX_BACKOFF`], reset after a watch that delivered).
+//!   to [`MAX_BACKOFF`], reset after a watch that delivered);
+//! * the watch is renewed every [`RENEW_EVERY`] (`--celeriant-watch-renew-secs`): closed, opened
+//!   again at once, and followed by the [`Change::Resync`] of every (re)connection. A Celeriant
+//!   watch sends nothing while nothing changes (no keepalive: neither `celeriant_client_tokio`
+//!   nor `celeriant_msg` has one for watches), so silence cannot tell a quiet store from a dead
+//!   connection (a node that hung, a half-open TCP connection after a network partition).
+//!   Renewing bounds how long such a loss goes unnoticed, at the cost of one resync per period.
+//!
+//! The watch is scoped to the gateway's organisation (`orgs`) when one is set.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +39,27 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest wait between reconnections.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
+/// How long one upstream watch is kept before it is renewed (the default).
+pub const RENEW_EVERY: Duration = Duration::from_secs(300);
+
+/// What the upstream watch asks for, and how often it is renewed.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchSettings {
+    /// The organisation watched (`None`: every organisation).
+    pub org: Option<Uuid>,
+    /// How long one watch is kept.
+    pub renew: Duration,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        WatchSettings {
+            org: None,
+            renew: RENEW_EVERY,
+        }
+    }
+}
+
 /// The change a Celeriant notification means.
 pub fn change_of(event: &WatchResponseEvent) -> Change {
     let key = AggregateKey {
@@ -49,12 +78,12 @@ pub fn change_of(event: &WatchResponseEvent) -> Change {
     }
 }
 
-fn request() -> WatchRequest {
+fn request(org: Option<Uuid>) -> WatchRequest {
     WatchRequest {
         correlation_id: None,
         requested_latency_ms: None,
         shard_id: None,
-        orgs: None,
+        orgs: org.map(|org| [org.as_u128()].into_iter().collect()),
         aggregate_types: None,
         aggregates: None,
         operation_types: None,
@@ -63,14 +92,22 @@ fn request() -> WatchRequest {
 
 /// Keeps one upstream watch open for as long as anyone listens on `changes`, publishing
 /// what it says there.
-pub async fn run(pool: Arc<CeleriantPool>, changes: broadcast::Sender<Change>) {
+pub async fn run(
+    pool: Arc<CeleriantPool>,
+    changes: broadcast::Sender<Change>,
+    settings: WatchSettings,
+) {
     let mut backoff = FIRST_BACKOFF;
     let mut reported = false;
+    let renew = settings.renew.max(Duration::from_millis(1));
     loop {
         if changes.receiver_count() == 0 {
             return;
         }
-        let mut watch = match pool.watch(request(), WatchOptions::default()).await {
+        let mut watch = match pool
+            .watch(request(settings.org), WatchOptions::default())
+            .await
+        {
             Ok(watch) => watch,
             Err(e) => {
                 if !reported {
@@ -85,13 +122,24 @@ pub async fn run(pool: Arc<CeleriantPool>, changes: broadcast::Sender<Change>) {
         tracing::info!(node = watch.address(), "celeriant watch: open");
         reported = false;
         let _ = changes.send(Change::Resync);
+        let opened = tokio::time::Instant::now();
+        let mut renewing = false;
         loop {
-            match watch.next().await {
-                Ok(response) => {
+            let left = renew.saturating_sub(opened.elapsed());
+            match watch.next_timeout(left).await {
+                Ok(Some(response)) => {
                     backoff = FIRST_BACKOFF;
                     for event in &response.events {
                         let _ = changes.send(change_of(event));
                     }
+                }
+                Ok(None) => {
+                    tracing::debug!(
+                        every = ?renew,
+                        "celeriant watch: renewed (a silent watch may be a dead one)"
+                    );
+                    renewing = true;
+                    break;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "celeriant watch: lost; resync and reconnect");
@@ -102,6 +150,11 @@ pub async fn run(pool: Arc<CeleriantPool>, changes: broadcast::Sender<Change>) {
                 tracing::warn!("celeriant watch: desynchronised; resync and reconnect");
                 break;
             }
+        }
+        drop(watch);
+        if renewing {
+            // Opened again at once; its resync covers whatever the old one missed.
+            continue;
         }
         let _ = changes.send(Change::Resync);
         tokio::time::sleep(backoff).await;

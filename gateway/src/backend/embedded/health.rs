@@ -44,7 +44,6 @@ pub struct Health {
     state: Mutex<State>,
     free: AtomicU64,
     checksum_failures: AtomicU64,
-    last_corrupt: Mutex<Option<String>>,
     recoveries: AtomicU64,
     corrupt_log: Throttle,
 }
@@ -66,7 +65,6 @@ impl Health {
             state: Mutex::new(State::Ok),
             free: AtomicU64::new(UNKNOWN),
             checksum_failures: AtomicU64::new(0),
-            last_corrupt: Mutex::new(None),
             recoveries: AtomicU64::new(0),
             corrupt_log: Throttle::new(),
         }
@@ -162,7 +160,6 @@ impl Health {
     /// Counts and logs a checksum failure.
     pub fn corrupt(&self, corrupt: &Corrupt) {
         self.checksum_failures.fetch_add(1, Ordering::Relaxed);
-        *self.last_corrupt.lock().unwrap_or_else(|p| p.into_inner()) = Some(corrupt.0.clone());
         if let Some(suppressed) = self.corrupt_log.allow() {
             tracing::error!(what = %corrupt.0, suppressed, "store: stored data fails its checksum; not served");
         }
@@ -181,11 +178,9 @@ impl Health {
             free_bytes: (free != UNKNOWN).then_some(free),
             min_free_bytes: self.floor,
             checksum_failures: self.checksum_failures.load(Ordering::Relaxed),
-            last_checksum_failure: self
-                .last_corrupt
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            // Which aggregate is damaged is the operator's business, not every caller's: the
+            // details go to the log (`corrupt`), `/healthz` says only how many.
+            last_checksum_failure: None,
             recoveries: self.recoveries.load(Ordering::Relaxed),
         }
     }
@@ -229,15 +224,12 @@ mod tests {
     }
 
     #[test]
-    fn checksum_failures_are_counted_and_named() {
+    fn checksum_failures_are_counted_not_named() {
         let h = Health::new(0);
         h.corrupt(&Corrupt("batch 3 of aggregate x".into()));
         let r = h.report();
         assert_eq!(r.checksum_failures, 1);
-        assert_eq!(
-            r.last_checksum_failure.as_deref(),
-            Some("batch 3 of aggregate x")
-        );
+        assert_eq!(r.last_checksum_failure, None, "named in the log only");
         assert_eq!(code(&h), None, "the rest of the store still takes writes");
     }
 }

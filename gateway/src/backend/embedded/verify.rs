@@ -5,8 +5,9 @@
 //!
 //! * every batch record: its checksum (key and JSON), that its JSON parses as a batch, and
 //!   that the version inside is the one it is stored under;
+//! * every trim mark: its checksum;
 //! * every aggregate's version record: its checksum, and that the aggregate's batches are
-//!   exactly versions 1..=version;
+//!   exactly versions min..=version (min: its trim mark, else 1);
 //! * every highest-sequence record and every client's usage record: their checksums, and that
 //!   the usage equals the bytes of that client's batches (unless a damaged batch hides whose
 //!   it is).
@@ -22,9 +23,9 @@ use redb::{ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableHandle};
 
 use super::FILE_NAME;
 use super::apply::{open_client_seq, open_usage};
-use super::record::{HEADER, describe_batch, open_batch, open_version, writer_of};
+use super::record::{HEADER, describe_batch, open_batch, open_trim, open_version, writer_of};
 use super::tables::{
-    AGGREGATES, AggKey, BATCHES, CLIENT_SEQS, CLIENT_USAGE, META, SCHEMA, describe,
+    AGGREGATES, AggKey, BATCHES, CLIENT_SEQS, CLIENT_USAGE, META, SCHEMA, TRIMS, describe,
 };
 
 /// What a check found.
@@ -38,6 +39,8 @@ pub struct Report {
     pub sequences: u64,
     /// Clients with a usage record.
     pub clients: u64,
+    /// Trim marks checked.
+    pub trims: u64,
     /// One line per problem.
     pub problems: Vec<String>,
 }
@@ -54,7 +57,7 @@ pub fn run(dir: &Path) -> i32 {
                 println!("DAMAGED {problem}");
             }
             println!(
-                "{}: {} batches, {} aggregates, {} sequence records, {} clients checked; {} problem{}",
+                "{}: {} batches, {} aggregates, {} trim marks, {} sequence records, {} clients checked; {} problem{}",
                 if report.problems.is_empty() {
                     "ok"
                 } else {
@@ -62,6 +65,7 @@ pub fn run(dir: &Path) -> i32 {
                 },
                 report.batches,
                 report.aggregates,
+                report.trims,
                 report.sequences,
                 report.clients,
                 report.problems.len(),
@@ -149,7 +153,28 @@ pub fn verify(dir: &Path) -> Result<Report, String> {
         }
     }
 
-    // Aggregates: checksum, and batches exactly 1..=version.
+    // Trim marks: checksum; an aggregate trimmed below `min` holds batches min..=version.
+    let mut trims: HashMap<AggKey, u64> = HashMap::new();
+    let has_trims = txn
+        .list_tables()
+        .map_err(|e| e.to_string())?
+        .any(|t| t.name() == TRIMS.name());
+    if has_trims {
+        let table = txn.open_table(TRIMS).map_err(|x| e(x.into()))?;
+        for row in table.iter().map_err(|x| e(x.into()))? {
+            let (key, sealed) = row.map_err(|x| e(x.into()))?;
+            let key = key.value();
+            report.trims += 1;
+            match open_trim(key, sealed.value()) {
+                Ok(min) => {
+                    trims.insert(key, min);
+                }
+                Err(corrupt) => report.problems.push(corrupt.to_string()),
+            }
+        }
+    }
+
+    // Aggregates: checksum, and batches exactly min..=version (min: 1 unless trimmed).
     let aggregates = txn.open_table(AGGREGATES).map_err(|x| e(x.into()))?;
     for row in aggregates.iter().map_err(|x| e(x.into()))? {
         let (key, sealed) = row.map_err(|x| e(x.into()))?;
@@ -159,11 +184,12 @@ pub fn verify(dir: &Path) -> Result<Report, String> {
         match open_version(key, sealed.value()) {
             Err(corrupt) => report.problems.push(corrupt.to_string()),
             Ok(version) => {
-                let contiguous = found.len() as u64 == version
-                    && found.iter().enumerate().all(|(i, v)| *v == i as u64 + 1);
+                let min = trims.get(&key).copied().unwrap_or(1);
+                let contiguous = found.len() as u64 == (version + 1).saturating_sub(min)
+                    && found.iter().enumerate().all(|(i, v)| *v == min + i as u64);
                 if !contiguous {
                     report.problems.push(format!(
-                        "{} is at version {version} but holds {} batches ({:?}…)",
+                        "{} is at version {version} (from {min}) but holds {} batches ({:?}…)",
                         describe(key),
                         found.len(),
                         &found[..found.len().min(5)]

@@ -1,0 +1,211 @@
+//! Each address's and each client id's share of the write-body byte budget.
+//!
+//! The byte budget ([`super::budget`]) is global: without a per-key bound, one client could
+//! declare eight bodies of the largest size, send one byte of each and hold the whole budget
+//! for `--body-read-timeout-ms`, so every other client's write was refused 429 (42900). Here
+//! each address (IPv6: per /64) and each session client id may hold at most an eighth of
+//! `--write-buffer-bytes` (never less than `--max-body-bytes`, so one largest body always
+//! fits) at once; past it the write is refused 429 `retry`, code 42910, `Retry-After: 1`,
+//! before the global budget is touched. `--write-buffer-bytes-per-ip` sets the address's share
+//! (0: none, behind a reverse proxy). An entry exists only while its key holds bytes.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use celeriant_sync_protocol::WriteOutcome;
+use celeriant_sync_protocol::codes::gateway as g;
+use celeriant_sync_protocol::outcome::{Failure, TRANSIENT_RETRY_AFTER_MS};
+use uuid::Uuid;
+
+use super::ip::bucket;
+use super::notice::Throttle;
+use crate::error::ApiError;
+
+/// Bytes held per key, each key at most `cap`.
+pub struct KeyedBytes<K: Hash + Eq + Clone> {
+    cap: usize,
+    held: Mutex<HashMap<K, usize>>,
+}
+
+/// Bytes held by one key; given back when dropped.
+pub struct HeldBytes<K: Hash + Eq + Clone> {
+    owner: Arc<KeyedBytes<K>>,
+    key: K,
+    bytes: usize,
+}
+
+impl<K: Hash + Eq + Clone> KeyedBytes<K> {
+    /// At most `cap` bytes per key.
+    pub fn new(cap: usize) -> Arc<Self> {
+        Arc::new(KeyedBytes {
+            cap,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, usize>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes `bytes` for `key`, or `None` when the key would hold more than its cap.
+    pub fn take(self: &Arc<Self>, key: K, bytes: usize) -> Option<HeldBytes<K>> {
+        let mut held = self.lock();
+        let now = held.get(&key).copied().unwrap_or(0);
+        if now.saturating_add(bytes) > self.cap {
+            return None;
+        }
+        held.insert(key.clone(), now + bytes);
+        Some(HeldBytes {
+            owner: self.clone(),
+            key,
+            bytes,
+        })
+    }
+
+    /// Bytes `key` holds now.
+    pub fn held(&self, key: &K) -> usize {
+        self.lock().get(key).copied().unwrap_or(0)
+    }
+
+    /// Keys holding bytes now.
+    pub fn keys(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+impl<K: Hash + Eq + Clone> Drop for HeldBytes<K> {
+    fn drop(&mut self) {
+        let mut held = self.owner.lock();
+        if let Some(n) = held.get_mut(&self.key) {
+            *n = n.saturating_sub(self.bytes);
+            if *n == 0 {
+                held.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The per-address and per-client shares of the write-body budget.
+pub struct ByteShare {
+    total: usize,
+    /// `None`: no per-address share (`--write-buffer-bytes-per-ip 0`).
+    ip: Option<Arc<KeyedBytes<IpAddr>>>,
+    client: Arc<KeyedBytes<Uuid>>,
+    throttle: Throttle,
+}
+
+/// A write's bytes in its address's and client's shares, held until the store answered.
+pub struct SharedBytes {
+    _ip: Option<HeldBytes<IpAddr>>,
+    _client: Option<HeldBytes<Uuid>>,
+}
+
+impl ByteShare {
+    /// Shares of a budget of `total` bytes: each key at most `total / 8`, never less than
+    /// `max_body` (nor more than `total`). `per_ip` overrides the address's share (0: the
+    /// whole budget, for a gateway behind a reverse proxy, where every request has the proxy's
+    /// address), also at least `max_body`.
+    pub fn new(total: usize, max_body: usize, per_ip: Option<usize>) -> Self {
+        let total = total.max(1);
+        let cap = (total / 8).max(max_body).min(total);
+        let ip_cap = match per_ip {
+            None => Some(cap),
+            Some(0) => None,
+            Some(n) => Some(n.max(max_body).min(total)),
+        };
+        ByteShare {
+            total,
+            ip: ip_cap.map(KeyedBytes::new),
+            client: KeyedBytes::new(cap),
+            throttle: Throttle::new(),
+        }
+    }
+
+    /// Most bytes one client id may hold.
+    pub fn cap(&self) -> usize {
+        self.client.cap
+    }
+
+    /// Takes `bytes` (clamped as the budget clamps them) for `ip` and `client`, or refuses
+    /// with 429 (42910, `retry`, 1 s).
+    pub fn take(
+        &self,
+        ip: IpAddr,
+        client: Option<Uuid>,
+        bytes: usize,
+    ) -> Result<SharedBytes, ApiError> {
+        let bytes = bytes.clamp(1, self.total);
+        let ip_held = match &self.ip {
+            None => None,
+            Some(share) => Some(
+                share
+                    .take(bucket(ip), bytes)
+                    .ok_or_else(|| self.refuse("this address", &ip.to_string(), share.cap))?,
+            ),
+        };
+        let client_held =
+            match client {
+                None => None,
+                Some(id) => Some(self.client.take(id, bytes).ok_or_else(|| {
+                    self.refuse("this client id", &id.to_string(), self.client.cap)
+                })?),
+            };
+        Ok(SharedBytes {
+            _ip: ip_held,
+            _client: client_held,
+        })
+    }
+
+    fn refuse(&self, whose: &str, key: &str, share: usize) -> ApiError {
+        let message = format!(
+            "{whose} holds its share ({share} bytes) of the write-body budget; retry shortly"
+        );
+        if let Some(suppressed) = self.throttle.allow() {
+            tracing::info!(key, %message, suppressed, "fair share of bytes: write refused");
+        }
+        ApiError(WriteOutcome::Retry(Failure {
+            retry_after_ms: Some(TRANSIENT_RETRY_AFTER_MS),
+            ..Failure::new(g::RATE_LIMITED, message)
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_key_holds_at_most_its_share_and_gives_it_back() {
+        let s = ByteShare::new(800, 50, None);
+        assert_eq!(s.cap(), 100);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let c = Uuid::from_u128(1);
+        let first = s.take(a, Some(c), 60).unwrap();
+        let e = s.take(a, None, 41).err().unwrap();
+        assert_eq!(e.0.code(), Some(g::RATE_LIMITED));
+        let e = s.take(b, Some(c), 41).err().unwrap();
+        assert_eq!(
+            e.0.code(),
+            Some(g::RATE_LIMITED),
+            "same client, other address"
+        );
+        let _other = s.take(b, None, 100).unwrap();
+        drop(first);
+        assert_eq!((s.ip.as_ref().unwrap().held(&a), s.client.keys()), (0, 0));
+        let _again = s.take(a, Some(c), 100).unwrap();
+    }
+
+    #[test]
+    fn one_largest_body_always_fits() {
+        let s = ByteShare::new(100, 90, None);
+        assert_eq!(s.cap(), 90);
+        assert_eq!(ByteShare::new(100, 500, None).cap(), 100);
+        let proxy = ByteShare::new(800, 50, Some(0));
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let _a = proxy.take(ip, None, 400).unwrap();
+        let _b = proxy.take(ip, None, 400).unwrap();
+    }
+}
