@@ -4,11 +4,14 @@
 import init, {
   SyncClient,
   type AggregateRef,
+  type AggregateView,
   type CeleriantSyncError,
   type InspectSnapshot,
   type ParkedEvent,
+  type ReadStatus,
   type Receipt,
   type SyncStatus,
+  type ViewEvent,
 } from "../../pkg/celeriant_sync.js";
 
 export async function example(): Promise<void> {
@@ -98,5 +101,31 @@ export async function inspecting(client: SyncClient): Promise<void> {
   await client.inspect({ payload: true });
   // @ts-expect-error outcomes are a closed set
   const bad: InspectSnapshot["outcomes"][number]["outcome"] = "maybe";
+  console.log(bad);
+}
+
+export async function reading(client: SyncClient, aggregate: AggregateRef): Promise<void> {
+  const view: AggregateView = await client.read(aggregate);
+  const version: number = view.version;
+  const cached: boolean = view.fromCache;
+  const first: ViewEvent | undefined = view.events[0];
+  if (first) {
+    const status: "confirmed" | "pending" = first.status;
+    const at: number | undefined = first.version;
+    const bytes: Uint8Array = first.data;
+    const value: unknown = first.json();
+    console.log(status, at, bytes.length, value, first.parked?.code);
+  }
+  const unsubscribe: () => void = client.subscribe(aggregate, (v) => {
+    const pending: number = v.pending;
+    console.log(pending, v.aggregate.typeId);
+  });
+  unsubscribe();
+  const state: ReadStatus["state"] = client.status().read.state;
+  console.log(version, cached, state);
+  // @ts-expect-error a listener gets a view, not events
+  client.subscribe(aggregate, (events: ViewEvent[]) => events.length);
+  // @ts-expect-error read states are a closed set
+  const bad: ReadStatus["state"] = "streaming";
   console.log(bad);
 }
