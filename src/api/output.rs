@@ -8,9 +8,7 @@ use crate::browser::idb::keys::uuid_js;
 use crate::browser::js;
 use crate::engine::model::{ParkRecord, Receipt, StoredEvent};
 
-#[wasm_bindgen::prelude::wasm_bindgen(
-    inline_js = "export function bytesOf(b64) { return typeof b64 === 'string' ? Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) : null; }"
-)]
+#[wasm_bindgen::prelude::wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
     /// A base64 string's bytes, decoded by the platform (`null` for anything else).
     #[wasm_bindgen(js_name = bytesOf)]

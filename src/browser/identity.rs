@@ -20,17 +20,7 @@ use super::idb::outbox::{Device, IdbOutbox};
 use crate::engine::outbox::{Cause, StoreError};
 use celeriant_sync_protocol::encoding::encode_base64;
 
-#[wasm_bindgen(inline_js = r#"
-const RSA = { name: "RSASSA-PKCS1-v1_5", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: "SHA-256" };
-export function subtle() { return globalThis.crypto && globalThis.crypto.subtle; }
-export function generateDeviceKey() { return globalThis.crypto.subtle.generateKey(RSA, false, ["sign", "verify"]); }
-export async function exportSpki(keyPair) { return new Uint8Array(await globalThis.crypto.subtle.exportKey("spki", keyPair.publicKey)); }
-export async function sha256(bytes) { return new Uint8Array(await globalThis.crypto.subtle.digest("SHA-256", bytes)); }
-export async function signText(keyPair, text) {
-  const data = new TextEncoder().encode(text);
-  return new Uint8Array(await globalThis.crypto.subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, data));
-}
-"#)]
+#[wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
     fn subtle() -> JsValue;
     #[wasm_bindgen(js_name = generateDeviceKey)]

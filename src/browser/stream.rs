@@ -14,49 +14,7 @@ use wasm_bindgen::prelude::*;
 /// How long a stream may stay silent before it is treated as dead.
 pub const SILENCE_MS: u32 = 30_000;
 
-#[wasm_bindgen(inline_js = r#"
-export function openWatch(url, token, body, silenceMs, onChunk, onEnd) {
-  const controller = new AbortController();
-  let timer = 0;
-  let ended = false;
-  const finish = (status, why) => {
-    if (ended) return;
-    ended = true;
-    clearTimeout(timer);
-    controller.abort();
-    onEnd(status, why);
-  };
-  const arm = () => {
-    clearTimeout(timer);
-    timer = setTimeout(() => finish(0, "no byte for " + silenceMs + " ms"), silenceMs);
-  };
-  arm();
-  (async () => {
-    const headers = { "Content-Type": "application/json", "Accept": "text/event-stream" };
-    if (token) headers["Authorization"] = "Bearer " + token;
-    const response = await fetch(url, {
-      method: "POST", body, headers, signal: controller.signal, cache: "no-store",
-    });
-    if (!response.ok || !response.body) {
-      let text = "";
-      try { text = (await response.text()).slice(0, 300); } catch (_) {}
-      finish(response.status, "HTTP " + response.status + (text ? ": " + text : ""));
-      return;
-    }
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (ended) return;
-      if (done) { finish(0, "the gateway ended the stream"); return; }
-      arm();
-      const text = decoder.decode(value, { stream: true });
-      if (text && !onChunk(text)) { finish(0, "the stream sent something unreadable"); return; }
-    }
-  })().catch((e) => finish(0, (e && e.name ? e.name + ": " : "") + (e && e.message ? e.message : String(e))));
-  return () => { ended = true; clearTimeout(timer); controller.abort(); };
-}
-"#)]
+#[wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
     #[wasm_bindgen(js_name = openWatch)]
     fn open_watch(

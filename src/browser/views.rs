@@ -23,47 +23,7 @@ use super::js;
 use crate::engine::model::AggregateRef;
 use crate::engine::outbox::StoreError;
 
-#[wasm_bindgen(inline_js = r#"
-const proto = {
-  json() { return JSON.parse(new TextDecoder().decode(this.data)); },
-};
-function bytes(b64) {
-  if (b64 == null) return new Uint8Array(0);
-  const s = atob(b64);
-  const out = new Uint8Array(s.length);
-  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
-  return out;
-}
-function make(e, clientId, status, version) {
-  const v = Object.create(proto);
-  v.eventId = e.eventId ?? null;
-  v.clientId = clientId;
-  v.clientSeq = e.clientSeq;
-  v.type = e.type;
-  v.minor = e.minor;
-  v.timestamp = e.timestamp;
-  v.data = bytes(e.data);
-  v.status = status;
-  if (version !== undefined) v.version = version;
-  return v;
-}
-export function pushConfirmed(out, batches) {
-  for (const b of batches) {
-    for (const e of b.events) {
-      const v = make(e, b.clientId, "confirmed", b.version);
-      v.serverTimestamp = b.serverTimestamp;
-      out.push(v);
-    }
-  }
-}
-export function pushPending(out, records, clientId, parkedFrom, parkedCode, parkedMessage) {
-  for (const r of records) {
-    const v = make(JSON.parse(r.w), clientId, "pending");
-    if (parkedFrom > 0 && r.s >= parkedFrom) v.parked = { code: parkedCode, message: parkedMessage };
-    out.push(v);
-  }
-}
-"#)]
+#[wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
     #[wasm_bindgen(js_name = pushConfirmed, catch)]
     fn push_confirmed(out: &Array, batches: &Array) -> Result<(), JsValue>;

@@ -11,17 +11,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{IdbDatabase, IdbRequest, IdbTransaction};
 
-#[wasm_bindgen(inline_js = r#"
-export function requested(r) {
-  return new Promise((ok, fail) => { r.onsuccess = () => ok(r.result); r.onerror = () => fail(r.error); });
-}
-export function finished(tx) {
-  return new Promise((ok, fail) => { tx.oncomplete = () => ok(); tx.onabort = () => fail(tx.error); });
-}
-export function record(s, e, w) { return { s, e, w }; }
-export function begin(db, stores, mode, options) { return db.transaction(stores, mode, options); }
-export function commit(tx) { if (tx.commit) tx.commit(); }
-"#)]
+#[wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
     fn requested(request: &IdbRequest) -> Promise;
     fn finished(tx: &IdbTransaction) -> Promise;

@@ -66,20 +66,7 @@ fn key_path(fields: &[&str]) -> JsValue {
         .into()
 }
 
-#[wasm_bindgen(inline_js = r#"
-export function migrateV1(db, tx) {
-  const outbox = tx.objectStore("outbox"), ids = tx.objectStore("ids");
-  const cursor = tx.objectStore("events").openCursor();
-  cursor.onsuccess = () => {
-    const c = cursor.result;
-    if (!c) { db.deleteObjectStore("events"); return; }
-    const v = c.value;
-    outbox.add({ s: v.s, e: v.e, w: v.w }, [v.t, v.a, v.s]);
-    ids.put([v.t, v.a, v.s], v.e);
-    c.continue();
-  };
-}
-"#)]
+#[wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
     /// Copies version 1's `events` into `outbox` and `ids`, then deletes `events` — all inside
     /// the `versionchange` transaction, so a failure leaves version 1 untouched.

@@ -1,0 +1,134 @@
+// The JavaScript the client needs besides what js-sys and web-sys bind: a few functions that are
+// simpler, or only possible, in JavaScript. All of it is in this one module on purpose: the page
+// (or the bundler) loads one file instead of one per Rust module (each `inline_js` block becomes a
+// module of its own, and every extra module is one more request before the client can start).
+// Each section names the Rust module that imports it.
+
+// ---- IndexedDB requests and transactions as promises (browser/idb/request.rs)
+
+export function requested(r) {
+  return new Promise((ok, fail) => { r.onsuccess = () => ok(r.result); r.onerror = () => fail(r.error); });
+}
+export function finished(tx) {
+  return new Promise((ok, fail) => { tx.oncomplete = () => ok(); tx.onabort = () => fail(tx.error); });
+}
+export function record(s, e, w) { return { s, e, w }; }
+export function begin(db, stores, mode, options) { return db.transaction(stores, mode, options); }
+export function commit(tx) { if (tx.commit) tx.commit(); }
+
+// ---- Migrating a version-1 database inside its upgrade transaction (browser/idb/schema.rs)
+
+export function migrateV1(db, tx) {
+  const outbox = tx.objectStore("outbox"), ids = tx.objectStore("ids");
+  const cursor = tx.objectStore("events").openCursor();
+  cursor.onsuccess = () => {
+    const c = cursor.result;
+    if (!c) { db.deleteObjectStore("events"); return; }
+    const v = c.value;
+    outbox.add({ s: v.s, e: v.e, w: v.w }, [v.t, v.a, v.s]);
+    ids.put([v.t, v.a, v.s], v.e);
+    c.continue();
+  };
+}
+
+// ---- The device key, through WebCrypto (browser/identity.rs)
+
+const RSA = { name: "RSASSA-PKCS1-v1_5", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: "SHA-256" };
+export function subtle() { return globalThis.crypto && globalThis.crypto.subtle; }
+export function generateDeviceKey() { return globalThis.crypto.subtle.generateKey(RSA, false, ["sign", "verify"]); }
+export async function exportSpki(keyPair) { return new Uint8Array(await globalThis.crypto.subtle.exportKey("spki", keyPair.publicKey)); }
+export async function sha256(bytes) { return new Uint8Array(await globalThis.crypto.subtle.digest("SHA-256", bytes)); }
+export async function signText(keyPair, text) {
+  const data = new TextEncoder().encode(text);
+  return new Uint8Array(await globalThis.crypto.subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, data));
+}
+
+// ---- The change stream over fetch (browser/stream.rs)
+
+export function openWatch(url, token, body, silenceMs, onChunk, onEnd) {
+  const controller = new AbortController();
+  let timer = 0;
+  let ended = false;
+  const finish = (status, why) => {
+    if (ended) return;
+    ended = true;
+    clearTimeout(timer);
+    controller.abort();
+    onEnd(status, why);
+  };
+  const arm = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => finish(0, "no byte for " + silenceMs + " ms"), silenceMs);
+  };
+  arm();
+  (async () => {
+    const headers = { "Content-Type": "application/json", "Accept": "text/event-stream" };
+    if (token) headers["Authorization"] = "Bearer " + token;
+    const response = await fetch(url, {
+      method: "POST", body, headers, signal: controller.signal, cache: "no-store",
+    });
+    if (!response.ok || !response.body) {
+      let text = "";
+      try { text = (await response.text()).slice(0, 300); } catch (_) {}
+      finish(response.status, "HTTP " + response.status + (text ? ": " + text : ""));
+      return;
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (ended) return;
+      if (done) { finish(0, "the gateway ended the stream"); return; }
+      arm();
+      const text = decoder.decode(value, { stream: true });
+      if (text && !onChunk(text)) { finish(0, "the stream sent something unreadable"); return; }
+    }
+  })().catch((e) => finish(0, (e && e.name ? e.name + ": " : "") + (e && e.message ? e.message : String(e))));
+  return () => { ended = true; clearTimeout(timer); controller.abort(); };
+}
+
+// ---- View events built from stored batches and outbox records (browser/views.rs)
+
+const proto = {
+  json() { return JSON.parse(new TextDecoder().decode(this.data)); },
+};
+function bytes(b64) {
+  if (b64 == null) return new Uint8Array(0);
+  const s = atob(b64);
+  const out = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+  return out;
+}
+function make(e, clientId, status, version) {
+  const v = Object.create(proto);
+  v.eventId = e.eventId ?? null;
+  v.clientId = clientId;
+  v.clientSeq = e.clientSeq;
+  v.type = e.type;
+  v.minor = e.minor;
+  v.timestamp = e.timestamp;
+  v.data = bytes(e.data);
+  v.status = status;
+  if (version !== undefined) v.version = version;
+  return v;
+}
+export function pushConfirmed(out, batches) {
+  for (const b of batches) {
+    for (const e of b.events) {
+      const v = make(e, b.clientId, "confirmed", b.version);
+      v.serverTimestamp = b.serverTimestamp;
+      out.push(v);
+    }
+  }
+}
+export function pushPending(out, records, clientId, parkedFrom, parkedCode, parkedMessage) {
+  for (const r of records) {
+    const v = make(JSON.parse(r.w), clientId, "pending");
+    if (parkedFrom > 0 && r.s >= parkedFrom) v.parked = { code: parkedCode, message: parkedMessage };
+    out.push(v);
+  }
+}
+
+// ---- Event bytes for parkedEvents() (api/output.rs)
+
+export function bytesOf(b64) { return typeof b64 === 'string' ? Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) : null; }
