@@ -1,6 +1,7 @@
 //! IndexedDB requests and transactions as futures.
 //!
-//! A request or a transaction is wrapped in a JavaScript promise by a two-line helper (below),
+//! A request or a transaction is wrapped in a JavaScript promise by a two-line helper (in
+//! `src/browser/glue.js`, with the rest of the client's JavaScript),
 //! then awaited as a `JsFuture`. The promise settles inside the request's `success` event, and
 //! its continuation runs in the same microtask checkpoint, while the transaction is still
 //! active — so a request can be issued after awaiting another, as long as nothing but
