@@ -36,6 +36,8 @@ pub struct AppState {
     pub write_share: Arc<ByteShare>,
     /// Bytes of read responses held at once (`--read-buffer-bytes`).
     pub read_bytes: Arc<Budget>,
+    /// Each address's and client id's share of `read_bytes`, held with it until sent.
+    pub read_share: Arc<ByteShare>,
     /// Per-address and per-client rates and concurrency.
     pub fair: Arc<FairShare>,
     /// Sessions: keys, app tokens, replay cache, rate limit.
@@ -73,11 +75,18 @@ impl AppState {
             admission: Arc::new(Semaphore::new(limits.max_inflight)),
             write_bytes: Arc::new(Budget::new("write bodies", limits.write_buffer_bytes)),
             write_share: Arc::new(ByteShare::new(
+                "write-body",
                 limits.write_buffer_bytes,
                 limits.max_body_bytes,
                 limits.write_buffer_bytes_per_ip,
             )),
             read_bytes: Arc::new(Budget::new("read responses", limits.read_buffer_bytes)),
+            read_share: Arc::new(ByteShare::new(
+                "read-response",
+                limits.read_buffer_bytes,
+                limits.read_page_bytes.max(limits.max_body_bytes),
+                limits.read_buffer_bytes_per_ip,
+            )),
             fair: Arc::new(FairShare::new(limits)),
             auth: Arc::new(Auth::from_config(&config)?),
             config: Arc::new(config),

@@ -79,9 +79,17 @@ fn slow_bodies_of_one_address_cannot_take_the_whole_write_budget() {
 
 /// A `GET` of aggregate `id` from a socket with a small receive buffer that is not read yet.
 fn idle_reader(addr: &str, id: &str) -> TcpStream {
+    idle_reader_from(Ipv4Addr::LOCALHOST, addr, id)
+}
+
+/// [`idle_reader`] from the loopback address `from`.
+fn idle_reader_from(from: Ipv4Addr, addr: &str, id: &str) -> TcpStream {
     let target: std::net::SocketAddr = addr.parse().unwrap();
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
+    socket
+        .bind(&std::net::SocketAddr::from((from, 0)).into())
+        .unwrap();
     socket.connect(&target.into()).unwrap();
     let mut stream: TcpStream = socket.into();
     let request = format!(
@@ -154,4 +162,57 @@ fn pages_held_for_readers_that_do_not_read_stay_within_the_read_budget() {
     // Once taken, the reservation is given back.
     let mut again = idle_reader(&gateway.addr, &id);
     assert_eq!(read_answer(&mut again, Duration::from_secs(30)).status, 200);
+}
+
+/// Reads, per address: with the default 64 MiB read budget, pages that an address asks for
+/// and does not read used to be held for it up to the whole budget (eleven 5.6 MB pages), so
+/// one address that stopped reading refused every other reader 429 (42900) until its
+/// connections idled out. Now an address (and a client id) holds at most an eighth of the
+/// budget unsent: its second such page is refused 429 (42910, `Retry-After: 1`), another
+/// address is served meanwhile, and the share comes back once the page was taken.
+#[test]
+fn pages_one_address_does_not_read_hold_at_most_its_share_of_the_read_budget() {
+    let dir = data_dir();
+    let gateway = Process::start(dir.path(), &["--auth", "none"]);
+    let id = aggregate(3);
+    let mb = vec![0x42u8; 1 << 20];
+    let events: Vec<(u64, &[u8])> = (1..=4).map(|s| (s, mb.as_slice())).collect();
+    let mut writer = TcpStream::connect(&gateway.addr).unwrap();
+    writer
+        .write_all(&write_request(OTHER, &id, &events, "Connection: close\r\n"))
+        .unwrap();
+    let answer = read_answer(&mut writer, Duration::from_secs(30));
+    assert_eq!(answer.status, 200, "{answer:?}");
+
+    let hoarder = Ipv4Addr::new(127, 0, 0, 1);
+    let mut first = idle_reader_from(hoarder, &gateway.addr, &id);
+    std::thread::sleep(Duration::from_millis(400));
+    let mut second = idle_reader_from(hoarder, &gateway.addr, &id);
+    let refused = read_answer(&mut second, Duration::from_secs(30));
+    assert_eq!(
+        (refused.status, refused.code()),
+        (429, 42910),
+        "a second unread page of one address is past its share: {}",
+        refused.head
+    );
+    assert_eq!(refused.json()["outcome"], "retry");
+    assert_eq!(refused.header("retry-after").as_deref(), Some("1"));
+
+    let mut other = idle_reader_from(Ipv4Addr::new(127, 0, 0, 2), &gateway.addr, &id);
+    let served = read_answer(&mut other, Duration::from_secs(30));
+    assert_eq!(
+        served.status, 200,
+        "another address is served: {}",
+        served.head
+    );
+    assert!(served.body.len() > 5_000_000, "the page is served whole");
+
+    // The first page, read at last, gives the address its share back.
+    let page = read_answer(&mut first, Duration::from_secs(30));
+    assert_eq!(page.status, 200, "{}", page.head);
+    let mut again = idle_reader_from(hoarder, &gateway.addr, &id);
+    assert_eq!(read_answer(&mut again, Duration::from_secs(30)).status, 200);
+    println!(
+        "read budget per address: 1 unread 5.6 MB page held, the 2nd refused 429 (42910), another address served"
+    );
 }

@@ -90,6 +90,13 @@ pub struct LimitConfig {
     #[arg(long, env = "CELERIANT_GATEWAY_READ_BUFFER_BYTES", default_value_t = 64 << 20)]
     pub read_buffer_bytes: usize,
 
+    /// Most bytes of read responses one client address may hold unsent at once (IPv6: per
+    /// /64; at least the largest page); past it 429 (42910). Default: an eighth of
+    /// --read-buffer-bytes. 0: no per-address share (behind a reverse proxy). Each session
+    /// client id holds at most an eighth too.
+    #[arg(long, env = "CELERIANT_GATEWAY_READ_BUFFER_BYTES_PER_IP")]
+    pub read_buffer_bytes_per_ip: Option<usize>,
+
     /// Writes per second one client id may make, and reads per second, each (session client
     /// id; 0: no limit); past it 429 (42910) with the wait in Retry-After.
     #[arg(

@@ -1,13 +1,14 @@
-//! Each address's and each client id's share of the write-body byte budget.
+//! Each address's and each client id's share of a byte budget: write bodies, read responses.
 //!
-//! The byte budget ([`super::budget`]) is global: without a per-key bound, one client could
-//! declare eight bodies of the largest size, send one byte of each and hold the whole budget
-//! for `--body-read-timeout-ms`, so every other client's write was refused 429 (42900). Here
-//! each address (IPv6: per /64) and each session client id may hold at most an eighth of
-//! `--write-buffer-bytes` (never less than `--max-body-bytes`, so one largest body always
-//! fits) at once; past it the write is refused 429 `retry`, code 42910, `Retry-After: 1`,
-//! before the global budget is touched. `--write-buffer-bytes-per-ip` sets the address's share
-//! (0: none, behind a reverse proxy). An entry exists only while its key holds bytes.
+//! The byte budgets ([`super::budget`]) are global: without a per-key bound, one client could
+//! declare eight bodies of the largest size, send one byte of each and hold the whole write
+//! budget for `--body-read-timeout-ms`, or ask for pages it never reads and hold the whole
+//! read budget until `--idle-timeout-ms`, so every other client was refused 429 (42900). Here
+//! each address (IPv6: per /64) and each session client id may hold at most an eighth of the
+//! budget (never less than the largest single item, so one always fits) at once; past it the
+//! request is refused 429 `retry`, code 42910, `Retry-After: 1`. `--write-buffer-bytes-per-ip`
+//! and `--read-buffer-bytes-per-ip` set the address's share (0: none, behind a reverse proxy).
+//! An entry exists only while its key holds bytes.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -87,8 +88,10 @@ impl<K: Hash + Eq + Clone> Drop for HeldBytes<K> {
     }
 }
 
-/// The per-address and per-client shares of the write-body budget.
+/// The per-address and per-client shares of one byte budget.
 pub struct ByteShare {
+    /// What the budget holds, for messages ("write-body", "read-response").
+    what: &'static str,
     total: usize,
     /// `None`: no per-address share (`--write-buffer-bytes-per-ip 0`).
     ip: Option<Arc<KeyedBytes<IpAddr>>>,
@@ -96,18 +99,19 @@ pub struct ByteShare {
     throttle: Throttle,
 }
 
-/// A write's bytes in its address's and client's shares, held until the store answered.
+/// A request's bytes in its address's and client's shares (a write's until the store
+/// answered, a read's until its page was taken by the connection).
 pub struct SharedBytes {
     _ip: Option<HeldBytes<IpAddr>>,
     _client: Option<HeldBytes<Uuid>>,
 }
 
 impl ByteShare {
-    /// Shares of a budget of `total` bytes: each key at most `total / 8`, never less than
-    /// `max_body` (nor more than `total`). `per_ip` overrides the address's share (0: the
-    /// whole budget, for a gateway behind a reverse proxy, where every request has the proxy's
-    /// address), also at least `max_body`.
-    pub fn new(total: usize, max_body: usize, per_ip: Option<usize>) -> Self {
+    /// Shares of a budget of `total` bytes of `what`: each key at most `total / 8`, never
+    /// less than `max_body` (the largest single item; nor more than `total`). `per_ip`
+    /// overrides the address's share (0: the whole budget, for a gateway behind a reverse
+    /// proxy, where every request has the proxy's address), also at least `max_body`.
+    pub fn new(what: &'static str, total: usize, max_body: usize, per_ip: Option<usize>) -> Self {
         let total = total.max(1);
         let cap = (total / 8).max(max_body).min(total);
         let ip_cap = match per_ip {
@@ -116,6 +120,7 @@ impl ByteShare {
             Some(n) => Some(n.max(max_body).min(total)),
         };
         ByteShare {
+            what,
             total,
             ip: ip_cap.map(KeyedBytes::new),
             client: KeyedBytes::new(cap),
@@ -160,10 +165,11 @@ impl ByteShare {
 
     fn refuse(&self, whose: &str, key: &str, share: usize) -> ApiError {
         let message = format!(
-            "{whose} holds its share ({share} bytes) of the write-body budget; retry shortly"
+            "{whose} holds its share ({share} bytes) of the {} budget; retry shortly",
+            self.what
         );
         if let Some(suppressed) = self.throttle.allow() {
-            tracing::info!(key, %message, suppressed, "fair share of bytes: write refused");
+            tracing::info!(key, %message, suppressed, budget = self.what, "fair share of bytes: refused");
         }
         ApiError(WriteOutcome::Retry(Failure {
             retry_after_ms: Some(TRANSIENT_RETRY_AFTER_MS),
@@ -178,7 +184,7 @@ mod tests {
 
     #[test]
     fn each_key_holds_at_most_its_share_and_gives_it_back() {
-        let s = ByteShare::new(800, 50, None);
+        let s = ByteShare::new("test", 800, 50, None);
         assert_eq!(s.cap(), 100);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
@@ -200,10 +206,10 @@ mod tests {
 
     #[test]
     fn one_largest_body_always_fits() {
-        let s = ByteShare::new(100, 90, None);
+        let s = ByteShare::new("test", 100, 90, None);
         assert_eq!(s.cap(), 90);
-        assert_eq!(ByteShare::new(100, 500, None).cap(), 100);
-        let proxy = ByteShare::new(800, 50, Some(0));
+        assert_eq!(ByteShare::new("test", 100, 500, None).cap(), 100);
+        let proxy = ByteShare::new("test", 800, 50, Some(0));
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
         let _a = proxy.take(ip, None, 400).unwrap();
         let _b = proxy.take(ip, None, 400).unwrap();

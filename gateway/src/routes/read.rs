@@ -4,7 +4,9 @@
 //!
 //! Reads are bounded like writes: the address's and the client id's fair share (429, 42910),
 //! then the page's bytes reserved from `--read-buffer-bytes` before the store is touched (429,
-//! 42900), held until the response has been handed to the connection. A page holds at most
+//! 42900), held until the response has been handed to the connection; once the page's size is
+//! known, it must also fit the address's and the client id's share of that budget (429, 42910:
+//! a client that asks for pages and never reads them holds at most an eighth). A page holds at most
 //! `--read-page-bytes` of response, unless its first batch alone is larger: that batch is then
 //! served alone, once its size could be reserved too. The router's deadline bounds the whole.
 //!
@@ -30,6 +32,7 @@ use crate::error::ApiError;
 use crate::limits::budget::Reserved;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
+use crate::limits::share_bytes::SharedBytes;
 use crate::state::AppState;
 
 /// Most batches in a page.
@@ -70,9 +73,8 @@ pub async fn events(State(state): State<AppState>, request: Request) -> Response
 
 async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let (mut parts, _) = request.into_parts();
-    let address = state
-        .fair
-        .address(Kind::Read, ip::peer(&parts.extensions))?;
+    let peer = ip::peer(&parts.extensions);
+    let address = state.fair.address(Kind::Read, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let Path((type_id, id)) = Path::<(String, String)>::from_request_parts(&mut parts, state)
         .await
@@ -135,7 +137,8 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
         reserved.merge(state.read_bytes.reserve(body.len() - reserved.bytes())?);
     }
     reserved.shrink_to(body.len());
-    let mut response = Response::new(held(Bytes::from(body), reserved));
+    let share = state.read_share.take(peer, session.client_id, body.len())?;
+    let mut response = Response::new(held(Bytes::from(body), reserved, share));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -166,7 +169,7 @@ const FRAME_BYTES: usize = 64 << 10;
 /// while the page still sits in its write buffer for a reader that does not read.
 struct Held {
     bytes: Bytes,
-    reserved: Option<Reserved>,
+    reserved: Option<(Reserved, SharedBytes)>,
 }
 
 impl http_body::Body for Held {
@@ -199,9 +202,9 @@ impl http_body::Body for Held {
     }
 }
 
-fn held(bytes: Bytes, reserved: Reserved) -> Body {
+fn held(bytes: Bytes, reserved: Reserved, share: SharedBytes) -> Body {
     Body::new(Held {
         bytes,
-        reserved: Some(reserved),
+        reserved: Some((reserved, share)),
     })
 }
