@@ -12,8 +12,8 @@
 //! The free space is sampled by the store's monitor every second and by the writer before
 //! every commit group; `lowSpace` ends by itself when space comes back. `failed` ends when the
 //! monitor has reopened the database and committed a probe transaction (`mod.rs`). Checksum
-//! failures do not change the state (the rest of the store is fine) but are counted, the last
-//! one named, and logged.
+//! failures do not change the state (the rest of the store is fine) but are counted and logged
+//! (the aggregate and version are named in the log only: `/healthz` is public).
 
 use std::path::Path;
 use std::sync::Mutex;
