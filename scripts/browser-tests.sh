@@ -257,6 +257,16 @@ for engine in "${ENGINES[@]}"; do
   [ "$status" -eq 0 ] || overall=1
 done
 
+# Nothing this run started may outlive it (WebKitWebDriver, MiniBrowser and its WebKit
+# processes, Xvfb, a runner and its browser): every process group it started must be empty now.
+left=""
+while read -r pid; do
+  [ -n "$pid" ] || continue
+  left="$left $(pgrep -g "$pid" 2>/dev/null | tr '\n' ' ')"
+done <"$GROUPS_FILE"
+left=$(echo "$left" | xargs)
+printf '%s' "$left" >"$LOG_DIR/browser-leftovers"
+
 if [ "$overall" -ne 0 ]; then
   echo "--- last lines of the gateway's log"
   tail -n 40 "$WORK/gateway.log"
@@ -270,4 +280,12 @@ for engine in "${ENGINES[@]}"; do
     "$(cat "$LOG_DIR/browser-$engine.status")" "$(cat "$LOG_DIR/browser-$engine.seconds")"
   grep -a '^rule8: ' "$LOG_DIR/browser-$engine.log" | sed 's/^/            /'
 done
+if [ -z "$left" ]; then
+  echo "  processes left running by these suites: none"
+else
+  echo "  processes left running by these suites (a failure; killed now):"
+  # shellcheck disable=SC2086 # a list of pids
+  ps -o pid=,pgid=,args= -p ${left// /,} | sed 's/^/    /'
+  overall=1
+fi
 exit $overall

@@ -77,6 +77,12 @@ for engine in Chromium Firefox WebKit; do
     record "browser, $engine (wasm-pack test)" 0 1
   fi
 done
+# No WebKitWebDriver, MiniBrowser, Xvfb, runner or browser of those suites is still running.
+if [ -f "$RUN_DIR/browser-leftovers" ] && [ ! -s "$RUN_DIR/browser-leftovers" ]; then
+  record "browser processes left running: none" 1 0
+else
+  record "browser processes left running: none" 0 1
+fi
 
 step "package: build pkg/ and type-check a TypeScript consumer against its .d.ts"
 if bash scripts/build.sh >"$RUN_DIR/build.log" 2>&1 \

@@ -99,6 +99,20 @@ check("react_hooks_import_only_react", () => {
   assert.deepEqual(specifiers, ["react"]);
 });
 
+// The README's app is the one `npm test` builds and runs (tests/vite-app), so it cannot drift.
+check("readme_react_example_is_the_tested_app", () => {
+  const readme = readFileSync(join(root, "README.md"), "utf8");
+  const section = readme.split("## Install and use in a Vite + React app")[1];
+  assert.ok(section, "README has the section");
+  const block = section.match(/```jsx\n([\s\S]*?)```/);
+  assert.ok(block, "the section has a jsx block");
+  const app = readFileSync(join(root, "tests/vite-app/src/App.jsx"), "utf8")
+    .split("\n")
+    .filter((line, i) => !(i === 0 && line.startsWith("//")))
+    .join("\n");
+  assert.equal(block[1], app);
+});
+
 const failed = results.filter(([, e]) => e).length;
 console.log(`\ntest result: ${failed ? "FAILED" : "ok"}. ${results.length - failed} passed; ${failed} failed`);
 process.exit(failed ? 1 : 0);
