@@ -124,6 +124,36 @@ async fn writes_carry_a_session_and_an_expired_one_is_renewed_with_the_batch_res
 }
 
 #[wasm_bindgen_test]
+async fn a_device_clock_ten_minutes_slow_is_corrected_from_the_gateways_server_time() {
+    no_faults().await;
+    let db = db_name("skew");
+    let (t, a) = (uuid(), uuid());
+    // Nonces are this device's time: ten minutes slow, the first is refused (40111, at most
+    // 2 minutes old), and the refusal's serverTime must correct the next one at once; without
+    // the correction every nonce would be refused and nothing would ever land.
+    let skew = skew_clock(-600_000.0);
+    let log = script_writes(&Array::new());
+    let client = open(&db, "{}").await;
+    let events: Array = (0..3).map(|i| bytes_event(1, &[i])).collect();
+    ok(client.append(aggregate(&t, &a), events.into())).await;
+    flush_within(&client, 30).await;
+    let sessions = num(&log, "sessions");
+    restore(&log);
+    restore(&skew);
+    assert_eq!(
+        sessions, 2.0,
+        "one nonce refused as stale, the corrected one accepted"
+    );
+    let seqs: Vec<f64> = read_all(&t, &a)
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect();
+    assert_eq!(seqs, [1.0, 2.0, 3.0], "landed once, in order");
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
 async fn a_failing_auth_callback_leaves_the_events_pending_as_unauthorized_until_it_recovers() {
     no_faults().await;
     let db = db_name("auth-callback");

@@ -70,6 +70,14 @@ export function scriptWrites(script) {
   return log;
 }
 
+/** Shifts this page's `Date.now()` by `ms` (a device whose clock is off); returns
+ *  { restore() }. `performance.now()` and timers are untouched. */
+export function skewClock(ms) {
+  const real = Date.now;
+  Date.now = () => real.call(Date) + ms;
+  return { restore: () => { Date.now = real; } };
+}
+
 /** Sets the gateway's fault rates (PUT /v1/faults); resolves with the report. */
 export async function setFaults(gateway, rates) {
   const r = await fetch(`${gateway}/v1/faults`, {
