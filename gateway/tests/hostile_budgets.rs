@@ -41,10 +41,15 @@ fn slow_bodies_of_one_address_cannot_take_the_whole_write_budget() {
     let attacker = Ipv4Addr::new(127, 0, 0, 1);
     let mut lengths = vec![limit; 8];
     lengths.push(budget - 8 * limit);
-    let mut held: Vec<TcpStream> = lengths
-        .iter()
-        .map(|&n| slow_write(attacker, &gateway.addr, n))
-        .collect();
+    // The first is admitted and takes the address's share; only then the others come (the
+    // gateway serves connections concurrently: sent together, any one of them could be first).
+    let mut held = vec![slow_write(attacker, &gateway.addr, lengths[0])];
+    std::thread::sleep(Duration::from_millis(500));
+    held.extend(
+        lengths[1..]
+            .iter()
+            .map(|&n| slow_write(attacker, &gateway.addr, n)),
+    );
     std::thread::sleep(Duration::from_millis(500));
 
     // Another client, from another address, with an ordinary write.
