@@ -82,6 +82,18 @@ fn slow_bodies_of_one_address_cannot_take_the_whole_write_budget() {
     drop(held);
 }
 
+/// Writes one batch of four 1 MiB events to aggregate `id` (read back as a 5.6 MB page).
+fn write_large_batch(addr: &str, id: &str) {
+    let mb = vec![0x42u8; 1 << 20];
+    let events: Vec<(u64, &[u8])> = (1..=4).map(|s| (s, mb.as_slice())).collect();
+    let mut writer = TcpStream::connect(addr).unwrap();
+    writer
+        .write_all(&write_request(OTHER, id, &events, "Connection: close\r\n"))
+        .unwrap();
+    let answer = read_answer(&mut writer, Duration::from_secs(30));
+    assert_eq!(answer.status, 200, "{}", answer.head);
+}
+
 /// A `GET` of aggregate `id` from a socket with a small receive buffer that is not read yet.
 fn idle_reader(addr: &str, id: &str) -> TcpStream {
     idle_reader_from(Ipv4Addr::LOCALHOST, addr, id)
@@ -123,14 +135,7 @@ fn pages_held_for_readers_that_do_not_read_stay_within_the_read_budget() {
         &["--auth", "none", "--read-buffer-bytes", &budget.to_string()],
     );
     let id = aggregate(2);
-    let mb = vec![0x42u8; 1 << 20];
-    let events: Vec<(u64, &[u8])> = (1..=4).map(|s| (s, mb.as_slice())).collect();
-    let mut writer = TcpStream::connect(&gateway.addr).unwrap();
-    writer
-        .write_all(&write_request(OTHER, &id, &events, "Connection: close\r\n"))
-        .unwrap();
-    let answer = read_answer(&mut writer, Duration::from_secs(30));
-    assert_eq!(answer.status, 200, "{answer:?}");
+    write_large_batch(&gateway.addr, &id);
 
     const READERS: usize = 6;
     // One after the other, each once the one before is answered (and not read).
@@ -180,14 +185,7 @@ fn pages_one_address_does_not_read_hold_at_most_its_share_of_the_read_budget() {
     let dir = data_dir();
     let gateway = Process::start(dir.path(), &["--auth", "none"]);
     let id = aggregate(3);
-    let mb = vec![0x42u8; 1 << 20];
-    let events: Vec<(u64, &[u8])> = (1..=4).map(|s| (s, mb.as_slice())).collect();
-    let mut writer = TcpStream::connect(&gateway.addr).unwrap();
-    writer
-        .write_all(&write_request(OTHER, &id, &events, "Connection: close\r\n"))
-        .unwrap();
-    let answer = read_answer(&mut writer, Duration::from_secs(30));
-    assert_eq!(answer.status, 200, "{answer:?}");
+    write_large_batch(&gateway.addr, &id);
 
     let hoarder = Ipv4Addr::new(127, 0, 0, 1);
     let mut first = idle_reader_from(hoarder, &gateway.addr, &id);
