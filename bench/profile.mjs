@@ -46,7 +46,7 @@ const byId = new Map(profile.nodes.map((node) => [node.id, node]));
 const dt = profile.timeDeltas;
 profile.samples.forEach((id, i) => {
   const node = byId.get(id);
-  const name = `${node.callFrame.functionName || "(anonymous)"} ${node.callFrame.url.split("/").pop()}`;
+  const name = `${node.callFrame.functionName || "(anonymous)"} ${node.callFrame.url.split("/").pop()}:${node.callFrame.lineNumber}`;
   self.set(name, (self.get(name) || 0) + (dt[i] || 0));
 });
 const total = [...self.values()].reduce((a, b) => a + b, 0);

@@ -24,7 +24,9 @@ use super::locks::{self, DrainLock};
 use super::reader::{ReaderConfig, ReaderNews, ReaderRuntime};
 use super::session::GatewaySessions;
 use super::views::Views;
-use crate::engine::coord::{Coordinator, Effect, Event, HEARTBEAT_MS, HubUpdate, Message};
+use crate::engine::coord::{
+    Coordinator, Effect, Event, HEARTBEAT_MS, Hold, HubUpdate, Message, Outgoing,
+};
 use crate::engine::drain::{Drain, Edge, Policy, run_inspected};
 use crate::engine::group::{GroupCommit, Spawn};
 use crate::engine::inspect::Inspector;
@@ -67,6 +69,8 @@ pub struct Runtime {
     coordinator: RefCell<Coordinator>,
     queue: RefCell<VecDeque<Event>>,
     pumping: Cell<bool>,
+    /// "Something changed" messages held for the next flush.
+    outgoing: RefCell<Outgoing>,
     lock: RefCell<Option<DrainLock>>,
     channel: RefCell<Option<Channel>>,
     heartbeat: RefCell<Option<Interval>>,
@@ -167,8 +171,17 @@ impl Runtime {
                 client_id.to_string(),
                 Box::new(move || read_hub.status().read != ReadState::Connected),
             );
+            let committed = weak.clone();
             Runtime {
-                appends: GroupCommit::new(outbox.clone(), spawn()),
+                appends: GroupCommit::new(
+                    outbox.clone(),
+                    spawn(),
+                    Box::new(move |stored, touched| {
+                        if let Some(runtime) = committed.upgrade() {
+                            runtime.appended(stored, touched);
+                        }
+                    }),
+                ),
                 outbox,
                 hub,
                 client_id,
@@ -178,6 +191,7 @@ impl Runtime {
                 coordinator: RefCell::new(Coordinator::new()),
                 queue: RefCell::default(),
                 pumping: Cell::new(false),
+                outgoing: RefCell::default(),
                 lock: RefCell::new(None),
                 channel: RefCell::new(None),
                 heartbeat: RefCell::new(None),
@@ -261,7 +275,33 @@ impl Runtime {
         }
     }
 
-    fn post(&self, message: &Message) {
+    /// Posts `message` to the other contexts: at once, or merged with others of its kind in
+    /// the next flush ([`Outgoing`]).
+    fn post(self: &Rc<Self>, message: &Message) {
+        let hold = self.outgoing.borrow_mut().hold(message.clone(), now());
+        match hold {
+            Hold::PostNow(message) => self.post_now(&message),
+            Hold::Held => {}
+            Hold::FlushIn(ms) => {
+                let weak = Rc::downgrade(self);
+                wasm_bindgen_futures::spawn_local(async move {
+                    TimeoutFuture::new(ms as u32).await;
+                    if let Some(runtime) = weak.upgrade() {
+                        runtime.flush_outgoing();
+                    }
+                });
+            }
+        }
+    }
+
+    fn flush_outgoing(&self) {
+        let held = self.outgoing.borrow_mut().flush(now());
+        for message in &held {
+            self.post_now(message);
+        }
+    }
+
+    fn post_now(&self, message: &Message) {
         if let Some(channel) = self.channel.borrow().as_ref() {
             channel.post(message);
         }
@@ -485,16 +525,23 @@ impl Runtime {
         self.views.read(aggregate, !ok).await
     }
 
-    /// Stores an append through group commit; resolves once its transaction committed.
+    /// Stores an append through group commit; resolves once its transaction committed (and
+    /// [`Runtime::appended`] told everyone).
     pub async fn append(
         self: &Rc<Self>,
         aggregate: AggregateRef,
         events: Vec<NewEvent>,
     ) -> Result<Vec<Receipt>, StoreError> {
-        let receipts = self.appends.append(aggregate, events).await?;
-        self.feed(Event::Appended(receipts.len() as u64));
-        self.touched(aggregate);
-        Ok(receipts)
+        self.appends.append(aggregate, events).await
+    }
+
+    /// A group of appends committed: one status update, one refresh and one message per
+    /// aggregate, however many appends the group held.
+    fn appended(self: &Rc<Self>, stored: u64, touched: &[AggregateRef]) {
+        self.feed(Event::Appended(stored));
+        for aggregate in touched {
+            self.touched(*aggregate);
+        }
     }
 
     /// The drain lock's name, and the lock manager's id of this context if it holds it.
@@ -535,6 +582,7 @@ impl Runtime {
             context: self.context,
             list: Vec::new(),
         }));
+        self.flush_outgoing();
         self.waiters.borrow_mut().clear();
         self.heartbeat.borrow_mut().take();
         self.online.borrow_mut().take();

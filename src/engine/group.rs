@@ -7,8 +7,12 @@
 //! whole or not at all (a failure rejects every append of the group, and none of them consumed
 //! a sequence). Groups are written in the order their appends were made, so sequences follow
 //! call order.
+//!
+//! What follows a commit (status counts, views, the message to other contexts) is told once per
+//! group, not once per append: under load a group holds hundreds of appends.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -24,6 +28,10 @@ pub const MAX_GROUP: usize = 512;
 /// Runs a future to completion in the background (`spawn_local` in a browser).
 pub type Spawn = Rc<dyn Fn(Pin<Box<dyn Future<Output = ()>>>)>;
 
+/// Told once per committed group, before any of its appends resolves: how many events it
+/// stored, and each aggregate it touched (once each, in first-append order).
+pub type Committed = Box<dyn Fn(u64, &[AggregateRef])>;
+
 struct Queued {
     aggregate: AggregateRef,
     events: Vec<NewEvent>,
@@ -34,16 +42,18 @@ struct Queued {
 pub struct GroupCommit<O> {
     outbox: Rc<O>,
     spawn: Spawn,
+    committed: Committed,
     queued: RefCell<Vec<Queued>>,
     writing: Cell<bool>,
 }
 
 impl<O: Outbox + 'static> GroupCommit<O> {
-    /// Group commit over `outbox`; `spawn` runs the writer.
-    pub fn new(outbox: Rc<O>, spawn: Spawn) -> Rc<Self> {
+    /// Group commit over `outbox`; `spawn` runs the writer; `committed` hears of each group.
+    pub fn new(outbox: Rc<O>, spawn: Spawn, committed: Committed) -> Rc<Self> {
         Rc::new(GroupCommit {
             outbox,
             spawn,
+            committed,
             queued: RefCell::new(Vec::new()),
             writing: Cell::new(false),
         })
@@ -86,6 +96,14 @@ impl<O: Outbox + 'static> GroupCommit<O> {
                 .collect();
             match self.outbox.append_group(&items).await {
                 Ok(receipts) => {
+                    let stored: usize = receipts.iter().map(Vec::len).sum();
+                    let mut seen = BTreeSet::new();
+                    let touched: Vec<AggregateRef> = group
+                        .iter()
+                        .map(|q| q.aggregate)
+                        .filter(|a| seen.insert(*a))
+                        .collect();
+                    (self.committed)(stored as u64, &touched);
                     for (queued, receipts) in group.into_iter().zip(receipts) {
                         let _ = queued.reply.send(Ok(receipts));
                     }
@@ -114,7 +132,12 @@ mod tests {
         let spawner = pool.spawner();
         let spawn: Spawn = Rc::new(move |f| spawner.spawn_local(f).unwrap());
         let outbox = Rc::new(MemoryOutbox::new());
-        let group = GroupCommit::new(outbox.clone(), spawn);
+        type Told = Vec<(u64, Vec<AggregateRef>)>;
+        let told: Rc<RefCell<Told>> = Rc::default();
+        let log = told.clone();
+        let committed: Committed =
+            Box::new(move |n, touched| log.borrow_mut().push((n, touched.to_vec())));
+        let group = GroupCommit::new(outbox.clone(), spawn, committed);
         let waiting: Vec<_> = (0..1_000u32)
             .map(|i| {
                 let a = aggregate(u128::from(i % 3));
@@ -137,5 +160,27 @@ mod tests {
             1_000,
             "everything stored"
         );
+        let told = told.borrow();
+        assert_eq!(
+            told.iter().map(|(n, _)| n).sum::<u64>(),
+            1_000,
+            "every stored event told once"
+        );
+        assert!(
+            told.len() < 1_000,
+            "told per group, not per append: {} groups",
+            told.len()
+        );
+        for (_, touched) in told.iter() {
+            let mut distinct = touched.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(
+                distinct.len(),
+                touched.len(),
+                "each aggregate once per group"
+            );
+            assert!(touched.len() <= 3);
+        }
     }
 }
