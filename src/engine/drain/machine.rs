@@ -246,8 +246,9 @@ type Loaded = (Batch, Vec<StoredEvent>);
 
 #[derive(Debug)]
 enum Phase {
-    Recounting { starting: bool },
-    FindingUnpruned,
+    /// The three reads of a start, run together.
+    Starting(Start),
+    Recounting,
     ReadingPin,
     Reading(Batch),
     Cutting,
@@ -273,6 +274,16 @@ struct Settling {
     through: u64,
     duplicate: bool,
     then: Option<Loaded>,
+}
+
+/// What a start has read so far: the counts, the aggregates with landed events left to prune,
+/// and the pin. None depends on another, so they are read at once and the drain goes on when
+/// all three are in.
+#[derive(Debug, Default)]
+struct Start {
+    recounted: bool,
+    unpruned: Option<Result<Vec<AggregateRef>, StoreError>>,
+    pin: Option<Result<Option<Batch>, StoreError>>,
 }
 
 /// The next batch, read while `in_flight` was out.
@@ -343,10 +354,50 @@ impl Drain {
         }
     }
 
-    /// Starts: recount, find leftovers to prune, then the pinned batch first.
+    /// Starts: recount, find leftovers to prune and read the pin, all at once; then the
+    /// pinned batch first.
     pub fn start(&mut self) {
-        self.phase = Phase::Recounting { starting: true };
+        self.phase = Phase::Starting(Start::default());
         self.emit(Action::Recount);
+        self.emit(Action::FindUnpruned);
+        self.emit(Action::ReadPin);
+    }
+
+    /// A start's read came in: wait for the others, then go on as their answers say.
+    fn starting(&mut self, start: Start, now: Now) {
+        let Start {
+            recounted: true,
+            unpruned: Some(unpruned),
+            pin: Some(pin),
+        } = start
+        else {
+            self.phase = Phase::Starting(start);
+            return;
+        };
+        match unpruned {
+            Ok(aggregates) => {
+                // Their counts are unknown; prune them before long.
+                self.unpruned_events += aggregates.len() as u64 * self.policy.prune_high_water;
+                self.unpruned.extend(aggregates);
+            }
+            // The pin is read again after the wait; what was not found is pruned when its
+            // aggregate next lands or is logged.
+            Err(e) => return self.storage_failed(e, now),
+        }
+        self.pin_read(pin, now);
+    }
+
+    fn pin_read(&mut self, pin: Result<Option<Batch>, StoreError>, now: Now) {
+        match pin {
+            Ok(Some(batch)) => {
+                // Pinned before a send that may have happened.
+                self.ambiguous = true;
+                self.phase = Phase::Reading(batch);
+                self.emit(Action::Read(batch));
+            }
+            Ok(None) => self.next_batch(),
+            Err(e) => self.storage_failed(e, now),
+        }
     }
 
     /// Its policy.
@@ -430,44 +481,35 @@ impl Drain {
                 self.pruned(result, now);
             }
 
-            (Phase::Recounting { starting }, Input::Recounted(result)) => {
+            (Phase::Starting(mut start), Input::Recounted(result)) => {
                 if let Err(e) = result {
                     self.storage_error_reported(&e, now);
                 }
-                if starting {
-                    self.phase = Phase::FindingUnpruned;
-                    self.emit(Action::FindUnpruned);
-                } else {
-                    self.phase = Phase::Idle;
-                    self.report(Report::Idle);
-                    self.emit(Action::Wait {
-                        ms: self.policy.idle_poll_ms,
-                        work: true,
-                        network: true,
-                    });
-                    self.maybe_prune(true);
-                }
+                start.recounted = true;
+                self.starting(start, now);
             }
-            (Phase::FindingUnpruned, Input::Unpruned(result)) => match result {
-                Ok(aggregates) => {
-                    // Their counts are unknown; prune them before long.
-                    self.unpruned_events += aggregates.len() as u64 * self.policy.prune_high_water;
-                    self.unpruned.extend(aggregates);
-                    self.phase = Phase::ReadingPin;
-                    self.emit(Action::ReadPin);
+            (Phase::Starting(mut start), Input::Unpruned(result)) => {
+                start.unpruned = Some(result);
+                self.starting(start, now);
+            }
+            (Phase::Starting(mut start), Input::PinRead(result)) => {
+                start.pin = Some(result);
+                self.starting(start, now);
+            }
+            (Phase::Recounting, Input::Recounted(result)) => {
+                if let Err(e) = result {
+                    self.storage_error_reported(&e, now);
                 }
-                Err(e) => self.storage_failed(e, now),
-            },
-            (Phase::ReadingPin, Input::PinRead(result)) => match result {
-                Ok(Some(batch)) => {
-                    // Pinned before a send that may have happened.
-                    self.ambiguous = true;
-                    self.phase = Phase::Reading(batch);
-                    self.emit(Action::Read(batch));
-                }
-                Ok(None) => self.next_batch(),
-                Err(e) => self.storage_failed(e, now),
-            },
+                self.phase = Phase::Idle;
+                self.report(Report::Idle);
+                self.emit(Action::Wait {
+                    ms: self.policy.idle_poll_ms,
+                    work: true,
+                    network: true,
+                });
+                self.maybe_prune(true);
+            }
+            (Phase::ReadingPin, Input::PinRead(result)) => self.pin_read(result, now),
             (Phase::Reading(batch), Input::Read(result)) => match result {
                 Ok(events) if events.is_empty() => {
                     // Its events are gone (settled by another drainer): nothing to send.
@@ -489,7 +531,7 @@ impl Drain {
                 Ok(Some(events)) => self.cut(events),
                 Ok(None) => {
                     // Nothing to send: recount (other contexts may have written), then idle.
-                    self.phase = Phase::Recounting { starting: false };
+                    self.phase = Phase::Recounting;
                     self.emit(Action::Recount);
                 }
                 Err(e) => self.storage_failed(e, now),

@@ -87,11 +87,13 @@ fn body(status: u16, json: &str) -> Reply {
 /// Starts a machine and brings it to sending `first` (cut fresh, nothing pinned).
 fn sending(d: &mut Drain, first: &[StoredEvent]) {
     d.start();
-    assert_eq!(doing(d), [Action::Recount]);
+    assert_eq!(
+        doing(d),
+        [Action::Recount, Action::FindUnpruned, Action::ReadPin],
+        "the three reads of a start go out together"
+    );
     d.handle(Input::Recounted(Ok(())), AT);
-    assert_eq!(doing(d), [Action::FindUnpruned]);
     d.handle(Input::Unpruned(Ok(vec![])), AT);
-    assert_eq!(doing(d), [Action::ReadPin]);
     d.handle(Input::PinRead(Ok(None)), AT);
     assert_eq!(doing(d), [Action::Cut { after: None }]);
     d.handle(Input::Cut(Ok(Some(first.to_vec()))), AT);
@@ -456,6 +458,39 @@ fn losing_a_compare_and_set_or_the_lock_stops_the_drain() {
         d.handle(Input::Replied(landed()), AT);
         assert_eq!(doing(&mut d), [], "nothing after stopping");
     }
+}
+
+#[test]
+fn a_start_goes_on_only_once_all_three_reads_are_in_whatever_their_order() {
+    let a = events(1, 1..=2);
+    let mut d = drain();
+    d.start();
+    take(&mut d);
+    d.handle(Input::PinRead(Ok(Some(batch(&a)))), AT);
+    assert_eq!(doing(&mut d), [], "the pin alone is not enough");
+    d.handle(Input::Recounted(Ok(())), AT);
+    assert_eq!(doing(&mut d), []);
+    d.handle(Input::Unpruned(Ok(vec![])), AT);
+    assert_eq!(doing(&mut d), [Action::Read(batch(&a))]);
+
+    // A failed search for leftovers: the pin read with it is not trusted; after the wait the
+    // pin is read again.
+    let mut d = drain();
+    d.start();
+    take(&mut d);
+    d.handle(Input::PinRead(Ok(None)), AT);
+    d.handle(Input::Unpruned(Err(StoreError::Closed)), AT);
+    d.handle(Input::Recounted(Ok(())), AT);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Wait {
+            ms: Policy::default().storage_retry_ms,
+            work: false,
+            network: false
+        }]
+    );
+    d.handle(Input::TimerFired, AT);
+    assert_eq!(doing(&mut d), [Action::ReadPin]);
 }
 
 #[test]
