@@ -48,6 +48,7 @@ pub async fn run_all<O: Outbox, F: Future<Output = O>>(mut make: impl FnMut() ->
     parking_and_discarding(&make().await).await;
     client_id_is_created_once(&make().await).await;
     event_states_follow_the_event(&make().await).await;
+    event_ids_survive_pruning_a_large_backlog(&make().await).await;
 }
 
 const NOTHING: &[AggregateRef] = &[];
@@ -467,4 +468,42 @@ pub async fn event_states_follow_the_event(o: &impl Outbox) {
         o.event_state(r[2].event_id).await.unwrap(),
         EventState::Pending { client_seq: 3, .. }
     ));
+}
+
+/// `whenSynced`'s lookups stay right when most of a large outbox is pruned at once (the
+/// IndexedDB outbox then rebuilds its id records from what is left, a chunk at a time).
+pub async fn event_ids_survive_pruning_a_large_backlog(o: &impl Outbox) {
+    let many = |base: u128, n: u128| -> Vec<NewEvent> {
+        (0..n)
+            .map(|i| NewEvent {
+                event_id: Uuid::from_u128(base + i),
+                ..event(1, 8)
+            })
+            .collect()
+    };
+    let landed = o.append(aggregate(1), many(0x1_0000, 6_000)).await.unwrap();
+    let pending = o.append(aggregate(2), many(0x2_0000, 4_500)).await.unwrap();
+    let b = batch(1, 1, 6_000);
+    assert!(o.pin(&b, None).await.unwrap());
+    assert!(o.settle(&b, 6_000, None).await.unwrap());
+    let p = o.prune(aggregate(1), 10_000).await.unwrap();
+    assert_eq!((p.removed, p.more), (6_000, false));
+    for i in [0, 1_999, 2_000, 2_001, 3_999, 4_000, 4_499] {
+        assert_eq!(
+            o.event_state(pending[i].event_id).await.unwrap(),
+            EventState::Pending {
+                aggregate: aggregate(2),
+                client_seq: i as u64 + 1
+            },
+            "pending event {i}"
+        );
+    }
+    for i in [0, 2_999, 5_999] {
+        assert_eq!(
+            o.event_state(landed[i].event_id).await.unwrap(),
+            EventState::Absent,
+            "landed event {i}"
+        );
+    }
+    assert_eq!(o.count().await.unwrap(), 4_500);
 }

@@ -86,7 +86,9 @@ const ORPHANS_BEFORE_COMPACTING: u64 = 1_000;
 /// Drops the id records of events that are gone: all of them when the outbox is empty, or a
 /// rebuild from the outbox when it holds more than twice as many ids as events (the outbox
 /// never emptied: a steady stream of appends). Never a record-by-record delete (see
-/// [`super::schema`]).
+/// [`super::schema`]). The rebuild walks the outbox [`COMPACT_CHUNK`] records at a time in the
+/// same transaction, so its memory does not grow with the backlog (reading the whole outbox at
+/// once held half of a 100,000-event backlog in the JS heap, 40 MB, in `npm run bench`).
 async fn compact_ids(events: &IdbObjectStore, ids: &IdbObjectStore) -> Result<(), StoreError> {
     if first_key(events, None).await?.is_none() {
         ids.clear().js()?;
@@ -100,14 +102,30 @@ async fn compact_ids(events: &IdbObjectStore, ids: &IdbObjectStore) -> Result<()
     if known <= 2.0 * stored + ORPHANS_BEFORE_COMPACTING as f64 {
         return Ok(());
     }
-    let keys = js::array(&result(events.get_all_keys()).await.js()?);
-    let values = js::array(&result(events.get_all()).await.js()?);
     ids.clear().js()?;
-    for (key, value) in keys.iter().zip(&values) {
-        ids.put_with_key(key, &js::get(value, "e")).js()?;
+    let mut range = IdbKeyRange::lower_bound(&Array::new()).js()?;
+    loop {
+        let keys = result(events.get_all_keys_with_key_and_limit(&range, COMPACT_CHUNK))
+            .await
+            .js()?;
+        let values = result(events.get_all_with_key_and_limit(&range, COMPACT_CHUNK))
+            .await
+            .js()?;
+        let (keys, values) = (js::array(&keys), js::array(&values));
+        for (key, value) in keys.iter().zip(&values) {
+            ids.put_with_key(key, &js::get(value, "e")).js()?;
+        }
+        match keys.last() {
+            Some(last) if keys.len() == COMPACT_CHUNK as usize => {
+                range = IdbKeyRange::lower_bound_with_open(last, true).js()?;
+            }
+            _ => return Ok(()),
+        }
     }
-    Ok(())
 }
+
+/// Records read per step of the `ids` rebuild.
+const COMPACT_CHUNK: u32 = 2_000;
 
 pub(super) fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, StoreError> {
     tx.object_store(name).js()
