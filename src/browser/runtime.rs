@@ -258,7 +258,10 @@ impl Runtime {
                 }
             }
             Effect::StartDrain => self.start_drain(),
-            Effect::StopDrain => self.hub.supersede(),
+            Effect::StopDrain => {
+                self.outgoing.borrow_mut().forget_status();
+                self.hub.supersede();
+            }
             Effect::Post(message) => self.post(&message),
             Effect::PostStatus => self.post(&Message::Status(self.hub.status())),
             Effect::Hub(update) => match update {

@@ -12,7 +12,10 @@
 //!
 //! Everything else (landed and parked notices, heartbeats, the read side's requests) is posted at
 //! once, as before. The first mergeable message after a quiet spell goes out on the next task;
-//! later ones wait until [`FLUSH_EVERY_MS`] after the last flush. Closing flushes what is held.
+//! later ones wait until [`FLUSH_EVERY_MS`] after the last flush. Closing flushes what is held;
+//! a context that stops draining forgets the status it held.
+
+use std::collections::BTreeSet;
 
 use super::message::Message;
 use crate::engine::model::AggregateRef;
@@ -27,7 +30,7 @@ pub const FLUSH_EVERY_MS: u64 = 40;
 pub struct Outgoing {
     status: Option<Status>,
     appended: u64,
-    touched: Vec<AggregateRef>,
+    touched: BTreeSet<AggregateRef>,
     /// A flush is scheduled.
     scheduled: bool,
     /// When the last flush ran (`None` before the first).
@@ -52,9 +55,7 @@ impl Outgoing {
             Message::Status(status) => self.status = Some(status),
             Message::Appended { n } => self.appended += n,
             Message::Read(ReadMessage::Touched(aggregate)) => {
-                if !self.touched.contains(&aggregate) {
-                    self.touched.push(aggregate);
-                }
+                self.touched.insert(aggregate);
             }
             other => return Hold::PostNow(other),
         }
@@ -80,11 +81,17 @@ impl Outgoing {
             out.push(Message::Status(status));
         }
         out.extend(
-            self.touched
-                .drain(..)
+            std::mem::take(&mut self.touched)
+                .into_iter()
                 .map(|a| Message::Read(ReadMessage::Touched(a))),
         );
         out
+    }
+
+    /// This context stopped draining: the status it held is no longer the drainer's, and
+    /// posted later it would overwrite the new drainer's in every follower.
+    pub fn forget_status(&mut self) {
+        self.status = None;
     }
 }
 
@@ -136,6 +143,15 @@ mod tests {
             ]
         );
         assert_eq!(out.flush(3), vec![], "nothing held twice");
+
+        out.hold(Message::Status(status(7)), 50);
+        out.hold(touched(3), 50);
+        out.forget_status();
+        assert_eq!(
+            out.flush(90),
+            vec![touched(3)],
+            "a former drainer's status is dropped"
+        );
     }
 
     #[test]
