@@ -6,6 +6,7 @@
 //! order through the HTTP gateway (`gateway/`). The wire protocol lives in
 //! `celeriant-sync-protocol` (`protocol/`), shared with the gateway.
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub use celeriant_sync_protocol as protocol;
 
@@ -14,7 +15,7 @@ pub mod engine;
 // The browser layer and the JS API exist only in WebAssembly; native builds (tests, tools)
 // compile the engine alone. This is the one place the target is switched on.
 #[cfg(target_arch = "wasm32")]
-pub mod api;
+mod api;
 #[cfg(target_arch = "wasm32")]
 pub mod browser;
 

@@ -15,7 +15,7 @@ use crate::engine::errors::ErrorCode;
 use crate::engine::outbox::StoreError;
 
 /// The error name of everything the client throws.
-pub const NAME: &str = "CeleriantSyncError";
+pub(crate) const NAME: &str = "CeleriantSyncError";
 
 /// A failure on its way to JS.
 #[derive(Debug)]

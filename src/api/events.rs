@@ -10,7 +10,7 @@ use crate::engine::model::ParkRecord;
 use crate::engine::status::{Observer, Status, SyncedNotice};
 
 /// Dispatches the client's events.
-pub struct DomEvents {
+pub(crate) struct DomEvents {
     /// Where listeners are registered.
     pub target: EventTarget,
 }

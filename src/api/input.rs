@@ -32,7 +32,7 @@ fn uuid(value: &JsValue, code: ErrorCode, what: &str) -> Result<Uuid, ClientErro
 }
 
 /// `{ typeId, id }`.
-pub fn aggregate(value: &JsValue) -> Result<AggregateRef, ClientError> {
+pub(crate) fn aggregate(value: &JsValue) -> Result<AggregateRef, ClientError> {
     if !value.is_object() {
         return Err(ClientError::new(
             ErrorCode::InvalidAggregate,
@@ -162,7 +162,7 @@ fn describe(error: &JsValue) -> String {
 }
 
 /// An array of events. `max` bounds the count before any event is parsed.
-pub fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEvent>, ClientError> {
+pub(crate) fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEvent>, ClientError> {
     if !Array::is_array(value) {
         return Err(ClientError::new(
             ErrorCode::InvalidEvents,

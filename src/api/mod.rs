@@ -11,11 +11,11 @@
 //! * [`typescript`]: the precise `.d.ts` declarations;
 //! * [`inspect`]: `client.inspect()` and its types (a second `impl SyncClient` block).
 
-pub mod client;
-pub mod errors;
-pub mod events;
-pub mod input;
-pub mod inspect;
-pub mod options;
-pub mod output;
-pub mod typescript;
+pub(crate) mod client;
+pub(crate) mod errors;
+pub(crate) mod events;
+pub(crate) mod input;
+pub(crate) mod inspect;
+pub(crate) mod options;
+pub(crate) mod output;
+pub(crate) mod typescript;

@@ -11,7 +11,7 @@ use crate::engine::errors::ErrorCode;
 
 /// The checked options.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// The gateway's base URL, without a trailing slash.
     pub gateway_url: String,
     /// The IndexedDB database name.
@@ -30,9 +30,9 @@ pub struct Options {
 }
 
 /// Default IndexedDB database name.
-pub const DEFAULT_DATABASE: &str = "celeriant-sync";
+pub(crate) const DEFAULT_DATABASE: &str = "celeriant-sync";
 /// Default request timeout.
-pub const DEFAULT_TIMEOUT_MS: u32 = 10_000;
+pub(crate) const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 
 /// Every option's key.
 const KEYS: [&str; 8] = [
@@ -96,7 +96,7 @@ fn integer(
 }
 
 /// Parses and checks the options object.
-pub fn parse(value: &JsValue) -> Result<Options, ClientError> {
+pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
     if !value.is_object() {
         return Err(bad(
             "SyncClient.open needs an options object with at least { gatewayUrl }",

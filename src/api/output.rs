@@ -16,7 +16,7 @@ extern "C" {
 }
 
 /// `[{ eventId, clientSeq }]`.
-pub fn receipts(receipts: &[Receipt]) -> JsValue {
+pub(crate) fn receipts(receipts: &[Receipt]) -> JsValue {
     receipts
         .iter()
         .map(|r| {
@@ -31,7 +31,7 @@ pub fn receipts(receipts: &[Receipt]) -> JsValue {
 
 /// One element of `parkedEvents()`: the event decoded from its stored wire form (with the
 /// platform's own `JSON`), with its park record's reason.
-pub fn parked_event(e: &StoredEvent, r: &ParkRecord) -> JsValue {
+pub(crate) fn parked_event(e: &StoredEvent, r: &ParkRecord) -> JsValue {
     let Ok(wire) = JSON::parse(&e.wire) else {
         return JsValue::NULL;
     };

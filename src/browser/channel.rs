@@ -28,7 +28,7 @@ fn tagged(kind: &str, fields: &[(&str, JsValue)]) -> JsValue {
 }
 
 /// A message as the plain object that travels.
-pub fn encode(message: &Message) -> JsValue {
+pub(crate) fn encode(message: &Message) -> JsValue {
     match message {
         Message::Status(s) => tagged("status", &[("value", status_to_js(s))]),
         Message::Synced(n) => tagged("synced", &[("value", synced_to_js(n))]),
@@ -106,7 +106,7 @@ fn decode_read(kind: &str, value: &JsValue) -> Option<ReadMessage> {
 }
 
 /// Reads a message back; `None` for anything this version does not understand.
-pub fn decode(value: &JsValue) -> Option<Message> {
+pub(crate) fn decode(value: &JsValue) -> Option<Message> {
     let inner = || js::get(value, "value");
     Some(match js::get_string(value, "kind")?.as_str() {
         "status" => Message::Status(status_from_js(&inner())?),
@@ -126,7 +126,7 @@ pub fn decode(value: &JsValue) -> Option<Message> {
 }
 
 /// The channel of one database; closed when dropped.
-pub struct Channel {
+pub(crate) struct Channel {
     channel: BroadcastChannel,
     _on_message: Closure<dyn FnMut(MessageEvent)>,
 }
@@ -134,7 +134,10 @@ pub struct Channel {
 impl Channel {
     /// Opens the channel of `database`, calling `handle` for every message from another context.
     /// `None` where `BroadcastChannel` does not exist.
-    pub fn open(database: &str, mut handle: impl FnMut(Message) + 'static) -> Option<Channel> {
+    pub(crate) fn open(
+        database: &str,
+        mut handle: impl FnMut(Message) + 'static,
+    ) -> Option<Channel> {
         let channel = BroadcastChannel::new(&format!("celeriant-sync:{database}")).ok()?;
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
             if let Some(message) = decode(&event.data()) {
@@ -149,7 +152,7 @@ impl Channel {
     }
 
     /// Posts a message to every other context of the database.
-    pub fn post(&self, message: &Message) {
+    pub(crate) fn post(&self, message: &Message) {
         let _ = self.channel.post_message(&encode(message));
     }
 }

@@ -16,7 +16,7 @@ use crate::engine::read::machine::ReadState;
 use crate::engine::status::{LastError, Role, Status, SyncState, SyncedNotice};
 
 /// `{ typeId, id }`.
-pub fn aggregate_to_js(a: &AggregateRef) -> JsValue {
+pub(crate) fn aggregate_to_js(a: &AggregateRef) -> JsValue {
     let o = Object::new();
     js::set(&o, "typeId", uuid_js(&a.type_id));
     js::set(&o, "id", uuid_js(&a.id));
@@ -28,7 +28,7 @@ fn uuid_from(v: &JsValue) -> Option<Uuid> {
 }
 
 /// Reads `{ typeId, id }` back.
-pub fn aggregate_from_js(v: &JsValue) -> Option<AggregateRef> {
+pub(crate) fn aggregate_from_js(v: &JsValue) -> Option<AggregateRef> {
     Some(AggregateRef {
         type_id: uuid_from(&js::get(v, "typeId"))?,
         id: uuid_from(&js::get(v, "id"))?,
@@ -54,7 +54,7 @@ const STATES: [SyncState; 7] = [
 ];
 
 /// `{ state, role, pending, parked, lastError }`.
-pub fn status_to_js(s: &Status) -> JsValue {
+pub(crate) fn status_to_js(s: &Status) -> JsValue {
     let o = Object::new();
     js::set(&o, "state", s.state.as_str());
     js::set(&o, "role", s.role.as_str());
@@ -78,7 +78,7 @@ pub fn status_to_js(s: &Status) -> JsValue {
 }
 
 /// Reads a status back.
-pub fn status_from_js(v: &JsValue) -> Option<Status> {
+pub(crate) fn status_from_js(v: &JsValue) -> Option<Status> {
     let state = js::get_string(v, "state")?;
     let state = *STATES.iter().find(|s| s.as_str() == state)?;
     let role = match js::get_string(v, "role")?.as_str() {
@@ -114,7 +114,7 @@ pub fn status_from_js(v: &JsValue) -> Option<Status> {
 }
 
 /// The `synced` event's detail.
-pub fn synced_to_js(n: &SyncedNotice) -> JsValue {
+pub(crate) fn synced_to_js(n: &SyncedNotice) -> JsValue {
     let o = Object::new();
     js::set(&o, "aggregate", aggregate_to_js(&n.aggregate));
     js::set(&o, "firstSeq", n.first_seq as f64);
@@ -126,7 +126,7 @@ pub fn synced_to_js(n: &SyncedNotice) -> JsValue {
 }
 
 /// Reads a `synced` detail back.
-pub fn synced_from_js(v: &JsValue) -> Option<SyncedNotice> {
+pub(crate) fn synced_from_js(v: &JsValue) -> Option<SyncedNotice> {
     Some(SyncedNotice {
         aggregate: aggregate_from_js(&js::get(v, "aggregate"))?,
         first_seq: js::get_u64(v, "firstSeq")?,
@@ -140,7 +140,7 @@ pub fn synced_from_js(v: &JsValue) -> Option<SyncedNotice> {
 }
 
 /// The `parked` event's detail.
-pub fn parked_to_js(r: &ParkRecord) -> JsValue {
+pub(crate) fn parked_to_js(r: &ParkRecord) -> JsValue {
     let o = Object::new();
     js::set(&o, "aggregate", aggregate_to_js(&r.aggregate));
     js::set(&o, "firstSeq", r.first_seq as f64);
@@ -154,7 +154,7 @@ pub fn parked_to_js(r: &ParkRecord) -> JsValue {
 }
 
 /// Reads a `parked` detail back.
-pub fn parked_from_js(v: &JsValue) -> Option<ParkRecord> {
+pub(crate) fn parked_from_js(v: &JsValue) -> Option<ParkRecord> {
     Some(ParkRecord {
         aggregate: aggregate_from_js(&js::get(v, "aggregate"))?,
         first_seq: js::get_u64(v, "firstSeq")?,

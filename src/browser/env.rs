@@ -12,7 +12,7 @@ use crate::engine::env::Env;
 use crate::engine::status::Hub;
 
 /// The browser environment.
-pub struct BrowserEnv {
+pub(crate) struct BrowserEnv {
     /// The drain lock this context holds, if the platform has Web Locks.
     pub lock: Option<Rc<LockState>>,
 }
@@ -45,14 +45,14 @@ impl Env for BrowserEnv {
 
 /// Listens for the global `online` event and wakes the loop's network signal; removes itself
 /// when dropped.
-pub struct OnlineListener {
+pub(crate) struct OnlineListener {
     target: web_sys::EventTarget,
     callback: Closure<dyn FnMut()>,
 }
 
 impl OnlineListener {
     /// Starts listening.
-    pub fn new(hub: &Rc<Hub>) -> Result<Self, JsValue> {
+    pub(crate) fn new(hub: &Rc<Hub>) -> Result<Self, JsValue> {
         let weak = Rc::downgrade(hub);
         let callback = Closure::<dyn FnMut()>::new(move || {
             if let Some(hub) = weak.upgrade() {

@@ -25,7 +25,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// `Name: message` of a thrown value, for `lastError` (never inspected).
-pub fn error_text(error: &JsValue) -> String {
+pub(crate) fn error_text(error: &JsValue) -> String {
     error
         .dyn_ref::<js_sys::Error>()
         .map(|e| format!("{}: {}", e.name(), e.message()))
@@ -77,13 +77,13 @@ async fn exchange(
 
 /// Posts `body` (JSON) to `url`, with `Authorization: Bearer` when `bearer` is given; aborts
 /// after `timeout_ms`, or when the future is dropped.
-pub async fn post(url: &str, body: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
+pub(crate) async fn post(url: &str, body: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
     request(url, Some(body), bearer, timeout_ms).await
 }
 
 /// `GET url`, with `Authorization: Bearer` when `bearer` is given; aborts after `timeout_ms`,
 /// or when the future is dropped.
-pub async fn get(url: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
+pub(crate) async fn get(url: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
     request(url, None, bearer, timeout_ms).await
 }
 
@@ -107,7 +107,7 @@ async fn request(url: &str, body: Option<&str>, bearer: Option<&str>, timeout_ms
 }
 
 /// Posts write requests to one gateway.
-pub struct FetchTransport {
+pub(crate) struct FetchTransport {
     /// `{gateway}/v1/write`.
     pub url: String,
     /// How long one request may take, headers and body together.

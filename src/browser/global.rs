@@ -18,14 +18,14 @@ extern "C" {
 }
 
 /// A property of the global object.
-pub fn property(name: &str) -> Option<JsValue> {
+pub(crate) fn property(name: &str) -> Option<JsValue> {
     Reflect::get(&js_sys::global(), &JsValue::from_str(name))
         .ok()
         .filter(|v| !v.is_undefined())
 }
 
 /// `navigator.onLine`; `true` where the platform does not say.
-pub fn is_online() -> bool {
+pub(crate) fn is_online() -> bool {
     property("navigator")
         .and_then(|n| Reflect::get(&n, &JsValue::from_str("onLine")).ok())
         .and_then(|v| v.as_bool())
@@ -33,7 +33,7 @@ pub fn is_online() -> bool {
 }
 
 /// The global scope as an event target (for `online`/`offline`).
-pub fn event_target() -> web_sys::EventTarget {
+pub(crate) fn event_target() -> web_sys::EventTarget {
     js_sys::global().unchecked_into()
 }
 
@@ -44,7 +44,7 @@ thread_local! {
 }
 
 /// A random (version 4) UUID from the platform's cryptographic generator.
-pub fn random_uuid() -> Uuid {
+pub(crate) fn random_uuid() -> Uuid {
     POOL.with_borrow_mut(|(pool, used)| {
         if *used + 16 > pool.len() {
             let fresh = Uint8Array::new_with_length(4096);
@@ -64,7 +64,7 @@ pub fn random_uuid() -> Uuid {
 /// Asks for persistent storage (`navigator.storage.persist()`), where the platform offers it.
 /// Firefox answers through a permission prompt, which may never be answered (headless, or a
 /// user who ignores it): after `wait_ms` the answer is "unknown" (`None`) and `open` goes on.
-pub async fn persist_storage(wait_ms: u32) -> Option<bool> {
+pub(crate) async fn persist_storage(wait_ms: u32) -> Option<bool> {
     let storage = property("navigator").and_then(|n| Reflect::get(&n, &"storage".into()).ok())?;
     let persist: js_sys::Function = Reflect::get(&storage, &"persist".into())
         .ok()?

@@ -34,7 +34,7 @@ extern "C" {
 
 /// This device's identity.
 #[derive(Clone)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// The client id derived from the public key.
     pub client_id: Uuid,
     /// The public key's SPKI DER, standard base64.
@@ -52,13 +52,13 @@ fn crypto_error(what: &str, e: JsValue) -> StoreError {
 }
 
 /// Whether WebCrypto is here (it is only in secure contexts: `https:` or `localhost`).
-pub fn supported() -> bool {
+pub(crate) fn supported() -> bool {
     !subtle().is_undefined()
 }
 
 /// The client id Celeriant derives from a public key's SPKI DER: the first 16 bytes of its
 /// SHA-256, read as a little-endian `u128`.
-pub async fn client_id_of(spki: &[u8]) -> Result<Uuid, StoreError> {
+pub(crate) async fn client_id_of(spki: &[u8]) -> Result<Uuid, StoreError> {
     let digest = JsFuture::from(sha256(&Uint8Array::from(spki)))
         .await
         .map_err(|e| crypto_error("SHA-256", e))?;
@@ -69,7 +69,7 @@ pub async fn client_id_of(spki: &[u8]) -> Result<Uuid, StoreError> {
 }
 
 /// Signs `text` (its UTF-8 bytes) with the device's private key.
-pub async fn sign(key_pair: &JsValue, text: &str) -> Result<Vec<u8>, StoreError> {
+pub(crate) async fn sign(key_pair: &JsValue, text: &str) -> Result<Vec<u8>, StoreError> {
     let signature = JsFuture::from(sign_text(key_pair, text))
         .await
         .map_err(|e| crypto_error("signing", e))?;
@@ -86,7 +86,7 @@ fn identity_of(device: Device) -> Identity {
 
 /// The database's device identity: the stored one, or a new key made now and stored — unless
 /// another context stored one first, which is then used.
-pub async fn load_or_create(outbox: &IdbOutbox) -> Result<Identity, StoreError> {
+pub(crate) async fn load_or_create(outbox: &IdbOutbox) -> Result<Identity, StoreError> {
     if let Some(device) = outbox.device().await? {
         return Ok(identity_of(device));
     }

@@ -12,7 +12,7 @@ use crate::engine::status::{Role, Status};
 
 /// Which context drains the database.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drainer {
+pub(crate) struct Drainer {
     /// `"this"`, `"other"` (another tab or worker holds the drain lock) or `"none"` (nobody
     /// holds it now: a takeover is under way, or everything is closing).
     pub context: &'static str,
@@ -25,7 +25,7 @@ pub struct Drainer {
 }
 
 /// Everything `inspect()` shows, read now.
-pub struct Inspection {
+pub(crate) struct Inspection {
     /// The outbox and this context's drain memory.
     pub snapshot: Snapshot,
     /// This context's status.
@@ -35,7 +35,7 @@ pub struct Inspection {
 }
 
 /// Reads the outbox, the status and the lock manager's view.
-pub async fn inspect(runtime: &Rc<Runtime>) -> Result<Inspection, StoreError> {
+pub(crate) async fn inspect(runtime: &Rc<Runtime>) -> Result<Inspection, StoreError> {
     let snapshot = snapshot(&*runtime.outbox, &runtime.inspector).await?;
     let status = runtime.hub.status();
     let (name, mine) = runtime.drain_lock();

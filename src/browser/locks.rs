@@ -24,7 +24,7 @@ use super::global;
 
 /// What a lock request knows about its lock.
 #[derive(Default)]
-pub struct LockState {
+pub(crate) struct LockState {
     name: String,
     held: Cell<bool>,
     lost: Cell<bool>,
@@ -34,7 +34,7 @@ pub struct LockState {
 
 impl LockState {
     /// Whether this context holds the lock now: granted, not stolen, and `query()` agrees.
-    pub async fn still_held(&self) -> bool {
+    pub(crate) async fn still_held(&self) -> bool {
         if !self.held.get() || self.lost.get() {
             return false;
         }
@@ -61,7 +61,7 @@ fn locks() -> Option<JsValue> {
 }
 
 /// Whether the Web Locks API is available here.
-pub fn supported() -> bool {
+pub(crate) fn supported() -> bool {
     locks().is_some()
 }
 
@@ -98,7 +98,7 @@ async fn holders(name: &str) -> Option<Vec<String>> {
 }
 
 /// A request for the drain lock: pending until granted, then held until released.
-pub struct DrainLock {
+pub(crate) struct DrainLock {
     state: Rc<LockState>,
     release: Rc<RefCell<Option<Function>>>,
     abort: Option<web_sys::AbortController>,
@@ -106,14 +106,14 @@ pub struct DrainLock {
 
 impl DrainLock {
     /// The lock's name for a database.
-    pub fn name(database: &str) -> String {
+    pub(crate) fn name(database: &str) -> String {
         format!("celeriant-sync:drain:{database}")
     }
 
     /// Requests the lock. `on_granted` runs when this context gets it, `on_lost` if it is
     /// taken away (stolen) after that, `on_failed` if the request fails or is withdrawn before
     /// it is granted. `steal` takes it from its current holder at once.
-    pub fn request(
+    pub(crate) fn request(
         name: &str,
         steal: bool,
         on_granted: impl FnOnce() + 'static,
@@ -187,17 +187,12 @@ impl DrainLock {
     }
 
     /// What this request knows about its lock (shared with the drain loop's `may_send`).
-    pub fn state(&self) -> Rc<LockState> {
+    pub(crate) fn state(&self) -> Rc<LockState> {
         self.state.clone()
     }
 
-    /// Whether the lock is held by this request now.
-    pub fn is_held(&self) -> bool {
-        self.state.held.get() && !self.state.lost.get()
-    }
-
     /// Releases the lock, or withdraws the request if it is still pending.
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.state.held.set(false);
         if let Some(resolve) = self.release.borrow_mut().take() {
             let _ = resolve.call0(&JsValue::UNDEFINED);
@@ -216,14 +211,14 @@ impl Drop for DrainLock {
 
 impl LockState {
     /// The lock manager's id of this context, once learnt (after the grant).
-    pub fn holder_id(&self) -> Option<String> {
+    pub(crate) fn holder_id(&self) -> Option<String> {
         self.holder.borrow().clone()
     }
 }
 
 /// The lock manager's view of lock `name`, for the inspector: the `clientId`s holding it and
 /// how many requests wait for it. `None` where Web Locks (or `query`) do not exist.
-pub async fn query(name: &str) -> Option<(Vec<String>, u32)> {
+pub(crate) async fn query(name: &str) -> Option<(Vec<String>, u32)> {
     let held = holders(name).await?;
     let locks = locks()?;
     let query: Function = Reflect::get(&locks, &"query".into())

@@ -18,18 +18,18 @@
 //!
 //! Nothing here decides anything; the rules live in [`crate::engine`].
 
-pub mod channel;
-pub mod convert;
-pub mod env;
-pub mod fetch;
-pub mod global;
+pub(crate) mod channel;
+pub(crate) mod convert;
+pub(crate) mod env;
+pub(crate) mod fetch;
+pub(crate) mod global;
 pub mod idb;
-pub mod identity;
-pub mod inspect;
-pub mod js;
-pub mod locks;
-pub mod reader;
-pub mod runtime;
-pub mod session;
-pub mod stream;
-pub mod views;
+pub(crate) mod identity;
+pub(crate) mod inspect;
+pub(crate) mod js;
+pub(crate) mod locks;
+pub(crate) mod reader;
+pub(crate) mod runtime;
+pub(crate) mod session;
+pub(crate) mod stream;
+pub(crate) mod views;

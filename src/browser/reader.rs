@@ -33,7 +33,7 @@ use crate::engine::status::Hub;
 
 /// What the reader tells the rest of the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReaderNews {
+pub(crate) enum ReaderNews {
     /// The aggregate's local log moved.
     LogChanged(AggregateRef),
     /// A catch-up of the aggregate ended (`true`: it reached the server's tip).
@@ -41,7 +41,7 @@ pub enum ReaderNews {
 }
 
 /// Where the reader reads from.
-pub struct ReaderConfig {
+pub(crate) struct ReaderConfig {
     /// The gateway's base URL.
     pub gateway_url: String,
     /// Per-request timeout for pages.
@@ -51,7 +51,7 @@ pub struct ReaderConfig {
 }
 
 /// The read side of the draining context.
-pub struct ReaderRuntime {
+pub(crate) struct ReaderRuntime {
     config: ReaderConfig,
     outbox: Rc<IdbOutbox>,
     hub: Rc<Hub>,
@@ -82,7 +82,7 @@ fn now() -> u64 {
 
 impl ReaderRuntime {
     /// A reader with nothing watched yet; `news` hears of log changes and catch-ups.
-    pub fn start(
+    pub(crate) fn start(
         config: ReaderConfig,
         outbox: Rc<IdbOutbox>,
         hub: Rc<Hub>,
@@ -137,7 +137,7 @@ impl ReaderRuntime {
     }
 
     /// Stops: closes the stream, cancels the timer; whatever is in flight is ignored.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.set(true);
         self.generation.set(self.generation.get() + 1);
         self.stream.borrow_mut().take();
@@ -150,19 +150,19 @@ impl ReaderRuntime {
 
     /// Events of this aggregate landed: catch it up if it has a local log (its landed events
     /// are pruned only once the log holds them).
-    pub fn landed(self: &Rc<Self>, aggregate: AggregateRef) {
+    pub(crate) fn landed(self: &Rc<Self>, aggregate: AggregateRef) {
         if !self.loaded.get() || self.logged.borrow().contains(&aggregate) {
             self.feed(Input::CatchUp(aggregate));
         }
     }
 
     /// The aggregate has a local log now (a `read` or `subscribe` in some context).
-    pub fn note_logged(&self, aggregate: AggregateRef) {
+    pub(crate) fn note_logged(&self, aggregate: AggregateRef) {
         self.logged.borrow_mut().insert(aggregate);
     }
 
     /// Hands an input to the machine and performs what it decides.
-    pub fn feed(self: &Rc<Self>, input: Input) {
+    pub(crate) fn feed(self: &Rc<Self>, input: Input) {
         if self.stopped.get() {
             return;
         }

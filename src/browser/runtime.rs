@@ -40,7 +40,7 @@ use crate::engine::status::{Hub, Observer, Status, SyncState, SyncedNotice};
 
 /// What the runtime needs to know.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// The IndexedDB database (and the name of its lock and channel).
     pub database_name: String,
     /// The gateway's base URL.
@@ -54,7 +54,7 @@ pub struct Config {
 }
 
 /// One open client's runtime.
-pub struct Runtime {
+pub(crate) struct Runtime {
     /// The outbox.
     pub outbox: Rc<IdbOutbox>,
     /// Status, parked set and wake-ups.
@@ -148,7 +148,7 @@ impl Runtime {
     /// Starts the runtime of a client over an open outbox: channel, lock request (or draining
     /// at once where Web Locks do not exist), heartbeat, `online` listener. `app` receives the
     /// hub's changes; `total` and `parked` are the counts read at open.
-    pub fn start(
+    pub(crate) fn start(
         config: Config,
         outbox: Rc<IdbOutbox>,
         sessions: GatewaySessions,
@@ -228,7 +228,7 @@ impl Runtime {
     }
 
     /// Hands an event to the coordinator and performs what it decides.
-    pub fn feed(self: &Rc<Self>, event: Event) {
+    pub(crate) fn feed(self: &Rc<Self>, event: Event) {
         self.queue.borrow_mut().push_back(event);
         if self.pumping.replace(true) {
             return; // the loop below is running further up the stack
@@ -461,7 +461,7 @@ impl Runtime {
     }
 
     /// This context's subscriptions changed: tell whoever holds the stream.
-    pub fn watch_changed(self: &Rc<Self>) {
+    pub(crate) fn watch_changed(self: &Rc<Self>) {
         let list = self.views.watched();
         let reader = self.reader.borrow().clone();
         match reader {
@@ -479,7 +479,7 @@ impl Runtime {
     }
 
     /// The aggregate has a local log now: the drainer's reader follows its landed batches.
-    pub fn logged(&self, aggregate: AggregateRef) {
+    pub(crate) fn logged(&self, aggregate: AggregateRef) {
         if let Some(reader) = self.reader.borrow().as_ref() {
             reader.note_logged(aggregate);
         }
@@ -503,7 +503,10 @@ impl Runtime {
 
     /// The aggregate's view now: caught up first when online (by whichever context drains),
     /// from the local log alone when offline or when the catch-up fails or takes too long.
-    pub async fn read(self: &Rc<Self>, aggregate: AggregateRef) -> Result<JsValue, StoreError> {
+    pub(crate) async fn read(
+        self: &Rc<Self>,
+        aggregate: AggregateRef,
+    ) -> Result<JsValue, StoreError> {
         self.outbox.ensure_cursor(aggregate).await?;
         self.logged(aggregate);
         let mut ok = false;
@@ -530,7 +533,7 @@ impl Runtime {
 
     /// Stores an append through group commit; resolves once its transaction committed (and
     /// [`Runtime::appended`] told everyone).
-    pub async fn append(
+    pub(crate) async fn append(
         self: &Rc<Self>,
         aggregate: AggregateRef,
         events: Vec<NewEvent>,
@@ -548,7 +551,7 @@ impl Runtime {
     }
 
     /// The drain lock's name, and the lock manager's id of this context if it holds it.
-    pub fn drain_lock(&self) -> (String, Option<String>) {
+    pub(crate) fn drain_lock(&self) -> (String, Option<String>) {
         let mine = self
             .lock
             .borrow()
@@ -558,14 +561,14 @@ impl Runtime {
     }
 
     /// This context discarded an aggregate's parked events.
-    pub fn discarded(self: &Rc<Self>, aggregate: AggregateRef, removed: u32) {
+    pub(crate) fn discarded(self: &Rc<Self>, aggregate: AggregateRef, removed: u32) {
         self.feed(Event::Discarded { aggregate, removed });
         self.touched(aggregate);
     }
 
     /// Stops the drain (if this context drains), releases the lock, closes channel and
     /// database. Idempotent.
-    pub async fn close(self: &Rc<Self>) {
+    pub(crate) async fn close(self: &Rc<Self>) {
         if self.hub.is_closed() {
             return;
         }

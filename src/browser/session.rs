@@ -26,7 +26,7 @@ use celeriant_sync_protocol::encoding::encode_base64;
 use celeriant_sync_protocol::json::{Members, Scalar};
 
 /// Opens sessions for one device at one gateway.
-pub struct GatewaySessions {
+pub(crate) struct GatewaySessions {
     /// `{gateway}/v1/session`.
     pub url: String,
     /// The device.
@@ -59,7 +59,7 @@ enum Attempt {
 
 impl GatewaySessions {
     /// Sessions for `identity` at `gateway_url`.
-    pub fn new(
+    pub(crate) fn new(
         gateway_url: &str,
         identity: Identity,
         app_auth: Option<Function>,

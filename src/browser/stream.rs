@@ -12,7 +12,7 @@ use js_sys::Function;
 use wasm_bindgen::prelude::*;
 
 /// How long a stream may stay silent before it is treated as dead.
-pub const SILENCE_MS: u32 = 30_000;
+pub(crate) const SILENCE_MS: u32 = 30_000;
 
 #[wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
@@ -28,7 +28,7 @@ extern "C" {
 }
 
 /// An open change stream; dropping it closes it (without calling its end callback).
-pub struct WatchStream {
+pub(crate) struct WatchStream {
     close: Function,
     _on_chunk: Closure<dyn FnMut(String) -> bool>,
     _on_end: Closure<dyn FnMut(u16, String)>,
@@ -38,7 +38,7 @@ impl WatchStream {
     /// Opens the stream: `on_chunk` gets the text as it arrives (returning `false` ends the
     /// stream), `on_end` is called once with the refusal's HTTP status (0 when there was none)
     /// and why.
-    pub fn open(
+    pub(crate) fn open(
         url: &str,
         token: &str,
         body: &str,

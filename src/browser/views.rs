@@ -71,7 +71,7 @@ struct View {
 }
 
 /// The views of one context.
-pub struct Views {
+pub(crate) struct Views {
     outbox: Rc<IdbOutbox>,
     me: String,
     views: RefCell<BTreeMap<AggregateRef, View>>,
@@ -82,7 +82,11 @@ pub struct Views {
 
 impl Views {
     /// The views of a context whose device writes as `me`.
-    pub fn new(outbox: Rc<IdbOutbox>, me: String, from_cache: Box<dyn Fn() -> bool>) -> Rc<Views> {
+    pub(crate) fn new(
+        outbox: Rc<IdbOutbox>,
+        me: String,
+        from_cache: Box<dyn Fn() -> bool>,
+    ) -> Rc<Views> {
         Rc::new(Views {
             outbox,
             me,
@@ -93,7 +97,7 @@ impl Views {
     }
 
     /// What this context subscribes to, with how many listeners each.
-    pub fn watched(&self) -> Vec<(AggregateRef, u32)> {
+    pub(crate) fn watched(&self) -> Vec<(AggregateRef, u32)> {
         self.views
             .borrow()
             .iter()
@@ -104,7 +108,11 @@ impl Views {
 
     /// Adds a listener; it gets the current view soon (from the local log), then every change.
     /// Returns its id and whether it is the aggregate's first.
-    pub fn subscribe(self: &Rc<Self>, aggregate: AggregateRef, function: Function) -> (u32, bool) {
+    pub(crate) fn subscribe(
+        self: &Rc<Self>,
+        aggregate: AggregateRef,
+        function: Function,
+    ) -> (u32, bool) {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let first = {
@@ -141,7 +149,7 @@ impl Views {
     }
 
     /// Removes a listener; returns whether its aggregate has none left.
-    pub fn unsubscribe(&self, aggregate: AggregateRef, id: u32) -> bool {
+    pub(crate) fn unsubscribe(&self, aggregate: AggregateRef, id: u32) -> bool {
         let mut views = self.views.borrow_mut();
         let Some(view) = views.get_mut(&aggregate) else {
             return false;
@@ -156,20 +164,12 @@ impl Views {
     }
 
     /// Something about the aggregate changed: rebuild its view if anyone here watches it.
-    pub fn changed(self: &Rc<Self>, aggregate: AggregateRef) {
+    pub(crate) fn changed(self: &Rc<Self>, aggregate: AggregateRef) {
         if !self.views.borrow().contains_key(&aggregate) {
             return;
         }
         let this = self.clone();
         wasm_bindgen_futures::spawn_local(async move { this.refresh(aggregate).await });
-    }
-
-    /// Every view changed (the log may have moved for all of them).
-    pub fn all_changed(self: &Rc<Self>) {
-        let aggregates: Vec<AggregateRef> = self.views.borrow().keys().copied().collect();
-        for aggregate in aggregates {
-            self.changed(aggregate);
-        }
     }
 
     /// Rebuilds the aggregate's view (one refresh at a time; one more if asked meanwhile).
@@ -284,7 +284,7 @@ impl Views {
     }
 
     /// The current view of an aggregate, built now (for `read`).
-    pub async fn read(
+    pub(crate) async fn read(
         &self,
         aggregate: AggregateRef,
         from_cache: bool,

@@ -25,7 +25,7 @@ impl Default for Backoff {
 impl Backoff {
     /// The delay before attempt number `attempt + 1` (the first resend has `attempt == 0`),
     /// given a uniform `random` in `[0, 1)` and the server's `retry_after_ms`, if any.
-    pub fn delay_ms(&self, attempt: u32, random: f64, retry_after_ms: Option<u64>) -> u64 {
+    pub(crate) fn delay_ms(&self, attempt: u32, random: f64, retry_after_ms: Option<u64>) -> u64 {
         let window = self
             .base_ms
             .saturating_mul(1u64 << attempt.min(32))

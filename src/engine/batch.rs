@@ -31,7 +31,7 @@ pub fn take_within(
 }
 
 /// The batch covering `events` (consecutive pending events of one aggregate, in order).
-pub fn batch_of(events: &[StoredEvent]) -> Option<Batch> {
+pub(crate) fn batch_of(events: &[StoredEvent]) -> Option<Batch> {
     let (first, last) = (events.first()?, events.last()?);
     Some(Batch {
         aggregate: first.aggregate,

@@ -21,7 +21,7 @@
 //! it to find the offending event is safe; any other failure keeps the batch byte-identical.
 
 use celeriant_sync_protocol::codes::gateway as g;
-use celeriant_sync_protocol::outcome::{Class, RetryKind, WriteOutcome, classify as classify_code};
+use celeriant_sync_protocol::outcome::WriteOutcome;
 
 use super::env::{NoAnswer, Reply};
 use super::model::Batch;
@@ -81,7 +81,7 @@ fn retry_after_header(value: Option<&str>) -> Option<u64> {
 }
 
 /// Classifies one reply.
-pub fn classify(reply: &Reply) -> Outcome {
+pub(crate) fn classify(reply: &Reply) -> Outcome {
     match reply {
         Reply::Failed { cause, message } => Outcome::Unknown {
             code: None,
@@ -225,7 +225,7 @@ pub enum Action {
 }
 
 /// Code used when a server's answer contradicts itself (a 2002 below the batch).
-pub const PROTOCOL_VIOLATION: u32 = 0;
+pub(crate) const PROTOCOL_VIOLATION: u32 = 0;
 
 /// Decides what an outcome means for `batch`. `delay_ms(retry_after)` computes the backoff;
 /// `attempt` counts the batch's failed attempts so far.
@@ -297,12 +297,6 @@ pub fn decide(
         Outcome::Rejected { code, message } if batch.count > 1 => Action::Isolate { code, message },
         Outcome::Rejected { code, message } => Action::Park { code, message },
     }
-}
-
-/// Whether a code names an operator problem (credentials, configuration) rather than a
-/// transient one; used to phrase `lastError`.
-pub fn is_operator_problem(code: u32) -> bool {
-    classify_code(code) == Class::Retry(RetryKind::Operator)
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]

@@ -23,7 +23,7 @@ use super::model::{AggregateRef, NewEvent, Receipt};
 use super::outbox::{Outbox, StoreError};
 
 /// Most appends written in one transaction.
-pub const MAX_GROUP: usize = 512;
+pub(crate) const MAX_GROUP: usize = 512;
 
 /// Runs a future to completion in the background (`spawn_local` in a browser).
 pub type Spawn = Rc<dyn Fn(Pin<Box<dyn Future<Output = ()>>>)>;

@@ -172,7 +172,7 @@ impl Inspector {
     }
 
     /// What the machine holds after a step (`None`: nothing, e.g. idle or stopped).
-    pub fn observe(&self, held: Option<Held>) {
+    pub(crate) fn observe(&self, held: Option<Held>) {
         let mut s = self.state.borrow_mut();
         s.held = match (s.held.take(), held) {
             (_, None) => None,

@@ -46,7 +46,7 @@ impl Signal {
     }
 
     /// Resolves once the generation differs from `generation`.
-    pub fn changed_since(&self, generation: u64) -> Changed<'_> {
+    pub(crate) fn changed_since(&self, generation: u64) -> Changed<'_> {
         Changed {
             signal: self,
             generation,

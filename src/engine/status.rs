@@ -120,15 +120,6 @@ pub trait Observer {
     fn parked(&self, record: &ParkRecord);
 }
 
-/// An observer that ignores everything.
-pub struct NoObserver;
-
-impl Observer for NoObserver {
-    fn status(&self, _: &Status) {}
-    fn synced(&self, _: &SyncedNotice) {}
-    fn parked(&self, _: &ParkRecord) {}
-}
-
 #[derive(Debug, Clone, Default)]
 struct Counts {
     /// Every event in the outbox, parked ones included.
@@ -217,7 +208,7 @@ impl Hub {
     }
 
     /// The aggregates whose log moved since the last call.
-    pub fn take_logged(&self) -> Vec<AggregateRef> {
+    pub(crate) fn take_logged(&self) -> Vec<AggregateRef> {
         std::mem::take(&mut self.logged.borrow_mut())
     }
 
@@ -280,7 +271,7 @@ impl Hub {
     }
 
     /// Idle, or parked when some aggregate is.
-    pub fn set_idle(&self) {
+    pub(crate) fn set_idle(&self) {
         let parked = !self.counts.borrow().parked.is_empty();
         self.set_state(if parked {
             SyncState::Parked
@@ -363,17 +354,12 @@ impl Hub {
     }
 
     /// Whether `aggregate` is parked, and why.
-    pub fn park_record(&self, aggregate: &AggregateRef) -> Option<ParkRecord> {
+    pub(crate) fn park_record(&self, aggregate: &AggregateRef) -> Option<ParkRecord> {
         self.counts.borrow().parked.get(aggregate).cloned()
     }
 
-    /// Whether `aggregate` is parked.
-    pub fn is_parked(&self, aggregate: &AggregateRef) -> bool {
-        self.counts.borrow().parked.contains_key(aggregate)
-    }
-
     /// Every parked aggregate, in order.
-    pub fn parked_aggregates(&self) -> Vec<AggregateRef> {
+    pub(crate) fn parked_aggregates(&self) -> Vec<AggregateRef> {
         self.counts.borrow().parked.keys().copied().collect()
     }
 
@@ -396,7 +382,7 @@ impl Hub {
     }
 
     /// Whether the loop was told to stop because another context drains.
-    pub fn is_superseded(&self) -> bool {
+    pub(crate) fn is_superseded(&self) -> bool {
         self.superseded.get()
     }
 

@@ -14,12 +14,12 @@ use crate::engine::model::AggregateRef;
 use crate::engine::outbox::StoreError;
 
 /// A UUID as the lowercase hyphenated string the stores hold.
-pub fn uuid_js(id: &Uuid) -> JsValue {
+pub(crate) fn uuid_js(id: &Uuid) -> JsValue {
     JsValue::from_str(id.hyphenated().encode_lower(&mut Uuid::encode_buffer()))
 }
 
 /// Parses a stored UUID string.
-pub fn parse_uuid(value: &JsValue) -> Result<Uuid, StoreError> {
+pub(crate) fn parse_uuid(value: &JsValue) -> Result<Uuid, StoreError> {
     value
         .as_string()
         .and_then(|s| Uuid::parse_str(&s).ok())
@@ -28,7 +28,7 @@ pub fn parse_uuid(value: &JsValue) -> Result<Uuid, StoreError> {
 
 /// An aggregate's key parts, converted to JS once per operation.
 #[derive(Clone)]
-pub struct Agg {
+pub(crate) struct Agg {
     /// The aggregate.
     pub aggregate: AggregateRef,
     /// Its type id as a JS string.
@@ -39,7 +39,7 @@ pub struct Agg {
 
 impl Agg {
     /// The key parts of `aggregate`.
-    pub fn new(aggregate: &AggregateRef) -> Self {
+    pub(crate) fn new(aggregate: &AggregateRef) -> Self {
         Agg {
             aggregate: *aggregate,
             t: uuid_js(&aggregate.type_id),
@@ -48,18 +48,23 @@ impl Agg {
     }
 
     /// `[t, a]`: the key of its counter, parked record and landed watermark.
-    pub fn key(&self) -> JsValue {
+    pub(crate) fn key(&self) -> JsValue {
         Array::of2(&self.t, &self.a).into()
     }
 
     /// `[t, a, seq]`: the key of one of its events.
-    pub fn event(&self, seq: f64) -> JsValue {
+    pub(crate) fn event(&self, seq: f64) -> JsValue {
         Array::of3(&self.t, &self.a, &JsValue::from_f64(seq)).into()
     }
 
     /// Its events with `from < seq <= to` (`from` excluded), or `from <= seq` when
     /// `from_included`.
-    pub fn seqs(&self, from: f64, from_included: bool, to: f64) -> Result<IdbKeyRange, StoreError> {
+    pub(crate) fn seqs(
+        &self,
+        from: f64,
+        from_included: bool,
+        to: f64,
+    ) -> Result<IdbKeyRange, StoreError> {
         IdbKeyRange::bound_with_lower_open_and_upper_open(
             &self.event(from),
             &self.event(to),
@@ -70,18 +75,18 @@ impl Agg {
     }
 
     /// Its events above `above`.
-    pub fn above(&self, above: u64) -> Result<IdbKeyRange, StoreError> {
+    pub(crate) fn above(&self, above: u64) -> Result<IdbKeyRange, StoreError> {
         self.seqs(above as f64, false, f64::INFINITY)
     }
 
     /// Its events from `first` to `last`, both included.
-    pub fn between(&self, first: u64, last: u64) -> Result<IdbKeyRange, StoreError> {
+    pub(crate) fn between(&self, first: u64, last: u64) -> Result<IdbKeyRange, StoreError> {
         self.seqs(first as f64, true, last as f64)
     }
 }
 
 /// Every event key strictly after all of `after`'s events (from the start when `None`).
-pub fn after_aggregate(after: Option<&Agg>) -> Result<Option<IdbKeyRange>, StoreError> {
+pub(crate) fn after_aggregate(after: Option<&Agg>) -> Result<Option<IdbKeyRange>, StoreError> {
     match after {
         None => Ok(None),
         Some(a) => IdbKeyRange::lower_bound_with_open(&a.event(f64::INFINITY), true)
@@ -91,7 +96,7 @@ pub fn after_aggregate(after: Option<&Agg>) -> Result<Option<IdbKeyRange>, Store
 }
 
 /// The aggregate of an `events` key.
-pub fn aggregate_of(key: &JsValue) -> Result<AggregateRef, StoreError> {
+pub(crate) fn aggregate_of(key: &JsValue) -> Result<AggregateRef, StoreError> {
     let parts = Array::from(key);
     Ok(AggregateRef {
         type_id: parse_uuid(&parts.get(0))?,
@@ -100,7 +105,7 @@ pub fn aggregate_of(key: &JsValue) -> Result<AggregateRef, StoreError> {
 }
 
 /// The sequence of an `events` key.
-pub fn seq_of(key: &JsValue) -> Result<u64, StoreError> {
+pub(crate) fn seq_of(key: &JsValue) -> Result<u64, StoreError> {
     Array::from(key)
         .get(2)
         .as_f64()

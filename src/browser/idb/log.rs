@@ -19,6 +19,7 @@ use super::schema::{COUNTERS, CURSORS, LANDED, LOG, OUTBOX, PARKED};
 use crate::browser::js;
 use crate::engine::model::{AggregateRef, ParkRecord};
 use crate::engine::outbox::StoreError;
+use crate::engine::read::view;
 
 /// How far an aggregate's local log reaches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -183,7 +184,7 @@ impl IdbOutbox {
                             }
                             if writer == me {
                                 let seq = js::get_u64(&e, "clientSeq").unwrap_or(0);
-                                cursor.mine = cursor.mine.max(seq.min(assigned));
+                                cursor.mine = view::mine_after(cursor.mine, seq, assigned);
                             }
                         }
                         log.put_with_key(&batch, &a.event(version as f64)).js()?;

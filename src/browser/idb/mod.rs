@@ -10,8 +10,8 @@
 //!   [`Outbox`](crate::engine::outbox::Outbox) implementation, one transaction per operation.
 
 pub mod db;
-pub mod keys;
-pub mod log;
+pub(crate) mod keys;
+pub(crate) mod log;
 pub mod outbox;
-pub mod request;
+pub(crate) mod request;
 pub mod schema;

@@ -33,11 +33,11 @@ extern "C" {
 }
 
 /// Resolves with the request's result, or fails with its error.
-pub async fn result(request: Result<IdbRequest, JsValue>) -> Result<JsValue, JsValue> {
+pub(crate) async fn result(request: Result<IdbRequest, JsValue>) -> Result<JsValue, JsValue> {
     JsFuture::from(requested(&request?)).await
 }
 
 /// A promise that settles with the transaction (set up before any request can finish).
-pub fn watch(tx: &IdbTransaction) -> JsFuture {
+pub(crate) fn watch(tx: &IdbTransaction) -> JsFuture {
     JsFuture::from(finished(tx))
 }

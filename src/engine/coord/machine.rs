@@ -175,7 +175,8 @@ impl Coordinator {
     }
 
     /// Whether this context is the drainer.
-    pub fn is_draining(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_draining(&self) -> bool {
         self.draining
     }
 

@@ -23,7 +23,7 @@ use crate::engine::read::message::ReadMessage;
 use crate::engine::status::Status;
 
 /// Mergeable messages leave at most this often.
-pub const FLUSH_EVERY_MS: u64 = 40;
+pub(crate) const FLUSH_EVERY_MS: u64 = 40;
 
 /// What is held until the next flush.
 #[derive(Debug, Default)]

@@ -411,12 +411,13 @@ impl Drain {
     }
 
     /// Whether the machine has stopped.
-    pub fn is_stopped(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_stopped(&self) -> bool {
         matches!(self.phase, Phase::Stopped)
     }
 
     /// The outcome of the reply just handled, once (for the inspector's ring).
-    pub fn take_outcome(&mut self) -> Option<OutcomeRecord> {
+    pub(crate) fn take_outcome(&mut self) -> Option<OutcomeRecord> {
         self.outcome.take()
     }
 

@@ -14,9 +14,9 @@ use super::machine::Note;
 use crate::engine::model::AggregateRef;
 
 /// Longest line accepted (a notification is a few hundred bytes).
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 /// Most data one event may carry (its `data:` lines together).
-pub const MAX_EVENT: usize = 64 * 1024;
+pub(crate) const MAX_EVENT: usize = 64 * 1024;
 
 /// One event of the stream.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,23 +9,13 @@
 //! a landed event until the local log has it (see `Outbox::prune`'s rule for aggregates with a
 //! log).
 
-/// Which of this device's stored events are still pending in the view: those with a sequence
-/// above the highest of this device's sequences the local log holds (`confirmed_mine`).
-pub fn still_pending(seq: u64, confirmed_mine: u64) -> bool {
-    seq > confirmed_mine
-}
-
-/// The highest sequence of `me`'s events among `confirmed` events (given as `(client, seq)`).
-pub fn highest_confirmed<C: PartialEq>(
-    me: &C,
-    confirmed: impl IntoIterator<Item = (C, u64)>,
-) -> u64 {
-    confirmed
-        .into_iter()
-        .filter(|(client, _)| client == me)
-        .map(|(_, seq)| seq)
-        .max()
-        .unwrap_or(0)
+/// `mine` — the highest of this device's sequences the local log holds — after the log takes in
+/// one of this device's confirmed events with sequence `seq`. It never passes `assigned`, the
+/// highest sequence this device ever assigned in the aggregate: a server that reports a
+/// sequence this device never wrote (a reset server, a forged page) must not hide, as
+/// "confirmed", events the device has not written yet. Stored events above `mine` are pending.
+pub fn mine_after(mine: u64, seq: u64, assigned: u64) -> u64 {
+    mine.max(seq.min(assigned))
 }
 
 #[cfg(test)]
@@ -33,12 +23,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_event_is_pending_until_the_log_holds_it() {
-        let log = [("other", 9), ("me", 3), ("me", 4), ("other", 10)];
-        let mine = highest_confirmed(&"me", log);
-        assert_eq!(mine, 4);
-        let pending: Vec<u64> = (3..=7).filter(|s| still_pending(*s, mine)).collect();
-        assert_eq!(pending, [5, 6, 7]);
-        assert_eq!(highest_confirmed(&"me", []), 0);
+    fn mine_rises_with_the_log_but_never_past_what_was_assigned() {
+        let mine = [3, 4, 2].into_iter().fold(0, |m, s| mine_after(m, s, 10));
+        assert_eq!(mine, 4, "the highest seen, whatever the order");
+        assert_eq!(mine_after(4, 50, 10), 10, "capped at the highest assigned");
+        assert_eq!(
+            mine_after(0, 5, 0),
+            0,
+            "nothing assigned: nothing of mine is confirmed"
+        );
     }
 }
