@@ -4,7 +4,7 @@
 // (`cargo build --release -p celeriant-gateway`).
 //
 //   node bench/idb-probe.mjs [--browser chromium|firefox|webkit|webkit-disk] [--mode drain|plain|features]
-//                            [--n 20000] [--k 2500] [--layout A|B|C|D] [--budget 600]
+//                            [--n 20000] [--k 2500] [--layout A|B|C|D|O|S|G] [--budget 600]
 //
 //   drain     bench/site/probe.js wraps IDBObjectStore/IDBIndex methods and
 //             IDBDatabase.transaction before the client loads, fills an outbox with n events
@@ -13,7 +13,10 @@
 //             operation, before and after the first batch landed.
 //   plain     the same layout in plain JavaScript, no client (--layout: A today's index on the
 //             events store; B event ids in their own store, deleted per record at each settle;
-//             C the same store, not deleted at settle; D no index, no id store).
+//             C the same store, not deleted at settle; D no index, no id store; O like C with
+//             out-of-line keys and {s, e, w} values, as the client stores them; S like O with
+//             each value one string, the event id then the wire encoding; G like O with one record
+//             per 100 events, as a record per appended group would store them).
 //   features  what the engine's APIs do (errors, durability, storage, locks, channels, …), as JSON.
 // Engines as in bench/browsers.mjs; `webkit` is a WebDriver session (in-memory IndexedDB),
 // `webkit-disk` a MiniBrowser on an on-disk profile (SQLite).

@@ -108,27 +108,39 @@ async function drain() {
 //   layout=B  no index; event ids in their own store keyed by id; settle = delete(range) + 500 delete(id)
 //   layout=C  like B, but the id records are left for later (settle = delete(range) only)
 //   layout=D  no index, no id store (lower bound): settle = delete(range)
+//   layout=O  like C, with the key out of line and the value {s, e, w} (the client's layout since v2)
+//   layout=S  like O, but the value one string: the event id, then the wire encoding
+//   layout=G  like O, but one record per 100 events of an aggregate (an append of 100): keyed by
+//             the first sequence, the value { s, n, e: [ids], w: the wire encodings joined }
 async function plain() {
   const layout = q.get("layout") || (q.get("index") === "0" ? "D" : "A");
   const db = await new Promise((resolve, reject) => {
     const r = indexedDB.open(`plain-${tag}`, 1);
     r.onupgradeneeded = () => {
-      const s = r.result.createObjectStore("events", { keyPath: ["t", "a", "s"] });
+      const outOfLine = layout === "O" || layout === "S" || layout === "G";
+      const s = r.result.createObjectStore("events", outOfLine ? undefined : { keyPath: ["t", "a", "s"] });
       if (layout === "A") s.createIndex("eventId", "e");
-      if (layout === "B" || layout === "C") r.result.createObjectStore("ids");
+      if (layout !== "A" && layout !== "D") r.result.createObjectStore("ids");
     };
     r.onsuccess = () => resolve(r.result);
     r.onerror = () => reject(r.error);
   });
-  const stores = layout === "B" || layout === "C" ? ["events", "ids"] : ["events"];
+  const stores = layout === "A" || layout === "D" ? ["events"] : ["events", "ids"];
   const txDone = (tx) => new Promise((res, rej) => { tx.oncomplete = res; tx.onabort = () => rej(tx.error); });
   const per = n / AGGREGATES;
   for (let i = 0; i < n; i += 1000) {
     const tx = db.transaction(stores, "readwrite", { durability: "relaxed" });
     const st = tx.objectStore("events");
-    for (let j = i; j < Math.min(n, i + 1000); j++) {
+    for (let j = i; layout === "G" && j < Math.min(n, i + 1000); j += 100) {
+      const a = ids[Math.floor(j / per)], first = (j % per) + 1, e = Array.from({ length: 100 }, uuid);
+      st.put({ s: first, n: 100, e, w: Array.from({ length: 100 }, () => "x".repeat(300)).join(",") }, [typeId, a, first]);
+      e.forEach((id, k) => tx.objectStore("ids").put([typeId, a, first + k], id));
+    }
+    for (let j = i; layout !== "G" && j < Math.min(n, i + 1000); j++) {
       const rec = { t: typeId, a: ids[Math.floor(j / per)], s: (j % per) + 1, e: uuid(), w: "x".repeat(300) };
-      st.put(rec);
+      if (layout === "O") st.put({ s: rec.s, e: rec.e, w: rec.w }, [rec.t, rec.a, rec.s]);
+      else if (layout === "S") st.put(rec.e + rec.w, [rec.t, rec.a, rec.s]);
+      else st.put(rec);
       if (stores.length > 1) tx.objectStore("ids").put([rec.t, rec.a, rec.s], rec.e);
     }
     await txDone(tx);
@@ -147,9 +159,9 @@ async function plain() {
       st.delete(range);
       if (layout === "B") { const idStore = tx.objectStore("ids"); for (const e of got) idStore.delete(e.e); }
       await txDone(tx);
-      remaining -= got.length;
+      remaining -= layout === "G" ? got.reduce((sum, r) => sum + r.n, 0) : got.length;
       const now = performance.now();
-      batches.push({ remaining, events: got.length, ms: now - last });
+      batches.push({ remaining, events: layout === "G" ? got.length * 100 : got.length, ms: now - last });
       last = now;
       if (n - remaining >= limit || now - t0 > Number(q.get("budget") || 600) * 1000) break outer;
     }
