@@ -237,7 +237,9 @@ pub trait Outbox {
         max: u32,
     ) -> impl Future<Output = Result<Pruned, StoreError>>;
 
-    /// Aggregates with landed events still stored (left by an earlier session).
+    /// Aggregates with landed events still stored (left by an earlier session). Read at every
+    /// drain start, before its first cut: an implementation that keeps a copy of what the
+    /// drain wrote (the IndexedDB outbox keeps the landed watermarks) drops it here.
     fn unpruned(&self) -> impl Future<Output = Result<Vec<AggregateRef>, StoreError>>;
 
     /// After `rejected`: records the parked events and unpins `batch` (if it is still pinned),

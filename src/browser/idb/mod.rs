@@ -7,7 +7,9 @@
 //! * [`keys`]: keys and key ranges;
 //! * [`log`]: the local log of what the server confirmed, and the snapshot a view is built from;
 //! * [`outbox`]: [`IdbOutbox`](outbox::IdbOutbox), the
-//!   [`Outbox`](crate::engine::outbox::Outbox) implementation, one transaction per operation.
+//!   [`Outbox`](crate::engine::outbox::Outbox) implementation, one transaction per operation;
+//! * [`watermarks`]: the drain's copy of the `landed` watermarks, which keeps `landed` out of
+//!   the read-ahead's transaction.
 
 pub mod db;
 pub(crate) mod keys;
@@ -15,3 +17,4 @@ pub(crate) mod log;
 pub mod outbox;
 pub(crate) mod request;
 pub mod schema;
+mod watermarks;

@@ -19,6 +19,7 @@ use super::request::{record, result};
 use super::schema::{
     CLIENT_ID_KEY, COUNTERS, CURSORS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
 };
+use super::watermarks::Watermarks;
 use crate::browser::js;
 use crate::engine::batch::take_within;
 use crate::engine::model::{
@@ -78,6 +79,8 @@ pub struct IdbOutbox {
     durability: Durability,
     /// Events pruned since the `ids` store was last compacted (this context's drain prunes).
     orphaned: std::cell::Cell<u64>,
+    /// The `landed` watermarks as this context's drain last read or wrote them.
+    watermarks: Watermarks,
 }
 
 /// How many pruned events leave their id records behind before the `ids` store is compacted.
@@ -219,6 +222,59 @@ async fn head(
     }
 }
 
+/// Every landed watermark (the store holds one row per aggregate with landed events still
+/// stored: few).
+async fn all_landed(landed: &IdbObjectStore) -> Result<BTreeMap<AggregateRef, u64>, StoreError> {
+    let keys = js::array(&result(landed.get_all_keys()).await.js()?);
+    let values = js::array(&result(landed.get_all()).await.js()?);
+    keys.iter()
+        .zip(values)
+        .map(|(key, through)| Ok((aggregate_of(key)?, through.as_f64().unwrap_or(0.0) as u64)))
+        .collect()
+}
+
+/// The next batch `query` asks for, above the watermarks `marks`: the lowest pending events
+/// of the first aggregate, round robin from `query.after`, that has some and is not skipped.
+async fn cut(
+    events: &IdbObjectStore,
+    marks: &BTreeMap<AggregateRef, u64>,
+    query: &CutQuery<'_>,
+) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+    let start = query.after.as_ref().map(Agg::new);
+    // Round robin: aggregates after `after`, then from the start through `after`.
+    for pass in 0..2 {
+        let mut lower = if pass == 0 {
+            after_aggregate(start.as_ref())?
+        } else {
+            None
+        };
+        while let Some(key) = first_key(events, lower).await? {
+            let aggregate = aggregate_of(&key)?;
+            if pass == 1 && query.after.is_some_and(|after| aggregate > after) {
+                break; // visited in the first pass
+            }
+            let a = Agg::new(&aggregate);
+            if query.skip.binary_search(&aggregate).is_err() {
+                let mut above = marks.get(&aggregate).copied().unwrap_or(0);
+                if let Some((x, through)) = query.assume_landed
+                    && x == aggregate
+                {
+                    above = above.max(through);
+                }
+                let found = head(events, &a, above, query.max_events, query.max_bytes).await?;
+                if !found.is_empty() {
+                    return Ok(Some(found));
+                }
+            }
+            lower = after_aggregate(Some(&a))?;
+        }
+        if query.after.is_none() {
+            break; // the first pass started at the beginning
+        }
+    }
+    Ok(None)
+}
+
 fn pin_record(b: &Batch) -> JsValue {
     let o = Object::new();
     let a = Agg::new(&b.aggregate);
@@ -287,6 +343,7 @@ impl IdbOutbox {
             db: Db::open(name).await?,
             durability,
             orphaned: std::cell::Cell::new(ORPHANS_BEFORE_COMPACTING),
+            watermarks: Watermarks::default(),
         })
     }
 
@@ -477,46 +534,29 @@ impl Outbox for IdbOutbox {
         &self,
         query: CutQuery<'_>,
     ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
-        self.db
-            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+        // With the watermarks known, `landed` stays out of the transaction (`super::watermarks`).
+        let (known, generation) = self.watermarks.get();
+        let names: &[&str] = if known.is_some() {
+            &[OUTBOX]
+        } else {
+            &[OUTBOX, LANDED]
+        };
+        let (found, read) = self
+            .db
+            .read(&stores(names), async |tx| {
                 let events = store(tx, OUTBOX)?;
-                let watermarks = store(tx, LANDED)?;
-                let start = query.after.as_ref().map(Agg::new);
-                // Round robin: aggregates after `after`, then from the start through `after`.
-                for pass in 0..2 {
-                    let mut lower = if pass == 0 {
-                        after_aggregate(start.as_ref())?
-                    } else {
-                        None
-                    };
-                    while let Some(key) = first_key(&events, lower).await? {
-                        let aggregate = aggregate_of(&key)?;
-                        if pass == 1 && query.after.is_some_and(|after| aggregate > after) {
-                            break; // visited in the first pass
-                        }
-                        let a = Agg::new(&aggregate);
-                        if query.skip.binary_search(&aggregate).is_err() {
-                            let mut above = landed(&watermarks, &a).await?;
-                            if let Some((x, through)) = query.assume_landed
-                                && x == aggregate
-                            {
-                                above = above.max(through);
-                            }
-                            let found =
-                                head(&events, &a, above, query.max_events, query.max_bytes).await?;
-                            if !found.is_empty() {
-                                return Ok(Some(found));
-                            }
-                        }
-                        lower = after_aggregate(Some(&a))?;
-                    }
-                    if query.after.is_none() {
-                        break; // the first pass started at the beginning
-                    }
-                }
-                Ok(None)
+                let (marks, read) = match known {
+                    Some(marks) => (marks, false),
+                    None => (all_landed(&store(tx, LANDED)?).await?, true),
+                };
+                let found = cut(&events, &marks, &query).await?;
+                Ok((found, read.then_some(marks)))
             })
-            .await
+            .await?;
+        if let Some(marks) = read {
+            self.watermarks.loaded(generation, marks);
+        }
+        Ok(found)
     }
 
     async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
@@ -574,7 +614,7 @@ impl Outbox for IdbOutbox {
                     let watermarks = store(tx, LANDED)?;
                     let current = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)?;
                     if current.as_ref() != Some(batch) {
-                        return Ok(false); // another drainer moved the pin: nothing written
+                        return Ok(None); // another drainer moved the pin: nothing written
                     }
                     let a = Agg::new(&batch.aggregate);
                     let landed = landed(&watermarks, &a).await?.max(through);
@@ -586,10 +626,16 @@ impl Outbox for IdbOutbox {
                         None => meta.delete(&PIN_KEY.into()),
                     }
                     .js()?;
-                    Ok(true)
+                    Ok(Some(landed))
                 },
             )
             .await
+            .map(|written| {
+                if let Some(landed) = written {
+                    self.watermarks.raised(batch.aggregate, landed);
+                }
+                written.is_some()
+            })
     }
 
     async fn prune(&self, aggregate: AggregateRef, max: u32) -> Result<Pruned, StoreError> {
@@ -603,6 +649,7 @@ impl Outbox for IdbOutbox {
                     let watermarks = store(tx, LANDED)?;
                     let ids = store(tx, IDS)?;
                     let a = Agg::new(&aggregate);
+                    let mut dropped = false;
                     let landed_through = landed(&watermarks, &a).await?;
                     // An aggregate with a local log keeps its landed events until the log holds
                     // them: a view shows them as pending until then (no flicker).
@@ -613,10 +660,11 @@ impl Outbox for IdbOutbox {
                         landed_through.min(js::get_u64(&logged, "mine").unwrap_or(0))
                     };
                     if through == 0 {
-                        return Ok(Pruned {
+                        let none = Pruned {
                             removed: 0,
                             more: false,
-                        });
+                        };
+                        return Ok((none, false));
                     }
                     let all = a.seqs(0.0, true, through as f64)?;
                     let keys = result(events.get_all_keys_with_key_and_limit(&all, max + 1))
@@ -633,6 +681,7 @@ impl Outbox for IdbOutbox {
                         if through == landed_through {
                             // Nothing landed is stored any more: the watermark has done its job.
                             watermarks.delete(&a.key()).js()?;
+                            dropped = true;
                         }
                     }
                     self.orphaned.set(self.orphaned.get() + removed as u64);
@@ -640,16 +689,26 @@ impl Outbox for IdbOutbox {
                         self.orphaned.set(0);
                         compact_ids(&events, &ids).await?;
                     }
-                    Ok(Pruned {
+                    let pruned = Pruned {
                         removed: removed as u32,
                         more,
-                    })
+                    };
+                    Ok((pruned, dropped))
                 },
             )
             .await
+            .map(|(pruned, dropped)| {
+                if dropped {
+                    self.watermarks.dropped(&aggregate);
+                }
+                pruned
+            })
     }
 
     async fn unpruned(&self) -> Result<Vec<AggregateRef>, StoreError> {
+        // A drain starts (this is one of its first reads): whatever an earlier drain of this
+        // context knew of `landed` is read afresh with the next cut.
+        self.watermarks.forget();
         self.db
             .read(&stores(&[LANDED]), async |tx| {
                 let keys = result(store(tx, LANDED)?.get_all_keys()).await.js()?;

@@ -1,0 +1,65 @@
+//! This context's copy of the `landed` watermarks, so that the drain's read-ahead needs no
+//! `landed` in its transaction.
+//!
+//! Why: the read-ahead (`next_batch`) runs while a batch is in flight, and the settle of that
+//! batch is a read-write transaction on `landed`. IndexedDB makes a read-write transaction wait
+//! for every earlier transaction whose stores overlap, so a read-ahead that read `landed` held
+//! the settle back until it was done (`node bench/idb-probe.mjs --mode drain`: the settle took
+//! 20 ms a batch, mostly waiting). Reading ahead on `outbox` alone, with the watermarks from
+//! here, lets the settle commit while the read goes on.
+//!
+//! Why the copy is right: only the drainer writes `landed` (the settle raises a watermark, the
+//! prune drops one whose events are all gone), and it writes through here. The copy is
+//! forgotten at every drain start (`unpruned`, one of the start's reads) and read again, in
+//! the next cut's transaction. The one write from elsewhere that can happen while this context
+//! drains is the settle of a former drainer that still had the pinned batch in flight: it
+//! raises the watermark of exactly the batch this drain has in flight too — which the cut
+//! already takes as landed (`CutQuery::assume_landed`) — and it moves the pin, so this
+//! drain's own settle fails and the drain stops (and starts again, reading afresh).
+//! A generation number keeps a read that began before a `forget` from installing its copy.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+use crate::engine::model::AggregateRef;
+
+/// The watermarks as this context's drain last read or wrote them; `None` until read.
+#[derive(Debug, Default)]
+pub(super) struct Watermarks {
+    known: RefCell<Option<BTreeMap<AggregateRef, u64>>>,
+    generation: Cell<u64>,
+}
+
+impl Watermarks {
+    /// The copy, if there is one, and the generation to hand back to [`Watermarks::loaded`].
+    pub(super) fn get(&self) -> (Option<BTreeMap<AggregateRef, u64>>, u64) {
+        (self.known.borrow().clone(), self.generation.get())
+    }
+
+    /// Installs what was just read from `landed`, unless forgotten since `generation`.
+    pub(super) fn loaded(&self, generation: u64, marks: BTreeMap<AggregateRef, u64>) {
+        if generation == self.generation.get() {
+            *self.known.borrow_mut() = Some(marks);
+        }
+    }
+
+    /// Drops the copy: the next cut reads `landed` again.
+    pub(super) fn forget(&self) {
+        self.generation.set(self.generation.get() + 1);
+        *self.known.borrow_mut() = None;
+    }
+
+    /// A settle committed `through` as the aggregate's watermark.
+    pub(super) fn raised(&self, aggregate: AggregateRef, through: u64) {
+        if let Some(marks) = self.known.borrow_mut().as_mut() {
+            marks.insert(aggregate, through);
+        }
+    }
+
+    /// A prune deleted the aggregate's watermark (none of its landed events is stored).
+    pub(super) fn dropped(&self, aggregate: &AggregateRef) {
+        if let Some(marks) = self.known.borrow_mut().as_mut() {
+            marks.remove(aggregate);
+        }
+    }
+}
