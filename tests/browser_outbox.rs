@@ -24,6 +24,20 @@ async fn indexeddb_outbox_passes_the_conformance_suite() {
     .await;
 }
 
+/// The same suite with the outbox keeping its copy of the watermarks, as it does for a drain
+/// that holds the Web Lock (`src/browser/idb/watermarks.rs`).
+#[wasm_bindgen_test]
+async fn indexeddb_outbox_passes_the_conformance_suite_as_the_sole_drainer() {
+    conformance::run_all(|| async {
+        let outbox = IdbOutbox::open(&db_name("conformance-sole"), Durability::Strict)
+            .await
+            .unwrap();
+        outbox.sole_drainer(true);
+        outbox
+    })
+    .await;
+}
+
 #[wasm_bindgen_test]
 async fn rule1_append_persists_before_any_network_attempt() {
     let db = db_name("persist");

@@ -355,6 +355,9 @@ impl Runtime {
         let env = BrowserEnv {
             lock: self.lock.borrow().as_ref().map(DrainLock::state),
         };
+        // Holding the Web Lock, this drain is the only writer of `landed` (without Web Locks
+        // every context drains: each cut then reads the watermarks afresh).
+        self.outbox.sole_drainer(env.lock.is_some());
         let drain = Drain::new(self.config.policy, self.client_id);
         let this = self.clone();
         wasm_bindgen_futures::spawn_local(async move {

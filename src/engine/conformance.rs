@@ -325,6 +325,10 @@ pub async fn pins_persist_and_settle_moves_them(o: &impl Outbox) {
 pub async fn landed_events_are_invisible_until_pruned(o: &impl Outbox) {
     let r = o.append(aggregate(1), events(0..6)).await.unwrap();
     o.append(aggregate(2), events(6..8)).await.unwrap();
+    // A cut before the settle too: what an implementation keeps of the watermarks from one cut
+    // (the IndexedDB outbox does, for its drainer) must follow the settles and prunes after it.
+    let before = o.next_batch(all(None)).await.unwrap().unwrap();
+    assert_eq!(seqs(&before), [1, 2, 3, 4, 5, 6]);
     let b = batch(1, 1, 4);
     assert!(o.pin(&b, None).await.unwrap());
     assert!(o.settle(&b, 4, None).await.unwrap());
@@ -349,6 +353,11 @@ pub async fn landed_events_are_invisible_until_pruned(o: &impl Outbox) {
     assert_eq!((p.removed, p.more), (3, true), "in chunks");
     let p = o.prune(aggregate(1), 3).await.unwrap();
     assert_eq!((p.removed, p.more), (1, false));
+    assert_eq!(
+        seqs(&o.next_batch(all(None)).await.unwrap().unwrap()),
+        [5, 6],
+        "the watermark went with the last landed event: the same cut"
+    );
     assert!(o.unpruned().await.unwrap().is_empty());
     assert_eq!(
         o.count().await.unwrap(),
@@ -359,6 +368,12 @@ pub async fn landed_events_are_invisible_until_pruned(o: &impl Outbox) {
     let b = batch(1, 5, 6);
     assert!(o.pin(&b, None).await.unwrap());
     assert!(o.settle(&b, 6, None).await.unwrap());
+    let next = o.next_batch(all(None)).await.unwrap().unwrap();
+    assert_eq!(
+        (next[0].aggregate, seqs(&next)),
+        (aggregate(2), vec![1, 2]),
+        "aggregate 1 has nothing pending"
+    );
     assert_eq!(
         o.pending_aggregates().await.unwrap(),
         [(aggregate(2), 2)],

@@ -352,6 +352,13 @@ impl IdbOutbox {
         self.db.close();
     }
 
+    /// Whether this context's drain is the only writer of `landed` (it holds the device's Web
+    /// Lock): only then does the outbox keep a copy of the watermarks to cut with
+    /// (`super::watermarks`).
+    pub fn sole_drainer(&self, sole: bool) {
+        self.watermarks.keep(sole);
+    }
+
     /// The database (for the local log's operations, `super::log`).
     pub(super) fn db(&self) -> &Db {
         &self.db

@@ -9,7 +9,10 @@
 //! here, lets the settle commit while the read goes on.
 //!
 //! Why the copy is right: only the drainer writes `landed` (the settle raises a watermark, the
-//! prune drops one whose events are all gone), and it writes through here. The copy is
+//! prune drops one whose events are all gone), and it writes through here — when the drainer
+//! holds the device's Web Lock, which is the only time the copy is kept at all
+//! ([`Watermarks::keep`]): without Web Locks every context drains on its own (a documented
+//! fallback), and each cut then reads `landed` in its own transaction as before. The copy is
 //! forgotten at every drain start (`unpruned`, one of the start's reads) and read again, in
 //! the next cut's transaction. The one write from elsewhere that can happen while this context
 //! drains is the settle of a former drainer that still had the pinned batch in flight: it
@@ -17,6 +20,14 @@
 //! already takes as landed (`CutQuery::assume_landed`) — and it moves the pin, so this
 //! drain's own settle fails and the drain stops (and starts again, reading afresh).
 //! A generation number keeps a read that began before a `forget` from installing its copy.
+//!
+//! A copy can only be behind the store, never ahead: watermarks only rise, a prune drops one
+//! only once no event at or below it is stored, and the copy changes only after a committed
+//! write. The cost of a copy that is behind is a batch of landed events sent again, which the
+//! server answers with 2002 and its `lastClientSeq` (settled, nothing doubled); never a skipped
+//! event. Where the lock's fallback cannot tell a hung former drainer that it lost the lock
+//! (`navigator.locks.query` missing: `src/browser/locks.rs`), that drainer may still cut from
+//! its older copy and send such a batch.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -28,17 +39,26 @@ use crate::engine::model::AggregateRef;
 pub(super) struct Watermarks {
     known: RefCell<Option<BTreeMap<AggregateRef, u64>>>,
     generation: Cell<u64>,
+    /// Whether a copy is kept (this context drains holding the Web Lock); off by default.
+    keep: Cell<bool>,
 }
 
 impl Watermarks {
+    /// Whether to keep a copy from now on; turning it off forgets the copy.
+    pub(super) fn keep(&self, keep: bool) {
+        self.keep.set(keep);
+        self.forget();
+    }
+
     /// The copy, if there is one, and the generation to hand back to [`Watermarks::loaded`].
     pub(super) fn get(&self) -> (Option<BTreeMap<AggregateRef, u64>>, u64) {
         (self.known.borrow().clone(), self.generation.get())
     }
 
-    /// Installs what was just read from `landed`, unless forgotten since `generation`.
+    /// Installs what was just read from `landed`, unless forgotten since `generation` or no
+    /// copy is kept.
     pub(super) fn loaded(&self, generation: u64, marks: BTreeMap<AggregateRef, u64>) {
-        if generation == self.generation.get() {
+        if self.keep.get() && generation == self.generation.get() {
             *self.known.borrow_mut() = Some(marks);
         }
     }
