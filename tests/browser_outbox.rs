@@ -38,6 +38,52 @@ async fn indexeddb_outbox_passes_the_conformance_suite_as_the_sole_drainer() {
     .await;
 }
 
+/// A prune made while the drain has work never compacts the `ids` store (counting and
+/// rebuilding it grows with the store and held `outbox` for most of a 100,000-event drain); an
+/// idle one does.
+#[wasm_bindgen_test]
+async fn ids_are_compacted_only_by_an_idle_prune() {
+    use celeriant_sync::engine::model::{Batch, NewEvent};
+    use celeriant_sync::engine::outbox::Outbox;
+    let db = db_name("compact-idle");
+    let o = IdbOutbox::open(&db, Durability::Strict).await.unwrap();
+    let a = conformance::aggregate(1);
+    let many = |base: u128, n: u128| -> Vec<NewEvent> {
+        (0..n)
+            .map(|i| NewEvent {
+                event_id: uuid::Uuid::from_u128(base + i),
+                ..conformance::event(1, 8)
+            })
+            .collect()
+    };
+    let settle = async |first: u64, last: u64| {
+        let b = Batch {
+            aggregate: a,
+            first_seq: first,
+            last_seq: last,
+            count: (last - first + 1) as u32,
+        };
+        assert!(o.pin(&b, None).await.unwrap());
+        assert!(o.settle(&b, last, None).await.unwrap());
+    };
+    o.append(a, many(0x1_0000, 3_000)).await.unwrap();
+    settle(1, 3_000).await;
+    let p = o.prune(a, 10_000, false).await.unwrap();
+    assert_eq!((p.removed, p.more), (3_000, false));
+    assert_eq!(count_store(&db, "outbox").await, 0);
+    assert_eq!(
+        count_store(&db, "ids").await,
+        3_000,
+        "not compacted mid-drain"
+    );
+    o.append(a, many(0x2_0000, 1)).await.unwrap();
+    settle(3_001, 3_001).await;
+    let p = o.prune(a, 10_000, true).await.unwrap();
+    assert_eq!((p.removed, p.more), (1, false));
+    assert_eq!(count_store(&db, "ids").await, 0, "cleared when idle");
+    o.close();
+}
+
 #[wasm_bindgen_test]
 async fn rule1_append_persists_before_any_network_attempt() {
     let db = db_name("persist");

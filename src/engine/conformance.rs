@@ -141,7 +141,7 @@ pub async fn sequences_are_never_reused(o: &impl Outbox) {
         None,
         "nothing pending"
     );
-    let pruned = o.prune(aggregate(1), 100).await.unwrap();
+    let pruned = o.prune(aggregate(1), 100, true).await.unwrap();
     assert_eq!((pruned.removed, pruned.more), (3, false));
     let r = o.append(aggregate(1), events(3..4)).await.unwrap();
     assert_eq!(r[0].client_seq, 4, "the counter outlives the events");
@@ -349,9 +349,9 @@ pub async fn landed_events_are_invisible_until_pruned(o: &impl Outbox) {
         EventState::Absent
     );
     assert_eq!(o.unpruned().await.unwrap(), [aggregate(1)]);
-    let p = o.prune(aggregate(1), 3).await.unwrap();
+    let p = o.prune(aggregate(1), 3, true).await.unwrap();
     assert_eq!((p.removed, p.more), (3, true), "in chunks");
-    let p = o.prune(aggregate(1), 3).await.unwrap();
+    let p = o.prune(aggregate(1), 3, true).await.unwrap();
     assert_eq!((p.removed, p.more), (1, false));
     assert_eq!(
         seqs(&o.next_batch(all(None)).await.unwrap().unwrap()),
@@ -501,7 +501,7 @@ pub async fn event_ids_survive_pruning_a_large_backlog(o: &impl Outbox) {
     let b = batch(1, 1, 6_000);
     assert!(o.pin(&b, None).await.unwrap());
     assert!(o.settle(&b, 6_000, None).await.unwrap());
-    let p = o.prune(aggregate(1), 10_000).await.unwrap();
+    let p = o.prune(aggregate(1), 10_000, true).await.unwrap();
     assert_eq!((p.removed, p.more), (6_000, false));
     for i in [0, 1_999, 2_000, 2_001, 3_999, 4_000, 4_499] {
         assert_eq!(

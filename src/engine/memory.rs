@@ -194,7 +194,12 @@ impl Outbox for MemoryOutbox {
         Ok(true)
     }
 
-    async fn prune(&self, aggregate: AggregateRef, max: u32) -> Result<Pruned, StoreError> {
+    async fn prune(
+        &self,
+        aggregate: AggregateRef,
+        max: u32,
+        _idle: bool,
+    ) -> Result<Pruned, StoreError> {
         let mut state = self.state.borrow_mut();
         let landed = state.landed(&aggregate);
         let keys: Vec<Key> = state

@@ -230,11 +230,13 @@ pub trait Outbox {
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
     /// Deletes up to `max` landed events of `aggregate` (at or below its watermark), lowest
-    /// first, in one atomic write.
+    /// first, in one atomic write. `idle`: the drain has nothing to send, so housekeeping whose
+    /// cost grows with the store may run in the same write (never while a backlog drains).
     fn prune(
         &self,
         aggregate: AggregateRef,
         max: u32,
+        idle: bool,
     ) -> impl Future<Output = Result<Pruned, StoreError>>;
 
     /// Aggregates with landed events still stored (left by an earlier session). Read at every

@@ -645,7 +645,12 @@ impl Outbox for IdbOutbox {
             })
     }
 
-    async fn prune(&self, aggregate: AggregateRef, max: u32) -> Result<Pruned, StoreError> {
+    async fn prune(
+        &self,
+        aggregate: AggregateRef,
+        max: u32,
+        idle: bool,
+    ) -> Result<Pruned, StoreError> {
         self.db
             .write(
                 &stores(&[OUTBOX, LANDED, IDS, CURSORS]),
@@ -692,7 +697,9 @@ impl Outbox for IdbOutbox {
                         }
                     }
                     self.orphaned.set(self.orphaned.get() + removed as u64);
-                    if !more && self.orphaned.get() >= ORPHANS_BEFORE_COMPACTING {
+                    // Only when idle: the check counts both stores and a rebuild rewrites what
+                    // remains, which mid-drain held `outbox` for most of a 100,000-event drain.
+                    if idle && !more && self.orphaned.get() >= ORPHANS_BEFORE_COMPACTING {
                         self.orphaned.set(0);
                         compact_ids(&events, &ids).await?;
                     }

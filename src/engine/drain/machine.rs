@@ -198,7 +198,13 @@ pub enum Action {
         batch: Batch,
     },
     /// Delete a chunk of an aggregate's landed events.
-    Prune(AggregateRef),
+    Prune {
+        /// Whose.
+        aggregate: AggregateRef,
+        /// Nothing to send: slower housekeeping may go with it (the IndexedDB outbox compacts
+        /// its `ids` store only then; doing it mid-drain stalled a 100,000-event drain).
+        idle: bool,
+    },
     /// Wait `ms` (replacing any current wait), or less when a signal it names fires.
     Wait {
         /// How long.
@@ -994,7 +1000,7 @@ impl Drain {
         };
         if idle || self.unpruned_events >= self.policy.prune_high_water {
             self.pruning = Some(aggregate);
-            self.emit(Action::Prune(aggregate));
+            self.emit(Action::Prune { aggregate, idle });
         }
     }
 

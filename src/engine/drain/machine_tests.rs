@@ -398,7 +398,10 @@ fn nothing_to_send_recounts_goes_idle_and_prunes_what_landed() {
                 work: true,
                 network: true
             },
-            Action::Prune(agg(1)),
+            Action::Prune {
+                aggregate: agg(1),
+                idle: true
+            },
         ]
     );
     d.handle(
@@ -515,7 +518,10 @@ fn a_pin_found_at_start_is_resent_first_and_may_have_landed() {
     d.handle(Input::MaySend(true), AT);
     let sent = doing(&mut d);
     assert!(
-        sent.contains(&Action::Prune(agg(9))),
+        sent.contains(&Action::Prune {
+            aggregate: agg(9),
+            idle: false
+        }),
         "leftovers are pruned soon: {sent:?}"
     );
     d.handle(

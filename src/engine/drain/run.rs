@@ -165,8 +165,8 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
                 Action::Park { record, batch } => ops.push(Box::pin(async move {
                     Input::Parked(outbox.park(&record, &batch).await)
                 })),
-                Action::Prune(aggregate) => ops.push(Box::pin(async move {
-                    Input::Pruned(outbox.prune(aggregate, policy.prune_chunk).await)
+                Action::Prune { aggregate, idle } => ops.push(Box::pin(async move {
+                    Input::Pruned(outbox.prune(aggregate, policy.prune_chunk, idle).await)
                 })),
                 Action::Wait { ms, work, network } => {
                     wait = Some(Wait {
