@@ -19,7 +19,7 @@ use super::request::{record, result};
 use super::schema::{
     CLIENT_ID_KEY, COUNTERS, CURSORS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
 };
-use super::watermarks::Watermarks;
+use super::watermarks::{Marks, Watermarks, mark_of};
 use crate::browser::js;
 use crate::engine::batch::take_within;
 use crate::engine::model::{
@@ -224,7 +224,7 @@ async fn head(
 
 /// Every landed watermark (the store holds one row per aggregate with landed events still
 /// stored: few).
-async fn all_landed(landed: &IdbObjectStore) -> Result<BTreeMap<AggregateRef, u64>, StoreError> {
+async fn all_landed(landed: &IdbObjectStore) -> Result<Marks, StoreError> {
     let keys = js::array(&result(landed.get_all_keys()).await.js()?);
     let values = js::array(&result(landed.get_all()).await.js()?);
     keys.iter()
@@ -237,7 +237,7 @@ async fn all_landed(landed: &IdbObjectStore) -> Result<BTreeMap<AggregateRef, u6
 /// of the first aggregate, round robin from `query.after`, that has some and is not skipped.
 async fn cut(
     events: &IdbObjectStore,
-    marks: &BTreeMap<AggregateRef, u64>,
+    marks: &Marks,
     query: &CutQuery<'_>,
 ) -> Result<Option<Vec<StoredEvent>>, StoreError> {
     let start = query.after.as_ref().map(Agg::new);
@@ -255,7 +255,7 @@ async fn cut(
             }
             let a = Agg::new(&aggregate);
             if query.skip.binary_search(&aggregate).is_err() {
-                let mut above = marks.get(&aggregate).copied().unwrap_or(0);
+                let mut above = mark_of(marks, &aggregate);
                 if let Some((x, through)) = query.assume_landed
                     && x == aggregate
                 {
