@@ -131,7 +131,13 @@ export async function chaos({
   // Stop the app and let every tab drain — under the same faults.
   await Promise.all(pages.map((p) => p.evaluate(() => harness.stop())));
   const flushMs = Math.max(170_000, events * 60);
-  for (const page of pages) await page.evaluate((ms) => harness.flush(ms), flushMs);
+  try {
+    for (const page of pages) await page.evaluate((ms) => harness.flush(ms), flushMs);
+  } catch (e) {
+    // Every tab's inspect(), the drainer's among them: why the drain did not finish.
+    const all = await Promise.all(pages.map((p) => p.evaluate(async () => JSON.stringify(await harness.client.inspect())).catch((x) => String(x))));
+    throw new Error(`${String(e).slice(0, 200)}\nALL:\n${all.join("\n")}`);
+  }
   const report = await gateway.setFaults({});
   const counts = { ...report.counts };
   if (figures.faultsBeforeKill) for (const [k, v] of Object.entries(figures.faultsBeforeKill)) if (k !== "maxInFlightPerClient" && typeof v === "number") counts[k] += v;

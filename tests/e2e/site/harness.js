@@ -59,10 +59,23 @@ const harness = {
   },
 
   async flush(timeoutMs) {
-    await Promise.race([
-      this.client.flush(),
-      new Promise((_, reject) => setTimeout(() => reject(new Error("flush timed out")), timeoutMs)),
-    ]);
+    // On a timeout the error carries this context's status and inspect() (the drainer's pinned
+    // batch and its last outcomes say why the drain did not finish).
+    let timer;
+    try {
+      await Promise.race([
+        this.client.flush(),
+        new Promise((_, reject) => {
+          timer = setTimeout(async () => {
+            let detail = "";
+            try { detail = JSON.stringify({ status: this.client.status(), inspect: await this.client.inspect() }); } catch (e) { detail = String(e); }
+            reject(new Error(`flush timed out ${detail}`));
+          }, timeoutMs);
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
     return this.client.status();
   },
 
