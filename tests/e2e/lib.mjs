@@ -88,6 +88,15 @@ export async function openSession(base, { keyPair, appToken, clockOffsetMs = 0 }
   }
 }
 
+// Gateways still running when this process exits (a scenario that failed half-way, after a
+// kill -9 and restart among others) are killed with it, not left behind on 127.0.0.1.
+const liveGateways = new Set();
+process.on("exit", () => {
+  for (const g of liveGateways) {
+    try { g.proc.kill("SIGKILL"); } catch { /* already gone */ }
+  }
+});
+
 export class Gateway {
   /** `auth`: "none" starts the gateway with --auth none; "device" with device identity on (the
    *  gateway's default), in which case readAll opens a reader session of its own. */
@@ -110,6 +119,7 @@ export class Gateway {
       ...(this.auth === "none" ? ["--auth", "none"] : ["--session-rate-per-minute", "0"]),
     ];
     this.proc = spawn(gatewayBinary(), args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, RUST_LOG: "warn" } });
+    liveGateways.add(this);
     this.stderr = "";
     this.proc.stderr.on("data", (d) => { this.stderr = (this.stderr + d).slice(-4000); });
     for (let i = 0; i < 200 && !existsSync(portFile); i++) await sleep(50);
@@ -139,6 +149,7 @@ export class Gateway {
   }
 
   async stop() {
+    liveGateways.delete(this);
     if (!this.proc || this.proc.exitCode !== null) return;
     const exited = new Promise((r) => this.proc.once("exit", r));
     this.proc.kill("SIGTERM");
