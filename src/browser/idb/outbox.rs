@@ -799,12 +799,9 @@ impl Outbox for IdbOutbox {
                 let watermarks = store(tx, LANDED)?;
                 let total = result(events.count()).await.js()?.as_f64().unwrap_or(0.0) as u64;
                 // Landed events not yet pruned are not counted (the store holds few rows).
-                let keys = js::array(&result(watermarks.get_all_keys()).await.js()?);
-                let values = js::array(&result(watermarks.get_all()).await.js()?);
                 let mut landed_stored = 0u64;
-                for (key, through) in keys.iter().zip(values) {
-                    let a = Agg::new(&aggregate_of(key)?);
-                    let range = a.seqs(0.0, true, through.as_f64().unwrap_or(0.0))?;
+                for (aggregate, through) in all_landed(&watermarks).await? {
+                    let range = Agg::new(&aggregate).seqs(0.0, true, through as f64)?;
                     let n = result(events.count_with_key(&range)).await.js()?;
                     landed_stored += n.as_f64().unwrap_or(0.0) as u64;
                 }
