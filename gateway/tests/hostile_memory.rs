@@ -13,6 +13,12 @@
 //! about three times the write budget (the body, the parsed request and the stored record of
 //! each admitted write), the store's 64 MiB page cache, and allocator slack. Every write
 //! answered `landed` is then read back whole.
+//!
+//! The admitted writes reach the disk one after another, 4 MiB each with its fsync; on a slow
+//! disk (a CI machine's, after the build has used up its burst) a write can pass the request
+//! deadline and be answered 504 (50400, `unknown`). That is the protocol's typed answer, and
+//! its reservation is still held until the store answered, so it stays in the bound; such a
+//! write must then be all there or not there at all, never part of it.
 
 mod support;
 
@@ -34,6 +40,7 @@ const CLIENT: &str = "6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0001";
 #[derive(Debug, Default)]
 struct Tally {
     landed: Vec<u64>,
+    unknown: Vec<u64>,
     busy: u64,
     share: u64,
     cut: u64,
@@ -74,6 +81,7 @@ fn many_connections_with_large_bodies_stay_within_the_memory_bound() {
     for (n, client) in clients.into_iter().enumerate() {
         match client.join().unwrap() {
             (200, _) => tally.landed.push(n as u64),
+            (504, 50400) => tally.unknown.push(n as u64),
             (429, 42900) => tally.busy += 1,
             (429, 42910) => tally.share += 1,
             (0, _) => tally.cut += 1,
@@ -87,19 +95,23 @@ fn many_connections_with_large_bodies_stay_within_the_memory_bound() {
     println!(
         "memory bound: {CONNECTIONS} connections × {:.1} MB bodies in {elapsed:.1?}: resident \
          {} MiB at rest, {} MiB peak sampled, {} MiB peak (VmHWM); bound {BOUND_MIB} MiB; \
-         {} landed, {} refused 429 (42900) before their body was read, {} past their \
+         {} landed, {} past the request deadline (50400), {} refused 429 (42900) before their body was read, {} past their \
          address's share (42910), {} cut while sending (the 429 raced the upload)",
         (EVENTS as usize * payload.len()) as f64 / 1e6,
         at_rest / 1024,
         sampled.load(Ordering::Relaxed) / 1024,
         peak / 1024,
         tally.landed.len(),
+        tally.unknown.len(),
         tally.busy,
         tally.share,
         tally.cut,
     );
     assert!(tally.other.is_empty(), "untyped answers: {:?}", tally.other);
-    assert!(!tally.landed.is_empty(), "some writes must be admitted");
+    assert!(
+        tally.landed.len() + tally.unknown.len() > 0,
+        "some writes must be admitted"
+    );
     assert!(
         peak / 1024 < BOUND_MIB,
         "peak resident memory {} MiB is over the {BOUND_MIB} MiB bound",
@@ -111,6 +123,20 @@ fn many_connections_with_large_bodies_stay_within_the_memory_bound() {
     for n in &tally.landed {
         let events = read_all(&gateway.addr, &aggregate(1000 + n), "");
         assert_eq!(events.len(), EVENTS as usize, "aggregate {n}");
+        assert!(
+            events
+                .iter()
+                .all(|e| e["data"].as_str() == Some(payload.as_str()))
+        );
+    }
+    // A write answered `unknown` landed whole or not at all.
+    for n in &tally.unknown {
+        let events = read_all(&gateway.addr, &aggregate(1000 + n), "");
+        assert!(
+            events.is_empty() || events.len() == EVENTS as usize,
+            "aggregate {n}: {} of {EVENTS} events of a write answered 50400",
+            events.len()
+        );
         assert!(
             events
                 .iter()
