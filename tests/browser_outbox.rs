@@ -416,6 +416,10 @@ async fn options_are_checked_and_a_closed_client_refuses_work() {
             "fractional timeout",
         ),
         (
+            json(r#"{"gatewayUrl":"http://127.0.0.1:9","maxBackoffMs":999}"#),
+            "maxBackoffMs below a second",
+        ),
+        (
             json(r#"{"gatewayUrl":"http://127.0.0.1:9","gatewayURL":"x"}"#),
             "unknown key",
         ),

@@ -299,6 +299,32 @@ async fn rule5_retry_backs_off_honouring_retry_after_and_resends_identical() {
 }
 
 #[wasm_bindgen_test]
+async fn rule5_max_backoff_ms_caps_every_wait() {
+    // Eight failed attempts in a row: by the default backoff the later waits would be drawn
+    // from windows of 2, 4 … 32 s; with `maxBackoffMs: 1000` none may exceed a second.
+    no_faults().await;
+    let failures: Array = (0..8).map(|_| json(r#"{"network":true}"#)).collect();
+    let script = script_writes(&failures);
+    let client = open(&db_name("rule5-cap"), r#"{"maxBackoffMs":1000}"#).await;
+    let (t, a) = (uuid(), uuid());
+    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, b"x")).into())).await;
+    flush_within(&client, 30).await;
+    restore(&script);
+    let times: Vec<f64> = list(&script, "times")
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    assert_eq!(times.len(), 9, "eight failures, then the real gateway");
+    let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g <= 1_300.0),
+        "waits between attempts (ms): {gaps:?}"
+    );
+    assert_eq!(read_all(&t, &a).await.len(), 1, "landed once");
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
 async fn rule5_unknown_outcomes_resend_identical() {
     no_faults().await;
     let script = script_writes(&Array::of4(

@@ -6,6 +6,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use super::errors::ClientError;
 use crate::browser::idb::db::Durability;
 use crate::browser::js;
+use crate::engine::backoff::Backoff;
 use crate::engine::drain::Policy;
 use crate::engine::errors::ErrorCode;
 
@@ -35,12 +36,13 @@ pub(crate) const DEFAULT_DATABASE: &str = "celeriant-sync";
 pub(crate) const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 
 /// Every option's key.
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "gatewayUrl",
     "databaseName",
     "requestTimeoutMs",
     "maxBatchEvents",
     "maxBatchBytes",
+    "maxBackoffMs",
     "durability",
     "persist",
     "auth",
@@ -141,6 +143,16 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
             4_096,
             4 << 20,
         )? as usize,
+        backoff: Backoff {
+            cap_ms: integer(
+                value,
+                "maxBackoffMs",
+                defaults.backoff.cap_ms,
+                1_000,
+                3_600_000,
+            )?,
+            ..defaults.backoff
+        },
         ..defaults
     };
     let durability = match string(value, "durability")?.as_deref() {

@@ -21,6 +21,12 @@ export interface SyncClientOptions {
     maxBatchEvents?: number;
     /** Largest request body in bytes (default 1048576, 4096..4194304); a larger single event goes alone. */
     maxBatchBytes?: number;
+    /**
+     * Longest wait between two attempts, in milliseconds (default 30000, 1000..3600000): resends
+     * of a batch, session requests and the read side's reopening back off exponentially from
+     * 250 ms, with full jitter, up to this; a server's `Retry-After` may ask for longer.
+     */
+    maxBackoffMs?: number;
     /** IndexedDB durability of writes (default `"strict"`: an append resolves once on disk). */
     durability?: "strict" | "relaxed" | "default";
     /** Ask for persistent storage (`navigator.storage.persist()`) at open; see `persisted`. */

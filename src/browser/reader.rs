@@ -48,6 +48,8 @@ pub(crate) struct ReaderConfig {
     pub timeout_ms: u32,
     /// The device's client id, as the server writes it.
     pub me: String,
+    /// How a failed stream or page waits before it is tried again (the drain's, `maxBackoffMs`).
+    pub backoff: Backoff,
 }
 
 /// The read side of the draining context.
@@ -89,13 +91,14 @@ impl ReaderRuntime {
         sessions: Rc<GatewaySessions>,
         news: Box<dyn Fn(ReaderNews)>,
     ) -> Rc<ReaderRuntime> {
+        let machine = RefCell::new(Reader::new(config.backoff));
         let reader = Rc::new(ReaderRuntime {
             config,
             outbox,
             hub,
             sessions,
             news,
-            machine: RefCell::new(Reader::new(Backoff::default())),
+            machine,
             queue: RefCell::default(),
             pumping: Cell::new(false),
             session: RefCell::new(None),

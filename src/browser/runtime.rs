@@ -401,6 +401,7 @@ impl Runtime {
                 gateway_url: self.config.gateway_url.clone(),
                 timeout_ms: self.config.request_timeout_ms,
                 me: self.client_id.to_string(),
+                backoff: self.config.policy.backoff,
             },
             self.outbox.clone(),
             self.hub.clone(),
