@@ -53,8 +53,12 @@ export async function chaos({
     }
   });
 
-  // Batches small enough that the faults meet many requests.
-  const options = { requestTimeoutMs: 600, maxBatchEvents: 100 };
+  // Batches small enough that the faults meet many requests. With 65 % of requests failing, a
+  // batch often fails ten times in a row; under the default 30 s backoff cap one such batch
+  // waits minutes, and the flush's length is set by those tails, not by the client's work
+  // (a simulation of 40 batches: over 180 s in about a third of the runs). A 2 s cap keeps
+  // every fault path and makes more attempts per minute.
+  const options = { requestTimeoutMs: 600, maxBatchEvents: 100, maxBackoffMs: 2000 };
   let loads = 0;
   const start = async (page) => {
     await page.evaluate((a) => harness.startAppending(a), { typeId, aggregates: ids, loadId: `${seed}.${loads++}` });
@@ -130,9 +134,11 @@ export async function chaos({
 
   // Stop the app and let every tab drain — under the same faults.
   await Promise.all(pages.map((p) => p.evaluate(() => harness.stop())));
-  const flushMs = Math.max(170_000, events * 60);
+  // It must keep landing events: a minute with none is a failure, and so is taking longer
+  // than the whole run may (a 2 s backoff cap makes a minute about 30 failed attempts in a row).
+  const bound = { stallMs: 60_000, limitMs: Math.max(300_000, events * 100) };
   try {
-    for (const page of pages) await page.evaluate((ms) => harness.flush(ms), flushMs);
+    for (const page of pages) await page.evaluate((b) => harness.flush(b), bound);
   } catch (e) {
     // Every tab's inspect(), the drainer's among them: why the drain did not finish.
     const all = await Promise.all(pages.map((p) => p.evaluate(async () => JSON.stringify(await harness.client.inspect())).catch((x) => String(x))));

@@ -58,23 +58,40 @@ const harness = {
     await this.loop;
   },
 
-  async flush(timeoutMs) {
-    // On a timeout the error carries this context's status and inspect() (the drainer's pinned
-    // batch and its last outcomes say why the drain did not finish).
+  /**
+   * `client.flush()`, bounded. A number is a fixed window; `{ stallMs, limitMs }` fails only
+   * when nothing has landed for `stallMs` (the pending count has not gone down), or after
+   * `limitMs` in all: under injected faults a drain's pace is a random walk of backoffs, and
+   * what must hold is that it keeps making progress. On a timeout the error carries this
+   * context's status and inspect() (the drainer's pinned batch and its last outcomes say why
+   * the drain did not finish).
+   */
+  async flush(bound) {
+    const { stallMs, limitMs } = typeof bound === "number" ? { stallMs: bound, limitMs: bound } : bound;
+    const started = Date.now();
+    let lowest = this.client.status().pending;
+    let progressAt = started;
     let timer;
     try {
       await Promise.race([
         this.client.flush(),
         new Promise((_, reject) => {
-          timer = setTimeout(async () => {
+          timer = setInterval(async () => {
+            const now = Date.now();
+            const pending = this.client.status().pending;
+            if (pending < lowest) [lowest, progressAt] = [pending, now];
+            const why = now - started > limitMs ? `after ${limitMs} ms in all`
+              : now - progressAt > stallMs ? `with nothing landed for ${stallMs} ms (${pending} pending)` : null;
+            if (!why) return;
+            clearInterval(timer);
             let detail = "";
             try { detail = JSON.stringify({ status: this.client.status(), inspect: await this.client.inspect() }); } catch (e) { detail = String(e); }
-            reject(new Error(`flush timed out ${detail}`));
-          }, timeoutMs);
+            reject(new Error(`flush timed out ${why} ${detail}`));
+          }, 250);
         }),
       ]);
     } finally {
-      clearTimeout(timer);
+      clearInterval(timer);
     }
     return this.client.status();
   },
