@@ -301,7 +301,9 @@ async fn rule5_retry_backs_off_honouring_retry_after_and_resends_identical() {
 #[wasm_bindgen_test]
 async fn rule5_max_backoff_ms_caps_every_wait() {
     // Eight failed attempts in a row: by the default backoff the later waits would be drawn
-    // from windows of 2, 4 … 32 s; with `maxBackoffMs: 1000` none may exceed a second.
+    // from windows of 2, 4 … 32 s; with `maxBackoffMs: 1000` none may exceed a second (plus
+    // up to 800 ms for the attempt itself on a loaded machine: all eight gaps under 1.8 s by
+    // the default backoff has a chance of about 1 in 2,000).
     no_faults().await;
     let failures: Array = (0..8).map(|_| json(r#"{"network":true}"#)).collect();
     let script = script_writes(&failures);
@@ -317,7 +319,7 @@ async fn rule5_max_backoff_ms_caps_every_wait() {
     assert_eq!(times.len(), 9, "eight failures, then the real gateway");
     let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(
-        gaps.iter().all(|g| *g <= 1_300.0),
+        gaps.iter().all(|g| *g <= 1_800.0),
         "waits between attempts (ms): {gaps:?}"
     );
     assert_eq!(read_all(&t, &a).await.len(), 1, "landed once");

@@ -132,6 +132,46 @@ async fn one_context_drains_the_others_follow_with_status_events_and_flush() {
 }
 
 #[wasm_bindgen_test]
+async fn a_followers_appends_are_announced_merged_at_most_every_40_ms() {
+    // 200 awaited appends in a follower: each is its own group commit, so without the merge
+    // (`engine::coord::outgoing`) each would post an "appended" of its own. Merged, the posts
+    // leave at most once per 40 ms, and their counts still add up to every event.
+    no_faults().await;
+    let db = db_name("tabs-merge");
+    let a = open(&db, "{}").await;
+    let b = open(&db, "{}").await;
+    until(2000, "a drainer", || role(&a) == "drainer").await;
+    assert_eq!(role(&b), "follower");
+    let (t, id) = (uuid(), uuid());
+    let posts = count_posts();
+    let started = js_sys::Date::now();
+    for i in 0..200u32 {
+        ok(b.append(
+            aggregate(&t, &id),
+            Array::of1(&bytes_event(1, &i.to_le_bytes())).into(),
+        ))
+        .await;
+    }
+    let elapsed = js_sys::Date::now() - started;
+    until(2000, "every append announced", || {
+        num(&posts, "appended") >= 200.0
+    })
+    .await;
+    sleep(100).await;
+    restore(&posts);
+    let appended = num(&get(&posts, "kinds"), "appended");
+    assert_eq!(num(&posts, "appended"), 200.0, "the merged counts add up");
+    assert!(
+        appended <= (elapsed / 40.0).ceil() + 2.0,
+        "{appended} \"appended\" posts in {elapsed} ms"
+    );
+    flush_within(&b, 30).await;
+    assert_eq!(read_all(&t, &id).await.len(), 200);
+    ok(a.close()).await;
+    ok(b.close()).await;
+}
+
+#[wasm_bindgen_test]
 async fn when_the_drainer_closes_another_context_takes_over() {
     no_faults().await;
     let db = db_name("tabs-takeover");

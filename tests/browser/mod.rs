@@ -13,6 +13,8 @@ extern "C" {
     pub fn record_writes() -> JsValue;
     #[wasm_bindgen(js_name = scriptWrites)]
     pub fn script_writes(script: &Array) -> JsValue;
+    #[wasm_bindgen(js_name = countPosts)]
+    pub fn count_posts() -> JsValue;
     #[wasm_bindgen(js_name = skewClock)]
     pub fn skew_clock(ms: f64) -> JsValue;
     #[wasm_bindgen(js_name = setFaults)]

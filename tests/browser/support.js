@@ -70,6 +70,23 @@ export function scriptWrites(script) {
   return log;
 }
 
+/** Counts this page's `BroadcastChannel` posts by the message's `kind` (every client in the page
+ *  posts through the same prototype). Returns { kinds: { [kind]: count }, appended: sum of the
+ *  `n` of "appended" posts, times: { [kind]: number[] }, restore() }. */
+export function countPosts() {
+  const real = BroadcastChannel.prototype.postMessage;
+  const log = { kinds: {}, appended: 0, times: {} };
+  BroadcastChannel.prototype.postMessage = function (message) {
+    const kind = message && typeof message === "object" ? String(message.kind) : typeof message;
+    log.kinds[kind] = (log.kinds[kind] || 0) + 1;
+    (log.times[kind] ||= []).push(performance.now());
+    if (kind === "appended") log.appended += Number(message.n);
+    return real.call(this, message);
+  };
+  log.restore = () => { BroadcastChannel.prototype.postMessage = real; };
+  return log;
+}
+
 /** Shifts this page's `Date.now()` by `ms` (a device whose clock is off); returns
  *  { restore() }. `performance.now()` and timers are untouched. */
 export function skewClock(ms) {
