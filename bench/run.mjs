@@ -199,9 +199,10 @@ try {
     lines.push({
       name: `append, 1 event per awaited call (${N.serial} events)`,
       ours: `${fmt(median(o) / N.serial, 3)} ms/append (min ${fmt(min(o) / N.serial, 3)})`,
-      baseline: `${fmt(median(b) / N.serial, 3)} ms/txn (min ${fmt(min(b) / N.serial, 3)})`,
-      ratio: median(b) / median(o), target: 0.85,
-      note: `plain JS keeping the same event-id index the client keeps for whenSynced: ${fmt(median(x) / N.serial, 3)} ms/txn (ratio against it ${fmt(median(x) / median(o), 2)})`,
+      // The issue's line (12): against plain JS that keeps the same event-id index, ≥ 0.9.
+      baseline: `${fmt(median(x) / N.serial, 3)} ms/txn (min ${fmt(min(x) / N.serial, 3)}), plain JS keeping the same event-id index`,
+      ratio: median(x) / median(o), target: 0.9,
+      note: `plain JS without the event-id index: ${fmt(median(b) / N.serial, 3)} ms/txn (ratio against it ${fmt(median(b) / median(o), 2)}; the bar printed here before was 0.85 against this one)`,
     });
   }
   // 2. append under load.
