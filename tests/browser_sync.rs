@@ -266,10 +266,7 @@ async fn rule5_retry_backs_off_honouring_retry_after_and_resends_identical() {
     .await;
     flush_within(&client, 30).await;
     restore(&script);
-    let times: Vec<f64> = list(&script, "times")
-        .iter()
-        .map(|t| t.as_f64().unwrap())
-        .collect();
+    let times = request_times(&script);
     assert!(
         times[1] - times[0] >= 1150.0,
         "waited {} ms, Retry-After asked for 1200",
@@ -312,10 +309,7 @@ async fn rule5_max_backoff_ms_caps_every_wait() {
     ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, b"x")).into())).await;
     flush_within(&client, 30).await;
     restore(&script);
-    let times: Vec<f64> = list(&script, "times")
-        .iter()
-        .map(|t| t.as_f64().unwrap())
-        .collect();
+    let times = request_times(&script);
     assert_eq!(times.len(), 9, "eight failures, then the real gateway");
     let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(

@@ -283,6 +283,14 @@ pub fn raw_bodies(log: &JsValue) -> Vec<String> {
         .collect()
 }
 
+/// When each recorded write was sent (`performance.now()`, ms), in order.
+pub fn request_times(log: &JsValue) -> Vec<f64> {
+    list(log, "times")
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect()
+}
+
 /// `(aggregate id, [clientSeq])` of a parsed write body.
 pub fn body_seqs(body: &JsValue) -> (String, Vec<u64>) {
     let writes = get(body, "writes").unchecked_into::<Array>();
