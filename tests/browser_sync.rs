@@ -568,7 +568,7 @@ async fn rule8_a_backlog_of_100000_events_drains_in_order_and_is_pruned() {
         assert_eq!(num(&offline.status(), "pending"), 100_000.0);
         ok(offline.close()).await;
     }
-    assert_eq!(count_store(&db, "outbox").await, 100_000);
+    assert_eq!(outbox_events(&db).await, 100_000);
     let client = open(&db, "{}").await;
     assert_eq!(
         num(&client.status(), "pending"),

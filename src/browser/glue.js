@@ -121,11 +121,18 @@ export function pushConfirmed(out, batches) {
     }
   }
 }
-export function pushPending(out, records, clientId, parkedFrom, parkedCode, parkedMessage) {
-  for (const r of records) {
-    const v = make(JSON.parse(r.w), clientId, "pending");
-    if (parkedFrom > 0 && r.s >= parkedFrom) v.parked = { code: parkedCode, message: parkedMessage };
+// `records` are outbox records (browser/idb/records.rs): `{ s, e, w }` holds one event,
+// `{ s, e: [ids], w: [wires] }` the run from sequence `s`. Only sequences above `above` are shown.
+export function pushPending(out, records, above, clientId, parkedFrom, parkedCode, parkedMessage) {
+  const push = (s, w) => {
+    if (s <= above) return;
+    const v = make(JSON.parse(w), clientId, "pending");
+    if (parkedFrom > 0 && s >= parkedFrom) v.parked = { code: parkedCode, message: parkedMessage };
     out.push(v);
+  };
+  for (const r of records) {
+    if (typeof r.w === "string") push(r.s, r.w);
+    else for (let i = 0; i < r.w.length; i++) push(r.s + i, r.w[i]);
   }
 }
 

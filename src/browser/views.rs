@@ -31,6 +31,7 @@ extern "C" {
     fn push_pending(
         out: &Array,
         records: &Array,
+        above: f64,
         client_id: &str,
         parked_from: f64,
         parked_code: u32,
@@ -232,12 +233,20 @@ impl Views {
             Some(p) => (p.first_seq as f64, p.code, p.message.as_str()),
             None => (0.0, 0, ""),
         };
-        push_pending(&pending, &records, &self.me, parked_from, code, message)
-            .map_err(unreadable)?;
-        let seqs: Vec<u64> = snapshot
-            .pending
+        let above = snapshot.cursor.mine as f64;
+        push_pending(
+            &pending,
+            &records,
+            above,
+            &self.me,
+            parked_from,
+            code,
+            message,
+        )
+        .map_err(unreadable)?;
+        let seqs: Vec<u64> = pending
             .iter()
-            .filter_map(|r| js::get_u64(r, "s"))
+            .filter_map(|v| js::get_u64(&v, "clientSeq"))
             .collect();
         Ok(Built {
             aggregate,

@@ -27,6 +27,8 @@ extern "C" {
     fn sleep_js(ms: u32) -> Promise;
     #[wasm_bindgen(js_name = rejection)]
     fn rejection_js(promise: &Promise) -> Promise;
+    #[wasm_bindgen(js_name = countOutboxEvents)]
+    fn count_outbox_events_js(db: &str) -> Promise;
     #[wasm_bindgen(js_name = countStore)]
     fn count_store_js(db: &str, store: &str) -> Promise;
     #[wasm_bindgen(js_name = base64)]
@@ -113,6 +115,11 @@ pub async fn read_all(type_id: &str, id: &str) -> Vec<JsValue> {
 
 pub async fn count_store(db: &str, store: &str) -> u32 {
     ok(count_store_js(db, store)).await.as_f64().unwrap() as u32
+}
+
+/// The events the `outbox` store of `db` holds (its records may hold several each).
+pub async fn outbox_events(db: &str) -> u32 {
+    ok(count_outbox_events_js(db)).await.as_f64().unwrap() as u32
 }
 
 /// Waits until the `outbox` store of `db` is empty: landed events are deleted (pruned) in the

@@ -226,6 +226,24 @@ export function countStore(dbName, store) {
   });
 }
 
+/** Counts the events the `outbox` store holds directly (bypassing the client): a record's key
+ *  is `[t, a, seq]` (one event) or `[t, a, last, n]` (a run of n; src/browser/idb/records.rs). */
+export function countOutboxEvents(dbName) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(dbName);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      const req = db.transaction("outbox", "readonly").objectStore("outbox").getAllKeys();
+      req.onsuccess = () => {
+        db.close();
+        resolve(req.result.reduce((n, k) => n + (k.length > 3 ? k[3] : 1), 0));
+      };
+      req.onerror = () => { db.close(); reject(req.error); };
+    };
+  });
+}
+
 /** Base64 (standard, padded) of bytes, as the protocol encodes them. */
 export function base64(bytes) {
   let s = "";

@@ -1,8 +1,10 @@
 //! Keys and key ranges of the outbox's stores, built in one place.
 //!
-//! An aggregate is `[typeId, id]` (lowercase hyphenated UUID strings); an event is
-//! `[typeId, id, seq]`, so one aggregate's events are contiguous and in sequence order, and
-//! `[typeId, id, +Infinity]` is above every event of the aggregate and below the next one's.
+//! An aggregate is `[typeId, id]` (lowercase hyphenated UUID strings); an `outbox` record is
+//! `[typeId, id, seq]` (one event) or `[typeId, id, last, n]` (the `n` events ending at `last`),
+//! so one aggregate's records are contiguous and in sequence order; `[typeId, id, seq, +Infinity]`
+//! is above every key ending at `seq` and below every key ending after it, and
+//! `[typeId, id, +Infinity]` is above every key of the aggregate and below the next one's.
 
 use js_sys::Array;
 use uuid::Uuid;
@@ -52,34 +54,76 @@ impl Agg {
         Array::of2(&self.t, &self.a).into()
     }
 
-    /// `[t, a, seq]`: the key of one of its events.
+    /// `[t, a, seq]`: the key of an `outbox` record holding the one event `seq`, of a `log`
+    /// batch of version `seq`, and where an event is (the value of its `ids` record).
     pub(crate) fn event(&self, seq: f64) -> JsValue {
         Array::of3(&self.t, &self.a, &JsValue::from_f64(seq)).into()
     }
 
-    /// Its events with `from < seq <= to` (`from` excluded), or `from <= seq` when
-    /// `from_included`.
+    /// `[t, a, last, n]`: the key of an `outbox` record holding the `n` (≥ 2) events
+    /// `last − n + 1 ..= last` (`super::records`).
+    pub(crate) fn run(&self, last: u64, n: usize) -> JsValue {
+        Array::of4(
+            &self.t,
+            &self.a,
+            &JsValue::from_f64(last as f64),
+            &JsValue::from_f64(n as f64),
+        )
+        .into()
+    }
+
+    /// `[t, a, seq, +∞]`: above every key that ends at `seq` (`[t, a, seq]` and
+    /// `[t, a, seq, n]`), below every key that ends after it.
+    fn past(&self, seq: f64) -> JsValue {
+        Array::of4(
+            &self.t,
+            &self.a,
+            &JsValue::from_f64(seq),
+            &JsValue::from_f64(f64::INFINITY),
+        )
+        .into()
+    }
+
+    /// Its keys whose (last) sequence is in `from < seq <= to` (`from` excluded), or
+    /// `from <= seq` when `from_included`. For `outbox` records that means: the records whose
+    /// *last* event is in the range (a record may start below `from`).
     pub(crate) fn seqs(
         &self,
         from: f64,
         from_included: bool,
         to: f64,
     ) -> Result<IdbKeyRange, StoreError> {
+        let lower = if from_included {
+            self.event(from)
+        } else {
+            self.past(from)
+        };
         IdbKeyRange::bound_with_lower_open_and_upper_open(
-            &self.event(from),
-            &self.event(to),
+            &lower,
+            &self.past(to),
             !from_included,
             false,
         )
         .js()
     }
 
-    /// Its events above `above`.
+    /// Its records holding events above `above` (the first may also hold some at or below it).
     pub(crate) fn above(&self, above: u64) -> Result<IdbKeyRange, StoreError> {
         self.seqs(above as f64, false, f64::INFINITY)
     }
 
-    /// Its events from `first` to `last`, both included.
+    /// Its keys after `key` (excluded).
+    pub(crate) fn after(&self, key: &JsValue) -> Result<IdbKeyRange, StoreError> {
+        IdbKeyRange::bound_with_lower_open_and_upper_open(
+            key,
+            &self.past(f64::INFINITY),
+            true,
+            false,
+        )
+        .js()
+    }
+
+    /// Its keys from `first` to `last` (as for [`Agg::seqs`]), both included.
     pub(crate) fn between(&self, first: u64, last: u64) -> Result<IdbKeyRange, StoreError> {
         self.seqs(first as f64, true, last as f64)
     }
@@ -104,12 +148,32 @@ pub(crate) fn aggregate_of(key: &JsValue) -> Result<AggregateRef, StoreError> {
     })
 }
 
-/// The sequence of an `events` key.
-pub(crate) fn seq_of(key: &JsValue) -> Result<u64, StoreError> {
-    Array::from(key)
-        .get(2)
+/// A key part that must be a sequence or a count: an integer, at least 1.
+fn count_at(parts: &Array, i: u32) -> Result<u64, StoreError> {
+    parts
+        .get(i)
         .as_f64()
-        .filter(|s| s.fract() == 0.0 && *s >= 0.0)
+        .filter(|s| s.fract() == 0.0 && *s >= 1.0 && *s <= 9_007_199_254_740_991.0)
         .map(|s| s as u64)
         .ok_or_else(|| StoreError::Corrupt("bad event key".to_owned()))
+}
+
+/// The sequence of `[t, a, seq]` (an event's place, the value of its `ids` record).
+pub(crate) fn seq_of(key: &JsValue) -> Result<u64, StoreError> {
+    count_at(&Array::from(key), 2)
+}
+
+/// The first and last sequence an `outbox` record holds, from its key: `[t, a, seq]` holds one
+/// event, `[t, a, last, n]` the `n` ending at `last`.
+pub(crate) fn span_of(key: &JsValue) -> Result<(u64, u64), StoreError> {
+    let parts = Array::from(key);
+    let last = count_at(&parts, 2)?;
+    if parts.length() < 4 {
+        return Ok((last, last));
+    }
+    let n = count_at(&parts, 3)?;
+    if n > last {
+        return Err(StoreError::Corrupt("bad event key".to_owned()));
+    }
+    Ok((last + 1 - n, last))
 }

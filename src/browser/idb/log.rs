@@ -75,8 +75,9 @@ pub struct Snapshot {
     pub batches: Vec<JsValue>,
     /// The log's cursor.
     pub cursor: Cursor,
-    /// This device's stored events not yet confirmed in the log (`outbox` records
-    /// `{ s, e, w }`), in sequence order.
+    /// The `outbox` records holding this device's stored events not yet confirmed in the log,
+    /// in sequence order (`super::records`: the first may also hold events at or below
+    /// `cursor.mine`, which are not pending).
     pub pending: Vec<JsValue>,
     /// The aggregate's park record, if it is parked.
     pub parked: Option<ParkRecord>,

@@ -6,6 +6,8 @@
 //! * [`request`]: requests and transactions as futures;
 //! * [`keys`]: keys and key ranges;
 //! * [`log`]: the local log of what the server confirmed, and the snapshot a view is built from;
+//! * [`records`]: how events are laid out in `outbox` records (runs of events, not one
+//!   record per event);
 //! * [`outbox`]: [`IdbOutbox`](outbox::IdbOutbox), the
 //!   [`Outbox`](crate::engine::outbox::Outbox) implementation, one transaction per operation;
 //! * [`watermarks`]: the drain's copy of the `landed` watermarks, which keeps `landed` out of
@@ -15,6 +17,7 @@ pub mod db;
 pub(crate) mod keys;
 pub(crate) mod log;
 pub mod outbox;
+mod records;
 pub(crate) mod request;
 pub mod schema;
 mod watermarks;

@@ -14,8 +14,9 @@ use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 
 use super::db::{Commit, Db, Durability, Js, stores};
-use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, uuid_js};
-use super::request::{record, result};
+use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, span_of, uuid_js};
+use super::records::{add_runs, all_events_of, events_of, key_of, put_run};
+use super::request::result;
 use super::schema::{
     CLIENT_ID_KEY, COUNTERS, CURSORS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
 };
@@ -97,37 +98,52 @@ async fn compact_ids(events: &IdbObjectStore, ids: &IdbObjectStore) -> Result<()
         ids.clear().js()?;
         return Ok(());
     }
-    let count = |store: &IdbObjectStore| {
-        let request = store.count();
-        async move { Ok::<_, StoreError>(result(request).await.js()?.as_f64().unwrap_or(0.0)) }
-    };
-    let (stored, known) = (count(events).await?, count(ids).await?);
+    let known = result(ids.count()).await.js()?.as_f64().unwrap_or(0.0);
+    let stored = count_events(events, None).await? as f64;
     if known <= 2.0 * stored + ORPHANS_BEFORE_COMPACTING as f64 {
         return Ok(());
     }
     ids.clear().js()?;
     let mut range = IdbKeyRange::lower_bound(&Array::new()).js()?;
+    let mut chunk = 64u32;
     loop {
-        let keys = result(events.get_all_keys_with_key_and_limit(&range, COMPACT_CHUNK))
+        let keys = result(events.get_all_keys_with_key_and_limit(&range, chunk))
             .await
             .js()?;
-        let values = result(events.get_all_with_key_and_limit(&range, COMPACT_CHUNK))
+        let values = result(events.get_all_with_key_and_limit(&range, chunk))
             .await
             .js()?;
         let (keys, values) = (js::array(&keys), js::array(&values));
+        let mut put = 0u32;
         for (key, value) in keys.iter().zip(&values) {
-            ids.put_with_key(key, &js::get(value, "e")).js()?;
+            // The key's `t` and `a` as stored: no UUID parsing for a rebuild.
+            let parts = Array::from(key);
+            let (first, last) = span_of(key)?;
+            let stored_ids = js::get(value, "e");
+            for seq in first..=last {
+                let id = match stored_ids.dyn_ref::<Array>() {
+                    Some(list) => list.get((seq - first) as u32),
+                    None => stored_ids.clone(),
+                };
+                let place =
+                    Array::of3(&parts.get(0), &parts.get(1), &JsValue::from_f64(seq as f64));
+                ids.put_with_key(&place, &id).js()?;
+                put += 1;
+            }
         }
         match keys.last() {
-            Some(last) if keys.len() == COMPACT_CHUNK as usize => {
+            Some(last) if keys.len() == chunk as usize => {
                 range = IdbKeyRange::lower_bound_with_open(last, true).js()?;
+                // About COMPACT_CHUNK events a step, however many each record holds.
+                let per_record = (put / chunk).max(1);
+                chunk = (COMPACT_CHUNK / per_record).clamp(8, COMPACT_CHUNK);
             }
             _ => return Ok(()),
         }
     }
 }
 
-/// Records read per step of the `ids` rebuild.
+/// Events read per step of the `ids` rebuild.
 const COMPACT_CHUNK: u32 = 2_000;
 
 pub(super) fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, StoreError> {
@@ -156,37 +172,68 @@ async fn first_key(
     Ok((!key.is_undefined()).then_some(key))
 }
 
-/// An `events` record back as a [`StoredEvent`] of `aggregate`.
-fn stored_event(aggregate: AggregateRef, value: &JsValue) -> Result<StoredEvent, StoreError> {
-    let bad = || StoreError::Corrupt("an events record lacks s, e or w".into());
-    Ok(StoredEvent {
-        aggregate,
-        client_seq: js::get_u64(value, "s").ok_or_else(bad)?,
-        event_id: parse_uuid(&js::get(value, "e"))?,
-        wire: js::get_string(value, "w").ok_or_else(bad)?,
-    })
+/// Keys read per step when counting.
+const KEY_CHUNK: u32 = 10_000;
+
+/// How many events `a`'s records hold above `above`, from their keys alone.
+async fn count_above(events: &IdbObjectStore, a: &Agg, above: u64) -> Result<u64, StoreError> {
+    let mut range = a.above(above)?;
+    let mut n = 0;
+    loop {
+        let keys = result(events.get_all_keys_with_key_and_limit(&range, KEY_CHUNK))
+            .await
+            .js()?;
+        let keys = js::array(&keys);
+        for key in &keys {
+            let (first, last) = span_of(key)?;
+            n += last + 1 - first.max(above + 1);
+        }
+        match keys.last() {
+            Some(last) if keys.len() == KEY_CHUNK as usize => range = a.after(last)?,
+            _ => return Ok(n),
+        }
+    }
 }
 
-/// Up to `limit` events of `a` in `range`.
-async fn events_in(
+/// How many events the outbox holds above the watermarks `marks` (every stored event when
+/// `None`), aggregate by aggregate.
+async fn count_events(events: &IdbObjectStore, marks: Option<&Marks>) -> Result<u64, StoreError> {
+    let mut total = 0;
+    let mut lower = None;
+    while let Some(key) = first_key(events, lower).await? {
+        let a = Agg::new(&aggregate_of(&key)?);
+        let above = marks.map_or(0, |m| mark_of(m, &a.aggregate));
+        total += count_above(events, &a, above).await?;
+        lower = after_aggregate(Some(&a))?;
+    }
+    Ok(total)
+}
+
+/// The events of `a` in `above < seq <= through`: the records ending in that range, and the
+/// first one ending after it (which may start inside it) — two requests, in flight together.
+async fn events_between(
     events: &IdbObjectStore,
     a: &Agg,
-    range: &IdbKeyRange,
-    limit: u32,
+    above: u64,
+    through: u64,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let values = result(events.get_all_with_key_and_limit(range, limit))
-        .await
-        .js()?;
-    js::array(&values)
+    let inner = events.get_all_with_key(&a.seqs(above as f64, false, through as f64)?.into());
+    let tail = events.get(&a.above(through)?.into());
+    let (inner, tail) = (result(inner).await.js()?, result(tail).await.js()?);
+    let mut out = Vec::new();
+    for value in js::array(&inner)
         .iter()
-        .map(|v| stored_event(a.aggregate, v))
-        .collect()
+        .chain(Some(&tail).filter(|t| !t.is_undefined()))
+    {
+        events_of(a.aggregate, value, above, through, &mut out)?;
+    }
+    Ok(out)
 }
 
 /// The aggregate's lowest events above `above`: at most `max_events`, within `max_bytes` of
-/// request body, at least one. Read in chunks — a small first one, then sized by the byte
-/// budget and the sizes seen — so memory stays bounded with large payloads while a long run
-/// of small events takes two requests.
+/// request body, at least one. Read in chunks of records — a few first, then as many as the
+/// budgets and the sizes seen call for — so memory stays bounded with large payloads while a
+/// long run of small events takes two requests.
 async fn head(
     events: &IdbObjectStore,
     a: &Agg,
@@ -196,13 +243,19 @@ async fn head(
 ) -> Result<Vec<StoredEvent>, StoreError> {
     let max_events = max_events.max(1);
     let mut out: Vec<StoredEvent> = Vec::new();
-    let mut from = above;
-    let mut chunk = 32usize;
+    let mut range = a.above(above)?;
+    let mut chunk = 8u32;
+    let mut records = 0usize;
     loop {
-        let want = (max_events - out.len()).min(chunk) as u32;
-        let got = events_in(events, a, &a.above(from)?, want).await?;
-        let exhausted = got.len() < want as usize;
-        out.extend(got);
+        let values = result(events.get_all_with_key_and_limit(&range, chunk))
+            .await
+            .js()?;
+        let values = js::array(&values);
+        let exhausted = values.len() < chunk as usize;
+        records += values.len();
+        for value in &values {
+            events_of(a.aggregate, value, above, u64::MAX, &mut out)?;
+        }
         let fit = take_within(
             out.iter().map(StoredEvent::encoded_len),
             max_events,
@@ -212,13 +265,17 @@ async fn head(
             out.truncate(fit);
             return Ok(out);
         }
+        let Some(last) = out.last() else {
+            return Ok(out);
+        };
         if exhausted || out.len() >= max_events {
             return Ok(out);
         }
-        from = out.last().map_or(from, |e| e.client_seq);
+        range = a.above(last.client_seq)?;
         let seen: usize = out.iter().map(StoredEvent::encoded_len).sum();
-        let average = (seen / out.len()).max(1);
-        chunk = (max_bytes.saturating_sub(seen) / average + 1).clamp(32, 4096);
+        let by_bytes = max_bytes.saturating_sub(seen) * records / seen.max(1);
+        let by_count = (max_events - out.len()) * records / out.len();
+        chunk = (by_bytes.min(by_count) + 1).clamp(1, 4096) as u32;
     }
 }
 
@@ -406,12 +463,10 @@ impl IdbOutbox {
                         .js()?;
                     if let Some(pin) = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)? {
                         let a = Agg::new(&pin.aggregate);
-                        let range = a.between(pin.first_seq, pin.last_seq)?;
-                        let stored = result(store(tx, OUTBOX)?.count_with_key(&range))
-                            .await
-                            .js()?
-                            .as_f64()
-                            .unwrap_or(0.0) as u32;
+                        let above = pin.first_seq.saturating_sub(1);
+                        let stored = events_between(&store(tx, OUTBOX)?, &a, above, pin.last_seq)
+                            .await?
+                            .len() as u32;
                         let record = ParkRecord {
                             aggregate: pin.aggregate,
                             first_seq: pin.first_seq,
@@ -461,24 +516,28 @@ impl IdbOutbox {
                         *seq = js::get_u64(&result(read).await.js()?, "last").unwrap_or(0);
                     }
                     let mut all = Vec::with_capacity(group.len());
+                    // Each aggregate's new events, in sequence order, stored as runs
+                    // (`super::records`); every event's place goes to `ids`.
+                    let mut stored: BTreeMap<AggregateRef, Vec<StoredEvent>> = BTreeMap::new();
                     for (aggregate, batch) in group {
                         let (a, seq) = last.get_mut(aggregate).expect("read above");
                         let mut receipts = Vec::with_capacity(batch.len());
+                        let runs = stored.entry(*aggregate).or_default();
                         for event in batch.iter() {
                             *seq += 1;
                             receipts.push(Receipt {
                                 event_id: event.event_id,
                                 client_seq: *seq,
                             });
-                            // Requests go out when made; the commit waits for all of them.
-                            let stored = StoredEvent::new(*aggregate, *seq, event);
-                            let (key, id) = (a.event(*seq as f64), uuid_js(&event.event_id));
-                            events
-                                .add_with_key(&record(*seq as f64, &id, &stored.wire), &key)
+                            ids.put_with_key(&a.event(*seq as f64), &uuid_js(&event.event_id))
                                 .js()?;
-                            ids.put_with_key(&key, &id).js()?;
+                            runs.push(StoredEvent::new(*aggregate, *seq, event));
                         }
                         all.push(receipts);
+                    }
+                    // Requests go out when made; the commit waits for all of them.
+                    for (aggregate, run) in &stored {
+                        add_runs(&events, &last[aggregate].0, run)?;
                     }
                     for (a, seq) in last.values() {
                         let o = Object::new();
@@ -576,8 +635,7 @@ impl Outbox for IdbOutbox {
                 if above >= batch.last_seq {
                     return Ok(Vec::new());
                 }
-                let range = a.seqs(above as f64, false, batch.last_seq as f64)?;
-                events_in(&store(tx, OUTBOX)?, &a, &range, batch.count.max(1)).await
+                events_between(&store(tx, OUTBOX)?, &a, above, batch.last_seq).await
             })
             .await
     }
@@ -678,23 +736,69 @@ impl Outbox for IdbOutbox {
                         };
                         return Ok((none, false));
                     }
-                    let all = a.seqs(0.0, true, through as f64)?;
-                    let keys = result(events.get_all_keys_with_key_and_limit(&all, max + 1))
-                        .await
-                        .js()?;
-                    let keys = js::array(&keys);
-                    let more = keys.len() > max as usize;
-                    let removed = keys.len().min(max as usize);
-                    if more {
-                        let cut = seq_of(&keys[removed - 1])?;
-                        events.delete(&a.seqs(0.0, true, cut as f64)?.into()).js()?;
-                    } else {
-                        events.delete(&all.into()).js()?;
-                        if through == landed_through {
-                            // Nothing landed is stored any more: the watermark has done its job.
-                            watermarks.delete(&a.key()).js()?;
-                            dropped = true;
+                    // The records holding landed events: those ending at or below `through`
+                    // (at most `max + 1` of them: each holds at least one event), and the first
+                    // ending above it, if it starts at or below it.
+                    let whole = events.get_all_keys_with_key_and_limit(
+                        &a.seqs(0.0, true, through as f64)?.into(),
+                        max + 1,
+                    );
+                    let tail = events.get_key(&a.above(through)?.into());
+                    let (whole, tail) = (
+                        js::array(&result(whole).await.js()?),
+                        result(tail).await.js()?,
+                    );
+                    let mut spans = Vec::with_capacity(whole.len() + 1);
+                    for key in whole.iter() {
+                        spans.push((key.clone(), span_of(key)?));
+                    }
+                    if whole.len() <= max as usize && !tail.is_undefined() {
+                        let (first, last) = span_of(&tail)?;
+                        if first <= through {
+                            spans.push((tail, (first, last)));
                         }
+                    }
+                    // Whole records go in one ranged delete; at most one record (where the
+                    // budget ends, or the one ending above `through`) loses a prefix and is
+                    // rewritten with what is left.
+                    let (mut removed, mut more) = (0u64, false);
+                    let (mut whole_through, mut cut) = (None, None);
+                    for (key, (first, last)) in spans {
+                        let budget = u64::from(max) - removed;
+                        if budget == 0 {
+                            more = true;
+                            break;
+                        }
+                        let landed_here = last.min(through) + 1 - first;
+                        if landed_here <= budget && last <= through {
+                            whole_through = Some(last);
+                            removed += landed_here;
+                            continue;
+                        }
+                        let take = landed_here.min(budget);
+                        cut = Some((key, first + take - 1));
+                        removed += take;
+                        more = take < landed_here;
+                        break;
+                    }
+                    if let Some(last) = whole_through {
+                        events
+                            .delete(&a.seqs(0.0, true, last as f64)?.into())
+                            .js()?;
+                    }
+                    if let Some((key, through)) = cut {
+                        let value = get(&events, &key).await?;
+                        let kept: Vec<StoredEvent> = all_events_of(aggregate, &value)?
+                            .into_iter()
+                            .filter(|e| e.client_seq > through)
+                            .collect();
+                        events.delete(&key).js()?;
+                        put_run(&events, &a, &kept, true)?;
+                    }
+                    if !more && through == landed_through {
+                        // Nothing landed is stored any more: the watermark has done its job.
+                        watermarks.delete(&a.key()).js()?;
+                        dropped = true;
                     }
                     self.orphaned.set(self.orphaned.get() + removed as u64);
                     // Only when idle: the check counts both stores and a rebuild rewrites what
@@ -775,18 +879,41 @@ impl Outbox for IdbOutbox {
                         return Ok(0);
                     }
                     let record = park_of_record(&found)?;
-                    let range = a.between(record.first_seq, record.last_seq)?;
-                    // Remember the dropped ids, so `whenSynced` can tell "discarded" from
-                    // "landed".
-                    let dropped = result(events.get_all_with_key(&range)).await.js()?;
-                    let dropped = js::array(&dropped);
+                    let (f, l) = (record.first_seq, record.last_seq);
+                    // The records holding any of `f..=l`: those ending in it, and the first
+                    // ending after it (it may start inside it). Each loses exactly those events
+                    // (rewritten as what is left on either side), and their ids are remembered,
+                    // so `whenSynced` can tell "discarded" from "landed".
+                    let inner = events.get_all_with_key(&a.between(f, l)?.into());
+                    let tail = events.get(&a.above(l)?.into());
+                    let (inner, tail) = (
+                        js::array(&result(inner).await.js()?),
+                        result(tail).await.js()?,
+                    );
                     let now = JsValue::from_f64(js_sys::Date::now());
-                    for value in &dropped {
-                        discarded.put_with_key(&now, &js::get(value, "e")).js()?;
+                    let mut dropped = 0u32;
+                    for value in inner
+                        .iter()
+                        .chain(Some(&tail).filter(|t| !t.is_undefined()))
+                    {
+                        let all = all_events_of(aggregate, value)?;
+                        if !all.iter().any(|e| (f..=l).contains(&e.client_seq)) {
+                            continue; // the first record after the range: not in it
+                        }
+                        events.delete(&key_of(&a, value)?).js()?;
+                        let (before, rest): (Vec<_>, Vec<_>) =
+                            all.into_iter().partition(|e| e.client_seq < f);
+                        let (gone, after): (Vec<_>, Vec<_>) =
+                            rest.into_iter().partition(|e| e.client_seq <= l);
+                        for e in &gone {
+                            discarded.put_with_key(&now, &uuid_js(&e.event_id)).js()?;
+                        }
+                        dropped += gone.len() as u32;
+                        put_run(&events, &a, &before, true)?;
+                        put_run(&events, &a, &after, true)?;
                     }
-                    events.delete(&range.into()).js()?;
                     parked.delete(&a.key()).js()?;
-                    Ok(dropped.len() as u32)
+                    Ok(dropped)
                 },
             )
             .await
@@ -797,15 +924,9 @@ impl Outbox for IdbOutbox {
             .read(&stores(&[OUTBOX, LANDED]), async |tx| {
                 let events = store(tx, OUTBOX)?;
                 let watermarks = store(tx, LANDED)?;
-                let total = result(events.count()).await.js()?.as_f64().unwrap_or(0.0) as u64;
-                // Landed events not yet pruned are not counted (the store holds few rows).
-                let mut landed_stored = 0u64;
-                for (aggregate, through) in all_landed(&watermarks).await? {
-                    let range = Agg::new(&aggregate).seqs(0.0, true, through as f64)?;
-                    let n = result(events.count_with_key(&range)).await.js()?;
-                    landed_stored += n.as_f64().unwrap_or(0.0) as u64;
-                }
-                Ok(total.saturating_sub(landed_stored))
+                // From keys alone: each holds its first and last sequence.
+                let marks = all_landed(&watermarks).await?;
+                count_events(&events, Some(&marks)).await
             })
             .await
     }
@@ -845,7 +966,9 @@ impl Outbox for IdbOutbox {
                     let a = Agg::new(aggregate);
                     let through = landed(&watermarks, &a).await?;
                     let key = first_key(&events, Some(a.above(through)?)).await?;
-                    out.push(key.map(|k| seq_of(&k)).transpose()?);
+                    // The first record above the watermark may start at or below it.
+                    let first = key.map(|k| span_of(&k)).transpose()?;
+                    out.push(first.map(|(first, _)| first.max(through + 1)));
                 }
                 Ok(out)
             })
@@ -860,13 +983,16 @@ impl Outbox for IdbOutbox {
                 if !key.is_undefined() {
                     let aggregate = aggregate_of(&key)?;
                     let client_seq = seq_of(&key)?;
-                    let still = result(store(tx, OUTBOX)?.count_with_key(&key))
-                        .await
-                        .js()?
-                        .as_f64()
-                        .unwrap_or(0.0)
-                        > 0.0;
-                    let through = landed(&store(tx, LANDED)?, &Agg::new(&aggregate)).await?;
+                    // The first record ending at or after the event holds it, if any does.
+                    let a = Agg::new(&aggregate);
+                    let holder = result(
+                        store(tx, OUTBOX)?
+                            .get_key(&a.seqs(client_seq as f64, true, f64::INFINITY)?.into()),
+                    )
+                    .await
+                    .js()?;
+                    let still = !holder.is_undefined() && span_of(&holder)?.0 <= client_seq;
+                    let through = landed(&store(tx, LANDED)?, &a).await?;
                     if still && client_seq > through {
                         return Ok(EventState::Pending {
                             aggregate,

@@ -16,8 +16,8 @@ use web_sys::{IdbDatabase, IdbRequest, IdbTransaction};
 extern "C" {
     fn requested(request: &IdbRequest) -> Promise;
     fn finished(tx: &IdbTransaction) -> Promise;
-    /// An `outbox` record, built in one call.
-    pub fn record(s: f64, e: &JsValue, w: &str) -> JsValue;
+    /// An `outbox` record `{ s, e, w }`, built in one call (`super::records`).
+    pub fn record(s: f64, e: &JsValue, w: &JsValue) -> JsValue;
 
     /// `db.transaction(stores, mode, { durability })` (the options are not in web-sys' stable
     /// bindings).

@@ -2,7 +2,7 @@
 //!
 //! | store       | key                       | value                                                  | since |
 //! |-------------|---------------------------|--------------------------------------------------------|-------|
-//! | `outbox`    | out of line: `[t, a, s]`  | `{ s, e, w }`: a pending (or landed, not yet pruned) event: sequence `s`, event id `e`, and its wire encoding `w` | 2 |
+//! | `outbox`    | out of line: `[t, a, s]` or `[t, a, last, n]` | pending (or landed, not yet pruned) events: `{ s, e, w }` one event (sequence `s`, event id `e`, wire encoding `w`); `{ s, e: [ids], w: [wires] }` a run of `n` from `s` to `last` ([`super::records`]) | 2 (runs: 4) |
 //! | `ids`       | out of line: event id     | `[t, a, s]`: where an event was stored; written with the event, deleted in bulk (below) | 2 |
 //! | `counters`  | key path `["t", "a"]`     | `{ t, a, last }`: the highest sequence ever assigned in the aggregate (never deleted) | 1 |
 //! | `parked`    | key path `["t", "a"]`     | a parked aggregate: rejected range, code, message      | 1 |
@@ -23,6 +23,11 @@
 //! an id whose event is gone means "landed" (unless discarded), and the store is cleared when
 //! the outbox is empty, or rebuilt from the outbox when it holds far more ids than events.
 //!
+//! Version 4 adds no store: it stores several events per `outbox` record. Its readers still
+//! read version 3's one-event records (the same format as a run of one), so nothing is
+//! migrated; the version number only makes tabs still running version 3, which cannot read a
+//! run, close their connection (`versionchange`) instead of misreading it.
+//!
 //! Version 1 kept events in `events` (key path `["t","a","s"]`, index `eventId`); the upgrade to
 //! 2 copies them into `outbox` and `ids` and deletes `events`, so a tab still running version 1
 //! fails loudly (its transactions name a store that is gone) instead of writing where nobody
@@ -32,7 +37,7 @@ use wasm_bindgen::prelude::*;
 use web_sys::{IdbDatabase, IdbObjectStoreParameters, IdbTransaction};
 
 /// The current schema version.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Pending (and landed, not yet pruned) events, keyed by aggregate and sequence.
 pub const OUTBOX: &str = "outbox";

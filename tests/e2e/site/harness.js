@@ -100,15 +100,16 @@ const harness = {
     return this.client.whenSynced(id);
   },
 
-  /** Events left in this database's outbox, counted directly in IndexedDB. */
+  /** Events left in this database's outbox, counted directly in IndexedDB: a record's key is
+   *  `[t, a, seq]` (one event) or `[t, a, last, n]` (a run of n; src/browser/idb/records.rs). */
   countOutbox(dbName) {
     return new Promise((resolve, reject) => {
       const open = indexedDB.open(dbName);
       open.onerror = () => reject(open.error);
       open.onsuccess = () => {
         const db = open.result;
-        const req = db.transaction("outbox", "readonly").objectStore("outbox").count();
-        req.onsuccess = () => { db.close(); resolve(req.result); };
+        const req = db.transaction("outbox", "readonly").objectStore("outbox").getAllKeys();
+        req.onsuccess = () => { db.close(); resolve(req.result.reduce((n, k) => n + (k.length > 3 ? k[3] : 1), 0)); };
         req.onerror = () => { db.close(); reject(req.error); };
       };
     });
