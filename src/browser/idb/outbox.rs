@@ -800,7 +800,7 @@ impl Outbox for IdbOutbox {
                         watermarks.delete(&a.key()).js()?;
                         dropped = true;
                     }
-                    self.orphaned.set(self.orphaned.get() + removed as u64);
+                    self.orphaned.set(self.orphaned.get() + removed);
                     // Only when idle: the check counts both stores and a rebuild rewrites what
                     // remains, which mid-drain held `outbox` for most of a 100,000-event drain.
                     if idle && !more && self.orphaned.get() >= ORPHANS_BEFORE_COMPACTING {
