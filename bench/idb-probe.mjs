@@ -36,7 +36,7 @@ const engine = arg("browser", "webkit");
 const mode = arg("mode", "drain");
 const n = Number(arg("n", 20000));
 const k = Number(arg("k", 2500));
-const query = new URLSearchParams({ mode, n, k, layout: arg("layout", "A"), budget: arg("budget", 600), bucket: n, tag: `p${Date.now()}` });
+const query = new URLSearchParams({ mode, n, k, layout: arg("layout", "A"), budget: arg("budget", 600), bucket: n, tag: `p${Date.now()}`, timeline: process.argv.includes("--timeline") ? "1" : "0" });
 const TMP = mkdtempSync(join(process.env.TMPDIR || tmpdir(), "idb-probe-"));
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
 
@@ -92,6 +92,8 @@ if (mode === "features" || !r.ok) {
   process.exit(r.ok ? 0 : 1);
 }
 console.log(`${engine} ${mode}${mode === "plain" ? ` layout ${r.layout}` : ""}: backlog ${n}, drained ${r.synced} in ${Math.round(r.ms)} ms = ${Math.round(r.eventsPerSecond)} events/s${r.fillMs ? ` (fill ${Math.round(r.fillMs)} ms)` : ""}`);
+if (r.timeline) console.log("until the first batch landed (ms from open):\n  " + r.timeline.join("\n  "));
+if (r.batches) console.log("batches (events, ms): " + r.batches.map((b) => `${b.events}:${b.ms.toFixed(1)}`).join(" "));
 console.log(`mean ms per call × calls: before the first batch landed | after`);
 for (const op of [...new Set(r.stats.map((s) => s.op))].sort()) {
   const cell = (b) => { const s = r.stats.find((x) => x.op === op && (b ? x.bucket >= n : x.bucket < n)); return s ? `${(s.ms / s.count).toFixed(2)} × ${s.count}` : "-"; };

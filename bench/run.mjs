@@ -124,6 +124,7 @@ async function measure(m, variant, n, gateway, extra = {}, engine = "chromium") 
   await new Promise((res) => (browser.exitCode !== null ? res() : browser.once("exit", res)));
   rmSync(profile, { recursive: true, force: true });
   if (!r.ok) throw new Error(`${m}/${variant}: ${r.error}`);
+  if (process.env.BENCH_DEBUG) console.error(`${m}/${variant}/${engine}: ${JSON.stringify(r)}`);
   return r;
 }
 

@@ -148,10 +148,20 @@ async function drain() {
   await fill(name, n);
   const t0 = performance.now();
   const client = await SyncClient.open({ gatewayUrl: gateway, databaseName: name });
+  // Where the time goes (printed with BENCH_DEBUG=1): opening, then until the first batch landed.
+  const openMs = performance.now() - t0;
+  let firstMs = 0, lastMs = 0;
+  const batches = [];
+  client.addEventListener("synced", (e) => {
+    const now = performance.now() - t0;
+    batches.push(`${e.detail.eventIds.length}:${(now - lastMs).toFixed(1)}`);
+    lastMs = now;
+    firstMs ||= now;
+  });
   await client.flush();
   const ms = performance.now() - t0;
   await client.close();
-  return { ms, eventsPerSecond: (n / ms) * 1000 };
+  return { ms, eventsPerSecond: (n / ms) * 1000, openMs, firstMs, lastMs, batches: batches.join(" ") };
 }
 
 async function memory() {

@@ -13,6 +13,22 @@ const post = (body) => fetch(q.get("report"), { method: "POST", body: JSON.strin
 
 let probing = false;
 let remaining = n;
+// With ?timeline=1: when each transaction and fetch began and ended, until the first batch landed.
+const timeline = q.get("timeline") === "1" ? [] : null;
+let origin = 0;
+function span(label, t0) {
+  if (timeline && probing && remaining === n) timeline.push(`${(t0 - origin).toFixed(1)}..${(performance.now() - origin).toFixed(1)} ${label}`);
+}
+if (timeline) {
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = function (input, init) {
+    const t0 = performance.now();
+    const url = String(input && input.url ? input.url : input).replace(/^https?:\/\/[^/]+/, "");
+    const p = realFetch.call(this, input, init);
+    p.then(() => span(`fetch ${url}`, t0), () => span(`fetch ${url} failed`, t0));
+    return p;
+  };
+}
 const stats = new Map(); // "op|bucket" -> {count, ms, max}
 function note(op, ms) {
   if (!probing) return;
@@ -48,7 +64,10 @@ IDBDatabase.prototype.transaction = function (scope, txMode, options) {
   const tx = realTx.call(this, scope, txMode, options);
   const stores = (Array.isArray(scope) || typeof scope !== "string" ? [...scope] : [scope]).sort().join("+");
   const label = `tx(${stores}, ${txMode || "readonly"}${options && options.durability ? ", " + options.durability : ""})`;
-  tx.addEventListener("complete", () => note(label, performance.now() - t0));
+  tx.addEventListener("complete", () => {
+    note(label, performance.now() - t0);
+    span(label, t0);
+  });
   tx.addEventListener("abort", () => note(label + " aborted", performance.now() - t0));
   return tx;
 };
@@ -81,6 +100,7 @@ async function drain() {
   const batches = [];
   probing = true;
   const t0 = performance.now();
+  origin = t0;
   let last = t0;
   const client = await SyncClient.open({ gatewayUrl: gateway, databaseName: name });
   const done = new Promise((resolve) => {
@@ -147,6 +167,7 @@ async function plain() {
   }
   probing = true;
   const t0 = performance.now();
+  origin = t0;
   let last = t0;
   const batches = [];
   const limit = k || n;
@@ -173,7 +194,7 @@ async function plain() {
 
 try {
   const result = mode === "plain" ? await plain() : await drain();
-  await post({ ok: true, mode, n, k, ua: navigator.userAgent, ...result, stats: [...stats.values()] });
+  await post({ ok: true, mode, n, k, ua: navigator.userAgent, ...result, stats: [...stats.values()], timeline });
 } catch (e) {
   await post({ ok: false, mode, n, error: String((e && e.stack) || e), stats: [...stats.values()] });
 }

@@ -13,6 +13,17 @@ export function finished(tx) {
   return new Promise((ok, fail) => { tx.oncomplete = () => ok(); tx.onabort = () => fail(tx.error); });
 }
 export function record(s, e, w) { return { s, e, w }; }
+// How many events above `above` the outbox records with these keys hold: a key is `[t, a, seq]`
+// (one event) or `[t, a, last, n]` (browser/idb/records.rs). One call per chunk of keys, not
+// several per key.
+export function eventsAbove(keys, above) {
+  let n = 0;
+  for (const k of keys) {
+    const last = k[2], first = k.length > 3 ? last - k[3] + 1 : last;
+    if (last > above) n += last - Math.max(first, above + 1) + 1;
+  }
+  return n;
+}
 export function begin(db, stores, mode, options) { return db.transaction(stores, mode, options); }
 export function commit(tx) { if (tx.commit) tx.commit(); }
 

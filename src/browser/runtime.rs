@@ -267,7 +267,11 @@ impl Runtime {
             Effect::Hub(update) => match update {
                 HubUpdate::Role(role) => self.hub.set_role(role),
                 HubUpdate::Mirror(status) => self.hub.mirror(&status),
-                HubUpdate::Synced(notice) => self.hub.remote_synced(&notice),
+                HubUpdate::Synced(notice) => {
+                    self.outbox
+                        .landed_elsewhere(notice.aggregate, notice.last_seq);
+                    self.hub.remote_synced(&notice)
+                }
                 HubUpdate::Parked(record) => self.hub.remote_parked(record),
                 HubUpdate::Appended(n) => self.hub.appended(n),
                 HubUpdate::Discarded { aggregate, removed } => {

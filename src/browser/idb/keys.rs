@@ -112,17 +112,6 @@ impl Agg {
         self.seqs(above as f64, false, f64::INFINITY)
     }
 
-    /// Its keys after `key` (excluded).
-    pub(crate) fn after(&self, key: &JsValue) -> Result<IdbKeyRange, StoreError> {
-        IdbKeyRange::bound_with_lower_open_and_upper_open(
-            key,
-            &self.past(f64::INFINITY),
-            true,
-            false,
-        )
-        .js()
-    }
-
     /// Its keys from `first` to `last` (as for [`Agg::seqs`]), both included.
     pub(crate) fn between(&self, first: u64, last: u64) -> Result<IdbKeyRange, StoreError> {
         self.seqs(first as f64, true, last as f64)

@@ -16,7 +16,7 @@ use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 use super::db::{Commit, Db, Durability, Js, stores};
 use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, span_of, uuid_js};
 use super::records::{add_runs, all_events_of, events_of, key_of, put_run};
-use super::request::result;
+use super::request::{events_above, result};
 use super::schema::{
     CLIENT_ID_KEY, COUNTERS, CURSORS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
 };
@@ -175,38 +175,48 @@ async fn first_key(
 /// Keys read per step when counting.
 const KEY_CHUNK: u32 = 10_000;
 
-/// How many events `a`'s records hold above `above`, from their keys alone.
-async fn count_above(events: &IdbObjectStore, a: &Agg, above: u64) -> Result<u64, StoreError> {
-    let mut range = a.above(above)?;
+/// How many events the outbox's records hold, from their keys alone, a chunk of keys at a time.
+async fn count_all(events: &IdbObjectStore) -> Result<u64, StoreError> {
+    let mut range = IdbKeyRange::lower_bound(&Array::new()).js()?;
     let mut n = 0;
     loop {
         let keys = result(events.get_all_keys_with_key_and_limit(&range, KEY_CHUNK))
             .await
             .js()?;
-        let keys = js::array(&keys);
-        for key in &keys {
-            let (first, last) = span_of(key)?;
-            n += last + 1 - first.max(above + 1);
+        n += events_above(&keys, 0.0) as u64;
+        let keys: &Array = keys.unchecked_ref();
+        if keys.length() < KEY_CHUNK {
+            return Ok(n);
         }
-        match keys.last() {
-            Some(last) if keys.len() == KEY_CHUNK as usize => range = a.after(last)?,
-            _ => return Ok(n),
-        }
+        range = IdbKeyRange::lower_bound_with_open(&keys.get(KEY_CHUNK - 1), true).js()?;
     }
 }
 
 /// How many events the outbox holds above the watermarks `marks` (every stored event when
-/// `None`), aggregate by aggregate.
+/// `None`): every key counted, less what the records of aggregates with a watermark hold at or
+/// below it (few aggregates: the requests go out together).
 async fn count_events(events: &IdbObjectStore, marks: Option<&Marks>) -> Result<u64, StoreError> {
-    let mut total = 0;
-    let mut lower = None;
-    while let Some(key) = first_key(events, lower).await? {
-        let a = Agg::new(&aggregate_of(&key)?);
-        let above = marks.map_or(0, |m| mark_of(m, &a.aggregate));
-        total += count_above(events, &a, above).await?;
-        lower = after_aggregate(Some(&a))?;
+    let marks = marks.map(Vec::as_slice).unwrap_or_default();
+    let landed: Vec<_> = marks
+        .iter()
+        .map(|(aggregate, through)| {
+            let a = Agg::new(aggregate);
+            let whole = events.get_all_keys_with_key(&a.seqs(0.0, true, *through as f64)?.into());
+            let tail = events.get_key(&a.above(*through)?.into());
+            Ok((whole, tail, *through))
+        })
+        .collect::<Result<_, StoreError>>()?;
+    let total = count_all(events).await?;
+    let mut stored_landed = 0;
+    for (whole, tail, through) in landed {
+        stored_landed += events_above(&result(whole).await.js()?, 0.0) as u64;
+        let tail = result(tail).await.js()?;
+        if !tail.is_undefined() {
+            let (first, _) = span_of(&tail)?;
+            stored_landed += (through + 1).saturating_sub(first);
+        }
     }
-    Ok(total)
+    Ok(total.saturating_sub(stored_landed))
 }
 
 /// The events of `a` in `above < seq <= through`: the records ending in that range, and the
@@ -225,7 +235,7 @@ async fn events_between(
         .iter()
         .chain(Some(&tail).filter(|t| !t.is_undefined()))
     {
-        events_of(a.aggregate, value, above, through, &mut out)?;
+        events_of(a.aggregate, value, above, through, usize::MAX, &mut out)?;
     }
     Ok(out)
 }
@@ -244,7 +254,7 @@ async fn head(
     let max_events = max_events.max(1);
     let mut out: Vec<StoredEvent> = Vec::new();
     let mut range = a.above(above)?;
-    let mut chunk = 8u32;
+    let mut chunk = 4u32;
     let mut records = 0usize;
     loop {
         let values = result(events.get_all_with_key_and_limit(&range, chunk))
@@ -254,7 +264,8 @@ async fn head(
         let exhausted = values.len() < chunk as usize;
         records += values.len();
         for value in &values {
-            events_of(a.aggregate, value, above, u64::MAX, &mut out)?;
+            // Events past `max_events` would be cut below: not even decoded.
+            events_of(a.aggregate, value, above, u64::MAX, max_events, &mut out)?;
         }
         let fit = take_within(
             out.iter().map(StoredEvent::encoded_len),
@@ -414,6 +425,14 @@ impl IdbOutbox {
     /// (`super::watermarks`).
     pub fn sole_drainer(&self, sole: bool) {
         self.watermarks.keep(sole);
+    }
+
+    /// Another context's drain settled `aggregate` through `through` (its notice is posted
+    /// once the settle committed): this context's copy of the watermarks, if it keeps one,
+    /// follows, so that `flush` here does not wait on a copy that is behind
+    /// (`super::watermarks`: a former drainer's late settle).
+    pub fn landed_elsewhere(&self, aggregate: AggregateRef, through: u64) {
+        self.watermarks.raised_to(aggregate, through);
     }
 
     /// The database (for the local log's operations, `super::log`).
@@ -957,18 +976,44 @@ impl Outbox for IdbOutbox {
         &self,
         aggregates: &[AggregateRef],
     ) -> Result<Vec<Option<u64>>, StoreError> {
+        // `flush` asks after every settle. With the drain's copy of the watermarks, `landed`
+        // stays out of the transaction, so the check never holds the next settle back
+        // (`super::watermarks`); every request is in flight at once.
+        let (known, _) = self.watermarks.get();
+        let names: &[&str] = if known.is_some() {
+            &[OUTBOX]
+        } else {
+            &[OUTBOX, LANDED]
+        };
         self.db
-            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
+            .read(&stores(names), async |tx| {
                 let events = store(tx, OUTBOX)?;
-                let watermarks = store(tx, LANDED)?;
-                let mut out = Vec::with_capacity(aggregates.len());
-                for aggregate in aggregates {
-                    let a = Agg::new(aggregate);
-                    let through = landed(&watermarks, &a).await?;
-                    let key = first_key(&events, Some(a.above(through)?)).await?;
+                let aggs: Vec<Agg> = aggregates.iter().map(Agg::new).collect();
+                let marks: Vec<u64> = match &known {
+                    Some(marks) => aggs.iter().map(|a| mark_of(marks, &a.aggregate)).collect(),
+                    None => {
+                        let watermarks = store(tx, LANDED)?;
+                        let reads: Vec<_> = aggs.iter().map(|a| watermarks.get(&a.key())).collect();
+                        let mut marks = Vec::with_capacity(reads.len());
+                        for read in reads {
+                            marks.push(result(read).await.js()?.as_f64().unwrap_or(0.0) as u64);
+                        }
+                        marks
+                    }
+                };
+                let mut firsts = Vec::with_capacity(aggs.len());
+                for (a, through) in aggs.iter().zip(&marks) {
+                    firsts.push(events.get_key(&a.above(*through)?.into()));
+                }
+                let mut out = Vec::with_capacity(aggs.len());
+                for (first, through) in firsts.into_iter().zip(marks) {
+                    let key = result(first).await.js()?;
                     // The first record above the watermark may start at or below it.
-                    let first = key.map(|k| span_of(&k)).transpose()?;
-                    out.push(first.map(|(first, _)| first.max(through + 1)));
+                    out.push(if key.is_undefined() {
+                        None
+                    } else {
+                        Some(span_of(&key)?.0.max(through + 1))
+                    });
                 }
                 Ok(out)
             })

@@ -129,18 +129,19 @@ fn bad() -> StoreError {
 }
 
 /// Appends to `out` the events of record `value` (of `aggregate`) whose sequence is in
-/// `above < seq <= through`.
+/// `above < seq <= through`, until `out` holds `max`.
 pub(super) fn events_of(
     aggregate: AggregateRef,
     value: &JsValue,
     above: u64,
     through: u64,
+    max: usize,
     out: &mut Vec<StoredEvent>,
 ) -> Result<(), StoreError> {
     let (first, last) = span(value)?;
     let (ids, wires) = (js::get(value, "e"), js::get(value, "w"));
     if ids.is_string() {
-        if first > above && first <= through {
+        if first > above && first <= through && out.len() < max {
             out.push(StoredEvent {
                 aggregate,
                 client_seq: first,
@@ -155,7 +156,11 @@ pub(super) fn events_of(
         wires.dyn_into::<Array>().map_err(|_| bad())?,
     );
     let from = above.max(first - 1) + 1;
-    for seq in from..=last.min(through) {
+    let room = max.saturating_sub(out.len()) as u64;
+    for seq in from..=last
+        .min(through)
+        .min(from.saturating_add(room).saturating_sub(1))
+    {
         let i = (seq - first) as u32;
         out.push(StoredEvent {
             aggregate,
@@ -173,6 +178,6 @@ pub(super) fn all_events_of(
     value: &JsValue,
 ) -> Result<Vec<StoredEvent>, StoreError> {
     let mut out = Vec::new();
-    events_of(aggregate, value, 0, u64::MAX, &mut out)?;
+    events_of(aggregate, value, 0, u64::MAX, usize::MAX, &mut out)?;
     Ok(out)
 }

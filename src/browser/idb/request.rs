@@ -18,6 +18,9 @@ extern "C" {
     fn finished(tx: &IdbTransaction) -> Promise;
     /// An `outbox` record `{ s, e, w }`, built in one call (`super::records`).
     pub fn record(s: f64, e: &JsValue, w: &JsValue) -> JsValue;
+    /// How many events above `above` the `outbox` records with these keys hold.
+    #[wasm_bindgen(js_name = eventsAbove)]
+    pub fn events_above(keys: &JsValue, above: f64) -> f64;
 
     /// `db.transaction(stores, mode, { durability })` (the options are not in web-sys' stable
     /// bindings).

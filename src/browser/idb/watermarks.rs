@@ -91,6 +91,18 @@ impl Watermarks {
         }
     }
 
+    /// Another context committed a watermark of at least `through` (the copy never goes down).
+    pub(super) fn raised_to(&self, aggregate: AggregateRef, through: u64) {
+        let higher = self
+            .known
+            .borrow()
+            .as_ref()
+            .is_some_and(|marks| mark_of(marks, &aggregate) < through);
+        if higher {
+            self.raised(aggregate, through);
+        }
+    }
+
     /// A prune deleted the aggregate's watermark (none of its landed events is stored).
     pub(super) fn dropped(&self, aggregate: &AggregateRef) {
         if let Some(marks) = self.known.borrow_mut().as_mut() {
