@@ -196,6 +196,9 @@ async fn count_all(events: &IdbObjectStore) -> Result<u64, StoreError> {
 /// `None`): every key counted, less what the records of aggregates with a watermark hold at or
 /// below it (few aggregates: the requests go out together).
 async fn count_events(events: &IdbObjectStore, marks: Option<&Marks>) -> Result<u64, StoreError> {
+    let total = count_all(events).await?;
+    // Issued together, awaited in the order issued: a request's `success` handler is attached
+    // when it is awaited, which must come before its event (`super::request`).
     let marks = marks.map(Vec::as_slice).unwrap_or_default();
     let landed: Vec<_> = marks
         .iter()
@@ -206,7 +209,6 @@ async fn count_events(events: &IdbObjectStore, marks: Option<&Marks>) -> Result<
             Ok((whole, tail, *through))
         })
         .collect::<Result<_, StoreError>>()?;
-    let total = count_all(events).await?;
     let mut stored_landed = 0;
     for (whole, tail, through) in landed {
         stored_landed += events_above(&result(whole).await.js()?, 0.0) as u64;
@@ -524,24 +526,25 @@ impl IdbOutbox {
                     let events = store(tx, OUTBOX)?;
                     let ids = store(tx, IDS)?;
                     // Read every counter first (the requests run together), then assign.
-                    let mut last: BTreeMap<AggregateRef, (Agg, u64)> = BTreeMap::new();
+                    // Per aggregate: its key parts, its last sequence, and its new events in
+                    // sequence order, stored below as runs (`super::records`).
+                    let mut last: BTreeMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)> =
+                        BTreeMap::new();
                     for (aggregate, _) in group {
                         last.entry(*aggregate)
-                            .or_insert_with(|| (Agg::new(aggregate), 0));
+                            .or_insert_with(|| (Agg::new(aggregate), 0, Vec::new()));
                     }
-                    let reads: Vec<_> =
-                        last.values().map(|(a, _)| counters.get(&a.key())).collect();
-                    for ((_, seq), read) in last.values_mut().zip(reads) {
+                    let reads: Vec<_> = last
+                        .values()
+                        .map(|(a, _, _)| counters.get(&a.key()))
+                        .collect();
+                    for ((_, seq, _), read) in last.values_mut().zip(reads) {
                         *seq = js::get_u64(&result(read).await.js()?, "last").unwrap_or(0);
                     }
                     let mut all = Vec::with_capacity(group.len());
-                    // Each aggregate's new events, in sequence order, stored as runs
-                    // (`super::records`); every event's place goes to `ids`.
-                    let mut stored: BTreeMap<AggregateRef, Vec<StoredEvent>> = BTreeMap::new();
                     for (aggregate, batch) in group {
-                        let (a, seq) = last.get_mut(aggregate).expect("read above");
+                        let (a, seq, runs) = last.get_mut(aggregate).expect("read above");
                         let mut receipts = Vec::with_capacity(batch.len());
-                        let runs = stored.entry(*aggregate).or_default();
                         for event in batch.iter() {
                             *seq += 1;
                             receipts.push(Receipt {
@@ -555,10 +558,10 @@ impl IdbOutbox {
                         all.push(receipts);
                     }
                     // Requests go out when made; the commit waits for all of them.
-                    for (aggregate, run) in &stored {
-                        add_runs(&events, &last[aggregate].0, run)?;
+                    for (a, _, run) in last.values() {
+                        add_runs(&events, a, run)?;
                     }
-                    for (a, seq) in last.values() {
+                    for (a, seq, _) in last.values() {
                         let o = Object::new();
                         js::set(&o, "t", a.t.clone());
                         js::set(&o, "a", a.a.clone());
@@ -807,12 +810,10 @@ impl Outbox for IdbOutbox {
                     }
                     if let Some((key, through)) = cut {
                         let value = get(&events, &key).await?;
-                        let kept: Vec<StoredEvent> = all_events_of(aggregate, &value)?
-                            .into_iter()
-                            .filter(|e| e.client_seq > through)
-                            .collect();
+                        let all = all_events_of(aggregate, &value)?;
+                        let landed = all.iter().take_while(|e| e.client_seq <= through).count();
                         events.delete(&key).js()?;
-                        put_run(&events, &a, &kept, true)?;
+                        put_run(&events, &a, &all[landed..], true)?;
                     }
                     if !more && through == landed_through {
                         // Nothing landed is stored any more: the watermark has done its job.
@@ -920,16 +921,16 @@ impl Outbox for IdbOutbox {
                             continue; // the first record after the range: not in it
                         }
                         events.delete(&key_of(&a, value)?).js()?;
-                        let (before, rest): (Vec<_>, Vec<_>) =
-                            all.into_iter().partition(|e| e.client_seq < f);
-                        let (gone, after): (Vec<_>, Vec<_>) =
-                            rest.into_iter().partition(|e| e.client_seq <= l);
-                        for e in &gone {
+                        // `all` is in sequence order: what is below `f`, in it, above `l`.
+                        let from = all.iter().take_while(|e| e.client_seq < f).count();
+                        let to =
+                            from + all[from..].iter().take_while(|e| e.client_seq <= l).count();
+                        for e in &all[from..to] {
                             discarded.put_with_key(&now, &uuid_js(&e.event_id)).js()?;
                         }
-                        dropped += gone.len() as u32;
-                        put_run(&events, &a, &before, true)?;
-                        put_run(&events, &a, &after, true)?;
+                        dropped += (to - from) as u32;
+                        put_run(&events, &a, &all[..from], true)?;
+                        put_run(&events, &a, &all[to..], true)?;
                     }
                     parked.delete(&a.key()).js()?;
                     Ok(dropped)
