@@ -36,7 +36,7 @@ const engine = arg("browser", "webkit");
 const mode = arg("mode", "drain");
 const n = Number(arg("n", 20000));
 const k = Number(arg("k", 2500));
-const query = new URLSearchParams({ mode, n, k, layout: arg("layout", "A"), budget: arg("budget", 600), bucket: n, tag: `p${Date.now()}`, timeline: process.argv.includes("--timeline") ? "1" : "0" });
+const query = new URLSearchParams({ mode, n, k, layout: arg("layout", "A"), budget: arg("budget", 600), bucket: n, tag: `p${Date.now()}`, timeline: process.argv.includes("--timeline") ? "1" : "0", flush: process.argv.includes("--flush") ? "1" : "0", timelineEvents: arg("timeline-events", 1) });
 const TMP = mkdtempSync(join(process.env.TMPDIR || tmpdir(), "idb-probe-"));
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
 

@@ -17,9 +17,18 @@ let remaining = n;
 const timeline = q.get("timeline") === "1" ? [] : null;
 let origin = 0;
 function span(label, t0) {
-  if (timeline && probing && remaining === n) timeline.push(`${(t0 - origin).toFixed(1)}..${(performance.now() - origin).toFixed(1)} ${label}`);
+  if (timeline && probing && remaining > n - Number(q.get("timelineEvents") || 1)) timeline.push(`${(t0 - origin).toFixed(1)}..${(performance.now() - origin).toFixed(1)} ${label}`);
 }
 if (timeline) {
+  if (navigator.locks && navigator.locks.query) {
+    const realQuery = navigator.locks.query.bind(navigator.locks);
+    navigator.locks.query = function () {
+      const t0 = performance.now();
+      const p = realQuery();
+      p.then(() => span("locks.query", t0));
+      return p;
+    };
+  }
   const realFetch = globalThis.fetch;
   globalThis.fetch = function (input, init) {
     const t0 = performance.now();
@@ -103,6 +112,8 @@ async function drain() {
   origin = t0;
   let last = t0;
   const client = await SyncClient.open({ gatewayUrl: gateway, databaseName: name });
+  // ?flush=1: wait as the bench does, with flush() (its reads are timed too).
+  if (q.get("flush") === "1") client.flush();
   const done = new Promise((resolve) => {
     client.addEventListener("synced", (e) => {
       const now = performance.now();

@@ -955,18 +955,33 @@ impl Outbox for IdbOutbox {
         self.db
             .read(&stores(&[OUTBOX, LANDED, COUNTERS]), async |tx| {
                 let events = store(tx, OUTBOX)?;
-                let watermarks = store(tx, LANDED)?;
                 let counters = store(tx, COUNTERS)?;
-                let mut out = Vec::new();
-                let mut lower = None;
-                while let Some(key) = first_key(&events, lower).await? {
-                    let a = Agg::new(&aggregate_of(&key)?);
-                    let through = landed(&watermarks, &a).await?;
-                    if first_key(&events, Some(a.above(through)?)).await?.is_some() {
-                        let counter = get(&counters, &a.key()).await?;
-                        out.push((a.aggregate, js::get_u64(&counter, "last").unwrap_or(0)));
+                let marks = all_landed(&store(tx, LANDED)?).await?;
+                // Aggregate by aggregate, the question about one and the search for the next
+                // in flight together (awaited in the order issued, `super::request`).
+                let mut pending = Vec::new();
+                let everything = IdbKeyRange::lower_bound(&Array::new()).js()?;
+                let mut next = events.get_key(&everything.into());
+                loop {
+                    let key = result(next).await.js()?;
+                    if key.is_undefined() {
+                        break;
                     }
-                    lower = after_aggregate(Some(&a))?;
+                    let a = Agg::new(&aggregate_of(&key)?);
+                    let Some(after) = after_aggregate(Some(&a))? else {
+                        break;
+                    };
+                    let above = events.get_key(&a.above(mark_of(&marks, &a.aggregate))?.into());
+                    next = events.get_key(&after.into());
+                    if !result(above).await.js()?.is_undefined() {
+                        pending.push(a);
+                    }
+                }
+                let reads: Vec<_> = pending.iter().map(|a| counters.get(&a.key())).collect();
+                let mut out = Vec::with_capacity(pending.len());
+                for (a, read) in pending.into_iter().zip(reads) {
+                    let counter = result(read).await.js()?;
+                    out.push((a.aggregate, js::get_u64(&counter, "last").unwrap_or(0)));
                 }
                 Ok(out)
             })

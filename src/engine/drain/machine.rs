@@ -323,6 +323,8 @@ pub struct Drain {
     /// While offline: when to probe next (Unix ms).
     next_probe_at: u64,
     read_ahead: Option<ReadAhead>,
+    /// The request body of the batch read ahead, encoded while the batch before it was out.
+    encoded: Option<(Batch, String)>,
     /// The last batch that landed whole (a read-ahead for it is still good).
     settled_whole: Option<Batch>,
     /// Aggregates with landed events still stored.
@@ -351,6 +353,7 @@ impl Drain {
             auth_attempt: 0,
             next_probe_at: 0,
             read_ahead: None,
+            encoded: None,
             settled_whole: None,
             unpruned: BTreeSet::new(),
             unpruned_events: 0,
@@ -690,7 +693,14 @@ impl Drain {
             return; // an older read's answer: it assumed another batch would land
         }
         match result {
-            Ok(found) => r.result = Some(found),
+            Ok(found) => {
+                // Encoded now, while the batch in flight is out, not after it settles.
+                self.encoded = found.as_deref().and_then(|events| {
+                    let batch = batch_of(events)?;
+                    Some((batch, encode(self.client_id, batch.aggregate, events)))
+                });
+                r.result = Some(found)
+            }
             // Only an optimisation: forget it, the next cut reads again.
             Err(_) => self.read_ahead = None,
         }
@@ -743,7 +753,11 @@ impl Drain {
     fn send(&mut self, loaded: Loaded) {
         let (batch, events) = &loaded;
         self.report(Report::State(SyncState::Syncing));
-        let body = encode(self.client_id, batch.aggregate, events);
+        let body = match self.encoded.take() {
+            // The same batch means the same stored events: the same bytes.
+            Some((encoded, body)) if encoded == *batch => body,
+            _ => encode(self.client_id, batch.aggregate, events),
+        };
         if self.policy.read_ahead
             && self
                 .read_ahead

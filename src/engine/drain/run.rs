@@ -83,6 +83,11 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
     // The work signal's generation when storage was last searched for work: an append after
     // that must not be slept through.
     let mut work_seen = hub.work.generation();
+    // `synced` reports, told once the operations the machine asked for in the same step have
+    // started (`next_input`): the next request is on the wire before `synced` listeners, the
+    // channel post and `flush`'s check run. Only these wait: the other reports change what
+    // the actions of the same step read from the hub (the parked aggregates a cut skips).
+    let mut synced: Vec<Report> = Vec::new();
     drain.start();
     loop {
         let network_seen = hub.network.generation();
@@ -175,8 +180,12 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
                         network: network.then_some(network_seen),
                     })
                 }
+                Action::Report(report @ Report::Synced { .. }) => synced.push(report),
                 Action::Report(report) => apply(hub, report),
                 Action::Stop(end) => {
+                    for report in synced.drain(..) {
+                        apply(hub, report);
+                    }
                     if end == RunEnd::Closed {
                         hub.set_state(SyncState::Closed);
                     }
@@ -186,7 +195,7 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
                 }
             }
         }
-        let input = next_input(&mut ops, &mut wait, hub).await;
+        let input = next_input(&mut ops, &mut wait, hub, &mut synced).await;
         drain.handle(input, now(env));
         if let Some(outcome) = drain.take_outcome() {
             inspector.record(outcome);
@@ -196,8 +205,14 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
 }
 
 /// Waits for whatever comes first: closing, superseding, an operation's result, or the end of
-/// the current wait.
-async fn next_input<'a>(ops: &mut Vec<Op<'a>>, wait: &mut Option<Wait<'a>>, hub: &Hub) -> Input {
+/// the current wait. `later` (reports) is applied once every operation has been polled, so
+/// that the ones just asked for have started.
+async fn next_input<'a>(
+    ops: &mut Vec<Op<'a>>,
+    wait: &mut Option<Wait<'a>>,
+    hub: &Hub,
+    later: &mut Vec<Report>,
+) -> Input {
     std::future::poll_fn(|cx| {
         if hub.is_closed() {
             return Poll::Ready(Input::Close);
@@ -212,11 +227,19 @@ async fn next_input<'a>(ops: &mut Vec<Op<'a>>, wait: &mut Option<Wait<'a>>, hub:
             return Poll::Ready(Input::Logged(logged));
         }
         let _ = Pin::new(&mut hub.log.changed_since(hub.log.generation())).poll(cx);
+        let mut done = None;
         for i in 0..ops.len() {
             if let Poll::Ready(input) = ops[i].as_mut().poll(cx) {
                 drop(ops.remove(i));
-                return Poll::Ready(input);
+                done = Some(input);
+                break;
             }
+        }
+        for report in later.drain(..) {
+            apply(hub, report);
+        }
+        if let Some(input) = done {
+            return Poll::Ready(input);
         }
         if let Some(w) = wait.as_mut() {
             if signalled(w.work, &hub.work, cx) || signalled(w.network, &hub.network, cx) {
