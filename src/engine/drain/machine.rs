@@ -280,6 +280,9 @@ struct Settling {
     through: u64,
     duplicate: bool,
     then: Option<Loaded>,
+    /// The lock check asked for with the settle, when `then` is to be sent next: `None` while
+    /// it is out, then its answer ([`Drain::ready`]).
+    lock: Option<Option<bool>>,
 }
 
 /// What a start has read so far: the counts, the aggregates with landed events left to prune,
@@ -530,6 +533,7 @@ impl Drain {
                             through: batch.last_seq,
                             duplicate: false,
                             then: None,
+                            lock: None,
                         },
                         now,
                     );
@@ -604,6 +608,12 @@ impl Drain {
                 }
             }
             (Phase::Sending(loaded), Input::Replied(reply)) => self.replied(loaded, &reply, now),
+            (Phase::Settling(mut settling), Input::MaySend(may)) => {
+                if settling.lock == Some(None) {
+                    settling.lock = Some(Some(may));
+                }
+                self.phase = Phase::Settling(settling);
+            }
             (Phase::Settling(settling), Input::Settled(result)) => match result {
                 Ok(true) => self.settled(settling, now),
                 Ok(false) => self.stop(RunEnd::Superseded),
@@ -711,6 +721,13 @@ impl Drain {
 
     /// A batch is loaded: send it (or wait while offline).
     fn ready(&mut self, loaded: Loaded, now: Now) {
+        self.ready_checked(loaded, now, None);
+    }
+
+    /// [`Drain::ready`], with the lock check asked for during a settle (`Some`: `None` while it
+    /// is out, then its answer). It counts only if the batch goes out now; otherwise its late
+    /// answer is dropped as stale and the lock is checked again before the send.
+    fn ready_checked(&mut self, loaded: Loaded, now: Now, lock: Option<Option<bool>>) {
         if now.online {
             self.next_probe_at = 0;
         } else {
@@ -736,8 +753,16 @@ impl Drain {
         }
         // Confirm this context still drains (another may have taken over, e.g. from a frozen
         // tab) right before sending.
-        self.phase = Phase::Checking(loaded);
-        self.emit(Action::CheckLock);
+        match lock {
+            Some(Some(true)) => self.send(loaded),
+            Some(Some(false)) => self.stop(RunEnd::Superseded),
+            // Its answer comes in `Checking`.
+            Some(None) => self.phase = Phase::Checking(loaded),
+            None => {
+                self.phase = Phase::Checking(loaded);
+                self.emit(Action::CheckLock);
+            }
+        }
     }
 
     fn wait_offline(&mut self, loaded: Loaded, ms: u64) {
@@ -812,6 +837,7 @@ impl Drain {
                         through,
                         duplicate,
                         then,
+                        lock: None,
                     },
                     now,
                 );
@@ -935,12 +961,18 @@ impl Drain {
         Some((batch, events))
     }
 
-    fn settle(&mut self, settling: Settling, _now: Now) {
+    fn settle(&mut self, mut settling: Settling, _now: Now) {
         self.emit(Action::Settle {
             batch: settling.batch,
             through: settling.through,
             then: settling.then.as_ref().map(|(b, _)| *b),
         });
+        if settling.then.is_some() {
+            // The batch pinned by this settle goes out next: confirm the lock meanwhile, not
+            // after the commit (the settle's compare-and-set on the pin fences as well).
+            self.emit(Action::CheckLock);
+            settling.lock = Some(None);
+        }
         self.phase = Phase::Settling(settling);
     }
 
@@ -976,7 +1008,7 @@ impl Drain {
                         .get(&batch.aggregate)
                         .is_some_and(|(_, ambiguous)| *ambiguous);
                 }
-                self.ready((batch, events), now);
+                self.ready_checked((batch, events), now, s.lock);
             }
             None => self.next_batch(),
         }

@@ -141,11 +141,15 @@ fn a_whole_landing_settles_and_pins_the_batch_read_ahead_in_one_step() {
     d.handle(Input::Replied(landed()), AT);
     assert_eq!(
         doing(&mut d),
-        [Action::Settle {
-            batch: batch(&a),
-            through: 3,
-            then: Some(batch(&b))
-        }]
+        [
+            Action::Settle {
+                batch: batch(&a),
+                through: 3,
+                then: Some(batch(&b))
+            },
+            Action::CheckLock
+        ],
+        "the lock is checked while the settle commits"
     );
     d.handle(Input::Settled(Ok(true)), AT);
     let after = take(&mut d);
@@ -154,10 +158,64 @@ fn a_whole_landing_settles_and_pins_the_batch_read_ahead_in_one_step() {
             if notice.event_ids == a.iter().map(|e| e.event_id).collect::<Vec<_>>()),
         "{after:?}"
     );
-    assert_eq!(after[1..], [Action::CheckLock], "no cut, no separate pin");
+    assert_eq!(
+        after[1..],
+        [],
+        "no cut, no separate pin, no second lock check"
+    );
     d.handle(Input::MaySend(true), AT);
     let sent = doing(&mut d);
     assert_eq!(sent[1], send_of(2, &b));
+}
+
+#[test]
+fn a_lock_check_answered_during_the_settle_decides_at_once() {
+    for may in [true, false] {
+        let mut d = drain();
+        let (a, b) = (events(1, 1..=3), events(2, 1..=2));
+        sending(&mut d, &a);
+        d.handle(
+            Input::ReadAhead {
+                in_flight: batch(&a),
+                result: Ok(Some(b.clone())),
+            },
+            AT,
+        );
+        d.handle(Input::Replied(landed()), AT);
+        assert_eq!(doing(&mut d).len(), 2, "settle and lock check");
+        d.handle(Input::MaySend(may), AT);
+        assert_eq!(doing(&mut d), [], "nothing before the settle committed");
+        d.handle(Input::Settled(Ok(true)), AT);
+        let next = doing(&mut d);
+        if may {
+            assert_eq!(next[1], send_of(2, &b), "sent without a second check");
+        } else {
+            assert_eq!(next, [Action::Stop(RunEnd::Superseded)]);
+        }
+    }
+}
+
+#[test]
+fn a_lock_check_from_a_settle_that_failed_is_not_reused() {
+    let mut d = drain();
+    let (a, b) = (events(1, 1..=3), events(2, 1..=2));
+    sending(&mut d, &a);
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(&a),
+            result: Ok(Some(b.clone())),
+        },
+        AT,
+    );
+    d.handle(Input::Replied(landed()), AT);
+    let _ = doing(&mut d);
+    d.handle(Input::MaySend(true), AT);
+    d.handle(Input::Settled(Ok(false)), AT);
+    assert_eq!(
+        doing(&mut d),
+        [Action::Stop(RunEnd::Superseded)],
+        "another drainer moved the pin: no send on the strength of the check"
+    );
 }
 
 #[test]
@@ -207,14 +265,17 @@ fn a_2002_prefix_settles_it_and_re_pins_the_rest_without_reading() {
     let rest = events(1, 3..=5);
     assert_eq!(
         doing(&mut d),
-        [Action::Settle {
-            batch: batch(&a),
-            through: 2,
-            then: Some(batch(&rest))
-        }]
+        [
+            Action::Settle {
+                batch: batch(&a),
+                through: 2,
+                then: Some(batch(&rest))
+            },
+            Action::CheckLock
+        ]
     );
     d.handle(Input::Settled(Ok(true)), AT);
-    assert_eq!(doing(&mut d), [Action::CheckLock]);
+    assert_eq!(doing(&mut d), []);
     d.handle(Input::MaySend(true), AT);
     let sent = doing(&mut d);
     assert!(sent.contains(&send_of(1, &rest)));
