@@ -111,11 +111,6 @@ impl Agg {
     pub(crate) fn above(&self, above: u64) -> Result<IdbKeyRange, StoreError> {
         self.seqs(above as f64, false, f64::INFINITY)
     }
-
-    /// Its keys from `first` to `last` (as for [`Agg::seqs`]), both included.
-    pub(crate) fn between(&self, first: u64, last: u64) -> Result<IdbKeyRange, StoreError> {
-        self.seqs(first as f64, true, last as f64)
-    }
 }
 
 /// Every event key strictly after all of `after`'s events (from the start when `None`).

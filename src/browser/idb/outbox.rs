@@ -15,7 +15,7 @@ use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 
 use super::db::{Commit, Db, Durability, Js, stores};
 use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, span_of, uuid_js};
-use super::records::{add_runs, all_events_of, events_of, key_of, put_run};
+use super::records::{add_runs, all_events_of, events_of, key_of, put_run, span};
 use super::request::{events_above, result};
 use super::schema::{
     CLIENT_ID_KEY, COUNTERS, CURSORS, DISCARDED, IDS, LANDED, META, OUTBOX, PARKED, PIN_KEY,
@@ -120,8 +120,9 @@ async fn compact_ids(events: &IdbObjectStore, ids: &IdbObjectStore) -> Result<()
             let parts = Array::from(key);
             let (first, last) = span_of(key)?;
             let stored_ids = js::get(value, "e");
+            let list = stored_ids.dyn_ref::<Array>();
             for seq in first..=last {
-                let id = match stored_ids.dyn_ref::<Array>() {
+                let id = match list {
                     Some(list) => list.get((seq - first) as u32),
                     None => stored_ids.clone(),
                 };
@@ -221,23 +222,35 @@ async fn count_events(events: &IdbObjectStore, marks: Option<&Marks>) -> Result<
     Ok(total.saturating_sub(stored_landed))
 }
 
-/// The events of `a` in `above < seq <= through`: the records ending in that range, and the
-/// first one ending after it (which may start inside it) — two requests, in flight together.
+/// The records of `a` holding any event in `above < seq <= through` (`above < through`): those
+/// ending in that range, and the first one ending after it if it starts inside it — two
+/// requests, in flight together.
+async fn records_holding(
+    events: &IdbObjectStore,
+    a: &Agg,
+    above: u64,
+    through: u64,
+) -> Result<Vec<JsValue>, StoreError> {
+    let inner = events.get_all_with_key(&a.seqs(above as f64, false, through as f64)?.into());
+    let tail = events.get(&a.above(through)?.into());
+    let (inner, tail) = (result(inner).await.js()?, result(tail).await.js()?);
+    let mut records = js::array(&inner);
+    if !tail.is_undefined() && span(&tail)?.0 <= through {
+        records.push(tail);
+    }
+    Ok(records)
+}
+
+/// The events of `a` in `above < seq <= through` (`above < through`).
 async fn events_between(
     events: &IdbObjectStore,
     a: &Agg,
     above: u64,
     through: u64,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let inner = events.get_all_with_key(&a.seqs(above as f64, false, through as f64)?.into());
-    let tail = events.get(&a.above(through)?.into());
-    let (inner, tail) = (result(inner).await.js()?, result(tail).await.js()?);
     let mut out = Vec::new();
-    for value in js::array(&inner)
-        .iter()
-        .chain(Some(&tail).filter(|t| !t.is_undefined()))
-    {
-        events_of(a.aggregate, value, above, through, usize::MAX, &mut out)?;
+    for value in records_holding(events, a, above, through).await? {
+        events_of(a.aggregate, &value, above, through, usize::MAX, &mut out)?;
     }
     Ok(out)
 }
@@ -900,27 +913,14 @@ impl Outbox for IdbOutbox {
                     }
                     let record = park_of_record(&found)?;
                     let (f, l) = (record.first_seq, record.last_seq);
-                    // The records holding any of `f..=l`: those ending in it, and the first
-                    // ending after it (it may start inside it). Each loses exactly those events
-                    // (rewritten as what is left on either side), and their ids are remembered,
-                    // so `whenSynced` can tell "discarded" from "landed".
-                    let inner = events.get_all_with_key(&a.between(f, l)?.into());
-                    let tail = events.get(&a.above(l)?.into());
-                    let (inner, tail) = (
-                        js::array(&result(inner).await.js()?),
-                        result(tail).await.js()?,
-                    );
+                    // Each record holding any of `f..=l` loses exactly those events (rewritten
+                    // as what is left on either side), and their ids are remembered, so
+                    // `whenSynced` can tell "discarded" from "landed".
                     let now = JsValue::from_f64(js_sys::Date::now());
                     let mut dropped = 0u32;
-                    for value in inner
-                        .iter()
-                        .chain(Some(&tail).filter(|t| !t.is_undefined()))
-                    {
-                        let all = all_events_of(aggregate, value)?;
-                        if !all.iter().any(|e| (f..=l).contains(&e.client_seq)) {
-                            continue; // the first record after the range: not in it
-                        }
-                        events.delete(&key_of(&a, value)?).js()?;
+                    for value in records_holding(&events, &a, f.saturating_sub(1), l).await? {
+                        let all = all_events_of(aggregate, &value)?;
+                        events.delete(&key_of(&a, &value)?).js()?;
                         // `all` is in sequence order: what is below `f`, in it, above `l`.
                         let from = all.iter().take_while(|e| e.client_seq < f).count();
                         let to =

@@ -125,18 +125,23 @@ fn sending(d: &mut Drain, first: &[StoredEvent]) {
     );
 }
 
+/// [`sending`] `first`, with `next` read ahead meanwhile.
+fn sending_with_read_ahead(d: &mut Drain, first: &[StoredEvent], next: &[StoredEvent]) {
+    sending(d, first);
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(first),
+            result: Ok(Some(next.to_vec())),
+        },
+        AT,
+    );
+}
+
 #[test]
 fn a_whole_landing_settles_and_pins_the_batch_read_ahead_in_one_step() {
     let mut d = drain();
     let (a, b) = (events(1, 1..=3), events(2, 1..=2));
-    sending(&mut d, &a);
-    d.handle(
-        Input::ReadAhead {
-            in_flight: batch(&a),
-            result: Ok(Some(b.clone())),
-        },
-        AT,
-    );
+    sending_with_read_ahead(&mut d, &a, &b);
     assert_eq!(doing(&mut d), []);
     d.handle(Input::Replied(landed()), AT);
     assert_eq!(
@@ -173,14 +178,7 @@ fn a_lock_check_answered_during_the_settle_decides_at_once() {
     for may in [true, false] {
         let mut d = drain();
         let (a, b) = (events(1, 1..=3), events(2, 1..=2));
-        sending(&mut d, &a);
-        d.handle(
-            Input::ReadAhead {
-                in_flight: batch(&a),
-                result: Ok(Some(b.clone())),
-            },
-            AT,
-        );
+        sending_with_read_ahead(&mut d, &a, &b);
         d.handle(Input::Replied(landed()), AT);
         assert_eq!(doing(&mut d).len(), 2, "settle and lock check");
         d.handle(Input::MaySend(may), AT);
@@ -199,14 +197,7 @@ fn a_lock_check_answered_during_the_settle_decides_at_once() {
 fn a_lock_check_from_a_settle_that_failed_is_not_reused() {
     let mut d = drain();
     let (a, b) = (events(1, 1..=3), events(2, 1..=2));
-    sending(&mut d, &a);
-    d.handle(
-        Input::ReadAhead {
-            in_flight: batch(&a),
-            result: Ok(Some(b.clone())),
-        },
-        AT,
-    );
+    sending_with_read_ahead(&mut d, &a, &b);
     d.handle(Input::Replied(landed()), AT);
     let _ = doing(&mut d);
     d.handle(Input::MaySend(true), AT);
@@ -725,14 +716,7 @@ fn a_session_that_cannot_be_opened_leaves_the_events_waiting() {
 fn a_session_about_to_expire_is_renewed_before_the_next_send() {
     let mut d = drain();
     let (a, b) = (events(1, 1..=2), events(2, 1..=2));
-    sending(&mut d, &a);
-    d.handle(
-        Input::ReadAhead {
-            in_flight: batch(&a),
-            result: Ok(Some(b.clone())),
-        },
-        AT,
-    );
+    sending_with_read_ahead(&mut d, &a, &b);
     d.handle(Input::Replied(landed()), AT);
     take(&mut d);
     let late = Now {
