@@ -218,7 +218,96 @@ async fn rule1_a_multi_event_append_is_all_or_nothing() {
         "and so was the counter"
     );
     assert_eq!(count_store(&db, "ids").await, 0, "and their ids");
+    // The same with the counter guessed (src/browser/idb/counters.rs): one append commits
+    // (sequence 1), and the next, stored as runs [2, 3], [4, 5] and [6], meets a stray record
+    // where its second run goes. A failure that is not a wrong guess is not retried.
+    let one = Array::of1(&bytes_event(1, b"first"));
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &a), one.into())).await),
+        [1]
+    );
+    let key = Array::of4(&t.clone().into(), &a.clone().into(), &5.into(), &2.into());
+    insert_raw(&db, "outbox", &stray, Some(&key.into())).await;
+    let events: Array = (0..5).map(|i| bytes_event(1, &[i; 18_000])).collect();
+    let e = err(client.append(aggregate(&t, &a), events.into())).await;
+    assert_eq!(string(&e, "code"), "STORAGE_FAILED", "{}", describe(&e));
+    assert_eq!(
+        count_store(&db, "outbox").await,
+        3,
+        "two strays and event 1"
+    );
+    assert_eq!(count_store(&db, "ids").await, 1, "event 1's id only");
+    let one = Array::of1(&bytes_event(1, b"after"));
+    assert_eq!(
+        seqs(&ok(client.append(aggregate(&t, &a), one.into())).await),
+        [2],
+        "the failed append consumed no sequence"
+    );
     ok(client.close()).await;
+}
+
+/// Two contexts appending to one aggregate: each outbox guesses the counter it last wrote and
+/// issues its writes with the counter read (src/browser/idb/counters.rs). The other context's
+/// appends make that guess wrong, and the read made in the same transaction must win: first
+/// where the guessed keys are taken (the other context's events are still stored), then where
+/// they are free again (its events landed and were pruned), which a write trusting the guess
+/// would have filled with a second event under a reused sequence.
+#[wasm_bindgen_test]
+async fn rule1_appends_from_two_contexts_never_share_a_sequence() {
+    use celeriant_sync::engine::model::{Batch, NewEvent};
+    use celeriant_sync::engine::outbox::{EventState, Outbox};
+    let db = db_name("two-writers");
+    let x = IdbOutbox::open(&db, Durability::Strict).await.unwrap();
+    let y = IdbOutbox::open(&db, Durability::Strict).await.unwrap();
+    let a = conformance::aggregate(1);
+    let ev = |tag: u8| -> Vec<NewEvent> { vec![conformance::event(tag, 8)] };
+    let seqs = |r: Vec<celeriant_sync::engine::model::Receipt>| -> Vec<u64> {
+        r.iter().map(|r| r.client_seq).collect()
+    };
+    assert_eq!(seqs(x.append(a, ev(1)).await.unwrap()), [1]);
+    assert_eq!(seqs(x.append(a, ev(2)).await.unwrap()), [2], "x guessed 1");
+    let two = [ev(3), ev(4)].concat();
+    assert_eq!(seqs(y.append(a, two).await.unwrap()), [3, 4]);
+    assert_eq!(
+        seqs(x.append(a, ev(5)).await.unwrap()),
+        [5],
+        "x guessed 2; the read said 4"
+    );
+    // Everything so far lands and is pruned: sequences 1..=5 are free keys again.
+    let b = Batch {
+        aggregate: a,
+        first_seq: 1,
+        last_seq: 5,
+        count: 5,
+    };
+    assert!(y.pin(&b, None).await.unwrap());
+    assert!(y.settle(&b, 5, None).await.unwrap());
+    assert_eq!(y.prune(a, 100, true).await.unwrap().removed, 5);
+    assert_eq!(outbox_events(&db).await, 0);
+    assert_eq!(
+        seqs(y.append(a, ev(6)).await.unwrap()),
+        [6],
+        "y guessed 4; its keys were free"
+    );
+    assert_eq!(
+        seqs(x.append(a, ev(7)).await.unwrap()),
+        [7],
+        "x guessed 5; its key was free"
+    );
+    assert_eq!(seqs(x.append(a, ev(8)).await.unwrap()), [8], "x guessed 7");
+    assert_eq!(outbox_events(&db).await, 3);
+    assert_eq!(x.last_assigned(a).await.unwrap(), 8);
+    for tag in [6, 7, 8] {
+        let id = conformance::event(tag, 8).event_id;
+        let state = y.event_state(id).await.unwrap();
+        let stored = EventState::Pending {
+            aggregate: a,
+            client_seq: u64::from(tag),
+        };
+        assert_eq!(state, stored, "event {tag}");
+    }
+    x.close();
+    y.close();
 }
 
 #[wasm_bindgen_test]

@@ -13,6 +13,7 @@
 //! * [`watermarks`]: the drain's copy of the `landed` watermarks, which keeps `landed` out of
 //!   the read-ahead's transaction.
 
+mod counters;
 pub mod db;
 pub(crate) mod keys;
 pub(crate) mod log;

@@ -6,6 +6,7 @@
 //! (`strict` by default: committed means on disk); the drain's own bookkeeping (pin, settle,
 //! park, prune) is `relaxed` (see [`BOOKKEEPING`]).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use js_sys::{Array, Object};
@@ -13,6 +14,7 @@ use uuid::Uuid;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{IdbKeyRange, IdbObjectStore, IdbTransaction};
 
+use super::counters::Counters;
 use super::db::{Commit, Db, Durability, Js, stores};
 use super::keys::{Agg, after_aggregate, aggregate_of, parse_uuid, seq_of, span_of, uuid_js};
 use super::records::{add_runs, all_events_of, events_of, key_of, put_run, span};
@@ -26,7 +28,7 @@ use crate::engine::batch::take_within;
 use crate::engine::model::{
     AggregateRef, Batch, IDENTITY_CHANGED, NewEvent, ParkRecord, Receipt, StoredEvent,
 };
-use crate::engine::outbox::{CutQuery, EventState, Outbox, Pruned, StoreError};
+use crate::engine::outbox::{Cause, CutQuery, EventState, Outbox, Pruned, StoreError};
 
 /// Durability of the drain's own writes (pin, settle, park, prune). `relaxed` is safe for
 /// them: they survive a tab or browser crash, and if an OS crash loses one, the only effect is
@@ -79,9 +81,11 @@ pub struct IdbOutbox {
     db: Db,
     durability: Durability,
     /// Events pruned since the `ids` store was last compacted (this context's drain prunes).
-    orphaned: std::cell::Cell<u64>,
+    orphaned: Cell<u64>,
     /// The `landed` watermarks as this context's drain last read or wrote them.
     watermarks: Watermarks,
+    /// The counters this context's appends last wrote: guesses (`super::counters`).
+    counters: Counters,
 }
 
 /// How many pruned events leave their id records behind before the `ids` store is compacted.
@@ -425,8 +429,9 @@ impl IdbOutbox {
         Ok(IdbOutbox {
             db: Db::open(name).await?,
             durability,
-            orphaned: std::cell::Cell::new(ORPHANS_BEFORE_COMPACTING),
+            orphaned: Cell::new(ORPHANS_BEFORE_COMPACTING),
             watermarks: Watermarks::default(),
+            counters: Counters::default(),
         })
     }
 
@@ -525,67 +530,118 @@ impl IdbOutbox {
             .await
     }
 
+    /// One try at [`Outbox::append_group`]: the counters are read and the events written in
+    /// one transaction. With every counter of the group guessed (`super::counters`), the writes
+    /// are issued with the reads instead of after them; a guess the read contradicts sets
+    /// `wrong` and aborts the transaction before anything is committed.
     async fn append_group_once(
         &self,
         group: &[(AggregateRef, &[NewEvent])],
+        wrong: &Cell<bool>,
     ) -> Result<Vec<Vec<Receipt>>, StoreError> {
-        self.db
+        let written = self
+            .db
             .write(
                 &stores(&[OUTBOX, COUNTERS, IDS]),
                 self.durability,
                 Commit::Auto,
                 async |tx| {
                     let counters = store(tx, COUNTERS)?;
-                    let events = store(tx, OUTBOX)?;
-                    let ids = store(tx, IDS)?;
-                    // Read every counter first (the requests run together), then assign.
                     // Per aggregate: its key parts, its last sequence, and its new events in
-                    // sequence order, stored below as runs (`super::records`).
+                    // sequence order, stored as runs (`super::records`).
                     let mut last: BTreeMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)> =
                         BTreeMap::new();
                     for (aggregate, _) in group {
                         last.entry(*aggregate)
                             .or_insert_with(|| (Agg::new(aggregate), 0, Vec::new()));
                     }
+                    // Every counter is read first (the requests run together, and before any
+                    // write: a transaction runs its requests in order).
                     let reads: Vec<_> = last
                         .values()
                         .map(|(a, _, _)| counters.get(&a.key()))
                         .collect();
-                    for ((_, seq, _), read) in last.values_mut().zip(reads) {
-                        *seq = js::get_u64(&result(read).await.js()?, "last").unwrap_or(0);
-                    }
-                    let mut all = Vec::with_capacity(group.len());
-                    for (aggregate, batch) in group {
-                        let (a, seq, runs) = last.get_mut(aggregate).expect("read above");
-                        let mut receipts = Vec::with_capacity(batch.len());
-                        for event in batch.iter() {
-                            *seq += 1;
-                            receipts.push(Receipt {
-                                event_id: event.event_id,
-                                client_seq: *seq,
-                            });
-                            ids.put_with_key(&a.event(*seq as f64), &uuid_js(&event.event_id))
-                                .js()?;
-                            runs.push(StoredEvent::new(*aggregate, *seq, event));
+                    let guessed = self.counters.guess(last.keys());
+                    let mut receipts = Vec::new();
+                    if let Some(guessed) = &guessed {
+                        for ((_, seq, _), guess) in last.values_mut().zip(guessed) {
+                            *seq = *guess;
                         }
-                        all.push(receipts);
+                        receipts = write_group(tx, group, &mut last)?;
                     }
-                    // Requests go out when made; the commit waits for all of them.
-                    for (a, _, run) in last.values() {
-                        add_runs(&events, a, run)?;
+                    for (i, read) in reads.into_iter().enumerate() {
+                        let stored = js::get_u64(&result(read).await.js()?, "last").unwrap_or(0);
+                        match &guessed {
+                            Some(guessed) if guessed[i] != stored => {
+                                wrong.set(true);
+                                return Err(StoreError::Failed {
+                                    name: "AbortError".into(),
+                                    message: "another context appended to the aggregate".into(),
+                                    cause: Cause::NONE,
+                                });
+                            }
+                            Some(_) => {}
+                            None => last.values_mut().nth(i).expect("one read each").1 = stored,
+                        }
                     }
-                    for (a, seq, _) in last.values() {
-                        let o = Object::new();
-                        js::set(&o, "t", a.t.clone());
-                        js::set(&o, "a", a.a.clone());
-                        js::set(&o, "last", *seq as f64);
-                        counters.put(&o).js()?;
+                    if guessed.is_none() {
+                        receipts = write_group(tx, group, &mut last)?;
                     }
-                    Ok(all)
+                    let seqs: Vec<(AggregateRef, u64)> =
+                        last.iter().map(|(k, (_, seq, _))| (*k, *seq)).collect();
+                    Ok((receipts, seqs))
                 },
             )
-            .await
+            .await;
+        match written {
+            Ok((receipts, seqs)) => {
+                self.counters.committed(seqs.into_iter());
+                Ok(receipts)
+            }
+            Err(e) => {
+                self.counters.forget();
+                Err(e)
+            }
+        }
     }
+}
+
+/// Assigns the group's events their sequences after each aggregate's `last`, and issues their
+/// writes (the `ids` records, the runs, the counters); returns each append's receipts.
+fn write_group(
+    tx: &IdbTransaction,
+    group: &[(AggregateRef, &[NewEvent])],
+    last: &mut BTreeMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)>,
+) -> Result<Vec<Vec<Receipt>>, StoreError> {
+    let (events, ids, counters) = (store(tx, OUTBOX)?, store(tx, IDS)?, store(tx, COUNTERS)?);
+    let mut all = Vec::with_capacity(group.len());
+    for (aggregate, batch) in group {
+        let (a, seq, runs) = last.get_mut(aggregate).expect("one entry per aggregate");
+        let mut receipts = Vec::with_capacity(batch.len());
+        for event in batch.iter() {
+            *seq += 1;
+            receipts.push(Receipt {
+                event_id: event.event_id,
+                client_seq: *seq,
+            });
+            ids.put_with_key(&a.event(*seq as f64), &uuid_js(&event.event_id))
+                .js()?;
+            runs.push(StoredEvent::new(*aggregate, *seq, event));
+        }
+        all.push(receipts);
+    }
+    // Requests go out when made; the commit waits for all of them.
+    for (a, _, run) in last.values() {
+        add_runs(&events, a, run)?;
+    }
+    for (a, seq, _) in last.values() {
+        let o = Object::new();
+        js::set(&o, "t", a.t.clone());
+        js::set(&o, "a", a.a.clone());
+        js::set(&o, "last", *seq as f64);
+        counters.put(&o).js()?;
+    }
+    Ok(all)
 }
 
 impl Outbox for IdbOutbox {
@@ -614,10 +670,14 @@ impl Outbox for IdbOutbox {
         &self,
         group: &[(AggregateRef, &[NewEvent])],
     ) -> Result<Vec<Vec<Receipt>>, StoreError> {
-        match self.append_group_once(group).await {
-            // Another context upgraded the database mid-append: nothing was written (the
-            // transaction aborted); reopen and try once more.
-            Err(_) if self.db.lost_to_upgrade() => self.append_group_once(group).await,
+        let wrong = Cell::new(false);
+        match self.append_group_once(group, &wrong).await {
+            // A guessed counter was wrong (another context appended), or another context
+            // upgraded the database mid-append: nothing was written (the transaction aborted);
+            // try once more, reading the counters first (every guess is forgotten).
+            Err(_) if wrong.get() || self.db.lost_to_upgrade() => {
+                self.append_group_once(group, &wrong).await
+            }
             result => result,
         }
     }
