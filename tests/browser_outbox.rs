@@ -310,6 +310,20 @@ async fn rule1_appends_from_two_contexts_never_share_a_sequence() {
     y.close();
 }
 
+/// The probe that decides whether appends may commit early (`Db::early_commit_is_atomic`)
+/// answers the same twice and leaves nothing in `meta`, whatever the engine answers; whether
+/// its answer is right is what `rule1_a_multi_event_append_is_all_or_nothing` checks.
+#[wasm_bindgen_test]
+async fn the_early_commit_probe_leaves_nothing_behind() {
+    use celeriant_sync::browser::idb::db::Db;
+    let name = db_name("probe");
+    let db = Db::open(&name).await.unwrap();
+    let atomic = db.early_commit_is_atomic().await;
+    assert_eq!(db.early_commit_is_atomic().await, atomic);
+    assert_eq!(count_store(&name, "meta").await, 0);
+    db.close();
+}
+
 #[wasm_bindgen_test]
 async fn rule1_event_ids_are_kept_or_generated_as_uuid_v4() {
     let db = db_name("ids");

@@ -159,7 +159,14 @@ pub struct Db {
     closed: Cell<bool>,
     /// `{ durability }` objects, made once.
     options: [JsValue; 3],
+    /// Whether a request failing after `commit()` aborts the transaction in this engine
+    /// ([`Db::early_commit_is_atomic`]); `None` until probed.
+    early_commit_atomic: Cell<Option<bool>>,
 }
+
+/// The `meta` key the probe of [`Db::early_commit_is_atomic`] writes and deletes in one
+/// transaction (it is never stored: the transaction aborts, or deletes it again).
+const PROBE_KEY: &str = "commitProbe";
 
 /// The stores one transaction works on, as the JS array IndexedDB wants.
 pub fn stores(names: &[&str]) -> JsValue {
@@ -187,6 +194,7 @@ impl Db {
             stale,
             closed: Cell::new(false),
             options,
+            early_commit_atomic: Cell::new(None),
         })
     }
 
@@ -219,6 +227,42 @@ impl Db {
         self.db.borrow().close();
     }
 
+    /// Whether a transaction committed explicitly ([`Commit::Early`]) still aborts, whole, when
+    /// one of its requests fails after the `commit()` (an `add` over an existing key, a full
+    /// disk reported on a request). Chromium and WebKit abort it; Firefox commits the other
+    /// requests (docs/browsers.md), which would break an append's all-or-nothing. Found out
+    /// once per database, by doing exactly that — `put`, then `add` of the same `meta` key,
+    /// then `delete` of it, then `commit()` — and seeing whether the transaction aborted. It
+    /// leaves nothing behind either way. Any other outcome (a closed database) answers `false`
+    /// and is not remembered.
+    pub async fn early_commit_is_atomic(&self) -> bool {
+        if let Some(known) = self.early_commit_atomic.get() {
+            return known;
+        }
+        let probe = self
+            .write(
+                &stores(&[schema::META]),
+                Durability::Relaxed,
+                Commit::Early,
+                async |tx| {
+                    let meta = tx.object_store(schema::META).js()?;
+                    let key = JsValue::from_str(PROBE_KEY);
+                    meta.put_with_key(&JsValue::TRUE, &key).js()?;
+                    meta.add_with_key(&JsValue::TRUE, &key).js()?;
+                    meta.delete(&key).js()?;
+                    Ok(())
+                },
+            )
+            .await;
+        let atomic = match probe {
+            Ok(()) => false,
+            Err(StoreError::Failed { name, .. }) if name == "ConstraintError" => true,
+            Err(_) => return false,
+        };
+        self.early_commit_atomic.set(Some(atomic));
+        atomic
+    }
+
     fn begin(
         &self,
         db: &IdbDatabase,
@@ -248,9 +292,10 @@ impl Db {
     ///
     /// `commit` asks the browser to commit as soon as the body has issued its requests,
     /// instead of after the last one's answer reached this context — one round trip less. Only
-    /// for transactions whose requests cannot fail one by one (`put`, `delete`): Firefox
-    /// commits an explicitly committed transaction even when one of its requests fails
-    /// afterwards, which would break an append's all-or-nothing.
+    /// for transactions whose requests cannot fail one by one (`put`, `delete`), or where
+    /// [`Db::early_commit_is_atomic`]: Firefox commits an explicitly committed transaction
+    /// even when one of its requests fails afterwards, which would break an append's
+    /// all-or-nothing.
     pub async fn write<T>(
         &self,
         names: &JsValue,

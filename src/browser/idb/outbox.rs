@@ -539,12 +539,19 @@ impl IdbOutbox {
         group: &[(AggregateRef, &[NewEvent])],
         wrong: &Cell<bool>,
     ) -> Result<Vec<Vec<Receipt>>, StoreError> {
+        // An `add` over an existing key fails its request: committing early is only right
+        // where that still aborts the whole transaction.
+        let commit = if self.db.early_commit_is_atomic().await {
+            Commit::Early
+        } else {
+            Commit::Auto
+        };
         let written = self
             .db
             .write(
                 &stores(&[OUTBOX, COUNTERS, IDS]),
                 self.durability,
-                Commit::Auto,
+                commit,
                 async |tx| {
                     let counters = store(tx, COUNTERS)?;
                     // Per aggregate: its key parts, its last sequence, and its new events in
