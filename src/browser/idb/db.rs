@@ -232,8 +232,9 @@ impl Db {
     /// disk reported on a request). Chromium and WebKit abort it; Firefox commits the other
     /// requests (docs/browsers.md), which would break an append's all-or-nothing. Found out
     /// once per database, by doing exactly that — `put`, then `add` of the same `meta` key,
-    /// then `delete` of it, then `commit()` — and seeing whether the transaction aborted. It
-    /// leaves nothing behind either way. Any other outcome (a closed database) answers `false`
+    /// then `delete` of it, then `commit()` — and seeing whether the transaction aborted (with
+    /// the `add`'s error, or none). It leaves nothing behind either way. Any other outcome (a
+    /// closed database, an abort by another context's upgrade, a full disk) answers `false`
     /// and is not remembered.
     pub async fn early_commit_is_atomic(&self) -> bool {
         if let Some(known) = self.early_commit_atomic.get() {
@@ -256,7 +257,13 @@ impl Db {
             .await;
         let atomic = match probe {
             Ok(()) => false,
-            Err(StoreError::Failed { name, .. }) if name == "ConstraintError" => true,
+            // Aborted: Chromium gives the request's error, WebKit none ("AbortError" here).
+            Err(StoreError::Failed { name, .. })
+                if (name == "ConstraintError" || name == "AbortError")
+                    && !self.lost_to_upgrade() =>
+            {
+                true
+            }
             Err(_) => return false,
         };
         self.early_commit_atomic.set(Some(atomic));
