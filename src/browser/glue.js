@@ -27,6 +27,26 @@ export function eventsAbove(keys, above) {
 export function begin(db, stores, mode, options) { return db.transaction(stores, mode, options); }
 export function commit(tx) { if (tx.commit) tx.commit(); }
 
+// Whether a transaction committed explicitly still aborts, whole, when one of its requests fails
+// after the commit() (browser/idb/db.rs, Db::early_commit_is_atomic): true, false (the engine
+// commits the other requests), or null (could not tell). Nothing is left in `store` either way.
+export function earlyCommitIsAtomic(db, store) {
+  return new Promise((resolve) => {
+    try {
+      const tx = db.transaction(store, "readwrite", { durability: "relaxed" });
+      const s = tx.objectStore(store);
+      s.put(true, "commitProbe");
+      s.add(true, "commitProbe");
+      s.delete("commitProbe");
+      tx.oncomplete = () => resolve(false);
+      tx.onabort = () => resolve(!tx.error || tx.error.name === "ConstraintError" ? true : null);
+      commit(tx);
+    } catch (e) {
+      resolve(null);
+    }
+  });
+}
+
 // ---- Migrating a version-1 database inside its upgrade transaction (browser/idb/schema.rs)
 
 export function migrateV1(db, tx) {

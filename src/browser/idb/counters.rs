@@ -11,10 +11,11 @@
 //! before the writes (IndexedDB runs a transaction's requests in order), and its answer is
 //! checked as soon as it arrives: a mismatch (another context appended to the aggregate since)
 //! aborts the transaction, and the append is made again the plain way (read, then write).
-//! The answer arrives, and the check runs, before any of the writes can answer — a
+//! The answers arrive, and the check runs, before any of the writes can answer — a
 //! transaction's success events come in request order, and the check runs in the microtasks of
-//! the read's own event, while the transaction is still active — so an aborted transaction
-//! never committed anything, and a committed one wrote exactly what the plain way would have.
+//! the last read's own event, while the transaction is still active and before it can commit
+//! (an explicit commit is asked for only after the check) — so an aborted transaction never
+//! committed anything, and a committed one wrote exactly what the plain way would have.
 //! A guess that is wrong costs one aborted transaction, never a reused sequence.
 
 use std::cell::RefCell;
@@ -22,10 +23,18 @@ use std::cell::RefCell;
 use super::watermarks::Marks;
 use crate::engine::model::AggregateRef;
 
-/// How many aggregates' counters are remembered (the most recently written ones).
+/// How many aggregates' counters are remembered.
 const REMEMBERED: usize = 64;
 
-/// The counters this context last committed, most recent last.
+/// The counter of `aggregate` in `known`, if it is there.
+fn mark_of_known(known: &Marks, aggregate: &AggregateRef) -> Option<u64> {
+    known
+        .iter()
+        .find(|(a, _)| a == aggregate)
+        .map(|(_, last)| *last)
+}
+
+/// The counters this context last committed (the first remembered is the first forgotten).
 #[derive(Debug, Default)]
 pub(super) struct Counters {
     known: RefCell<Marks>,
@@ -38,20 +47,26 @@ impl Counters {
         aggregates: impl Iterator<Item = &'a AggregateRef>,
     ) -> Option<Vec<u64>> {
         let known = self.known.borrow();
-        aggregates
-            .map(|a| known.iter().find(|(k, _)| k == a).map(|(_, last)| *last))
-            .collect()
+        let mut guesses = Vec::new();
+        for aggregate in aggregates {
+            guesses.push(mark_of_known(&known, aggregate)?);
+        }
+        Some(guesses)
     }
 
     /// Remembers what a committed append wrote.
     pub(super) fn committed(&self, written: impl Iterator<Item = (AggregateRef, u64)>) {
         let mut known = self.known.borrow_mut();
         for (aggregate, last) in written {
-            known.retain(|(a, _)| *a != aggregate);
-            if known.len() == REMEMBERED {
-                known.remove(0);
+            match known.iter_mut().find(|(a, _)| *a == aggregate) {
+                Some(entry) => entry.1 = last,
+                None => {
+                    if known.len() == REMEMBERED {
+                        known.remove(0);
+                    }
+                    known.push((aggregate, last));
+                }
             }
-            known.push((aggregate, last));
         }
     }
 

@@ -164,10 +164,6 @@ pub struct Db {
     early_commit_atomic: Cell<Option<bool>>,
 }
 
-/// The `meta` key the probe of [`Db::early_commit_is_atomic`] writes and deletes in one
-/// transaction (it is never stored: the transaction aborts, or deletes it again).
-const PROBE_KEY: &str = "commitProbe";
-
 /// The stores one transaction works on, as the JS array IndexedDB wants.
 pub fn stores(names: &[&str]) -> JsValue {
     names
@@ -232,42 +228,26 @@ impl Db {
     /// disk reported on a request). Chromium and WebKit abort it; Firefox commits the other
     /// requests (docs/browsers.md), which would break an append's all-or-nothing. Found out
     /// once per database, by doing exactly that — `put`, then `add` of the same `meta` key,
-    /// then `delete` of it, then `commit()` — and seeing whether the transaction aborted (with
-    /// the `add`'s error, or none). It leaves nothing behind either way. Any other outcome (a
+    /// then `delete` of it, then `commit()` (`earlyCommitIsAtomic` in `src/browser/glue.js`) —
+    /// and seeing whether the transaction aborted (with the `add`'s error, or none). It leaves
+    /// nothing behind either way. Any other outcome (a
     /// closed database, an abort by another context's upgrade, a full disk) answers `false`
     /// and is not remembered.
     pub async fn early_commit_is_atomic(&self) -> bool {
         if let Some(known) = self.early_commit_atomic.get() {
             return known;
         }
-        let probe = self
-            .write(
-                &stores(&[schema::META]),
-                Durability::Relaxed,
-                Commit::Early,
-                async |tx| {
-                    let meta = tx.object_store(schema::META).js()?;
-                    let key = JsValue::from_str(PROBE_KEY);
-                    meta.put_with_key(&JsValue::TRUE, &key).js()?;
-                    meta.add_with_key(&JsValue::TRUE, &key).js()?;
-                    meta.delete(&key).js()?;
-                    Ok(())
-                },
-            )
-            .await;
-        let atomic = match probe {
-            Ok(()) => false,
-            // Aborted: Chromium gives the request's error, WebKit none ("AbortError" here).
-            Err(StoreError::Failed { name, .. })
-                if (name == "ConstraintError" || name == "AbortError")
-                    && !self.lost_to_upgrade() =>
-            {
-                true
-            }
-            Err(_) => return false,
+        let Ok(db) = self.connection().await else {
+            return false;
         };
-        self.early_commit_atomic.set(Some(atomic));
-        atomic
+        let probe = JsFuture::from(request::early_commit_is_atomic(&db, schema::META)).await;
+        match probe.ok().and_then(|answer| answer.as_bool()) {
+            Some(atomic) if !(atomic && self.lost_to_upgrade()) => {
+                self.early_commit_atomic.set(Some(atomic));
+                atomic
+            }
+            _ => false,
+        }
     }
 
     fn begin(

@@ -568,31 +568,33 @@ impl IdbOutbox {
                         .values()
                         .map(|(a, _, _)| counters.get(&a.key()))
                         .collect();
+                    // Their answers, in `last`'s order (awaited in the order issued).
+                    let stored = async || {
+                        let mut out = Vec::with_capacity(reads.len());
+                        for read in &reads {
+                            let counter = result(read.clone()).await.js()?;
+                            out.push(js::get_u64(&counter, "last").unwrap_or(0));
+                        }
+                        Ok::<_, StoreError>(out)
+                    };
+                    // With every counter guessed, the writes go out before the answers.
                     let guessed = self.counters.guess(last.keys());
-                    let mut receipts = Vec::new();
-                    if let Some(guessed) = &guessed {
-                        for ((_, seq, _), guess) in last.values_mut().zip(guessed) {
-                            *seq = *guess;
-                        }
-                        receipts = write_group(tx, group, &mut last)?;
+                    let bases = match &guessed {
+                        Some(guessed) => guessed.clone(),
+                        None => stored().await?,
+                    };
+                    for ((_, seq, _), base) in last.values_mut().zip(&bases) {
+                        *seq = *base;
                     }
-                    for (i, read) in reads.into_iter().enumerate() {
-                        let stored = js::get_u64(&result(read).await.js()?, "last").unwrap_or(0);
-                        match &guessed {
-                            Some(guessed) if guessed[i] != stored => {
-                                wrong.set(true);
-                                return Err(StoreError::Failed {
-                                    name: "AbortError".into(),
-                                    message: "another context appended to the aggregate".into(),
-                                    cause: Cause::NONE,
-                                });
-                            }
-                            Some(_) => {}
-                            None => last.values_mut().nth(i).expect("one read each").1 = stored,
-                        }
-                    }
-                    if guessed.is_none() {
-                        receipts = write_group(tx, group, &mut last)?;
+                    let receipts = write_group(tx, group, &mut last)?;
+                    // Checked as the answers arrive, before any write's: a wrong guess aborts.
+                    if guessed.is_some() && stored().await? != bases {
+                        wrong.set(true);
+                        return Err(StoreError::Failed {
+                            name: "AbortError".into(),
+                            message: "a counter moved".into(),
+                            cause: Cause::NONE,
+                        });
                     }
                     let seqs: Vec<(AggregateRef, u64)> =
                         last.iter().map(|(k, (_, seq, _))| (*k, *seq)).collect();

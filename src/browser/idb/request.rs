@@ -33,6 +33,10 @@ extern "C" {
     ) -> Result<IdbTransaction, JsValue>;
     /// Commits at once instead of when the last request is done (where the browser can).
     pub fn commit(tx: &IdbTransaction);
+    /// Resolves whether a failed request still aborts an explicitly committed transaction
+    /// (`true`, `false`, or `null`: could not tell), probing with a scratch key of `store`.
+    #[wasm_bindgen(js_name = earlyCommitIsAtomic)]
+    pub fn early_commit_is_atomic(db: &IdbDatabase, store: &str) -> Promise;
 }
 
 /// Resolves with the request's result, or fails with its error.
