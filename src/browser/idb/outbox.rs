@@ -205,15 +205,13 @@ async fn count_events(events: &IdbObjectStore, marks: Option<&Marks>) -> Result<
     // Issued together, awaited in the order issued: a request's `success` handler is attached
     // when it is awaited, which must come before its event (`super::request`).
     let marks = marks.map(Vec::as_slice).unwrap_or_default();
-    let landed: Vec<_> = marks
-        .iter()
-        .map(|(aggregate, through)| {
-            let a = Agg::new(aggregate);
-            let whole = events.get_all_keys_with_key(&a.seqs(0.0, true, *through as f64)?.into());
-            let tail = events.get_key(&a.above(*through)?.into());
-            Ok((whole, tail, *through))
-        })
-        .collect::<Result<_, StoreError>>()?;
+    let mut landed = Vec::with_capacity(marks.len());
+    for (aggregate, through) in marks {
+        let a = Agg::new(aggregate);
+        let whole = events.get_all_keys_with_key(&a.seqs(0.0, true, *through as f64)?.into());
+        let tail = events.get_key(&a.above(*through)?.into());
+        landed.push((whole, tail, *through));
+    }
     let mut stored_landed = 0;
     for (whole, tail, through) in landed {
         stored_landed += events_above(&result(whole).await.js()?, 0.0) as u64;
