@@ -779,12 +779,18 @@ impl Outbox for IdbOutbox {
                 async |tx| {
                     let meta = store(tx, META)?;
                     let watermarks = store(tx, LANDED)?;
-                    let current = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)?;
+                    let a = Agg::new(&batch.aggregate);
+                    // The pin and the watermark are read together (one round trip, not two:
+                    // this transaction stands between a batch's answer and the next request),
+                    // awaited in the order issued (`super::request`).
+                    let pin = meta.get(&PIN_KEY.into());
+                    let mark = watermarks.get(&a.key());
+                    let current = batch_of_record(&result(pin).await.js()?)?;
+                    let stored = result(mark).await.js()?.as_f64().unwrap_or(0.0) as u64;
                     if current.as_ref() != Some(batch) {
                         return Ok(None); // another drainer moved the pin: nothing written
                     }
-                    let a = Agg::new(&batch.aggregate);
-                    let landed = landed(&watermarks, &a).await?.max(through);
+                    let landed = stored.max(through);
                     watermarks
                         .put_with_key(&JsValue::from_f64(landed as f64), &a.key())
                         .js()?;
