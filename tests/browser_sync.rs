@@ -399,6 +399,12 @@ async fn rule5_a_rejection_parks_the_aggregate_others_go_on_and_discard_resumes_
         get(&event, "data").unchecked_into::<Uint8Array>().to_vec(),
         b"poison"
     );
+    // b's `synced` is told as the loop goes on (it cuts, finds nothing, recounts): the state
+    // turns to `parked` once it is idle.
+    until(10_000, "the loop to idle, parked", || {
+        string(&client.status(), "state") == "parked"
+    })
+    .await;
     let status = client.status();
     assert_eq!(
         (

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use celeriant_sync::engine::drain::{Drain, Edge, Policy, run as drain};
 use celeriant_sync::engine::memory::MemoryOutbox;
 use celeriant_sync::engine::model::{AggregateRef, NewEvent, ParkRecord};
-use celeriant_sync::engine::outbox::Outbox;
+use celeriant_sync::engine::outbox::{Appended, Outbox};
 use celeriant_sync::engine::status::{Hub, Observer, Status, SyncState, SyncedNotice};
 use futures_executor::block_on;
 use futures_util::FutureExt;
@@ -112,17 +112,18 @@ fn run(p: Params) {
             let Some((agg, events)) = script.borrow_mut().pop_front() else {
                 return false;
             };
-            let receipts = outbox
-                .append(agg, events.clone())
+            let Appended { receipts, begun } = outbox
+                .append_group(&[(agg, &events)])
                 .now_or_never()
                 .unwrap()
                 .unwrap();
+            let receipts = receipts.concat();
             for (r, e) in receipts.iter().zip(events) {
                 assert_eq!(r.event_id, e.event_id);
                 appended.borrow_mut().insert((agg, r.client_seq), e);
             }
             if let Some(hub) = hub {
-                hub.appended(receipts.len() as u64);
+                hub.appended(receipts.len() as u64, Some(begun));
             }
             true
         }

@@ -112,7 +112,7 @@ impl SyncClient {
         let outbox = Rc::new(IdbOutbox::open(&options.database_name, options.durability).await?);
         let identity = identity::load_or_create(&outbox).await?;
         // Counted before `open` resolves, so `status()` is right from the start.
-        let counts = (outbox.count().await?, outbox.parked().await?);
+        let counts = outbox.counts().await?;
         let persisted = if options.persist {
             crate::browser::global::persist_storage(PERSIST_WAIT_MS).await
         } else {
@@ -274,9 +274,9 @@ impl SyncClient {
         promise(async move {
             inner.check_open()?;
             let aggregate = aggregate?;
-            let removed = inner.outbox().discard_parked(aggregate).await?;
-            inner.runtime.discarded(aggregate, removed);
-            Ok(JsValue::from(removed))
+            let discarded = inner.outbox().discard_parked(aggregate).await?;
+            inner.runtime.discarded(aggregate, discarded);
+            Ok(JsValue::from(discarded.removed))
         })
     }
 

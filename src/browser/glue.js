@@ -9,8 +9,15 @@
 export function requested(r) {
   return new Promise((ok, fail) => { r.onsuccess = () => ok(r.result); r.onerror = () => fail(r.error); });
 }
+// A transaction's outcome. Its error is the failed request's where the engine leaves tx.error
+// empty (WebKit reports a full disk on the request that hit it, after an early commit()).
 export function finished(tx) {
-  return new Promise((ok, fail) => { tx.oncomplete = () => ok(); tx.onabort = () => fail(tx.error); });
+  return new Promise((ok, fail) => {
+    let first = null;
+    tx.onerror = (e) => { first = first || e.target.error; };
+    tx.oncomplete = () => ok();
+    tx.onabort = () => fail(tx.error || first);
+  });
 }
 export function record(s, e, w) { return { s, e, w }; }
 // How many events above `above` the outbox records with these keys hold: a key is `[t, a, seq]`

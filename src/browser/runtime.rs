@@ -31,7 +31,7 @@ use crate::engine::drain::{Drain, Edge, Policy, run_inspected};
 use crate::engine::group::{GroupCommit, Spawn};
 use crate::engine::inspect::Inspector;
 use crate::engine::model::{AggregateRef, NewEvent, ParkRecord, Receipt};
-use crate::engine::outbox::StoreError;
+use crate::engine::outbox::{Begun, Counted, Discarded, StoreError};
 use crate::engine::read::machine::{Input as ReadInput, ReadState};
 use crate::engine::read::message::ReadMessage;
 use crate::engine::read::subscriptions::Subscriptions;
@@ -147,13 +147,13 @@ impl Observer for Relay {
 impl Runtime {
     /// Starts the runtime of a client over an open outbox: channel, lock request (or draining
     /// at once where Web Locks do not exist), heartbeat, `online` listener. `app` receives the
-    /// hub's changes; `total` and `parked` are the counts read at open.
+    /// hub's changes; `counts` were read at open.
     pub(crate) fn start(
         config: Config,
         outbox: Rc<IdbOutbox>,
         sessions: GatewaySessions,
         app: Rc<dyn Observer>,
-        counts: (u64, Vec<ParkRecord>),
+        counts: Counted,
     ) -> Result<Rc<Runtime>, wasm_bindgen::JsValue> {
         let client_id = sessions.identity.client_id;
         let sessions = Rc::new(sessions);
@@ -164,7 +164,7 @@ impl Runtime {
                 status_due: Rc::default(),
             };
             let hub = Rc::new(Hub::new(Box::new(relay)));
-            hub.reset_counts(counts.0, counts.1);
+            hub.reset_counts(counts);
             let read_hub = hub.clone();
             let views = Views::new(
                 outbox.clone(),
@@ -176,9 +176,9 @@ impl Runtime {
                 appends: GroupCommit::new(
                     outbox.clone(),
                     spawn(),
-                    Box::new(move |stored, touched| {
+                    Box::new(move |stored, touched, begun| {
                         if let Some(runtime) = committed.upgrade() {
-                            runtime.appended(stored, touched);
+                            runtime.appended(stored, touched, begun);
                         }
                     }),
                 ),
@@ -273,10 +273,12 @@ impl Runtime {
                     self.hub.remote_synced(&notice)
                 }
                 HubUpdate::Parked(record) => self.hub.remote_parked(record),
-                HubUpdate::Appended(n) => self.hub.appended(n),
-                HubUpdate::Discarded { aggregate, removed } => {
-                    self.hub.discarded(&aggregate, removed)
-                }
+                HubUpdate::Appended { n, begun } => self.hub.appended(n, begun),
+                HubUpdate::Discarded {
+                    aggregate,
+                    removed,
+                    begun,
+                } => self.hub.discarded(&aggregate, removed, begun),
                 HubUpdate::Error(message) => self.hub.set_error(None, message, now()),
             },
         }
@@ -551,8 +553,8 @@ impl Runtime {
 
     /// A group of appends committed: one status update, one refresh and one message per
     /// aggregate, however many appends the group held.
-    fn appended(self: &Rc<Self>, stored: u64, touched: &[AggregateRef]) {
-        self.feed(Event::Appended(stored));
+    fn appended(self: &Rc<Self>, stored: u64, touched: &[AggregateRef], begun: Begun) {
+        self.feed(Event::Appended { n: stored, begun });
         for aggregate in touched {
             self.touched(*aggregate);
         }
@@ -569,8 +571,12 @@ impl Runtime {
     }
 
     /// This context discarded an aggregate's parked events.
-    pub(crate) fn discarded(self: &Rc<Self>, aggregate: AggregateRef, removed: u32) {
-        self.feed(Event::Discarded { aggregate, removed });
+    pub(crate) fn discarded(self: &Rc<Self>, aggregate: AggregateRef, discarded: Discarded) {
+        self.feed(Event::Discarded {
+            aggregate,
+            removed: discarded.removed,
+            begun: discarded.begun,
+        });
         self.touched(aggregate);
     }
 

@@ -9,7 +9,7 @@ use std::future::Future;
 use uuid::Uuid;
 
 use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
-use super::outbox::{CutQuery, EventState, Outbox};
+use super::outbox::{Begun, CutQuery, EventState, Outbox};
 
 /// Aggregate number `n` of the suite.
 pub fn aggregate(n: u128) -> AggregateRef {
@@ -50,6 +50,7 @@ pub async fn run_all<O: Outbox, F: Future<Output = O>>(mut make: impl FnMut() ->
     event_states_follow_the_event(&make().await).await;
     event_ids_survive_pruning_a_large_backlog(&make().await).await;
     batches_settles_prunes_and_discards_cut_through_appends(&make().await).await;
+    counts_see_exactly_the_writes_begun_before_them(&make().await).await;
 }
 
 const NOTHING: &[AggregateRef] = &[];
@@ -120,7 +121,8 @@ pub async fn a_group_commit_assigns_in_order(o: &impl Outbox) {
     let receipts = o
         .append_group(&[(aggregate(1), &a), (aggregate(2), &b), (aggregate(1), &c)])
         .await
-        .unwrap();
+        .unwrap()
+        .receipts;
     let got: Vec<Vec<u64>> = receipts
         .iter()
         .map(|r| r.iter().map(|r| r.client_seq).collect())
@@ -416,11 +418,11 @@ pub async fn parking_and_discarding(o: &impl Outbox) {
         "parked: skipped"
     );
     assert_eq!(
-        o.discard_parked(aggregate(2)).await.unwrap(),
+        o.discard_parked(aggregate(2)).await.unwrap().removed,
         0,
         "not parked: nothing"
     );
-    assert_eq!(o.discard_parked(aggregate(1)).await.unwrap(), 2);
+    assert_eq!(o.discard_parked(aggregate(1)).await.unwrap().removed, 2);
     assert!(o.parked().await.unwrap().is_empty());
     let left = o.next_batch(all(None)).await.unwrap().unwrap();
     assert_eq!(seqs(&left), [4, 5], "only the parked range went");
@@ -546,7 +548,8 @@ pub async fn batches_settles_prunes_and_discards_cut_through_appends(o: &impl Ou
             (aggregate(1), &more),
         ])
         .await
-        .unwrap();
+        .unwrap()
+        .receipts;
     assert_eq!(seqs_of(&g[2]), [12, 13, 14, 15, 16]);
     assert_eq!(o.count().await.unwrap(), 17);
     let cut = |max_events| CutQuery {
@@ -584,7 +587,7 @@ pub async fn batches_settles_prunes_and_discards_cut_through_appends(o: &impl Ou
         may_have_landed: false,
     };
     o.park(&record, &b).await.unwrap();
-    assert_eq!(o.discard_parked(aggregate(1)).await.unwrap(), 3);
+    assert_eq!(o.discard_parked(aggregate(1)).await.unwrap().removed, 3);
     assert_eq!(o.count().await.unwrap(), 10);
     let state = |i: usize| o.event_state(r[i].event_id);
     assert_eq!(state(3).await.unwrap(), EventState::Absent, "landed");
@@ -640,4 +643,63 @@ pub async fn batches_settles_prunes_and_discards_cut_through_appends(o: &impl Ou
 
 fn seqs_of(receipts: &[Receipt]) -> Vec<u64> {
     receipts.iter().map(|r| r.client_seq).collect()
+}
+
+/// Rule 6: `counts` reads the events and the parked records together, and sees exactly the
+/// writes of this context that began before it — also when they overlap (both orders).
+pub async fn counts_see_exactly_the_writes_begun_before_them(o: &impl Outbox) {
+    let first = o
+        .append_group(&[(aggregate(1), &events(0..3))])
+        .await
+        .unwrap();
+    let counted = o.counts().await.unwrap();
+    assert_eq!((counted.events, counted.parked.len()), (3, 0));
+    assert!(first.begun < counted.before, "{first:?} {counted:?}");
+
+    // The append begins first: the count, begun while it is out, sees it.
+    let (two, one) = (events(3..5), events(5..6));
+    let (group, later) = ([(aggregate(2), &two[..])], [(aggregate(1), &one[..])]);
+    let (appended, counted) = futures_util::join!(o.append_group(&group), o.counts());
+    let (appended, counted) = (appended.unwrap(), counted.unwrap());
+    assert_eq!(
+        counted.events, 5,
+        "the count began after the append: it sees it"
+    );
+    assert!(appended.begun < counted.before);
+
+    // The count begins first: an append begun while it is out is not in it.
+    let (counted, appended) = futures_util::join!(o.counts(), o.append_group(&later));
+    let (counted, appended) = (counted.unwrap(), appended.unwrap());
+    assert_eq!(
+        counted.events, 5,
+        "the append began after the count: unseen"
+    );
+    assert!(counted.before <= appended.begun);
+    assert_eq!(o.count().await.unwrap(), 6);
+
+    // A discard is a counted write too; the parked records come with the count.
+    let b = batch(1, 1, 4);
+    assert!(o.pin(&b, None).await.unwrap());
+    let record = ParkRecord {
+        aggregate: aggregate(1),
+        first_seq: 1,
+        last_seq: 4,
+        count: 4,
+        code: 2022,
+        message: "schema".into(),
+        parked_at: 1,
+        may_have_landed: false,
+    };
+    o.park(&record, &b).await.unwrap();
+    let counted = o.counts().await.unwrap();
+    assert_eq!((counted.events, counted.parked), (6, vec![record]));
+    let (counted, discarded) = futures_util::join!(o.counts(), o.discard_parked(aggregate(1)));
+    let (counted, discarded) = (counted.unwrap(), discarded.unwrap());
+    assert_eq!((counted.events, counted.parked.len()), (6, 1), "unseen");
+    assert_eq!(discarded.removed, 4);
+    assert!(counted.before <= discarded.begun);
+    let counted = o.counts().await.unwrap();
+    assert_eq!((counted.events, counted.parked.len()), (2, 0));
+    assert!(discarded.begun < counted.before);
+    assert!(counted.before > Begun(0));
 }

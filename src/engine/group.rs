@@ -20,7 +20,7 @@ use std::rc::Rc;
 use futures_channel::oneshot;
 
 use super::model::{AggregateRef, NewEvent, Receipt};
-use super::outbox::{Outbox, StoreError};
+use super::outbox::{Appended, Begun, Outbox, StoreError};
 
 /// Most appends written in one transaction.
 pub(crate) const MAX_GROUP: usize = 512;
@@ -29,8 +29,9 @@ pub(crate) const MAX_GROUP: usize = 512;
 pub type Spawn = Rc<dyn Fn(Pin<Box<dyn Future<Output = ()>>>)>;
 
 /// Told once per committed group, before any of its appends resolves: how many events it
-/// stored, and each aggregate it touched (once each, in first-append order).
-pub type Committed = Box<dyn Fn(u64, &[AggregateRef])>;
+/// stored, each aggregate it touched (once each, in first-append order), and when its
+/// transaction began.
+pub type Committed = Box<dyn Fn(u64, &[AggregateRef], Begun)>;
 
 struct Queued {
     aggregate: AggregateRef,
@@ -95,7 +96,7 @@ impl<O: Outbox + 'static> GroupCommit<O> {
                 .map(|q| (q.aggregate, q.events.as_slice()))
                 .collect();
             match self.outbox.append_group(&items).await {
-                Ok(receipts) => {
+                Ok(Appended { receipts, begun }) => {
                     let stored: usize = receipts.iter().map(Vec::len).sum();
                     let mut seen = BTreeSet::new();
                     let touched: Vec<AggregateRef> = group
@@ -103,7 +104,7 @@ impl<O: Outbox + 'static> GroupCommit<O> {
                         .map(|q| q.aggregate)
                         .filter(|a| seen.insert(*a))
                         .collect();
-                    (self.committed)(stored as u64, &touched);
+                    (self.committed)(stored as u64, &touched, begun);
                     for (queued, receipts) in group.into_iter().zip(receipts) {
                         let _ = queued.reply.send(Ok(receipts));
                     }
@@ -136,7 +137,7 @@ mod tests {
         let told: Rc<RefCell<Told>> = Rc::default();
         let log = told.clone();
         let committed: Committed =
-            Box::new(move |n, touched| log.borrow_mut().push((n, touched.to_vec())));
+            Box::new(move |n, touched, _| log.borrow_mut().push((n, touched.to_vec())));
         let group = GroupCommit::new(outbox.clone(), spawn, committed);
         let waiting: Vec<_> = (0..1_000u32)
             .map(|i| {

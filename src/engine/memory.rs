@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use super::batch::take_within;
 use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
-use super::outbox::{CutQuery, EventState, Outbox, Pruned, StoreError};
+use super::outbox::{
+    Appended, Begun, Counted, CutQuery, Discarded, EventState, Outbox, Pruned, StoreError,
+};
 
 type Key = (AggregateRef, u64);
 
@@ -22,9 +24,18 @@ struct State {
     pin: Option<Batch>,
     parked: BTreeMap<AggregateRef, ParkRecord>,
     discarded: BTreeSet<Uuid>,
+    /// Writes that change the counts so far (each is whole at once here: rule 6 holds
+    /// trivially).
+    writes: u64,
 }
 
 impl State {
+    /// The next write's place in the order writes began.
+    fn begin(&mut self) -> Begun {
+        self.writes += 1;
+        Begun(self.writes - 1)
+    }
+
     fn landed(&self, aggregate: &AggregateRef) -> u64 {
         self.landed.get(aggregate).copied().unwrap_or(0)
     }
@@ -86,8 +97,9 @@ impl Outbox for MemoryOutbox {
     async fn append_group(
         &self,
         group: &[(AggregateRef, &[NewEvent])],
-    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
+    ) -> Result<Appended, StoreError> {
         let mut state = self.state.borrow_mut();
+        let begun = state.begin();
         let mut all = Vec::with_capacity(group.len());
         for (aggregate, events) in group {
             let mut seq = state.counters.get(aggregate).copied().unwrap_or(0);
@@ -105,7 +117,10 @@ impl Outbox for MemoryOutbox {
             state.counters.insert(*aggregate, seq);
             all.push(receipts);
         }
-        Ok(all)
+        Ok(Appended {
+            receipts: all,
+            begun,
+        })
     }
 
     async fn last_assigned(&self, aggregate: AggregateRef) -> Result<u64, StoreError> {
@@ -251,10 +266,11 @@ impl Outbox for MemoryOutbox {
         Ok(self.state.borrow().parked.values().cloned().collect())
     }
 
-    async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
+    async fn discard_parked(&self, aggregate: AggregateRef) -> Result<Discarded, StoreError> {
         let mut state = self.state.borrow_mut();
+        let begun = state.begin();
         let Some(record) = state.parked.remove(&aggregate) else {
-            return Ok(0);
+            return Ok(Discarded { removed: 0, begun });
         };
         let keys: Vec<Key> = state
             .events
@@ -270,16 +286,20 @@ impl Outbox for MemoryOutbox {
                 removed += 1;
             }
         }
-        Ok(removed)
+        Ok(Discarded { removed, begun })
     }
 
-    async fn count(&self) -> Result<u64, StoreError> {
+    async fn counts(&self) -> Result<Counted, StoreError> {
         let state = self.state.borrow();
-        Ok(state
-            .events
-            .values()
-            .filter(|e| state.is_pending(e))
-            .count() as u64)
+        Ok(Counted {
+            events: state
+                .events
+                .values()
+                .filter(|e| state.is_pending(e))
+                .count() as u64,
+            parked: state.parked.values().cloned().collect(),
+            before: Begun(state.writes),
+        })
     }
 
     async fn pending_aggregates(&self) -> Result<Vec<(AggregateRef, u64)>, StoreError> {

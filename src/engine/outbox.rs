@@ -17,6 +17,10 @@
 //!    back on every resend, also after a restart. The pin changes only by compare-and-set.
 //! 5. Only [`Outbox::settle`] (after `landed`) and [`Outbox::discard_parked`] (the app's
 //!    explicit choice) end an event's life; [`Outbox::prune`] only deletes what was settled.
+//! 6. Writes that change the counts (`append_group`, `discard_parked`) say when they began
+//!    ([`Begun`]), and [`Outbox::counts`] says which of them it saw: exactly those that began
+//!    before it. The status counts stay exact while appends and a recount overlap
+//!    ([`super::status::Hub::reset_counts`]).
 
 use std::future::Future;
 
@@ -164,6 +168,41 @@ pub struct Pruned {
     pub more: bool,
 }
 
+/// When a write of this context began, in the order its transactions began: a store runs
+/// transactions whose scopes overlap in that order, so a read sees exactly the writes that
+/// began before it (the ones that committed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Begun(pub u64);
+
+/// What [`Outbox::counts`] read, in one transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Events pending or parked (landed ones not counted).
+    pub events: u64,
+    /// Every parked record.
+    pub parked: Vec<ParkRecord>,
+    /// It saw this context's writes that began before this one, and none that began later.
+    pub before: Begun,
+}
+
+/// What [`Outbox::append_group`] stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Appended {
+    /// Per append, in order, its events' receipts.
+    pub receipts: Vec<Vec<Receipt>>,
+    /// When the transaction that stored them began.
+    pub begun: Begun,
+}
+
+/// What [`Outbox::discard_parked`] dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Discarded {
+    /// Events dropped (0 when the aggregate was not parked).
+    pub removed: u32,
+    /// When the transaction that dropped them began.
+    pub begun: Begun,
+}
+
 /// The outbox's storage.
 pub trait Outbox {
     /// Loads the device's client id, storing `fresh` first if none exists yet.
@@ -176,7 +215,7 @@ pub trait Outbox {
     fn append_group(
         &self,
         group: &[(AggregateRef, &[NewEvent])],
-    ) -> impl Future<Output = Result<Vec<Vec<Receipt>>, StoreError>>;
+    ) -> impl Future<Output = Result<Appended, StoreError>>;
 
     /// One append: [`Outbox::append_group`] of one.
     fn append(
@@ -185,8 +224,8 @@ pub trait Outbox {
         events: Vec<NewEvent>,
     ) -> impl Future<Output = Result<Vec<Receipt>, StoreError>> {
         async move {
-            let mut receipts = self.append_group(&[(aggregate, &events)]).await?;
-            Ok(receipts.pop().unwrap_or_default())
+            let mut appended = self.append_group(&[(aggregate, &events)]).await?;
+            Ok(appended.receipts.pop().unwrap_or_default())
         }
     }
 
@@ -256,15 +295,21 @@ pub trait Outbox {
     fn parked(&self) -> impl Future<Output = Result<Vec<ParkRecord>, StoreError>>;
 
     /// Drops the aggregate's parked events and its park record, and records the dropped events'
-    /// ids as discarded, atomically. Returns how many events were dropped (0 when it was not
+    /// ids as discarded, atomically. Says how many events were dropped (0 when it was not
     /// parked).
     fn discard_parked(
         &self,
         aggregate: AggregateRef,
-    ) -> impl Future<Output = Result<u32, StoreError>>;
+    ) -> impl Future<Output = Result<Discarded, StoreError>>;
+
+    /// How many events are pending or parked, and every parked record, read together; and which
+    /// of this context's writes that read saw (rule 6).
+    fn counts(&self) -> impl Future<Output = Result<Counted, StoreError>>;
 
     /// How many events are pending or parked (landed ones not counted).
-    fn count(&self) -> impl Future<Output = Result<u64, StoreError>>;
+    fn count(&self) -> impl Future<Output = Result<u64, StoreError>> {
+        async { Ok(self.counts().await?.events) }
+    }
 
     /// Every aggregate with pending events, with the highest sequence assigned in it.
     fn pending_aggregates(

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use super::model::{AggregateRef, ParkRecord};
+use super::outbox::{Begun, Counted};
 use super::read::machine::ReadState;
 use super::signal::Signal;
 
@@ -126,6 +127,41 @@ struct Counts {
     total: u64,
     /// Parked aggregates and their parked event counts.
     parked: BTreeMap<AggregateRef, ParkRecord>,
+    /// This context's writes that began before this are in `total` and `parked` (the last
+    /// recount saw them): when one of them reports in later, it is not counted again.
+    counted_before: Begun,
+    /// While a recount is out: this context's writes that reported in meanwhile. Those the
+    /// recount did not see are applied again on top of what it read.
+    recounting: Option<Vec<(Begun, Change)>>,
+}
+
+/// A change to the counts made by a write of this context.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Appended(u64),
+    Discarded(AggregateRef, u32),
+}
+
+impl Counts {
+    /// Applies a change; `begun` is when its write began (`None`: another context's, which no
+    /// recount can place, so it always counts, until the next recount reads the truth).
+    fn apply(&mut self, change: Change, begun: Option<Begun>) {
+        if let Some(begun) = begun {
+            if begun < self.counted_before {
+                return; // the last recount saw it
+            }
+            if let Some(recounting) = &mut self.recounting {
+                recounting.push((begun, change));
+            }
+        }
+        match change {
+            Change::Appended(n) => self.total += n,
+            Change::Discarded(aggregate, removed) => {
+                self.parked.remove(&aggregate);
+                self.total = self.total.saturating_sub(u64::from(removed));
+            }
+        }
+    }
 }
 
 /// The state shared by the drain loop and the API.
@@ -287,21 +323,45 @@ impl Hub {
         self.changed(before);
     }
 
-    /// Replaces the counts with ones read from storage.
-    pub fn reset_counts(&self, total: u64, parked: Vec<ParkRecord>) {
+    /// A recount is about to read storage ([`Hub::reset_counts`] or [`Hub::recount_failed`]
+    /// follows): from now on, this context's writes that report in are remembered.
+    pub fn recount_begins(&self) {
+        self.counts.borrow_mut().recounting = Some(Vec::new());
+    }
+
+    /// The recount failed: the counts stay as they were.
+    pub fn recount_failed(&self) {
+        self.counts.borrow_mut().recounting = None;
+    }
+
+    /// Replaces the counts with ones read from storage. Appends and discards of this context
+    /// may have overlapped the read: those it saw and that report in later are not counted
+    /// again, and those it did not see but that reported in before it are applied again — the
+    /// counts are exact whatever the order in which the writes and the read finish.
+    pub fn reset_counts(&self, counted: Counted) {
         let before = self.status();
         {
             let mut counts = self.counts.borrow_mut();
-            counts.total = total;
-            counts.parked = parked.into_iter().map(|r| (r.aggregate, r)).collect();
+            let meanwhile = counts.recounting.take().unwrap_or_default();
+            counts.total = counted.events;
+            counts.parked = counted
+                .parked
+                .into_iter()
+                .map(|r| (r.aggregate, r))
+                .collect();
+            counts.counted_before = counts.counted_before.max(counted.before);
+            for (begun, change) in meanwhile {
+                counts.apply(change, Some(begun));
+            }
         }
         self.changed(before);
     }
 
-    /// `n` events were appended.
-    pub fn appended(&self, n: u64) {
+    /// `n` events were appended, by a write of this context that began at `begun`, or by
+    /// another context (`None`).
+    pub fn appended(&self, n: u64, begun: Option<Begun>) {
         let before = self.status();
-        self.counts.borrow_mut().total += n;
+        self.counts.borrow_mut().apply(Change::Appended(n), begun);
         self.changed(before);
         self.work.notify();
     }
@@ -337,14 +397,13 @@ impl Hub {
         self.progress.notify();
     }
 
-    /// The app discarded an aggregate's parked events (`removed` left the outbox).
-    pub fn discarded(&self, aggregate: &AggregateRef, removed: u32) {
+    /// The app discarded an aggregate's parked events (`removed` left the outbox), in a write
+    /// of this context that began at `begun`, or in another context (`None`).
+    pub fn discarded(&self, aggregate: &AggregateRef, removed: u32, begun: Option<Begun>) {
         let before = self.status();
-        {
-            let mut counts = self.counts.borrow_mut();
-            counts.parked.remove(aggregate);
-            counts.total = counts.total.saturating_sub(u64::from(removed));
-        }
+        self.counts
+            .borrow_mut()
+            .apply(Change::Discarded(*aggregate, removed), begun);
         if self.state.get() == SyncState::Parked {
             self.set_idle();
         }
@@ -391,3 +450,7 @@ impl Hub {
         self.superseded.set(false);
     }
 }
+
+#[cfg(test)]
+#[path = "status_tests.rs"]
+mod tests;

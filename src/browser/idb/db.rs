@@ -19,7 +19,7 @@ use web_sys::{DomException, IdbDatabase, IdbFactory, IdbOpenDbRequest, IdbTransa
 use super::request;
 use super::schema;
 use crate::browser::global;
-use crate::engine::outbox::{Cause, StoreError};
+use crate::engine::outbox::{Begun, Cause, StoreError};
 
 /// How committed writes reach the disk (IndexedDB transaction durability).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +162,9 @@ pub struct Db {
     /// Whether a request failing after `commit()` aborts the transaction in this engine
     /// ([`Db::early_commit_is_atomic`]); `None` until probed.
     early_commit_atomic: Cell<Option<bool>>,
+    /// Transactions begun so far: each one's [`Begun`] (a read sees exactly the writes begun
+    /// before it, IndexedDB running transactions with overlapping scopes in creation order).
+    begun: Cell<u64>,
 }
 
 /// The stores one transaction works on, as the JS array IndexedDB wants.
@@ -191,6 +194,7 @@ impl Db {
             closed: Cell::new(false),
             options,
             early_commit_atomic: Cell::new(None),
+            begun: Cell::new(0),
         })
     }
 
@@ -256,9 +260,12 @@ impl Db {
         names: &JsValue,
         mode: &str,
         durability: Durability,
-    ) -> Result<IdbTransaction, StoreError> {
+    ) -> Result<(IdbTransaction, Begun), StoreError> {
         let options = &self.options[durability as usize];
-        request::begin(db, names, mode, options).js()
+        let tx = request::begin(db, names, mode, options).js()?;
+        let begun = self.begun.get();
+        self.begun.set(begun + 1);
+        Ok((tx, Begun(begun)))
     }
 
     /// Runs `body` in a read-only transaction on `names` (see [`stores`]).
@@ -267,9 +274,19 @@ impl Db {
         names: &JsValue,
         body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        Ok(self.read_begun(names, body).await?.0)
+    }
+
+    /// [`Db::read`], saying when its transaction began: it sees exactly the writes of this
+    /// connection that began before.
+    pub async fn read_begun<T>(
+        &self,
+        names: &JsValue,
+        body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
+    ) -> Result<(T, Begun), StoreError> {
         let db = self.connection().await?;
-        let tx = self.begin(&db, names, "readonly", Durability::Default)?;
-        body(&tx).await
+        let (tx, begun) = self.begin(&db, names, "readonly", Durability::Default)?;
+        Ok((body(&tx).await?, begun))
     }
 
     /// Runs `body` in a read-write transaction on `names` and resolves once the transaction
@@ -290,8 +307,19 @@ impl Db {
         commit: Commit,
         body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        Ok(self.write_begun(names, durability, commit, body).await?.0)
+    }
+
+    /// [`Db::write`], saying when its transaction began ([`Db::read_begun`]).
+    pub async fn write_begun<T>(
+        &self,
+        names: &JsValue,
+        durability: Durability,
+        commit: Commit,
+        body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
+    ) -> Result<(T, Begun), StoreError> {
         let db = self.connection().await?;
-        let tx = self.begin(&db, names, "readwrite", durability)?;
+        let (tx, begun) = self.begin(&db, names, "readwrite", durability)?;
         let done: JsFuture = request::watch(&tx);
         let value = match body(&tx).await {
             Ok(value) => value,
@@ -305,7 +333,7 @@ impl Db {
             request::commit(&tx);
         }
         match done.await {
-            Ok(_) => Ok(value),
+            Ok(_) => Ok((value, begun)),
             Err(e) if e.is_null() || e.is_undefined() => Err(StoreError::Failed {
                 name: "AbortError".into(),
                 message: "the transaction was aborted".into(),

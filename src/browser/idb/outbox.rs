@@ -28,7 +28,9 @@ use crate::engine::batch::take_within;
 use crate::engine::model::{
     AggregateRef, Batch, IDENTITY_CHANGED, NewEvent, ParkRecord, Receipt, StoredEvent,
 };
-use crate::engine::outbox::{Cause, CutQuery, EventState, Outbox, Pruned, StoreError};
+use crate::engine::outbox::{
+    Appended, Cause, Counted, CutQuery, Discarded, EventState, Outbox, Pruned, StoreError,
+};
 
 /// Durability of the drain's own writes (pin, settle, park, prune). `relaxed` is safe for
 /// them: they survive a tab or browser crash, and if an OS crash loses one, the only effect is
@@ -406,6 +408,11 @@ fn parked_record(r: &ParkRecord) -> JsValue {
     o.into()
 }
 
+/// The park records in a `parked` store's `getAll` answer.
+fn parked_of(values: JsValue) -> Result<Vec<ParkRecord>, StoreError> {
+    js::array(&values).iter().map(park_of_record).collect()
+}
+
 pub(super) fn park_of_record(v: &JsValue) -> Result<ParkRecord, StoreError> {
     let bad = || StoreError::Corrupt("a bad parked record".into());
     Ok(ParkRecord {
@@ -536,7 +543,7 @@ impl IdbOutbox {
         &self,
         group: &[(AggregateRef, &[NewEvent])],
         wrong: &Cell<bool>,
-    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
+    ) -> Result<Appended, StoreError> {
         // An `add` over an existing key fails its request: committing early is only right
         // where that still aborts the whole transaction.
         let commit = if self.db.early_commit_is_atomic().await {
@@ -546,7 +553,7 @@ impl IdbOutbox {
         };
         let written = self
             .db
-            .write(
+            .write_begun(
                 &stores(&[OUTBOX, COUNTERS, IDS]),
                 self.durability,
                 commit,
@@ -566,27 +573,22 @@ impl IdbOutbox {
                         .values()
                         .map(|(a, _, _)| counters.get(&a.key()))
                         .collect();
-                    // Their answers, in `last`'s order (awaited in the order issued).
-                    let stored = async || {
-                        let mut out = Vec::with_capacity(reads.len());
-                        for read in &reads {
-                            let counter = result(read.clone()).await.js()?;
-                            out.push(js::get_u64(&counter, "last").unwrap_or(0));
-                        }
-                        Ok::<_, StoreError>(out)
-                    };
                     // With every counter guessed, the writes go out before the answers.
-                    let guessed = self.counters.guess(last.keys());
-                    let bases = match &guessed {
-                        Some(guessed) => guessed.clone(),
-                        None => stored().await?,
+                    let (bases, unchecked) = match self.counters.guess(last.keys()) {
+                        Some(guessed) => (guessed, Some(reads)),
+                        None => (counter_answers(reads).await?, None),
                     };
                     for ((_, seq, _), base) in last.values_mut().zip(&bases) {
                         *seq = *base;
                     }
                     let receipts = write_group(tx, group, &mut last)?;
-                    // Checked as the answers arrive, before any write's: a wrong guess aborts.
-                    if guessed.is_some() && stored().await? != bases {
+                    // Checked once the last answer arrived, in its own success event, before
+                    // any write's: a wrong guess aborts.
+                    let checked = match unchecked {
+                        Some(reads) => counter_answers(reads).await? == bases,
+                        None => true,
+                    };
+                    if !checked {
                         wrong.set(true);
                         return Err(StoreError::Failed {
                             name: "AbortError".into(),
@@ -601,9 +603,9 @@ impl IdbOutbox {
             )
             .await;
         match written {
-            Ok((receipts, seqs)) => {
+            Ok(((receipts, seqs), begun)) => {
                 self.counters.committed(seqs.into_iter());
-                Ok(receipts)
+                Ok(Appended { receipts, begun })
             }
             Err(e) => {
                 self.counters.forget();
@@ -611,6 +613,20 @@ impl IdbOutbox {
             }
         }
     }
+}
+
+/// The `last` of each counter read, in the order issued (and awaited in that order: a request's
+/// handler is attached when it is awaited, `super::request`). Consumes the reads: awaiting a
+/// request a second time would wait for an event that has passed.
+async fn counter_answers(
+    reads: Vec<Result<web_sys::IdbRequest, JsValue>>,
+) -> Result<Vec<u64>, StoreError> {
+    let mut out = Vec::with_capacity(reads.len());
+    for read in reads {
+        let counter = result(read).await.js()?;
+        out.push(js::get_u64(&counter, "last").unwrap_or(0));
+    }
+    Ok(out)
 }
 
 /// Assigns the group's events their sequences after each aggregate's `last`, and issues their
@@ -676,7 +692,7 @@ impl Outbox for IdbOutbox {
     async fn append_group(
         &self,
         group: &[(AggregateRef, &[NewEvent])],
-    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
+    ) -> Result<Appended, StoreError> {
         let wrong = Cell::new(false);
         match self.append_group_once(group, &wrong).await {
             // A guessed counter was wrong (another context appended), or another context
@@ -963,15 +979,15 @@ impl Outbox for IdbOutbox {
     async fn parked(&self) -> Result<Vec<ParkRecord>, StoreError> {
         self.db
             .read(&stores(&[PARKED]), async |tx| {
-                let values = result(store(tx, PARKED)?.get_all()).await.js()?;
-                js::array(&values).iter().map(park_of_record).collect()
+                parked_of(result(store(tx, PARKED)?.get_all()).await.js()?)
             })
             .await
     }
 
-    async fn discard_parked(&self, aggregate: AggregateRef) -> Result<u32, StoreError> {
-        self.db
-            .write(
+    async fn discard_parked(&self, aggregate: AggregateRef) -> Result<Discarded, StoreError> {
+        let (removed, begun) = self
+            .db
+            .write_begun(
                 &stores(&[PARKED, OUTBOX, DISCARDED]),
                 self.durability,
                 Commit::Early,
@@ -1009,19 +1025,28 @@ impl Outbox for IdbOutbox {
                     Ok(dropped)
                 },
             )
-            .await
+            .await?;
+        Ok(Discarded { removed, begun })
     }
 
-    async fn count(&self) -> Result<u64, StoreError> {
-        self.db
-            .read(&stores(&[OUTBOX, LANDED]), async |tx| {
-                let events = store(tx, OUTBOX)?;
-                let watermarks = store(tx, LANDED)?;
+    async fn counts(&self) -> Result<Counted, StoreError> {
+        let ((events, parked), before) = self
+            .db
+            .read_begun(&stores(&[OUTBOX, LANDED, PARKED]), async |tx| {
+                let parked = parked_of(result(store(tx, PARKED)?.get_all()).await.js()?)?;
                 // From keys alone: each holds its first and last sequence.
-                let marks = all_landed(&watermarks).await?;
-                count_events(&events, Some(&marks)).await
+                let marks = all_landed(&store(tx, LANDED)?).await?;
+                Ok((
+                    count_events(&store(tx, OUTBOX)?, Some(&marks)).await?,
+                    parked,
+                ))
             })
-            .await
+            .await?;
+        Ok(Counted {
+            events,
+            parked,
+            before,
+        })
     }
 
     async fn pending_aggregates(&self) -> Result<Vec<(AggregateRef, u64)>, StoreError> {

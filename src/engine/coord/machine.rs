@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use super::message::Message;
 use crate::engine::drain::RunEnd;
 use crate::engine::model::{AggregateRef, ParkRecord};
+use crate::engine::outbox::Begun;
 use crate::engine::status::{Role, Status, SyncedNotice};
 
 /// How often the drainer says it is alive (and followers check that it is).
@@ -56,14 +57,21 @@ pub enum Event {
         /// Pending events.
         pending: u64,
     },
-    /// This context appended `n` events.
-    Appended(u64),
+    /// This context appended events.
+    Appended {
+        /// How many.
+        n: u64,
+        /// When the write that stored them began.
+        begun: Begun,
+    },
     /// This context discarded an aggregate's parked events.
     Discarded {
         /// The aggregate.
         aggregate: AggregateRef,
         /// How many were dropped.
         removed: u32,
+        /// When the write that dropped them began.
+        begun: Begun,
     },
     /// This context's status changed, or its drain reported events (relayed when draining).
     Changed(Message),
@@ -107,13 +115,20 @@ pub enum HubUpdate {
     /// An aggregate was parked.
     Parked(ParkRecord),
     /// Events were appended (count them; wake the drain).
-    Appended(u64),
+    Appended {
+        /// How many.
+        n: u64,
+        /// When this context's write began (`None`: another context's).
+        begun: Option<Begun>,
+    },
     /// Parked events were discarded.
     Discarded {
         /// The aggregate.
         aggregate: AggregateRef,
         /// How many.
         removed: u32,
+        /// When this context's write began (`None`: another context's).
+        begun: Option<Begun>,
     },
     /// A failure to show as `lastError`.
     Error(String),
@@ -256,14 +271,25 @@ impl Coordinator {
             }
             Event::Received(message) => self.received(message, now),
             Event::Tick { pending } => self.tick(pending, now),
-            Event::Appended(n) => {
-                self.hub(HubUpdate::Appended(n));
+            Event::Appended { n, begun } => {
+                self.hub(HubUpdate::Appended {
+                    n,
+                    begun: Some(begun),
+                });
                 if !self.draining {
                     self.emit(Effect::Post(Message::Appended { n }));
                 }
             }
-            Event::Discarded { aggregate, removed } => {
-                self.hub(HubUpdate::Discarded { aggregate, removed });
+            Event::Discarded {
+                aggregate,
+                removed,
+                begun,
+            } => {
+                self.hub(HubUpdate::Discarded {
+                    aggregate,
+                    removed,
+                    begun: Some(begun),
+                });
                 self.emit(Effect::Post(Message::Discarded { aggregate, removed }));
             }
             Event::Changed(message) => {
@@ -291,10 +317,12 @@ impl Coordinator {
             }
             Message::Synced(notice) if !draining => self.hub(HubUpdate::Synced(notice)),
             Message::Parked(record) if !draining => self.hub(HubUpdate::Parked(record)),
-            Message::Appended { n } if draining => self.hub(HubUpdate::Appended(n)),
-            Message::Discarded { aggregate, removed } => {
-                self.hub(HubUpdate::Discarded { aggregate, removed })
-            }
+            Message::Appended { n } if draining => self.hub(HubUpdate::Appended { n, begun: None }),
+            Message::Discarded { aggregate, removed } => self.hub(HubUpdate::Discarded {
+                aggregate,
+                removed,
+                begun: None,
+            }),
             Message::Heartbeat => self.last_heard = now,
             Message::Hello if draining => self.emit(Effect::PostStatus),
             _ => {}

@@ -56,7 +56,10 @@ fn a_grant_starts_the_drain_and_announces_it() {
     c.handle(Event::Changed(Message::Status(status())), 1_002);
     assert_eq!(effects(&mut c), [Effect::Post(Message::Status(status()))]);
     c.handle(Event::Received(Message::Appended { n: 4 }), 1_003);
-    assert_eq!(effects(&mut c), [Effect::Hub(HubUpdate::Appended(4))]);
+    assert_eq!(
+        effects(&mut c),
+        [Effect::Hub(HubUpdate::Appended { n: 4, begun: None })]
+    );
 }
 
 #[test]
@@ -146,11 +149,20 @@ fn a_follower_with_work_steals_from_a_silent_drainer() {
 #[test]
 fn followers_relay_appends_and_mirror_notices_drainers_do_not() {
     let mut c = started();
-    c.handle(Event::Appended(2), 1);
+    c.handle(
+        Event::Appended {
+            n: 2,
+            begun: Begun(7),
+        },
+        1,
+    );
     assert_eq!(
         effects(&mut c),
         [
-            Effect::Hub(HubUpdate::Appended(2)),
+            Effect::Hub(HubUpdate::Appended {
+                n: 2,
+                begun: Some(Begun(7))
+            }),
             Effect::Post(Message::Appended { n: 2 }),
         ]
     );
@@ -158,8 +170,20 @@ fn followers_relay_appends_and_mirror_notices_drainers_do_not() {
     assert_eq!(effects(&mut c), [], "a follower relays nothing of its own");
     c.handle(Event::LockGranted(1), 3);
     effects(&mut c);
-    c.handle(Event::Appended(2), 4);
-    assert_eq!(effects(&mut c), [Effect::Hub(HubUpdate::Appended(2))]);
+    c.handle(
+        Event::Appended {
+            n: 2,
+            begun: Begun(8),
+        },
+        4,
+    );
+    assert_eq!(
+        effects(&mut c),
+        [Effect::Hub(HubUpdate::Appended {
+            n: 2,
+            begun: Some(Begun(8))
+        })]
+    );
     c.handle(Event::Received(Message::Status(status())), 5);
     assert_eq!(effects(&mut c), [], "the drainer mirrors nobody");
 }

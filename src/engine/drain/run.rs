@@ -94,13 +94,13 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
         while let Some(action) = drain.poll() {
             match action {
                 Action::Recount => ops.push(Box::pin(async move {
-                    let counted = async {
-                        let total = outbox.count().await?;
-                        let parked = outbox.parked().await?;
-                        hub.reset_counts(total, parked);
-                        Ok(())
-                    };
-                    Input::Recounted(counted.await)
+                    hub.recount_begins();
+                    let counted = outbox.counts().await;
+                    match &counted {
+                        Ok(counted) => hub.reset_counts(counted.clone()),
+                        Err(_) => hub.recount_failed(),
+                    }
+                    Input::Recounted(counted.map(drop))
                 })),
                 Action::FindUnpruned => {
                     ops.push(Box::pin(
