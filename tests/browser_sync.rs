@@ -601,3 +601,43 @@ async fn rule8_a_backlog_of_100000_events_drains_in_order_and_is_pruned() {
     }
     ok(client.close()).await;
 }
+
+/// `status().pending` is exact while appends overlap the drain's start, whose recount reads
+/// the outbox while they commit: every append made is counted once (CI once saw WebKit count
+/// one append twice, 101,000 pending for 100,000 appended).
+#[wasm_bindgen_test]
+async fn the_pending_count_is_exact_while_appends_overlap_the_recount() {
+    let db = db_name("recount");
+    let t = uuid();
+    let ids: Vec<String> = (0..4).map(|_| uuid()).collect();
+    let mut expected = 0.0;
+    for round in 0..8u32 {
+        // A fresh client each round: its drain starts (and recounts) while the appends go on,
+        // some large and awaited, some small and not.
+        let client = open_nowhere(&db, r#"{"durability":"relaxed"}"#).await;
+        let mut waiting = Vec::new();
+        for i in 0..24u32 {
+            let n = if i % 4 == 0 { 500 } else { 1 + i % 3 };
+            let events: Array = (0..n)
+                .map(|k| bytes_event(1, &(round * 100_000 + i * 1000 + k).to_le_bytes()))
+                .collect();
+            let appended = client.append(aggregate(&t, &ids[(i % 4) as usize]), events.into());
+            expected += f64::from(n);
+            if n > 100 {
+                ok(appended).await;
+            } else {
+                waiting.push(appended);
+            }
+        }
+        for appended in waiting {
+            ok(appended).await;
+        }
+        assert_eq!(
+            num(&client.status(), "pending"),
+            expected,
+            "round {round}: counted once each"
+        );
+        ok(client.close()).await;
+    }
+    assert_eq!(f64::from(outbox_events(&db).await), expected);
+}

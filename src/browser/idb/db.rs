@@ -234,9 +234,9 @@ impl Db {
     /// once per database, by doing exactly that — `put`, then `add` of the same `meta` key,
     /// then `delete` of it, then `commit()` (`earlyCommitIsAtomic` in `src/browser/glue.js`) —
     /// and seeing whether the transaction aborted (with the `add`'s error, or none). It leaves
-    /// nothing behind either way. Any other outcome (a
-    /// closed database, an abort by another context's upgrade, a full disk) answers `false`
-    /// and is not remembered.
+    /// nothing behind either way. Any other outcome (a closed database, this client's or one
+    /// closed for another context's upgrade; a full disk) answers `false` and is not
+    /// remembered, nor is an abort seen after the connection was lost to an upgrade.
     pub async fn early_commit_is_atomic(&self) -> bool {
         if let Some(known) = self.early_commit_atomic.get() {
             return known;
