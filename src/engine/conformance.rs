@@ -70,6 +70,20 @@ fn seqs(events: &[StoredEvent]) -> Vec<u64> {
     events.iter().map(|e| e.client_seq).collect()
 }
 
+/// The park record of a schema rejection (2022) of `b`.
+fn rejected(b: &Batch, may_have_landed: bool) -> ParkRecord {
+    ParkRecord {
+        aggregate: b.aggregate,
+        first_seq: b.first_seq,
+        last_seq: b.last_seq,
+        count: b.count,
+        code: 2022,
+        message: "schema".into(),
+        parked_at: 1,
+        may_have_landed,
+    }
+}
+
 fn batch(n: u128, first_seq: u64, last_seq: u64) -> Batch {
     Batch {
         aggregate: aggregate(n),
@@ -393,16 +407,7 @@ pub async fn parking_and_discarding(o: &impl Outbox) {
     assert!(o.settle(&b, 1, None).await.unwrap());
     let b = batch(1, 2, 3);
     assert!(o.pin(&b, None).await.unwrap());
-    let record = ParkRecord {
-        aggregate: aggregate(1),
-        first_seq: 2,
-        last_seq: 3,
-        count: 2,
-        code: 2022,
-        message: "schema".into(),
-        parked_at: 1,
-        may_have_landed: true,
-    };
+    let record = rejected(&batch(1, 2, 3), true);
     o.park(&record, &b).await.unwrap();
     assert_eq!(o.pinned().await.unwrap(), None, "park unpins");
     assert_eq!(o.parked().await.unwrap(), vec![record.clone()]);
@@ -459,16 +464,7 @@ pub async fn event_states_follow_the_event(o: &impl Outbox) {
         EventState::Absent,
         "landed"
     );
-    let record = ParkRecord {
-        aggregate: aggregate(1),
-        first_seq: 2,
-        last_seq: 2,
-        count: 1,
-        code: 2022,
-        message: "schema".into(),
-        parked_at: 1,
-        may_have_landed: false,
-    };
+    let record = rejected(&batch(1, 2, 2), false);
     o.park(&record, &batch(1, 2, 2)).await.unwrap();
     assert!(
         matches!(
@@ -576,16 +572,7 @@ pub async fn batches_settles_prunes_and_discards_cut_through_appends(o: &impl Ou
     // Park 5..=7 and discard it: 8.. stay, 1..=4 are landed.
     let b = batch(1, 5, 7);
     assert!(o.pin(&b, None).await.unwrap());
-    let record = ParkRecord {
-        aggregate: aggregate(1),
-        first_seq: 5,
-        last_seq: 7,
-        count: 3,
-        code: 2022,
-        message: "schema".into(),
-        parked_at: 1,
-        may_have_landed: false,
-    };
+    let record = rejected(&batch(1, 5, 7), false);
     o.park(&record, &b).await.unwrap();
     assert_eq!(o.discard_parked(aggregate(1)).await.unwrap().removed, 3);
     assert_eq!(o.count().await.unwrap(), 10);
@@ -680,16 +667,7 @@ pub async fn counts_see_exactly_the_writes_begun_before_them(o: &impl Outbox) {
     // A discard is a counted write too; the parked records come with the count.
     let b = batch(1, 1, 4);
     assert!(o.pin(&b, None).await.unwrap());
-    let record = ParkRecord {
-        aggregate: aggregate(1),
-        first_seq: 1,
-        last_seq: 4,
-        count: 4,
-        code: 2022,
-        message: "schema".into(),
-        parked_at: 1,
-        may_have_landed: false,
-    };
+    let record = rejected(&batch(1, 1, 4), false);
     o.park(&record, &b).await.unwrap();
     let counted = o.counts().await.unwrap();
     assert_eq!((counted.events, counted.parked), (6, vec![record]));
