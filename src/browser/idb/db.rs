@@ -162,8 +162,7 @@ pub struct Db {
     /// Whether a request failing after `commit()` aborts the transaction in this engine
     /// ([`Db::early_commit_is_atomic`]); `None` until probed.
     early_commit_atomic: Cell<Option<bool>>,
-    /// Transactions begun so far: each one's [`Begun`] (a read sees exactly the writes begun
-    /// before it, IndexedDB running transactions with overlapping scopes in creation order).
+    /// Transactions begun so far ([`Db::begun`]).
     begun: Cell<u64>,
 }
 
@@ -260,12 +259,11 @@ impl Db {
         names: &JsValue,
         mode: &str,
         durability: Durability,
-    ) -> Result<(IdbTransaction, Begun), StoreError> {
+    ) -> Result<IdbTransaction, StoreError> {
         let options = &self.options[durability as usize];
         let tx = request::begin(db, names, mode, options).js()?;
-        let begun = self.begun.get();
-        self.begun.set(begun + 1);
-        Ok((tx, Begun(begun)))
+        self.begun.set(self.begun.get() + 1);
+        Ok(tx)
     }
 
     /// Runs `body` in a read-only transaction on `names` (see [`stores`]).
@@ -274,19 +272,17 @@ impl Db {
         names: &JsValue,
         body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        Ok(self.read_begun(names, body).await?.0)
+        let db = self.connection().await?;
+        let tx = self.begin(&db, names, "readonly", Durability::Default)?;
+        body(&tx).await
     }
 
-    /// [`Db::read`], saying when its transaction began: it sees exactly the writes of this
-    /// connection that began before.
-    pub async fn read_begun<T>(
-        &self,
-        names: &JsValue,
-        body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
-    ) -> Result<(T, Begun), StoreError> {
-        let db = self.connection().await?;
-        let (tx, begun) = self.begin(&db, names, "readonly", Durability::Default)?;
-        Ok((body(&tx).await?, begun))
+    /// When the transaction of the [`Db::read`] or [`Db::write`] body that asks began — asked
+    /// before the body's first `await` (the body starts right after its transaction began, in
+    /// the same turn). A read sees exactly the writes of this connection that began before it:
+    /// IndexedDB runs transactions with overlapping scopes in the order they began.
+    pub fn begun(&self) -> Begun {
+        Begun(self.begun.get().saturating_sub(1))
     }
 
     /// Runs `body` in a read-write transaction on `names` and resolves once the transaction
@@ -307,19 +303,8 @@ impl Db {
         commit: Commit,
         body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        Ok(self.write_begun(names, durability, commit, body).await?.0)
-    }
-
-    /// [`Db::write`], saying when its transaction began ([`Db::read_begun`]).
-    pub async fn write_begun<T>(
-        &self,
-        names: &JsValue,
-        durability: Durability,
-        commit: Commit,
-        body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
-    ) -> Result<(T, Begun), StoreError> {
         let db = self.connection().await?;
-        let (tx, begun) = self.begin(&db, names, "readwrite", durability)?;
+        let tx = self.begin(&db, names, "readwrite", durability)?;
         let done: JsFuture = request::watch(&tx);
         let value = match body(&tx).await {
             Ok(value) => value,
@@ -333,7 +318,7 @@ impl Db {
             request::commit(&tx);
         }
         match done.await {
-            Ok(_) => Ok((value, begun)),
+            Ok(_) => Ok(value),
             Err(e) if e.is_null() || e.is_undefined() => Err(StoreError::Failed {
                 name: "AbortError".into(),
                 message: "the transaction was aborted".into(),

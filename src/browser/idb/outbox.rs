@@ -553,11 +553,12 @@ impl IdbOutbox {
         };
         let written = self
             .db
-            .write_begun(
+            .write(
                 &stores(&[OUTBOX, COUNTERS, IDS]),
                 self.durability,
                 commit,
                 async |tx| {
+                    let begun = self.db.begun();
                     let counters = store(tx, COUNTERS)?;
                     // Per aggregate: its key parts, its last sequence, and its new events in
                     // sequence order, stored as runs (`super::records`).
@@ -598,12 +599,12 @@ impl IdbOutbox {
                     }
                     let seqs: Vec<(AggregateRef, u64)> =
                         last.iter().map(|(k, (_, seq, _))| (*k, *seq)).collect();
-                    Ok((receipts, seqs))
+                    Ok((receipts, seqs, begun))
                 },
             )
             .await;
         match written {
-            Ok(((receipts, seqs), begun)) => {
+            Ok((receipts, seqs, begun)) => {
                 self.counters.committed(seqs.into_iter());
                 Ok(Appended { receipts, begun })
             }
@@ -985,20 +986,20 @@ impl Outbox for IdbOutbox {
     }
 
     async fn discard_parked(&self, aggregate: AggregateRef) -> Result<Discarded, StoreError> {
-        let (removed, begun) = self
-            .db
-            .write_begun(
+        self.db
+            .write(
                 &stores(&[PARKED, OUTBOX, DISCARDED]),
                 self.durability,
                 Commit::Early,
                 async |tx| {
+                    let begun = self.db.begun();
                     let parked = store(tx, PARKED)?;
                     let events = store(tx, OUTBOX)?;
                     let discarded = store(tx, DISCARDED)?;
                     let a = Agg::new(&aggregate);
                     let found = get(&parked, &a.key()).await?;
                     if found.is_undefined() {
-                        return Ok(0);
+                        return Ok(Discarded { removed: 0, begun });
                     }
                     let record = park_of_record(&found)?;
                     let (f, l) = (record.first_seq, record.last_seq);
@@ -1022,31 +1023,29 @@ impl Outbox for IdbOutbox {
                         put_run(&events, &a, &all[to..], true)?;
                     }
                     parked.delete(&a.key()).js()?;
-                    Ok(dropped)
+                    Ok(Discarded {
+                        removed: dropped,
+                        begun,
+                    })
                 },
             )
-            .await?;
-        Ok(Discarded { removed, begun })
+            .await
     }
 
     async fn counts(&self) -> Result<Counted, StoreError> {
-        let ((events, parked), before) = self
-            .db
-            .read_begun(&stores(&[OUTBOX, LANDED, PARKED]), async |tx| {
+        self.db
+            .read(&stores(&[OUTBOX, LANDED, PARKED]), async |tx| {
+                let before = self.db.begun();
                 let parked = parked_of(result(store(tx, PARKED)?.get_all()).await.js()?)?;
                 // From keys alone: each holds its first and last sequence.
                 let marks = all_landed(&store(tx, LANDED)?).await?;
-                Ok((
-                    count_events(&store(tx, OUTBOX)?, Some(&marks)).await?,
+                Ok(Counted {
+                    events: count_events(&store(tx, OUTBOX)?, Some(&marks)).await?,
                     parked,
-                ))
+                    before,
+                })
             })
-            .await?;
-        Ok(Counted {
-            events,
-            parked,
-            before,
-        })
+            .await
     }
 
     async fn pending_aggregates(&self) -> Result<Vec<(AggregateRef, u64)>, StoreError> {
