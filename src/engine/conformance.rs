@@ -643,7 +643,9 @@ pub async fn counts_see_exactly_the_writes_begun_before_them(o: &impl Outbox) {
     assert_eq!((counted.events, counted.parked.len()), (3, 0));
     assert!(first.begun < counted.before, "{first:?} {counted:?}");
 
-    // The append begins first: the count, begun while it is out, sees it.
+    // The append begins first: the count, begun while it is out, sees it. (In IndexedDB the
+    // append's transaction begins on its first poll because the early-commit probe's answer
+    // is cached by the first append above; uncached, the probe would go first.)
     let (two, one) = (events(3..5), events(5..6));
     let (group, later) = ([(aggregate(2), &two[..])], [(aggregate(1), &one[..])]);
     let (appended, counted) = futures_util::join!(o.append_group(&group), o.counts());

@@ -326,10 +326,12 @@ impl Hub {
     /// A recount is about to read storage ([`Hub::reset_counts`] or [`Hub::recount_failed`]
     /// follows): from now on, this context's writes that report in are remembered.
     pub fn recount_begins(&self) {
-        self.counts.borrow_mut().recounting = Some(Vec::new());
+        let mut counts = self.counts.borrow_mut();
+        debug_assert!(counts.recounting.is_none(), "one recount at a time");
+        counts.recounting = Some(Vec::new());
     }
 
-    /// The recount failed: the counts stay as they were.
+    /// The recount failed, or was dropped with the drain's run: the counts stay as they were.
     pub fn recount_failed(&self) {
         self.counts.borrow_mut().recounting = None;
     }

@@ -48,8 +48,9 @@ fn counts(hub: &Hub) -> (u64, u64) {
 #[test]
 fn an_append_the_recount_saw_is_not_counted_again_when_it_reports_late() {
     let hub = hub();
-    // The append's transaction (1) began before the count's (2), so the count saw its 1000
-    // events; the append's completion is handled only after the count's answer.
+    // Transaction numbers: the append's is 1, the count's 2 (`before`: 2 = what began before
+    // it). The count saw the 1000 events; the append's completion is handled only after the
+    // count's answer.
     hub.recount_begins();
     hub.reset_counts(counted(1000, vec![], 2));
     hub.appended(1000, Some(Begun(1)));
@@ -62,12 +63,12 @@ fn an_append_the_recount_saw_is_not_counted_again_when_it_reports_late() {
 #[test]
 fn an_append_the_recount_missed_is_applied_again_when_it_reported_first() {
     let hub = hub();
-    // The count (1) began first and did not see the append (2), which reported in before
-    // the count's answer replaced the counts.
+    // The count (1) began first and did not see the append (2), which reported in before the
+    // count's answer replaced the counts.
     hub.recount_begins();
     hub.appended(10, Some(Begun(2)));
     assert_eq!(counts(&hub), (10, 0));
-    hub.reset_counts(counted(0, vec![], 2));
+    hub.reset_counts(counted(0, vec![], 1));
     assert_eq!(counts(&hub), (10, 0));
     // One it did see, reported before it, is not applied twice.
     hub.recount_begins();
@@ -85,7 +86,7 @@ fn a_discard_the_recount_missed_does_not_come_back() {
     hub.recount_begins();
     hub.discarded(&aggregate(1), 4, Some(Begun(3)));
     assert_eq!(counts(&hub), (2, 0));
-    hub.reset_counts(counted(6, vec![park(4)], 3));
+    hub.reset_counts(counted(6, vec![park(4)], 2));
     assert_eq!(counts(&hub), (2, 0), "the park record stays gone");
     // One the recount saw, reported late, removes nothing twice.
     hub.reset_counts(counted(6, vec![park(4)], 5));

@@ -279,8 +279,9 @@ impl Db {
 
     /// When the transaction of the [`Db::read`] or [`Db::write`] body that asks began — asked
     /// before the body's first `await` (the body starts right after its transaction began, in
-    /// the same turn). A read sees exactly the writes of this connection that began before it:
-    /// IndexedDB runs transactions with overlapping scopes in the order they began.
+    /// the same turn). A read sees exactly the writes of this `Db` (across reconnections)
+    /// that began before it: IndexedDB runs transactions with overlapping scopes in the order
+    /// they began.
     pub fn begun(&self) -> Begun {
         Begun(self.begun.get().saturating_sub(1))
     }

@@ -186,6 +186,8 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
                     for report in synced.drain(..) {
                         apply(hub, report);
                     }
+                    // A recount still out is dropped with the run: so is its bookkeeping.
+                    hub.recount_failed();
                     if end == RunEnd::Closed {
                         hub.set_state(SyncState::Closed);
                     }
