@@ -96,11 +96,16 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
                 Action::Recount => ops.push(Box::pin(async move {
                     hub.recount_begins();
                     let counted = outbox.counts().await;
-                    match &counted {
-                        Ok(counted) => hub.reset_counts(counted.clone()),
-                        Err(_) => hub.recount_failed(),
-                    }
-                    Input::Recounted(counted.map(drop))
+                    Input::Recounted(match counted {
+                        Ok(counted) => {
+                            hub.reset_counts(counted);
+                            Ok(())
+                        }
+                        Err(e) => {
+                            hub.recount_failed();
+                            Err(e)
+                        }
+                    })
                 })),
                 Action::FindUnpruned => {
                     ops.push(Box::pin(
