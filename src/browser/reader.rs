@@ -8,8 +8,9 @@
 //! dropped while it runs. A stream or a request that outlives [`ReaderRuntime::stop`] (or a
 //! newer stream) finds the generation changed and is ignored.
 
+use crate::engine::sorted::SortedSet;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
 use gloo_timers::callback::Timeout;
@@ -70,7 +71,7 @@ pub(crate) struct ReaderRuntime {
     /// Catch-ups to try again after a failed page.
     retries: RefCell<Vec<Timeout>>,
     /// Aggregates with a local log: a landed batch of one is followed by its catch-up.
-    logged: RefCell<BTreeSet<AggregateRef>>,
+    logged: RefCell<SortedSet<AggregateRef>>,
     /// `logged` has been read from storage (until then every landed batch is caught up).
     loaded: Cell<bool>,
     stopped: Cell<bool>,

@@ -9,8 +9,8 @@
 //! turned into JS objects once and kept; a refresh reads only the batches above what this
 //! context has (unless the log was reset). A listener is called only when the view changed.
 
+use crate::engine::sorted::SortedMap;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use js_sys::{Array, Function, Object};
@@ -75,7 +75,7 @@ struct View {
 pub(crate) struct Views {
     outbox: Rc<IdbOutbox>,
     me: String,
-    views: RefCell<BTreeMap<AggregateRef, View>>,
+    views: RefCell<SortedMap<AggregateRef, View>>,
     next_id: Cell<u32>,
     /// Whether views are served from a cache that may be behind the server.
     from_cache: Box<dyn Fn() -> bool>,
@@ -118,7 +118,7 @@ impl Views {
         self.next_id.set(id + 1);
         let first = {
             let mut views = self.views.borrow_mut();
-            let view = views.entry(aggregate).or_default();
+            let view = views.get_or_default(aggregate);
             view.listeners.push(Listener {
                 id,
                 function,
@@ -177,7 +177,7 @@ impl Views {
     async fn refresh(self: &Rc<Self>, aggregate: AggregateRef) {
         {
             let mut views = self.views.borrow_mut();
-            let view = views.entry(aggregate).or_default();
+            let view = views.get_or_default(aggregate);
             if view.refreshing {
                 view.again = true;
                 return;

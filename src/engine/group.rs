@@ -11,8 +11,8 @@
 //! What follows a commit (status counts, views, the message to other contexts) is told once per
 //! group, not once per append: under load a group holds hundreds of appends.
 
+use crate::engine::sorted::SortedSet;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -98,7 +98,7 @@ impl<O: Outbox + 'static> GroupCommit<O> {
             match self.outbox.append_group(&items).await {
                 Ok(Appended { receipts, begun }) => {
                     let stored: usize = receipts.iter().map(Vec::len).sum();
-                    let mut seen = BTreeSet::new();
+                    let mut seen = SortedSet::new();
                     let touched: Vec<AggregateRef> = group
                         .iter()
                         .map(|q| q.aggregate)

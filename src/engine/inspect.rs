@@ -15,8 +15,9 @@
 //! The snapshot carries the parked events as stored; the API layer leaves their payloads out
 //! unless the app asks for them.
 
+use crate::engine::sorted::SortedMap;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::classify::Outcome;
 use super::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
@@ -267,40 +268,45 @@ pub fn aggregates(
     lowest: &[Option<u64>],
     parked: &[ParkRecord],
 ) -> Vec<AggregateInfo> {
-    let mut parked_of: BTreeMap<AggregateRef, u64> = BTreeMap::new();
+    let mut parked_of: SortedMap<AggregateRef, u64> = SortedMap::new();
     for r in parked {
-        *parked_of.entry(r.aggregate).or_default() += u64::from(r.count);
+        *parked_of.get_or_default(r.aggregate) += u64::from(r.count);
     }
-    let mut out: Vec<AggregateInfo> = pending
-        .iter()
-        .zip(lowest)
-        .filter_map(|(&(aggregate, last_seq), lowest)| {
-            let first_seq = (*lowest)?;
-            let unlanded = last_seq.checked_sub(first_seq)? + 1;
-            let parked = parked_of.remove(&aggregate).unwrap_or(0);
-            Some(AggregateInfo {
+    let mut out: SortedMap<AggregateRef, AggregateInfo> = SortedMap::new();
+    for (&(aggregate, last_seq), lowest) in pending.iter().zip(lowest) {
+        let Some(first_seq) = *lowest else { continue };
+        let Some(unlanded) = last_seq.checked_sub(first_seq) else {
+            continue;
+        };
+        let parked = parked_of.remove(&aggregate).unwrap_or(0);
+        out.insert(
+            aggregate,
+            AggregateInfo {
                 aggregate,
-                pending: unlanded.saturating_sub(parked),
+                pending: (unlanded + 1).saturating_sub(parked),
                 parked,
                 first_seq,
                 last_seq,
-            })
-        })
-        .collect();
+            },
+        );
+    }
     // A parked aggregate the pending list did not name (nothing else waits in it).
     for r in parked {
         if let Some(n) = parked_of.remove(&r.aggregate) {
-            out.push(AggregateInfo {
-                aggregate: r.aggregate,
-                pending: 0,
-                parked: n,
-                first_seq: r.first_seq,
-                last_seq: r.last_seq,
-            });
+            out.insert(
+                r.aggregate,
+                AggregateInfo {
+                    aggregate: r.aggregate,
+                    pending: 0,
+                    parked: n,
+                    first_seq: r.first_seq,
+                    last_seq: r.last_seq,
+                },
+            );
         }
     }
-    out.sort_by_key(|a| a.aggregate);
-    out
+    // In aggregate order.
+    out.into_values().collect()
 }
 
 /// Reads `outbox` and merges it with `inspector` (this context's drain; pass a fresh one in a

@@ -20,6 +20,7 @@
 //! * [`read`]: the read side — catch-up, the change stream, the converged view;
 //! * [`status`] and [`signal`]: what the app sees and how the drain is woken;
 //! * [`errors`]: the stable error codes JavaScript sees.
+//! * [`sorted`]: the small ordered maps and sets the client keeps (a sorted `Vec`, for size).
 //! * [`inspect`]: what `inspect()` shows (the drain's recent outcomes, the pinned batch's
 //!   attempts, the outbox per aggregate).
 //!
@@ -43,4 +44,5 @@ pub mod model;
 pub mod outbox;
 pub mod read;
 pub mod signal;
+pub mod sorted;
 pub mod status;

@@ -5,8 +5,8 @@
 //! change is reported to the [`Observer`] (the browser layer turns those into DOM events).
 //! Observer calls are made with no borrow held, so a listener may call back into the client.
 
+use crate::engine::sorted::SortedMap;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
@@ -126,7 +126,7 @@ struct Counts {
     /// Every event in the outbox, parked ones included.
     total: u64,
     /// Parked aggregates and their parked event counts.
-    parked: BTreeMap<AggregateRef, ParkRecord>,
+    parked: SortedMap<AggregateRef, ParkRecord>,
     /// This context's writes that began before this are in `total` and `parked` (the last
     /// recount saw them): when one of them reports in later, it is not counted again.
     counted_before: Begun,

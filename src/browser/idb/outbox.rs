@@ -6,8 +6,8 @@
 //! (`strict` by default: committed means on disk); the drain's own bookkeeping (pin, settle,
 //! park, prune) is `relaxed` (see [`BOOKKEEPING`]).
 
+use crate::engine::sorted::SortedMap;
 use std::cell::Cell;
-use std::collections::BTreeMap;
 
 use js_sys::{Array, Object};
 use uuid::Uuid;
@@ -562,11 +562,12 @@ impl IdbOutbox {
                     let counters = store(tx, COUNTERS)?;
                     // Per aggregate: its key parts, its last sequence, and its new events in
                     // sequence order, stored as runs (`super::records`).
-                    let mut last: BTreeMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)> =
-                        BTreeMap::new();
+                    let mut last: SortedMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)> =
+                        SortedMap::new();
                     for (aggregate, _) in group {
-                        last.entry(*aggregate)
-                            .or_insert_with(|| (Agg::new(aggregate), 0, Vec::new()));
+                        last.get_or_insert_with(*aggregate, || {
+                            (Agg::new(aggregate), 0, Vec::new())
+                        });
                     }
                     // Every counter is read first (the requests run together, and before any
                     // write: a transaction runs its requests in order).
@@ -635,7 +636,7 @@ async fn counter_answers(
 fn write_group(
     tx: &IdbTransaction,
     group: &[(AggregateRef, &[NewEvent])],
-    last: &mut BTreeMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)>,
+    last: &mut SortedMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)>,
 ) -> Result<Vec<Vec<Receipt>>, StoreError> {
     let (events, ids, counters) = (store(tx, OUTBOX)?, store(tx, IDS)?, store(tx, COUNTERS)?);
     let mut all = Vec::with_capacity(group.len());

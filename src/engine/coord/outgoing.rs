@@ -15,7 +15,7 @@
 //! later ones wait until [`FLUSH_EVERY_MS`] after the last flush. Closing flushes what is held;
 //! a context that stops draining forgets the status it held.
 
-use std::collections::BTreeSet;
+use crate::engine::sorted::SortedSet;
 
 use super::message::Message;
 use crate::engine::model::AggregateRef;
@@ -30,7 +30,7 @@ pub(crate) const FLUSH_EVERY_MS: u64 = 40;
 pub struct Outgoing {
     status: Option<Status>,
     appended: u64,
-    touched: BTreeSet<AggregateRef>,
+    touched: SortedSet<AggregateRef>,
     /// A flush is scheduled.
     scheduled: bool,
     /// When the last flush ran (`None` before the first).

@@ -22,7 +22,8 @@
 //!   are deleted later, in chunks, when the drain is idle or too many have accumulated, so
 //!   deleting (costly in some engines) is never on the path of a request.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use crate::engine::sorted::{SortedMap, SortedSet};
+use std::collections::VecDeque;
 
 use uuid::Uuid;
 
@@ -315,7 +316,7 @@ pub struct Drain {
     attempt: u32,
     /// Aggregates whose rejected batch is being retried one event at a time: up to which
     /// sequence, and whether that batch may have landed before it was rejected.
-    isolating: BTreeMap<AggregateRef, (u64, bool)>,
+    isolating: SortedMap<AggregateRef, (u64, bool)>,
     /// Whether an attempt of the pinned batch may have landed (an unknown outcome, or a pin
     /// found at start-up: it was pinned before a send that may have happened).
     ambiguous: bool,
@@ -331,7 +332,7 @@ pub struct Drain {
     /// The last batch that landed whole (a read-ahead for it is still good).
     settled_whole: Option<Batch>,
     /// Aggregates with landed events still stored.
-    unpruned: BTreeSet<AggregateRef>,
+    unpruned: SortedSet<AggregateRef>,
     /// Landed events settled and not yet pruned (since this machine started).
     unpruned_events: u64,
     /// The aggregate being pruned now.
@@ -350,7 +351,7 @@ impl Drain {
             phase: Phase::Stopped,
             cursor: None,
             attempt: 0,
-            isolating: BTreeMap::new(),
+            isolating: SortedMap::new(),
             ambiguous: true,
             session: None,
             auth_attempt: 0,
@@ -358,7 +359,7 @@ impl Drain {
             read_ahead: None,
             encoded: None,
             settled_whole: None,
-            unpruned: BTreeSet::new(),
+            unpruned: SortedSet::new(),
             unpruned_events: 0,
             pruning: None,
             actions: VecDeque::new(),

@@ -14,7 +14,8 @@
 //! page and storing it with the aggregate's cursor is one action, so a page and its cursor move
 //! together.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use crate::engine::sorted::{SortedMap, SortedSet};
+use std::collections::VecDeque;
 
 use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
@@ -173,7 +174,7 @@ enum Stream {
 pub struct Reader {
     backoff: Backoff,
     /// Watched aggregates and how many subscriptions want each.
-    watched: BTreeMap<AggregateRef, u32>,
+    watched: SortedMap<AggregateRef, u32>,
     stream: Stream,
     /// Consecutive stream failures.
     attempt: u32,
@@ -185,7 +186,7 @@ pub struct Reader {
     /// Consecutive failed pages (for the retry's backoff).
     page_failures: u32,
     /// Aggregates the stream said were reset: probed before their next page.
-    probe_due: BTreeSet<AggregateRef>,
+    probe_due: SortedSet<AggregateRef>,
     online: bool,
     state: ReadState,
     actions: VecDeque<Action>,
@@ -196,14 +197,14 @@ impl Reader {
     pub fn new(backoff: Backoff) -> Self {
         Reader {
             backoff,
-            watched: BTreeMap::new(),
+            watched: SortedMap::new(),
             stream: Stream::Down { retry_at: 0 },
             attempt: 0,
             queue: VecDeque::new(),
             fetching: None,
             failed: Vec::new(),
             page_failures: 0,
-            probe_due: BTreeSet::new(),
+            probe_due: SortedSet::new(),
             online: true,
             state: ReadState::Idle,
             actions: VecDeque::new(),
@@ -228,7 +229,7 @@ impl Reader {
     pub fn handle(&mut self, input: Input, now_ms: u64, random: f64) {
         match input {
             Input::Subscribe(aggregate) => {
-                let count = self.watched.entry(aggregate).or_insert(0);
+                let count = self.watched.get_or_default(aggregate);
                 *count += 1;
                 if *count == 1 {
                     self.restream(now_ms);

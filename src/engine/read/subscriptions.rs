@@ -6,7 +6,7 @@
 //! saying so leaves its subscriptions until the drainer changes (the new one asks everyone
 //! again) — it only keeps an aggregate watched a little longer than needed.
 
-use std::collections::BTreeMap;
+use crate::engine::sorted::SortedMap;
 
 use super::machine::Input;
 use crate::engine::model::AggregateRef;
@@ -14,7 +14,7 @@ use crate::engine::model::AggregateRef;
 /// Every context's subscriptions.
 #[derive(Debug, Default)]
 pub struct Subscriptions {
-    by_context: BTreeMap<u64, BTreeMap<AggregateRef, u32>>,
+    by_context: SortedMap<u64, SortedMap<AggregateRef, u32>>,
 }
 
 impl Subscriptions {
@@ -22,7 +22,7 @@ impl Subscriptions {
     /// for the union (one watcher more or less), for the read machine.
     pub fn set(&mut self, context: u64, aggregate: AggregateRef, count: u32) -> Option<Input> {
         let before = self.watched(&aggregate);
-        let mine = self.by_context.entry(context).or_default();
+        let mine = self.by_context.get_or_default(context);
         if count == 0 {
             mine.remove(&aggregate);
         } else {
