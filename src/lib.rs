@@ -21,3 +21,9 @@ pub mod browser;
 
 #[cfg(target_arch = "wasm32")]
 pub use api::client::SyncClient;
+
+/// The module's allocator: talc rather than the standard library's dlmalloc, for size
+/// (docs/benchmarks.md, "Size"). The module is single-threaded (no `atomics`).
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
