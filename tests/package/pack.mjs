@@ -47,6 +47,7 @@ check("exact_file_list", () => {
     "README.md",
     "celeriant_sync.d.ts",
     "celeriant_sync.js",
+    "celeriant_sync.js.map",
     "celeriant_sync_bg.wasm",
     "package.json",
     "react.d.ts",
