@@ -1,6 +1,9 @@
 //! The engine's [`Env`] in a browser: `Date.now()`, `setTimeout` (via gloo-timers, cleared when
-//! dropped), `navigator.onLine`, `Math.random()`; plus the `online` listener that wakes the loop.
+//! dropped), `navigator.onLine`, `Math.random()`; plus the `online` listener that wakes the loop,
+//! and [`spawn`], the one way this layer starts a background task.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 
 use gloo_timers::future::TimeoutFuture;
@@ -10,6 +13,18 @@ use super::global;
 use super::locks::LockState;
 use crate::engine::env::Env;
 use crate::engine::status::Hub;
+
+/// Runs `task` in the background (`spawn_local`). Boxed first, so that every task shares one
+/// instantiation of wasm-bindgen's task glue instead of one per future type (≈ 300 bytes each,
+/// docs/benchmarks.md, "Size").
+pub(crate) fn spawn(task: impl Future<Output = ()> + 'static) {
+    spawn_boxed(Box::pin(task));
+}
+
+/// [`spawn`] for a task already boxed (the engine's `Spawn`).
+pub(crate) fn spawn_boxed(task: Pin<Box<dyn Future<Output = ()>>>) {
+    wasm_bindgen_futures::spawn_local(task);
+}
 
 /// The browser environment.
 pub(crate) struct BrowserEnv {

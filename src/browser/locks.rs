@@ -138,7 +138,7 @@ impl DrainLock {
                 });
                 state.held.set(true);
                 let learn = state.clone();
-                wasm_bindgen_futures::spawn_local(async move {
+                super::env::spawn(async move {
                     if let Some(ids) = holders(&learn.name).await
                         && ids.len() == 1
                     {

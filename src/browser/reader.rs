@@ -116,7 +116,7 @@ impl ReaderRuntime {
         // The network coming and going, for as long as the reader runs.
         let weak = Rc::downgrade(&reader);
         let (hub, stopping) = (reader.hub.clone(), reader.stopping.clone());
-        wasm_bindgen_futures::spawn_local(async move {
+        super::env::spawn(async move {
             loop {
                 let stop = stopping.notified();
                 if !first(hub.network.notified(), stop).await {
@@ -130,7 +130,7 @@ impl ReaderRuntime {
             }
         });
         let weak = Rc::downgrade(&reader);
-        wasm_bindgen_futures::spawn_local(async move {
+        super::env::spawn(async move {
             let Some(reader) = weak.upgrade() else { return };
             if let Ok(logged) = reader.outbox.logged().await {
                 reader.logged.borrow_mut().extend(logged);
@@ -196,7 +196,7 @@ impl ReaderRuntime {
     /// Feeds `input` later, from a fresh task, unless the reader stopped meanwhile.
     fn later(self: &Rc<Self>, input: Input) {
         let weak = Rc::downgrade(self);
-        wasm_bindgen_futures::spawn_local(async move {
+        super::env::spawn(async move {
             if let Some(reader) = weak.upgrade() {
                 reader.feed(input);
             }
@@ -213,7 +213,7 @@ impl ReaderRuntime {
             Action::FetchPage(aggregate) | Action::Probe(aggregate) => {
                 let probe = matches!(action, Action::Probe(_));
                 let this = self.clone();
-                wasm_bindgen_futures::spawn_local(async move {
+                super::env::spawn(async move {
                     // One deadline over the whole page (a session opening included), so a
                     // hung `auth` callback cannot stop catch-up for good.
                     let mut end = None;
@@ -237,7 +237,7 @@ impl ReaderRuntime {
                 gone,
             } => {
                 let this = self.clone();
-                wasm_bindgen_futures::spawn_local(async move {
+                super::env::spawn(async move {
                     if this.stopped.get() {
                         return;
                     }
@@ -310,7 +310,7 @@ impl ReaderRuntime {
         }
         body.push_str("]}");
         let this = self.clone();
-        wasm_bindgen_futures::spawn_local(async move {
+        super::env::spawn(async move {
             let token = this.token().await;
             if this.generation.get() != generation || this.stopped.get() {
                 return;
@@ -361,7 +361,7 @@ impl ReaderRuntime {
     /// Feeds `input` later if the stream of `generation` is still the current one.
     fn later_if(self: &Rc<Self>, generation: u64, input: Input) {
         let weak = Rc::downgrade(self);
-        wasm_bindgen_futures::spawn_local(async move {
+        super::env::spawn(async move {
             if let Some(reader) = weak.upgrade()
                 && reader.generation.get() == generation
             {

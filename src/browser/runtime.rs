@@ -93,7 +93,7 @@ fn now() -> u64 {
 }
 
 fn spawn() -> Spawn {
-    Rc::new(wasm_bindgen_futures::spawn_local)
+    Rc::new(super::env::spawn_boxed)
 }
 
 /// Reports the hub's changes to the app's observer and, through the coordinator, to the other
@@ -114,7 +114,7 @@ impl Observer for Relay {
             self.runtime.clone(),
             self.status_due.clone(),
         );
-        wasm_bindgen_futures::spawn_local(async move {
+        super::env::spawn(async move {
             due.set(false);
             if let Some(runtime) = runtime.upgrade() {
                 let status = runtime.hub.status();
@@ -293,7 +293,7 @@ impl Runtime {
             Hold::Held => {}
             Hold::FlushIn(ms) => {
                 let weak = Rc::downgrade(self);
-                wasm_bindgen_futures::spawn_local(async move {
+                super::env::spawn(async move {
                     TimeoutFuture::new(ms as u32).await;
                     if let Some(runtime) = weak.upgrade() {
                         runtime.flush_outgoing();
@@ -366,7 +366,7 @@ impl Runtime {
         self.outbox.sole_drainer(env.lock.is_some());
         let drain = Drain::new(self.config.policy, self.client_id);
         let this = self.clone();
-        wasm_bindgen_futures::spawn_local(async move {
+        super::env::spawn(async move {
             let edge = Edge {
                 outbox: &*this.outbox,
                 transport: &transport,

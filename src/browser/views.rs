@@ -127,7 +127,7 @@ impl Views {
             view.listeners.len() == 1
         };
         let this = self.clone();
-        wasm_bindgen_futures::spawn_local(async move {
+        super::env::spawn(async move {
             if first {
                 // From now on the drain keeps this aggregate's landed events until the log
                 // holds them, so nothing shown as pending can vanish before it is confirmed.
@@ -170,7 +170,7 @@ impl Views {
             return;
         }
         let this = self.clone();
-        wasm_bindgen_futures::spawn_local(async move { this.refresh(aggregate).await });
+        super::env::spawn(async move { this.refresh(aggregate).await });
     }
 
     /// Rebuilds the aggregate's view (one refresh at a time; one more if asked meanwhile).

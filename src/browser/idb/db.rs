@@ -304,28 +304,51 @@ impl Db {
         commit: Commit,
         body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        // Only the body is generic: beginning and ending are one function each, shared by
+        // every caller (each instantiation of this function costs wasm size).
+        let (tx, done) = self.begin_write(names, durability).await?;
+        let value = body(&tx).await;
+        end_write(&tx, done, commit, value.is_ok()).await?;
+        value
+    }
+
+    /// Begins a read-write transaction, watching for its end before any request can finish.
+    async fn begin_write(
+        &self,
+        names: &JsValue,
+        durability: Durability,
+    ) -> Result<(IdbTransaction, JsFuture), StoreError> {
         let db = self.connection().await?;
         let tx = self.begin(&db, names, "readwrite", durability)?;
         let done: JsFuture = request::watch(&tx);
-        let value = match body(&tx).await {
-            Ok(value) => value,
-            Err(e) => {
-                let _ = tx.abort();
-                let _ = done.await;
-                return Err(e);
-            }
-        };
-        if commit == Commit::Early {
-            request::commit(&tx);
-        }
-        match done.await {
-            Ok(_) => Ok(value),
-            Err(e) if e.is_null() || e.is_undefined() => Err(StoreError::Failed {
-                name: "AbortError".into(),
-                message: "the transaction was aborted".into(),
-                cause: Cause::NONE,
-            }),
-            Err(e) => Err(store_error(e)),
-        }
+        Ok((tx, done))
+    }
+}
+
+/// Ends a [`Db::write`]: after a body that failed (`ok` false), aborts and waits for the abort
+/// (the body's error is the one returned); otherwise commits (at once with [`Commit::Early`])
+/// and resolves once the transaction committed, or fails with why it aborted.
+async fn end_write(
+    tx: &IdbTransaction,
+    done: JsFuture,
+    commit: Commit,
+    ok: bool,
+) -> Result<(), StoreError> {
+    if !ok {
+        let _ = tx.abort();
+        let _ = done.await;
+        return Ok(());
+    }
+    if commit == Commit::Early {
+        request::commit(tx);
+    }
+    match done.await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_null() || e.is_undefined() => Err(StoreError::Failed {
+            name: "AbortError".into(),
+            message: "the transaction was aborted".into(),
+            cause: Cause::NONE,
+        }),
+        Err(e) => Err(store_error(e)),
     }
 }
