@@ -272,9 +272,14 @@ impl Db {
         names: &JsValue,
         body: impl AsyncFnOnce(&IdbTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let db = self.connection().await?;
-        let tx = self.begin(&db, names, "readonly", Durability::Default)?;
+        let tx = self.begin_read(names).await?;
         body(&tx).await
+    }
+
+    /// Begins a read-only transaction (one function for every [`Db::read`], for size).
+    async fn begin_read(&self, names: &JsValue) -> Result<IdbTransaction, StoreError> {
+        let db = self.connection().await?;
+        self.begin(&db, names, "readonly", Durability::Default)
     }
 
     /// When the transaction of the [`Db::read`] or [`Db::write`] body that asks began — asked
