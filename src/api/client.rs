@@ -227,12 +227,7 @@ impl SyncClient {
     #[wasm_bindgen(js_name = whenSynced, unchecked_return_type = "Promise<void>")]
     pub fn when_synced(&self, event_id: &str) -> Promise {
         let inner = self.inner.clone();
-        let id = uuid::Uuid::parse_str(event_id).map_err(|e| {
-            ClientError::new(
-                ErrorCode::InvalidEventId,
-                format!("\"{event_id}\" is not a UUID: {e}"),
-            )
-        });
+        let id = super::input::uuid_text(event_id, ErrorCode::InvalidEventId, "eventId");
         promise(async move {
             inner.check_open()?;
             drain::when_synced(inner.outbox(), &inner.runtime.hub, id?).await?;

@@ -27,8 +27,19 @@ fn uuid(value: &JsValue, code: ErrorCode, what: &str) -> Result<Uuid, ClientErro
     let text = value
         .as_string()
         .ok_or_else(|| ClientError::new(code, format!("{what} must be a UUID string")))?;
-    Uuid::parse_str(&text)
-        .map_err(|e| ClientError::new(code, format!("{what} \"{text}\" is not a UUID: {e}")))
+    uuid_text(&text, code, what)
+}
+
+/// Parses a UUID string (hyphenated, simple, braced or `urn:uuid:`). `Uuid::try_parse` rather
+/// than `parse_str`: the same forms, without the error's detail, whose formatting costs the
+/// module ≈ 2 KB gzipped; the message says what was expected instead.
+pub(crate) fn uuid_text(text: &str, code: ErrorCode, what: &str) -> Result<Uuid, ClientError> {
+    Uuid::try_parse(text).map_err(|_| {
+        ClientError::new(
+            code,
+            format!("{what} \"{text}\" is not a UUID (32 hex digits, as 8-4-4-4-12)"),
+        )
+    })
 }
 
 /// `{ typeId, id }`.

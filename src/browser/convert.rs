@@ -24,7 +24,7 @@ pub(crate) fn aggregate_to_js(a: &AggregateRef) -> JsValue {
 }
 
 fn uuid_from(v: &JsValue) -> Option<Uuid> {
-    Uuid::parse_str(&v.as_string()?).ok()
+    Uuid::try_parse(&v.as_string()?).ok()
 }
 
 /// Reads `{ typeId, id }` back.

@@ -242,7 +242,7 @@ impl<K: Ord> FromIterator<K> for SortedSet<K> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -24,7 +24,7 @@ pub(crate) fn uuid_js(id: &Uuid) -> JsValue {
 pub(crate) fn parse_uuid(value: &JsValue) -> Result<Uuid, StoreError> {
     value
         .as_string()
-        .and_then(|s| Uuid::parse_str(&s).ok())
+        .and_then(|s| Uuid::try_parse(&s).ok())
         .ok_or_else(|| StoreError::Corrupt("a stored id is not a UUID".into()))
 }
 

@@ -54,20 +54,20 @@ impl Parser {
             self.after_cr = false;
             rest = rest.strip_prefix('\n').unwrap_or(rest);
         }
+        // Split with `get` and `strip_prefix`, never by indexing: a `str` index can panic, and
+        // its panic message alone links ≈ 5 KB of Unicode tables into the module.
         while let Some(end) = rest.find(['\n', '\r']) {
-            self.line.push_str(&rest[..end]);
-            if rest[end..].starts_with('\r') {
-                match rest[end + 1..].chars().next() {
-                    Some('\n') => rest = &rest[end + 2..],
-                    Some(_) => rest = &rest[end + 1..],
-                    None => {
-                        self.after_cr = true;
-                        rest = "";
-                    }
+            let (line, ending) = (rest.get(..end), rest.get(end..));
+            self.line.push_str(line.unwrap_or_default());
+            let ending = ending.unwrap_or_default();
+            rest = match ending.strip_prefix('\r') {
+                Some("") => {
+                    self.after_cr = true;
+                    ""
                 }
-            } else {
-                rest = &rest[end + 1..];
-            }
+                Some(after) => after.strip_prefix('\n').unwrap_or(after),
+                None => ending.strip_prefix('\n').unwrap_or(ending),
+            };
             let line = std::mem::take(&mut self.line);
             if let Some(event) = self.line_done(&line) {
                 events.push(event);
@@ -121,7 +121,7 @@ impl Parser {
 
 fn aggregate_of(members: &Members) -> Option<AggregateRef> {
     let uuid = |name: &str| match members.get(name).ok()? {
-        Some(Scalar::Str(s)) => Uuid::parse_str(s).ok(),
+        Some(Scalar::Str(s)) => Uuid::try_parse(s).ok(),
         _ => None,
     };
     Some(AggregateRef {
