@@ -66,15 +66,18 @@ async function minifyInPlace(file) {
   const code = readFileSync(file, "utf8");
   if (code.includes("//# sourceMappingURL=")) return 0;
   const name = basename(file);
+  // The map's source gets its own name, so devtools do not show two files as one.
   const out = await minify(
-    { [name]: code },
+    { [name.replace(/\.js$/, ".src.js")]: code },
     {
       module: true,
       ecma: 2020,
       compress: { passes: 2 },
       mangle: true,
       keep_classnames: true,
-      format: { comments: false },
+      // wasm-bindgen's `@ts-self-types` pointer (Deno, JSR and URL imports find the types with
+      // it) and bundlers' purity annotations stay; every other comment goes.
+      format: { comments: /@ts-self-types|[@#]__PURE__/ },
       sourceMap: { filename: name, url: `${name}.map`, includeSources: true },
     },
   );

@@ -11,7 +11,11 @@
 //!
 //! Costs: lookups are O(log n); an insert or a removal moves the entries after it, O(n), except
 //! an insert past the last key (the order IndexedDB answers in), which is a push. Iteration is in
-//! key order, as with `BTreeMap`.
+//! key order, as with `BTreeMap`. The worst cases in use: a group commit of 512 distinct
+//! aggregates in random order moves ≈ 6 MB in all (≈ 1 ms, next to 512 appends' IndexedDB
+//! work), and the drain's set of aggregates to prune (up to its high-water mark) pays one move
+//! per insert or `first` removal, each beside an IndexedDB transaction. A map that could grow
+//! large with random keys on a hot path wants another structure.
 
 use std::fmt;
 
@@ -274,8 +278,10 @@ mod tests {
                     Op::Insert(k, v) => prop_assert_eq!(ours.insert(k, v), theirs.insert(k, v)),
                     Op::Remove(k) => prop_assert_eq!(ours.remove(&k), theirs.remove(&k)),
                     Op::Default(k) => {
-                        *ours.get_or_default(k) += 1;
-                        *theirs.entry(k).or_default() += 1;
+                        let (o, t) = (ours.get_or_default(k), theirs.entry(k).or_default());
+                        prop_assert_eq!(*o, *t);
+                        *o = o.wrapping_add(1);
+                        *t = t.wrapping_add(1);
                     }
                 }
                 prop_assert_eq!(ours.len(), theirs.len());
