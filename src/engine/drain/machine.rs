@@ -407,6 +407,10 @@ impl Drain {
                 self.ambiguous = true;
                 self.phase = Phase::Reading(batch);
                 self.emit(Action::Read(batch));
+                // The next batch is read while this one is read back, a session opened and
+                // the lock checked, not only once it is sent: after a small pinned batch
+                // (an earlier session's), the next one is ready when it lands.
+                self.read_ahead_past(&batch);
             }
             Ok(None) => self.next_batch(),
             Err(e) => self.storage_failed(e, now),
@@ -776,14 +780,8 @@ impl Drain {
         });
     }
 
-    fn send(&mut self, loaded: Loaded) {
-        let (batch, events) = &loaded;
-        self.report(Report::State(SyncState::Syncing));
-        let body = match self.encoded.take() {
-            // The same batch means the same stored events: the same bytes.
-            Some((encoded, body)) if encoded == *batch => body,
-            _ => encode(self.client_id, batch.aggregate, events),
-        };
+    /// Reads the batch after `batch` while `batch` is being readied and sent (once per batch).
+    fn read_ahead_past(&mut self, batch: &Batch) {
         if self.policy.read_ahead
             && self
                 .read_ahead
@@ -796,6 +794,17 @@ impl Drain {
             });
             self.emit(Action::ReadAhead { in_flight: *batch });
         }
+    }
+
+    fn send(&mut self, loaded: Loaded) {
+        let (batch, events) = &loaded;
+        self.report(Report::State(SyncState::Syncing));
+        let body = match self.encoded.take() {
+            // The same batch means the same stored events: the same bytes.
+            Some((encoded, body)) if encoded == *batch => body,
+            _ => encode(self.client_id, batch.aggregate, events),
+        };
+        self.read_ahead_past(batch);
         let token = self
             .session
             .as_ref()

@@ -526,7 +526,16 @@ fn a_start_goes_on_only_once_all_three_reads_are_in_whatever_their_order() {
     d.handle(Input::Recounted(Ok(())), AT);
     assert_eq!(doing(&mut d), []);
     d.handle(Input::Unpruned(Ok(vec![])), AT);
-    assert_eq!(doing(&mut d), [Action::Read(batch(&a))]);
+    assert_eq!(
+        doing(&mut d),
+        [
+            Action::Read(batch(&a)),
+            // The batch after it is read while it is readied, not only once it is sent.
+            Action::ReadAhead {
+                in_flight: batch(&a)
+            }
+        ]
+    );
 
     // A failed search for leftovers: the pin read with it is not trusted; after the wait the
     // pin is read again.
@@ -562,7 +571,10 @@ fn a_pin_found_at_start_is_resent_first_and_may_have_landed() {
             Action::Recount,
             Action::FindUnpruned,
             Action::ReadPin,
-            Action::Read(batch(&a))
+            Action::Read(batch(&a)),
+            Action::ReadAhead {
+                in_flight: batch(&a)
+            }
         ]
     );
     d.handle(Input::Read(Ok(a.clone())), AT);
@@ -596,6 +608,47 @@ fn a_pin_found_at_start_is_resent_first_and_may_have_landed() {
     assert!(
         matches!(parked.last(), Some(Action::Park { record, .. }) if record.may_have_landed),
         "{parked:?}"
+    );
+}
+
+#[test]
+fn the_batch_after_a_pin_found_at_start_is_read_while_the_pin_is_readied() {
+    let mut d = drain();
+    d.start();
+    d.handle(Input::Recounted(Ok(())), AT);
+    d.handle(Input::Unpruned(Ok(vec![])), AT);
+    let (a, b) = (events(1, 1..=2), events(2, 1..=3));
+    d.handle(Input::PinRead(Ok(Some(batch(&a)))), AT);
+    take(&mut d);
+    // The read ahead answers before the pinned batch is even read back.
+    d.handle(
+        Input::ReadAhead {
+            in_flight: batch(&a),
+            result: Ok(Some(b.clone())),
+        },
+        AT,
+    );
+    d.handle(Input::Read(Ok(a.clone())), AT);
+    d.handle(Input::SessionOpened(Ok(session())), AT);
+    d.handle(Input::MaySend(true), AT);
+    let sent = doing(&mut d);
+    assert!(sent.contains(&send_of(1, &a)), "{sent:?}");
+    assert!(
+        !sent.iter().any(|x| matches!(x, Action::ReadAhead { .. })),
+        "read ahead once: {sent:?}"
+    );
+    d.handle(Input::Replied(landed()), AT);
+    assert_eq!(
+        doing(&mut d),
+        [
+            Action::Settle {
+                batch: batch(&a),
+                through: 2,
+                then: Some(batch(&b))
+            },
+            Action::CheckLock
+        ],
+        "the next batch is the one read ahead: no cut"
     );
 }
 
