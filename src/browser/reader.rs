@@ -8,7 +8,6 @@
 //! dropped while it runs. A stream or a request that outlives [`ReaderRuntime::stop`] (or a
 //! newer stream) finds the generation changed and is ignored.
 
-use crate::engine::sorted::SortedSet;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
@@ -30,6 +29,7 @@ use crate::engine::model::AggregateRef;
 use crate::engine::read::machine::{Action, Input, PageEnd, Reader};
 use crate::engine::read::sse::{Parser, note};
 use crate::engine::signal::{Signal, first};
+use crate::engine::sorted::SortedSet;
 use crate::engine::status::Hub;
 
 /// What the reader tells the rest of the runtime.

@@ -9,7 +9,6 @@
 //! turned into JS objects once and kept; a refresh reads only the batches above what this
 //! context has (unless the log was reset). A listener is called only when the view changed.
 
-use crate::engine::sorted::SortedMap;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -22,6 +21,7 @@ use super::idb::outbox::IdbOutbox;
 use super::js;
 use crate::engine::model::AggregateRef;
 use crate::engine::outbox::StoreError;
+use crate::engine::sorted::SortedMap;
 
 #[wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {

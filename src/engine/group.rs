@@ -11,7 +11,6 @@
 //! What follows a commit (status counts, views, the message to other contexts) is told once per
 //! group, not once per append: under load a group holds hundreds of appends.
 
-use crate::engine::sorted::SortedSet;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +20,7 @@ use futures_channel::oneshot;
 
 use super::model::{AggregateRef, NewEvent, Receipt};
 use super::outbox::{Appended, Begun, Outbox, StoreError};
+use super::sorted::SortedSet;
 
 /// Most appends written in one transaction.
 pub(crate) const MAX_GROUP: usize = 512;

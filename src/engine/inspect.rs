@@ -15,13 +15,13 @@
 //! The snapshot carries the parked events as stored; the API layer leaves their payloads out
 //! unless the app asks for them.
 
-use crate::engine::sorted::SortedMap;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
 use super::classify::Outcome;
 use super::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
 use super::outbox::{Outbox, StoreError};
+use super::sorted::SortedMap;
 
 /// How many outcomes the ring keeps.
 pub const OUTCOMES_KEPT: usize = 50;

@@ -5,7 +5,6 @@
 //! change is reported to the [`Observer`] (the browser layer turns those into DOM events).
 //! Observer calls are made with no borrow held, so a listener may call back into the client.
 
-use crate::engine::sorted::SortedMap;
 use std::cell::{Cell, RefCell};
 
 use uuid::Uuid;
@@ -14,6 +13,7 @@ use super::model::{AggregateRef, ParkRecord};
 use super::outbox::{Begun, Counted};
 use super::read::machine::ReadState;
 use super::signal::Signal;
+use super::sorted::SortedMap;
 
 /// The drain loop's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

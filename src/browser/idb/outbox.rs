@@ -6,7 +6,6 @@
 //! (`strict` by default: committed means on disk); the drain's own bookkeeping (pin, settle,
 //! park, prune) is `relaxed` (see [`BOOKKEEPING`]).
 
-use crate::engine::sorted::SortedMap;
 use std::cell::Cell;
 
 use js_sys::{Array, Object};
@@ -31,6 +30,7 @@ use crate::engine::model::{
 use crate::engine::outbox::{
     Appended, Cause, Counted, CutQuery, Discarded, EventState, Outbox, Pruned, StoreError,
 };
+use crate::engine::sorted::SortedMap;
 
 /// Durability of the drain's own writes (pin, settle, park, prune). `relaxed` is safe for
 /// them: they survive a tab or browser crash, and if an OS crash loses one, the only effect is

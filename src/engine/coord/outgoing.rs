@@ -15,11 +15,10 @@
 //! later ones wait until [`FLUSH_EVERY_MS`] after the last flush. Closing flushes what is held;
 //! a context that stops draining forgets the status it held.
 
-use crate::engine::sorted::SortedSet;
-
 use super::message::Message;
 use crate::engine::model::AggregateRef;
 use crate::engine::read::message::ReadMessage;
+use crate::engine::sorted::SortedSet;
 use crate::engine::status::Status;
 
 /// Mergeable messages leave at most this often.

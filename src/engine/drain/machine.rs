@@ -22,7 +22,6 @@
 //!   are deleted later, in chunks, when the drain is idle or too many have accumulated, so
 //!   deleting (costly in some engines) is never on the path of a request.
 
-use crate::engine::sorted::{SortedMap, SortedSet};
 use std::collections::VecDeque;
 
 use uuid::Uuid;
@@ -35,6 +34,7 @@ use super::super::env::Reply;
 use super::super::inspect::{Held, OutcomeKind, OutcomeRecord};
 use super::super::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
 use super::super::outbox::{Pruned, StoreError};
+use super::super::sorted::{SortedMap, SortedSet};
 use super::super::status::{SyncState, SyncedNotice};
 
 /// How the drain cuts batches, waits and prunes.

@@ -14,11 +14,11 @@
 //! page and storing it with the aggregate's cursor is one action, so a page and its cursor move
 //! together.
 
-use crate::engine::sorted::{SortedMap, SortedSet};
 use std::collections::VecDeque;
 
 use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
+use super::super::sorted::{SortedMap, SortedSet};
 
 /// The read side's state, as `status().read` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

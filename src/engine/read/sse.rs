@@ -54,12 +54,11 @@ impl Parser {
             self.after_cr = false;
             rest = rest.strip_prefix('\n').unwrap_or(rest);
         }
-        // Split with `get` and `strip_prefix`, never by indexing: a `str` index can panic, and
-        // its panic message alone links ≈ 5 KB of Unicode tables into the module.
+        // Split without indexing: a `str` index can panic, and its panic message links
+        // `char::escape_debug` and Unicode tables into the module (docs/benchmarks.md, "Size").
         while let Some(end) = rest.find(['\n', '\r']) {
-            let (line, ending) = (rest.get(..end), rest.get(end..));
-            self.line.push_str(line.unwrap_or_default());
-            let ending = ending.unwrap_or_default();
+            let (line, ending) = rest.split_at_checked(end).unwrap_or((rest, ""));
+            self.line.push_str(line);
             rest = match ending.strip_prefix('\r') {
                 Some("") => {
                     self.after_cr = true;

@@ -6,10 +6,9 @@
 //! saying so leaves its subscriptions until the drainer changes (the new one asks everyone
 //! again) — it only keeps an aggregate watched a little longer than needed.
 
-use crate::engine::sorted::SortedMap;
-
 use super::machine::Input;
 use crate::engine::model::AggregateRef;
+use crate::engine::sorted::SortedMap;
 
 /// Every context's subscriptions.
 #[derive(Debug, Default)]
