@@ -18,6 +18,7 @@ use super::options;
 use super::{input, output};
 use crate::browser::idb::outbox::IdbOutbox;
 use crate::browser::identity::{self, Identity};
+use crate::browser::network::NetworkSwitch;
 use crate::browser::runtime::{Config, Runtime};
 use crate::browser::session::GatewaySessions;
 use crate::engine::append;
@@ -39,6 +40,7 @@ struct Inner {
     database_name: String,
     limits: Limits,
     persisted: Option<bool>,
+    network: NetworkSwitch,
 }
 
 impl Inner {
@@ -118,6 +120,7 @@ impl SyncClient {
         } else {
             None
         };
+        let network = NetworkSwitch::default();
         let config = Config {
             gateway_url: options.gateway_url.clone(),
             database_name: options.database_name.clone(),
@@ -128,6 +131,7 @@ impl SyncClient {
             ),
             request_timeout_ms: options.request_timeout_ms,
             policy: options.policy,
+            network: network.clone(),
         };
         let events = Rc::new(DomEvents {
             target: target.clone(),
@@ -137,6 +141,7 @@ impl SyncClient {
             identity.clone(),
             options.auth,
             options.request_timeout_ms,
+            network.clone(),
         );
         let runtime = Runtime::start(config, outbox, sessions, events, counts)
             .map_err(|_| unsupported("cannot listen for the online event"))?;
@@ -147,6 +152,7 @@ impl SyncClient {
             database_name: options.database_name,
             limits: Limits::default(),
             persisted,
+            network,
         });
         Ok(SyncClient { inner })
     }
@@ -203,10 +209,32 @@ impl SyncClient {
         })
     }
 
-    /// The outbox's state now: `{ state, pending, parked, lastError }`.
+    /// The outbox's state now: `{ state, role, pending, parked, lastError, read }` (`role`:
+    /// whether this context drains or follows; `read`: the change stream's state).
     #[wasm_bindgen(unchecked_return_type = "SyncStatus")]
     pub fn status(&self) -> JsValue {
         crate::browser::convert::status_to_js(&self.inner.runtime.hub.status())
+    }
+
+    /// Switches this client's network off (`true`) or back on (`false`), for tests, demos and
+    /// apps that want to stay off the network. Off, the client acts as when the device is
+    /// offline — appends are stored, the drain waits (state `offline`), `read` answers from the
+    /// local log — and sends nothing at all: no write, no offline probe, no session request, no
+    /// catch-up read; its change stream is closed. A request already in flight finishes. Back
+    /// on, the drain and the change stream resume at once, as on the `online` event. The
+    /// switch belongs to this client object: with several tabs on one database, the drainer's
+    /// switch is what governs the writes.
+    #[wasm_bindgen(js_name = setOffline)]
+    pub fn set_offline(&self, offline: bool) {
+        if self.inner.network.set_off(offline) {
+            self.inner.runtime.network_switched();
+        }
+    }
+
+    /// Whether this client's network is switched off (`setOffline(true)`).
+    #[wasm_bindgen(getter)]
+    pub fn offline(&self) -> bool {
+        self.inner.network.is_off()
     }
 
     /// Resolves once every event appended before the call has landed. Rejects with code

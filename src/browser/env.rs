@@ -11,6 +11,7 @@ use wasm_bindgen::prelude::*;
 
 use super::global;
 use super::locks::LockState;
+use super::network::NetworkSwitch;
 use crate::engine::env::Env;
 use crate::engine::status::Hub;
 
@@ -30,6 +31,8 @@ pub(crate) fn spawn_boxed(task: Pin<Box<dyn Future<Output = ()>>>) {
 pub(crate) struct BrowserEnv {
     /// The drain lock this context holds, if the platform has Web Locks.
     pub lock: Option<Rc<LockState>>,
+    /// The client's network switch (off: offline, whatever `navigator.onLine` says).
+    pub network: NetworkSwitch,
 }
 
 impl Env for BrowserEnv {
@@ -43,7 +46,7 @@ impl Env for BrowserEnv {
     }
 
     fn is_online(&self) -> bool {
-        global::is_online()
+        self.network.online()
     }
 
     fn random(&self) -> f64 {

@@ -12,6 +12,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, Request, RequestInit, Response};
 
 use super::global::fetch_with_request;
+use super::network::{NetworkSwitch, SWITCHED_OFF};
 use crate::engine::env::{Reply, Transport};
 use crate::engine::signal::first;
 
@@ -112,10 +113,15 @@ pub(crate) struct FetchTransport {
     pub url: String,
     /// How long one request may take, headers and body together.
     pub timeout_ms: u32,
+    /// The client's network switch: off, nothing is sent (a network error at once).
+    pub network: NetworkSwitch,
 }
 
 impl Transport for FetchTransport {
     async fn send(&self, body: String, token: String) -> Reply {
+        if self.network.is_off() {
+            return Reply::network(SWITCHED_OFF);
+        }
         let bearer = (!token.is_empty()).then_some(token.as_str());
         post(&self.url, &body, bearer, self.timeout_ms).await
     }

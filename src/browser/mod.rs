@@ -6,6 +6,7 @@
 //! * [`fetch`]: the [`Transport`](crate::engine::env::Transport) over `fetch` with an
 //!   `AbortController` timeout that also aborts when dropped;
 //! * [`env`]: clock, timers, `navigator.onLine`, randomness and the `online` event;
+//! * [`network`]: the client's network switch (`setOffline`), checked before every request;
 //! * [`identity`], [`session`]: the device key (WebCrypto) and the sessions it opens;
 //! * [`locks`], [`channel`]: Web Locks and the `BroadcastChannel` between contexts;
 //! * [`runtime`]: one open client's runtime — coordination and drain, executed;
@@ -28,6 +29,7 @@ pub(crate) mod identity;
 pub(crate) mod inspect;
 pub(crate) mod js;
 pub(crate) mod locks;
+pub(crate) mod network;
 pub(crate) mod reader;
 pub(crate) mod runtime;
 pub(crate) mod session;

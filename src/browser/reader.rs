@@ -20,6 +20,7 @@ use wasm_bindgen::JsValue;
 use super::fetch::get;
 use super::idb::outbox::IdbOutbox;
 use super::js;
+use super::network::{NetworkSwitch, SWITCHED_OFF};
 use super::session::GatewaySessions;
 use super::stream::WatchStream;
 use crate::engine::auth::{Authenticator, RENEW_BEFORE_MS, Session};
@@ -51,6 +52,8 @@ pub(crate) struct ReaderConfig {
     pub me: String,
     /// How a failed stream or page waits before it is tried again (the drain's, `maxBackoffMs`).
     pub backoff: Backoff,
+    /// The client's network switch: off, no page is read and no stream opened.
+    pub network: NetworkSwitch,
 }
 
 /// The read side of the draining context.
@@ -112,7 +115,7 @@ impl ReaderRuntime {
             stopped: Cell::new(false),
             stopping: Rc::default(),
         });
-        reader.feed(Input::Online(super::global::is_online()));
+        reader.feed(Input::Online(reader.config.network.online()));
         // The network coming and going, for as long as the reader runs.
         let weak = Rc::downgrade(&reader);
         let (hub, stopping) = (reader.hub.clone(), reader.stopping.clone());
@@ -126,7 +129,7 @@ impl ReaderRuntime {
                 if reader.stopped.get() {
                     return;
                 }
-                reader.feed(Input::Online(super::global::is_online()));
+                reader.feed(Input::Online(reader.config.network.online()));
             }
         });
         let weak = Rc::downgrade(&reader);
@@ -150,6 +153,17 @@ impl ReaderRuntime {
         self.stopping.notify();
         self.hub
             .set_read(crate::engine::read::machine::ReadState::Idle);
+    }
+
+    /// The network was switched off: the open stream is closed now (and reopening it fails at
+    /// once, without a request, until the network is switched on again).
+    pub(crate) fn switched_off(self: &Rc<Self>) {
+        let open = self.stream.borrow_mut().take();
+        if open.is_some() {
+            self.generation.set(self.generation.get() + 1);
+            drop(open);
+            self.feed(Input::StreamEnded);
+        }
     }
 
     /// Events of this aggregate landed: catch it up if it has a local log (its landed events
@@ -315,6 +329,9 @@ impl ReaderRuntime {
             if this.generation.get() != generation || this.stopped.get() {
                 return;
             }
+            if this.config.network.is_off() {
+                return this.later_if(generation, Input::StreamEnded);
+            }
             let token = match token {
                 Ok(token) => token,
                 Err(_) => return this.feed(Input::StreamEnded),
@@ -382,6 +399,9 @@ impl ReaderRuntime {
             Ok(cursor) => cursor,
             Err(e) => return failed(e.to_string()),
         };
+        if self.config.network.is_off() {
+            return failed(SWITCHED_OFF.into());
+        }
         let token = match self.token().await {
             Ok(token) => token,
             Err(message) => return failed(message),

@@ -21,6 +21,7 @@ use super::env::{BrowserEnv, OnlineListener};
 use super::fetch::FetchTransport;
 use super::idb::outbox::IdbOutbox;
 use super::locks::{self, DrainLock};
+use super::network::NetworkSwitch;
 use super::reader::{ReaderConfig, ReaderNews, ReaderRuntime};
 use super::session::GatewaySessions;
 use super::views::Views;
@@ -51,6 +52,8 @@ pub(crate) struct Config {
     pub request_timeout_ms: u32,
     /// How the drain cuts batches and waits.
     pub policy: Policy,
+    /// The client's network switch (`setOffline`).
+    pub network: NetworkSwitch,
 }
 
 /// One open client's runtime.
@@ -357,9 +360,11 @@ impl Runtime {
         let transport = FetchTransport {
             url: self.config.write_url.clone(),
             timeout_ms: self.config.request_timeout_ms,
+            network: self.config.network.clone(),
         };
         let env = BrowserEnv {
             lock: self.lock.borrow().as_ref().map(DrainLock::state),
+            network: self.config.network.clone(),
         };
         // Holding the Web Lock, this drain is the only writer of `landed` (without Web Locks
         // every context drains: each cut then reads the watermarks afresh).
@@ -408,6 +413,7 @@ impl Runtime {
                 timeout_ms: self.config.request_timeout_ms,
                 me: self.client_id.to_string(),
                 backoff: self.config.policy.backoff,
+                network: self.config.network.clone(),
             },
             self.outbox.clone(),
             self.hub.clone(),
@@ -520,7 +526,7 @@ impl Runtime {
         self.outbox.ensure_cursor(aggregate).await?;
         self.logged(aggregate);
         let mut ok = false;
-        if super::global::is_online() {
+        if self.config.network.online() {
             let (sender, receiver) = oneshot::channel();
             self.waiters.borrow_mut().push((aggregate, sender));
             let reader = self.reader.borrow().clone();
@@ -568,6 +574,16 @@ impl Runtime {
             .as_ref()
             .and_then(|l| l.state().holder_id());
         (DrainLock::name(&self.config.database_name), mine)
+    }
+
+    /// The network switch was flipped ([`NetworkSwitch`]): off closes the change stream; both
+    /// wake the drain and the reader as the `online` event does.
+    pub(crate) fn network_switched(&self) {
+        let reader = self.reader.borrow().clone();
+        if let (true, Some(reader)) = (self.config.network.is_off(), reader) {
+            reader.switched_off();
+        }
+        self.hub.network.notify();
     }
 
     /// This context discarded an aggregate's parked events.

@@ -18,6 +18,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::fetch::{error_text, post};
 use super::identity::{Identity, sign};
+use super::network::{NetworkSwitch, SWITCHED_OFF};
 use crate::engine::auth::{AuthFailure, Authenticator, Session};
 use crate::engine::env::Reply;
 use celeriant_sync_protocol::WriteOutcome;
@@ -35,6 +36,8 @@ pub(crate) struct GatewaySessions {
     pub app_auth: Option<Function>,
     /// Per-request timeout.
     pub timeout_ms: u32,
+    /// The client's network switch: off, no session is asked for.
+    pub network: NetworkSwitch,
     /// The gateway's clock minus this device's, in ms (learnt from `serverTime`).
     offset: Cell<f64>,
     /// The last nonce sent, so the next is always larger (a replayed nonce is refused).
@@ -64,6 +67,7 @@ impl GatewaySessions {
         identity: Identity,
         app_auth: Option<Function>,
         timeout_ms: u32,
+        network: NetworkSwitch,
     ) -> Self {
         GatewaySessions {
             url: format!(
@@ -73,6 +77,7 @@ impl GatewaySessions {
             identity,
             app_auth,
             timeout_ms,
+            network,
             offset: Cell::new(0.0),
             last_nonce: Cell::new(0),
         }
@@ -112,6 +117,9 @@ impl GatewaySessions {
     }
 
     async fn attempt(&self) -> Attempt {
+        if self.network.is_off() {
+            return Attempt::Failed(failure(None, SWITCHED_OFF));
+        }
         let app_token = match self.app_token().await {
             Ok(token) => token,
             Err(f) => return Attempt::Failed(f),
