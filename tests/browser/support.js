@@ -480,3 +480,25 @@ export function spoilPages() {
   log.restore = () => { globalThis.fetch = real; };
   return log;
 }
+
+/** Counts every `fetch` of this context from now on, by path (`/v1/write`, `/v1/session`,
+ *  `/v1/watch`, `/v1/aggregates/…`), and how many change streams (`/v1/watch`) are still open
+ *  (their request not aborted); `restore()` puts the real `fetch` back. */
+export function countFetches() {
+  const real = globalThis.fetch;
+  const log = { total: 0, paths: {}, openStreams: 0 };
+  globalThis.fetch = (input, init) => {
+    const url = new URL(input instanceof Request ? input.url : String(input), location.href);
+    const path = url.pathname.startsWith("/v1/aggregates/") ? "/v1/aggregates" : url.pathname;
+    log.total += 1;
+    log.paths[path] = (log.paths[path] || 0) + 1;
+    const signal = (init && init.signal) || (input instanceof Request ? input.signal : null);
+    if (path === "/v1/watch" && signal && !signal.aborted) {
+      log.openStreams += 1;
+      signal.addEventListener("abort", () => { log.openStreams -= 1; }, { once: true });
+    }
+    return real(input, init);
+  };
+  log.restore = () => { globalThis.fetch = real; };
+  return log;
+}
