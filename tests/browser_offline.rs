@@ -21,7 +21,10 @@ extern "C" {
 }
 
 fn json_event(n: u32) -> JsValue {
-    object(&[("type", 1.into()), ("data", json(&format!(r#"{{"n":{n}}}"#)))])
+    object(&[
+        ("type", 1.into()),
+        ("data", json(&format!(r#"{{"n":{n}}}"#))),
+    ])
 }
 
 fn read_state(status: &JsValue) -> String {
@@ -93,6 +96,30 @@ async fn switched_off_nothing_is_sent_not_even_the_probe_and_back_on_everything_
     })
     .await;
     unsubscribe.call0(&JsValue::NULL).unwrap();
+    let restore: Function = get(&log, "restore").unchecked_into();
+    restore.call0(&log).unwrap();
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn opened_with_offline_true_it_sends_nothing_until_switched_on() {
+    no_faults().await;
+    let log = count_fetches();
+    let client = open(&db_name("switch-open"), r#"{"offline":true}"#).await;
+    assert!(client.offline());
+    let (t, id) = (uuid(), uuid());
+    let agg = aggregate(&t, &id);
+    ok(client.append(agg.clone(), Array::of1(&json_event(1)).into())).await;
+    until(2_000, "the offline state", || {
+        string(&client.status(), "state") == "offline"
+    })
+    .await;
+    sleep(500).await;
+    let paths = js_sys::JSON::stringify(&get(&log, "paths")).unwrap();
+    assert_eq!(num(&log, "total"), 0.0, "nothing fetched: {paths:?}");
+    client.set_offline(false);
+    flush_within(&client, 10).await;
+    assert_eq!(read_all(&t, &id).await.len(), 1);
     let restore: Function = get(&log, "restore").unchecked_into();
     restore.call0(&log).unwrap();
     ok(client.close()).await;

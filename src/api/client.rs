@@ -121,6 +121,7 @@ impl SyncClient {
             None
         };
         let network = NetworkSwitch::default();
+        network.set_off(options.offline);
         let config = Config {
             gateway_url: options.gateway_url.clone(),
             database_name: options.database_name.clone(),

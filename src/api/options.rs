@@ -28,6 +28,8 @@ pub(crate) struct Options {
     /// The app's own authentication: `() => Promise<string | null>`, sent with each session
     /// request.
     pub auth: Option<js_sys::Function>,
+    /// Start with the network switched off (`setOffline(true)` before anything is sent).
+    pub offline: bool,
 }
 
 /// Default IndexedDB database name.
@@ -36,7 +38,7 @@ pub(crate) const DEFAULT_DATABASE: &str = "celeriant-sync";
 pub(crate) const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 
 /// Every option's key.
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 10] = [
     "gatewayUrl",
     "databaseName",
     "requestTimeoutMs",
@@ -46,6 +48,7 @@ const KEYS: [&str; 9] = [
     "durability",
     "persist",
     "auth",
+    "offline",
 ];
 
 fn bad(message: impl Into<String>) -> ClientError {
@@ -165,12 +168,14 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
             )));
         }
     };
-    let persist = match field(value, "persist") {
-        None => false,
+    let flag = |name: &str| match field(value, name) {
+        None => Ok(false),
         Some(v) => v
             .as_bool()
-            .ok_or_else(|| bad("persist must be a boolean"))?,
+            .ok_or_else(|| bad(format!("{name} must be a boolean"))),
     };
+    let persist = flag("persist")?;
+    let offline = flag("offline")?;
     let auth = match field(value, "auth") {
         None => None,
         Some(v) => Some(
@@ -192,5 +197,6 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
         policy,
         durability,
         persist,
+        offline,
     })
 }

@@ -31,6 +31,9 @@ export interface SyncClientOptions {
     durability?: "strict" | "relaxed" | "default";
     /** Ask for persistent storage (`navigator.storage.persist()`) at open; see `persisted`. */
     persist?: boolean;
+    /** Start with the network switched off, as after `setOffline(true)`: nothing is sent until
+     * `setOffline(false)` (e.g. a page reloaded while the user keeps it offline). */
+    offline?: boolean;
     /**
      * The app's own authentication, when the gateway checks one: called before each session is
      * opened (and again when the gateway says the app token expired); its token is sent as
