@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `npm start`: set up, build the package and the gateway, and run the gateway with its embedded
 # store on http://127.0.0.1:8080, serving the demo page (www/) and the package (pkg/).
-# Fault injection is enabled with all rates at zero, so the demo page can turn faults on.
+# Fault injection is enabled with all rates at zero, so the demo page can turn faults on, and
+# events of type 13 are refused (422, 2022), so the demo's "Append a rejected event" parks at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -21,4 +22,4 @@ exec ./target/release/celeriant-gateway \
   --www www \
   --pkg pkg \
   \
-  --faults "$@"
+  --faults --fault-reject-type 13 "$@"

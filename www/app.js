@@ -4,6 +4,10 @@ import { read } from "./reader.js";
 import { inspector } from "./inspector.js";
 import { liveView } from "./live.js";
 
+// The app shell's service worker (sw.js): the page loads, and its events are stored, with no
+// network at all; they sync once the network is back.
+navigator.serviceWorker?.register("sw.js").catch((e) => console.warn("service worker:", e.message));
+
 const gateway = location.origin;
 const $ = (id) => document.getElementById(id);
 const TYPE_ID = "5e0d9e1a-7c41-4b8e-9f2a-0c6b3d1e2f01";
@@ -39,8 +43,15 @@ function showStatus(s) {
   $("readState").textContent = s.read?.state ?? "—";
 }
 
+// The "Offline" switch is remembered across reloads, so a page reloaded offline stays offline.
+const OFFLINE_KEY = `celeriant-sync-demo-offline-${DEVICE}`;
+const startOffline = localStorage.getItem(OFFLINE_KEY) === "1";
+$("offline").checked = startOffline;
+
 await init();
-const client = await SyncClient.open({ gatewayUrl: gateway, databaseName: DATABASE, requestTimeoutMs: 2000, maxBatchEvents: 50 });
+const client = await SyncClient.open({
+  gatewayUrl: gateway, databaseName: DATABASE, requestTimeoutMs: 2000, maxBatchEvents: 50, offline: startOffline,
+});
 window.client = client; // for the console and the end-to-end test
 $("gateway").textContent = gateway;
 const other = DEVICE === 1 ? 2 : 1;
@@ -105,12 +116,15 @@ $("flush").addEventListener("click", async () => {
   }
 });
 
-// Offline simulation: the client reads navigator.onLine and listens for `online`.
+// Offline: the client's network switch (client.setOffline) stops every request it makes —
+// writes, the offline probe, sessions, catch-up reads, the change stream — and this page stops
+// its own polling of the gateway; appends are stored and wait. Back on, they sync at once.
 $("offline").addEventListener("change", () => {
-  const online = !$("offline").checked;
-  Object.defineProperty(navigator, "onLine", { configurable: true, get: () => online });
-  if (online) dispatchEvent(new Event("online"));
-  log(online ? "back online" : "offline (simulated)");
+  const offline = $("offline").checked;
+  client.setOffline(offline);
+  localStorage.setItem(OFFLINE_KEY, offline ? "1" : "0");
+  log(offline ? "offline: the client sends nothing" : "back online");
+  if (!offline) refreshServer();
 });
 
 // Fault injection on the gateway.
@@ -202,8 +216,8 @@ async function refreshParked() {
 
 inspector(client);
 liveView(client, TYPE_ID, AGGREGATES, $("liveAggregates"));
-refreshServer();
+if (!client.offline) refreshServer();
 refreshParked();
-refreshFaults();
-setInterval(refreshFaults, 1000);
-setInterval(refreshServer, 3000);
+if (!client.offline) refreshFaults();
+setInterval(() => client.offline || refreshFaults(), 1000);
+setInterval(() => client.offline || refreshServer(), 3000);
