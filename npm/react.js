@@ -38,7 +38,7 @@ function statusSnapshot(client) {
 }
 
 /**
- * The client's status ({ state, role, pending, parked, lastError }), re-rendering when it
+ * The client's status ({ state, role, pending, parked, lastError, read }), re-rendering when it
  * changes (the client's `status` event). `client` may be null/undefined (not open yet): then
  * the hook returns null.
  */
@@ -62,12 +62,12 @@ function aggregateKey(aggregate) {
 /**
  * The live view of one aggregate (`client.subscribe`, the read side): null until the first
  * view arrives, then the latest view the client delivered. Views are passed through as they
- * are. Throws if this client has no `subscribe` (a package built without the read side).
+ * are. Throws if handed something without `subscribe` (not a celeriant-sync `SyncClient`).
  */
 export function useAggregate(client, aggregate) {
   if (client && typeof client.subscribe !== "function") {
     throw new Error(
-      "useAggregate: this SyncClient has no subscribe(aggregate, listener); it needs a celeriant-sync build with the read side",
+      "useAggregate: this SyncClient has no subscribe(aggregate, listener); pass a celeriant-sync SyncClient (or an object with the same subscribe)",
     );
   }
   const key = aggregateKey(aggregate);

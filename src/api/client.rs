@@ -252,7 +252,8 @@ impl SyncClient {
 
     /// Resolves once the event with this id (from an `append` receipt, in this tab or another,
     /// before or after a reload) has landed. Rejects with `PARKED` if it is parked, `DISCARDED`
-    /// if the app discarded it, `CLOSED` if the client closes first.
+    /// if the app discarded it, `CLOSED` if the client closes first. An id this database does
+    /// not hold (never appended here, or landed and pruned) resolves at once, as landed.
     #[wasm_bindgen(js_name = whenSynced, unchecked_return_type = "Promise<void>")]
     pub fn when_synced(&self, event_id: &str) -> Promise {
         let inner = self.inner.clone();

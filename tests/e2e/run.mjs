@@ -6,6 +6,7 @@
 //
 //   npm run soak -- --events 100000     # the long chaos run
 import { chaos } from "./chaos.mjs";
+import { demoOffline } from "./demo_offline.mjs";
 import { demo, demoLive, hungDrainer, oneSender, quota, readRestart, takeover } from "./scenarios.mjs";
 import { sessions } from "./sessions.mjs";
 
@@ -36,6 +37,7 @@ const scenarios = {
   quota: () => quota({ seed: seed + 4 }),
   demo: () => demo(),
   "demo-live": () => demoLive(),
+  "demo-offline": () => demoOffline(),
   sessions: () => sessions({ seed: seed + 5 }),
   "read-restart": () => readRestart({ seed: seed + 6 }),
 };

@@ -5,8 +5,8 @@
 // production), and run in headless Chromium against a real gateway process with device
 // identity on. Each page appends while offline, the React status hook shows the events pending,
 // then landing; the gateway holds them. Once with `init()` (the .wasm where Vite put it), once
-// with the module's bytes handed to `init`. Once the client has `subscribe` (the read side),
-// `useAggregate`'s live view is asserted too.
+// with the module's bytes handed to `init`. `useAggregate`'s live view over the real
+// `client.subscribe` is asserted too, and over a stand-in the test drives by hand (src/fake.jsx).
 //
 //   node tests/vite-app/run.mjs            (after scripts/build.sh and cargo build -p celeriant-gateway)
 // Ends with a cargo-style "test result:" line that `npm test` counts.
@@ -154,17 +154,14 @@ async function appRun(context, gateway, site, mode, n = 5) {
     assert(fake.active === 1, `useAggregate left ${fake.active} subscriptions (of ${fake.subscribed})`);
     const noSubscribe = await page.evaluate(() => document.getElementById("noSubscribe")?.textContent ?? "");
     assert(/useAggregate: this SyncClient has no subscribe/.test(noSubscribe), `a client without subscribe: "${noSubscribe}"`);
-    // The read side's live view, once the client has subscribe (skipped until it merges).
-    const subscribe = await page.evaluate(() => window.app.subscribe);
-    let view = "skipped: client.subscribe does not exist yet";
-    if (subscribe) {
-      await page.waitForFunction(
-        (n) => document.getElementById("view")?.textContent.endsWith(`${n} events, ${n} confirmed`),
-        n,
-        { timeout: 15_000 },
-      );
-      view = await page.evaluate(() => document.getElementById("view").textContent);
-    }
+    // The read side's live view over the real client.subscribe.
+    assert(await page.evaluate(() => window.app.subscribe), "the client has no subscribe");
+    await page.waitForFunction(
+      (n) => document.getElementById("view")?.textContent.endsWith(`${n} events, ${n} confirmed`),
+      n,
+      { timeout: 15_000 },
+    );
+    const view = await page.evaluate(() => document.getElementById("view").textContent);
     assert(errors.length === 0, `page errors: ${errors.join("; ")}`);
     return { offline, done, renders: rendered.length, landed: landed.length, fakeSubscribe: fake, useAggregate: view };
   } finally {

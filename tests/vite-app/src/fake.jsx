@@ -1,7 +1,9 @@
 // useAggregate against a stand-in for the read side's `client.subscribe` (the contract in
 // docs: listener called asynchronously at once, then after every change; the returned function
-// unsubscribes synchronously). Until the real `subscribe` exists this is what tests the hook;
-// run.mjs asserts the rendered text and the subscriptions left open.
+// unsubscribes synchronously), which the test drives by hand — a change at will, a switch of
+// aggregates — so the hook's re-subscription and clean-up are checked exactly (the real
+// `subscribe` is exercised by main.jsx's LiveView); run.mjs asserts the rendered text and the
+// subscriptions left open.
 import { Component, useState } from "react";
 import { useAggregate } from "celeriant-sync/react";
 
