@@ -11,9 +11,12 @@
 #   5. the benchmark's pipeline in smoke mode (one check; times are printed, never asserted)
 #   6. end to end: real tabs of one Chromium profile (playwright-core) against real gateway
 #      processes: the exactly-once chaos run, one sender, takeover, a hung drainer, a full
-#      disk, the demo page
+#      disk, the demo page (and the demo offline: its switch, a reload from its service worker,
+#      the rejected event)
 #   7. the vite app: `npm pack` of pkg/ installed into tests/vite-app (React), `vite build`,
 #      served on 127.0.0.1 and run in Chromium against a real gateway (tests/vite-app/run.mjs)
+#   8. the README's first example, type-checked and run in Chromium against a real gateway
+#      (tests/readme/run.mjs)
 #
 # Each part's count comes from the test runners' own "test result:" lines. Chromium profiles
 # and the gateway's data live in a per-run temporary folder, removed at exit.
@@ -123,6 +126,14 @@ if [ -f pkg/package.json ] && [ -x target/debug/celeriant-gateway ]; then
   tally "$RUN_DIR/vite-app.log" "vite app (tarball, React, Chromium)" "${PIPESTATUS[0]}"
 else
   record "vite app (tarball, React, Chromium)" 0 1
+fi
+
+step "readme: the README's first example, type-checked and run in Chromium against a real gateway"
+if [ -f pkg/package.json ] && [ -x target/debug/celeriant-gateway ]; then
+  node tests/readme/run.mjs 2>&1 | tee "$RUN_DIR/readme.log"
+  tally "$RUN_DIR/readme.log" "readme example (tsc, Chromium)" "${PIPESTATUS[0]}"
+else
+  record "readme example (tsc, Chromium)" 0 1
 fi
 
 echo
