@@ -52,6 +52,13 @@ export async function example(): Promise<void> {
   const parked: ParkedEvent[] = await client.parkedEvents();
   const bytes: Uint8Array = parked[0]!.data;
   const dropped: number = await client.discardParked(account);
+  // The network switch: a method and a read-only flag; `offline` at open.
+  client.setOffline(true);
+  const off: boolean = client.offline;
+  // @ts-expect-error the flag is read-only: switch with setOffline
+  client.offline = false;
+  const quiet: SyncClient = await SyncClient.open({ gatewayUrl: "http://127.0.0.1:8080", offline: off });
+  await quiet.close();
   await client.close();
   console.log(bytes, dropped);
 
