@@ -14,7 +14,7 @@ const SHELL = [
 async function shellFiles() {
   const glue = await fetch("pkg/celeriant_sync.js", { cache: "no-store" }).then((r) => r.text());
   const snippets = [...glue.matchAll(/["'](\.\/snippets\/[^"']+)["']/g)].map((m) => `pkg/${m[1].slice(2)}`);
-  return [...SHELL, ...snippets];
+  return [...new Set([...SHELL, ...snippets])];
 }
 
 self.addEventListener("install", (event) => {
