@@ -44,7 +44,9 @@ self.addEventListener("fetch", (event) => {
       if (response.ok) await cache.put(key, response.clone());
       return response;
     } catch (error) {
-      const cached = await cache.match(key, { ignoreSearch: event.request.mode === "navigate" });
+      // The gateway answers `Vary: Origin` (CORS), and a module script's request carries an
+      // Origin the stored copy's did not: the origin is this one either way.
+      const cached = await cache.match(key, { ignoreSearch: event.request.mode === "navigate", ignoreVary: true });
       if (cached) return cached;
       throw error;
     }

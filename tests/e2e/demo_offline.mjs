@@ -33,12 +33,13 @@ export async function demoOffline() {
   const gateway = new Gateway({ www: join(ROOT, "www"), flags: ["--fault-reject-type", String(rejectType)] });
   await gateway.start();
   const context = await launchBrowser();
+  const problems = [];
   try {
     const page = await context.newPage();
-    const problems = [];
     page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") problems.push(`console ${m.type()}: ${m.text()}`); });
     page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
     page.on("response", (r) => { if (r.status() >= 400) problems.push(`${r.status()} ${r.url()}`); });
+    page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()} (${r.failure()?.errorText})`));
 
     // 1. Loads with no console error (the first polls of the gateway included).
     await page.goto(`${gateway.base}/`);
@@ -84,13 +85,18 @@ export async function demoOffline() {
     // 5. "Append a rejected event" parks on the first click.
     await page.click("#poison");
     await waitText(page, "parked", "1", 15_000);
-    const parked = await text(page, "parkedList");
-    assert(parked.includes(`(type ${rejectType})`) && parked.includes("2022"), `the parked list says: ${parked}`);
+    try {
+      await page.waitForFunction((t) => document.getElementById("parkedList").textContent.includes(`(type ${t}) rejected 2022`), rejectType, { timeout: 5_000 });
+    } catch {
+      throw new Error(`the parked list says: ${await text(page, "parkedList")}`);
+    }
     assert((await gateway.readAll(TYPE_ID, ACCOUNT_A)).length === 11, "the rejected event landed");
 
     const pageErrors = problems.filter((p) => p.startsWith("page error"));
     assert(pageErrors.length === 0, pageErrors.join("; "));
-    return { landed: landed.length, reloadedFromServiceWorker: true, parked: 1, consoleWhileGatewayDown: problems.length };
+    return { landed: landed.length, reloadedFromServiceWorker: true, parked: 1, reportedAfterLoad: problems.length };
+  } catch (e) {
+    throw new Error(`${e.message}\n  what the page reported: ${problems.join("; ") || "nothing"}`, { cause: e });
   } finally {
     await context.cleanup();
     await gateway.stop();
