@@ -65,13 +65,17 @@ try {
     writeFileSync(join(dir, "example.ts"), code);
     writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({
       compilerOptions: {
-        target: "ES2022", module: "ES2022", moduleResolution: "bundler", lib: ["ES2022", "DOM"],
+        target: "ES2022", module: "ES2022", moduleResolution: "bundler", lib: ["ES2022", "DOM", "ESNext.Disposable"],
         strict: true, noEmit: true, skipLibCheck: false,
         paths: { "celeriant-sync": [join(ROOT, "pkg/celeriant_sync.d.ts")] },
       },
       files: ["example.ts"],
     }));
-    execFileSync(join(ROOT, "node_modules/.bin/tsc"), ["-p", join(dir, "tsconfig.json")], { encoding: "utf8", stdio: "pipe" });
+    try {
+      execFileSync(join(ROOT, "node_modules/.bin/tsc"), ["-p", join(dir, "tsconfig.json")], { encoding: "utf8", stdio: "pipe" });
+    } catch (e) {
+      throw new Error(`tsc refused the README's example:\n${e.stdout}${e.stderr}`);
+    }
     return { lines: code.split("\n").length };
   });
 
@@ -112,6 +116,9 @@ try {
       assert(JSON.stringify(shape(statusLine.args[0])) === JSON.stringify(shape(documented)),
         `status() is ${JSON.stringify(statusLine.args[0])}; the README says ${JSON.stringify(documented)}`);
       assert(statusLine.args[0].pending === documented.pending, `pending right after the append: ${statusLine.args[0].pending}`);
+      // Right after the append the drain may or may not have started its request yet.
+      assert(["idle", "syncing"].includes(statusLine.args[0].state), `state right after the append: ${statusLine.args[0].state}`);
+      assert(["idle", "syncing"].includes(documented.state), `the README shows state ${documented.state}`);
       // The receipt, as the comment says.
       assert(readme.receipt.clientSeq === 1, `receipt.clientSeq is ${readme.receipt.clientSeq}`);
       assert(/^[0-9a-f-]{36}$/.test(readme.receipt.eventId), `receipt.eventId is ${readme.receipt.eventId}`);
