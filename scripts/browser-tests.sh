@@ -43,6 +43,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/celeriant-browser.XXXXXX")
 LOG_DIR=${BROWSER_LOG_DIR:-$WORK}
 mkdir -p "$LOG_DIR"
 GATEWAY_PID=
+APP_GATEWAY_PID=
 # Leaders of the process groups started for WebKit (leader pid = group id), one a line. A file,
 # because the groups are started inside each engine's subshell.
 GROUPS_FILE="$WORK/process-groups"
@@ -64,6 +65,10 @@ cleanup() {
   if [ -n "$GATEWAY_PID" ]; then
     kill "$GATEWAY_PID" 2>/dev/null
     wait "$GATEWAY_PID" 2>/dev/null
+  fi
+  if [ -n "$APP_GATEWAY_PID" ]; then
+    kill "$APP_GATEWAY_PID" 2>/dev/null
+    wait "$APP_GATEWAY_PID" 2>/dev/null
   fi
   rm -rf "$WORK"
 }
@@ -88,6 +93,18 @@ AUTH_FLAGS=(--session-rate-per-minute 0)
 GATEWAY_PID=$!
 for _ in $(seq 200); do [ -s "$WORK/gateway.port" ] && break; sleep 0.1; done
 export CELERIANT_TEST_GATEWAY="http://$(cat "$WORK/gateway.port" 2>/dev/null)"
+# A second gateway that requires app tokens (HS256, a secret made for this run), for the
+# one-browser-many-users tests (tests/browser_users.rs), which mint tokens for several users.
+CELERIANT_TEST_APP_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '%s' "$CELERIANT_TEST_APP_SECRET" >"$WORK/app-secret"
+./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$WORK/app-gateway.port" \
+  --data-dir "$WORK/app-gateway" "${AUTH_FLAGS[@]}" --app-token-alg hs256 \
+  --app-token-key-file "$WORK/app-secret" --app-token-issuer celeriant-test \
+  --app-token-audience celeriant-test >"$WORK/app-gateway.log" 2>&1 &
+APP_GATEWAY_PID=$!
+for _ in $(seq 200); do [ -s "$WORK/app-gateway.port" ] && break; sleep 0.1; done
+export CELERIANT_TEST_APP_GATEWAY="http://$(cat "$WORK/app-gateway.port" 2>/dev/null)"
+export CELERIANT_TEST_APP_SECRET
 echo "gateway: $CELERIANT_TEST_GATEWAY (pid $GATEWAY_PID, fault seed ${CELERIANT_FAULT_SEED:-20261129})"
 
 free_port() {

@@ -25,6 +25,8 @@ fn harness(alg: AppTokenAlg, key_file: PathBuf) -> (Harness, tempfile::TempDir) 
     let h = Harness::auth(|c| {
         c.app_token_alg = Some(alg);
         c.app_token_key_file = Some(key_file);
+        c.app_token_issuer = Some(ISSUER.into());
+        c.app_token_audience = Some(AUDIENCE.into());
     });
     (h, dir)
 }
@@ -37,8 +39,27 @@ fn hs_harness() -> (Harness, tempfile::TempDir) {
     (h, dir)
 }
 
+/// The issuer and audience every app token must name (the gateway refuses to start without).
+const ISSUER: &str = "https://sign-in.example";
+const AUDIENCE: &str = "celeriant-sync-tests";
+
+/// Signs `claims`, adding this app's `iss` and `aud` unless the claims set them (`null`: left
+/// out).
 fn sign(alg: Algorithm, key: &EncodingKey, claims: &Value) -> String {
-    jsonwebtoken::encode(&Header::new(alg), claims, key).unwrap()
+    let mut claims = claims.clone();
+    let map = claims.as_object_mut().unwrap();
+    for (name, value) in [("iss", ISSUER), ("aud", AUDIENCE)] {
+        match map.get(name) {
+            None => {
+                map.insert(name.into(), value.into());
+            }
+            Some(Value::Null) => {
+                map.remove(name);
+            }
+            Some(_) => {}
+        }
+    }
+    jsonwebtoken::encode(&Header::new(alg), &claims, key).unwrap()
 }
 
 fn hs(claims: &Value) -> String {
@@ -97,7 +118,16 @@ async fn hs256_tokens_are_required_checked_and_honour_exp() {
         &EncodingKey::from_rsa_pem(&pem("app-rs256.pem")).unwrap(),
         &json!({"sub": "user-1", "exp": now_s() + 300}),
     );
+    let exp = now_s() + 300;
+    let other_issuer = hs(&json!({"sub": "user-1", "exp": exp, "iss": "https://evil.example"}));
+    let no_issuer = hs(&json!({"sub": "user-1", "exp": exp, "iss": null}));
+    let other_audience = hs(&json!({"sub": "user-1", "exp": exp, "aud": "another-service"}));
+    let no_audience = hs(&json!({"sub": "user-1", "exp": exp, "aud": null}));
     for (what, token) in [
+        ("another issuer", other_issuer),
+        ("no issuer", no_issuer),
+        ("minted for another service", other_audience),
+        ("no audience", no_audience),
         ("forged", forged),
         ("no sub", no_sub),
         ("no exp", no_exp),
@@ -225,4 +255,54 @@ async fn the_types_claim_limits_writes_and_reads_to_those_types() {
         .get_as(&nothing, &format!("/v1/aggregates/{TYPE}/{ID}/events"))
         .await;
     assert_eq!(read.code(), 40301);
+}
+
+#[tokio::test]
+async fn one_users_token_opens_a_bounded_number_of_devices_and_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app-secret");
+    std::fs::write(&file, HS_SECRET).unwrap();
+    let h = Harness::auth(|c| {
+        c.app_token_alg = Some(AppTokenAlg::Hs256);
+        c.app_token_key_file = Some(file);
+        c.app_token_issuer = Some(ISSUER.into());
+        c.app_token_audience = Some(AUDIENCE.into());
+        c.max_devices_per_subject = 1;
+        c.max_sessions_per_subject = 2;
+    });
+    let token = |sub: &str| hs(&json!({"sub": sub, "exp": now_s() + 300}));
+    let alice = token("alice");
+    let open = |device: Device, app: String| {
+        let h = &h;
+        async move {
+            h.session(&device.session_body(fresh_nonce()), Some(&app))
+                .await
+        }
+    };
+    let r = open(Device::a(), alice.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    assert_eq!(r.json["principal"], "user:alice");
+    // A second device under the same user is refused while the first holds a live session.
+    let r = open(Device::b(), alice.clone()).await;
+    assert_eq!(
+        (r.status.as_u16(), r.outcome(), r.code()),
+        (429, "retry", 42902),
+        "{:?}",
+        r.json
+    );
+    assert!(
+        r.json["retryAfterMs"].as_u64().unwrap() > 200_000,
+        "{:?}",
+        r.json
+    );
+    // Another user's device is not affected; the held device renews once more, then its
+    // sessions are capped too.
+    let r = open(Device::b(), token("bob")).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    assert_eq!(r.json["principal"], "user:bob");
+    assert_eq!(
+        open(Device::a(), alice.clone()).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(open(Device::a(), alice).await.code(), 42902);
 }

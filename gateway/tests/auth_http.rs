@@ -355,8 +355,13 @@ async fn a_session_says_its_client_id_expiry_and_the_servers_time() {
     let keys: Vec<&String> = r.json.as_object().unwrap().keys().collect();
     assert_eq!(
         keys,
-        ["clientId", "expiresAt", "serverTime", "token"],
+        ["clientId", "expiresAt", "principal", "serverTime", "token"],
         "sorted"
+    );
+    // Without app tokens the session acts for the device itself.
+    assert_eq!(
+        r.json["principal"].as_str().unwrap(),
+        format!("device:{}", r.json["clientId"].as_str().unwrap())
     );
     assert_eq!(r.json["clientId"], device.client_id);
     let server_time = r.json["serverTime"].as_u64().unwrap();

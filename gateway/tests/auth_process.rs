@@ -286,6 +286,27 @@ fn unsafe_configurations_beyond_loopback_refuse_to_start() {
             ][..],
             "--faults is refused with --public-host",
         ),
+        // App tokens minted for another service, or by another issuer, must not open sessions.
+        (
+            &[
+                "--app-token-alg",
+                "hs256",
+                "--app-token-key-file",
+                "app-secret",
+            ][..],
+            "--app-token-issuer and --app-token-audience",
+        ),
+        (
+            &[
+                "--app-token-alg",
+                "hs256",
+                "--app-token-key-file",
+                "app-secret",
+                "--app-token-issuer",
+                "https://sign-in.example",
+            ][..],
+            "--app-token-issuer and --app-token-audience",
+        ),
     ] {
         let out = run_to_exit(dir.path(), args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -373,6 +394,10 @@ fn the_documented_handshake_script_opens_a_session_with_openssl_and_curl() {
                 "hs256",
                 "--app-token-key-file",
                 secret.to_str().unwrap(),
+                "--app-token-issuer",
+                "https://sign-in.example",
+                "--app-token-audience",
+                "celeriant-sync-tests",
             ],
         )
     };

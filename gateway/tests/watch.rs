@@ -200,6 +200,10 @@ fn auth_is_that_of_reads() {
             "hs256",
             "--app-token-key-file",
             secret.to_str().unwrap(),
+            "--app-token-issuer",
+            "https://sign-in.example",
+            "--app-token-audience",
+            "celeriant-sync-tests",
         ],
     );
     let s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body(&[A1])));
@@ -220,7 +224,13 @@ fn auth_is_that_of_reads() {
     let other = "0d6c7b1a-2b55-4f0e-8a7d-6c4e9b3a0999";
     let app = jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({"sub": "user-1", "exp": jsonwebtoken::get_current_timestamp() + 300, "celeriant_types": [other]}),
+        &json!({
+            "sub": "user-1",
+            "iss": "https://sign-in.example",
+            "aud": "celeriant-sync-tests",
+            "exp": jsonwebtoken::get_current_timestamp() + 300,
+            "celeriant_types": [other]
+        }),
         &jsonwebtoken::EncodingKey::from_secret(b"an app secret of at least thirty-two bytes"),
     )
     .unwrap();

@@ -163,6 +163,10 @@ pub mod gateway {
     /// `POST /v1/session`: too many session creations from this address (or in total); retry
     /// after `retryAfterMs`.
     pub const SESSION_RATE_LIMITED: u32 = 42901;
+    /// `POST /v1/session` with app tokens: the token's subject (user) holds
+    /// `--max-devices-per-subject` devices or `--max-sessions-per-subject` live sessions on this
+    /// replica; retry after `retryAfterMs` (when the oldest expires).
+    pub const SUBJECT_LIMIT: u32 = 42902;
     /// This client id, or this client address, is over its share (requests per second or
     /// requests at once, on writes or on reads): not applied, resend after `retryAfterMs`.
     pub const RATE_LIMITED: u32 = 42910;
@@ -194,7 +198,7 @@ pub mod gateway {
     pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 48] = [
+    pub const ALL: [u32; 49] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -233,6 +237,7 @@ pub mod gateway {
         HOST_NOT_ALLOWED,
         GATEWAY_BUSY,
         SESSION_RATE_LIMITED,
+        SUBJECT_LIMIT,
         RATE_LIMITED,
         WATCH_STREAMS_PER_CLIENT,
         WATCH_STREAMS_FULL,
@@ -325,6 +330,7 @@ pub fn name(code: u32) -> &'static str {
         g::HOST_NOT_ALLOWED => "HOST_NOT_ALLOWED",
         g::GATEWAY_BUSY => "GATEWAY_BUSY",
         g::SESSION_RATE_LIMITED => "SESSION_RATE_LIMITED",
+        g::SUBJECT_LIMIT => "SUBJECT_LIMIT",
         g::RATE_LIMITED => "RATE_LIMITED",
         g::WATCH_STREAMS_PER_CLIENT => "WATCH_STREAMS_PER_CLIENT",
         g::WATCH_STREAMS_FULL => "WATCH_STREAMS_FULL",

@@ -110,6 +110,7 @@ pub fn classify(code: u32) -> Class {
         | g::APP_TOKEN_EXPIRED => Class::Unauthorized,
         g::GATEWAY_BUSY
         | g::SESSION_RATE_LIMITED
+        | g::SUBJECT_LIMIT
         | g::RATE_LIMITED
         | g::WATCH_STREAMS_PER_CLIENT
         | g::WATCH_STREAMS_FULL
@@ -403,7 +404,7 @@ mod tests {
     #[test]
     fn unassigned_codes_in_the_gateway_space_are_operator_retries() {
         for code in [
-            40002, 40018, 40099, 40103, 40302, 40401, 41000, 42000, 42101, 42902, 49999, 50000,
+            40002, 40018, 40099, 40103, 40302, 40401, 41000, 42000, 42101, 42909, 49999, 50000,
             50100, 59999,
         ] {
             assert!(!g::is_gateway_code(code), "{code}");

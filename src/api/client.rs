@@ -17,6 +17,7 @@ use super::events::DomEvents;
 use super::options;
 use super::{input, output};
 use crate::browser::idb::outbox::IdbOutbox;
+use crate::browser::idb::principal::Binding;
 use crate::browser::identity::{self, Identity};
 use crate::browser::network::NetworkSwitch;
 use crate::browser::runtime::{Config, Runtime};
@@ -112,6 +113,28 @@ impl SyncClient {
             ));
         }
         let outbox = Rc::new(IdbOutbox::open(&options.database_name, options.durability).await?);
+        if let Some(user) = &options.user {
+            let principal = format!("user:{user}");
+            // Bound before the first append can happen, so events appended offline are this
+            // user's even if another user's session is the first the gateway opens.
+            let refused = match outbox.bind_principal(&principal).await {
+                Ok(Binding::Same) => None,
+                Ok(Binding::Other(bound)) => Some(ClientError::new(
+                    ErrorCode::WrongUser,
+                    format!(
+                        "database \"{}\" belongs to {bound}, not {principal}: open the user's \
+                         own database (databaseName), or delete this one \
+                         (SyncClient.deleteDatabase)",
+                        options.database_name
+                    ),
+                )),
+                Err(e) => Some(e.into()),
+            };
+            if let Some(refused) = refused {
+                outbox.close();
+                return Err(refused);
+            }
+        }
         let identity = identity::load_or_create(&outbox).await?;
         // Counted before `open` resolves, so `status()` is right from the start.
         let counts = outbox.counts().await?;
@@ -143,6 +166,7 @@ impl SyncClient {
             options.auth,
             options.request_timeout_ms,
             network.clone(),
+            outbox.clone(),
         );
         let runtime = Runtime::start(config, outbox, sessions, events, counts)
             .map_err(|_| unsupported("cannot listen for the online event"))?;

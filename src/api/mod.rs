@@ -9,8 +9,10 @@
 //! * [`errors`]: every thrown value is a real `Error` named `CeleriantSyncError` with a stable
 //!   `code`;
 //! * [`typescript`]: the precise `.d.ts` declarations;
-//! * [`inspect`]: `client.inspect()` and its types (a second `impl SyncClient` block).
+//! * [`inspect`]: `client.inspect()` and its types (a second `impl SyncClient` block);
+//! * [`account`]: `signOut` and `SyncClient.deleteDatabase` (one browser, many users).
 
+pub(crate) mod account;
 pub(crate) mod client;
 pub(crate) mod errors;
 pub(crate) mod events;

@@ -30,6 +30,8 @@ pub(crate) struct Options {
     pub auth: Option<js_sys::Function>,
     /// Start with the network switched off (`setOffline(true)` before anything is sent).
     pub offline: bool,
+    /// The app's user (its app token's `sub`): the database is bound to `user:<user>` at open.
+    pub user: Option<String>,
 }
 
 /// Default IndexedDB database name.
@@ -38,7 +40,7 @@ pub(crate) const DEFAULT_DATABASE: &str = "celeriant-sync";
 pub(crate) const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 
 /// Every option's key.
-const KEYS: [&str; 10] = [
+const KEYS: [&str; 11] = [
     "gatewayUrl",
     "databaseName",
     "requestTimeoutMs",
@@ -49,7 +51,11 @@ const KEYS: [&str; 10] = [
     "persist",
     "auth",
     "offline",
+    "user",
 ];
+
+/// The longest `user` accepted (an app token's `sub` is an id, not a document).
+const MAX_USER_CHARS: usize = 256;
 
 fn bad(message: impl Into<String>) -> ClientError {
     ClientError::new(ErrorCode::InvalidOptions, message)
@@ -183,8 +189,19 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
                 .map_err(|_| bad("auth must be a function returning a token (or null)"))?,
         ),
     };
+    let user = string(value, "user")?;
+    if let Some(user) = &user
+        && (user.is_empty()
+            || user.chars().count() > MAX_USER_CHARS
+            || user.chars().any(char::is_control))
+    {
+        return Err(bad(format!(
+            "user must be 1..={MAX_USER_CHARS} characters without control characters"
+        )));
+    }
     Ok(Options {
         auth,
+        user,
         gateway_url,
         database_name,
         request_timeout_ms: integer(

@@ -40,6 +40,14 @@ export interface SyncClientOptions {
      * `Authorization: Bearer` on `POST /v1/session` only. Resolve with `null` for none.
      */
     auth?: () => Promise<string | null>;
+    /**
+     * The signed-in user: the `sub` of the app tokens `auth` returns. The database is bound to
+     * this user at open (rejects with `WRONG_USER` if it is another user's); without it, to the
+     * first session's user. Either way nothing in it is ever sent under another user's session
+     * (`status().state === "wrongUser"`). Pattern: one database per user,
+     * `{ databaseName: "app-" + userId, user: userId }`.
+     */
+    user?: string;
 }
 
 /** An aggregate: its type id and id, both UUID strings. */
@@ -62,6 +70,12 @@ export interface EventInput {
     iv?: Uint8Array;
 }
 
+/** `signOut`'s options. */
+export interface SignOutOptions {
+    /** Delete pending and parked events unsent. Without it `signOut` rejects with `PENDING_EVENTS` while there are any. */
+    discardPending?: boolean;
+}
+
 /** What `append` resolves with, per event, once the events are stored. */
 export interface Receipt {
     eventId: string;
@@ -78,6 +92,8 @@ export type SyncState =
     | "parked"
     /** The gateway refused a session (or could not be asked): the events wait, nothing is dropped. */
     | "unauthorized"
+    /** The session the `auth` callback led to is another user's than the one this database is bound to: nothing is sent; the events wait for their user, or `signOut({ discardPending: true })`. */
+    | "wrongUser"
     | "closed";
 
 /** The most recent failure since the last success. */
@@ -211,7 +227,9 @@ export type SyncErrorCode =
     | "PARKED"
     | "DISCARDED"
     | "CLOSED"
-    | "UNSUPPORTED";
+    | "UNSUPPORTED"
+    | "PENDING_EVENTS"
+    | "WRONG_USER";
 
 /** Everything the client throws or rejects with. */
 export interface CeleriantSyncError extends Error {

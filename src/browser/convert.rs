@@ -43,13 +43,14 @@ const READ_STATES: [ReadState; 5] = [
     ReadState::Offline,
 ];
 
-const STATES: [SyncState; 7] = [
+const STATES: [SyncState; 8] = [
     SyncState::Idle,
     SyncState::Syncing,
     SyncState::Backoff,
     SyncState::Offline,
     SyncState::Parked,
     SyncState::Unauthorized,
+    SyncState::WrongUser,
     SyncState::Closed,
 ];
 

@@ -6,17 +6,24 @@
 //! callback, its token goes along as `Authorization: Bearer` — on this request only; it is
 //! asked for again on every session opening, so an expired app token is replaced.
 //!
+//! Every session names its principal (`user:<sub>` with app tokens): the outbox is bound to the
+//! first one ([`super::idb::principal`]), and a session for anyone else is dropped unused and
+//! reported as [`AuthFailure::wrong_user`], so one user's events never leave under another's.
+//!
 //! A nonce the gateway finds outside its window (a skewed clock) or already used is corrected
 //! and retried once at once; anything else is reported to the drain, which keeps the events
 //! and tries again later.
 
 use std::cell::Cell;
+use std::rc::Rc;
 
 use js_sys::{Function, Promise};
 use wasm_bindgen::JsValue;
 use wasm_bindgen_futures::JsFuture;
 
 use super::fetch::{error_text, post};
+use super::idb::outbox::IdbOutbox;
+use super::idb::principal::Binding;
 use super::identity::{Identity, sign};
 use super::network::{NetworkSwitch, SWITCHED_OFF};
 use crate::engine::auth::{AuthFailure, Authenticator, Session};
@@ -38,6 +45,8 @@ pub(crate) struct GatewaySessions {
     pub timeout_ms: u32,
     /// The client's network switch: off, no session is asked for.
     pub network: NetworkSwitch,
+    /// The outbox, bound to the principal of its sessions.
+    outbox: Rc<IdbOutbox>,
     /// The gateway's clock minus this device's, in ms (learnt from `serverTime`).
     offset: Cell<f64>,
     /// The last nonce sent, so the next is always larger (a replayed nonce is refused).
@@ -49,6 +58,7 @@ fn failure(code: Option<u32>, message: impl Into<String>) -> AuthFailure {
         code,
         message: message.into(),
         retry_after_ms: None,
+        wrong_user: false,
     }
 }
 
@@ -68,6 +78,7 @@ impl GatewaySessions {
         app_auth: Option<Function>,
         timeout_ms: u32,
         network: NetworkSwitch,
+        outbox: Rc<IdbOutbox>,
     ) -> Self {
         GatewaySessions {
             url: format!(
@@ -78,6 +89,7 @@ impl GatewaySessions {
             app_auth,
             timeout_ms,
             network,
+            outbox,
             offset: Cell::new(0.0),
             last_nonce: Cell::new(0),
         }
@@ -169,6 +181,28 @@ impl GatewaySessions {
                             "the gateway derived another client id from this device's key",
                         ));
                     }
+                    match self.outbox.bind_principal(&opened.principal).await {
+                        Ok(Binding::Same) => {}
+                        Ok(Binding::Other(bound)) => {
+                            return Attempt::Failed(AuthFailure {
+                                wrong_user: true,
+                                ..failure(
+                                    None,
+                                    format!(
+                                        "the session is {}'s but this database belongs to {bound}: \
+                                         nothing is sent under it",
+                                        opened.principal
+                                    ),
+                                )
+                            });
+                        }
+                        Err(e) => {
+                            return Attempt::Failed(failure(
+                                None,
+                                format!("cannot check whose this database is: {e}"),
+                            ));
+                        }
+                    }
                     Attempt::Opened(Session {
                         token: opened.token,
                         // In this device's clock.
@@ -195,6 +229,7 @@ impl GatewaySessions {
             code: Some(f.code),
             message: f.message.clone(),
             retry_after_ms: f.retry_after_ms.or(header_ms),
+            wrong_user: false,
         };
         if matches!(f.code, g::NONCE_OUT_OF_WINDOW | g::NONCE_REPLAYED) {
             Attempt::NonceRefused(refused)
@@ -207,6 +242,7 @@ impl GatewaySessions {
 struct Opened {
     client_id: String,
     token: String,
+    principal: String,
     expires_at: u64,
     server_time: u64,
 }
@@ -224,6 +260,7 @@ fn parse_session(body: &str) -> Option<Opened> {
     Some(Opened {
         client_id: text("clientId")?,
         token: text("token")?,
+        principal: text("principal")?,
         expires_at: number("expiresAt")?,
         server_time: number("serverTime")?,
     })

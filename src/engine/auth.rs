@@ -28,6 +28,10 @@ pub struct AuthFailure {
     pub message: String,
     /// How long the gateway asked to wait (a rate limit), if it did.
     pub retry_after_ms: Option<u64>,
+    /// The gateway opened a session, but for another principal (user) than the one this
+    /// outbox is bound to: the session is dropped unused and the drain reports
+    /// [`super::status::SyncState::WrongUser`] until the app signs the right user in again.
+    pub wrong_user: bool,
 }
 
 /// Opens sessions for this device.

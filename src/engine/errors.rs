@@ -70,6 +70,10 @@ codes! {
     Closed = "CLOSED",
     /// The environment lacks what the client needs.
     Unsupported = "UNSUPPORTED",
+    /// `signOut` without `discardPending` while events are pending or parked.
+    PendingEvents = "PENDING_EVENTS",
+    /// The database belongs to another user than `open`'s `user` option.
+    WrongUser = "WRONG_USER",
 }
 
 impl From<&StoreError> for ErrorCode {

@@ -30,6 +30,10 @@ pub enum SyncState {
     Parked,
     /// The gateway refused a session (or could not be asked for one); the events wait.
     Unauthorized,
+    /// The session the app's `auth` callback led to acts for another user than the one this
+    /// outbox is bound to: nothing is sent under it; the events wait for their own user (or
+    /// for `signOut({ discardPending: true })`).
+    WrongUser,
     /// The client was closed.
     Closed,
 }
@@ -44,6 +48,7 @@ impl SyncState {
             SyncState::Offline => "offline",
             SyncState::Parked => "parked",
             SyncState::Unauthorized => "unauthorized",
+            SyncState::WrongUser => "wrongUser",
             SyncState::Closed => "closed",
         }
     }

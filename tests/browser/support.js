@@ -502,3 +502,26 @@ export function countFetches() {
   log.restore = () => { globalThis.fetch = real; };
   return log;
 }
+
+/** An HS256 app token (JWT) for `sub`, as an app's sign-in would mint it, signed with `secret`
+ *  (the gateway's `--app-token-key-file`), issuer and audience "celeriant-test", valid 10 min. */
+export async function appToken(secret, sub) {
+  const b64url = (bytes) => btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const text = (o) => b64url(new TextEncoder().encode(JSON.stringify(o)));
+  const now = Math.floor(Date.now() / 1000);
+  const input = `${text({ alg: "HS256", typ: "JWT" })}.${text({ sub, iss: "celeriant-test", aud: "celeriant-test", iat: now, exp: now + 600 })}`;
+  const key = await crypto.subtle.importKey("raw", new TextEncoder().encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const mac = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(input));
+  return `${input}.${b64url(new Uint8Array(mac))}`;
+}
+
+/** A switchable sign-in: `{ user, calls, auth }`, where `auth()` resolves with an app token for
+ *  the current `user` (the app's `auth` callback), counting its calls. */
+export function signIn(secret, user) {
+  const s = { user, calls: 0 };
+  s.auth = async () => {
+    s.calls += 1;
+    return appToken(secret, s.user);
+  };
+  return s;
+}

@@ -330,6 +330,7 @@ impl Authenticator for SimAuth {
                 code: Some(40121),
                 message: "the app token was refused".into(),
                 retry_after_ms: None,
+                wrong_user: false,
             })
         } else {
             self.opened.set(self.opened.get() + 1);

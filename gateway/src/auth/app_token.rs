@@ -89,7 +89,9 @@ impl AppTokens {
         let mut validation = Validation::new(algorithm);
         validation.leeway = 0;
         validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        // `iss` and `aud` are required too: `set_issuer`/`set_audience` alone check them only when
+        // present, so a token without `iss` would pass (a test caught exactly that).
+        validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
         match &config.app_token_audience {
             Some(aud) => validation.set_audience(&[aud]),
             None => validation.validate_aud = false,

@@ -2,7 +2,8 @@
 //!
 //! A client id is the hash of a device's public key. `POST /v1/session` checks the device's
 //! signature over a fresh nonce ([`device`]), refuses replays ([`replay`]) and floods
-//! ([`rate`]), optionally checks the app's own token ([`app_token`]), and issues a stateless
+//! ([`rate`]), optionally checks the app's own token ([`app_token`]) and caps what one app
+//! user may hold ([`subjects`]), and issues a stateless
 //! token bound to the client id ([`token`], under the secret of [`secret`]). Every write and
 //! read then runs under a [`Session`]: no valid token is a 401 (`unauthorized`: the client opens
 //! a new session and resends), and a write under another client id, or to an aggregate type the
@@ -15,6 +16,7 @@ pub mod device;
 pub mod rate;
 pub mod replay;
 pub mod secret;
+pub mod subjects;
 pub mod token;
 
 use axum::extract::FromRequestParts;
@@ -26,6 +28,7 @@ use self::app_token::AppTokens;
 use self::bearer::{Bearer, bearer};
 use self::rate::SessionLimiter;
 use self::replay::ReplayCache;
+use self::subjects::SubjectCaps;
 use self::token::SessionKeys;
 use crate::config::{AuthMode, Config};
 use crate::error::ApiError;
@@ -45,6 +48,8 @@ pub struct Auth {
     pub replay: ReplayCache,
     /// Session creations per address.
     pub limiter: SessionLimiter,
+    /// Devices and live sessions per app-token subject.
+    pub subjects: SubjectCaps,
 }
 
 impl Auth {
@@ -59,6 +64,11 @@ impl Auth {
             app: AppTokens::from_config(config)?,
             replay: ReplayCache::new(config.session_replay_capacity),
             limiter: SessionLimiter::new(config.session_rate_per_minute, config.session_burst),
+            subjects: SubjectCaps::new(
+                config.max_devices_per_subject,
+                config.max_sessions_per_subject,
+                config.session_replay_capacity,
+            ),
         })
     }
 }

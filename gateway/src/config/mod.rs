@@ -175,6 +175,24 @@ pub struct Config {
     )]
     pub session_replay_capacity: usize,
 
+    /// With app tokens: most devices one subject (user) may hold with live sessions, per
+    /// replica (0: no cap).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_MAX_DEVICES_PER_SUBJECT",
+        default_value_t = 32
+    )]
+    pub max_devices_per_subject: usize,
+
+    /// With app tokens: most live sessions one subject (user) may hold, per replica (0: no
+    /// cap).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_MAX_SESSIONS_PER_SUBJECT",
+        default_value_t = 256
+    )]
+    pub max_sessions_per_subject: usize,
+
     /// Require the app's own token at POST /v1/session, signed with this algorithm.
     #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_ALG", value_enum)]
     pub app_token_alg: Option<AppTokenAlg>,
@@ -357,6 +375,16 @@ impl Config {
         match (self.app_token_alg, &self.app_token_key_file) {
             (Some(_), None) => Err("--app-token-alg needs --app-token-key-file".into()),
             (None, Some(_)) => Err("--app-token-key-file needs --app-token-alg".into()),
+            (Some(_), Some(_))
+                if self.app_token_issuer.is_none() || self.app_token_audience.is_none() =>
+            {
+                Err(
+                    "--app-token-alg needs --app-token-issuer and --app-token-audience: \
+                     without them an app token minted by another issuer, or for another \
+                     service, would open sessions here"
+                        .into(),
+                )
+            }
             _ if self.app_token_alg.is_none()
                 && (self.app_token_issuer.is_some() || self.app_token_audience.is_some()) =>
             {

@@ -17,6 +17,7 @@ use celeriant_sync_protocol::session::MAX_SESSION_BODY_BYTES;
 use celeriant_sync_protocol::{SessionRequest, SessionResponse, WriteOutcome};
 
 use crate::auth::replay::Admit;
+use crate::auth::subjects::Refusal;
 use crate::auth::token::{SESSION_AUDIENCE, SessionClaims};
 use crate::auth::{device, now_ms};
 use crate::error::ApiError;
@@ -103,6 +104,20 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
     let mut exp = now_s + auth.ttl_secs;
     if let Some(grant) = &grant {
         exp = exp.min(grant.expires_at);
+        if let Err(refusal) = auth
+            .subjects
+            .admit(&grant.subject, proven.client_id, now_s, exp)
+        {
+            let (ms, what) = match refusal {
+                Refusal::Devices(ms) => (ms, "this user has the most devices with live sessions"),
+                Refusal::Sessions(ms) => (ms, "this user has the most live sessions"),
+                Refusal::Full(ms) => (ms, "the gateway tracks the most users it can"),
+            };
+            return Err(ApiError(WriteOutcome::Retry(Failure {
+                retry_after_ms: Some(ms),
+                ..Failure::new(g::SUBJECT_LIMIT, format!("{what}; retry in {ms} ms"))
+            })));
+        }
     }
     let claims = SessionClaims {
         sub: proven.client_id,
@@ -122,9 +137,16 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         %ip,
         "session opened"
     );
+    // Whom the session acts for (protocol.md §14): the app's user when app tokens are on, so
+    // that a browser shared by two users can tell their sessions apart; the device otherwise.
+    let principal = match &grant {
+        Some(grant) => format!("user:{}", grant.subject),
+        None => format!("device:{}", proven.client_id),
+    };
     Ok(SessionResponse {
         client_id: proven.client_id,
         token,
+        principal,
         expires_at: exp * 1000,
         server_time: now_ms(),
     })

@@ -119,6 +119,15 @@ async fn open_at(name: &str, version: Option<u32>) -> Result<IdbDatabase, StoreE
     Ok(opened.js()?.unchecked_into())
 }
 
+/// Deletes the database `name` (every store: outbox, local log, the device key, the user it
+/// belongs to). Resolves once it is gone; open connections of this origin's clients close
+/// themselves on the `versionchange` this causes (see [`watch_version_changes`]).
+pub async fn delete_database(name: &str) -> Result<(), StoreError> {
+    let request = factory()?.delete_database(name).js()?;
+    request::result(Ok(request.unchecked_into())).await.js()?;
+    Ok(())
+}
+
 /// Opens `name` at [`schema::VERSION`] (creating or upgrading it), or at its current version
 /// when a newer client already upgraded it.
 async fn open_database(name: &str) -> Result<IdbDatabase, StoreError> {
@@ -130,13 +139,21 @@ async fn open_database(name: &str) -> Result<IdbDatabase, StoreError> {
     }
 }
 
-/// Closes `db` as soon as another context asks to upgrade it, and marks it stale.
-fn watch_version_changes(db: &IdbDatabase, stale: Rc<Cell<bool>>) {
+/// Closes `db` as soon as another context asks to upgrade it, and marks it stale — or, when
+/// the other context deletes the database (`signOut`, `SyncClient.deleteDatabase`), closed for
+/// good: reopening would silently create an empty database under a client that still holds
+/// the deleted one's identity and user.
+fn watch_version_changes(db: &IdbDatabase, stale: Rc<Cell<bool>>, closed: Rc<Cell<bool>>) {
     let target = db.clone();
-    let on_change = Closure::<dyn FnMut()>::new(move || {
-        stale.set(true);
-        target.close();
-    });
+    let on_change = Closure::<dyn FnMut(web_sys::IdbVersionChangeEvent)>::new(
+        move |event: web_sys::IdbVersionChangeEvent| {
+            if event.new_version().is_none() {
+                closed.set(true);
+            }
+            stale.set(true);
+            target.close();
+        },
+    );
     db.set_onversionchange(Some(on_change.as_ref().unchecked_ref()));
     // Lives as long as the connection (closed connections fire nothing).
     on_change.forget();
@@ -156,7 +173,8 @@ pub struct Db {
     name: String,
     db: RefCell<IdbDatabase>,
     stale: Rc<Cell<bool>>,
-    closed: Cell<bool>,
+    /// Closed by `close`, or deleted by another context: never reopened.
+    closed: Rc<Cell<bool>>,
     /// `{ durability }` objects, made once.
     options: [JsValue; 3],
     /// Whether a request failing after `commit()` aborts the transaction in this engine
@@ -180,7 +198,8 @@ impl Db {
     pub async fn open(name: &str) -> Result<Db, StoreError> {
         let db = open_database(name).await?;
         let stale = Rc::new(Cell::new(false));
-        watch_version_changes(&db, stale.clone());
+        let closed = Rc::new(Cell::new(false));
+        watch_version_changes(&db, stale.clone(), closed.clone());
         let options = [Durability::Strict, Durability::Relaxed, Durability::Default].map(|d| {
             let o = Object::new();
             let _ = Reflect::set(&o, &"durability".into(), &d.as_str().into());
@@ -190,7 +209,7 @@ impl Db {
             name: name.to_owned(),
             db: RefCell::new(db),
             stale,
-            closed: Cell::new(false),
+            closed,
             options,
             early_commit_atomic: Cell::new(None),
             begun: Cell::new(0),
@@ -206,7 +225,7 @@ impl Db {
             let db = open_database(&self.name).await?;
             if self.stale.get() {
                 self.stale.set(false);
-                watch_version_changes(&db, self.stale.clone());
+                watch_version_changes(&db, self.stale.clone(), self.closed.clone());
                 *self.db.borrow_mut() = db;
             } else {
                 db.close(); // another operation reopened it meanwhile

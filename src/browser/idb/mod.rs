@@ -10,6 +10,7 @@
 //!   record per event);
 //! * [`outbox`]: [`IdbOutbox`](outbox::IdbOutbox), the
 //!   [`Outbox`](crate::engine::outbox::Outbox) implementation, one transaction per operation;
+//! * [`principal`]: which user the database belongs to (one browser, many users);
 //! * [`watermarks`]: the drain's copy of the `landed` watermarks, which keeps `landed` out of
 //!   the read-ahead's transaction.
 
@@ -18,6 +19,7 @@ pub mod db;
 pub(crate) mod keys;
 pub(crate) mod log;
 pub mod outbox;
+pub mod principal;
 mod records;
 pub(crate) mod request;
 pub mod schema;

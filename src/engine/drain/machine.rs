@@ -591,12 +591,17 @@ impl Drain {
                         failure.retry_after_ms,
                     );
                     self.auth_attempt = self.auth_attempt.saturating_add(1);
+                    let wrong_user = failure.wrong_user;
                     self.report(Report::Error {
                         code: failure.code,
                         message: failure.message,
                         at: now.ms,
                     });
-                    self.report(Report::State(SyncState::Unauthorized));
+                    self.report(Report::State(if wrong_user {
+                        SyncState::WrongUser
+                    } else {
+                        SyncState::Unauthorized
+                    }));
                     self.phase = Phase::Waiting(loaded);
                     self.emit(Action::Wait {
                         ms: wait,

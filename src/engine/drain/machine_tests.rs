@@ -748,6 +748,7 @@ fn a_session_that_cannot_be_opened_leaves_the_events_waiting() {
                 code: Some(40121),
                 message: "the app token was refused".into(),
                 retry_after_ms: Some(5_000),
+                wrong_user: false,
             })),
             AT,
         );
@@ -758,6 +759,45 @@ fn a_session_that_cannot_be_opened_leaves_the_events_waiting() {
             "attempt {attempt}"
         );
         assert!(matches!(after[2], Action::Wait { ms, .. } if ms >= 5_000));
+        d.handle(Input::TimerFired, AT);
+        assert_eq!(doing(&mut d), [Action::OpenSession]);
+    }
+    d.handle(Input::SessionOpened(Ok(session())), AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+}
+
+#[test]
+fn another_users_session_sends_nothing_and_reports_wrong_user_until_the_right_one_returns() {
+    let mut d = drain();
+    d.start();
+    d.handle(Input::Recounted(Ok(())), AT);
+    d.handle(Input::Unpruned(Ok(vec![])), AT);
+    d.handle(Input::PinRead(Ok(None)), AT);
+    d.handle(Input::Cut(Ok(Some(events(1, 1..=2)))), AT);
+    d.handle(Input::Pinned(Ok(true)), AT);
+    take(&mut d);
+    for attempt in 0..3 {
+        d.handle(
+            Input::SessionOpened(Err(AuthFailure {
+                code: None,
+                message: "the session is user:bob's but this database belongs to user:alice".into(),
+                retry_after_ms: None,
+                wrong_user: true,
+            })),
+            AT,
+        );
+        let after = take(&mut d);
+        assert_eq!(
+            after[1],
+            Action::Report(Report::State(SyncState::WrongUser)),
+            "attempt {attempt}"
+        );
+        assert!(
+            !after
+                .iter()
+                .any(|a| matches!(a, Action::Send { .. } | Action::Park { .. })),
+            "{after:?}"
+        );
         d.handle(Input::TimerFired, AT);
         assert_eq!(doing(&mut d), [Action::OpenSession]);
     }

@@ -1,0 +1,204 @@
+//! One browser, many users, against a real gateway that requires app tokens
+//! (`CELERIANT_TEST_APP_GATEWAY`, HS256, started by scripts/browser-tests.sh): a database is
+//! bound to the first user whose session it sees (or to `open`'s `user`), another user's session
+//! is never used for its events (`wrongUser`), and `signOut` / `deleteDatabase` delete it.
+#![cfg(target_arch = "wasm32")]
+
+mod browser;
+
+use browser::*;
+use celeriant_sync::SyncClient;
+use js_sys::{Array, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(module = "/tests/browser/support.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = signIn)]
+    fn sign_in(secret: &str, user: &str) -> JsValue;
+    #[wasm_bindgen(js_name = appToken)]
+    fn app_token(secret: &str, sub: &str) -> Promise;
+    #[wasm_bindgen(js_name = readAll)]
+    fn read_all_with(gateway: &str, type_id: &str, id: &str, token: &str) -> Promise;
+    #[wasm_bindgen(js_name = openSession)]
+    fn open_session(gateway: &str, options: &JsValue) -> Promise;
+}
+
+/// Retries within a second, so a test does not wait out the default 30 s backoff.
+const FAST: &str = r#"{"maxBackoffMs":1000}"#;
+
+/// The gateway with app tokens on, and its HS256 secret.
+fn app_gateway() -> (&'static str, &'static str) {
+    match (
+        option_env!("CELERIANT_TEST_APP_GATEWAY"),
+        option_env!("CELERIANT_TEST_APP_SECRET"),
+    ) {
+        (Some(gateway), Some(secret)) => (gateway, secret),
+        _ => panic!("run the browser tests through `npm test`, which starts the app-token gateway"),
+    }
+}
+
+/// Opens `db` on the app-token gateway with `signed_in`'s `auth` callback and extra options.
+async fn open_as(db: &str, signed_in: &JsValue, extra: &str) -> Result<SyncClient, JsValue> {
+    let options = json(extra);
+    Reflect::set(&options, &"gatewayUrl".into(), &app_gateway().0.into()).unwrap();
+    Reflect::set(&options, &"databaseName".into(), &db.into()).unwrap();
+    Reflect::set(&options, &"auth".into(), &get(signed_in, "auth")).unwrap();
+    SyncClient::open(options).await
+}
+
+/// Every event of an aggregate on the app-token gateway, read with a session of `user`'s.
+async fn stored(t: &str, a: &str, user: &str) -> Vec<JsValue> {
+    let (gateway, secret) = app_gateway();
+    let token = ok(app_token(secret, user)).await;
+    let session = ok(open_session(gateway, &object(&[("appToken", token)]))).await;
+    let events = ok(read_all_with(gateway, t, a, &string(&session, "token"))).await;
+    Array::from(&events).iter().collect()
+}
+
+#[wasm_bindgen_test]
+async fn events_appended_under_one_user_never_leave_under_anothers_session() {
+    let (_, secret) = app_gateway();
+    let db = db_name("users-switch");
+    let (t, a) = (uuid(), uuid());
+    let signed_in = sign_in(secret, "alice");
+    // Alice's first session binds the database to her.
+    let client = open_as(&db, &signed_in, FAST).await.unwrap();
+    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
+    flush_within(&client, 30).await;
+    ok(client.close()).await;
+
+    // Bob signs in on the same browser while one of Alice's events waits: the database is
+    // reopened, its drain opens a session — Bob's — and must not send under it.
+    Reflect::set(&signed_in, &"user".into(), &"bob".into()).unwrap();
+    let client = open_as(&db, &signed_in, FAST).await.unwrap();
+    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[2])).into())).await;
+    until(10_000, "state wrongUser", || {
+        string(&client.status(), "state") == "wrongUser"
+    })
+    .await;
+    let status = client.status();
+    assert_eq!(
+        num(&status, "pending"),
+        1.0,
+        "kept, not parked, not dropped"
+    );
+    assert_eq!(num(&status, "parked"), 0.0);
+    let message = string(&get(&status, "lastError"), "message");
+    assert!(
+        message.contains("user:bob") && message.contains("user:alice"),
+        "{message}"
+    );
+    sleep(1_500).await;
+    assert_eq!(
+        stored(&t, &a, "alice").await.len(),
+        1,
+        "the second event was not sent under Bob's session"
+    );
+    assert_eq!(string(&client.status(), "state"), "wrongUser");
+
+    // Alice signs in again: the drain's next attempt opens her session and sends it, once.
+    Reflect::set(&signed_in, &"user".into(), &"alice".into()).unwrap();
+    flush_within(&client, 60).await;
+    let seqs: Vec<f64> = stored(&t, &a, "alice")
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect();
+    assert_eq!(seqs, [1.0, 2.0], "landed once each, under Alice");
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn open_with_another_users_name_is_refused_and_changes_nothing() {
+    let (_, secret) = app_gateway();
+    let db = db_name("users-open");
+    let (t, a) = (uuid(), uuid());
+    // Bound at open, before any session: an event appended offline is Alice's already.
+    let alice = sign_in(secret, "alice");
+    let client = open_nowhere(&db, r#"{"user":"alice"}"#).await;
+    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
+    ok(client.close()).await;
+
+    let bob = sign_in(secret, "bob");
+    let refused = open_as(&db, &bob, r#"{"user":"bob"}"#).await.err().unwrap();
+    assert_eq!(
+        string(&refused, "code"),
+        "WRONG_USER",
+        "{}",
+        describe(&refused)
+    );
+    // Without `user`, Bob's session is still refused at the binding made at open.
+    let client = open_as(&db, &bob, FAST).await.unwrap();
+    until(10_000, "state wrongUser", || {
+        string(&client.status(), "state") == "wrongUser"
+    })
+    .await;
+    assert_eq!(num(&client.status(), "pending"), 1.0);
+    ok(client.close()).await;
+    let client = open_as(&db, &alice, r#"{"user":"alice","maxBackoffMs":1000}"#)
+        .await
+        .unwrap();
+    flush_within(&client, 60).await;
+    assert_eq!(stored(&t, &a, "alice").await.len(), 1);
+    for bad in [r#"{"user":""}"#, "{\"user\":\"a\\nb\"}", r#"{"user":7}"#] {
+        let e = open_as(&db, &alice, bad).await.err().unwrap();
+        assert_eq!(string(&e, "code"), "INVALID_OPTIONS", "{bad}");
+    }
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn sign_out_refuses_to_lose_pending_events_unless_told_and_then_deletes_everything() {
+    let db = db_name("users-signout");
+    let (t, a) = (uuid(), uuid());
+    let client = open_nowhere(&db, r#"{"user":"carol"}"#).await;
+    let id = client.client_id();
+    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
+    let refused = err(client.sign_out(JsValue::UNDEFINED)).await;
+    assert_eq!(
+        string(&refused, "code"),
+        "PENDING_EVENTS",
+        "{}",
+        describe(&refused)
+    );
+    assert_eq!(num(&client.status(), "pending"), 1.0, "nothing changed");
+    let bad = err(client.sign_out(json(r#"{"discard":true}"#))).await;
+    assert_eq!(string(&bad, "code"), "INVALID_OPTIONS");
+    ok(client.sign_out(json(r#"{"discardPending":true}"#))).await;
+    let closed =
+        err(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[2])).into())).await;
+    assert_eq!(string(&closed, "code"), "CLOSED");
+
+    // Gone: the same name opens as a new, empty database of a new device, bound to no one.
+    let client = open_nowhere(&db, r#"{"user":"dave"}"#).await;
+    assert_ne!(
+        client.client_id(),
+        id,
+        "the device key went with the database"
+    );
+    assert_eq!(num(&client.status(), "pending"), 0.0);
+    ok(client.close()).await;
+    ok(SyncClient::delete_database_named(db)).await;
+}
+
+#[wasm_bindgen_test]
+async fn deleting_a_database_closes_the_clients_still_open_on_it() {
+    let db = db_name("users-delete");
+    let (t, a) = (uuid(), uuid());
+    let client = open_nowhere(&db, "{}").await;
+    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
+    ok(SyncClient::delete_database_named(db.clone())).await;
+    let closed =
+        err(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[2])).into())).await;
+    assert_eq!(string(&closed, "code"), "CLOSED", "{}", describe(&closed));
+    ok(client.close()).await;
+    assert!(
+        !store_names(&db).await.contains(&"outbox".to_owned()),
+        "not re-created by the open client"
+    );
+    let empty = err(SyncClient::delete_database_named(String::new())).await;
+    assert_eq!(string(&empty, "code"), "INVALID_OPTIONS");
+}
