@@ -1,12 +1,13 @@
 //! The `celeriant-gateway` binary: configuration, backend, serve, graceful shutdown; or
-//! `verify`, an offline check of an embedded store.
+//! `verify`, an offline check of an embedded store; or `repair-sequence`, an offline repair of
+//! one device's sequence record.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use celeriant_gateway::backend::Backend;
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
-use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore, verify};
+use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore, repair, verify};
 use celeriant_gateway::config::{AuthMode, BackendKind, Command, Config};
 use celeriant_gateway::serve::{ServeOptions, fit_to_open_file_limit, serve};
 use celeriant_gateway::{AppState, app};
@@ -23,8 +24,23 @@ async fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let config = Config::parse();
-    if config.command == Some(Command::Verify) {
-        std::process::exit(verify::run(&config.data_dir));
+    match config.command {
+        Some(Command::Verify) => std::process::exit(verify::run(&config.data_dir)),
+        Some(Command::RepairSequence {
+            type_id,
+            id,
+            client,
+            dry_run,
+        }) => {
+            let target = repair::Target {
+                org: config.org_id,
+                type_id,
+                id,
+                client,
+            };
+            std::process::exit(repair::run(&config.data_dir, target, dry_run));
+        }
+        None => {}
     }
     if let Err(e) = run(config).await {
         eprintln!("celeriant-gateway: {e}");

@@ -304,6 +304,24 @@ pub enum Command {
     /// Prints a report; exits 0 when the store is sound, 1 when something is damaged, 2 when
     /// it cannot be checked.
     Verify,
+    /// Offline, on an embedded store (the gateway stopped): set a device's highest-sequence
+    /// record on one aggregate back to the end of the device's own contiguous run of stored
+    /// sequences — the repair for a device whose record a stolen token pushed up (every later
+    /// write answered 2002 and dropped). Prints what it did; exit 0 done, 2 refused.
+    RepairSequence {
+        /// The aggregate type (UUID).
+        #[arg(long = "type")]
+        type_id: Uuid,
+        /// The aggregate id (UUID).
+        #[arg(long)]
+        id: Uuid,
+        /// The device's client id (UUID).
+        #[arg(long)]
+        client: Uuid,
+        /// Show what would change without writing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 impl Config {

@@ -36,6 +36,7 @@ pub mod health;
 mod migrate;
 mod read;
 mod record;
+pub mod repair;
 mod tables;
 mod trim;
 pub mod verify;
