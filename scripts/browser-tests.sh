@@ -84,10 +84,15 @@ fi
 AUTH_FLAGS=(--session-rate-per-minute 0)
 ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$WORK/gateway.port" \
   --data-dir "$WORK/gateway" --www www --pkg pkg --faults "${AUTH_FLAGS[@]}" \
+  --faults-secret-out "$WORK/faults-secret" \
   --fault-seed "${CELERIANT_FAULT_SEED:-20261129}" >"$WORK/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 for _ in $(seq 200); do [ -s "$WORK/gateway.port" ] && break; sleep 0.1; done
 export CELERIANT_TEST_GATEWAY="http://$(cat "$WORK/gateway.port" 2>/dev/null)"
+# The faults secret the gateway generated (written before the port file), compiled into the
+# tests like the address.
+CELERIANT_TEST_FAULTS_SECRET=$(cat "$WORK/faults-secret" 2>/dev/null)
+export CELERIANT_TEST_FAULTS_SECRET
 echo "gateway: $CELERIANT_TEST_GATEWAY (pid $GATEWAY_PID, fault seed ${CELERIANT_FAULT_SEED:-20261129})"
 
 free_port() {

@@ -121,9 +121,17 @@ for (const [key, label] of RATES) {
   $("rates").append(row);
 }
 
+// The gateway's faults secret, from the URL `npm start` printed (`#faults=<secret>`): a fragment
+// never travels to the server in a URL; the secret is sent only in the faults header.
+const FAULTS_SECRET = new URLSearchParams(location.hash.slice(1)).get("faults") ?? "";
+$("otherDevice").href = `?device=2${location.hash}`;
+
 async function putFaults(rates) {
+  if (!FAULTS_SECRET) throw new Error("open the demo with the URL `npm start` printed (it ends in #faults=...)");
   const r = await fetch(`${gateway}/v1/faults`, {
-    method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify(rates),
+    method: "PUT",
+    headers: { "content-type": "application/json", "celeriant-faults-secret": FAULTS_SECRET },
+    body: JSON.stringify(rates),
   });
   if (!r.ok) throw new Error(`${r.status} ${await r.text()}`);
   showFaults(await r.json());
@@ -157,7 +165,8 @@ function showFaults(report) {
 }
 
 async function refreshFaults() {
-  const r = await fetch(`${gateway}/v1/faults`).catch(() => null);
+  if (!FAULTS_SECRET) return;
+  const r = await fetch(`${gateway}/v1/faults`, { headers: { "celeriant-faults-secret": FAULTS_SECRET } }).catch(() => null);
   if (r?.ok) showFaults(await r.json());
 }
 

@@ -85,6 +85,17 @@ async fn run(config: Config) -> Result<(), String> {
         idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
         shutdown_grace: Duration::from_millis(limits.request_timeout_ms) + Duration::from_secs(1),
     };
+    if let Some(secret) = state.faults_secret.as_ref().filter(|s| s.generated()) {
+        // Handed to whoever started the gateway, before the port file says it is up; never logged.
+        match &state.config.faults_secret_out {
+            Some(path) => secret.write_to(path)?,
+            None => println!(
+                "celeriant-gateway faults secret (send it as the {} header): {}",
+                celeriant_gateway::auth::faults_secret::HEADER,
+                secret.expose()
+            ),
+        }
+    }
     if let Some(path) = port_file {
         std::fs::write(&path, addr.to_string())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

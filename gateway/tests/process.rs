@@ -152,10 +152,17 @@ fn sigterm_shuts_down_gracefully() {
 #[test]
 fn fault_flags_are_read_from_environment_variables() {
     let dir = tempfile::tempdir().unwrap();
+    let secret = "f".repeat(48);
+    let secret_file = dir.path().join("faults-secret");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
     let gateway = Gateway::start_with(
         dir.path(),
         &[
             ("CELERIANT_GATEWAY_FAULTS", "true"),
+            (
+                "CELERIANT_GATEWAY_FAULTS_SECRET_FILE",
+                secret_file.to_str().unwrap(),
+            ),
             ("CELERIANT_GATEWAY_FAULT_SEED", "9"),
             ("CELERIANT_GATEWAY_FAULT_DROP_AFTER_COMMIT", "0.125"),
             ("CELERIANT_GATEWAY_FAULT_TIMEOUT", "0.25"),
@@ -170,6 +177,7 @@ fn fault_flags_are_read_from_environment_variables() {
     );
     let report: Value = agent()
         .get(&format!("{}/v1/faults", gateway.base))
+        .header("celeriant-faults-secret", &secret)
         .call()
         .unwrap()
         .body_mut()
