@@ -191,3 +191,30 @@ fn fault_flags_are_read_from_environment_variables() {
                "resetBeforeCommit": 0.03125, "delayMs": 5000, "retryAfterMs": 1500, "rejectType": 7})
     );
 }
+
+/// The data directory is created 0700 and the store and the session secret 0600, whatever the
+/// umask; a store left looser by an older gateway (0755 / 0644) is tightened at the next start.
+#[test]
+fn the_data_directory_and_the_store_are_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = db.join("celeriant-gateway.redb");
+    {
+        let gateway = Gateway::start(dir.path());
+        assert_eq!(write(&gateway.base, 1)["outcome"], "landed");
+        assert_eq!(mode(&db), 0o700);
+        assert_eq!(mode(&store), 0o600);
+        assert_eq!(mode(&db.join("session-secret")), 0o600);
+    }
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let gateway = Gateway::start(dir.path());
+    assert_eq!((mode(&db), mode(&store)), (0o700, 0o600));
+    assert_eq!(
+        write(&gateway.base, 1)["duplicate"],
+        true,
+        "the same store, kept"
+    );
+}

@@ -102,8 +102,7 @@ fn generated(path: &Path) -> Result<Vec<u8>, String> {
         return read(path, "session secret");
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        crate::private::private_dir(dir)?;
     }
     let hex = random_hex()?;
     let created = std::fs::OpenOptions::new()
