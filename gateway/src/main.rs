@@ -11,17 +11,10 @@ use celeriant_gateway::config::{AuthMode, BackendKind, Command, Config};
 use celeriant_gateway::serve::{ServeOptions, fit_to_open_file_limit, serve};
 use celeriant_gateway::{AppState, app};
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    celeriant_gateway::log::init();
     let config = Config::parse();
     if config.command == Some(Command::Verify) {
         std::process::exit(verify::run(&config.data_dir));
