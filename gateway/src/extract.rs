@@ -75,7 +75,7 @@ pub fn check_headers(headers: &HeaderMap, limit: usize) -> Result<Option<usize>,
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| parse_decimal(v))
+        .and_then(parse_decimal)
         .and_then(|n| usize::try_from(n).ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large(limit));

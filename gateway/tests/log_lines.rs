@@ -113,9 +113,7 @@ fn no_request_can_forge_a_log_line() {
     // A Host header cannot hold a line break, but it can hold other control bytes.
     let answer = raw(
         &addr,
-        &format!(
-            "GET /healthz HTTP/1.1\r\nHost: evil\x1b[2K\x08.example\r\nConnection: close\r\n\r\n"
-        ),
+        "GET /healthz HTTP/1.1\r\nHost: evil\x1b[2K\x08.example\r\nConnection: close\r\n\r\n",
     );
     assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
 
