@@ -465,15 +465,21 @@ fn a_generated_faults_secret_is_printed_once_and_required() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        // Standard output is read to its end (the log goes there too: a closed pipe would
+        // fail the gateway's writes).
         let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut printed = Vec::new();
-        for line in stdout.lines() {
-            let line = line.unwrap();
-            let done = line.contains("listening on");
-            printed.push(line);
-            if done {
-                break;
+        let (lines, seen) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = lines.send(line);
             }
+        });
+        let mut printed = Vec::new();
+        while !printed.iter().any(|l: &String| l.contains("listening on")) {
+            printed.push(
+                seen.recv_timeout(std::time::Duration::from_secs(20))
+                    .unwrap(),
+            );
         }
         let secret_lines: Vec<&String> = printed
             .iter()
@@ -491,7 +497,18 @@ fn a_generated_faults_secret_is_printed_once_and_required() {
         assert_eq!(ok.status(), 200);
         let _ = child.kill();
         let output = child.wait_with_output().unwrap();
-        let log = String::from_utf8_lossy(&output.stderr);
+        reader.join().unwrap();
+        printed.extend(seen.try_iter());
+        let log = format!(
+            "{}\n{}",
+            printed
+                .iter()
+                .filter(|l| !l.contains("faults secret"))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n"),
+            String::from_utf8_lossy(&output.stderr)
+        );
         assert!(!log.contains(&secret), "never in the log: {log}");
         secrets.push(secret);
     }

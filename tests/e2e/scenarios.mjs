@@ -194,6 +194,22 @@ export async function demo() {
       null,
       { timeout: 5_000 },
     );
+    // The fault buttons: without the secret `npm start` puts in the fragment they change nothing;
+    // with it, Chaos and No faults set the gateway's rates. The secret never travels in a URL.
+    const urls = [];
+    page.on("request", (r) => urls.push(r.url()));
+    const rates = async () => (await gateway.faults()).rates;
+    await page.click("#chaos");
+    await sleep(500);
+    assert((await rates()).dropAfterCommit === 0, "no secret, no faults");
+    await page.goto(`${gateway.base}/#faults=${gateway.faultsSecret}`);
+    await page.waitForFunction(() => document.getElementById("clientId").textContent.length === 36);
+    await page.click("#chaos");
+    await waitFor("the chaos rates", 5_000, async () => (await rates()).dropAfterCommit === 0.3);
+    await page.click("#calm");
+    await waitFor("the calm rates", 5_000, async () => (await rates()).dropAfterCommit === 0);
+    const leaked = urls.filter((u) => u.split("#")[0].includes(gateway.faultsSecret));
+    assert(leaked.length === 0, `the secret in a request URL: ${leaked}`);
     assert(errors.length === 0, `page errors: ${errors}`);
     return { synced: 10 };
   });
