@@ -123,14 +123,17 @@ for (const [key, label] of RATES) {
 
 // The gateway's faults secret, from the URL `npm start` printed (`#faults=<secret>`): a fragment
 // never travels to the server in a URL; the secret is sent only in the faults header.
-const FAULTS_SECRET = new URLSearchParams(location.hash.slice(1)).get("faults") ?? "";
-$("otherDevice").href = `?device=2${location.hash}`;
+const faultsSecret = () => new URLSearchParams(location.hash.slice(1)).get("faults") ?? "";
+const linkOtherDevice = () => ($("otherDevice").href = `?device=2${location.hash}`);
+linkOtherDevice();
+addEventListener("hashchange", linkOtherDevice);
 
 async function putFaults(rates) {
-  if (!FAULTS_SECRET) throw new Error("open the demo with the URL `npm start` printed (it ends in #faults=...)");
+  const secret = faultsSecret();
+  if (!secret) throw new Error("open the demo with the URL `npm start` printed (it ends in #faults=...)");
   const r = await fetch(`${gateway}/v1/faults`, {
     method: "PUT",
-    headers: { "content-type": "application/json", "celeriant-faults-secret": FAULTS_SECRET },
+    headers: { "content-type": "application/json", "celeriant-faults-secret": secret },
     body: JSON.stringify(rates),
   });
   if (!r.ok) throw new Error(`${r.status} ${await r.text()}`);
@@ -165,8 +168,9 @@ function showFaults(report) {
 }
 
 async function refreshFaults() {
-  if (!FAULTS_SECRET) return;
-  const r = await fetch(`${gateway}/v1/faults`, { headers: { "celeriant-faults-secret": FAULTS_SECRET } }).catch(() => null);
+  const secret = faultsSecret();
+  if (!secret) return;
+  const r = await fetch(`${gateway}/v1/faults`, { headers: { "celeriant-faults-secret": secret } }).catch(() => null);
   if (r?.ok) showFaults(await r.json());
 }
 

@@ -203,6 +203,7 @@ export async function demo() {
     await sleep(500);
     assert((await rates()).dropAfterCommit === 0, "no secret, no faults");
     await page.goto(`${gateway.base}/#faults=${gateway.faultsSecret}`);
+    await page.reload(); // afresh, as a user opening the printed URL would
     await page.waitForFunction(() => document.getElementById("clientId").textContent.length === 36);
     await page.click("#chaos");
     await waitFor("the chaos rates", 5_000, async () => (await rates()).dropAfterCommit === 0.3);
@@ -289,7 +290,8 @@ export async function demoLive() {
     const open = async (query) => {
       const page = await context.newPage();
       page.on("pageerror", (e) => errors.push(`${query || "/"}: ${e.message}`));
-      await page.goto(`${gateway.base}/${query}`);
+      // As `npm start` prints it: the faults secret in the fragment (Apply needs it below).
+      await page.goto(`${gateway.base}/${query}#faults=${gateway.faultsSecret}`);
       await page.waitForFunction(() => document.getElementById("clientId").textContent.length === 36);
       return page;
     };
