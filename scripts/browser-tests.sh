@@ -89,10 +89,15 @@ fi
 AUTH_FLAGS=(--session-rate-per-minute 0)
 ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$WORK/gateway.port" \
   --data-dir "$WORK/gateway" --www www --pkg pkg --faults "${AUTH_FLAGS[@]}" \
+  --faults-secret-out "$WORK/faults-secret" \
   --fault-seed "${CELERIANT_FAULT_SEED:-20261129}" >"$WORK/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 for _ in $(seq 200); do [ -s "$WORK/gateway.port" ] && break; sleep 0.1; done
 export CELERIANT_TEST_GATEWAY="http://$(cat "$WORK/gateway.port" 2>/dev/null)"
+# The faults secret the gateway generated (written before the port file), compiled into the
+# tests like the address.
+CELERIANT_TEST_FAULTS_SECRET=$(cat "$WORK/faults-secret" 2>/dev/null)
+export CELERIANT_TEST_FAULTS_SECRET
 # A second gateway that requires app tokens (HS256, a secret made for this run), for the
 # one-browser-many-users tests (tests/browser_users.rs), which mint tokens for several users.
 CELERIANT_TEST_APP_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')

@@ -28,11 +28,11 @@ extern "C" {
     #[wasm_bindgen(js_name = viewKeys)]
     fn view_keys_js(view: &JsValue) -> Array;
     #[wasm_bindgen(js_name = faultReport)]
-    fn fault_report_js(gateway: &str) -> Promise;
+    fn fault_report_js(gateway: &str, secret: &str) -> Promise;
     #[wasm_bindgen(js_name = spoilPages)]
     fn spoil_pages() -> JsValue;
     #[wasm_bindgen(js_name = trim)]
-    fn trim_js(gateway: &str, type_id: &str, id: &str, before: f64) -> Promise;
+    fn trim_js(gateway: &str, secret: &str, type_id: &str, id: &str, before: f64) -> Promise;
 }
 
 fn call(object: &JsValue, method: &str, arg: &JsValue) {
@@ -182,7 +182,7 @@ async fn the_contexts_of_one_device_share_one_stream_and_see_the_same_views() {
         .await;
         assert!(flicker(&get(log, "views")).is_null(), "tab {tab}");
     }
-    let report = ok(fault_report_js(gateway())).await;
+    let report = ok(fault_report_js(gateway(), faults_secret())).await;
     let by_client = get(&get(&report, "counts"), "watchStreamsByClient");
     assert_eq!(
         get(&by_client, &a.client_id()).as_f64(),
@@ -209,7 +209,7 @@ async fn a_trimmed_aggregate_is_read_again_from_its_minimum_version() {
     }
     let log = record_views(&JsValue::from(client.clone()), &agg);
     converged(&client, &t, &id, "before the trim").await;
-    ok(trim_js(gateway(), &t, &id, 4.0)).await;
+    ok(trim_js(gateway(), faults_secret(), &t, &id, 4.0)).await;
     let want = server_keys(&t, &id).await;
     assert_eq!(want.len(), 2, "versions 4 and 5 are left");
     let mut last = Vec::new();

@@ -135,9 +135,20 @@ for (const [key, label] of RATES) {
   $("rates").append(row);
 }
 
+// The gateway's faults secret, from the URL `npm start` printed (`#faults=<secret>`): a fragment
+// never travels to the server in a URL; the secret is sent only in the faults header.
+const faultsSecret = () => new URLSearchParams(location.hash.slice(1)).get("faults") ?? "";
+const linkOtherDevice = () => ($("otherDevice").href = `?device=2${location.hash}`);
+linkOtherDevice();
+addEventListener("hashchange", linkOtherDevice);
+
 async function putFaults(rates) {
+  const secret = faultsSecret();
+  if (!secret) throw new Error("open the demo with the URL `npm start` printed (it ends in #faults=...)");
   const r = await fetch(`${gateway}/v1/faults`, {
-    method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify(rates),
+    method: "PUT",
+    headers: { "content-type": "application/json", "celeriant-faults-secret": secret },
+    body: JSON.stringify(rates),
   });
   if (!r.ok) throw new Error(`${r.status} ${await r.text()}`);
   showFaults(await r.json());
@@ -171,7 +182,9 @@ function showFaults(report) {
 }
 
 async function refreshFaults() {
-  const r = await fetch(`${gateway}/v1/faults`).catch(() => null);
+  const secret = faultsSecret();
+  if (!secret) return;
+  const r = await fetch(`${gateway}/v1/faults`, { headers: { "celeriant-faults-secret": secret } }).catch(() => null);
   if (r?.ok) showFaults(await r.json());
 }
 

@@ -28,6 +28,7 @@ use tower::{BoxError, ServiceBuilder};
 use tower_http::services::ServeDir;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
+use crate::auth::faults_secret;
 use crate::cors;
 use crate::error::ApiError;
 use crate::host::{self, HostPolicy};
@@ -84,13 +85,19 @@ pub fn app(state: AppState) -> Router {
             get(routes::watch::watch).post(routes::watch::watch),
         )
         .route(HEALTH_PATH, get(routes::health::health));
-    if state.faults.is_some() {
-        api = api
+    if let Some(secret) = &state.faults_secret {
+        // The secret is checked before anything else of the request is looked at.
+        let faults = Router::new()
             .route(
                 FAULTS_PATH,
                 get(routes::faults::report).put(routes::faults::set),
             )
-            .route(FAULTS_TRIM_PATH, post(routes::faults::trim));
+            .route(FAULTS_TRIM_PATH, post(routes::faults::trim))
+            .route_layer(axum::middleware::from_fn_with_state(
+                secret.clone(),
+                faults_secret::require,
+            ));
+        api = api.merge(faults);
     }
     // `/v1/{*rest}` does not match `/v1` or `/v1/` (the catch-all needs at least one
     // character), so those are routed explicitly; otherwise they would reach the static files.

@@ -16,6 +16,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, header};
 use celeriant_sync_protocol::codes::gateway as g;
+use celeriant_sync_protocol::encoding::parse_decimal;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -74,7 +75,8 @@ pub fn check_headers(headers: &HeaderMap, limit: usize) -> Result<Option<usize>,
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+        .and_then(parse_decimal)
+        .and_then(|n| usize::try_from(n).ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large(limit));
     }

@@ -7,7 +7,8 @@
 //! handler runs. Answered: any IP address (a rebinding attack needs a DNS name), `localhost`,
 //! the hosts of `--allow-origin`, and the names given with `--public-host`; the port is not
 //! compared (a reverse proxy may change it). A request without `Host` (not possible from a
-//! browser) is answered.
+//! browser) is answered; one with two or more `Host` headers is refused with 400 (code 40030),
+//! whatever they say.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -87,6 +88,29 @@ pub async fn check(
     request: Request,
     next: Next,
 ) -> Response {
+    // Two `Host` headers: which one names the gateway depends on who reads them (a proxy may
+    // route by one, this check would read the other), so neither is trusted.
+    if request
+        .headers()
+        .get_all(header::HOST)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        tracing::warn!(
+            path = ?request.uri().path(),
+            "a request with more than one Host header refused"
+        );
+        let error = ApiError::code(
+            g::DUPLICATE_HOST,
+            "the request has more than one Host header",
+        );
+        return if request.uri().path() == SESSION_PATH {
+            error.with_server_time(now_ms()).into_response()
+        } else {
+            error.into_response()
+        };
+    }
     let host = request
         .headers()
         .get(header::HOST)

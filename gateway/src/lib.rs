@@ -24,6 +24,8 @@ pub mod extract;
 pub mod faults;
 pub mod host;
 pub mod limits;
+pub mod log;
+pub mod private;
 pub mod routes;
 pub mod serve;
 pub mod state;

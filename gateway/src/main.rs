@@ -12,17 +12,10 @@ use celeriant_gateway::config::{AuthMode, BackendKind, Command, Config};
 use celeriant_gateway::serve::{ServeOptions, fit_to_open_file_limit, serve};
 use celeriant_gateway::{AppState, app};
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    celeriant_gateway::log::init();
     let config = Config::parse();
     match config.command {
         Some(Command::Verify) => std::process::exit(verify::run(&config.data_dir)),
@@ -101,6 +94,17 @@ async fn run(config: Config) -> Result<(), String> {
         idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
         shutdown_grace: Duration::from_millis(limits.request_timeout_ms) + Duration::from_secs(1),
     };
+    if let Some(secret) = state.faults_secret.as_ref().filter(|s| s.generated()) {
+        // Handed to whoever started the gateway, before the port file says it is up; never logged.
+        match &state.config.faults_secret_out {
+            Some(path) => secret.write_to(path)?,
+            None => println!(
+                "celeriant-gateway faults secret (send it as the {} header): {}",
+                celeriant_gateway::auth::faults_secret::HEADER,
+                secret.expose()
+            ),
+        }
+    }
     if let Some(path) = port_file {
         std::fs::write(&path, addr.to_string())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

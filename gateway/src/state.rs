@@ -9,6 +9,7 @@ use celeriant_sync_protocol::Limits;
 use tokio::sync::Semaphore;
 
 use crate::auth::Auth;
+use crate::auth::faults_secret::FaultsSecret;
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::faults::FaultInjector;
@@ -28,6 +29,8 @@ pub struct AppState {
     pub limits: Limits,
     /// Present when fault injection is enabled.
     pub faults: Option<Arc<FaultInjector>>,
+    /// The secret every `/v1/faults` request must carry; present with `faults`.
+    pub faults_secret: Option<Arc<FaultsSecret>>,
     /// Admission control for writes (`--max-inflight`).
     pub admission: Arc<Semaphore>,
     /// Bytes of write bodies held at once (`--write-buffer-bytes`).
@@ -48,7 +51,8 @@ pub struct AppState {
 
 impl AppState {
     /// State for `config` over `backend`, with the fault injector when `config.faults` is set,
-    /// after [`Config::check`]; loads (or generates) the session secret.
+    /// after [`Config::check`]; loads (or generates) the session secret and, with faults, the
+    /// faults secret.
     pub fn new(config: Config, backend: Arc<dyn Backend>) -> Result<Self, String> {
         config.check()?;
         let faults = if config.faults {
@@ -60,6 +64,10 @@ impl AppState {
             Some(Arc::new(FaultInjector::new(seed, config.fault_rates())?))
         } else {
             None
+        };
+        let faults_secret = match config.faults {
+            true => Some(Arc::new(FaultsSecret::load(&config)?)),
+            false => None,
         };
         let limits = &config.limits;
         let watch = Hub::new(config.watch.limits(), config.org_id);
@@ -92,6 +100,7 @@ impl AppState {
             config: Arc::new(config),
             limits: Limits::default(),
             faults,
+            faults_secret,
         })
     }
 

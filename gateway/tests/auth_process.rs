@@ -116,11 +116,21 @@ fn a_dns_rebinding_request_gets_no_cors_permission_and_no_answer() {
         );
         assert!(answer.contains("\"code\":42100"), "{answer}");
     }
-    // The gateway's own names and addresses are answered, and a loopback page gets CORS.
+    // The gateway's own names and addresses are answered, and a loopback page gets CORS; the
+    // faults endpoints still want the secret, which a page does not have.
     let answer = raw(
         &gw.addr,
         &format!(
             "GET /v1/faults HTTP/1.1\r\nHost: localhost:{port}\r\nOrigin: http://localhost:5173\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("\"code\":40190"), "{answer}");
+    let answer = raw(
+        &gw.addr,
+        &format!(
+            "GET /v1/faults HTTP/1.1\r\nHost: localhost:{port}\r\nOrigin: http://localhost:5173\r\n{}Connection: close\r\n\r\n",
+            gw.faults_header_line()
         ),
     );
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -142,6 +152,54 @@ fn a_dns_rebinding_request_gets_no_cors_permission_and_no_answer() {
             .contains("access-control-allow-origin"),
         "{answer}"
     );
+}
+
+/// A page on an origin that is not allowed cannot send the faults secret header at all: its
+/// preflight gets no CORS permission (so the browser never sends the request), whereas an
+/// allowed origin's does.
+#[test]
+fn only_allowed_origins_may_send_the_faults_secret_header() {
+    let dir = data_dir();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--auth",
+            "none",
+            "--faults",
+            "--allow-origin",
+            "http://localhost:5173",
+        ],
+    );
+    let preflight = |origin: &str| {
+        raw(
+            &gw.addr,
+            &format!(
+                "OPTIONS /v1/faults HTTP/1.1\r\nHost: {}\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: PUT\r\nAccess-Control-Request-Headers: celeriant-faults-secret,content-type\r\nConnection: close\r\n\r\n",
+                gw.addr
+            ),
+        )
+        .to_ascii_lowercase()
+    };
+    for foreign in [
+        "http://localhost:3000",
+        "http://127.0.0.1:9999",
+        "http://evil.example",
+        "null",
+    ] {
+        let answer = preflight(foreign);
+        // (tower-http lists the allowed headers anyway; without an allowed origin the browser
+        // fails the preflight and never sends the request.)
+        assert!(
+            !answer.contains("access-control-allow-origin"),
+            "{foreign}: {answer}"
+        );
+    }
+    let answer = preflight("http://localhost:5173");
+    assert!(
+        answer.contains("access-control-allow-origin: http://localhost:5173"),
+        "{answer}"
+    );
+    assert!(answer.contains("celeriant-faults-secret"), "{answer}");
 }
 
 #[test]
@@ -410,4 +468,74 @@ fn the_documented_handshake_script_opens_a_session_with_openssl_and_curl() {
     assert_eq!(refused.status.code(), Some(1));
     let body: Value = serde_json::from_slice(&refused.stdout).unwrap();
     assert_eq!(body["code"], 40120);
+}
+
+/// Without `--faults-secret-file` or `--faults-secret-out`, the generated faults secret is
+/// printed once on standard output (never in the log), and it is what the endpoints want; a
+/// second start generates another one.
+#[test]
+fn a_generated_faults_secret_is_printed_once_and_required() {
+    use std::io::BufRead as _;
+    let mut secrets = Vec::new();
+    for _ in 0..2 {
+        let dir = data_dir();
+        let port_file = dir.path().join("port");
+        let mut child = support::process::command(&["--auth", "none", "--faults"])
+            .env("RUST_LOG", "info")
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("db"))
+            .arg("--port-file")
+            .arg(&port_file)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Standard output is read to its end (the log goes there too: a closed pipe would
+        // fail the gateway's writes).
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (lines, seen) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+        let mut printed = Vec::new();
+        while !printed.iter().any(|l: &String| l.contains("listening on")) {
+            printed.push(
+                seen.recv_timeout(std::time::Duration::from_secs(20))
+                    .unwrap(),
+            );
+        }
+        let secret_lines: Vec<&String> = printed
+            .iter()
+            .filter(|l| l.contains("faults secret"))
+            .collect();
+        assert_eq!(secret_lines.len(), 1, "{printed:?}");
+        let secret = secret_lines[0].rsplit(' ').next().unwrap().to_owned();
+        assert_eq!(secret.len(), 64, "{secret}");
+        let base = format!("http://{}", std::fs::read_to_string(&port_file).unwrap());
+        assert_eq!(get(&base, "/v1/faults", None).code(), 40190);
+        let ok = ureq::get(&format!("{base}/v1/faults"))
+            .header("celeriant-faults-secret", &secret)
+            .call()
+            .unwrap();
+        assert_eq!(ok.status(), 200);
+        let _ = child.kill();
+        let output = child.wait_with_output().unwrap();
+        reader.join().unwrap();
+        printed.extend(seen.try_iter());
+        let log = format!(
+            "{}\n{}",
+            printed
+                .iter()
+                .filter(|l| !l.contains("faults secret"))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n"),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(!log.contains(&secret), "never in the log: {log}");
+        secrets.push(secret);
+    }
+    assert_ne!(secrets[0], secrets[1]);
 }

@@ -295,3 +295,59 @@ async fn concurrent_writes_of_one_client_are_counted() {
         "two requests of one client at once"
     );
 }
+
+/// Every faults request without the secret, or with another one, is refused (401, 40190)
+/// before anything is read or changed: the rates stay, nothing is trimmed.
+#[tokio::test]
+async fn the_faults_endpoints_need_the_secret_on_every_request() {
+    let h = with_faults();
+    let secret = h.state.faults_secret.as_ref().unwrap().expose().to_owned();
+    let r = h.write(&write_of(&[1, 2])).await;
+    assert_eq!(r.outcome(), "landed");
+    let wrong_ones: [Option<String>; 5] = [
+        None,
+        Some(String::new()),
+        Some(format!("{secret}x")),
+        Some(secret[..secret.len() - 1].to_owned()),
+        Some(format!("Bearer {secret}")),
+    ];
+    for wrong in &wrong_ones {
+        let requests = [
+            Request::get("/v1/faults"),
+            Request::put("/v1/faults").header("content-type", "application/json"),
+            Request::post("/v1/faults/trim").header("content-type", "application/json"),
+        ];
+        let bodies = [
+            String::new(),
+            r#"{"busy":1.0}"#.to_owned(),
+            format!(r#"{{"typeId":"{TYPE}","id":"{ID}","before":2}}"#),
+        ];
+        for (request, body) in requests.into_iter().zip(bodies) {
+            let request = match wrong {
+                Some(w) => request.header("celeriant-faults-secret", w.as_str()),
+                None => request,
+            };
+            let r = h.send_as_is(request.body(Body::from(body)).unwrap()).await;
+            assert_eq!(
+                (r.status.as_u16(), r.outcome(), r.code()),
+                (401, "unauthorized", 40190),
+                "{wrong:?}: {:?}",
+                r.json
+            );
+            assert!(!r.json.to_string().contains(&secret), "never echoed");
+        }
+    }
+    // Two headers, one of them right: refused too.
+    let two = Request::get("/v1/faults")
+        .header("celeriant-faults-secret", "nope")
+        .header("celeriant-faults-secret", secret.as_str())
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(h.send_as_is(two).await.code(), 40190);
+    // Nothing changed: no busy rate, both events still there.
+    let report = h.get("/v1/faults").await;
+    assert_eq!(report.status, StatusCode::OK);
+    assert_eq!(report.json["rates"]["busy"], json!(0.0));
+    assert_eq!(h.read_all(TYPE, ID).await.len(), 2);
+    assert_eq!(h.write(&write_of(&[3])).await.outcome(), "landed");
+}

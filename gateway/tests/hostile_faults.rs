@@ -16,18 +16,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::hostile::{aggregate, exchange, read_all, read_answer, write_request};
-use support::process::{Process, data_dir, get};
+use support::process::{Process, data_dir};
 
 const CLIENT: &str = "6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0001";
 
-fn put_faults(addr: &str, rates: &serde_json::Value) -> support::hostile::Raw {
+fn put_faults(gw: &Process, rates: &serde_json::Value) -> support::hostile::Raw {
     let body = rates.to_string();
     let request = format!(
         "PUT /v1/faults HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        gw.faults_header_line(),
         body.len()
     );
-    exchange(addr, request.as_bytes(), Duration::from_secs(5))
+    exchange(&gw.addr, request.as_bytes(), Duration::from_secs(5))
 }
 
 #[test]
@@ -48,7 +49,7 @@ fn abandoned_faulted_writes_release_their_slots() {
         ],
     );
     // Unbounded delays are refused.
-    let refused = put_faults(&gw.addr, &json!({"timeout": 1, "delayMs": u64::MAX}));
+    let refused = put_faults(&gw, &json!({"timeout": 1, "delayMs": u64::MAX}));
     assert_eq!(
         (refused.status, refused.code()),
         (400, 40001),
@@ -58,7 +59,7 @@ fn abandoned_faulted_writes_release_their_slots() {
         String::from_utf8_lossy(&refused.body).contains("over the 120000 ms maximum"),
         "{refused:?}"
     );
-    let set = put_faults(&gw.addr, &json!({"timeout": 1, "delayMs": 120_000}));
+    let set = put_faults(&gw, &json!({"timeout": 1, "delayMs": 120_000}));
     assert_eq!(set.status, 200, "{set:?}");
 
     // 40 writes, 4 at a time (every slot), each abandoned after 200 ms.
@@ -110,7 +111,7 @@ fn abandoned_faulted_writes_release_their_slots() {
     );
 
     // With the rates reset, a write is admitted and lands at once; four at once too.
-    assert_eq!(put_faults(&gw.addr, &json!({})).status, 200);
+    assert_eq!(put_faults(&gw, &json!({})).status, 200);
     let mut burst: Vec<TcpStream> = (100..104u64)
         .map(|n| {
             let mut s = TcpStream::connect(&gw.addr).unwrap();
@@ -129,7 +130,7 @@ fn abandoned_faulted_writes_release_their_slots() {
         assert_eq!(answer.status, 200, "{answer:?}");
     }
     // Every abandoned write went on without its client, once it had left.
-    let report = get(&gw.base, "/v1/faults", None);
+    let report = gw.faults_get("/v1/faults");
     assert_eq!(report.json["counts"]["timeout"], 40, "{:?}", report.json);
     let deadline = Instant::now() + Duration::from_secs(20);
     for n in 0..40u64 {
@@ -144,7 +145,7 @@ fn abandoned_faulted_writes_release_their_slots() {
 
     // A client that waits gets the deadline's 504 (`unknown`) and gives its slot back with it.
     assert_eq!(
-        put_faults(&gw.addr, &json!({"timeout": 1, "delayMs": 120_000})).status,
+        put_faults(&gw, &json!({"timeout": 1, "delayMs": 120_000})).status,
         200
     );
     let waited = exchange(
@@ -159,7 +160,7 @@ fn abandoned_faulted_writes_release_their_slots() {
     );
     assert_eq!((waited.status, waited.code()), (504, 50400), "{waited:?}");
     assert!(waited.elapsed < Duration::from_secs(3), "{waited:?}");
-    assert_eq!(put_faults(&gw.addr, &json!({})).status, 200);
+    assert_eq!(put_faults(&gw, &json!({})).status, 200);
     let after = exchange(
         &gw.addr,
         &write_request(

@@ -152,10 +152,8 @@ fn a_trim_is_sound_to_verify_and_frees_the_writers_quota() {
         assert_eq!(write(&gw.addr, 7, seq, &payload), 200);
     }
     assert_eq!(write(&gw.addr, 7, 4, &payload), 403, "over the quota");
-    let trimmed = support::process::post(
-        &gw.base,
+    let trimmed = gw.faults_post(
         "/v1/faults/trim",
-        None,
         &serde_json::json!({"typeId": support::app::TYPE, "id": aggregate(7), "before": 3}),
     );
     assert_eq!(trimmed.json["minVersion"], 3, "{:?}", trimmed.json);

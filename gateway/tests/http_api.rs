@@ -359,6 +359,29 @@ async fn reads_page_by_size_and_unknown_aggregates_are_empty() {
     assert_eq!((bad.status.as_u16(), bad.code()), (400, 40014));
     let bad = h.get(&format!("{base}?form=2")).await;
     assert_eq!((bad.status.as_u16(), bad.code()), (400, 40014));
+    // Numbers are ASCII digits only: a sign (`%2B` is `+`; a bare `+` is a space), Arabic-Indic
+    // and fullwidth digits, spaces and empty values are refused, not read as 1.
+    for query in [
+        "from=%2B1",
+        "from=+1",
+        "limit=%2B2",
+        "from=%D9%A1",
+        "from=%EF%BC%91",
+        "limit=%DB%B2",
+        "from=1%20",
+        "from=",
+        "from=-0",
+    ] {
+        let bad = h.get(&format!("{base}?{query}")).await;
+        assert_eq!(
+            (bad.status.as_u16(), bad.code()),
+            (400, 40014),
+            "{query}: {:?}",
+            bad.json
+        );
+    }
+    let leading_zeros = h.get(&format!("{base}?from=05&limit=0002")).await;
+    assert_eq!(leading_zeros.json["batches"][0]["version"], 5);
 }
 
 #[tokio::test]

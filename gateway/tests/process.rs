@@ -152,10 +152,17 @@ fn sigterm_shuts_down_gracefully() {
 #[test]
 fn fault_flags_are_read_from_environment_variables() {
     let dir = tempfile::tempdir().unwrap();
+    let secret = "f".repeat(48);
+    let secret_file = dir.path().join("faults-secret");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
     let gateway = Gateway::start_with(
         dir.path(),
         &[
             ("CELERIANT_GATEWAY_FAULTS", "true"),
+            (
+                "CELERIANT_GATEWAY_FAULTS_SECRET_FILE",
+                secret_file.to_str().unwrap(),
+            ),
             ("CELERIANT_GATEWAY_FAULT_SEED", "9"),
             ("CELERIANT_GATEWAY_FAULT_DROP_AFTER_COMMIT", "0.125"),
             ("CELERIANT_GATEWAY_FAULT_TIMEOUT", "0.25"),
@@ -170,6 +177,7 @@ fn fault_flags_are_read_from_environment_variables() {
     );
     let report: Value = agent()
         .get(&format!("{}/v1/faults", gateway.base))
+        .header("celeriant-faults-secret", &secret)
         .call()
         .unwrap()
         .body_mut()
@@ -181,5 +189,32 @@ fn fault_flags_are_read_from_environment_variables() {
         report["rates"],
         json!({"dropAfterCommit": 0.125, "timeout": 0.25, "inflight": 0.0625, "busy": 0.5,
                "resetBeforeCommit": 0.03125, "delayMs": 5000, "retryAfterMs": 1500, "rejectType": 7})
+    );
+}
+
+/// The data directory is created 0700 and the store and the session secret 0600, whatever the
+/// umask; a store left looser by an older gateway (0755 / 0644) is tightened at the next start.
+#[test]
+fn the_data_directory_and_the_store_are_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = db.join("celeriant-gateway.redb");
+    {
+        let gateway = Gateway::start(dir.path());
+        assert_eq!(write(&gateway.base, 1)["outcome"], "landed");
+        assert_eq!(mode(&db), 0o700);
+        assert_eq!(mode(&store), 0o600);
+        assert_eq!(mode(&db.join("session-secret")), 0o600);
+    }
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let gateway = Gateway::start(dir.path());
+    assert_eq!((mode(&db), mode(&store)), (0o700, 0o600));
+    assert_eq!(
+        write(&gateway.base, 1)["duplicate"],
+        true,
+        "the same store, kept"
     );
 }

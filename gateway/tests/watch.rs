@@ -83,14 +83,14 @@ fn ready_then_changed_two_streams_and_the_stream_count() {
         "the A1 write is not on this stream"
     );
 
-    let counts = get(&gw.base, "/v1/faults", None).json["counts"].clone();
+    let counts = gw.faults_get("/v1/faults").json["counts"].clone();
     assert_eq!(counts["watchStreams"], 2, "{counts}");
     assert_eq!(counts["watchStreamsByClient"][&a.client_id], 2, "{counts}");
     drop(second);
     std::thread::sleep(Duration::from_millis(300));
     write(&gw.base, &token, &a, A2, 2);
     assert_eq!(both.expect(WAIT), changed(A2, 2));
-    let counts = get(&gw.base, "/v1/faults", None).json["counts"].clone();
+    let counts = gw.faults_get("/v1/faults").json["counts"].clone();
     assert_eq!(
         counts["watchStreams"], 1,
         "a closed stream is forgotten: {counts}"
@@ -292,10 +292,8 @@ fn a_trim_resets_watchers_and_reads_follow_min_version() {
         write(&gw.base, &token, &a, A1, seq);
     }
     let mut s = watch(&gw, &token, &[A1]);
-    let r = post(
-        &gw.base,
+    let r = gw.faults_post(
         "/v1/faults/trim",
-        None,
         &json!({"typeId": TYPE, "id": A1, "before": 3}),
     );
     assert_eq!((r.status, &r.json), (200, &json!({"minVersion": 3})));
@@ -332,10 +330,8 @@ fn a_trim_resets_watchers_and_reads_follow_min_version() {
         (r.json["tip"].as_u64(), r.json["next"].clone()),
         (Some(4), Value::Null)
     );
-    let r = post(
-        &gw.base,
+    let r = gw.faults_post(
         "/v1/faults/trim",
-        None,
         &json!({"typeId": TYPE, "id": A1, "before": 9}),
     );
     assert_eq!(

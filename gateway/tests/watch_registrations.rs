@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::hostile::memory_kib;
-use support::process::{Process, data_dir, get};
+use support::process::{Process, data_dir};
 use support::sse;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -27,7 +27,7 @@ fn open(gw: &Process, body: &Value) -> sse::Stream {
 }
 
 fn streams(gw: &Process) -> u64 {
-    get(&gw.base, "/v1/faults", None).json["counts"]["watchStreams"]
+    gw.faults_get("/v1/faults").json["counts"]["watchStreams"]
         .as_u64()
         .unwrap()
 }

@@ -112,6 +112,9 @@ pub mod gateway {
     pub const INVALID_SIGNATURE: u32 = 40017;
     /// `POST /v1/watch`: the stream names more aggregates than `--watch-max-aggregates`.
     pub const WATCH_TOO_MANY_AGGREGATES: u32 = 40020;
+    /// More than one `Host` header: the request is ambiguous about whom it is for (and a
+    /// proxy may have read another one than the gateway), so it is refused.
+    pub const DUPLICATE_HOST: u32 = 40030;
     /// No session: the request has no `Authorization: Bearer <token>` header (or a malformed
     /// one). Open a session and resend the identical request.
     pub const SESSION_REQUIRED: u32 = 40100;
@@ -134,6 +137,10 @@ pub mod gateway {
     pub const APP_TOKEN_INVALID: u32 = 40121;
     /// `POST /v1/session`: the app token has expired (`exp`). Get a fresh one from the app.
     pub const APP_TOKEN_EXPIRED: u32 = 40122;
+    /// `/v1/faults` and `/v1/faults/trim` (only with `--faults`): the request does not carry
+    /// the gateway's faults secret in the `celeriant-faults-secret` header; nothing was read or
+    /// changed. Not about the session: a client never meets it.
+    pub const FAULTS_SECRET_REQUIRED: u32 = 40190;
     /// A write's `clientId` is not the client id of its session token. Only a broken or hostile
     /// client sends this; nothing is written.
     pub const CLIENT_ID_MISMATCH: u32 = 40300;
@@ -198,7 +205,7 @@ pub mod gateway {
     pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 49] = [
+    pub const ALL: [u32; 51] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -217,6 +224,7 @@ pub mod gateway {
         INVALID_NONCE,
         INVALID_SIGNATURE,
         WATCH_TOO_MANY_AGGREGATES,
+        DUPLICATE_HOST,
         SESSION_REQUIRED,
         SESSION_INVALID,
         SESSION_EXPIRED,
@@ -226,6 +234,7 @@ pub mod gateway {
         APP_TOKEN_REQUIRED,
         APP_TOKEN_INVALID,
         APP_TOKEN_EXPIRED,
+        FAULTS_SECRET_REQUIRED,
         CLIENT_ID_MISMATCH,
         AGGREGATE_TYPE_FORBIDDEN,
         STORAGE_QUOTA_EXCEEDED,
@@ -310,6 +319,7 @@ pub fn name(code: u32) -> &'static str {
         g::INVALID_NONCE => "INVALID_NONCE",
         g::INVALID_SIGNATURE => "INVALID_SIGNATURE",
         g::WATCH_TOO_MANY_AGGREGATES => "WATCH_TOO_MANY_AGGREGATES",
+        g::DUPLICATE_HOST => "DUPLICATE_HOST",
         g::SESSION_REQUIRED => "SESSION_REQUIRED",
         g::SESSION_INVALID => "SESSION_INVALID",
         g::SESSION_EXPIRED => "SESSION_EXPIRED",
@@ -319,6 +329,7 @@ pub fn name(code: u32) -> &'static str {
         g::APP_TOKEN_REQUIRED => "APP_TOKEN_REQUIRED",
         g::APP_TOKEN_INVALID => "APP_TOKEN_INVALID",
         g::APP_TOKEN_EXPIRED => "APP_TOKEN_EXPIRED",
+        g::FAULTS_SECRET_REQUIRED => "FAULTS_SECRET_REQUIRED",
         g::CLIENT_ID_MISMATCH => "CLIENT_ID_MISMATCH",
         g::AGGREGATE_TYPE_FORBIDDEN => "AGGREGATE_TYPE_FORBIDDEN",
         g::STORAGE_QUOTA_EXCEEDED => "STORAGE_QUOTA_EXCEEDED",

@@ -28,6 +28,16 @@ pub const fn base64_len(n: usize) -> usize {
     n.div_ceil(3) * 4
 }
 
+/// A decimal number written with ASCII digits only: no sign, no space, no other script's
+/// digits, not empty. `str::parse::<u64>` alone also takes a leading `+` (`"+1"` reads as 1),
+/// so query parameters and headers that carry numbers go through this instead.
+pub fn parse_decimal(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 /// serde `deserialize_with` for a `u64` that must be a JSON-safe integer.
 pub fn safe_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let v = u64::deserialize(d)?;
@@ -80,6 +90,29 @@ pub mod base64_opt {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn decimals_are_ascii_digits_only() {
+        assert_eq!(parse_decimal("0"), Some(0));
+        assert_eq!(parse_decimal("0042"), Some(42));
+        assert_eq!(parse_decimal("18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            "",
+            "+1",
+            "-1",
+            " 1",
+            "1 ",
+            "1_000",
+            "0x10",
+            "1e3",
+            "\u{661}",
+            "\u{ff11}",
+            "١٢",
+            "18446744073709551616",
+        ] {
+            assert_eq!(parse_decimal(bad), None, "{bad:?}");
+        }
+    }
+
     use super::*;
 
     #[derive(Deserialize)]

@@ -98,7 +98,8 @@ pub fn classify(code: u32) -> Class {
         | g::METHOD_NOT_ALLOWED
         | g::BODY_TOO_LARGE
         | g::UNSUPPORTED_MEDIA_TYPE
-        | g::WATCH_TOO_MANY_AGGREGATES => Class::Rejected,
+        | g::WATCH_TOO_MANY_AGGREGATES
+        | g::DUPLICATE_HOST => Class::Rejected,
         g::SESSION_REQUIRED
         | g::SESSION_INVALID
         | g::SESSION_EXPIRED
@@ -107,7 +108,8 @@ pub fn classify(code: u32) -> Class {
         | g::NONCE_REPLAYED
         | g::APP_TOKEN_REQUIRED
         | g::APP_TOKEN_INVALID
-        | g::APP_TOKEN_EXPIRED => Class::Unauthorized,
+        | g::APP_TOKEN_EXPIRED
+        | g::FAULTS_SECRET_REQUIRED => Class::Unauthorized,
         g::GATEWAY_BUSY
         | g::SESSION_RATE_LIMITED
         | g::SUBJECT_LIMIT
@@ -465,9 +467,19 @@ mod tests {
             g::APP_TOKEN_REQUIRED,
             g::APP_TOKEN_INVALID,
             g::APP_TOKEN_EXPIRED,
+            g::FAULTS_SECRET_REQUIRED,
         ] {
             assert_eq!(classify(code), Class::Unauthorized, "{code}");
         }
+        assert_eq!(classify(g::DUPLICATE_HOST), Class::Rejected);
+        assert_eq!(
+            WriteOutcome::from_code(g::DUPLICATE_HOST, "x").http_status(),
+            400
+        );
+        assert_eq!(
+            WriteOutcome::from_code(g::FAULTS_SECRET_REQUIRED, "x").http_status(),
+            401
+        );
         for code in [g::CLIENT_ID_MISMATCH, g::AGGREGATE_TYPE_FORBIDDEN] {
             assert_eq!(classify(code), Class::Rejected, "{code}");
             assert_eq!(WriteOutcome::from_code(code, "x").http_status(), 403);

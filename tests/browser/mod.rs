@@ -18,7 +18,7 @@ extern "C" {
     #[wasm_bindgen(js_name = skewClock)]
     pub fn skew_clock(ms: f64) -> JsValue;
     #[wasm_bindgen(js_name = setFaults)]
-    fn set_faults_js(gateway: &str, rates: &JsValue) -> Promise;
+    fn set_faults_js(gateway: &str, secret: &str, rates: &JsValue) -> Promise;
     #[wasm_bindgen(js_name = readAll)]
     fn read_all_js(gateway: &str, type_id: &str, id: &str) -> Promise;
     #[wasm_bindgen(js_name = setOnline)]
@@ -40,6 +40,17 @@ pub fn gateway() -> &'static str {
     match option_env!("CELERIANT_TEST_GATEWAY") {
         Some(gateway) => gateway,
         None => panic!("run the browser tests through `npm test`, which starts a gateway"),
+    }
+}
+
+/// The faults secret of that gateway (`CELERIANT_TEST_FAULTS_SECRET` at build time), sent with
+/// every `/v1/faults` request.
+pub fn faults_secret() -> &'static str {
+    match option_env!("CELERIANT_TEST_FAULTS_SECRET") {
+        Some(secret) => secret,
+        None => {
+            panic!("run the browser tests through scripts/browser-tests.sh, which starts a gateway")
+        }
     }
 }
 
@@ -95,6 +106,7 @@ pub async fn sleep(ms: u32) {
 pub async fn set_faults(rates: &str) -> JsValue {
     ok(set_faults_js(
         gateway(),
+        faults_secret(),
         &js_sys::JSON::parse(rates).unwrap(),
     ))
     .await

@@ -95,10 +95,13 @@ export function skewClock(ms) {
   return { restore: () => { Date.now = real; } };
 }
 
-/** Sets the gateway's fault rates (PUT /v1/faults); resolves with the report. */
-export async function setFaults(gateway, rates) {
+/** Sets the gateway's fault rates (PUT /v1/faults, with the faults secret); resolves with the
+ *  report. */
+export async function setFaults(gateway, secret, rates) {
   const r = await fetch(`${gateway}/v1/faults`, {
-    method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify(rates),
+    method: "PUT",
+    headers: { "content-type": "application/json", "celeriant-faults-secret": secret },
+    body: JSON.stringify(rates),
   });
   if (!r.ok) throw new Error(`PUT /v1/faults: ${r.status} ${await r.text()}`);
   return r.json();
@@ -445,16 +448,16 @@ export function viewKeys(view) {
 }
 
 /** The gateway's fault report (GET /v1/faults), with its counts. */
-export async function faultReport(gateway) {
-  const r = await fetch(`${gateway}/v1/faults`);
+export async function faultReport(gateway, secret) {
+  const r = await fetch(`${gateway}/v1/faults`, { headers: { "celeriant-faults-secret": secret } });
   if (!r.ok) throw new Error(`GET /v1/faults: ${r.status} ${await r.text()}`);
   return r.json();
 }
 
 /** Trims an aggregate below `before` (the gateway's test hook). */
-export async function trim(gateway, typeId, id, before) {
+export async function trim(gateway, secret, typeId, id, before) {
   const r = await fetch(`${gateway}/v1/faults/trim`, {
-    method: "POST", headers: { "content-type": "application/json" },
+    method: "POST", headers: { "content-type": "application/json", "celeriant-faults-secret": secret },
     body: JSON.stringify({ typeId, id, before }),
   });
   if (!r.ok) throw new Error(`POST /v1/faults/trim: ${r.status} ${await r.text()}`);

@@ -111,10 +111,11 @@ export class Gateway {
 
   async start() {
     const portFile = join(this.dir, "port");
+    const secretFile = join(this.dir, "faults-secret");
     rmSync(portFile, { force: true });
     const args = [
       "--listen", `127.0.0.1:${this.port}`, "--port-file", portFile, "--data-dir", join(this.dir, "data"),
-      "--www", this.www, "--pkg", join(ROOT, "pkg"), "--faults", ...this.flags,
+      "--www", this.www, "--pkg", join(ROOT, "pkg"), "--faults", "--faults-secret-out", secretFile, ...this.flags,
       // Many tabs, reloads and restarts open many sessions from one address: no per-address limit.
       ...(this.auth === "none" ? ["--auth", "none"] : ["--session-rate-per-minute", "0"]),
     ];
@@ -131,6 +132,8 @@ export class Gateway {
     if (!addr) throw new Error(`gateway did not start: ${this.stderr}`);
     this.port = Number(addr.split(":")[1]);
     this.base = `http://${addr}`;
+    // Generated at each start, written before the port file.
+    this.faultsSecret = readFileSync(secretFile, "utf8").trim();
     this.lives += 1;
   }
 
@@ -157,13 +160,16 @@ export class Gateway {
   }
 
   async setFaults(rates) {
-    const r = await fetch(`${this.base}/v1/faults`, { method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify(rates) });
+    const r = await fetch(`${this.base}/v1/faults`, {
+      method: "PUT", headers: { "content-type": "application/json", "celeriant-faults-secret": this.faultsSecret }, body: JSON.stringify(rates),
+    });
     if (!r.ok) throw new Error(`PUT /v1/faults: ${r.status} ${await r.text()}`);
     return r.json();
   }
 
   async faults() {
-    const r = await fetch(`${this.base}/v1/faults`);
+    const r = await fetch(`${this.base}/v1/faults`, { headers: { "celeriant-faults-secret": this.faultsSecret } });
+    if (!r.ok) throw new Error(`GET /v1/faults: ${r.status} ${await r.text()}`);
     return r.json();
   }
 

@@ -194,6 +194,23 @@ export async function demo() {
       null,
       { timeout: 5_000 },
     );
+    // The fault buttons: without the secret `npm start` puts in the fragment they change nothing;
+    // with it, Chaos and No faults set the gateway's rates. The secret never travels in a URL.
+    const urls = [];
+    page.on("request", (r) => urls.push(r.url()));
+    const rates = async () => (await gateway.faults()).rates;
+    await page.click("#chaos");
+    await sleep(500);
+    assert((await rates()).dropAfterCommit === 0, "no secret, no faults");
+    await page.goto(`${gateway.base}/#faults=${gateway.faultsSecret}`);
+    await page.reload(); // afresh, as a user opening the printed URL would
+    await page.waitForFunction(() => document.getElementById("clientId").textContent.length === 36);
+    await page.click("#chaos");
+    await waitFor("the chaos rates", 5_000, async () => (await rates()).dropAfterCommit === 0.3);
+    await page.click("#calm");
+    await waitFor("the calm rates", 5_000, async () => (await rates()).dropAfterCommit === 0);
+    const leaked = urls.filter((u) => u.split("#")[0].includes(gateway.faultsSecret));
+    assert(leaked.length === 0, `the secret in a request URL: ${leaked}`);
     assert(errors.length === 0, `page errors: ${errors}`);
     return { synced: 10 };
   });
@@ -273,7 +290,8 @@ export async function demoLive() {
     const open = async (query) => {
       const page = await context.newPage();
       page.on("pageerror", (e) => errors.push(`${query || "/"}: ${e.message}`));
-      await page.goto(`${gateway.base}/${query}`);
+      // As `npm start` prints it: the faults secret in the fragment (Apply needs it below).
+      await page.goto(`${gateway.base}/${query}#faults=${gateway.faultsSecret}`);
       await page.waitForFunction(() => document.getElementById("clientId").textContent.length === 36);
       return page;
     };

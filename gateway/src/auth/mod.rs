@@ -13,6 +13,7 @@
 pub mod app_token;
 pub mod bearer;
 pub mod device;
+pub mod faults_secret;
 pub mod rate;
 pub mod replay;
 pub mod secret;

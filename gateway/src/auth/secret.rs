@@ -42,56 +42,69 @@ pub fn load(config: &Config) -> Result<(Vec<u8>, SecretSource), String> {
         ));
     }
     if let Some(path) = &config.session_secret_file {
-        return Ok((read(path)?, SecretSource::File(path.clone())));
+        return Ok((
+            read(path, "session secret")?,
+            SecretSource::File(path.clone()),
+        ));
     }
     let path = config.data_dir.join(GENERATED_SECRET_FILE);
     Ok((generated(&path)?, SecretSource::Generated(path)))
 }
 
 fn checked(secret: Vec<u8>, what: &str) -> Result<Vec<u8>, String> {
+    checked_as(secret, what, "session secret")
+}
+
+fn checked_as(secret: Vec<u8>, what: &str, kind: &str) -> Result<Vec<u8>, String> {
     if secret.len() < MIN_SECRET_BYTES {
         return Err(format!(
-            "{what}: the session secret is {} bytes; at least {MIN_SECRET_BYTES} are required",
+            "{what}: the {kind} is {} bytes; at least {MIN_SECRET_BYTES} are required",
             secret.len()
         ));
     }
     Ok(secret)
 }
 
-/// A secret file's contents without trailing whitespace (a newline an editor added).
-fn read(path: &Path) -> Result<Vec<u8>, String> {
+/// A secret file's contents without trailing whitespace (a newline an editor added); `kind`
+/// names the secret in messages ("session secret", "faults secret"). At least
+/// [`MIN_SECRET_BYTES`] must remain.
+pub fn read(path: &Path, kind: &str) -> Result<Vec<u8>, String> {
     let shown = path.display();
     let size = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read the session secret {shown}: {e}"))?
+        .map_err(|e| format!("cannot read the {kind} {shown}: {e}"))?
         .len();
     if size > MAX_SECRET_FILE_BYTES {
         return Err(format!(
-            "the session secret {shown} is {size} bytes; at most {MAX_SECRET_FILE_BYTES} are read"
+            "the {kind} {shown} is {size} bytes; at most {MAX_SECRET_FILE_BYTES} are read"
         ));
     }
     let mut bytes =
-        std::fs::read(path).map_err(|e| format!("cannot read the session secret {shown}: {e}"))?;
+        std::fs::read(path).map_err(|e| format!("cannot read the {kind} {shown}: {e}"))?;
     while bytes.last().is_some_and(u8::is_ascii_whitespace) {
         bytes.pop();
     }
-    checked(bytes, &shown.to_string())
+    checked_as(bytes, &shown.to_string(), kind)
+}
+
+/// 32 random bytes from the operating system, in lowercase hex (64 characters).
+pub fn random_hex() -> Result<String, String> {
+    let mut raw = [0u8; 32];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut raw)
+        .map_err(|e| format!("no randomness from the operating system: {e}"))?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Reuses `path`, or creates it (mode 0600, exclusively) with 32 random bytes in hex.
 fn generated(path: &Path) -> Result<Vec<u8>, String> {
     if path.exists() {
         warn_if_readable_by_others(path);
-        return read(path);
+        return read(path, "session secret");
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        crate::private::private_dir(dir)?;
     }
-    let mut raw = [0u8; 32];
-    rand::rngs::OsRng
-        .try_fill_bytes(&mut raw)
-        .map_err(|e| format!("no randomness from the operating system: {e}"))?;
-    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = random_hex()?;
     let created = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -106,7 +119,7 @@ fn generated(path: &Path) -> Result<Vec<u8>, String> {
             Ok(hex.into_bytes())
         }
         // Another process created it first: use theirs.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(path),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(path, "session secret"),
         Err(e) => Err(format!("cannot create {}: {e}", path.display())),
     }
 }

@@ -230,6 +230,17 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_FAULTS")]
     pub faults: bool,
 
+    /// File holding the secret every /v1/faults request must send in the
+    /// `celeriant-faults-secret` header (at least 32 printable bytes). Without it, one is
+    /// generated at start.
+    #[arg(long, env = "CELERIANT_GATEWAY_FAULTS_SECRET_FILE")]
+    pub faults_secret_file: Option<PathBuf>,
+
+    /// Write the generated faults secret to this file (mode 0600) before the port file;
+    /// without it, the generated secret is printed once on standard output.
+    #[arg(long, env = "CELERIANT_GATEWAY_FAULTS_SECRET_OUT")]
+    pub faults_secret_out: Option<PathBuf>,
+
     /// Seed of the fault injector's random generator (default: from the clock; printed).
     #[arg(long, env = "CELERIANT_GATEWAY_FAULT_SEED")]
     pub fault_seed: Option<u64>,
@@ -408,6 +419,14 @@ impl Config {
             {
                 Err("--app-token-issuer and --app-token-audience need --app-token-alg".into())
             }
+            _ if !self.faults
+                && (self.faults_secret_file.is_some() || self.faults_secret_out.is_some()) =>
+            {
+                Err("--faults-secret-file and --faults-secret-out need --faults".into())
+            }
+            _ if self.faults_secret_file.is_some() && self.faults_secret_out.is_some() => Err(
+                "give --faults-secret-file or --faults-secret-out, not both (a secret read from a file is not written out)".into(),
+            ),
             _ if self.session_secret.is_some() && self.session_secret_file.is_some() => {
                 Err("give --session-secret or --session-secret-file, not both".into())
             }

@@ -1,6 +1,7 @@
 //! `GET`/`PUT /v1/faults`: the fault injector's report and run-time rate changes, and
 //! `POST /v1/faults/trim`, the trim test hook. Routed only when the gateway runs with
-//! `--faults` (which is refused beyond loopback).
+//! `--faults` (which is refused beyond loopback), behind the faults secret
+//! (`crate::auth::faults_secret`, checked before these handlers run).
 //!
 //! The report's `counts` also carry the open change streams: `watchStreams` and
 //! `watchStreamsByClient` (`{clientId: n}`), so a test can check "one stream per device".

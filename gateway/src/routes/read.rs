@@ -23,7 +23,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use celeriant_sync_protocol::AggregateRef;
 use celeriant_sync_protocol::codes::gateway as g;
-use celeriant_sync_protocol::encoding::MAX_SAFE_INTEGER;
+use celeriant_sync_protocol::encoding::{MAX_SAFE_INTEGER, parse_decimal};
 use uuid::Uuid;
 
 use crate::auth::Session;
@@ -50,14 +50,12 @@ fn uuid_param(name: &str, value: &str) -> Result<Uuid, ApiError> {
 fn u64_param(params: &HashMap<String, String>, name: &str, default: u64) -> Result<u64, ApiError> {
     match params.get(name) {
         None => Ok(default),
-        Some(v) => v
-            .parse::<u64>()
-            .ok()
+        Some(v) => parse_decimal(v)
             .filter(|n| *n <= MAX_SAFE_INTEGER)
             .ok_or_else(|| {
                 ApiError::code(
                     g::INVALID_QUERY,
-                    format!("{name}={v:?} is not an integer in 0..2^53"),
+                    format!("{name}={v:?} is not an integer in 0..2^53 (ASCII digits only)"),
                 )
             }),
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
+use celeriant_gateway::auth::faults_secret::HEADER as FAULTS_SECRET_HEADER;
 use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
 use celeriant_gateway::config::{AuthMode, Config};
 use celeriant_gateway::{AppState, app};
@@ -68,8 +69,23 @@ impl Harness {
         }
     }
 
-    /// Sends one request; the body is parsed as JSON when there is one.
-    pub async fn send(&self, request: Request<Body>) -> Reply {
+    /// Sends one request; the body is parsed as JSON when there is one. A request to
+    /// `/v1/faults*` without the faults secret header gets the gateway's secret (use
+    /// [`Harness::send_as_is`] to send it without).
+    pub async fn send(&self, mut request: Request<Body>) -> Reply {
+        if request.uri().path().starts_with("/v1/faults")
+            && let Some(secret) = &self.state.faults_secret
+            && !request.headers().contains_key(FAULTS_SECRET_HEADER)
+        {
+            request
+                .headers_mut()
+                .insert(FAULTS_SECRET_HEADER, secret.expose().parse().unwrap());
+        }
+        self.send_as_is(request).await
+    }
+
+    /// Sends one request exactly as given.
+    pub async fn send_as_is(&self, request: Request<Body>) -> Reply {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();

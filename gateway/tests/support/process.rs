@@ -17,7 +17,12 @@ pub struct Process {
     pub base: String,
     /// `127.0.0.1:PORT`.
     pub addr: String,
+    /// With `--faults`: the secret the gateway generated (`--faults-secret-out`) or was given.
+    pub faults_secret: Option<String>,
 }
+
+/// The header the faults endpoints need.
+pub const FAULTS_SECRET_HEADER: &str = "celeriant-faults-secret";
 
 /// The gateway binary with `args`, not started.
 pub fn command(args: &[&str]) -> Command {
@@ -39,7 +44,19 @@ impl Process {
     pub fn start(data: &Path, args: &[&str]) -> Process {
         let port_file = data.join("port");
         let _ = std::fs::remove_file(&port_file);
-        let mut child = command(args)
+        // With --faults, the generated secret is written next to the port file (unless the
+        // test gives a file of its own).
+        let secret_file = data.join("faults-secret");
+        let faults = args.contains(&"--faults");
+        let given = args
+            .iter()
+            .position(|a| *a == "--faults-secret-file")
+            .map(|i| PathBuf::from(args[i + 1]));
+        let mut command = command(args);
+        if faults && given.is_none() {
+            command.arg("--faults-secret-out").arg(&secret_file);
+        }
+        let mut child = command
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data.join("db"))
             .arg("--port-file")
@@ -53,10 +70,15 @@ impl Process {
             if let Ok(addr) = std::fs::read_to_string(&port_file)
                 && !addr.is_empty()
             {
+                let faults_secret = faults.then(|| {
+                    let file = given.clone().unwrap_or_else(|| secret_file.clone());
+                    std::fs::read_to_string(file).unwrap().trim_end().to_owned()
+                });
                 return Process {
                     child,
                     base: format!("http://{addr}"),
                     addr,
+                    faults_secret,
                 };
             }
             if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
@@ -70,6 +92,35 @@ impl Process {
 }
 
 impl Process {
+    /// The faults secret (panics unless the gateway runs with `--faults`).
+    pub fn faults_secret(&self) -> &str {
+        self.faults_secret
+            .as_deref()
+            .expect("started with --faults")
+    }
+
+    /// `FAULTS_SECRET_HEADER: <secret>\r\n`, for raw requests.
+    pub fn faults_header_line(&self) -> String {
+        format!("{FAULTS_SECRET_HEADER}: {}\r\n", self.faults_secret())
+    }
+
+    /// `GET base + path` with the faults secret.
+    pub fn faults_get(&self, path: &str) -> Answer {
+        let request = agent()
+            .get(&format!("{}{path}", self.base))
+            .header(FAULTS_SECRET_HEADER, self.faults_secret());
+        answer(request.call().unwrap())
+    }
+
+    /// `POST base + path` with a JSON body and the faults secret.
+    pub fn faults_post(&self, path: &str, body: &Value) -> Answer {
+        let request = agent()
+            .post(&format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .header(FAULTS_SECRET_HEADER, self.faults_secret());
+        answer(request.send(serde_json::to_vec(body).unwrap()).unwrap())
+    }
+
     /// The gateway's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

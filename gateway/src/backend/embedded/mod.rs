@@ -182,6 +182,7 @@ impl Drop for EmbeddedStore {
 
 /// Opens (or creates) the database at `path` and brings it to the current schema.
 fn open_database(path: &Path, cache_bytes: usize) -> Result<(Database, Opened), String> {
+    crate::private::private_file(path)?;
     let db = Database::builder()
         .set_cache_size(cache_bytes)
         .create(path)
@@ -194,8 +195,7 @@ impl EmbeddedStore {
     /// Opens (or creates, or migrates) the store in `dir/celeriant-gateway.redb` and starts its
     /// writer and its monitor.
     pub fn open(dir: &Path, options: EmbeddedOptions) -> Result<Self, String> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        crate::private::private_dir(dir)?;
         let path = dir.join(FILE_NAME);
         let (db, opened) = open_database(&path, options.cache_bytes)?;
         if let Opened::Migrated(batches) = opened {

@@ -1,0 +1,134 @@
+//! A real gateway's log (`RUST_LOG=info`, standard output) stays one event per line whatever a
+//! request puts in it: a line break in a JSON key at `POST /v1/session`, in a write's body, in an
+//! app token's subject, in a query, in a `Host` header (where HTTP allows no line break, the
+//! other control characters) reaches the log escaped, and no line of the log starts with text
+//! a client chose.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use support::device::{Device, fresh_nonce};
+use support::process::{command, data_dir, get, post, raw};
+
+const FORGED: &str = "FORGED-LINE";
+const APP_SECRET: &str = "an app secret of at least thirty-two bytes";
+
+/// Each way a client could try to end a log line.
+fn breaks() -> [String; 5] {
+    [
+        format!("\n{FORGED} WARN celeriant_gateway: a"),
+        format!("\r\n{FORGED} b"),
+        format!("\r{FORGED} c"),
+        format!("\u{2028}{FORGED} d"),
+        format!("\u{85}{FORGED} e"),
+    ]
+}
+
+#[test]
+fn no_request_can_forge_a_log_line() {
+    let dir = data_dir();
+    let key_file = dir.path().join("app-secret");
+    std::fs::write(&key_file, APP_SECRET).unwrap();
+    let port_file = dir.path().join("port");
+    let log_file = dir.path().join("gateway.log");
+    let mut child = command(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--session-rate-per-minute",
+        "0",
+        "--app-token-alg",
+        "hs256",
+        "--app-token-key-file",
+        key_file.to_str().unwrap(),
+    ])
+    .env("RUST_LOG", "info")
+    .arg("--data-dir")
+    .arg(dir.path().join("db"))
+    .arg("--port-file")
+    .arg(&port_file)
+    .stdout(std::fs::File::create(&log_file).unwrap())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        if let Ok(addr) = std::fs::read_to_string(&port_file)
+            && !addr.is_empty()
+        {
+            break addr;
+        }
+        assert!(Instant::now() < deadline, "the gateway did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let base = format!("http://{addr}");
+    let device = Device::a();
+    let app_token = |sub: &str| {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &json!({"sub": sub, "exp": jsonwebtoken::get_current_timestamp() + 600}),
+            &EncodingKey::from_secret(APP_SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    for text in breaks() {
+        // A JSON key at POST /v1/session (refused: unknown field, named in the message).
+        let mut body = device.session_body(fresh_nonce());
+        body[text.as_str()] = json!(1);
+        let r = post(&base, "/v1/session", Some(&app_token("u")), &body);
+        assert_eq!(r.status, 400, "{:?}", r.json);
+        // A JSON value there (the public key).
+        let mut body = device.session_body(fresh_nonce());
+        body["publicKey"] = Value::String(text.clone());
+        assert_eq!(
+            post(&base, "/v1/session", Some(&app_token("u")), &body).status,
+            400
+        );
+        // An app token's subject (the session opens; the subject is logged).
+        let opened = post(
+            &base,
+            "/v1/session",
+            Some(&app_token(&format!("user{text}"))),
+            &device.session_body(fresh_nonce()),
+        );
+        assert_eq!(opened.status, 200, "{:?}", opened.json);
+        let token = opened.json["token"].as_str().unwrap().to_owned();
+        // A key in a write's body, and a query parameter.
+        let write = json!({"clientId": device.client_id, "writes": [], text.as_str(): 1});
+        assert_eq!(post(&base, "/v1/write", Some(&token), &write).status, 400);
+        let query: String = text
+            .bytes()
+            .map(|b| format!("%{b:02X}"))
+            .collect::<String>();
+        let path = format!(
+            "/v1/aggregates/{}/{}/events?{query}=1",
+            support::app::TYPE,
+            support::app::ID
+        );
+        assert_eq!(get(&base, &path, Some(&token)).status, 400);
+    }
+    // A Host header cannot hold a line break, but it can hold other control bytes.
+    let answer = raw(
+        &addr,
+        "GET /healthz HTTP/1.1\r\nHost: evil\x1b[2K\x08.example\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
+
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log_file).unwrap();
+    let mut reached = 0;
+    for line in log.split(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']) {
+        assert!(
+            !line.trim_start().starts_with(FORGED),
+            "a forged line: {line:?}\n--- log:\n{log}"
+        );
+        assert!(!line.contains('\u{1b}'), "a raw escape: {line:?}");
+        reached += line.matches(FORGED).count();
+    }
+    // The inputs did reach the log (escaped): the session refusals and the subjects at least.
+    assert!(reached >= 10, "{reached} escaped inputs in the log:\n{log}");
+}
