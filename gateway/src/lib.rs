@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod access;
 pub mod auth;
 pub mod backend;
 pub mod config;

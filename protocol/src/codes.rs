@@ -112,6 +112,9 @@ pub mod gateway {
     pub const INVALID_SIGNATURE: u32 = 40017;
     /// `POST /v1/watch`: the stream names more aggregates than `--watch-max-aggregates`.
     pub const WATCH_TOO_MANY_AGGREGATES: u32 = 40020;
+    /// `PUT /v1/aggregates/{typeId}/{id}/members` would give the aggregate more than 256
+    /// members (revoke one first).
+    pub const TOO_MANY_MEMBERS: u32 = 40021;
     /// No session: the request has no `Authorization: Bearer <token>` header (or a malformed
     /// one). Open a session and resend the identical request.
     pub const SESSION_REQUIRED: u32 = 40100;
@@ -140,6 +143,17 @@ pub mod gateway {
     /// The session's access list (from the app token's `celeriant_types` claim) does not
     /// include an aggregate type the request writes or reads.
     pub const AGGREGATE_TYPE_FORBIDDEN: u32 = 40301;
+    /// The access policy refuses the write: the aggregate exists and belongs to another
+    /// principal who has not granted this one write access (a write with `allowCreate: false`
+    /// to an aggregate the writer may not even read is answered 2005 instead, as if it did not
+    /// exist), or its type is `read-only`, or the operator credential tried to write. In a watch
+    /// registration: an aggregate the session may not read. Nothing is written.
+    pub const AGGREGATE_FORBIDDEN: u32 = 40302;
+    /// Only an aggregate's owner may change its members.
+    pub const NOT_OWNER: u32 = 40303;
+    /// The policy gives this aggregate type no members (its preset is neither `members` nor
+    /// `members-read`), or grants members less than asked (`readWrite` under `members-read`).
+    pub const MEMBERS_NOT_ALLOWED: u32 = 40304;
     /// The client id's stored data would go over the gateway's per-client storage quota
     /// (`--store-quota-bytes`): nothing of the request was written. Permanent until an operator
     /// raises the quota or trims the client's data.
@@ -194,7 +208,7 @@ pub mod gateway {
     pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 48] = [
+    pub const ALL: [u32; 52] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -213,6 +227,7 @@ pub mod gateway {
         INVALID_NONCE,
         INVALID_SIGNATURE,
         WATCH_TOO_MANY_AGGREGATES,
+        TOO_MANY_MEMBERS,
         SESSION_REQUIRED,
         SESSION_INVALID,
         SESSION_EXPIRED,
@@ -224,6 +239,9 @@ pub mod gateway {
         APP_TOKEN_EXPIRED,
         CLIENT_ID_MISMATCH,
         AGGREGATE_TYPE_FORBIDDEN,
+        AGGREGATE_FORBIDDEN,
+        NOT_OWNER,
+        MEMBERS_NOT_ALLOWED,
         STORAGE_QUOTA_EXCEEDED,
         NOT_FOUND,
         METHOD_NOT_ALLOWED,
@@ -305,6 +323,7 @@ pub fn name(code: u32) -> &'static str {
         g::INVALID_NONCE => "INVALID_NONCE",
         g::INVALID_SIGNATURE => "INVALID_SIGNATURE",
         g::WATCH_TOO_MANY_AGGREGATES => "WATCH_TOO_MANY_AGGREGATES",
+        g::TOO_MANY_MEMBERS => "TOO_MANY_MEMBERS",
         g::SESSION_REQUIRED => "SESSION_REQUIRED",
         g::SESSION_INVALID => "SESSION_INVALID",
         g::SESSION_EXPIRED => "SESSION_EXPIRED",
@@ -316,6 +335,9 @@ pub fn name(code: u32) -> &'static str {
         g::APP_TOKEN_EXPIRED => "APP_TOKEN_EXPIRED",
         g::CLIENT_ID_MISMATCH => "CLIENT_ID_MISMATCH",
         g::AGGREGATE_TYPE_FORBIDDEN => "AGGREGATE_TYPE_FORBIDDEN",
+        g::AGGREGATE_FORBIDDEN => "AGGREGATE_FORBIDDEN",
+        g::NOT_OWNER => "NOT_OWNER",
+        g::MEMBERS_NOT_ALLOWED => "MEMBERS_NOT_ALLOWED",
         g::STORAGE_QUOTA_EXCEEDED => "STORAGE_QUOTA_EXCEEDED",
         g::NOT_FOUND => "NOT_FOUND",
         g::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
