@@ -14,8 +14,8 @@
 //! client may make the gateway hold is bounded in [`limits`].
 #![warn(missing_docs)]
 
-pub mod app;
 pub mod access;
+pub mod app;
 pub mod auth;
 pub mod backend;
 pub mod config;

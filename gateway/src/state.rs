@@ -55,9 +55,11 @@ pub struct AppState {
 fn check_policy(config: &Config, policy: &Policy, backend: &dyn Backend) -> Result<(), String> {
     if config.auth == crate::config::AuthMode::None {
         if config.policy.is_some() {
-            return Err("--policy needs sessions: with --auth none nobody is proven and no \
+            return Err(
+                "--policy needs sessions: with --auth none nobody is proven and no \
                         policy could be enforced; drop one of them"
-                .into());
+                    .into(),
+            );
         }
         return Ok(());
     }

@@ -48,7 +48,9 @@ impl Principal {
     /// [`MAX_PRINCIPAL_BYTES`].
     pub fn parse(text: &str) -> Result<Self, String> {
         if text.len() > MAX_PRINCIPAL_BYTES {
-            return Err(format!("a principal has at most {MAX_PRINCIPAL_BYTES} bytes"));
+            return Err(format!(
+                "a principal has at most {MAX_PRINCIPAL_BYTES} bytes"
+            ));
         }
         if text.chars().any(char::is_control) {
             return Err("a principal has no control characters".into());
@@ -56,13 +58,17 @@ impl Principal {
         if let Some(id) = text.strip_prefix("device:") {
             let uuid = Uuid::parse_str(id).map_err(|_| format!("{text:?}: not device:<uuid>"))?;
             if uuid.to_string() != id {
-                return Err(format!("{text:?}: write the client id in lower-case hyphenated form"));
+                return Err(format!(
+                    "{text:?}: write the client id in lower-case hyphenated form"
+                ));
             }
             return Ok(Principal::device(uuid));
         }
         match text.strip_prefix("user:") {
             Some(sub) if !sub.is_empty() => Ok(Principal(text.to_owned())),
-            _ => Err(format!("{text:?} is not user:<subject> or device:<clientId>")),
+            _ => Err(format!(
+                "{text:?} is not user:<subject> or device:<clientId>"
+            )),
         }
     }
 
@@ -250,15 +256,39 @@ mod tests {
         // (preset, who may read, who may append)
         let table = [
             (Preset::Owner, vec![&owner], vec![&owner]),
-            (Preset::Members, vec![&owner, &member, &writer], vec![&owner, &writer]),
-            (Preset::MembersRead, vec![&owner, &member, &writer], vec![&owner]),
-            (Preset::Authenticated, vec![&owner, &member, &writer, &other], vec![&owner, &member, &writer, &other]),
-            (Preset::AuthenticatedRead, vec![&owner, &member, &writer, &other], vec![&owner]),
-            (Preset::ReadOnly, vec![&owner, &member, &writer, &other], vec![]),
+            (
+                Preset::Members,
+                vec![&owner, &member, &writer],
+                vec![&owner, &writer],
+            ),
+            (
+                Preset::MembersRead,
+                vec![&owner, &member, &writer],
+                vec![&owner],
+            ),
+            (
+                Preset::Authenticated,
+                vec![&owner, &member, &writer, &other],
+                vec![&owner, &member, &writer, &other],
+            ),
+            (
+                Preset::AuthenticatedRead,
+                vec![&owner, &member, &writer, &other],
+                vec![&owner],
+            ),
+            (
+                Preset::ReadOnly,
+                vec![&owner, &member, &writer, &other],
+                vec![],
+            ),
         ];
         for (preset, readers, appenders) in table {
             for who in [&owner, &member, &writer, &other] {
-                assert_eq!(preset.may_read(r, who), readers.contains(&who), "{preset:?} {who}");
+                assert_eq!(
+                    preset.may_read(r, who),
+                    readers.contains(&who),
+                    "{preset:?} {who}"
+                );
                 let judged = preset.judge_write(r, 3, true, who, t);
                 assert_eq!(judged.is_ok(), appenders.contains(&who), "{preset:?} {who}");
                 if let Ok(created) = judged {
@@ -267,9 +297,15 @@ mod tests {
             }
         }
         // Creating: anyone, except under read-only.
-        assert_eq!(Preset::Owner.judge_write(None, 0, true, &other, t), Ok(true));
         assert_eq!(
-            Preset::ReadOnly.judge_write(None, 0, true, &other, t).unwrap_err().code,
+            Preset::Owner.judge_write(None, 0, true, &other, t),
+            Ok(true)
+        );
+        assert_eq!(
+            Preset::ReadOnly
+                .judge_write(None, 0, true, &other, t)
+                .unwrap_err()
+                .code,
             g::AGGREGATE_FORBIDDEN
         );
     }
@@ -293,6 +329,10 @@ mod tests {
             .unwrap_err();
         assert_eq!(refused.code, g::AGGREGATE_FORBIDDEN);
         // An existing aggregate without a record (no owner) is nobody's to write.
-        assert!(Preset::Owner.judge_write(None, 4, true, &other, Uuid::nil()).is_err());
+        assert!(
+            Preset::Owner
+                .judge_write(None, 4, true, &other, Uuid::nil())
+                .is_err()
+        );
     }
 }

@@ -100,9 +100,7 @@ impl<'de> Deserialize<'de> for TypeRules {
                     })?;
                     let preset: Preset = map.next_value()?;
                     if rules.insert(type_id, preset).is_some() {
-                        return Err(de::Error::custom(format!(
-                            "type {type_id} is given twice"
-                        )));
+                        return Err(de::Error::custom(format!("type {type_id} is given twice")));
                     }
                 }
                 Ok(TypeRules(rules))
@@ -172,7 +170,11 @@ mod tests {
         assert_eq!(a.preset(Uuid::nil()), Preset::AuthenticatedRead);
         assert_eq!(Policy::parse("", false).unwrap(), Policy::default());
         assert!(!Policy::default().all_authenticated());
-        assert!(Policy::parse("default = \"authenticated\"", false).unwrap().all_authenticated());
+        assert!(
+            Policy::parse("default = \"authenticated\"", false)
+                .unwrap()
+                .all_authenticated()
+        );
     }
 
     #[test]
@@ -182,10 +184,26 @@ mod tests {
             ("defualt = \"owner\"".to_owned(), false, "defualt"),
             ("default = \"everyone\"".to_owned(), false, "everyone"),
             ("[types]\n\"nope\" = \"owner\"".to_owned(), false, "nope"),
-            (format!("[types]\n\"{T}\" = \"owner\"\n\"{T}\" = \"members\""), false, "duplicate"),
-            (format!("[types]\n\"{T}\" = \"owner\"\n\"{upper}\" = \"members\""), false, "twice"),
-            (format!(r#"{{"types":{{"{T}":"owner","{T}":"members"}}}}"#), true, "twice"),
-            (r#"{"default":"owner","default":"members"}"#.to_owned(), true, "duplicate"),
+            (
+                format!("[types]\n\"{T}\" = \"owner\"\n\"{T}\" = \"members\""),
+                false,
+                "duplicate",
+            ),
+            (
+                format!("[types]\n\"{T}\" = \"owner\"\n\"{upper}\" = \"members\""),
+                false,
+                "twice",
+            ),
+            (
+                format!(r#"{{"types":{{"{T}":"owner","{T}":"members"}}}}"#),
+                true,
+                "twice",
+            ),
+            (
+                r#"{"default":"owner","default":"members"}"#.to_owned(),
+                true,
+                "duplicate",
+            ),
             (r#"{"default":"owner","extra":1}"#.to_owned(), true, "extra"),
         ] {
             let err = Policy::parse(&text, json).unwrap_err();

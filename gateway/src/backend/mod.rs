@@ -78,9 +78,8 @@ pub struct AggregateCommand {
 
 /// A change of an access record, judged against the current one: the new record, or the
 /// answer refusing it.
-pub type AccessChange = Box<
-    dyn FnOnce(Option<AccessRecord>) -> Result<AccessRecord, crate::error::ApiError> + Send,
->;
+pub type AccessChange =
+    Box<dyn FnOnce(Option<AccessRecord>) -> Result<AccessRecord, crate::error::ApiError> + Send>;
 
 /// A successful write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

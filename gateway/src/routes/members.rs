@@ -11,11 +11,11 @@
 //! (`members`: read or readWrite, `members-read`: read; otherwise 403, 40304); at most 256
 //! members (400, 40021). The change is one transaction of the store (`Backend::update_access`).
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use celeriant_sync_protocol::AggregateRef;
 use celeriant_sync_protocol::codes::gateway as g;
 use serde::Deserialize;
@@ -42,6 +42,26 @@ pub async fn readable(
     session: &Session,
     key: AggregateKey,
 ) -> Result<bool, ApiError> {
+    judge_read(state, session, key, false).await
+}
+
+/// Whether `session` may name `key` in a change stream: an aggregate nobody owns yet may be
+/// watched (a client watches what it is about to create; its notifications are judged by
+/// [`readable`] when delivered), one that exists only when the session may read it.
+pub async fn watchable(
+    state: &AppState,
+    session: &Session,
+    key: AggregateKey,
+) -> Result<bool, ApiError> {
+    judge_read(state, session, key, true).await
+}
+
+async fn judge_read(
+    state: &AppState,
+    session: &Session,
+    key: AggregateKey,
+    unowned: bool,
+) -> Result<bool, ApiError> {
     let who = match &session.actor {
         Actor::Operator | Actor::Unchecked => return Ok(true),
         Actor::Principal(p) => p,
@@ -58,7 +78,10 @@ pub async fn readable(
         .access(key)
         .await
         .map_err(|e| ApiError(e.into_outcome()))?;
-    Ok(preset.may_read(record.as_ref(), who))
+    Ok(match record {
+        None => unowned,
+        Some(record) => preset.may_read(Some(&record), who),
+    })
 }
 
 #[derive(Deserialize)]
@@ -182,7 +205,10 @@ async fn put(
         };
         if record.owner != who {
             return Err(if preset.may_read(Some(&record), &who) {
-                ApiError::code(g::NOT_OWNER, "only the aggregate's owner changes its members")
+                ApiError::code(
+                    g::NOT_OWNER,
+                    "only the aggregate's owner changes its members",
+                )
             } else {
                 no_such_aggregate()
             });

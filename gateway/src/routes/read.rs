@@ -31,13 +31,13 @@ use celeriant_sync_protocol::encoding::MAX_SAFE_INTEGER;
 use uuid::Uuid;
 
 use crate::auth::Session;
-use crate::routes::members::readable;
 use crate::backend::{AggregateKey, BackendError, JsonPage, ReadQuery};
 use crate::error::ApiError;
 use crate::limits::budget::Reserved;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
 use crate::limits::share_bytes::SharedBytes;
+use crate::routes::members::readable;
 use crate::state::AppState;
 
 /// Most batches in a page.

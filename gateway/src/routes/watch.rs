@@ -34,11 +34,11 @@ use uuid::Uuid;
 use crate::access::{Actor, Preset};
 use crate::auth::{Session, now_ms};
 use crate::backend::AggregateKey;
-use crate::routes::members::readable;
 use crate::error::ApiError;
 use crate::extract::read_json;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
+use crate::routes::members::{readable, watchable};
 use crate::state::AppState;
 use crate::watch::stream;
 
@@ -146,7 +146,7 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
             org: state.config.org_id,
             aggregate,
         };
-        if !readable(state, &session, key).await? {
+        if !watchable(state, &session, key).await? {
             aggregates.remove(&aggregate);
             refused.push(json!({
                 "typeId": aggregate.type_id,

@@ -237,7 +237,15 @@ pub fn apply(
             .then(|| command.principal.clone())
             .flatten()
             .map(AccessRecord::owned_by);
-        plans.push((write, akey, ckey, durable, bkey, seal_batch(bkey, &json), owner));
+        plans.push((
+            write,
+            akey,
+            ckey,
+            durable,
+            bkey,
+            seal_batch(bkey, &json),
+            owner,
+        ));
     }
 
     let client = command.client_id.as_u128();

@@ -60,8 +60,8 @@ use self::migrate::Opened;
 use self::read::ReadError;
 use self::tables::AGGREGATES;
 use super::{
-    AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, JsonPage, ReadPage, ReadQuery,
-    WriteAck, WriteCommand,
+    AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, JsonPage, ReadPage,
+    ReadQuery, WriteAck, WriteCommand,
 };
 use crate::access::AccessRecord;
 use crate::config::Config;
@@ -295,9 +295,7 @@ impl Shared {
     fn access_failed(&self, e: access::AccessError) -> BackendError {
         match e {
             access::AccessError::Corrupt(corrupt) => self.read_failed(ReadError::Corrupt(corrupt)),
-            access::AccessError::Storage(failure) => {
-                self.read_failed(ReadError::Storage(failure))
-            }
+            access::AccessError::Storage(failure) => self.read_failed(ReadError::Storage(failure)),
         }
     }
 
@@ -571,7 +569,9 @@ impl Backend for EmbeddedStore {
         tokio::task::spawn_blocking(move || {
             let db = shared.db()?;
             let answer = access::update(&db, tables::agg_key(&key), |current| {
-                change(current).map(|record| (record.clone(), Ok(record))).map_err(Err)
+                change(current)
+                    .map(|record| (record.clone(), Ok(record)))
+                    .map_err(Err)
             })
             .map_err(|e| shared.access_failed(e))?;
             Ok(answer.unwrap_or_else(|refused| refused))
