@@ -2,6 +2,8 @@
 # `npm start`: set up, build the package and the gateway, and run the gateway with its embedded
 # store on http://127.0.0.1:8080, serving the demo page (www/) and the package (pkg/).
 # Fault injection is enabled with all rates at zero, so the demo page can turn faults on.
+# The access policy is scripts/demo-policy.toml: the demo's shared accounts are writable by every
+# device (a second browser joins the same ledger); everything else is owned by its creator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -20,5 +22,6 @@ exec ./target/release/celeriant-gateway \
   --data-dir .data/gateway \
   --www www \
   --pkg pkg \
+  --policy scripts/demo-policy.toml \
   \
   --faults "$@"
