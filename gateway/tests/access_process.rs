@@ -234,3 +234,57 @@ fn a_policy_that_cannot_be_read_or_enforced_stops_the_gateway() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--policy needs sessions"));
 }
+
+/// The Celeriant backend records no owners yet: it refuses to start under any policy that
+/// needs one, and runs (everything shared, explicitly) under an all-`authenticated` policy.
+#[test]
+fn the_celeriant_backend_runs_only_under_an_all_authenticated_policy() {
+    let fake = support::fake_celeriant::FakeCeleriant::start();
+    let dir = data_dir();
+    let backend = [
+        "--backend",
+        "celeriant",
+        "--celeriant-addr",
+        &fake.address(),
+    ];
+    let out = run_to_exit(&dir.path().join("db"), &backend);
+    assert!(
+        !out.status.success(),
+        "started without enforcing the owner policy"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not record owners"), "{stderr}");
+    let mixed = dir.path().join("mixed.toml");
+    std::fs::write(
+        &mixed,
+        format!("default = \"authenticated\"\n[types]\n\"{TYPE}\" = \"owner\"\n"),
+    )
+    .unwrap();
+    let mixed = mixed.to_str().unwrap();
+    let out = run_to_exit(
+        &dir.path().join("db"),
+        &[&backend[..], &["--policy", mixed]].concat(),
+    );
+    assert!(
+        !out.status.success(),
+        "a single owner rule is not enforceable either"
+    );
+
+    let shared = dir.path().join("shared.toml");
+    std::fs::write(&shared, "default = \"authenticated\"\n").unwrap();
+    let shared = shared.to_str().unwrap();
+    let args = [
+        &backend[..],
+        &["--policy", shared, "--session-rate-per-minute", "0"],
+    ]
+    .concat();
+    let gw = Process::start(dir.path(), &args);
+    let (a, b) = (Device::a(), Device::b());
+    let (ta, tb) = (session(&gw.base, &a), session(&gw.base, &b));
+    let (_, landed) = write(&gw.base, &ta, &a, VICTIM_ID, 1, true);
+    assert_eq!(landed["outcome"], "landed", "{landed}");
+    // Shared, as the policy says: B reads A's event and appends.
+    assert_eq!(read(&gw.base, &tb, VICTIM_ID).1["tip"], 1);
+    let (_, appended) = write(&gw.base, &tb, &b, VICTIM_ID, 1, true);
+    assert_eq!(appended["outcome"], "landed", "{appended}");
+}
