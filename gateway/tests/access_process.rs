@@ -288,3 +288,54 @@ fn the_celeriant_backend_runs_only_under_an_all_authenticated_policy() {
     let (_, appended) = write(&gw.base, &tb, &b, VICTIM_ID, 1, true);
     assert_eq!(appended["outcome"], "landed", "{appended}");
 }
+
+/// Under `members`, a member's stream hears of the aggregate while it is a member, and stops
+/// hearing of it once the owner revokes it (delivery re-checks every time).
+#[test]
+fn a_revoked_members_stream_stops_hearing_of_the_aggregate() {
+    let dir = data_dir();
+    let policy = dir.path().join("members.toml");
+    std::fs::write(&policy, "default = \"members\"\n").unwrap();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--session-rate-per-minute",
+            "0",
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+    );
+    let (owner, member) = (Device::a(), Device::b());
+    let (to, tm) = (session(&gw.base, &owner), session(&gw.base, &member));
+    write(&gw.base, &to, &owner, VICTIM_ID, 1, true);
+    let members = format!("/v1/aggregates/{TYPE}/{VICTIM_ID}/members");
+    let grant = |access: &str| {
+        let body = json!({"principal": format!("device:{}", member.client_id), "access": access});
+        let r = ureq::put(&format!("{}{members}", gw.base))
+            .header("authorization", &format!("Bearer {to}"))
+            .header("content-type", "application/json")
+            .send(body.to_string())
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    };
+    grant("read");
+    let body = json!({"aggregates": [{"typeId": TYPE, "id": VICTIM_ID}]});
+    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", Some(&tm), Some(&body));
+    assert_eq!(
+        s.expect(WAIT).data,
+        json!({}),
+        "a member's entry is accepted"
+    );
+    write(&gw.base, &to, &owner, VICTIM_ID, 2, true);
+    assert_eq!(s.expect(WAIT).data["version"], 2);
+    grant("none");
+    write(&gw.base, &to, &owner, VICTIM_ID, 3, true);
+    match s.next(Duration::from_millis(1500)) {
+        sse::Next::Quiet => {}
+        sse::Next::Event(e) if e.event == "heartbeat" => {}
+        other => panic!("the revoked member heard {other:?}"),
+    }
+    // A new stream of the revoked member is refused the entry.
+    let mut again = sse::open(&gw.addr, "POST", "/v1/watch", Some(&tm), Some(&body));
+    assert_eq!(again.expect(WAIT).data["refused"][0]["code"], 40302);
+}
