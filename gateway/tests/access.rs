@@ -486,3 +486,68 @@ async fn an_older_store_gives_each_aggregate_the_writer_of_its_first_batch() {
     }
     assert_eq!(store.access(key(3)).await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn a_damaged_access_record_is_refused_and_reported_by_verify() {
+    use celeriant_gateway::backend::embedded::access::ACCESS;
+    use celeriant_gateway::backend::embedded::{FILE_NAME, verify};
+    use redb::ReadableTable as _;
+    let dir = tempfile::tempdir().unwrap();
+    let key = AggregateKey {
+        org: Uuid::from_u128(1),
+        aggregate: AggregateRef {
+            type_id: Uuid::from_u128(5),
+            id: Uuid::from_u128(9),
+        },
+    };
+    let owner = celeriant_gateway::access::Principal::device(Uuid::from_u128(77));
+    {
+        let store = EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).unwrap();
+        let command = WriteCommand {
+            principal: Some(owner.clone()),
+            policy: None,
+            client_id: Uuid::from_u128(77),
+            writes: vec![AggregateCommand {
+                key,
+                allow_create: true,
+                expected_version: None,
+                enforce_client_idempotency: true,
+                events: vec![event(1)],
+            }],
+        };
+        store.write(command).await.unwrap();
+        assert_eq!(store.access(key).await.unwrap().unwrap().owner, owner);
+    }
+    assert_eq!(verify::verify(dir.path()).unwrap().owners, 1);
+    {
+        let db = redb::Database::open(dir.path().join(FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(ACCESS).unwrap();
+            let k = (1u128, 5u128, 9u128);
+            let mut stored = table.get(k).unwrap().unwrap().value().to_vec();
+            // Someone else's name where the owner's was: the checksum no longer matches.
+            let at = stored.len() - 3;
+            stored[at] ^= 0x01;
+            table.insert(k, stored.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let report = verify::verify(dir.path()).unwrap();
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("access record"),
+        "{:?}",
+        report.problems
+    );
+    let store = EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).unwrap();
+    // Never trusted: the read is refused as damaged data (50001).
+    let refused = store.access(key).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            celeriant_gateway::backend::BackendError::Code { code: 50001, .. }
+        ),
+        "{refused}"
+    );
+}
