@@ -202,6 +202,9 @@ impl Preset {
         }
         match record {
             None if version == 0 => return Ok(true),
+            // An aggregate without an owner (older than ownership, its first batch gone):
+            // only a preset that lets everyone append lets anyone append to it.
+            None if self == Preset::Authenticated => return Ok(false),
             Some(r) if self.may_append(r, who) => return Ok(false),
             _ => {}
         }
@@ -328,11 +331,16 @@ mod tests {
             .judge_write(Some(&record), 1, false, &other, Uuid::nil())
             .unwrap_err();
         assert_eq!(refused.code, g::AGGREGATE_FORBIDDEN);
-        // An existing aggregate without a record (no owner) is nobody's to write.
+        // An existing aggregate without a record (no owner) is nobody's to write, except under
+        // `authenticated`, where it is everybody's.
         assert!(
             Preset::Owner
                 .judge_write(None, 4, true, &other, Uuid::nil())
                 .is_err()
+        );
+        assert_eq!(
+            Preset::Authenticated.judge_write(None, 4, true, &other, Uuid::nil()),
+            Ok(false)
         );
     }
 }
