@@ -177,6 +177,19 @@ mod tests {
         );
     }
 
+    /// The policy files the repository ships load, and say what their comments say.
+    #[test]
+    fn the_shipped_policies_load() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let demo = Policy::load(&root.join("scripts/demo-policy.toml")).unwrap();
+        let account = Uuid::parse_str("5e0d9e1a-7c41-4b8e-9f2a-0c6b3d1e2f01").unwrap();
+        assert_eq!(demo.preset(account), Preset::Authenticated);
+        assert_eq!(demo.preset(Uuid::nil()), Preset::Owner);
+        let browser = Policy::load(&root.join("tests/browser/policy.toml")).unwrap();
+        assert_eq!(browser.default, Preset::AuthenticatedRead);
+        assert_eq!(browser.types.len(), 1);
+    }
+
     #[test]
     fn anything_unexpected_is_refused_with_its_name() {
         let upper = T.to_uppercase();
