@@ -87,6 +87,8 @@ fi
 # Device identity is on (the gateway's default). Every test opens fresh databases, each a new
 # device with its own session, all from 127.0.0.1: no per-address limit on session openings.
 AUTH_FLAGS=(--session-rate-per-minute 0)
+# The tests read back what landed through a reader session of their own: see the policy file.
+AUTH_FLAGS+=(--policy tests/browser/policy.toml)
 ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$WORK/gateway.port" \
   --data-dir "$WORK/gateway" --www www --pkg pkg --faults "${AUTH_FLAGS[@]}" \
   --faults-secret-out "$WORK/faults-secret" \

@@ -6,6 +6,8 @@
 # hex, in .data/faults-secret, mode 0600) and handed to the demo in the URL's fragment
 # (#faults=...), which the browser never sends to the server. Events of type 13 are refused
 # (422, 2022), so the demo's "Append a rejected event" parks at once.
+# The access policy is scripts/demo-policy.toml: the demo's shared accounts are writable by every
+# device (a second browser joins the same ledger); everything else is owned by its creator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -29,5 +31,6 @@ exec ./target/release/celeriant-gateway \
   --data-dir .data/gateway \
   --www www \
   --pkg pkg \
+  --policy scripts/demo-policy.toml \
   \
   --faults --faults-secret-file "$SECRET_FILE" --fault-reject-type 13 "$@"

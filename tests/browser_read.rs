@@ -87,7 +87,8 @@ async fn two_devices_converge_under_faults_while_one_is_cut_off_and_no_listener_
         open(&db_name("read-b"), "{}").await,
     );
     assert_ne!(a.client_id(), b.client_id(), "two devices");
-    let t = uuid();
+    // Two devices write the same aggregates: a type they share.
+    let t = SHARED_TYPE.to_owned();
     let ids: Vec<String> = (0..3).map(|_| uuid()).collect();
     let aggs: Vec<JsValue> = ids.iter().map(|id| aggregate(&t, id)).collect();
     let mut logs = Vec::new();
@@ -156,7 +157,8 @@ async fn the_contexts_of_one_device_share_one_stream_and_see_the_same_views() {
     let db = db_name("read-tabs");
     let (a, b) = (open(&db, "{}").await, open(&db, "{}").await);
     let other = open(&db_name("read-tabs-other"), "{}").await;
-    let (t, id) = (uuid(), uuid());
+    // `other` (another device) writes the aggregate too: a type they share.
+    let (t, id) = (SHARED_TYPE.to_owned(), uuid());
     let agg = aggregate(&t, &id);
     let (la, lb) = (
         record_views(&JsValue::from(a.clone()), &agg),

@@ -81,6 +81,10 @@ pub fn app(state: AppState) -> Router {
             get(routes::read::events),
         )
         .route(
+            "/v1/aggregates/{type_id}/{id}/members",
+            get(routes::members::members).put(routes::members::members),
+        )
+        .route(
             WATCH_PATH,
             get(routes::watch::watch).post(routes::watch::watch),
         )

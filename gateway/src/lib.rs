@@ -14,6 +14,7 @@
 //! client may make the gateway hold is bounded in [`limits`].
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod app;
 pub mod auth;
 pub mod backend;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use celeriant_sync_protocol::Limits;
 use tokio::sync::Semaphore;
 
+use crate::access::Policy;
 use crate::auth::Auth;
 use crate::auth::faults_secret::FaultsSecret;
 use crate::backend::Backend;
@@ -47,6 +48,34 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// The change streams and the fan-out of the backend's changes.
     pub watch: Arc<Hub>,
+    /// The access policy (`--policy`; every type `owner` without it).
+    pub policy: Arc<Policy>,
+}
+
+/// Refuses a policy that could not be enforced: any policy with `--auth none` (nobody is
+/// proven, so nothing would be), and a policy that needs owners over a backend that records
+/// none (the Celeriant backend, for now) — never silently unenforced.
+fn check_policy(config: &Config, policy: &Policy, backend: &dyn Backend) -> Result<(), String> {
+    if config.auth == crate::config::AuthMode::None {
+        if config.policy.is_some() {
+            return Err(
+                "--policy needs sessions: with --auth none nobody is proven and no \
+                        policy could be enforced; drop one of them"
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
+    if !backend.records_owners() && !policy.all_authenticated() {
+        return Err(format!(
+            "the {} backend does not record owners yet, so it can only run with a policy \
+             where every type is `authenticated` (any proven principal may do everything): \
+             give --policy with default = \"authenticated\" and no other rule, knowing that \
+             this shares every aggregate",
+            backend.name()
+        ));
+    }
+    Ok(())
 }
 
 impl AppState {
@@ -55,6 +84,11 @@ impl AppState {
     /// faults secret.
     pub fn new(config: Config, backend: Arc<dyn Backend>) -> Result<Self, String> {
         config.check()?;
+        let policy = match &config.policy {
+            Some(path) => Policy::load(path)?,
+            None => Policy::default(),
+        };
+        check_policy(&config, &policy, backend.as_ref())?;
         let faults = if config.faults {
             let seed = config.fault_seed.unwrap_or_else(|| {
                 std::time::SystemTime::now()
@@ -98,6 +132,7 @@ impl AppState {
             fair: Arc::new(FairShare::new(limits)),
             auth: Arc::new(Auth::from_config(&config)?),
             config: Arc::new(config),
+            policy: Arc::new(policy),
             limits: Limits::default(),
             faults,
             faults_secret,

@@ -54,6 +54,8 @@ fn event(seq: u64) -> Event {
 /// A write as the HTTP path builds it: unconditional, idempotent, may create.
 fn command(id: u128, seqs: RangeInclusive<u64>) -> WriteCommand {
     WriteCommand {
+        principal: None,
+        policy: None,
         client_id: Uuid::from_u128(CLIENT),
         writes: vec![AggregateCommand {
             key: key(id),

@@ -35,6 +35,8 @@ fn key(id: u128) -> AggregateKey {
 
 fn command(id: u128, seq: u64) -> WriteCommand {
     WriteCommand {
+        principal: None,
+        policy: None,
         client_id: Uuid::from_u128(0xc1),
         writes: vec![AggregateCommand {
             key: key(id),

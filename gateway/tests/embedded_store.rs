@@ -36,6 +36,8 @@ fn ev(seq: u64) -> Event {
 
 fn cmd(id: u128, seqs: &[u64]) -> WriteCommand {
     WriteCommand {
+        principal: None,
+        policy: None,
         client_id: Uuid::from_u128(77),
         writes: vec![AggregateCommand {
             key: key(id),

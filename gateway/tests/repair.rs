@@ -8,7 +8,7 @@ use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
 use celeriant_gateway::backend::{
     AggregateCommand, AggregateKey, Backend, ReadQuery, WriteCommand,
 };
-use celeriant_sync_protocol::{AggregateRef, Event, ReadResponse};
+use celeriant_sync_protocol::{AggregateRef, Event};
 use uuid::Uuid;
 
 const DEVICE: u128 = 77;
@@ -29,6 +29,8 @@ fn key() -> AggregateKey {
 
 fn write(seqs: &[u64]) -> WriteCommand {
     WriteCommand {
+        principal: None,
+        policy: None,
         client_id: Uuid::from_u128(DEVICE),
         writes: vec![AggregateCommand {
             key: key(),
@@ -70,8 +72,7 @@ async fn stored_seqs(store: &EmbeddedStore) -> Vec<u64> {
         })
         .await
         .unwrap();
-    let read: ReadResponse = serde_json::from_slice(&page.body).unwrap();
-    read.batches
+    page.batches
         .iter()
         .flat_map(|b| b.events.iter().map(|e| e.client_seq))
         .collect()

@@ -39,6 +39,8 @@ fn ev(seq: u64, data: Vec<u8>) -> Event {
 
 fn cmd_by(client: u128, id: u128, seq: u64, data: Vec<u8>) -> WriteCommand {
     WriteCommand {
+        principal: None,
+        policy: None,
         client_id: Uuid::from_u128(client),
         writes: vec![AggregateCommand {
             key: key(id),

@@ -115,6 +115,9 @@ pub mod gateway {
     /// More than one `Host` header: the request is ambiguous about whom it is for (and a
     /// proxy may have read another one than the gateway), so it is refused.
     pub const DUPLICATE_HOST: u32 = 40030;
+    /// `PUT /v1/aggregates/{typeId}/{id}/members` would give the aggregate more than 256
+    /// members (revoke one first).
+    pub const TOO_MANY_MEMBERS: u32 = 40021;
     /// No session: the request has no `Authorization: Bearer <token>` header (or a malformed
     /// one). Open a session and resend the identical request.
     pub const SESSION_REQUIRED: u32 = 40100;
@@ -147,6 +150,17 @@ pub mod gateway {
     /// The session's access list (from the app token's `celeriant_types` claim) does not
     /// include an aggregate type the request writes or reads.
     pub const AGGREGATE_TYPE_FORBIDDEN: u32 = 40301;
+    /// The access policy refuses the write: the aggregate exists and belongs to another
+    /// principal who has not granted this one write access (a write with `allowCreate: false`
+    /// to an aggregate the writer may not even read is answered 2005 instead, as if it did not
+    /// exist), or its type is `read-only`, or the operator credential tried to write. In a watch
+    /// registration: an aggregate the session may not read. Nothing is written.
+    pub const AGGREGATE_FORBIDDEN: u32 = 40302;
+    /// Only an aggregate's owner may change its members.
+    pub const NOT_OWNER: u32 = 40303;
+    /// The policy gives this aggregate type no members (its preset is neither `members` nor
+    /// `members-read`), or grants members less than asked (`readWrite` under `members-read`).
+    pub const MEMBERS_NOT_ALLOWED: u32 = 40304;
     /// The client id's stored data would go over the gateway's per-client storage quota
     /// (`--store-quota-bytes`): nothing of the request was written. Permanent until an operator
     /// raises the quota or trims the client's data.
@@ -205,7 +219,7 @@ pub mod gateway {
     pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 51] = [
+    pub const ALL: [u32; 55] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -225,6 +239,7 @@ pub mod gateway {
         INVALID_SIGNATURE,
         WATCH_TOO_MANY_AGGREGATES,
         DUPLICATE_HOST,
+        TOO_MANY_MEMBERS,
         SESSION_REQUIRED,
         SESSION_INVALID,
         SESSION_EXPIRED,
@@ -237,6 +252,9 @@ pub mod gateway {
         FAULTS_SECRET_REQUIRED,
         CLIENT_ID_MISMATCH,
         AGGREGATE_TYPE_FORBIDDEN,
+        AGGREGATE_FORBIDDEN,
+        NOT_OWNER,
+        MEMBERS_NOT_ALLOWED,
         STORAGE_QUOTA_EXCEEDED,
         NOT_FOUND,
         METHOD_NOT_ALLOWED,
@@ -320,6 +338,7 @@ pub fn name(code: u32) -> &'static str {
         g::INVALID_SIGNATURE => "INVALID_SIGNATURE",
         g::WATCH_TOO_MANY_AGGREGATES => "WATCH_TOO_MANY_AGGREGATES",
         g::DUPLICATE_HOST => "DUPLICATE_HOST",
+        g::TOO_MANY_MEMBERS => "TOO_MANY_MEMBERS",
         g::SESSION_REQUIRED => "SESSION_REQUIRED",
         g::SESSION_INVALID => "SESSION_INVALID",
         g::SESSION_EXPIRED => "SESSION_EXPIRED",
@@ -332,6 +351,9 @@ pub fn name(code: u32) -> &'static str {
         g::FAULTS_SECRET_REQUIRED => "FAULTS_SECRET_REQUIRED",
         g::CLIENT_ID_MISMATCH => "CLIENT_ID_MISMATCH",
         g::AGGREGATE_TYPE_FORBIDDEN => "AGGREGATE_TYPE_FORBIDDEN",
+        g::AGGREGATE_FORBIDDEN => "AGGREGATE_FORBIDDEN",
+        g::NOT_OWNER => "NOT_OWNER",
+        g::MEMBERS_NOT_ALLOWED => "MEMBERS_NOT_ALLOWED",
         g::STORAGE_QUOTA_EXCEEDED => "STORAGE_QUOTA_EXCEEDED",
         g::NOT_FOUND => "NOT_FOUND",
         g::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",

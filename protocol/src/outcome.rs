@@ -93,6 +93,10 @@ pub fn classify(code: u32) -> Class {
         | g::INVALID_SIGNATURE
         | g::CLIENT_ID_MISMATCH
         | g::AGGREGATE_TYPE_FORBIDDEN
+        | g::AGGREGATE_FORBIDDEN
+        | g::NOT_OWNER
+        | g::MEMBERS_NOT_ALLOWED
+        | g::TOO_MANY_MEMBERS
         | g::STORAGE_QUOTA_EXCEEDED
         | g::NOT_FOUND
         | g::METHOD_NOT_ALLOWED
@@ -406,7 +410,7 @@ mod tests {
     #[test]
     fn unassigned_codes_in_the_gateway_space_are_operator_retries() {
         for code in [
-            40002, 40018, 40099, 40103, 40302, 40401, 41000, 42000, 42101, 42909, 49999, 50000,
+            40002, 40018, 40099, 40103, 40309, 40401, 41000, 42000, 42101, 42909, 49999, 50000,
             50100, 59999,
         ] {
             assert!(!g::is_gateway_code(code), "{code}");
@@ -480,7 +484,13 @@ mod tests {
             WriteOutcome::from_code(g::FAULTS_SECRET_REQUIRED, "x").http_status(),
             401
         );
-        for code in [g::CLIENT_ID_MISMATCH, g::AGGREGATE_TYPE_FORBIDDEN] {
+        for code in [
+            g::CLIENT_ID_MISMATCH,
+            g::AGGREGATE_TYPE_FORBIDDEN,
+            g::AGGREGATE_FORBIDDEN,
+            g::NOT_OWNER,
+            g::MEMBERS_NOT_ALLOWED,
+        ] {
             assert_eq!(classify(code), Class::Rejected, "{code}");
             assert_eq!(WriteOutcome::from_code(code, "x").http_status(), 403);
         }

@@ -68,13 +68,14 @@ object_only!(SessionRequest => SessionRequestDef);
 pub struct SessionResponse {
     /// The client id proven by the key, to send as every write's `clientId`.
     pub client_id: Uuid,
+    /// Who the session acts for in the gateway's access policy: `user:<sub>` (the app
+    /// token's subject) when app tokens are required, otherwise `device:<clientId>`. Aggregates
+    /// created under this session are owned by it; members are granted to principals. A client
+    /// binds its outbox to the first principal it sees and never sends under another
+    /// (docs/client.md, "One browser, many users").
+    pub principal: String,
     /// The session token, for `Authorization: Bearer <token>`. Opaque to the client.
     pub token: String,
-    /// Whom the session acts for: `user:<sub>` when the gateway requires app tokens (the app
-    /// token's subject), otherwise `device:<clientId>`. A client binds its outbox to the first
-    /// principal it sees and never sends under another (docs/client.md, "One browser, many
-    /// users").
-    pub principal: String,
     /// When the token stops being accepted, Unix milliseconds (gateway clock).
     pub expires_at: u64,
     /// The gateway's clock when it answered, Unix milliseconds.
@@ -104,14 +105,14 @@ mod tests {
         }
         let response = SessionResponse {
             client_id: Uuid::from_u128(1),
+            principal: "user:alice".into(),
             token: "t".into(),
-            principal: "device:00000000-0000-0000-0000-000000000001".into(),
             expires_at: 2,
             server_time: 1,
         };
         assert_eq!(
             serde_json::to_string(&response).unwrap(),
-            r#"{"clientId":"00000000-0000-0000-0000-000000000001","token":"t","principal":"device:00000000-0000-0000-0000-000000000001","expiresAt":2,"serverTime":1}"#
+            r#"{"clientId":"00000000-0000-0000-0000-000000000001","principal":"user:alice","token":"t","expiresAt":2,"serverTime":1}"#
         );
     }
 }

@@ -54,6 +54,11 @@ pub fn faults_secret() -> &'static str {
     }
 }
 
+/// An aggregate type that the browser tests' gateway policy (`tests/browser/policy.toml`) makes
+/// `authenticated`: for the tests where two devices (two databases, two client ids) write to
+/// one aggregate, which the gateway's default policy (`owner`) would refuse to the second.
+pub const SHARED_TYPE: &str = "5a4ed000-0000-4000-8000-00000000b001";
+
 /// A fresh random UUID string.
 pub fn uuid() -> String {
     js_sys::eval("crypto.randomUUID()")

@@ -3,7 +3,8 @@
 // persistent on-disk profile, a seeded random generator, the gateway's read endpoint, and the
 // device handshake (POST /v1/session) with WebCrypto, as the client does it.
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, existsSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { chromium } from "playwright-core";
@@ -99,12 +100,29 @@ process.on("exit", () => {
 
 export class Gateway {
   /** `auth`: "none" starts the gateway with --auth none; "device" with device identity on (the
-   *  gateway's default), in which case readAll opens a reader session of its own. */
-  constructor({ www = join(ROOT, "tests/e2e/site"), flags = [], auth = "device" } = {}) {
+   *  gateway's default), in which case readAll reads with the operator credential (the
+   *  gateway gets an --operator-token-file: the checker reads every device's aggregates, as an
+   *  audit tool would). `policy`: a --policy file, or a preset every type gets (a policy file
+   *  `default = "<preset>"` written here); without it the gateway's default, `owner`. */
+  constructor({ www = join(ROOT, "tests/e2e/site"), flags = [], auth = "device", policy } = {}) {
     this.dir = tempDir("gateway");
     this.www = www;
     this.flags = flags;
     this.auth = auth;
+    this.operatorSecret = `e2e-operator-${randomBytes(24).toString("hex")}`;
+    this.policyFlags = [];
+    if (auth !== "none") {
+      const operatorFile = join(this.dir, "operator-token");
+      writeFileSync(operatorFile, this.operatorSecret, { mode: 0o600 });
+      this.policyFlags.push("--operator-token-file", operatorFile);
+      if (policy && policy.includes("/")) {
+        this.policyFlags.push("--policy", policy);
+      } else if (policy) {
+        const policyFile = join(this.dir, "policy.toml");
+        writeFileSync(policyFile, `default = "${policy}"\n`);
+        this.policyFlags.push("--policy", policyFile);
+      }
+    }
     this.port = 0;
     this.lives = 0;
   }
@@ -118,6 +136,7 @@ export class Gateway {
       "--www", this.www, "--pkg", join(ROOT, "pkg"), "--faults", "--faults-secret-out", secretFile, ...this.flags,
       // Many tabs, reloads and restarts open many sessions from one address: no per-address limit.
       ...(this.auth === "none" ? ["--auth", "none"] : ["--session-rate-per-minute", "0"]),
+      ...this.policyFlags,
     ];
     this.proc = spawn(gatewayBinary(), args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, RUST_LOG: "warn" } });
     liveGateways.add(this);
@@ -183,18 +202,19 @@ export class Gateway {
     return this.reader;
   }
 
-  /** Every event of an aggregate, following `next`; with auth on, under a reader session
-   *  (renewed once when the gateway answers 401). */
+  /** GET `url` as the checker: the operator credential with auth on, nothing without. */
+  read(url) {
+    if (this.auth === "none") return fetch(url);
+    return fetch(url, { headers: { authorization: `Operator ${this.operatorSecret}` } });
+  }
+
+  /** Every event of an aggregate, following `next`, read with the operator credential (with
+   *  auth on): whichever device owns it. */
   async readAll(typeId, id) {
     const events = [];
     for (let from = 1; ;) {
       const url = `${this.base}/v1/aggregates/${typeId}/${id}/events?from=${from}`;
-      const get = async (renew) => {
-        if (this.auth === "none") return fetch(url);
-        return fetch(url, { headers: { authorization: `Bearer ${await this.token({ renew })}` } });
-      };
-      let r = await get(false);
-      if (r.status === 401 && this.auth !== "none") r = await get(true);
+      const r = await this.read(url);
       if (!r.ok) throw new Error(`read ${id}: ${r.status} ${await r.text()}`);
       const page = await r.json();
       for (const b of page.batches) events.push(...b.events);
@@ -208,9 +228,7 @@ export class Gateway {
     const keys = [];
     for (let from = 1; ;) {
       const url = `${this.base}/v1/aggregates/${typeId}/${id}/events?from=${from}`;
-      const get = async (renew) => fetch(url, { headers: { authorization: `Bearer ${await this.token({ renew })}` } });
-      let r = await get(false);
-      if (r.status === 401) r = await get(true);
+      const r = await this.read(url);
       if (!r.ok) throw new Error(`read ${id}: ${r.status} ${await r.text()}`);
       const page = await r.json();
       for (const b of page.batches) for (const e of b.events) keys.push(`${b.clientId}:${e.clientSeq}:confirmed`);

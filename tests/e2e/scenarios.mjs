@@ -174,7 +174,8 @@ export async function quota({ seed }) {
 
 /** The demo page, used as an app would: append, watch the outbox sync. */
 export async function demo() {
-  return withSetup({ www: join(ROOT, "www") }, async (gateway, context) => {
+  // The demo runs with the policy `npm start` ships.
+  return withSetup({ www: join(ROOT, "www"), policy: join(ROOT, "scripts/demo-policy.toml") }, async (gateway, context) => {
     const page = await context.newPage();
     const errors = [];
     page.on("pageerror", (e) => errors.push(e.message));
@@ -224,7 +225,8 @@ export async function demo() {
  *  reopen), never two. */
 export async function readRestart({ seed }) {
   const random = rng(seed);
-  return withSetup({}, async (gateway, context) => {
+  // Two devices append to the same aggregates: they must share them (`authenticated`).
+  return withSetup({ policy: "authenticated" }, async (gateway, context) => {
     const typeId = uuid(random);
     const ids = [uuid(random), uuid(random), uuid(random)];
     const pages = [await openTab(context, gateway, "a", "read-a"), await openTab(context, gateway, "b", "read-b")];
@@ -285,7 +287,8 @@ export async function readRestart({ seed }) {
  *  (simulated) offline: its live view shows that event pending until it syncs. A rejected
  *  event shows as parked, with the reason. */
 export async function demoLive() {
-  return withSetup({ www: join(ROOT, "www") }, async (gateway, context) => {
+  // The demo runs with the policy `npm start` ships.
+  return withSetup({ www: join(ROOT, "www"), policy: join(ROOT, "scripts/demo-policy.toml") }, async (gateway, context) => {
     const errors = [];
     const open = async (query) => {
       const page = await context.newPage();

@@ -118,6 +118,12 @@ impl AppTokens {
                     format!("app token: {why}"),
                 ));
             }
+            Bearer::Operator(_) => {
+                return Err(ApiError::code(
+                    g::APP_TOKEN_INVALID,
+                    "app token: expected the Bearer scheme",
+                ));
+            }
         };
         let claims = jsonwebtoken::decode::<AppClaims>(token, &self.key, &self.validation)
             .map_err(|e| match e.kind() {

@@ -1,4 +1,5 @@
-//! Reading `Authorization: Bearer <token>` (RFC 6750), bounded before anything is parsed.
+//! Reading `Authorization: Bearer <token>` (RFC 6750), or `Operator <secret>`, bounded before
+//! anything is parsed.
 
 use axum::http::{HeaderMap, header};
 
@@ -12,6 +13,8 @@ pub enum Bearer<'a> {
     Malformed(&'static str),
     /// The token.
     Token(&'a str),
+    /// `Authorization: Operator <secret>` (the operator credential, `super::operator`).
+    Operator(&'a str),
 }
 
 /// The bearer token of `headers`. The scheme is matched case-insensitively; the token must be
@@ -33,12 +36,17 @@ pub fn bearer(headers: &HeaderMap) -> Bearer<'_> {
     let Some((scheme, token)) = value.split_once(' ') else {
         return Bearer::Malformed("expected Authorization: Bearer <token>");
     };
-    if !scheme.eq_ignore_ascii_case("bearer") {
+    let operator = scheme.eq_ignore_ascii_case("operator");
+    if !operator && !scheme.eq_ignore_ascii_case("bearer") {
         return Bearer::Malformed("expected the Bearer scheme");
     }
     let token = token.trim_matches(' ');
     if token.is_empty() || token.contains(' ') {
         return Bearer::Malformed("expected one token after Bearer");
     }
-    Bearer::Token(token)
+    if operator {
+        Bearer::Operator(token)
+    } else {
+        Bearer::Token(token)
+    }
 }

@@ -14,6 +14,7 @@ pub mod app_token;
 pub mod bearer;
 pub mod device;
 pub mod faults_secret;
+pub mod operator;
 pub mod rate;
 pub mod replay;
 pub mod secret;
@@ -27,10 +28,12 @@ use uuid::Uuid;
 
 use self::app_token::AppTokens;
 use self::bearer::{Bearer, bearer};
+use self::operator::OperatorToken;
 use self::rate::SessionLimiter;
 use self::replay::ReplayCache;
 use self::subjects::SubjectCaps;
 use self::token::SessionKeys;
+use crate::access::{Actor, Principal};
 use crate::config::{AuthMode, Config};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -51,6 +54,8 @@ pub struct Auth {
     pub limiter: SessionLimiter,
     /// Devices and live sessions per app-token subject.
     pub subjects: SubjectCaps,
+    /// The operator credential, when `--operator-token-file` is given.
+    pub operator: Option<OperatorToken>,
 }
 
 impl Auth {
@@ -70,6 +75,11 @@ impl Auth {
                 config.max_sessions_per_subject,
                 config.session_replay_capacity,
             ),
+            operator: config
+                .operator_token_file
+                .as_deref()
+                .map(OperatorToken::load)
+                .transpose()?,
         })
     }
 }
@@ -81,9 +91,11 @@ pub struct Session {
     pub client_id: Option<Uuid>,
     /// The aggregate types allowed; `None`: all.
     pub types: Option<Vec<Uuid>>,
-    /// When the session expires, Unix seconds (`None` under `--auth none`): a change stream
-    /// ends then.
+    /// When the session expires, Unix seconds (`None` under `--auth none` and for the
+    /// operator): a change stream ends then.
     pub expires_at: Option<u64>,
+    /// Who the access policy sees.
+    pub actor: Actor,
 }
 
 impl Session {
@@ -119,9 +131,11 @@ impl FromRequestParts<AppState> for Session {
                 client_id: None,
                 types: None,
                 expires_at: None,
+                actor: Actor::Unchecked,
             });
         }
         let token = match bearer(&parts.headers) {
+            Bearer::Operator(secret) => return operator(state, parts, secret),
             Bearer::Token(token) => token,
             Bearer::Missing => {
                 return Err(ApiError::code(
@@ -137,12 +151,44 @@ impl FromRequestParts<AppState> for Session {
             }
         };
         let claims = state.auth.keys.verify(token)?;
+        let principal = match claims.principal.as_deref() {
+            None => Principal::device(claims.sub),
+            Some(text) => Principal::parse(text).map_err(|e| {
+                ApiError::code(g::SESSION_INVALID, format!("the session's principal: {e}"))
+            })?,
+        };
         Ok(Session {
             client_id: Some(claims.sub),
             types: claims.types,
             expires_at: Some(claims.exp),
+            actor: Actor::Principal(principal),
         })
     }
+}
+
+/// The session of `Authorization: Operator <secret>`: reads everything, writes nothing. Every
+/// use is logged (the path through `Debug`, so no byte of it can start a new log line).
+fn operator(state: &AppState, parts: &Parts, secret: &str) -> Result<Session, ApiError> {
+    let accepted = state
+        .auth
+        .operator
+        .as_ref()
+        .is_some_and(|token| token.matches(secret));
+    let path = parts.uri.path();
+    if !accepted {
+        tracing::warn!(method = %parts.method, path = ?path, "operator credential refused");
+        return Err(ApiError::code(
+            g::SESSION_INVALID,
+            "the operator credential is not valid here",
+        ));
+    }
+    tracing::warn!(method = %parts.method, path = ?path, query = ?parts.uri.query(), "operator credential used");
+    Ok(Session {
+        client_id: None,
+        types: None,
+        expires_at: None,
+        actor: Actor::Operator,
+    })
 }
 
 /// The gateway's clock, Unix milliseconds.

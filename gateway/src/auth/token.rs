@@ -1,5 +1,5 @@
-//! Session tokens: stateless HS256 JWTs bound to a client id, with an expiry and the optional
-//! list of aggregate types the session may touch.
+//! Session tokens: stateless HS256 JWTs bound to a client id, with an expiry, the principal the
+//! session acts for (`crate::access`) and the optional list of aggregate types it may touch.
 //!
 //! Stateless so that any replica holding the same secret accepts a token another issued, and
 //! so that nothing grows with the number of devices. `jsonwebtoken` compares MACs in constant
@@ -35,6 +35,10 @@ pub struct SessionClaims {
     /// The aggregate types the session may write and read; absent: all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub types: Option<Vec<Uuid>>,
+    /// The principal the session acts for (`user:<sub>` or `device:<clientId>`); absent (a
+    /// token issued before principals existed): `device:<sub>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// Issues and verifies session tokens under one secret.
@@ -99,6 +103,7 @@ mod tests {
             iat: 0,
             exp,
             types: None,
+            principal: None,
         }
     }
 

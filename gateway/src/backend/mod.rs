@@ -29,8 +29,12 @@ use celeriant_sync_protocol::codes::celeriant as codes;
 use celeriant_sync_protocol::outcome::{Failure, WriteOutcome};
 use celeriant_sync_protocol::wire::StoreHealth;
 use celeriant_sync_protocol::{AggregateRef, Event, ReadBatch, ReadResponse};
+use std::sync::Arc;
+
 use tokio::sync::broadcast;
 use uuid::Uuid;
+
+use crate::access::{AccessRecord, Policy, Principal};
 
 /// A fully qualified aggregate: the organisation (from gateway configuration) and the aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -48,6 +52,12 @@ pub struct WriteCommand {
     pub client_id: Uuid,
     /// One entry per aggregate; all land or none does.
     pub writes: Vec<AggregateCommand>,
+    /// Who writes: recorded as the owner of every aggregate the write creates (`None`: no
+    /// owner is recorded).
+    pub principal: Option<Principal>,
+    /// The policy the store judges each aggregate's write by, before its existence and
+    /// sequence checks (`None`: not enforced, `--auth none`).
+    pub policy: Option<Arc<Policy>>,
 }
 
 /// The events for one aggregate within a [`WriteCommand`].
@@ -65,6 +75,11 @@ pub struct AggregateCommand {
     /// The events, `client_seq` strictly increasing.
     pub events: Vec<Event>,
 }
+
+/// A change of an access record, judged against the current one: the new record, or the
+/// answer refusing it.
+pub type AccessChange =
+    Box<dyn FnOnce(Option<AccessRecord>) -> Result<AccessRecord, crate::error::ApiError> + Send>;
 
 /// A successful write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +265,33 @@ pub trait Backend: Send + Sync + 'static {
         Err(BackendError::code(
             celeriant_sync_protocol::codes::gateway::NOT_FOUND,
             format!("the {} backend cannot trim", self.name()),
+        ))
+    }
+
+    /// The access record (owner and members) of `key`, `None` when it has none (it does not
+    /// exist, or predates ownership and has no batch left). A backend that records no owners
+    /// answers `None` (the gateway then starts only with a policy that needs none).
+    async fn access(&self, key: AggregateKey) -> Result<Option<AccessRecord>, BackendError> {
+        let _ = key;
+        Ok(None)
+    }
+
+    /// Whether this backend records owners (and so can enforce any policy).
+    fn records_owners(&self) -> bool {
+        false
+    }
+
+    /// Changes `key`'s members atomically: `change` gets the current record and returns the
+    /// new one (stored) or a refusal (nothing stored). The default stores nothing.
+    async fn update_access(
+        &self,
+        key: AggregateKey,
+        change: AccessChange,
+    ) -> Result<Result<AccessRecord, crate::error::ApiError>, BackendError> {
+        let _ = (key, change);
+        Err(BackendError::code(
+            celeriant_sync_protocol::codes::gateway::MEMBERS_NOT_ALLOWED,
+            format!("the {} backend keeps no members", self.name()),
         ))
     }
 

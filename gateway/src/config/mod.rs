@@ -209,6 +209,16 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_AUDIENCE")]
     pub app_token_audience: Option<String>,
 
+    /// The access policy file (`.toml` or `.json`): a preset per aggregate type. Without it,
+    /// every type is `owner` (only the principal that created an aggregate uses it).
+    #[arg(long, env = "CELERIANT_GATEWAY_POLICY")]
+    pub policy: Option<PathBuf>,
+
+    /// File holding the operator credential (at least 32 characters), sent as
+    /// `Authorization: Operator <secret>`: reads every aggregate, writes none. No default.
+    #[arg(long, env = "CELERIANT_GATEWAY_OPERATOR_TOKEN_FILE")]
+    pub operator_token_file: Option<PathBuf>,
+
     /// Directory served at `/` (the demo page).
     #[arg(long, env = "CELERIANT_GATEWAY_WWW", default_value = "www")]
     pub www: PathBuf,

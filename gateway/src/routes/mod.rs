@@ -2,6 +2,7 @@
 
 pub mod faults;
 pub mod health;
+pub mod members;
 pub mod read;
 pub mod session;
 pub mod watch;

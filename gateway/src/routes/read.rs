@@ -10,6 +10,10 @@
 //! `--read-page-bytes` of response, unless its first batch alone is larger: that batch is then
 //! served alone, once its size could be reserved too. The router's deadline bounds the whole.
 //!
+//! The access policy applies (`crate::access`): an aggregate the session may not read is
+//! answered exactly as one that does not exist (an empty page, `tip` 0), so a read is no
+//! existence oracle.
+//!
 //! Every page carries `tip`, the aggregate's version when it was read. A read from below a
 //! trimmed aggregate's lowest available version is answered **410** with
 //! `{"outcome":"rejected","code":1000,"message":…,"minVersion":N}` (Celeriant's
@@ -33,6 +37,7 @@ use crate::limits::budget::Reserved;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
 use crate::limits::share_bytes::SharedBytes;
+use crate::routes::members::readable;
 use crate::state::AppState;
 
 /// Most batches in a page.
@@ -107,6 +112,10 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
         max_bytes: state.config.limits.read_page_bytes,
         max_batches,
     };
+    // An aggregate the session may not read answers exactly as one that does not exist.
+    if !readable(state, &session, query.key).await? {
+        return Ok(json_response(Bytes::from_static(EMPTY_PAGE)));
+    }
     let mut reserved = state.read_bytes.reserve(query.max_bytes)?;
     let body = loop {
         let page = match state.backend.read_json(query).await {
@@ -142,6 +151,18 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
         HeaderValue::from_static("application/json"),
     );
     Ok(response)
+}
+
+/// The page of an aggregate that does not exist, byte for byte as the store renders it.
+pub const EMPTY_PAGE: &[u8] = br#"{"batches":[],"next":null,"tip":0}"#;
+
+fn json_response(body: Bytes) -> Response {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// The 410 answer to a read from below `min_version`.

@@ -16,6 +16,7 @@ use celeriant_sync_protocol::outcome::Failure;
 use celeriant_sync_protocol::session::MAX_SESSION_BODY_BYTES;
 use celeriant_sync_protocol::{SessionRequest, SessionResponse, WriteOutcome};
 
+use crate::access::Principal;
 use crate::auth::replay::Admit;
 use crate::auth::subjects::Refusal;
 use crate::auth::token::{SESSION_AUDIENCE, SessionClaims};
@@ -100,6 +101,18 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
             })));
         }
     }
+    let principal = match &grant {
+        Some(grant) => Principal::user(&grant.subject).ok_or_else(|| {
+            ApiError::code(
+                g::APP_TOKEN_INVALID,
+                format!(
+                    "the app token's subject is over {} bytes",
+                    crate::access::MAX_PRINCIPAL_BYTES - 5
+                ),
+            )
+        })?,
+        None => Principal::device(proven.client_id),
+    };
     let now_s = now / 1000;
     let mut exp = now_s + auth.ttl_secs;
     if let Some(grant) = &grant {
@@ -125,6 +138,7 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         iat: now_s,
         exp,
         types: grant.as_ref().and_then(|g| g.types.clone()),
+        principal: Some(principal.as_str().to_owned()),
     };
     let token = auth
         .keys
@@ -137,16 +151,10 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         %ip,
         "session opened"
     );
-    // Whom the session acts for (protocol.md §14): the app's user when app tokens are on, so
-    // that a browser shared by two users can tell their sessions apart; the device otherwise.
-    let principal = match &grant {
-        Some(grant) => format!("user:{}", grant.subject),
-        None => format!("device:{}", proven.client_id),
-    };
     Ok(SessionResponse {
         client_id: proven.client_id,
+        principal: principal.as_str().to_owned(),
         token,
-        principal,
         expires_at: exp * 1000,
         server_time: now_ms(),
     })

@@ -7,6 +7,13 @@
 //! registered before the answer's head is sent, so `ready` — its first event — means every
 //! change committed from then on will be notified.
 //!
+//! The access policy applies to each entry (`crate::access`): an aggregate the session may not
+//! read is left out of the stream and listed in `ready`'s data, `{"refused":[{"typeId":…,
+//! "id":…,"code":40302}]}`, and every notification is checked again when it is delivered. An
+//! aggregate that does not exist yet may be watched (a client watches what it is about to
+//! create), so a refusal says that the aggregate exists and is someone else's — as a write with
+//! `allowCreate` does; that much is unavoidable once ids are unique.
+//!
 //! The router's deadline bounds the time to the answer's head only (it wraps the handler's
 //! future, not the body), so a stream is not cut off by it; it is counted in the connection
 //! cap like any connection, and kept alive past the idle timeout by its heartbeats.
@@ -21,13 +28,17 @@ use axum::response::{IntoResponse, Response};
 use celeriant_sync_protocol::AggregateRef;
 use celeriant_sync_protocol::codes::gateway as g;
 use serde::Deserialize;
+use serde_json::json;
 use uuid::Uuid;
 
+use crate::access::{Actor, Preset};
 use crate::auth::{Session, now_ms};
+use crate::backend::AggregateKey;
 use crate::error::ApiError;
 use crate::extract::read_json;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
+use crate::routes::members::{readable, watchable};
 use crate::state::AppState;
 use crate::watch::stream;
 
@@ -36,6 +47,36 @@ use crate::watch::stream;
 #[serde(deny_unknown_fields)]
 struct WatchBody {
     aggregates: Vec<AggregateRef>,
+}
+
+/// The access check made again before each notification is sent. Under `owner` a positive
+/// answer is final (owners never change) and remembered; under the other presets members can
+/// be revoked, so it is asked every time.
+fn delivery_check(state: &AppState, session: Session) -> stream::Check {
+    if matches!(session.actor, Actor::Operator | Actor::Unchecked) {
+        return std::sync::Arc::new(|_| Box::pin(async { true }));
+    }
+    let state = state.clone();
+    let session = std::sync::Arc::new(session);
+    let owned = std::sync::Arc::new(std::sync::Mutex::new(HashSet::<AggregateRef>::new()));
+    std::sync::Arc::new(move |aggregate: AggregateRef| {
+        let (state, session, owned) = (state.clone(), session.clone(), owned.clone());
+        Box::pin(async move {
+            let lock = || owned.lock().unwrap_or_else(|p| p.into_inner());
+            if lock().contains(&aggregate) {
+                return true;
+            }
+            let key = AggregateKey {
+                org: state.config.org_id,
+                aggregate,
+            };
+            let yes = readable(&state, &session, key).await.unwrap_or(false);
+            if yes && state.policy.preset(aggregate.type_id) == Preset::Owner {
+                lock().insert(aggregate);
+            }
+            yes
+        })
+    })
 }
 
 /// Bytes of `POST` body allowed per aggregate the limit lets a stream name (a compact entry
@@ -93,18 +134,46 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
             })
             .collect::<Result<_, _>>()?
     };
-    let aggregates: HashSet<AggregateRef> = aggregates.into_iter().collect();
+    let mut aggregates: HashSet<AggregateRef> = aggregates.into_iter().collect();
     for aggregate in &aggregates {
         session.check_type(aggregate.type_id)?;
     }
+    // Before the access checks, which would be wasted on a stream the hub refuses.
+    state.watch.check_size(aggregates.len())?;
+    let mut refused = Vec::new();
+    for aggregate in aggregates.clone() {
+        let key = AggregateKey {
+            org: state.config.org_id,
+            aggregate,
+        };
+        if !watchable(state, &session, key).await? {
+            aggregates.remove(&aggregate);
+            refused.push(json!({
+                "typeId": aggregate.type_id,
+                "id": aggregate.id,
+                "code": g::AGGREGATE_FORBIDDEN,
+            }));
+        }
+    }
+    if !refused.is_empty() {
+        tracing::info!(client = ?session.client_id, refused = refused.len(), "watch: entries refused by the access policy");
+    }
     let registration = state.watch.register(session.client_id, aggregates)?;
+    let ready = if refused.is_empty() {
+        json!({})
+    } else {
+        json!({ "refused": refused })
+    };
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);
     let lifetime = session
         .expires_at
         .map(|exp| Duration::from_millis((exp * 1000).saturating_sub(now_ms())));
+    let check = delivery_check(state, session.clone());
     let events = stream::events(
         registration,
+        ready,
+        check,
         state
             .config
             .watch

@@ -30,6 +30,7 @@ use celeriant_sync_protocol::validate::validate_write;
 use celeriant_sync_protocol::{WriteOutcome, WriteRequest};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
+use crate::access::{Actor, Principal};
 use crate::auth::Session;
 use crate::backend::{AggregateCommand, AggregateKey, WriteCommand};
 use crate::error::{ApiError, outcome_response};
@@ -115,7 +116,7 @@ pub async fn write(State(state): State<AppState>, request: Request) -> Response 
         .iter()
         .flat_map(|w| w.events.iter().map(|e| e.event_type));
     let fault = state.faults.as_ref().and_then(|f| f.draw(types));
-    let command = to_command(&state, request);
+    let command = to_command(&state, &session, request);
     let mut delay = None;
     match fault {
         Some(Fault::Reject(event_type)) => {
@@ -175,6 +176,12 @@ pub async fn write(State(state): State<AppState>, request: Request) -> Response 
 
 /// The session may write as this client id, to these aggregate types.
 fn authorize(session: &Session, request: &WriteRequest) -> Result<(), ApiError> {
+    if session.actor == Actor::Operator {
+        return Err(ApiError::code(
+            g::AGGREGATE_FORBIDDEN,
+            "the operator credential reads every aggregate and writes none",
+        ));
+    }
     session.check_client(request.client_id)?;
     request
         .writes
@@ -211,9 +218,16 @@ fn inflight_outcome(command: &WriteCommand) -> WriteOutcome {
     })
 }
 
-fn to_command(state: &AppState, request: WriteRequest) -> WriteCommand {
+fn to_command(state: &AppState, session: &Session, request: WriteRequest) -> WriteCommand {
     let org = state.config.org_id;
+    let (principal, policy) = match &session.actor {
+        Actor::Principal(p) => (p.clone(), Some(state.policy.clone())),
+        // Refused in `authorize`; `--auth none`: the claimed device owns what it creates.
+        Actor::Operator | Actor::Unchecked => (Principal::device(request.client_id), None),
+    };
     WriteCommand {
+        principal: Some(principal),
+        policy,
         client_id: request.client_id,
         writes: request
             .writes

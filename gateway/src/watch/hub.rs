@@ -94,6 +94,20 @@ impl Hub {
         self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Refuses a stream naming `n` aggregates, over `--watch-max-aggregates`.
+    pub fn check_size(&self, n: usize) -> Result<(), ApiError> {
+        if n > self.limits.max_aggregates {
+            return Err(ApiError::code(
+                g::WATCH_TOO_MANY_AGGREGATES,
+                format!(
+                    "the stream names {n} aggregates; at most {} are allowed per stream",
+                    self.limits.max_aggregates
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Registers a stream of `client` watching `aggregates`, under the limits. Once this
     /// returns, every change the hub receives for them reaches the stream's slot.
     pub fn register(
@@ -102,16 +116,7 @@ impl Hub {
         aggregates: HashSet<AggregateRef>,
     ) -> Result<Registration, ApiError> {
         let limits = self.limits;
-        if aggregates.len() > limits.max_aggregates {
-            return Err(ApiError::code(
-                g::WATCH_TOO_MANY_AGGREGATES,
-                format!(
-                    "the stream names {} aggregates; at most {} are allowed per stream",
-                    aggregates.len(),
-                    limits.max_aggregates
-                ),
-            ));
-        }
+        self.check_size(aggregates.len())?;
         let mut registry = self.lock();
         if registry.streams.len() >= limits.max_streams {
             return Err(retry(

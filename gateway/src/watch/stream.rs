@@ -1,6 +1,10 @@
 //! One change stream's body: `ready` first, then what its slot holds, heartbeats in between,
 //! until the session expires or the gateway shuts down.
 //!
+//! Every notification about an aggregate passes the stream's [`Check`] before it is sent (the
+//! access policy, asked again at delivery: an aggregate created by someone else after the
+//! stream started is never notified to a stream that may not read it).
+//!
 //! The body is pulled by the connection: while a client does not read, nothing is produced
 //! and notifications coalesce in the slot (bounded); the idle timeout eventually closes a
 //! connection that moves no byte at all.
@@ -16,8 +20,16 @@ use serde_json::json;
 use super::hub::Registration;
 use super::slot::Note;
 
+/// Whether a notification about an aggregate may be sent on this stream.
+pub type Check = std::sync::Arc<
+    dyn Fn(celeriant_sync_protocol::AggregateRef) -> futures_util::future::BoxFuture<'static, bool>
+        + Send
+        + Sync,
+>;
+
 struct State {
     registration: Registration,
+    check: Check,
     queue: VecDeque<Note>,
     started: bool,
     heartbeat: tokio::time::Interval,
@@ -46,10 +58,13 @@ fn note_event(note: Note) -> Event {
     }
 }
 
-/// The events of a registered stream: `ready`, then notifications and heartbeats every
-/// `heartbeat`, ending after `lifetime` (the session's remaining time) or at shutdown.
+/// The events of a registered stream: `ready` (with `ready`'s data), then notifications that
+/// pass `check` and heartbeats every `heartbeat`, ending after `lifetime` (the session's
+/// remaining time) or at shutdown.
 pub fn events(
     registration: Registration,
+    ready: serde_json::Value,
+    check: Check,
     heartbeat: Duration,
     lifetime: Option<Duration>,
     closing: tokio::sync::watch::Receiver<bool>,
@@ -60,20 +75,31 @@ pub fn events(
     let lifetime = lifetime.unwrap_or(Duration::from_secs(100 * 365 * 86_400));
     let state = State {
         registration,
+        check,
         queue: VecDeque::new(),
         started: false,
         heartbeat: ticks,
         expiry: Box::pin(tokio::time::sleep(lifetime)),
         closing,
     };
-    futures_util::stream::unfold(state, |mut s| async move {
+    futures_util::stream::unfold((state, Some(ready)), |(mut s, mut ready)| async move {
         if !s.started {
             s.started = true;
-            return Some((Ok(event("ready", json!({}))), s));
+            let data = ready.take().unwrap_or_else(|| json!({}));
+            return Some((Ok(event("ready", data)), (s, ready)));
         }
         loop {
             if let Some(note) = s.queue.pop_front() {
-                return Some((Ok(note_event(note)), s));
+                let aggregate = match note {
+                    Note::Changed(a, _) | Note::Reset(a) => Some(a),
+                    Note::Resync => None,
+                };
+                if let Some(a) = aggregate
+                    && !(s.check)(a).await
+                {
+                    continue;
+                }
+                return Some((Ok(note_event(note)), (s, ready)));
             }
             let slot = s.registration.slot.clone();
             let woke = tokio::select! {
@@ -84,7 +110,9 @@ pub fn events(
             };
             match woke {
                 Woke::Due => s.queue.extend(slot.drain()),
-                Woke::Heartbeat => return Some((Ok(event("heartbeat", json!({}))), s)),
+                Woke::Heartbeat => {
+                    return Some((Ok(event("heartbeat", json!({}))), (s, ready)));
+                }
                 Woke::End => return None,
             }
         }

@@ -55,6 +55,11 @@ impl Harness {
         )
     }
 
+    /// Device identity on (the default) with `options` for the store.
+    pub fn with_options(configure: impl FnOnce(&mut Config), options: EmbeddedOptions) -> Self {
+        Self::build(configure, options)
+    }
+
     fn build(configure: impl FnOnce(&mut Config), options: EmbeddedOptions) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::defaults();

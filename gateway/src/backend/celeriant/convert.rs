@@ -195,6 +195,8 @@ mod tests {
 
     fn command(writes: Vec<AggregateCommand>) -> WriteCommand {
         WriteCommand {
+            principal: None,
+            policy: None,
             client_id: Uuid::from_u128(0xc1),
             writes,
         }

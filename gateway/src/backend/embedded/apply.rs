@@ -1,7 +1,8 @@
 //! Celeriant's write checks, applied inside one redb write transaction.
 //!
 //! The order is the server's (see `shared/celeriant.md`): per aggregate, validation (2000,
-//! 2001), existence (2005), the version guard (2003), **then** idempotency — 2013 when the same
+//! 2001), then the gateway's access policy (`crate::access`: 40302, or 2005 where a refusal
+//! must look like a missing aggregate), existence (2005), the version guard (2003), **then** idempotency — 2013 when the same
 //! (aggregate, client) has a write with an overlapping sequence applied in the current,
 //! not-yet-durable group, 2002 when the lowest sequence is at or below the highest durable one.
 //! Then the gateway's own storage quota per client id (40310): a duplicate is still answered
@@ -16,12 +17,14 @@ use celeriant_sync_protocol::codes::{celeriant as codes, gateway as g};
 use redb::{ReadableTable, Table, WriteTransaction};
 use uuid::Uuid;
 
+use super::access::{ACCESS, open as open_access, seal as seal_access};
 use super::record::{Corrupt, open_number, open_version, seal_batch, seal_number, seal_version};
 use super::tables::{
     AGGREGATES, AggKey, BATCHES, BatchKey, CLIENT_SEQS, CLIENT_USAGE, ClientKey, Sealed, agg_key,
     client_key, describe,
 };
 use super::{StoreFailure, storage_failure};
+use crate::access::AccessRecord;
 use crate::backend::{BackendError, WriteAck, WriteCommand};
 
 /// Highest sequence per (aggregate, client) applied in the open, uncommitted group: those
@@ -110,6 +113,7 @@ pub struct Tables<'txn> {
     batches: Table<'txn, BatchKey, &'static [u8]>,
     client_seqs: Table<'txn, ClientKey, Sealed>,
     usage: Table<'txn, u128, Sealed>,
+    access: Table<'txn, AggKey, &'static [u8]>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -120,6 +124,7 @@ impl<'txn> Tables<'txn> {
             batches: txn.open_table(BATCHES)?,
             client_seqs: txn.open_table(CLIENT_SEQS)?,
             usage: txn.open_table(CLIENT_USAGE)?,
+            access: txn.open_table(ACCESS)?,
         })
     }
 }
@@ -141,6 +146,7 @@ pub fn apply(
         batches,
         client_seqs,
         usage,
+        access,
     } = tables;
     if command.writes.is_empty() {
         return Err(refuse(
@@ -162,6 +168,21 @@ pub fn apply(
         let version = match aggregates.get(akey)? {
             Some(v) => open_version(akey, v.value())?,
             None => 0,
+        };
+        let record = match access.get(akey)? {
+            Some(v) => Some(open_access(akey, v.value())?),
+            None => None,
+        };
+        let creates = match (&command.policy, &command.principal) {
+            (Some(policy), Some(who)) => {
+                let type_id = write.key.aggregate.type_id;
+                policy
+                    .preset(type_id)
+                    .judge_write(record.as_ref(), version, write.allow_create, who, type_id)
+                    .map_err(|r| refuse(r.code, r.message))?
+            }
+            (None, Some(_)) => record.is_none() && version == 0,
+            (_, None) => false,
         };
         if version == 0 && !write.allow_create {
             return Err(refuse(
@@ -212,7 +233,19 @@ pub fn apply(
         let json = serde_json::to_vec(&batch)
             .map_err(|e| ApplyError::Storage(StoreFailure::Other(e.to_string())))?;
         let bkey = (akey.0, akey.1, akey.2, version + 1);
-        plans.push((write, akey, ckey, durable, bkey, seal_batch(bkey, &json)));
+        let owner = creates
+            .then(|| command.principal.clone())
+            .flatten()
+            .map(AccessRecord::owned_by);
+        plans.push((
+            write,
+            akey,
+            ckey,
+            durable,
+            bkey,
+            seal_batch(bkey, &json),
+            owner,
+        ));
     }
 
     let client = command.client_id.as_u128();
@@ -234,8 +267,11 @@ pub fn apply(
 
     // Apply.
     let mut last_version = 0;
-    for (write, akey, ckey, durable, bkey, record) in plans {
+    for (write, akey, ckey, durable, bkey, record, owner) in plans {
         batches.insert(bkey, record.as_slice())?;
+        if let Some(owner) = owner {
+            access.insert(akey, seal_access(akey, &owner).as_slice())?;
+        }
         aggregates.insert(akey, seal_version(akey, bkey.3))?;
         let highest = write.events.iter().map(|e| e.client_seq).max().unwrap_or(0);
         if highest > durable {

@@ -17,6 +17,9 @@
 //!   checked on every read and wherever a write relies on stored data; damaged data is never
 //!   served or trusted (50001, counted in `/healthz`). `verify.rs` checks a whole store
 //!   offline. Schema 1 stores are migrated on open (`migrate.rs`).
+//! * **Ownership** (`access.rs`): the write that creates an aggregate records its owner in the
+//!   same transaction, after the access policy judged it (before the existence and sequence
+//!   checks); aggregates of older stores get the writer of their first batch as owner on open.
 //! * **Reads** see committed batches only, in version order, served as stored (`read.rs`).
 //! * **Disk** (`health.rs`): writes are refused early while free space is under the floor, and
 //!   after an I/O error — after which redb refuses everything ("Previous I/O error occurred") —
@@ -31,6 +34,7 @@
 //! `linger` (tests and benchmarks) keeps a group open a little longer before committing, which
 //! makes the in-flight window observable and trades latency for fewer fsyncs.
 
+pub mod access;
 mod apply;
 pub mod health;
 mod migrate;
@@ -57,10 +61,12 @@ use self::migrate::Opened;
 use self::read::ReadError;
 use self::tables::AGGREGATES;
 use super::{
-    AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, JsonPage, ReadPage, ReadQuery,
-    WriteAck, WriteCommand,
+    AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, JsonPage, ReadPage,
+    ReadQuery, WriteAck, WriteCommand,
 };
+use crate::access::AccessRecord;
 use crate::config::Config;
+use crate::error::ApiError;
 use crate::limits::notice::Throttle;
 
 /// Most commands committed in one group.
@@ -201,6 +207,13 @@ impl EmbeddedStore {
         if let Opened::Migrated(batches) = opened {
             tracing::info!(batches, "store: schema 1 migrated to schema 2 (checksums)");
         }
+        let owned = access::backfill(&db)?;
+        if owned > 0 {
+            tracing::info!(
+                aggregates = owned,
+                "store: owners recorded (the writer of each aggregate's first batch)"
+            );
+        }
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
             path,
@@ -276,6 +289,14 @@ impl Shared {
                 )
             }
             ReadError::Trimmed(min_version) => BackendError::Trimmed { min_version },
+        }
+    }
+
+    /// The answer to an access-record read or change that failed.
+    fn access_failed(&self, e: access::AccessError) -> BackendError {
+        match e {
+            access::AccessError::Corrupt(corrupt) => self.read_failed(ReadError::Corrupt(corrupt)),
+            access::AccessError::Storage(failure) => self.read_failed(ReadError::Storage(failure)),
         }
     }
 
@@ -524,5 +545,39 @@ impl Backend for EmbeddedStore {
 
     fn store_health(&self) -> Option<StoreHealth> {
         Some(self.shared.health.report())
+    }
+
+    fn records_owners(&self) -> bool {
+        true
+    }
+
+    async fn access(&self, key: AggregateKey) -> Result<Option<AccessRecord>, BackendError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = shared.db()?;
+            access::get(&db, tables::agg_key(&key)).map_err(|e| shared.access_failed(e))
+        })
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    }
+
+    async fn update_access(
+        &self,
+        key: AggregateKey,
+        change: AccessChange,
+    ) -> Result<Result<AccessRecord, ApiError>, BackendError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = shared.db()?;
+            let answer = access::update(&db, tables::agg_key(&key), |current| {
+                change(current)
+                    .map(|record| (record.clone(), Ok(record)))
+                    .map_err(Err)
+            })
+            .map_err(|e| shared.access_failed(e))?;
+            Ok(answer.unwrap_or_else(|refused| refused))
+        })
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?
     }
 }

@@ -6,6 +6,7 @@
 //! * every batch record: its checksum (key and JSON), that its JSON parses as a batch, and
 //!   that the version inside is the one it is stored under;
 //! * every trim mark: its checksum;
+//! * every access record (an aggregate's owner and members): its checksum;
 //! * every aggregate's version record: its checksum, and that the aggregate's batches are
 //!   exactly versions min..=version (min: its trim mark, else 1);
 //! * every highest-sequence record and every client's usage record: their checksums, and that
@@ -22,6 +23,7 @@ use celeriant_sync_protocol::ReadBatch;
 use redb::{ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableHandle};
 
 use super::FILE_NAME;
+use super::access::{ACCESS, open as open_access};
 use super::apply::{open_client_seq, open_usage};
 use super::record::{HEADER, describe_batch, open_batch, open_trim, open_version, writer_of};
 use super::tables::{
@@ -41,6 +43,8 @@ pub struct Report {
     pub clients: u64,
     /// Trim marks checked.
     pub trims: u64,
+    /// Access records (owners) checked.
+    pub owners: u64,
     /// One line per problem.
     pub problems: Vec<String>,
 }
@@ -170,6 +174,22 @@ pub fn verify(dir: &Path) -> Result<Report, String> {
                     trims.insert(key, min);
                 }
                 Err(corrupt) => report.problems.push(corrupt.to_string()),
+            }
+        }
+    }
+
+    // Access records (owners and members): their checksums.
+    let has_access = txn
+        .list_tables()
+        .map_err(|x| e(x.into()))?
+        .any(|t| t.name() == ACCESS.name());
+    if has_access {
+        let table = txn.open_table(ACCESS).map_err(|x| e(x.into()))?;
+        for row in table.iter().map_err(|x| e(x.into()))? {
+            let (key, stored) = row.map_err(|x| e(x.into()))?;
+            report.owners += 1;
+            if let Err(corrupt) = open_access(key.value(), stored.value()) {
+                report.problems.push(corrupt.to_string());
             }
         }
     }

@@ -1,0 +1,246 @@
+//! `GET` and `PUT /v1/aggregates/{typeId}/{id}/members`: an aggregate's owner and members, and
+//! the owner granting or revoking access — plus [`readable`], the read check every read and
+//! watch makes.
+//!
+//! `GET` answers `{"owner":"…","members":{"<principal>":"read"|"readWrite"}}` to anyone who may
+//! read the aggregate; to anyone else, and for an aggregate that does not exist, the same 404
+//! (40400), so that the endpoint is no existence oracle. `PUT` takes
+//! `{"principal":"…","access":"read"|"readWrite"|"none"}` (strict: unknown fields refused;
+//! `none` revokes) and answers the new record. Only the owner may change it (403, 40303, to a
+//! caller who may read it; 404 to one who may not); only under a preset that has members
+//! (`members`: read or readWrite, `members-read`: read; otherwise 403, 40304); at most 256
+//! members (400, 40021). The change is one transaction of the store (`Backend::update_access`).
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use celeriant_sync_protocol::AggregateRef;
+use celeriant_sync_protocol::codes::gateway as g;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::access::{AccessRecord, Actor, Grant, MAX_MEMBERS, Preset, Principal};
+use crate::auth::Session;
+use crate::backend::AggregateKey;
+use crate::error::ApiError;
+use crate::extract::read_json;
+use crate::limits::fair::Kind;
+use crate::limits::ip;
+use crate::state::AppState;
+
+/// The largest `PUT` body read, in bytes.
+const MAX_BODY_BYTES: usize = 1_024;
+
+/// Whether `session` may read (and watch) `key`. The operator and `--auth none` read
+/// everything; a preset that lets every principal read needs no lookup; otherwise the store's
+/// record decides. Owners never change and records are never removed, so a check made before
+/// a read holds for the read.
+pub async fn readable(
+    state: &AppState,
+    session: &Session,
+    key: AggregateKey,
+) -> Result<bool, ApiError> {
+    judge_read(state, session, key, false).await
+}
+
+/// Whether `session` may name `key` in a change stream: an aggregate nobody owns yet may be
+/// watched (a client watches what it is about to create; its notifications are judged by
+/// [`readable`] when delivered), one that exists only when the session may read it.
+pub async fn watchable(
+    state: &AppState,
+    session: &Session,
+    key: AggregateKey,
+) -> Result<bool, ApiError> {
+    judge_read(state, session, key, true).await
+}
+
+async fn judge_read(
+    state: &AppState,
+    session: &Session,
+    key: AggregateKey,
+    unowned: bool,
+) -> Result<bool, ApiError> {
+    let who = match &session.actor {
+        Actor::Operator | Actor::Unchecked => return Ok(true),
+        Actor::Principal(p) => p,
+    };
+    let preset = state.policy.preset(key.aggregate.type_id);
+    if matches!(
+        preset,
+        Preset::Authenticated | Preset::AuthenticatedRead | Preset::ReadOnly
+    ) {
+        return Ok(true);
+    }
+    let record = state
+        .backend
+        .access(key)
+        .await
+        .map_err(|e| ApiError(e.into_outcome()))?;
+    Ok(match record {
+        None => unowned,
+        Some(record) => preset.may_read(Some(&record), who),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutBody {
+    principal: String,
+    access: Access,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+enum Access {
+    Read,
+    ReadWrite,
+    None,
+}
+
+fn uuid_param(name: &str, value: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(value)
+        .map_err(|e| ApiError::code(g::INVALID_QUERY, format!("{name} {value:?}: {e}")))
+}
+
+fn no_such_aggregate() -> ApiError {
+    ApiError::code(g::NOT_FOUND, "no such aggregate")
+}
+
+/// The handler (both methods).
+pub async fn members(State(state): State<AppState>, request: Request) -> Response {
+    match handle(&state, request).await {
+        Ok(record) => Json(record).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn handle(state: &AppState, request: Request) -> Result<AccessRecord, ApiError> {
+    let (mut parts, body) = request.into_parts();
+    let address = state
+        .fair
+        .address(Kind::Read, ip::peer(&parts.extensions))?;
+    let session = Session::from_request_parts(&mut parts, state).await?;
+    let _share = state.fair.client(Kind::Read, address, session.client_id)?;
+    let Path((type_id, id)) = Path::<(String, String)>::from_request_parts(&mut parts, state)
+        .await
+        .map_err(|e| ApiError::code(g::INVALID_QUERY, e.body_text()))?;
+    let aggregate = AggregateRef {
+        type_id: uuid_param("typeId", &type_id)?,
+        id: uuid_param("id", &id)?,
+    };
+    session.check_type(aggregate.type_id)?;
+    let key = AggregateKey {
+        org: state.config.org_id,
+        aggregate,
+    };
+    if parts.method == Method::GET {
+        if !readable(state, &session, key).await? {
+            return Err(no_such_aggregate());
+        }
+        return state
+            .backend
+            .access(key)
+            .await
+            .map_err(|e| ApiError(e.into_outcome()))?
+            .ok_or_else(no_such_aggregate);
+    }
+    put(state, &session, key, &parts.headers, body).await
+}
+
+async fn put(
+    state: &AppState,
+    session: &Session,
+    key: AggregateKey,
+    headers: &axum::http::HeaderMap,
+    body: Body,
+) -> Result<AccessRecord, ApiError> {
+    let who = match &session.actor {
+        Actor::Principal(p) => p.clone(),
+        Actor::Operator => {
+            return Err(ApiError::code(
+                g::NOT_OWNER,
+                "the operator credential reads; it changes no members",
+            ));
+        }
+        Actor::Unchecked => {
+            return Err(ApiError::code(
+                g::MEMBERS_NOT_ALLOWED,
+                "members need sessions: with --auth none nobody is proven",
+            ));
+        }
+    };
+    let body: PutBody = read_json(headers, body, MAX_BODY_BYTES, state.body_read_timeout()).await?;
+    let member = Principal::parse(&body.principal)
+        .map_err(|e| ApiError::code(g::INVALID_FIELD, format!("principal: {e}")))?;
+    let preset = state.policy.preset(key.aggregate.type_id);
+    let Some(most) = preset.member_grants() else {
+        return Err(ApiError::code(
+            g::MEMBERS_NOT_ALLOWED,
+            format!(
+                "aggregates of type {} are {}: the policy gives them no members",
+                key.aggregate.type_id,
+                preset.name()
+            ),
+        ));
+    };
+    let grant = match body.access {
+        Access::None => None,
+        Access::Read => Some(Grant::Read),
+        Access::ReadWrite if most == Grant::ReadWrite => Some(Grant::ReadWrite),
+        Access::ReadWrite => {
+            return Err(ApiError::code(
+                g::MEMBERS_NOT_ALLOWED,
+                format!(
+                    "aggregates of type {} are members-read: members may only read",
+                    key.aggregate.type_id
+                ),
+            ));
+        }
+    };
+    let change = Box::new(move |current: Option<AccessRecord>| {
+        let Some(mut record) = current else {
+            return Err(no_such_aggregate());
+        };
+        if record.owner != who {
+            return Err(if preset.may_read(Some(&record), &who) {
+                ApiError::code(
+                    g::NOT_OWNER,
+                    "only the aggregate's owner changes its members",
+                )
+            } else {
+                no_such_aggregate()
+            });
+        }
+        if member == record.owner {
+            return Err(ApiError::code(
+                g::INVALID_FIELD,
+                "principal: the owner is not one of its own members",
+            ));
+        }
+        match grant {
+            None => {
+                record.members.remove(&member);
+            }
+            Some(grant) => {
+                if !record.members.contains_key(&member) && record.members.len() >= MAX_MEMBERS {
+                    return Err(ApiError::code(
+                        g::TOO_MANY_MEMBERS,
+                        format!("the aggregate has {MAX_MEMBERS} members, the most allowed"),
+                    ));
+                }
+                record.members.insert(member.clone(), grant);
+            }
+        }
+        Ok(record)
+    });
+    match state.backend.update_access(key, change).await {
+        Ok(answer) => {
+            let record = answer?;
+            tracing::info!(aggregate = %format!("{}/{}", key.aggregate.type_id, key.aggregate.id), members = record.members.len(), "members changed");
+            Ok(record)
+        }
+        Err(e) => Err(ApiError(e.into_outcome())),
+    }
+}
