@@ -26,7 +26,7 @@ extern "C" {
     fn open_session(gateway: &str, options: &JsValue) -> Promise;
 }
 
-/// Retries within a second, so a test does not wait out the default 30 s backoff.
+/// Options without `user`: refused when `auth` is given.
 const FAST: &str = r#"{"maxBackoffMs":1000}"#;
 
 /// The gateway with app tokens on, and its HS256 secret.
@@ -64,16 +64,17 @@ async fn events_appended_under_one_user_never_leave_under_anothers_session() {
     let db = db_name("users-switch");
     let (t, a) = (uuid(), uuid());
     let signed_in = sign_in(secret, "alice");
-    // Alice's first session binds the database to her.
-    let client = open_as(&db, &signed_in, FAST).await.unwrap();
+    let as_alice = r#"{"user":"alice","maxBackoffMs":1000}"#;
+    let client = open_as(&db, &signed_in, as_alice).await.unwrap();
     ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
     flush_within(&client, 30).await;
     ok(client.close()).await;
 
-    // Bob signs in on the same browser while one of Alice's events waits: the database is
-    // reopened, its drain opens a session — Bob's — and must not send under it.
+    // Alice's database is opened again, for Alice, and she appends while offline-ish; but the
+    // app's sign-in now hands out Bob's tokens (Bob signed in on this browser meanwhile). The
+    // drain's new session is Bob's: it must not send Alice's waiting event under it.
     Reflect::set(&signed_in, &"user".into(), &"bob".into()).unwrap();
-    let client = open_as(&db, &signed_in, FAST).await.unwrap();
+    let client = open_as(&db, &signed_in, as_alice).await.unwrap();
     ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[2])).into())).await;
     until(10_000, "state wrongUser", || {
         string(&client.status(), "state") == "wrongUser"
@@ -130,14 +131,15 @@ async fn open_with_another_users_name_is_refused_and_changes_nothing() {
         "{}",
         describe(&refused)
     );
-    // Without `user`, Bob's session is still refused at the binding made at open.
-    let client = open_as(&db, &bob, FAST).await.unwrap();
-    until(10_000, "state wrongUser", || {
-        string(&client.status(), "state") == "wrongUser"
-    })
-    .await;
-    assert_eq!(num(&client.status(), "pending"), 1.0);
-    ok(client.close()).await;
+    // With app tokens the user must be named: bound only at the first session, Alice's
+    // offline event would go out as whoever's session came first.
+    let unnamed = open_as(&db, &bob, FAST).await.err().unwrap();
+    assert_eq!(
+        string(&unnamed, "code"),
+        "INVALID_OPTIONS",
+        "{}",
+        describe(&unnamed)
+    );
     let client = open_as(&db, &alice, r#"{"user":"alice","maxBackoffMs":1000}"#)
         .await
         .unwrap();
@@ -188,17 +190,38 @@ async fn sign_out_refuses_to_lose_pending_events_unless_told_and_then_deletes_ev
 async fn deleting_a_database_closes_the_clients_still_open_on_it() {
     let db = db_name("users-delete");
     let (t, a) = (uuid(), uuid());
-    let client = open_nowhere(&db, "{}").await;
-    ok(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
+    // Two clients on one database (as two tabs would be): one drains, one follows.
+    let first = open(&db, "{}").await;
+    let second = open(&db, "{}").await;
+    ok(first.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
+    flush_within(&first, 30).await;
     ok(SyncClient::delete_database_named(db.clone())).await;
+    // Both close themselves: no zombie keeps the drain lock, and their calls reject CLOSED.
+    until(5_000, "both closed", || {
+        string(&first.status(), "state") == "closed"
+            && string(&second.status(), "state") == "closed"
+    })
+    .await;
     let closed =
-        err(client.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[2])).into())).await;
+        err(first.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[2])).into())).await;
     assert_eq!(string(&closed, "code"), "CLOSED", "{}", describe(&closed));
-    ok(client.close()).await;
     assert!(
         !store_names(&db).await.contains(&"outbox".to_owned()),
-        "not re-created by the open client"
+        "not re-created by the open clients"
     );
+    // (That look opened an empty database of its own: gone again before the next client.)
+    ok(SyncClient::delete_database_named(db.clone())).await;
+    // The next client on that name is a new device and drains at once (no one holds the lock).
+    let next = open(&db, "{}").await;
+    let (t2, a2) = (uuid(), uuid());
+    ok(next.append(
+        aggregate(&t2, &a2),
+        Array::of1(&bytes_event(1, &[3])).into(),
+    ))
+    .await;
+    flush_within(&next, 30).await;
+    ok(next.close()).await;
+    ok(SyncClient::delete_database_named(db)).await;
     let empty = err(SyncClient::delete_database_named(String::new())).await;
     assert_eq!(string(&empty, "code"), "INVALID_OPTIONS");
 }

@@ -365,6 +365,19 @@ fn unsafe_configurations_beyond_loopback_refuse_to_start() {
             ][..],
             "--app-token-issuer and --app-token-audience",
         ),
+        (
+            &[
+                "--app-token-alg",
+                "hs256",
+                "--app-token-key-file",
+                "app-secret",
+                "--app-token-issuer",
+                "",
+                "--app-token-audience",
+                "celeriant-sync-tests",
+            ][..],
+            "--app-token-issuer and --app-token-audience",
+        ),
     ] {
         let out = run_to_exit(dir.path(), args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -168,8 +168,18 @@ impl SyncClient {
             network.clone(),
             outbox.clone(),
         );
+        let deleted = outbox.clone();
         let runtime = Runtime::start(config, outbox, sessions, events, counts)
             .map_err(|_| unsupported("cannot listen for the online event"))?;
+        // Deleted by another context (its `signOut`, `deleteDatabase`): close for good — the
+        // drain lock released, the reader stopped, `status().state` "closed" — so the next
+        // client on that name is not left following a drainer that can never write again.
+        let weak = Rc::downgrade(&runtime);
+        deleted.on_deleted(move || {
+            if let Some(runtime) = weak.upgrade() {
+                wasm_bindgen_futures::spawn_local(async move { runtime.close().await });
+            }
+        });
         let inner = Rc::new(Inner {
             runtime,
             identity,

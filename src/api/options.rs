@@ -199,6 +199,15 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
             "user must be 1..={MAX_USER_CHARS} characters without control characters"
         )));
     }
+    // With app tokens the database must know its user before the first append: bound only at
+    // the first session, events appended offline by one user would be sent as whoever's session
+    // came first (found by review).
+    if auth.is_some() && user.is_none() {
+        return Err(bad(
+            "auth needs user: the signed-in user (the sub of the tokens auth returns), so that \
+             this database's events are only ever sent under that user's sessions",
+        ));
+    }
     Ok(Options {
         auth,
         user,

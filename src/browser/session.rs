@@ -181,7 +181,15 @@ impl GatewaySessions {
                             "the gateway derived another client id from this device's key",
                         ));
                     }
-                    match self.outbox.bind_principal(&opened.principal).await {
+                    // A session for this very device (a gateway without app tokens has no users
+                    // to confuse) is never another user's: nothing to bind or compare.
+                    let own = format!("device:{}", self.identity.client_id);
+                    let binding = if opened.principal == own {
+                        Ok(Binding::Same)
+                    } else {
+                        self.outbox.bind_principal(&opened.principal).await
+                    };
+                    match binding {
                         Ok(Binding::Same) => {}
                         Ok(Binding::Other(bound)) => {
                             return Attempt::Failed(AuthFailure {

@@ -20,6 +20,7 @@ export async function example(): Promise<void> {
     gatewayUrl: "http://127.0.0.1:8080",
     maxBatchEvents: 100,
     auth: async () => "app-token",
+    user: "user-42",
   });
   const id: string = client.clientId;
   const account: AggregateRef = { typeId: crypto.randomUUID(), id };

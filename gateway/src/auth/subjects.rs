@@ -6,13 +6,18 @@
 //! therefore remembers, per subject, the sessions it issued that have not expired yet (client id
 //! and expiry): a session for a device the subject does not hold yet is refused past
 //! `--max-devices-per-subject` devices, any session past `--max-sessions-per-subject` live
-//! sessions — 429 `retry` 42902 with the time until the oldest one expires. Renewing a held
-//! device's session counts as a session, not a device.
+//! sessions — 429 `retry` 42902 with the time until the oldest one expires. A device the
+//! subject already holds is never refused: at the session cap its renewal replaces its own
+//! oldest session in the count, so someone holding a stolen app token cannot lock the user's
+//! own devices out by opening sessions (they can only take free device slots).
 //!
 //! Memory is bounded: at most `max_subjects` subjects are tracked (expired entries are dropped
-//! first); past that, sessions for subjects not tracked yet are refused the same way, never
-//! issued unaccounted. Subjects only come from app tokens that verified, so only the app's own
-//! sign-in can create them. Each replica counts its own sessions: in a fleet of N replicas a
+//! first). The caps limit abuse of one user's token; they are not what keeps strangers out (the
+//! app token is), so past that bound a session for a subject not tracked yet is admitted
+//! untracked, with a warning, rather than refusing every new user of the app until sessions
+//! expire (which anyone able to create subjects — an app with guest sign-in — could cause).
+//! Subjects only come from app tokens that verified, so only the app's own sign-in can create
+//! them. Each replica counts its own sessions: in a fleet of N replicas a
 //! subject may hold up to N times the caps (docs/protocol.md says so).
 
 use std::collections::HashMap;
@@ -27,8 +32,6 @@ pub enum Refusal {
     Devices(u64),
     /// The subject holds `--max-sessions-per-subject` live sessions.
     Sessions(u64),
-    /// The table of subjects is full of live entries.
-    Full(u64),
 }
 
 /// The caps and what each subject holds (per replica, in memory).
@@ -75,21 +78,35 @@ impl SubjectCaps {
                 !sessions.is_empty()
             });
             if held.len() >= self.max_subjects {
-                let soonest = held
-                    .values()
-                    .filter_map(|s| s.iter().map(|&(_, exp)| exp).max())
-                    .min()
-                    .unwrap_or(now_s);
-                return Err(Refusal::Full(wait_ms(soonest, now_s)));
+                tracing::warn!(
+                    tracked = held.len(),
+                    "per-subject caps: the table of subjects is full; a new subject's session is \
+                     admitted untracked"
+                );
+                return Ok(());
             }
         }
         let sessions = held.entry(subject.to_owned()).or_default();
         sessions.retain(|&(_, exp)| exp > now_s);
-        if self.max_sessions > 0 && sessions.len() >= self.max_sessions {
-            let oldest = sessions.iter().map(|&(_, exp)| exp).min().unwrap_or(now_s);
-            return Err(Refusal::Sessions(wait_ms(oldest, now_s)));
-        }
         let known = sessions.iter().any(|&(c, _)| c == client);
+        if self.max_sessions > 0 && sessions.len() >= self.max_sessions {
+            if known {
+                // The device's own oldest session leaves the count (it still works until it
+                // expires): a held device always renews.
+                let oldest = sessions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (c, _))| *c == client)
+                    .min_by_key(|(_, (_, exp))| *exp)
+                    .map(|(i, _)| i);
+                if let Some(i) = oldest {
+                    sessions.swap_remove(i);
+                }
+            } else {
+                let oldest = sessions.iter().map(|&(_, exp)| exp).min().unwrap_or(now_s);
+                return Err(Refusal::Sessions(wait_ms(oldest, now_s)));
+            }
+        }
         if self.max_devices > 0 && !known {
             // A device is held until its last session expires.
             let mut last: HashMap<Uuid, u64> = HashMap::new();
@@ -141,11 +158,13 @@ mod tests {
         for exp in [100, 110, 120] {
             assert_eq!(caps.admit("alice", device(1), 0, exp), Ok(()));
         }
+        // The held device renews (its own oldest leaves the count); a new one is refused.
+        assert_eq!(caps.admit("alice", device(1), 50, 200), Ok(()));
         assert_eq!(
-            caps.admit("alice", device(1), 50, 200),
-            Err(Refusal::Sessions(50_000))
+            caps.admit("alice", device(2), 50, 200),
+            Err(Refusal::Sessions(60_000))
         );
-        assert_eq!(caps.admit("alice", device(1), 100, 200), Ok(()));
+        assert_eq!(caps.held.lock().unwrap()["alice"].len(), 3);
     }
 
     #[test]
@@ -153,13 +172,13 @@ mod tests {
         let caps = SubjectCaps::new(5, 5, 2);
         assert_eq!(caps.admit("a", device(1), 0, 100), Ok(()));
         assert_eq!(caps.admit("b", device(1), 0, 50), Ok(()));
-        assert_eq!(
-            caps.admit("c", device(1), 10, 100),
-            Err(Refusal::Full(40_000))
-        );
-        // Known subjects still get sessions.
+        // Full: a new subject is admitted, untracked; known subjects are still counted.
+        assert_eq!(caps.admit("c", device(1), 10, 100), Ok(()));
+        assert!(!caps.held.lock().unwrap().contains_key("c"));
         assert_eq!(caps.admit("a", device(2), 10, 100), Ok(()));
+        // Once "b" expired, "c" is tracked.
         assert_eq!(caps.admit("c", device(1), 50, 100), Ok(()));
+        assert!(caps.held.lock().unwrap().contains_key("c"));
     }
 
     #[test]

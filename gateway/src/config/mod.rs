@@ -201,11 +201,11 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_KEY_FILE")]
     pub app_token_key_file: Option<PathBuf>,
 
-    /// Required `iss` of app tokens (unchecked when not set).
+    /// Required `iss` of app tokens (required, non-empty, with --app-token-alg).
     #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_ISSUER")]
     pub app_token_issuer: Option<String>,
 
-    /// Required `aud` of app tokens (unchecked when not set).
+    /// Required `aud` of app tokens (required, non-empty, with --app-token-alg).
     #[arg(long, env = "CELERIANT_GATEWAY_APP_TOKEN_AUDIENCE")]
     pub app_token_audience: Option<String>,
 
@@ -415,7 +415,8 @@ impl Config {
             (Some(_), None) => Err("--app-token-alg needs --app-token-key-file".into()),
             (None, Some(_)) => Err("--app-token-key-file needs --app-token-alg".into()),
             (Some(_), Some(_))
-                if self.app_token_issuer.is_none() || self.app_token_audience.is_none() =>
+                if self.app_token_issuer.as_deref().is_none_or(str::is_empty)
+                    || self.app_token_audience.as_deref().is_none_or(str::is_empty) =>
             {
                 Err(
                     "--app-token-alg needs --app-token-issuer and --app-token-audience: \

@@ -124,7 +124,6 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
             let (ms, what) = match refusal {
                 Refusal::Devices(ms) => (ms, "this user has the most devices with live sessions"),
                 Refusal::Sessions(ms) => (ms, "this user has the most live sessions"),
-                Refusal::Full(ms) => (ms, "the gateway tracks the most users it can"),
             };
             return Err(ApiError(WriteOutcome::Retry(Failure {
                 retry_after_ms: Some(ms),

@@ -143,12 +143,20 @@ async fn open_database(name: &str) -> Result<IdbDatabase, StoreError> {
 /// the other context deletes the database (`signOut`, `SyncClient.deleteDatabase`), closed for
 /// good: reopening would silently create an empty database under a client that still holds
 /// the deleted one's identity and user.
-fn watch_version_changes(db: &IdbDatabase, stale: Rc<Cell<bool>>, closed: Rc<Cell<bool>>) {
+fn watch_version_changes(
+    db: &IdbDatabase,
+    stale: Rc<Cell<bool>>,
+    closed: Rc<Cell<bool>>,
+    deleted: OnDeleted,
+) {
     let target = db.clone();
     let on_change = Closure::<dyn FnMut(web_sys::IdbVersionChangeEvent)>::new(
         move |event: web_sys::IdbVersionChangeEvent| {
             if event.new_version().is_none() {
                 closed.set(true);
+                if let Some(hook) = deleted.borrow().as_ref() {
+                    hook();
+                }
             }
             stale.set(true);
             target.close();
@@ -158,6 +166,9 @@ fn watch_version_changes(db: &IdbDatabase, stale: Rc<Cell<bool>>, closed: Rc<Cel
     // Lives as long as the connection (closed connections fire nothing).
     on_change.forget();
 }
+
+/// What to do when another context deletes the database (the client closes itself).
+type OnDeleted = Rc<RefCell<Option<Box<dyn Fn()>>>>;
 
 /// When a write transaction commits (see [`Db::write`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +186,8 @@ pub struct Db {
     stale: Rc<Cell<bool>>,
     /// Closed by `close`, or deleted by another context: never reopened.
     closed: Rc<Cell<bool>>,
+    /// Called when another context deletes the database.
+    deleted: OnDeleted,
     /// `{ durability }` objects, made once.
     options: [JsValue; 3],
     /// Whether a request failing after `commit()` aborts the transaction in this engine
@@ -199,7 +212,8 @@ impl Db {
         let db = open_database(name).await?;
         let stale = Rc::new(Cell::new(false));
         let closed = Rc::new(Cell::new(false));
-        watch_version_changes(&db, stale.clone(), closed.clone());
+        let deleted = OnDeleted::default();
+        watch_version_changes(&db, stale.clone(), closed.clone(), deleted.clone());
         let options = [Durability::Strict, Durability::Relaxed, Durability::Default].map(|d| {
             let o = Object::new();
             let _ = Reflect::set(&o, &"durability".into(), &d.as_str().into());
@@ -210,6 +224,7 @@ impl Db {
             db: RefCell::new(db),
             stale,
             closed,
+            deleted,
             options,
             early_commit_atomic: Cell::new(None),
             begun: Cell::new(0),
@@ -225,7 +240,12 @@ impl Db {
             let db = open_database(&self.name).await?;
             if self.stale.get() {
                 self.stale.set(false);
-                watch_version_changes(&db, self.stale.clone(), self.closed.clone());
+                watch_version_changes(
+                    &db,
+                    self.stale.clone(),
+                    self.closed.clone(),
+                    self.deleted.clone(),
+                );
                 *self.db.borrow_mut() = db;
             } else {
                 db.close(); // another operation reopened it meanwhile
@@ -237,6 +257,11 @@ impl Db {
     /// Whether the connection was lost to another context's upgrade (and not closed by us).
     pub fn lost_to_upgrade(&self) -> bool {
         self.stale.get() && !self.closed.get()
+    }
+
+    /// Calls `hook` when another context deletes the database (`signOut`, `deleteDatabase`).
+    pub fn on_deleted(&self, hook: impl Fn() + 'static) {
+        *self.deleted.borrow_mut() = Some(Box::new(hook));
     }
 
     /// Closes the connection for good.

@@ -445,6 +445,11 @@ impl IdbOutbox {
         self.db.close();
     }
 
+    /// Calls `hook` when another context deletes the database.
+    pub fn on_deleted(&self, hook: impl Fn() + 'static) {
+        self.db.on_deleted(hook);
+    }
+
     /// Whether this context's drain is the only writer of `landed` (it holds the device's Web
     /// Lock): only then does the outbox keep a copy of the watermarks to cut with
     /// (`super::watermarks`).
