@@ -70,7 +70,7 @@ async fn a_fresh_database_gets_a_non_extractable_key_and_the_client_id_derived_f
 async fn two_contexts_opening_a_fresh_database_at_once_end_up_with_one_identity() {
     let db = db_name("identity-race");
     let options = json(&format!(
-        r#"{{"gatewayUrl":"{}","databaseName":"{db}","user":"someone"}}"#,
+        r#"{{"gatewayUrl":"{}","databaseName":"{db}"}}"#,
         gateway()
     ));
     let (a, b) = futures_util::future::join(
@@ -166,7 +166,7 @@ async fn a_failing_auth_callback_leaves_the_events_pending_as_unauthorized_until
     )
     .unwrap();
     let options = json(&format!(
-        r#"{{"gatewayUrl":"{}","databaseName":"{db}"}}"#,
+        r#"{{"gatewayUrl":"{}","databaseName":"{db}","user":"someone"}}"#,
         gateway()
     ));
     js_sys::Reflect::set(&options, &"auth".into(), &get(&down, "auth")).unwrap();
