@@ -187,7 +187,7 @@ fn app_token(sub: &str) -> String {
     let exp = jsonwebtoken::get_current_timestamp() + 300;
     jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
-        &json!({"sub": sub, "exp": exp}),
+        &json!({"sub": sub, "exp": exp, "iss": "https://sign-in.example", "aud": "celeriant-sync-tests"}),
         &EncodingKey::from_secret(APP_SECRET.as_bytes()),
     )
     .unwrap()
@@ -200,6 +200,8 @@ async fn with_app_tokens_a_users_devices_share_its_aggregates() {
         std::fs::write(&file, APP_SECRET).unwrap();
         c.app_token_alg = Some(celeriant_gateway::config::AppTokenAlg::Hs256);
         c.app_token_key_file = Some(file);
+        c.app_token_issuer = Some("https://sign-in.example".into());
+        c.app_token_audience = Some("celeriant-sync-tests".into());
     });
     let open = |device: Device, sub: &'static str| {
         let h = &h;
@@ -313,6 +315,17 @@ async fn the_owner_grants_and_revokes_members() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     assert_eq!(r.json["members"][&b_principal], "read");
     assert_eq!(h.seqs_as(&tb, TYPE, ID).await, [1]);
+    // Another member's grant is not B's to see: B sees the owner and its own grant only.
+    let r = put_member(&h, &ta, ID, "user:someone-else", "readWrite").await;
+    assert_eq!(r.json["members"].as_object().unwrap().len(), 2);
+    let r = h
+        .get_as(&tb, &format!("/v1/aggregates/{TYPE}/{ID}/members"))
+        .await;
+    assert_eq!(
+        r.json,
+        json!({"owner": format!("device:{}", a.client_id), "members": {&b_principal: "read"}})
+    );
+    put_member(&h, &ta, ID, "user:someone-else", "none").await;
     let w = h
         .write_as(&tb, &write_by(&b.client_id, TYPE, ID, &[1]))
         .await;
@@ -550,4 +563,22 @@ async fn a_damaged_access_record_is_refused_and_reported_by_verify() {
         ),
         "{refused}"
     );
+}
+
+#[tokio::test]
+async fn a_reader_who_is_not_a_member_is_not_shown_the_owner_or_the_members() {
+    let h = with_policy("default = \"authenticated-read\"");
+    let (a, ta, _b, tb) = two(&h).await;
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    // B may read the aggregate (authenticated-read), but its access list is the owner's.
+    assert_eq!(h.seqs_as(&tb, TYPE, ID).await, [1]);
+    let r = h
+        .get_as(&tb, &format!("/v1/aggregates/{TYPE}/{ID}/members"))
+        .await;
+    assert_eq!((r.status.as_u16(), r.code()), (403, 40303), "{:?}", r.json);
+    let r = h
+        .get_as(&ta, &format!("/v1/aggregates/{TYPE}/{ID}/members"))
+        .await;
+    assert_eq!(r.json["owner"], format!("device:{}", a.client_id));
 }

@@ -44,6 +44,10 @@ fn no_request_can_forge_a_log_line() {
         "hs256",
         "--app-token-key-file",
         key_file.to_str().unwrap(),
+        "--app-token-issuer",
+        "https://sign-in.example",
+        "--app-token-audience",
+        "celeriant-sync-tests",
     ])
     .env("RUST_LOG", "info")
     .arg("--data-dir")
@@ -69,7 +73,12 @@ fn no_request_can_forge_a_log_line() {
     let app_token = |sub: &str| {
         jsonwebtoken::encode(
             &Header::new(Algorithm::HS256),
-            &json!({"sub": sub, "exp": jsonwebtoken::get_current_timestamp() + 600}),
+            &json!({
+                "sub": sub,
+                "iss": "https://sign-in.example",
+                "aud": "celeriant-sync-tests",
+                "exp": jsonwebtoken::get_current_timestamp() + 600
+            }),
             &EncodingKey::from_secret(APP_SECRET.as_bytes()),
         )
         .unwrap()
@@ -87,13 +96,27 @@ fn no_request_can_forge_a_log_line() {
             post(&base, "/v1/session", Some(&app_token("u")), &body).status,
             400
         );
-        // An app token's subject (the session opens; the subject is logged).
-        let opened = post(
+        // An app token's subject with the text: the session opens and the subject is logged —
+        // unless it has control characters, which no principal can hold: then it is refused
+        // (and nothing of the subject starts a line either way).
+        let attempt = post(
             &base,
             "/v1/session",
             Some(&app_token(&format!("user{text}"))),
             &device.session_body(fresh_nonce()),
         );
+        let opened = if text.chars().any(char::is_control) {
+            assert_eq!(attempt.status, 401, "{:?}", attempt.json);
+            assert_eq!(attempt.json["code"], 40121, "{:?}", attempt.json);
+            post(
+                &base,
+                "/v1/session",
+                Some(&app_token("u")),
+                &device.session_body(fresh_nonce()),
+            )
+        } else {
+            attempt
+        };
         assert_eq!(opened.status, 200, "{:?}", opened.json);
         let token = opened.json["token"].as_str().unwrap().to_owned();
         // A key in a write's body, and a query parameter.

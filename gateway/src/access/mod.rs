@@ -37,10 +37,12 @@ impl Principal {
         Principal(format!("device:{client_id}"))
     }
 
-    /// The principal of an app token's subject; `None` when it is too long to be one.
+    /// The principal of an app token's subject; `None` when it cannot be one (empty, too long,
+    /// or with control characters — the rules of [`Principal::parse`], so that every session
+    /// issued names a principal the gateway accepts back).
     pub fn user(subject: &str) -> Option<Self> {
         let p = format!("user:{subject}");
-        (p.len() <= MAX_PRINCIPAL_BYTES).then_some(Principal(p))
+        Principal::parse(&p).ok().filter(|_| !subject.is_empty())
     }
 
     /// A principal named in a request (the members endpoint): `user:<non-empty>` or

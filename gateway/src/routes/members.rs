@@ -139,14 +139,35 @@ async fn handle(state: &AppState, request: Request) -> Result<AccessRecord, ApiE
         if !readable(state, &session, key).await? {
             return Err(no_such_aggregate());
         }
-        return state
+        let record = state
             .backend
             .access(key)
             .await
             .map_err(|e| ApiError(e.into_outcome()))?
-            .ok_or_else(no_such_aggregate);
+            .ok_or_else(no_such_aggregate)?;
+        return seen_by(&session.actor, record);
     }
     put(state, &session, key, &parts.headers, body).await
+}
+
+/// What `actor` may see of `record`: all of it for the owner (and the operator); a member its
+/// own grant and the owner; anyone else who may read the aggregate (an `authenticated-read`
+/// type) nothing — the owner's and members' principals (with app tokens, users' subjects) are
+/// not theirs to list (found by review).
+fn seen_by(actor: &Actor, record: AccessRecord) -> Result<AccessRecord, ApiError> {
+    match actor {
+        Actor::Principal(p) if *p != record.owner => match record.members.get(p) {
+            Some(grant) => Ok(AccessRecord {
+                members: [(p.clone(), *grant)].into(),
+                owner: record.owner,
+            }),
+            None => Err(ApiError::code(
+                g::NOT_OWNER,
+                "only the aggregate's owner and members see its members",
+            )),
+        },
+        _ => Ok(record),
+    }
 }
 
 async fn put(

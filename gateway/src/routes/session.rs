@@ -106,7 +106,7 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
             ApiError::code(
                 g::APP_TOKEN_INVALID,
                 format!(
-                    "the app token's subject is over {} bytes",
+                    "the app token's subject is empty, over {} bytes, or has control characters",
                     crate::access::MAX_PRINCIPAL_BYTES - 5
                 ),
             )
