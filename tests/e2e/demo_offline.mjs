@@ -30,7 +30,13 @@ const waitText = (page, id, want, timeout = 15_000) =>
 
 export async function demoOffline() {
   const rejectType = startRejectType();
-  const gateway = new Gateway({ www: join(ROOT, "www"), flags: ["--fault-reject-type", String(rejectType)] });
+  // `npm start`'s own policy too: the page's server view reads the accounts with a reader key of
+  // its own, which the default `owner` policy would answer with empty pages.
+  const gateway = new Gateway({
+    www: join(ROOT, "www"),
+    policy: join(ROOT, "scripts/demo-policy.toml"),
+    flags: ["--fault-reject-type", String(rejectType)],
+  });
   await gateway.start();
   const context = await launchBrowser();
   const problems = [];

@@ -30,7 +30,7 @@ export async function example(): Promise<void> {
   ]);
   const seq: number = receipts[0]!.clientSeq;
   const status: SyncStatus = client.status();
-  const state: "idle" | "syncing" | "backoff" | "offline" | "parked" | "unauthorized" | "closed" = status.state;
+  const state: "idle" | "syncing" | "backoff" | "offline" | "parked" | "unauthorized" | "wrongUser" | "closed" = status.state;
   const publicKey: string = client.publicKey;
   const lastCode: number | null = status.lastError?.code ?? null;
   client.addEventListener("synced", (event) => {
@@ -60,6 +60,10 @@ export async function example(): Promise<void> {
   client.offline = false;
   const quiet: SyncClient = await SyncClient.open({ gatewayUrl: "http://127.0.0.1:8080", offline: off });
   await quiet.close();
+  await client.signOut({ discardPending: true });
+  await SyncClient.deleteDatabase("celeriant-sync-user-42");
+  // @ts-expect-error signOut's only option is discardPending
+  await client.signOut({ discard: true });
   await client.close();
   console.log(bytes, dropped);
 
