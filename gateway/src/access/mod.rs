@@ -42,7 +42,7 @@ impl Principal {
     /// issued names a principal the gateway accepts back).
     pub fn user(subject: &str) -> Option<Self> {
         let p = format!("user:{subject}");
-        Principal::parse(&p).ok().filter(|_| !subject.is_empty())
+        Principal::parse(&p).ok()
     }
 
     /// A principal named in a request (the members endpoint): `user:<non-empty>` or

@@ -13,13 +13,11 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use celeriant_sync_protocol::AggregateRef;
 use celeriant_sync_protocol::codes::gateway as g;
 use serde::Deserialize;
-use uuid::Uuid;
 
 use crate::access::{AccessRecord, Actor, Grant, MAX_MEMBERS, Preset, Principal};
 use crate::auth::Session;
@@ -28,6 +26,7 @@ use crate::error::ApiError;
 use crate::extract::read_json;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
+use crate::routes::read::aggregate_of;
 use crate::state::AppState;
 
 /// The largest `PUT` body read, in bytes.
@@ -99,11 +98,6 @@ enum Access {
     None,
 }
 
-fn uuid_param(name: &str, value: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(value)
-        .map_err(|e| ApiError::code(g::INVALID_QUERY, format!("{name} {value:?}: {e}")))
-}
-
 fn no_such_aggregate() -> ApiError {
     ApiError::code(g::NOT_FOUND, "no such aggregate")
 }
@@ -123,13 +117,7 @@ async fn handle(state: &AppState, request: Request) -> Result<AccessRecord, ApiE
         .address(Kind::Read, ip::peer(&parts.extensions))?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let _share = state.fair.client(Kind::Read, address, session.client_id)?;
-    let Path((type_id, id)) = Path::<(String, String)>::from_request_parts(&mut parts, state)
-        .await
-        .map_err(|e| ApiError::code(g::INVALID_QUERY, e.body_text()))?;
-    let aggregate = AggregateRef {
-        type_id: uuid_param("typeId", &type_id)?,
-        id: uuid_param("id", &id)?,
-    };
+    let aggregate = aggregate_of(&mut parts, state).await?;
     session.check_type(aggregate.type_id)?;
     let key = AggregateKey {
         org: state.config.org_id,

@@ -52,6 +52,20 @@ fn uuid_param(name: &str, value: &str) -> Result<Uuid, ApiError> {
     })
 }
 
+/// The aggregate a `/v1/aggregates/{typeId}/{id}/…` path names (reads and members).
+pub(crate) async fn aggregate_of(
+    parts: &mut axum::http::request::Parts,
+    state: &AppState,
+) -> Result<AggregateRef, ApiError> {
+    let Path((type_id, id)) = Path::<(String, String)>::from_request_parts(parts, state)
+        .await
+        .map_err(|e| ApiError::code(g::INVALID_QUERY, e.body_text()))?;
+    Ok(AggregateRef {
+        type_id: uuid_param("typeId", &type_id)?,
+        id: uuid_param("id", &id)?,
+    })
+}
+
 fn u64_param(params: &HashMap<String, String>, name: &str, default: u64) -> Result<u64, ApiError> {
     match params.get(name) {
         None => Ok(default),
@@ -79,13 +93,7 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
     let peer = ip::peer(&parts.extensions);
     let address = state.fair.address(Kind::Read, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
-    let Path((type_id, id)) = Path::<(String, String)>::from_request_parts(&mut parts, state)
-        .await
-        .map_err(|e| ApiError::code(g::INVALID_QUERY, e.body_text()))?;
-    let aggregate = AggregateRef {
-        type_id: uuid_param("typeId", &type_id)?,
-        id: uuid_param("id", &id)?,
-    };
+    let aggregate = aggregate_of(&mut parts, state).await?;
     session.check_type(aggregate.type_id)?;
     let _share = state.fair.client(Kind::Read, address, session.client_id)?;
     let Query(params) = Query::<HashMap<String, String>>::from_request_parts(&mut parts, state)
