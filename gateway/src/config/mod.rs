@@ -401,12 +401,16 @@ impl Config {
             let hosts = self.public_hosts.join(",");
             if self.auth == AuthMode::None {
                 return Err(format!(
-                    "--auth none is refused with --public-host ({hosts}): the gateway is reached                      beyond this machine (through a proxy, from loopback), and anyone could write                      under any client id; drop --auth none or --public-host"
+                    "--auth none is refused with --public-host ({hosts}): the gateway is reached \
+                    beyond this machine (through a proxy, from loopback), and anyone could write \
+                    under any client id; drop --auth none or --public-host"
                 ));
             }
             if self.faults {
                 return Err(format!(
-                    "--faults is refused with --public-host ({hosts}): the gateway is reached                      beyond this machine (through a proxy, from loopback), and fault injection                      is for tests and demos; drop --faults or --public-host"
+                    "--faults is refused with --public-host ({hosts}): the gateway is reached \
+                    beyond this machine (through a proxy, from loopback), and fault injection \
+                    is for tests and demos; drop --faults or --public-host"
                 ));
             }
         }
