@@ -17,6 +17,7 @@ pub mod faults_secret;
 pub mod operator;
 pub mod rate;
 pub mod replay;
+pub mod revoke;
 pub mod secret;
 pub mod subjects;
 pub mod token;
@@ -31,6 +32,7 @@ use self::bearer::{Bearer, bearer};
 use self::operator::OperatorToken;
 use self::rate::SessionLimiter;
 use self::replay::ReplayCache;
+use self::revoke::TokenFacts;
 use self::subjects::SubjectCaps;
 use self::token::SessionKeys;
 use crate::access::{Actor, Principal};
@@ -56,6 +58,8 @@ pub struct Auth {
     pub subjects: SubjectCaps,
     /// The operator credential, when `--operator-token-file` is given.
     pub operator: Option<OperatorToken>,
+    /// The revocations every session is checked against (`revoke`).
+    pub revocations: std::sync::Arc<revoke::Revocations>,
 }
 
 impl Auth {
@@ -80,6 +84,7 @@ impl Auth {
                 .as_deref()
                 .map(OperatorToken::load)
                 .transpose()?,
+            revocations: std::sync::Arc::new(revoke::Revocations::new()),
         })
     }
 }
@@ -96,6 +101,35 @@ pub struct Session {
     pub expires_at: Option<u64>,
     /// Who the access policy sees.
     pub actor: Actor,
+    /// The token's id and issue time (`None` under `--auth none` and for the operator), so a
+    /// long-lived change stream can be checked against revocations made after it opened.
+    pub token: Option<TokenId>,
+}
+
+/// What identifies a session's token for revocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenId {
+    /// The token's `jti`.
+    pub jti: Option<Uuid>,
+    /// Issued at, Unix seconds.
+    pub iat: u64,
+}
+
+impl Session {
+    /// Whether a revocation now covers this session's token (always false without a token).
+    pub fn revoked(&self, revocations: &revoke::Revocations) -> bool {
+        match (&self.token, self.client_id, &self.actor) {
+            (Some(t), Some(client_id), Actor::Principal(principal)) => revocations
+                .check_token(&TokenFacts {
+                    client_id,
+                    principal,
+                    jti: t.jti,
+                    iat: t.iat,
+                })
+                .is_err(),
+            _ => false,
+        }
+    }
 }
 
 impl Session {
@@ -132,6 +166,7 @@ impl FromRequestParts<AppState> for Session {
                 types: None,
                 expires_at: None,
                 actor: Actor::Unchecked,
+                token: None,
             });
         }
         let token = match bearer(&parts.headers) {
@@ -157,11 +192,25 @@ impl FromRequestParts<AppState> for Session {
                 ApiError::code(g::SESSION_INVALID, format!("the session's principal: {e}"))
             })?,
         };
+        let facts = TokenFacts {
+            client_id: claims.sub,
+            principal: &principal,
+            jti: claims.jti,
+            iat: claims.iat,
+        };
+        if let Err(refused) = state.auth.revocations.check_token(&facts) {
+            tracing::info!(client = %claims.sub, jti = ?claims.jti, code = refused.0.code(), "session refused: revoked");
+            return Err(refused);
+        }
         Ok(Session {
             client_id: Some(claims.sub),
             types: claims.types,
             expires_at: Some(claims.exp),
             actor: Actor::Principal(principal),
+            token: Some(TokenId {
+                jti: claims.jti,
+                iat: claims.iat,
+            }),
         })
     }
 }
@@ -188,6 +237,7 @@ fn operator(state: &AppState, parts: &Parts, secret: &str) -> Result<Session, Ap
         types: None,
         expires_at: None,
         actor: Actor::Operator,
+        token: None,
     })
 }
 

@@ -41,6 +41,7 @@ mod migrate;
 mod read;
 mod record;
 pub mod repair;
+pub mod revocations;
 mod tables;
 mod trim;
 pub mod verify;
@@ -62,9 +63,10 @@ use self::read::ReadError;
 use self::tables::AGGREGATES;
 use super::{
     AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, JsonPage, ReadPage,
-    ReadQuery, WriteAck, WriteCommand,
+    ReadQuery, RevocationChange, WriteAck, WriteCommand,
 };
 use crate::access::AccessRecord;
+use crate::auth::revoke::Revocation;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::limits::notice::Throttle;
@@ -297,6 +299,14 @@ impl Shared {
         match e {
             access::AccessError::Corrupt(corrupt) => self.read_failed(ReadError::Corrupt(corrupt)),
             access::AccessError::Storage(failure) => self.read_failed(ReadError::Storage(failure)),
+        }
+    }
+
+    /// The answer to a revocations read or change that failed.
+    fn revocations_failed(&self, e: revocations::RevocationError) -> BackendError {
+        match e {
+            revocations::RevocationError::Corrupt(c) => self.read_failed(ReadError::Corrupt(c)),
+            revocations::RevocationError::Storage(f) => self.read_failed(ReadError::Storage(f)),
         }
     }
 
@@ -575,6 +585,37 @@ impl Backend for EmbeddedStore {
                     .map_err(Err)
             })
             .map_err(|e| shared.access_failed(e))?;
+            Ok(answer.unwrap_or_else(|refused| refused))
+        })
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    }
+
+    fn keeps_revocations(&self) -> bool {
+        true
+    }
+
+    async fn revocations(&self) -> Result<Vec<Revocation>, BackendError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = shared.db()?;
+            revocations::list(&db, now_ms() / 1000).map_err(|e| shared.revocations_failed(e))
+        })
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    }
+
+    async fn update_revocations(
+        &self,
+        change: RevocationChange,
+    ) -> Result<Result<Vec<Revocation>, ApiError>, BackendError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = shared.db()?;
+            let answer = revocations::update(&db, now_ms() / 1000, |current| {
+                change(current).map(|l| (l.clone(), Ok(l))).map_err(Err)
+            })
+            .map_err(|e| shared.revocations_failed(e))?;
             Ok(answer.unwrap_or_else(|refused| refused))
         })
         .await
