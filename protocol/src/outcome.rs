@@ -413,7 +413,7 @@ mod tests {
     #[test]
     fn unassigned_codes_in_the_gateway_space_are_operator_retries() {
         for code in [
-            40002, 40018, 40099, 40103, 40309, 40401, 41000, 42000, 42101, 42909, 49999, 50000,
+            40002, 40018, 40099, 40104, 40309, 40401, 41000, 42000, 42101, 42909, 49999, 50000,
             50100, 59999,
         ] {
             assert!(!g::is_gateway_code(code), "{code}");
