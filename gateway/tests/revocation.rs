@@ -42,7 +42,12 @@ fn op(base: &str, method: &str, path: &str, body: Option<&Value>) -> Answer {
 
 fn open(base: &str, device: &Device, app_token: Option<&str>) -> Answer {
     match app_token {
-        None => post(base, "/v1/session", None, &device.session_body(fresh_nonce())),
+        None => post(
+            base,
+            "/v1/session",
+            None,
+            &device.session_body(fresh_nonce()),
+        ),
         Some(t) => with_authorization(
             "POST",
             base,
@@ -260,7 +265,12 @@ fn revoking_a_user_refuses_every_one_of_its_devices_and_no_one_else() {
 
 fn jti_of(token: &str) -> String {
     // The payload is unpadded base64url; the protocol's decoder takes padded standard base64.
-    let mut payload = token.split('.').nth(1).unwrap().replace('-', "+").replace('_', "/");
+    let mut payload = token
+        .split('.')
+        .nth(1)
+        .unwrap()
+        .replace('-', "+")
+        .replace('_', "/");
     while payload.len() % 4 != 0 {
         payload.push('=');
     }
@@ -294,13 +304,22 @@ fn one_token_can_be_revoked_and_the_cap_refuses_rather_than_evicts() {
     let _ = session(&gw.base, &a, None);
     // Two kept; a third is refused, and the first two still hold.
     assert_eq!(
-        revoke(&gw.base, "principal", "device:00000000-0000-4000-8000-000000000001").status,
+        revoke(
+            &gw.base,
+            "principal",
+            "device:00000000-0000-4000-8000-000000000001"
+        )
+        .status,
         200
     );
     let r = revoke(&gw.base, "device", &b.client_id);
     assert_eq!((r.status, r.code()), (400, 40022), "{:?}", r.json);
     let tb = session(&gw.base, &b, None);
-    assert_eq!(read(&gw.base, &tb, ID_B).0, 200, "nothing about B was stored");
+    assert_eq!(
+        read(&gw.base, &tb, ID_B).0,
+        200,
+        "nothing about B was stored"
+    );
     assert_eq!(read(&gw.base, &t1, ID_A), REVOKED);
     // Revoking again what is revoked is not a new record.
     assert_eq!(revoke(&gw.base, "session", &j1).status, 200);
@@ -321,7 +340,10 @@ async fn call(router: &axum::Router, request: Request<Body>) -> (u16, Value) {
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// Two gateways sharing one store (and one session secret), as replicas do: a revocation made
@@ -358,7 +380,11 @@ async fn another_replica_applies_a_revocation_within_the_refresh_time() {
         let router = router.clone();
         async move { call(&router, request).await }
     };
-    assert_eq!(read_on(&two).await.0, 200, "replica two accepts one's token");
+    assert_eq!(
+        read_on(&two).await.0,
+        200,
+        "replica two accepts one's token"
+    );
     let revoke = Request::post("/v1/revocations")
         .header("content-type", "application/json")
         .header("authorization", format!("Operator {OPERATOR}"))
@@ -369,7 +395,11 @@ async fn another_replica_applies_a_revocation_within_the_refresh_time() {
     let (status, body) = call(&one, revoke).await;
     assert_eq!(status, 200, "{body}");
     let revoked_at = Instant::now();
-    assert_eq!(read_on(&one).await.1["code"], 40103, "at once where it was made");
+    assert_eq!(
+        read_on(&one).await.1["code"],
+        40103,
+        "at once where it was made"
+    );
     loop {
         let (status, body) = read_on(&two).await;
         if status == 401 {

@@ -119,7 +119,10 @@ async fn list_inner(state: &AppState, request: Request) -> Result<Value, ApiErro
         .revocations()
         .await
         .map_err(|e| ApiError(e.into_outcome()))?;
-    tracing::warn!(count = records.len(), "operator credential used: revocations listed");
+    tracing::warn!(
+        count = records.len(),
+        "operator credential used: revocations listed"
+    );
     Ok(json!({
         "revocations": records,
         "max": state.config.max_revocations,

@@ -302,14 +302,6 @@ impl Shared {
         }
     }
 
-    /// The answer to a revocations read or change that failed.
-    fn revocations_failed(&self, e: revocations::RevocationError) -> BackendError {
-        match e {
-            revocations::RevocationError::Corrupt(c) => self.read_failed(ReadError::Corrupt(c)),
-            revocations::RevocationError::Storage(f) => self.read_failed(ReadError::Storage(f)),
-        }
-    }
-
     /// Tells the watchers about `change`; without a receiver (no hub) it goes nowhere.
     fn publish(&self, change: Change) {
         if self.changes.receiver_count() > 0 {
@@ -596,29 +588,13 @@ impl Backend for EmbeddedStore {
     }
 
     async fn revocations(&self) -> Result<Vec<Revocation>, BackendError> {
-        let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || {
-            let db = shared.db()?;
-            revocations::list(&db, now_ms() / 1000).map_err(|e| shared.revocations_failed(e))
-        })
-        .await
-        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+        revocations::list_in(self.shared.clone(), now_ms() / 1000).await
     }
 
     async fn update_revocations(
         &self,
         change: RevocationChange,
     ) -> Result<Result<Vec<Revocation>, ApiError>, BackendError> {
-        let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || {
-            let db = shared.db()?;
-            let answer = revocations::update(&db, now_ms() / 1000, |current| {
-                change(current).map(|l| (l.clone(), Ok(l))).map_err(Err)
-            })
-            .map_err(|e| shared.revocations_failed(e))?;
-            Ok(answer.unwrap_or_else(|refused| refused))
-        })
-        .await
-        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+        revocations::update_in(self.shared.clone(), now_ms() / 1000, change).await
     }
 }

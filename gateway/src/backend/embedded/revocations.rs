@@ -10,9 +10,14 @@
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use std::sync::Arc;
+
+use super::read::ReadError;
 use super::record::Corrupt;
-use super::{StoreFailure, storage_failure};
+use super::{Shared, StoreFailure, storage_failure};
 use crate::auth::revoke::{Revocation, prune};
+use crate::backend::{BackendError, RevocationChange};
+use crate::error::ApiError;
 
 /// The revocations, by target key.
 pub const REVOCATIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("revocations");
@@ -67,7 +72,9 @@ impl<E: Into<redb::Error>> From<E> for RevocationError {
     }
 }
 
-fn all(table: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Vec<Revocation>, RevocationError> {
+fn all(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Vec<Revocation>, RevocationError> {
     let mut out = Vec::new();
     for row in table.iter()? {
         let (k, v) = row?;
@@ -120,6 +127,44 @@ pub fn update<T>(
         txn.commit()?;
     }
     Ok(answer)
+}
+
+fn failed(shared: &Shared, e: RevocationError) -> BackendError {
+    match e {
+        RevocationError::Corrupt(c) => shared.read_failed(ReadError::Corrupt(c)),
+        RevocationError::Storage(f) => shared.read_failed(ReadError::Storage(f)),
+    }
+}
+
+/// [`list`] off the async runtime, with the store's error answers.
+pub(super) async fn list_in(
+    shared: Arc<Shared>,
+    now_s: u64,
+) -> Result<Vec<Revocation>, BackendError> {
+    tokio::task::spawn_blocking(move || {
+        let db = shared.db()?;
+        list(&db, now_s).map_err(|e| failed(&shared, e))
+    })
+    .await
+    .map_err(|e| BackendError::Unavailable(e.to_string()))?
+}
+
+/// [`update`] off the async runtime, with the store's error answers.
+pub(super) async fn update_in(
+    shared: Arc<Shared>,
+    now_s: u64,
+    change: RevocationChange,
+) -> Result<Result<Vec<Revocation>, ApiError>, BackendError> {
+    tokio::task::spawn_blocking(move || {
+        let db = shared.db()?;
+        let answer = update(&db, now_s, |current| {
+            change(current).map(|l| (l.clone(), Ok(l))).map_err(Err)
+        })
+        .map_err(|e| failed(&shared, e))?;
+        Ok(answer.unwrap_or_else(|refused| refused))
+    })
+    .await
+    .map_err(|e| BackendError::Unavailable(e.to_string()))?
 }
 
 #[cfg(test)]
