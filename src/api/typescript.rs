@@ -229,7 +229,16 @@ export type SyncErrorCode =
     | "CLOSED"
     | "UNSUPPORTED"
     | "PENDING_EVENTS"
-    | "WRONG_USER";
+    | "WRONG_USER"
+    | "OFFLINE"
+    | "NOT_FOUND"
+    | "NOT_OWNER"
+    | "MEMBERS_NOT_ALLOWED"
+    | "TOO_MANY_MEMBERS"
+    | "INVALID_PRINCIPAL"
+    | "INVALID_ACCESS"
+    | "UNAUTHORIZED"
+    | "REQUEST_FAILED";
 
 /** Everything the client throws or rejects with. */
 export interface CeleriantSyncError extends Error {
@@ -240,6 +249,19 @@ export interface CeleriantSyncError extends Error {
     /** For `PARKED`: the parked aggregate and its rejection code. */
     aggregate?: AggregateRef;
     parkCode?: number;
+    /** For `share`, `unshare`, `members`: the gateway's code, when it answered with one. */
+    serverCode?: number;
+}
+
+/** What a member may do: `read` (read and watch) or `readWrite` (also append). */
+export type MemberAccess = "read" | "readWrite";
+
+/** An aggregate's owner and members (`share`, `unshare`, `members`). Principals are
+ * `user:<subject>` (with app tokens) or `device:<clientId>`. */
+export interface Members {
+    owner: string;
+    /** For the owner every member; for a member only its own grant. */
+    members: Record<string, MemberAccess>;
 }
 
 export interface SyncClient {
