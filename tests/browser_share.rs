@@ -49,6 +49,11 @@ async fn server_view(client: &SyncClient, agg: &JsValue) -> (usize, bool) {
     (confirmed, get(&view, "fromCache").as_bool().unwrap())
 }
 
+/// How many members a `Members` answer lists.
+fn member_count(record: &JsValue) -> u32 {
+    js_sys::Object::keys(get(record, "members").unchecked_ref::<js_sys::Object>()).length()
+}
+
 fn code(error: &JsValue) -> String {
     assert_eq!(
         get(error, "name").as_string().as_deref(),
@@ -83,17 +88,11 @@ async fn an_owner_shares_reads_and_writes_and_takes_them_back() {
     let shared = ok(owner.share(agg.clone(), me(&reader).into(), "read".into())).await;
     assert_eq!(string(&get(&shared, "members"), &me(&reader)), "read");
     let listed = ok(owner.members(agg.clone())).await;
-    assert_eq!(
-        js_sys::Object::keys(get(&listed, "members").unchecked_ref()).length(),
-        2
-    );
+    assert_eq!(member_count(&listed), 2);
     // A member sees the owner and its own grant only.
     let seen = ok(friend.members(agg.clone())).await;
     assert_eq!(string(&seen, "owner"), me(&owner));
-    assert_eq!(
-        js_sys::Object::keys(get(&seen, "members").unchecked_ref()).length(),
-        1
-    );
+    assert_eq!(member_count(&seen), 1);
 
     assert_eq!(server_view(&friend, &agg).await, (1, false));
     assert_eq!(server_view(&reader, &agg).await, (1, false));
@@ -108,9 +107,15 @@ async fn an_owner_shares_reads_and_writes_and_takes_them_back() {
 
     // Only the owner shares: a member is refused NOT_OWNER, a stranger NOT_FOUND.
     let e = err(friend.share(agg.clone(), me(&stranger).into(), "read".into())).await;
-    assert_eq!((code(&e), num(&e, "serverCode")), ("NOT_OWNER".into(), 40303.0));
+    assert_eq!(
+        (code(&e), num(&e, "serverCode")),
+        ("NOT_OWNER".into(), 40303.0)
+    );
     let e = err(stranger.share(agg.clone(), me(&stranger).into(), "read".into())).await;
-    assert_eq!((code(&e), num(&e, "serverCode")), ("NOT_FOUND".into(), 40400.0));
+    assert_eq!(
+        (code(&e), num(&e, "serverCode")),
+        ("NOT_FOUND".into(), 40400.0)
+    );
     assert_eq!(server_view(&stranger, &agg).await, (0, false));
 
     // Unshare: the friend may no longer append, nor see the members.
@@ -121,7 +126,11 @@ async fn an_owner_shares_reads_and_writes_and_takes_them_back() {
     append_text(&friend, &agg, "three").await;
     let e = err(friend.flush()).await;
     assert_eq!((code(&e), num(&e, "parkCode")), ("PARKED".into(), 40302.0));
-    assert_eq!(server_view(&owner, &agg).await, (2, false), "nothing more landed");
+    assert_eq!(
+        server_view(&owner, &agg).await,
+        (2, false),
+        "nothing more landed"
+    );
     for client in [owner, friend, reader, stranger] {
         ok(client.close()).await;
     }
@@ -150,7 +159,10 @@ async fn bad_input_and_offline_fail_at_once_and_send_nothing() {
     let e = err(owner.share(agg.clone(), "user:bob".into(), "read".into())).await;
     assert_eq!(code(&e), "OFFLINE");
     assert!(get(&e, "serverCode").is_undefined());
-    assert_eq!(code(&err(owner.unshare(agg.clone(), "user:bob".into())).await), "OFFLINE");
+    assert_eq!(
+        code(&err(owner.unshare(agg.clone(), "user:bob".into())).await),
+        "OFFLINE"
+    );
     assert_eq!(code(&err(owner.members(agg.clone())).await), "OFFLINE");
     assert_eq!(num(&requests, "count"), 0.0, "nothing was sent");
     owner.set_offline(false);

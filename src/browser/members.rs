@@ -143,9 +143,8 @@ impl MembersApi {
                 }
             };
             if status == 200 {
-                return JSON::parse(&text).map_err(|_| {
-                    failed(ErrorCode::RequestFailed, "the answer is not JSON", None)
-                });
+                return JSON::parse(&text)
+                    .map_err(|_| failed(ErrorCode::RequestFailed, "the answer is not JSON", None));
             }
             let failure = WriteOutcome::parse(&text).and_then(|o| o.failure().cloned());
             if status == 401 && !fresh {
