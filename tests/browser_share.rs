@@ -175,3 +175,59 @@ async fn bad_input_and_offline_fail_at_once_and_send_nothing() {
     let e = err(owner.members(agg)).await;
     assert_eq!(code(&e), "CLOSED");
 }
+
+/// `status().read.refused` of `client`, as (aggregate id, code) pairs.
+fn refused(client: &SyncClient) -> Vec<(String, f64)> {
+    let status = client.status();
+    get(&get(&status, "read"), "refused")
+        .unchecked_into::<Array>()
+        .iter()
+        .map(|r| (string(&get(&r, "aggregate"), "id"), num(&r, "code")))
+        .collect()
+}
+
+#[wasm_bindgen_test]
+async fn a_change_stream_refusal_reaches_the_app_typed_and_clears_once_allowed() {
+    let owner = open(&db_name("refused-owner"), "{}").await;
+    let other = open(&db_name("refused-other"), "{}").await;
+    let id = uuid();
+    let agg = aggregate(MEMBERS_TYPE, &id);
+    append_text(&owner, &agg, "private").await;
+    ok(owner.flush()).await;
+    let seen = listen(&other.clone().into());
+
+    // Another device watches it: the gateway refuses it in `ready`, and the app sees why.
+    let listener = Closure::<dyn FnMut(JsValue)>::new(|_| {}).into_js_value();
+    let unsubscribe: js_sys::Function = other
+        .subscribe(agg.clone(), listener.clone().unchecked_into())
+        .unwrap()
+        .unchecked_into();
+    until(10_000, "the refusal in status().read.refused", || {
+        refused(&other) == [(id.clone(), 40302.0)]
+    })
+    .await;
+    let reported = list(&seen, "status").iter().any(|s| {
+        let list = get(&get(s, "read"), "refused").unchecked_into::<Array>();
+        list.length() == 1 && num(&list.get(0), "code") == 40302.0
+    });
+    assert!(reported, "a status event carried the refusal");
+    assert_eq!(server_view(&other, &agg).await, (0, false));
+
+    // Shared, and watched anew (the subscription set changes): nothing refused any more.
+    ok(owner.share(agg.clone(), me(&other).into(), "read".into())).await;
+    unsubscribe.call0(&JsValue::NULL).unwrap();
+    let again: js_sys::Function = other
+        .subscribe(agg.clone(), listener.unchecked_into())
+        .unwrap()
+        .unchecked_into();
+    until(10_000, "no refusal once shared", || {
+        refused(&other).is_empty()
+    })
+    .await;
+    assert_eq!(server_view(&other, &agg).await, (1, false));
+    // The owner's own stream of it was never refused.
+    assert!(refused(&owner).is_empty());
+    again.call0(&JsValue::NULL).unwrap();
+    ok(owner.close()).await;
+    ok(other.close()).await;
+}

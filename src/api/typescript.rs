@@ -125,6 +125,16 @@ export interface ReadStatus {
      * `connected`: open, and every watched aggregate caught up; `catchingUp`: pages are being
      * read into the local log; `offline`: views answer from the local log. */
     state: "idle" | "connecting" | "connected" | "catchingUp" | "offline";
+    /** Aggregates the gateway refused to watch (the last change stream's answer): another
+     * user's aggregate this one may not read is `code` 40302. Their views stay as the local log
+     * has them; nothing of theirs is notified. Empty when nothing was refused. */
+    refused: WatchRefusal[];
+}
+
+/** One aggregate a change stream was refused, with the gateway's code. */
+export interface WatchRefusal {
+    aggregate: AggregateRef;
+    code: number;
 }
 
 /** One event of an `AggregateView`. */

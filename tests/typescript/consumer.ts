@@ -14,6 +14,7 @@ import init, {
   type Receipt,
   type SyncStatus,
   type ViewEvent,
+  type WatchRefusal,
 } from "../../pkg/celeriant_sync.js";
 
 export async function example(): Promise<void> {
@@ -136,7 +137,10 @@ export async function reading(client: SyncClient, aggregate: AggregateRef): Prom
   });
   unsubscribe();
   const state: ReadStatus["state"] = client.status().read.state;
-  console.log(version, cached, state);
+  const refusals: WatchRefusal[] = client.status().read.refused;
+  const refusedCode: number | undefined = refusals[0]?.code;
+  const refusedId: string | undefined = refusals[0]?.aggregate.id;
+  console.log(version, cached, state, refusedCode, refusedId);
   // @ts-expect-error a listener gets a view, not events
   client.subscribe(aggregate, (events: ViewEvent[]) => events.length);
   // @ts-expect-error read states are a closed set
