@@ -414,3 +414,54 @@ async fn another_replica_applies_a_revocation_within_the_refresh_time() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A change stream opened before the revocation: once revoked, it delivers nothing more (a
+/// write by another device to the watched aggregate is not notified to it, while a stream of
+/// that other device hears it); a new stream with the token is refused 401/40103.
+#[test]
+fn an_open_change_stream_of_a_revoked_device_hears_nothing_more() {
+    use support::sse;
+    let dir = data_dir();
+    let opf = operator_file(dir.path());
+    // Every type `authenticated`, so that B may write A's aggregate after A is revoked.
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "default = \"authenticated\"\n").unwrap();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--session-rate-per-minute",
+            "0",
+            "--operator-token-file",
+            &opf,
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+    );
+    let (a, b) = (Device::a(), Device::b());
+    let (ta, tb) = (session(&gw.base, &a, None), session(&gw.base, &b, None));
+    let body = json!({"aggregates": [{"typeId": TYPE, "id": ID_A}]});
+    let wait = Duration::from_secs(10);
+    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", Some(&ta), Some(&body));
+    assert_eq!(s.status, 200, "{}", s.body);
+    assert_eq!(s.expect(wait).event, "ready");
+    let mut sb = sse::open(&gw.addr, "POST", "/v1/watch", Some(&tb), Some(&body));
+    assert_eq!(sb.expect(wait).event, "ready");
+    assert_eq!(write(&gw.base, &ta, &a, ID_A, 1).2, "landed");
+    assert_eq!(
+        s.expect(wait).data["version"],
+        1,
+        "heard before the revocation"
+    );
+    assert_eq!(sb.expect(wait).data["version"], 1);
+
+    assert_eq!(revoke(&gw.base, "device", &a.client_id).status, 200);
+    assert_eq!(write(&gw.base, &tb, &b, ID_A, 1).2, "landed");
+    assert_eq!(sb.expect(wait).data["version"], 2, "B's stream hears it");
+    match s.next(Duration::from_millis(1500)) {
+        sse::Next::Quiet | sse::Next::Closed => {}
+        sse::Next::Event(e) => assert_eq!(e.event, "heartbeat", "A's stream heard {e:?}"),
+    }
+    let again = sse::open(&gw.addr, "POST", "/v1/watch", Some(&ta), Some(&body));
+    assert_eq!(again.status, 401);
+    assert_eq!(again.json()["code"], 40103);
+}
