@@ -198,6 +198,11 @@ impl FromRequestParts<AppState> for Session {
             jti: claims.jti,
             iat: claims.iat,
         };
+        state
+            .auth
+            .revocations
+            .wait_loaded(revoke::FIRST_LOAD_WAIT)
+            .await;
         if let Err(refused) = state.auth.revocations.check_token(&facts) {
             tracing::info!(client = %claims.sub, jti = ?claims.jti, code = refused.0.code(), "session refused: revoked");
             return Err(refused);

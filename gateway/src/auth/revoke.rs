@@ -20,8 +20,8 @@
 //! **Bounded.** At most `--max-revocations` records are kept; a revocation past the cap is
 //! refused (40022) — never evicting another, which would silently let its tokens back in.
 //!
-//! **Failing closed.** Until the first load from the store succeeded, every session is refused
-//! with a retry (50301). A later failed reload keeps the last list (and is logged): a revocation
+//! **Failing closed.** Until the first load from the store succeeded, a request waits for it
+//! (at most [`FIRST_LOAD_WAIT`]) and is then refused with a retry (50301). A later failed reload keeps the last list (and is logged): a revocation
 //! made on another replica then waits for the next successful reload.
 
 use std::collections::HashMap;
@@ -35,6 +35,9 @@ use uuid::Uuid;
 use crate::access::Principal;
 use crate::backend::Backend;
 use crate::error::ApiError;
+
+/// How long a request waits for the first load of the revocations before it is refused.
+pub const FIRST_LOAD_WAIT: Duration = Duration::from_secs(5);
 
 /// The longest revocation id accepted (a principal's limit).
 pub const MAX_TARGET_BYTES: usize = crate::access::MAX_PRINCIPAL_BYTES;
@@ -112,6 +115,8 @@ pub struct Revocations {
     /// Held across a store change and its [`Revocations::replace`], and across a reload, so a
     /// reload that read the store before a change cannot put the old list back after it.
     serial: tokio::sync::Mutex<()>,
+    /// Notified by every [`Revocations::replace`], for [`Revocations::wait_loaded`].
+    replaced: tokio::sync::Notify,
 }
 
 fn revoked(what: &str) -> ApiError {
@@ -141,6 +146,28 @@ impl Revocations {
             loaded: true,
             by_target,
         };
+        self.replaced.notify_waiters();
+    }
+
+    fn loaded(&self) -> bool {
+        self.index.read().unwrap_or_else(|p| p.into_inner()).loaded
+    }
+
+    /// Waits (at most `max`) for the first load, so that a request arriving just after start
+    /// is checked rather than refused; the checks still refuse if it has not happened by then.
+    pub async fn wait_loaded(&self, max: Duration) {
+        let deadline = tokio::time::Instant::now() + max;
+        while !self.loaded() {
+            let replaced = self.replaced.notified();
+            tokio::pin!(replaced);
+            replaced.as_mut().enable();
+            if self.loaded() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, replaced).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Refuses (401, 40103) a token a revocation covers; 503 (50301) before the first load.
@@ -322,6 +349,24 @@ mod tests {
         assert!(list.check_token(&facts(&bob, 50, Some(jti))).is_err());
         assert!(list.check_new_session(Uuid::from_u128(1), &bob).is_ok());
         assert!(list.check_new_session(Uuid::from_u128(1), &alice).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_waits_for_the_first_load_and_is_refused_if_it_never_comes() {
+        let list = Arc::new(Revocations::new());
+        let loader = list.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            loader.replace(Vec::new());
+        });
+        list.wait_loaded(FIRST_LOAD_WAIT).await;
+        let alice = Principal::user("alice").unwrap();
+        assert!(list.check_token(&facts(&alice, 1, None)).is_ok());
+        let never = Revocations::new();
+        let started = tokio::time::Instant::now();
+        never.wait_loaded(FIRST_LOAD_WAIT).await;
+        assert_eq!(started.elapsed(), FIRST_LOAD_WAIT);
+        assert!(never.check_token(&facts(&alice, 1, None)).is_err());
     }
 
     #[test]

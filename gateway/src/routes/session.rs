@@ -124,6 +124,9 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         None => Principal::device(proven.client_id),
     };
     auth.revocations
+        .wait_loaded(crate::auth::revoke::FIRST_LOAD_WAIT)
+        .await;
+    auth.revocations
         .check_new_session(proven.client_id, &principal)?;
     let now_s = now / 1000;
     let mut exp = now_s + auth.ttl_secs;
