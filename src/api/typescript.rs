@@ -247,6 +247,7 @@ export type SyncErrorCode =
     | "TOO_MANY_MEMBERS"
     | "INVALID_PRINCIPAL"
     | "INVALID_ACCESS"
+    | "TYPE_FORBIDDEN"
     | "UNAUTHORIZED"
     | "REQUEST_FAILED";
 

@@ -92,6 +92,9 @@ codes! {
     InvalidPrincipal = "INVALID_PRINCIPAL",
     /// `share`: `access` is not `"read"` or `"readWrite"`.
     InvalidAccess = "INVALID_ACCESS",
+    /// `share`, `unshare`, `members`: this user's app token does not allow the aggregate's
+    /// type (its `celeriant_types`).
+    TypeForbidden = "TYPE_FORBIDDEN",
     /// `share`, `unshare`, `members`: no session could be opened, or the gateway refused it
     /// (e.g. revoked, `serverCode` 40103).
     Unauthorized = "UNAUTHORIZED",

@@ -87,7 +87,7 @@ pub fn refusal(status: u16, code: Option<u32>) -> ErrorCode {
         Some(g::MEMBERS_NOT_ALLOWED) => ErrorCode::MembersNotAllowed,
         Some(g::TOO_MANY_MEMBERS) => ErrorCode::TooManyMembers,
         Some(g::INVALID_FIELD) => ErrorCode::InvalidPrincipal,
-        Some(g::AGGREGATE_TYPE_FORBIDDEN) => ErrorCode::NotFound,
+        Some(g::AGGREGATE_TYPE_FORBIDDEN) => ErrorCode::TypeForbidden,
         _ if status == 401 => ErrorCode::Unauthorized,
         _ => ErrorCode::RequestFailed,
     }
@@ -135,6 +135,7 @@ mod tests {
         assert_eq!(refusal(403, Some(40304)), ErrorCode::MembersNotAllowed);
         assert_eq!(refusal(400, Some(40021)), ErrorCode::TooManyMembers);
         assert_eq!(refusal(401, Some(40103)), ErrorCode::Unauthorized);
+        assert_eq!(refusal(403, Some(40301)), ErrorCode::TypeForbidden);
         assert_eq!(refusal(503, Some(50301)), ErrorCode::RequestFailed);
         assert_eq!(refusal(502, None), ErrorCode::RequestFailed);
     }

@@ -132,13 +132,6 @@ impl Revocations {
         Self::default()
     }
 
-    /// A list that needs no loading (a backend that keeps no revocations).
-    pub fn none() -> Self {
-        let list = Self::default();
-        list.replace(Vec::new());
-        list
-    }
-
     /// Replaces the list with `records` (a load from the store, or a change just stored).
     pub fn replace(&self, records: Vec<Revocation>) {
         let by_target = records.into_iter().map(|r| (r.target.clone(), r)).collect();
