@@ -113,6 +113,13 @@ impl AppState {
         }
         let auth = Auth::from_config(&config)?;
         if !backend.keeps_revocations() {
+            if config.auth != crate::config::AuthMode::None {
+                tracing::warn!(
+                    backend = backend.name(),
+                    "this backend keeps no revocations: /v1/revocations answers 404 and no \
+                     session is revoked before it expires (rotate the session secret instead)"
+                );
+            }
             auth.revocations.replace(Vec::new());
         } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(crate::auth::revoke::refresh_loop(
