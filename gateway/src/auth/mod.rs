@@ -7,7 +7,8 @@
 //! token bound to the client id ([`token`], under the secret of [`secret`]). Every write and
 //! read then runs under a [`Session`]: no valid token is a 401 (`unauthorized`: the client opens
 //! a new session and resends), and a write under another client id, or to an aggregate type the
-//! session may not touch, is a 403 (`rejected`). With `--auth none` (loopback only) every
+//! session may not touch, is a 403 (`rejected`); a token the operator revoked ([`revoke`]) is a
+//! 401 (40103). With `--auth none` (loopback only) every
 //! request runs under an unrestricted session, as before device identity existed.
 
 pub mod app_token;
@@ -204,7 +205,8 @@ impl FromRequestParts<AppState> for Session {
             .wait_loaded(revoke::FIRST_LOAD_WAIT)
             .await;
         if let Err(refused) = state.auth.revocations.check_token(&facts) {
-            tracing::info!(client = %claims.sub, jti = ?claims.jti, code = refused.0.code(), "session refused: revoked");
+            // Debug only: a revoked token's holder must not be able to flood the log.
+            tracing::debug!(client = %claims.sub, jti = ?claims.jti, code = refused.0.code(), "session refused by the revocation check");
             return Err(refused);
         }
         Ok(Session {
