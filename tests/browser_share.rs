@@ -2,7 +2,8 @@
 //! aggregate of a `members` type (`tests/browser/policy.toml`) with another device, which can
 //! then read it (and append with `readWrite`); unsharing takes that away; a non-owner's share
 //! and a stranger's are refused typed; offline, and with bad input, nothing is sent. And a change
-//! stream's refusals (`ready.refused`) reach the app typed, in `status().read.refused`.
+//! stream's refusals (`ready.refused`) reach the app typed, in `status().read.refused`. And a
+//! device the operator revokes is `unauthorized` with 40103, its events kept, until lifted.
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
@@ -19,6 +20,26 @@ wasm_bindgen_test_configure!(run_in_browser);
 extern "C" {
     #[wasm_bindgen(js_name = countMembersRequests)]
     fn count_members_requests() -> JsValue;
+    #[wasm_bindgen(js_name = asOperator)]
+    fn as_operator_js(gateway: &str, secret: &str, path: &str, body: &JsValue) -> js_sys::Promise;
+}
+
+/// The browser gateway's operator secret (`CELERIANT_TEST_OPERATOR_SECRET` at build time).
+fn operator_secret() -> &'static str {
+    option_env!("CELERIANT_TEST_OPERATOR_SECRET")
+        .expect("run the browser tests through scripts/browser-tests.sh")
+}
+
+/// `POST path` with the operator credential: (status, body).
+async fn as_operator(path: &str, body: &str) -> (f64, JsValue) {
+    let answer = ok(as_operator_js(
+        gateway(),
+        operator_secret(),
+        path,
+        &json(body),
+    ))
+    .await;
+    (num(&answer, "status"), get(&answer, "body"))
 }
 
 fn restore(log: &JsValue) {
@@ -230,4 +251,32 @@ async fn a_change_stream_refusal_reaches_the_app_typed_and_clears_once_allowed()
     again.call0(&JsValue::NULL).unwrap();
     ok(owner.close()).await;
     ok(other.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn a_revoked_device_waits_unauthorized_with_its_events_until_the_revocation_is_lifted() {
+    let client = open(&db_name("revoked"), r#"{"maxBackoffMs": 1000}"#).await;
+    let agg = aggregate(MEMBERS_TYPE, &uuid());
+    append_text(&client, &agg, "before").await;
+    ok(client.flush()).await;
+    let device = format!(r#"{{"kind":"device","id":"{}"}}"#, client.client_id());
+    let (status, record) = as_operator("/v1/revocations", &device).await;
+    assert_eq!(status, 200.0, "{record:?}");
+
+    append_text(&client, &agg, "while revoked").await;
+    until(15_000, "state unauthorized with 40103", || {
+        let status = client.status();
+        let code = get(&get(&status, "lastError"), "code").as_f64();
+        string(&status, "state") == "unauthorized" && code == Some(40103.0)
+    })
+    .await;
+    assert_eq!(num(&client.status(), "pending"), 1.0, "the event is kept");
+    assert_eq!(server_view(&client, &agg).await.0, 1, "nothing more landed");
+
+    let (status, _) = as_operator("/v1/revocations/lift", &device).await;
+    assert_eq!(status, 200.0);
+    let landed = within(client.flush(), 20_000, "the event lands once lifted").await;
+    assert!(landed.is_ok(), "{}", describe(&landed.unwrap_err()));
+    assert_eq!(server_view(&client, &agg).await.0, 2);
+    ok(client.close()).await;
 }

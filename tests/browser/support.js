@@ -541,3 +541,14 @@ export function countMembersRequests() {
   log.restore = () => { globalThis.fetch = real; };
   return log;
 }
+
+/** `POST {gateway}{path}` with the operator credential and a JSON body (revocations); resolves
+ *  with { status, body } (the body parsed). */
+export async function asOperator(gateway, secret, path, body) {
+  const r = await fetch(`${gateway}${path}`, {
+    method: "POST",
+    headers: { authorization: `Operator ${secret}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return { status: r.status, body: await r.json() };
+}
