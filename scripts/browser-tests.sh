@@ -89,8 +89,13 @@ fi
 AUTH_FLAGS=(--session-rate-per-minute 0)
 # The tests read back what landed through a reader session of their own: see the policy file.
 AUTH_FLAGS+=(--policy tests/browser/policy.toml)
+# An operator credential made for this run, for the revocation test (tests/browser_share.rs).
+CELERIANT_TEST_OPERATOR_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '%s' "$CELERIANT_TEST_OPERATOR_SECRET" >"$WORK/operator-secret"
+export CELERIANT_TEST_OPERATOR_SECRET
 ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$WORK/gateway.port" \
   --data-dir "$WORK/gateway" --www www --pkg pkg --faults "${AUTH_FLAGS[@]}" \
+  --operator-token-file "$WORK/operator-secret" \
   --faults-secret-out "$WORK/faults-secret" \
   --fault-seed "${CELERIANT_FAULT_SEED:-20261129}" >"$WORK/gateway.log" 2>&1 &
 GATEWAY_PID=$!

@@ -91,6 +91,7 @@ fn status() -> Status {
         last_error: None,
         role: Role::Drainer,
         read: ReadState::Idle,
+        read_refused: Vec::new(),
     }
 }
 

@@ -88,6 +88,11 @@ pub fn app(state: AppState) -> Router {
             WATCH_PATH,
             get(routes::watch::watch).post(routes::watch::watch),
         )
+        .route(
+            "/v1/revocations",
+            get(routes::revocations::list).post(routes::revocations::revoke),
+        )
+        .route("/v1/revocations/lift", post(routes::revocations::lift))
         .route(HEALTH_PATH, get(routes::health::health));
     if let Some(secret) = &state.faults_secret {
         // The secret is checked before anything else of the request is looked at.

@@ -111,6 +111,25 @@ impl AppState {
         {
             runtime.spawn(watch.clone().pump(changes));
         }
+        let auth = Auth::from_config(&config)?;
+        if !backend.keeps_revocations() {
+            if config.auth != crate::config::AuthMode::None {
+                tracing::warn!(
+                    backend = backend.name(),
+                    "this backend keeps no revocations: /v1/revocations answers 404 and no \
+                     session is revoked before it expires (rotate the session secret instead)"
+                );
+            }
+            auth.revocations.replace(Vec::new());
+        } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(crate::auth::revoke::refresh_loop(
+                auth.revocations.clone(),
+                backend.clone(),
+                Duration::from_secs(config.revocation_refresh_secs),
+            ));
+        }
+        // Without a runtime (unit tests) the list is never loaded and every session is
+        // refused: revocations fail closed.
         Ok(AppState {
             watch,
             backend,
@@ -130,7 +149,7 @@ impl AppState {
                 limits.read_buffer_bytes_per_ip,
             )),
             fair: Arc::new(FairShare::new(limits)),
-            auth: Arc::new(Auth::from_config(&config)?),
+            auth: Arc::new(auth),
             config: Arc::new(config),
             policy: Arc::new(policy),
             limits: Limits::default(),

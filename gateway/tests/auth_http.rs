@@ -44,6 +44,7 @@ async fn writes_without_a_valid_session_are_401_and_store_nothing() {
         exp,
         types: None,
         principal: None,
+        jti: None,
     };
     let expired = h.state.auth.keys.issue(&claims(now - 1)).unwrap();
     let r = h.write_as(&expired, &body).await;

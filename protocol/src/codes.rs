@@ -118,6 +118,9 @@ pub mod gateway {
     /// `PUT /v1/aggregates/{typeId}/{id}/members` would give the aggregate more than 256
     /// members (revoke one first).
     pub const TOO_MANY_MEMBERS: u32 = 40021;
+    /// `POST /v1/revocations` would keep more revocations than `--max-revocations` (lift one,
+    /// or wait until lifted ones age out). Nothing was stored; no revocation is ever evicted.
+    pub const TOO_MANY_REVOCATIONS: u32 = 40022;
     /// No session: the request has no `Authorization: Bearer <token>` header (or a malformed
     /// one). Open a session and resend the identical request.
     pub const SESSION_REQUIRED: u32 = 40100;
@@ -126,6 +129,11 @@ pub mod gateway {
     pub const SESSION_INVALID: u32 = 40101;
     /// The session token has expired. Open a new session and resend the identical request.
     pub const SESSION_EXPIRED: u32 = 40102;
+    /// The operator revoked this session's device, principal or token (`/v1/revocations`): a
+    /// token issued before the revocation is refused; while the revocation stands,
+    /// `POST /v1/session` refuses the device (or principal) with the same code. The client
+    /// keeps its events pending; only an operator lifting the revocation lets it write again.
+    pub const SESSION_REVOKED: u32 = 40103;
     /// `POST /v1/session`: the signature does not verify with the public key.
     pub const DEVICE_SIGNATURE_INVALID: u32 = 40110;
     /// `POST /v1/session`: the nonce is more than 2 minutes old or more than 60 s ahead of the
@@ -161,6 +169,9 @@ pub mod gateway {
     /// The policy gives this aggregate type no members (its preset is neither `members` nor
     /// `members-read`), or grants members less than asked (`readWrite` under `members-read`).
     pub const MEMBERS_NOT_ALLOWED: u32 = 40304;
+    /// `/v1/revocations` takes only the operator credential (`Authorization: Operator …`); a
+    /// session of any device or user is refused, nothing changed.
+    pub const OPERATOR_REQUIRED: u32 = 40305;
     /// The client id's stored data would go over the gateway's per-client storage quota
     /// (`--store-quota-bytes`): nothing of the request was written. Permanent until an operator
     /// raises the quota or trims the client's data.
@@ -219,7 +230,7 @@ pub mod gateway {
     pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 55] = [
+    pub const ALL: [u32; 58] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -239,10 +250,12 @@ pub mod gateway {
         INVALID_SIGNATURE,
         WATCH_TOO_MANY_AGGREGATES,
         TOO_MANY_MEMBERS,
+        TOO_MANY_REVOCATIONS,
         DUPLICATE_HOST,
         SESSION_REQUIRED,
         SESSION_INVALID,
         SESSION_EXPIRED,
+        SESSION_REVOKED,
         DEVICE_SIGNATURE_INVALID,
         NONCE_OUT_OF_WINDOW,
         NONCE_REPLAYED,
@@ -255,6 +268,7 @@ pub mod gateway {
         AGGREGATE_FORBIDDEN,
         NOT_OWNER,
         MEMBERS_NOT_ALLOWED,
+        OPERATOR_REQUIRED,
         STORAGE_QUOTA_EXCEEDED,
         NOT_FOUND,
         METHOD_NOT_ALLOWED,
@@ -339,9 +353,11 @@ pub fn name(code: u32) -> &'static str {
         g::WATCH_TOO_MANY_AGGREGATES => "WATCH_TOO_MANY_AGGREGATES",
         g::DUPLICATE_HOST => "DUPLICATE_HOST",
         g::TOO_MANY_MEMBERS => "TOO_MANY_MEMBERS",
+        g::TOO_MANY_REVOCATIONS => "TOO_MANY_REVOCATIONS",
         g::SESSION_REQUIRED => "SESSION_REQUIRED",
         g::SESSION_INVALID => "SESSION_INVALID",
         g::SESSION_EXPIRED => "SESSION_EXPIRED",
+        g::SESSION_REVOKED => "SESSION_REVOKED",
         g::DEVICE_SIGNATURE_INVALID => "DEVICE_SIGNATURE_INVALID",
         g::NONCE_OUT_OF_WINDOW => "NONCE_OUT_OF_WINDOW",
         g::NONCE_REPLAYED => "NONCE_REPLAYED",
@@ -354,6 +370,7 @@ pub fn name(code: u32) -> &'static str {
         g::AGGREGATE_FORBIDDEN => "AGGREGATE_FORBIDDEN",
         g::NOT_OWNER => "NOT_OWNER",
         g::MEMBERS_NOT_ALLOWED => "MEMBERS_NOT_ALLOWED",
+        g::OPERATOR_REQUIRED => "OPERATOR_REQUIRED",
         g::STORAGE_QUOTA_EXCEEDED => "STORAGE_QUOTA_EXCEEDED",
         g::NOT_FOUND => "NOT_FOUND",
         g::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",

@@ -97,6 +97,8 @@ pub fn classify(code: u32) -> Class {
         | g::NOT_OWNER
         | g::MEMBERS_NOT_ALLOWED
         | g::TOO_MANY_MEMBERS
+        | g::TOO_MANY_REVOCATIONS
+        | g::OPERATOR_REQUIRED
         | g::STORAGE_QUOTA_EXCEEDED
         | g::NOT_FOUND
         | g::METHOD_NOT_ALLOWED
@@ -107,6 +109,7 @@ pub fn classify(code: u32) -> Class {
         g::SESSION_REQUIRED
         | g::SESSION_INVALID
         | g::SESSION_EXPIRED
+        | g::SESSION_REVOKED
         | g::DEVICE_SIGNATURE_INVALID
         | g::NONCE_OUT_OF_WINDOW
         | g::NONCE_REPLAYED
@@ -410,7 +413,7 @@ mod tests {
     #[test]
     fn unassigned_codes_in_the_gateway_space_are_operator_retries() {
         for code in [
-            40002, 40018, 40099, 40103, 40309, 40401, 41000, 42000, 42101, 42909, 49999, 50000,
+            40002, 40018, 40099, 40104, 40309, 40401, 41000, 42000, 42101, 42909, 49999, 50000,
             50100, 59999,
         ] {
             assert!(!g::is_gateway_code(code), "{code}");

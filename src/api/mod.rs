@@ -11,6 +11,7 @@
 //! * [`typescript`]: the precise `.d.ts` declarations;
 //! * [`inspect`]: `client.inspect()` and its types (a second `impl SyncClient` block);
 //! * [`account`]: `signOut` and `SyncClient.deleteDatabase` (one browser, many users).
+//! * [`share`]: `share`, `unshare` and `members` (the gateway's members endpoint, typed).
 
 pub(crate) mod account;
 pub(crate) mod client;
@@ -20,4 +21,5 @@ pub(crate) mod input;
 pub(crate) mod inspect;
 pub(crate) mod options;
 pub(crate) mod output;
+pub(crate) mod share;
 pub(crate) mod typescript;

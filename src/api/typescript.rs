@@ -125,6 +125,16 @@ export interface ReadStatus {
      * `connected`: open, and every watched aggregate caught up; `catchingUp`: pages are being
      * read into the local log; `offline`: views answer from the local log. */
     state: "idle" | "connecting" | "connected" | "catchingUp" | "offline";
+    /** Aggregates the gateway refused to watch (the last change stream's answer): another
+     * user's aggregate this one may not read is `code` 40302. Their views stay as the local log
+     * has them; nothing of theirs is notified. Empty when nothing was refused. */
+    refused: WatchRefusal[];
+}
+
+/** One aggregate a change stream was refused, with the gateway's code. */
+export interface WatchRefusal {
+    aggregate: AggregateRef;
+    code: number;
 }
 
 /** One event of an `AggregateView`. */
@@ -229,7 +239,17 @@ export type SyncErrorCode =
     | "CLOSED"
     | "UNSUPPORTED"
     | "PENDING_EVENTS"
-    | "WRONG_USER";
+    | "WRONG_USER"
+    | "OFFLINE"
+    | "NOT_FOUND"
+    | "NOT_OWNER"
+    | "MEMBERS_NOT_ALLOWED"
+    | "TOO_MANY_MEMBERS"
+    | "INVALID_PRINCIPAL"
+    | "INVALID_ACCESS"
+    | "TYPE_FORBIDDEN"
+    | "UNAUTHORIZED"
+    | "REQUEST_FAILED";
 
 /** Everything the client throws or rejects with. */
 export interface CeleriantSyncError extends Error {
@@ -240,6 +260,19 @@ export interface CeleriantSyncError extends Error {
     /** For `PARKED`: the parked aggregate and its rejection code. */
     aggregate?: AggregateRef;
     parkCode?: number;
+    /** For `share`, `unshare`, `members`: the gateway's code, when it answered with one. */
+    serverCode?: number;
+}
+
+/** What a member may do: `read` (read and watch) or `readWrite` (also append). */
+export type MemberAccess = "read" | "readWrite";
+
+/** An aggregate's owner and members (`share`, `unshare`, `members`). Principals are
+ * `user:<subject>` (with app tokens) or `device:<clientId>`. */
+export interface Members {
+    owner: string;
+    /** For the owner every member; for a member only its own grant. */
+    members: Record<string, MemberAccess>;
 }
 
 export interface SyncClient {

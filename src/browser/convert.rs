@@ -13,7 +13,7 @@ use super::idb::keys::uuid_js;
 use super::js;
 use crate::engine::model::{AggregateRef, ParkRecord};
 use crate::engine::read::machine::ReadState;
-use crate::engine::status::{LastError, Role, Status, SyncState, SyncedNotice};
+use crate::engine::status::{LastError, Refused, Role, Status, SyncState, SyncedNotice};
 
 /// `{ typeId, id }`.
 pub(crate) fn aggregate_to_js(a: &AggregateRef) -> JsValue {
@@ -54,7 +54,7 @@ const STATES: [SyncState; 8] = [
     SyncState::Closed,
 ];
 
-/// `{ state, role, pending, parked, lastError }`.
+/// `{ state, role, pending, parked, lastError, read: { state, refused } }`.
 pub(crate) fn status_to_js(s: &Status) -> JsValue {
     let o = Object::new();
     js::set(&o, "state", s.state.as_str());
@@ -74,6 +74,17 @@ pub(crate) fn status_to_js(s: &Status) -> JsValue {
     js::set(&o, "lastError", error);
     let read = Object::new();
     js::set(&read, "state", s.read.as_str());
+    let refused: Array = s
+        .read_refused
+        .iter()
+        .map(|r| {
+            let entry = Object::new();
+            js::set(&entry, "aggregate", aggregate_to_js(&r.aggregate));
+            js::set(&entry, "code", r.code);
+            JsValue::from(entry)
+        })
+        .collect();
+    js::set(&read, "refused", refused);
     js::set(&o, "read", read);
     o.into()
 }
@@ -111,7 +122,37 @@ pub(crate) fn status_from_js(v: &JsValue) -> Option<Status> {
                 .find(|s| s.as_str() == state)
                 .unwrap_or(&ReadState::Idle)
         },
+        read_refused: refused_from_js(&js::get(&js::get(v, "read"), "refused")),
     })
+}
+
+/// The most refusals kept from one change stream's `ready` (the gateway's own bound on a
+/// stream's aggregates is lower; this one holds whatever answers).
+pub(crate) const MAX_REFUSED: usize = 10_000;
+
+/// `[{ aggregate, code }]` (a status's `read.refused`), or `[{ typeId, id, code }]` (a change
+/// stream's `ready.refused`); entries that do not read are skipped.
+pub(crate) fn refused_from_js(list: &JsValue) -> Vec<Refused> {
+    if !Array::is_array(list) {
+        return Vec::new();
+    }
+    js::array(list)
+        .iter()
+        .take(MAX_REFUSED)
+        .filter_map(|entry| {
+            let named = js::get(entry, "aggregate");
+            let aggregate = if named.is_object() {
+                aggregate_from_js(&named)?
+            } else {
+                aggregate_from_js(entry)?
+            };
+            let code = js::get_u64(entry, "code")?;
+            Some(Refused {
+                aggregate,
+                code: u32::try_from(code).ok()?,
+            })
+        })
+        .collect()
 }
 
 /// The `synced` event's detail.

@@ -36,15 +36,15 @@ pub(crate) fn error_text(error: &JsValue) -> String {
 
 async fn exchange(
     url: &str,
-    body: Option<&str>,
+    body: Option<(&str, &str)>,
     bearer: Option<&str>,
     controller: &AbortController,
 ) -> Result<Reply, JsValue> {
     let init = RequestInit::new();
     let headers = web_sys::Headers::new()?;
     match body {
-        Some(body) => {
-            init.set_method("POST");
+        Some((method, body)) => {
+            init.set_method(method);
             init.set_body(&JsValue::from_str(body));
             headers.set("Content-Type", "application/json")?;
         }
@@ -79,7 +79,12 @@ async fn exchange(
 /// Posts `body` (JSON) to `url`, with `Authorization: Bearer` when `bearer` is given; aborts
 /// after `timeout_ms`, or when the future is dropped.
 pub(crate) async fn post(url: &str, body: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
-    request(url, Some(body), bearer, timeout_ms).await
+    request(url, Some(("POST", body)), bearer, timeout_ms).await
+}
+
+/// Puts `body` (JSON) at `url`, as [`post`] does.
+pub(crate) async fn put(url: &str, body: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
+    request(url, Some(("PUT", body)), bearer, timeout_ms).await
 }
 
 /// `GET url`, with `Authorization: Bearer` when `bearer` is given; aborts after `timeout_ms`,
@@ -88,7 +93,12 @@ pub(crate) async fn get(url: &str, bearer: Option<&str>, timeout_ms: u32) -> Rep
     request(url, None, bearer, timeout_ms).await
 }
 
-async fn request(url: &str, body: Option<&str>, bearer: Option<&str>, timeout_ms: u32) -> Reply {
+async fn request(
+    url: &str,
+    body: Option<(&str, &str)>,
+    bearer: Option<&str>,
+    timeout_ms: u32,
+) -> Reply {
     let controller = match AbortController::new() {
         Ok(c) => c,
         Err(e) => return Reply::network(error_text(&e)),

@@ -16,6 +16,7 @@
 //! * [`global`]: the global scope, reached through `js_sys::global()` so everything works in a
 //!   window, a dedicated Worker or a Service Worker.
 //! * [`inspect`]: what `inspect()` reads through the runtime and the lock manager.
+//! * [`members`]: `share`, `unshare` and `members` over `fetch`, with a session of their own.
 //!
 //! Nothing here decides anything; the rules live in [`crate::engine`].
 
@@ -29,6 +30,7 @@ pub(crate) mod identity;
 pub(crate) mod inspect;
 pub(crate) mod js;
 pub(crate) mod locks;
+pub(crate) mod members;
 pub(crate) mod network;
 pub(crate) mod reader;
 pub(crate) mod runtime;

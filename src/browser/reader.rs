@@ -17,6 +17,7 @@ use gloo_timers::future::TimeoutFuture;
 use js_sys::{Array, JSON};
 use wasm_bindgen::JsValue;
 
+use super::convert::refused_from_js;
 use super::fetch::get;
 use super::idb::outbox::IdbOutbox;
 use super::js;
@@ -223,6 +224,7 @@ impl ReaderRuntime {
             Action::CloseStream => {
                 self.generation.set(self.generation.get() + 1);
                 self.stream.borrow_mut().take();
+                self.hub.set_read_refused(Vec::new());
             }
             Action::FetchPage(aggregate) | Action::Probe(aggregate) => {
                 let probe = matches!(action, Action::Probe(_));
@@ -353,6 +355,12 @@ impl ReaderRuntime {
                         Err(_) => return false,
                     };
                     for event in events {
+                        // `ready` lists what the gateway refused to watch: reported as is.
+                        if event.name == "ready" && reader.generation.get() == generation {
+                            let data = JSON::parse(&event.data).unwrap_or(JsValue::NULL);
+                            let refused = refused_from_js(&js::get(&data, "refused"));
+                            reader.hub.set_read_refused(refused);
+                        }
                         match note(&event) {
                             Ok(Some(n)) => reader.later_if(generation, Input::Stream(n)),
                             Ok(None) => {}

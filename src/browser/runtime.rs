@@ -21,6 +21,7 @@ use super::env::{BrowserEnv, OnlineListener};
 use super::fetch::FetchTransport;
 use super::idb::outbox::IdbOutbox;
 use super::locks::{self, DrainLock};
+use super::members::MembersApi;
 use super::network::NetworkSwitch;
 use super::reader::{ReaderConfig, ReaderNews, ReaderRuntime};
 use super::session::GatewaySessions;
@@ -89,6 +90,8 @@ pub(crate) struct Runtime {
     reader: RefCell<Option<Rc<ReaderRuntime>>>,
     /// `read` calls waiting for a catch-up to end.
     waiters: RefCell<Vec<(AggregateRef, oneshot::Sender<bool>)>>,
+    /// `share`, `unshare`, `members`.
+    pub members: MembersApi,
 }
 
 fn now() -> u64 {
@@ -189,6 +192,12 @@ impl Runtime {
                 hub,
                 client_id,
                 inspector: Inspector::default(),
+                members: MembersApi::new(
+                    config.gateway_url.clone(),
+                    config.request_timeout_ms,
+                    config.network.clone(),
+                    sessions.clone(),
+                ),
                 config,
                 sessions,
                 coordinator: RefCell::new(Coordinator::new()),

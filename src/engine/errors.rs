@@ -72,8 +72,35 @@ codes! {
     Unsupported = "UNSUPPORTED",
     /// `signOut` without `discardPending` while events are pending or parked.
     PendingEvents = "PENDING_EVENTS",
-    /// The database belongs to another user than `open`'s `user` option.
+    /// The database belongs to another user than `open`'s `user` option; or (`share`,
+    /// `unshare`, `members`) the gateway opened a session for another user than this
+    /// database's.
     WrongUser = "WRONG_USER",
+    /// `share`, `unshare`, `members`: the client is offline (`setOffline(true)` or the
+    /// device); nothing was sent.
+    Offline = "OFFLINE",
+    /// `share`, `unshare`, `members`: no such aggregate, or one this user may not read.
+    NotFound = "NOT_FOUND",
+    /// `share`, `unshare`: only the aggregate's owner changes its members.
+    NotOwner = "NOT_OWNER",
+    /// `share`: the gateway's policy gives this aggregate type no members (or only readers).
+    MembersNotAllowed = "MEMBERS_NOT_ALLOWED",
+    /// `share`: the aggregate has the most members allowed (256).
+    TooManyMembers = "TOO_MANY_MEMBERS",
+    /// `share`, `unshare`: the principal is not `user:<subject>` or `device:<clientId>`, or is
+    /// the owner.
+    InvalidPrincipal = "INVALID_PRINCIPAL",
+    /// `share`: `access` is not `"read"` or `"readWrite"`.
+    InvalidAccess = "INVALID_ACCESS",
+    /// `share`, `unshare`, `members`: this user's app token does not allow the aggregate's
+    /// type (its `celeriant_types`).
+    TypeForbidden = "TYPE_FORBIDDEN",
+    /// `share`, `unshare`, `members`: no session could be opened, or the gateway refused it
+    /// (e.g. revoked, `serverCode` 40103).
+    Unauthorized = "UNAUTHORIZED",
+    /// `share`, `unshare`, `members`: the request failed (network, timeout, a busy or failing
+    /// gateway); nothing is known to have changed — try again.
+    RequestFailed = "REQUEST_FAILED",
 }
 
 impl From<&StoreError> for ErrorCode {

@@ -20,6 +20,7 @@
 //! * [`read`]: the read side — catch-up, the change stream, the converged view;
 //! * [`status`] and [`signal`]: what the app sees and how the drain is woken;
 //! * [`errors`]: the stable error codes JavaScript sees.
+//! * [`members`]: sharing an aggregate (`share`, `unshare`, `members`): checks, bodies, refusals.
 //! * [`sorted`]: the small ordered maps and sets the client keeps (a sorted `Vec`, for size).
 //! * [`inspect`]: what `inspect()` shows (the drain's recent outcomes, the pinned batch's
 //!   attempts, the outbox per aggregate).
@@ -39,6 +40,7 @@ pub mod env;
 pub mod errors;
 pub mod group;
 pub mod inspect;
+pub mod members;
 pub mod memory;
 pub mod model;
 pub mod outbox;

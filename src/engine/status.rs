@@ -99,6 +99,19 @@ pub struct Status {
     pub role: Role,
     /// The read side's state (the drainer's, mirrored in every context).
     pub read: ReadState,
+    /// Aggregates the gateway refused to watch (`ready.refused` of the change stream, the
+    /// drainer's, mirrored): the view of each stays as the local log has it.
+    pub read_refused: Vec<Refused>,
+}
+
+/// An aggregate the gateway refused in a change stream, with its code (40302: someone else's
+/// aggregate this user may not read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// The aggregate.
+    pub aggregate: AggregateRef,
+    /// The gateway's code.
+    pub code: u32,
 }
 
 /// Events that landed, reported once they are settled locally.
@@ -175,6 +188,7 @@ pub struct Hub {
     state: Cell<SyncState>,
     role: Cell<Role>,
     read: Cell<ReadState>,
+    read_refused: RefCell<Vec<Refused>>,
     /// Aggregates whose local log moved, for the drain to prune what it now holds.
     logged: RefCell<Vec<AggregateRef>>,
     last_error: RefCell<Option<LastError>>,
@@ -203,6 +217,7 @@ impl Hub {
             state: Cell::new(SyncState::Idle),
             role: Cell::new(Role::Drainer),
             read: Cell::new(ReadState::Idle),
+            read_refused: RefCell::default(),
             logged: RefCell::default(),
             last_error: RefCell::new(None),
             counts: RefCell::new(Counts::default()),
@@ -228,7 +243,18 @@ impl Hub {
             last_error: self.last_error.borrow().clone(),
             role: self.role.get(),
             read: self.read.get(),
+            read_refused: self.read_refused.borrow().clone(),
         }
+    }
+
+    /// Sets the aggregates the change stream's gateway refused (reported only when it changed).
+    pub fn set_read_refused(&self, refused: Vec<Refused>) {
+        if *self.read_refused.borrow() == refused {
+            return;
+        }
+        let before = self.status();
+        *self.read_refused.borrow_mut() = refused;
+        self.changed(before);
     }
 
     /// Sets the read side's state.
@@ -267,6 +293,7 @@ impl Hub {
             self.state.set(status.state);
         }
         self.read.set(status.read);
+        *self.read_refused.borrow_mut() = status.read_refused.clone();
         *self.last_error.borrow_mut() = status.last_error.clone();
         {
             let mut counts = self.counts.borrow_mut();

@@ -528,3 +528,27 @@ export function signIn(secret, user) {
   };
   return s;
 }
+
+/** Wraps the global fetch to count requests to a members endpoint (`…/members`), which still go
+ *  to the real gateway. Returns { count, restore() }. */
+export function countMembersRequests() {
+  const real = globalThis.fetch;
+  const log = { count: 0 };
+  globalThis.fetch = (input, init) => {
+    if (input instanceof Request && input.url.endsWith("/members")) log.count += 1;
+    return real(input, init);
+  };
+  log.restore = () => { globalThis.fetch = real; };
+  return log;
+}
+
+/** `POST {gateway}{path}` with the operator credential and a JSON body (revocations); resolves
+ *  with { status, body } (the body parsed). */
+export async function asOperator(gateway, secret, path, body) {
+  const r = await fetch(`${gateway}${path}`, {
+    method: "POST",
+    headers: { authorization: `Operator ${secret}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return { status: r.status, body: await r.json() };
+}

@@ -7,11 +7,14 @@ import init, {
   type AggregateView,
   type CeleriantSyncError,
   type InspectSnapshot,
+  type MemberAccess,
+  type Members,
   type ParkedEvent,
   type ReadStatus,
   type Receipt,
   type SyncStatus,
   type ViewEvent,
+  type WatchRefusal,
 } from "../../pkg/celeriant_sync.js";
 
 export async function example(): Promise<void> {
@@ -134,10 +137,35 @@ export async function reading(client: SyncClient, aggregate: AggregateRef): Prom
   });
   unsubscribe();
   const state: ReadStatus["state"] = client.status().read.state;
-  console.log(version, cached, state);
+  const refusals: WatchRefusal[] = client.status().read.refused;
+  const refusedCode: number | undefined = refusals[0]?.code;
+  const refusedId: string | undefined = refusals[0]?.aggregate.id;
+  console.log(version, cached, state, refusedCode, refusedId);
   // @ts-expect-error a listener gets a view, not events
   client.subscribe(aggregate, (events: ViewEvent[]) => events.length);
   // @ts-expect-error read states are a closed set
   const bad: ReadStatus["state"] = "streaming";
   console.log(bad);
+}
+
+export async function sharing(client: SyncClient, aggregate: AggregateRef): Promise<void> {
+  const shared: Members = await client.share(aggregate, "user:bob", "readWrite");
+  const owner: string = shared.owner;
+  const bob: MemberAccess | undefined = shared.members["user:bob"];
+  const after: Members = await client.unshare(aggregate, "user:bob");
+  const listed: Members = await client.members(aggregate);
+  console.log(owner, bob, after.members, listed.owner);
+  try {
+    await client.share(aggregate, "device:" + client.clientId, "read");
+  } catch (e) {
+    const error = e as CeleriantSyncError;
+    if (error.code === "NOT_OWNER" || error.code === "OFFLINE") console.log(error.serverCode);
+  }
+  // @ts-expect-error access is "read" or "readWrite"
+  await client.share(aggregate, "user:bob", "write");
+  // @ts-expect-error unshare takes no access
+  await client.unshare(aggregate, "user:bob", "read");
+  // @ts-expect-error a grant is a closed set
+  const grant: MemberAccess = "admin";
+  console.log(grant);
 }

@@ -187,7 +187,11 @@ mod tests {
         assert_eq!(demo.preset(Uuid::nil()), Preset::Owner);
         let browser = Policy::load(&root.join("tests/browser/policy.toml")).unwrap();
         assert_eq!(browser.default, Preset::AuthenticatedRead);
-        assert_eq!(browser.types.len(), 1);
+        assert_eq!(browser.types.len(), 2);
+        let shared = Uuid::parse_str("5a4ed000-0000-4000-8000-00000000b001").unwrap();
+        assert_eq!(browser.preset(shared), Preset::Authenticated);
+        let members = Uuid::parse_str("5a4ed000-0000-4000-8000-00000000b002").unwrap();
+        assert_eq!(browser.preset(members), Preset::Members);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! token bound to the client id ([`token`], under the secret of [`secret`]). Every write and
 //! read then runs under a [`Session`]: no valid token is a 401 (`unauthorized`: the client opens
 //! a new session and resends), and a write under another client id, or to an aggregate type the
-//! session may not touch, is a 403 (`rejected`). With `--auth none` (loopback only) every
+//! session may not touch, is a 403 (`rejected`); a token the operator revoked ([`revoke`]) is a
+//! 401 (40103). With `--auth none` (loopback only) every
 //! request runs under an unrestricted session, as before device identity existed.
 
 pub mod app_token;
@@ -17,6 +18,7 @@ pub mod faults_secret;
 pub mod operator;
 pub mod rate;
 pub mod replay;
+pub mod revoke;
 pub mod secret;
 pub mod subjects;
 pub mod token;
@@ -31,6 +33,7 @@ use self::bearer::{Bearer, bearer};
 use self::operator::OperatorToken;
 use self::rate::SessionLimiter;
 use self::replay::ReplayCache;
+use self::revoke::TokenFacts;
 use self::subjects::SubjectCaps;
 use self::token::SessionKeys;
 use crate::access::{Actor, Principal};
@@ -56,6 +59,8 @@ pub struct Auth {
     pub subjects: SubjectCaps,
     /// The operator credential, when `--operator-token-file` is given.
     pub operator: Option<OperatorToken>,
+    /// The revocations every session is checked against (`revoke`).
+    pub revocations: std::sync::Arc<revoke::Revocations>,
 }
 
 impl Auth {
@@ -80,6 +85,7 @@ impl Auth {
                 .as_deref()
                 .map(OperatorToken::load)
                 .transpose()?,
+            revocations: std::sync::Arc::new(revoke::Revocations::new()),
         })
     }
 }
@@ -96,6 +102,35 @@ pub struct Session {
     pub expires_at: Option<u64>,
     /// Who the access policy sees.
     pub actor: Actor,
+    /// The token's id and issue time (`None` under `--auth none` and for the operator), so a
+    /// long-lived change stream can be checked against revocations made after it opened.
+    pub token: Option<TokenId>,
+}
+
+/// What identifies a session's token for revocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenId {
+    /// The token's `jti`.
+    pub jti: Option<Uuid>,
+    /// Issued at, Unix seconds.
+    pub iat: u64,
+}
+
+impl Session {
+    /// Whether a revocation now covers this session's token (always false without a token).
+    pub fn revoked(&self, revocations: &revoke::Revocations) -> bool {
+        match (&self.token, self.client_id, &self.actor) {
+            (Some(t), Some(client_id), Actor::Principal(principal)) => revocations
+                .check_token(&TokenFacts {
+                    client_id,
+                    principal,
+                    jti: t.jti,
+                    iat: t.iat,
+                })
+                .is_err(),
+            _ => false,
+        }
+    }
 }
 
 impl Session {
@@ -132,6 +167,7 @@ impl FromRequestParts<AppState> for Session {
                 types: None,
                 expires_at: None,
                 actor: Actor::Unchecked,
+                token: None,
             });
         }
         let token = match bearer(&parts.headers) {
@@ -157,11 +193,31 @@ impl FromRequestParts<AppState> for Session {
                 ApiError::code(g::SESSION_INVALID, format!("the session's principal: {e}"))
             })?,
         };
+        let facts = TokenFacts {
+            client_id: claims.sub,
+            principal: &principal,
+            jti: claims.jti,
+            iat: claims.iat,
+        };
+        state
+            .auth
+            .revocations
+            .wait_loaded(revoke::FIRST_LOAD_WAIT)
+            .await;
+        if let Err(refused) = state.auth.revocations.check_token(&facts) {
+            // Debug only: a revoked token's holder must not be able to flood the log.
+            tracing::debug!(client = %claims.sub, jti = ?claims.jti, code = refused.0.code(), "session refused by the revocation check");
+            return Err(refused);
+        }
         Ok(Session {
             client_id: Some(claims.sub),
             types: claims.types,
             expires_at: Some(claims.exp),
             actor: Actor::Principal(principal),
+            token: Some(TokenId {
+                jti: claims.jti,
+                iat: claims.iat,
+            }),
         })
     }
 }
@@ -188,6 +244,7 @@ fn operator(state: &AppState, parts: &Parts, secret: &str) -> Result<Session, Ap
         types: None,
         expires_at: None,
         actor: Actor::Operator,
+        token: None,
     })
 }
 

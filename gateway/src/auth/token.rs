@@ -39,6 +39,10 @@ pub struct SessionClaims {
     /// token issued before principals existed): `device:<sub>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// The token's own id (random), so that one token can be revoked and named in logs;
+    /// absent in tokens issued before revocation existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<Uuid>,
 }
 
 /// Issues and verifies session tokens under one secret.
@@ -104,6 +108,7 @@ mod tests {
             exp,
             types: None,
             principal: None,
+            jti: None,
         }
     }
 

@@ -35,6 +35,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use crate::access::{AccessRecord, Policy, Principal};
+use crate::auth::revoke::Revocation;
 
 /// A fully qualified aggregate: the organisation (from gateway configuration) and the aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -80,6 +81,11 @@ pub struct AggregateCommand {
 /// answer refusing it.
 pub type AccessChange =
     Box<dyn FnOnce(Option<AccessRecord>) -> Result<AccessRecord, crate::error::ApiError> + Send>;
+
+/// A change of the stored revocations, judged against the current ones (already pruned of
+/// those past their `forget_at`): the new list, or the answer refusing it (nothing stored).
+pub type RevocationChange =
+    Box<dyn FnOnce(Vec<Revocation>) -> Result<Vec<Revocation>, crate::error::ApiError> + Send>;
 
 /// A successful write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,6 +231,16 @@ impl BackendError {
     }
 }
 
+fn no_revocations(backend: &str) -> BackendError {
+    BackendError::code(
+        celeriant_sync_protocol::codes::gateway::NOT_FOUND,
+        format!(
+            "the {backend} backend keeps no revocations (rotate the session secret to revoke \
+             every session)"
+        ),
+    )
+}
+
 /// A store the gateway can write to and read from.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -293,6 +309,26 @@ pub trait Backend: Send + Sync + 'static {
             celeriant_sync_protocol::codes::gateway::MEMBERS_NOT_ALLOWED,
             format!("the {} backend keeps no members", self.name()),
         ))
+    }
+
+    /// Whether this backend stores revocations (`crate::auth::revoke`).
+    fn keeps_revocations(&self) -> bool {
+        false
+    }
+
+    /// Every stored revocation. The default (a backend that keeps none) refuses.
+    async fn revocations(&self) -> Result<Vec<Revocation>, BackendError> {
+        Err(no_revocations(self.name()))
+    }
+
+    /// Changes the stored revocations atomically: `change` gets the current list and returns
+    /// the new one (stored) or a refusal (nothing stored). The default refuses.
+    async fn update_revocations(
+        &self,
+        change: RevocationChange,
+    ) -> Result<Result<Vec<Revocation>, crate::error::ApiError>, BackendError> {
+        let _ = change;
+        Err(no_revocations(self.name()))
     }
 
     /// One page rendered as the response body. The default reads it with [`Backend::read`] and

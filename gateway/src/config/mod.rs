@@ -219,6 +219,26 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_OPERATOR_TOKEN_FILE")]
     pub operator_token_file: Option<PathBuf>,
 
+    /// How often each gateway reloads the revocations from its store, in seconds: a revocation
+    /// made on another replica is in force here within this time.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_REVOCATION_REFRESH_SECS",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub revocation_refresh_secs: u64,
+
+    /// Most revocations kept (standing, and lifted ones until their old tokens expire); a
+    /// revocation past it is refused (40022), none is ever evicted.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_MAX_REVOCATIONS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000)
+    )]
+    pub max_revocations: u64,
+
     /// Directory served at `/` (the demo page).
     #[arg(long, env = "CELERIANT_GATEWAY_WWW", default_value = "www")]
     pub www: PathBuf,

@@ -4,6 +4,7 @@ pub mod faults;
 pub mod health;
 pub mod members;
 pub mod read;
+pub mod revocations;
 pub mod session;
 pub mod watch;
 pub mod write;

@@ -56,6 +56,16 @@ pub async fn session(State(state): State<AppState>, request: Request) -> Respons
     }
 }
 
+/// A fresh random token id (a version-4 UUID from the operating system's randomness).
+fn token_id() -> Result<uuid::Uuid, ApiError> {
+    use rand::TryRngCore as _;
+    let mut bytes = [0u8; 16];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut bytes)
+        .map_err(|e| ApiError::code(g::INTERNAL, format!("no randomness: {e}")))?;
+    Ok(uuid::Builder::from_random_bytes(bytes).into_uuid())
+}
+
 async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionResponse, ApiError> {
     let auth = &state.auth;
     auth.limiter.check(ip).map_err(|wait| {
@@ -113,6 +123,11 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         })?,
         None => Principal::device(proven.client_id),
     };
+    auth.revocations
+        .wait_loaded(crate::auth::revoke::FIRST_LOAD_WAIT)
+        .await;
+    auth.revocations
+        .check_new_session(proven.client_id, &principal)?;
     let now_s = now / 1000;
     let mut exp = now_s + auth.ttl_secs;
     if let Some(grant) = &grant {
@@ -138,6 +153,7 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         exp,
         types: grant.as_ref().and_then(|g| g.types.clone()),
         principal: Some(principal.as_str().to_owned()),
+        jti: Some(token_id()?),
     };
     let token = auth
         .keys
@@ -145,6 +161,7 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         .map_err(|e| ApiError::code(g::INTERNAL, e))?;
     tracing::info!(
         client = %proven.client_id,
+        jti = ?claims.jti,
         subject = grant.as_ref().map(|g| g.subject.as_str()),
         types = ?claims.types,
         %ip,

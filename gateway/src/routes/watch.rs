@@ -62,6 +62,10 @@ fn delivery_check(state: &AppState, session: Session) -> stream::Check {
     std::sync::Arc::new(move |aggregate: AggregateRef| {
         let (state, session, owned) = (state.clone(), session.clone(), owned.clone());
         Box::pin(async move {
+            // A token revoked after the stream opened gets no more notifications.
+            if session.revoked(&state.auth.revocations) {
+                return false;
+            }
             let lock = || owned.lock().unwrap_or_else(|p| p.into_inner());
             if lock().contains(&aggregate) {
                 return true;

@@ -255,3 +255,30 @@ pub fn data_dir() -> tempfile::TempDir {
 pub fn key_file(name: &str) -> PathBuf {
     super::device::keys_dir().join(name)
 }
+
+/// `method base + path` with a raw `Authorization` value (e.g. `Operator <secret>`) and, when
+/// given, a JSON body.
+pub fn with_authorization(
+    method: &str,
+    base: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: Option<&Value>,
+) -> Answer {
+    let url = format!("{base}{path}");
+    let mut request = ureq::http::Request::builder().method(method).uri(&url);
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    let response = match body {
+        Some(body) => {
+            let request = request
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(body).unwrap())
+                .unwrap();
+            agent().run(request)
+        }
+        None => agent().run(request.body(()).unwrap()),
+    };
+    answer(response.unwrap())
+}

@@ -128,6 +128,7 @@ mod tests {
             last_error: None,
             role: Role::Drainer,
             read: ReadState::Idle,
+            read_refused: Vec::new(),
         };
         let (older, newer) = (status(1), status(5));
         assert_eq!(out.hold(Message::Status(older), 1), Hold::Held);

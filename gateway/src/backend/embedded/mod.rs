@@ -41,6 +41,7 @@ mod migrate;
 mod read;
 mod record;
 pub mod repair;
+pub mod revocations;
 mod tables;
 mod trim;
 pub mod verify;
@@ -62,9 +63,10 @@ use self::read::ReadError;
 use self::tables::AGGREGATES;
 use super::{
     AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, JsonPage, ReadPage,
-    ReadQuery, WriteAck, WriteCommand,
+    ReadQuery, RevocationChange, WriteAck, WriteCommand,
 };
 use crate::access::AccessRecord;
+use crate::auth::revoke::Revocation;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::limits::notice::Throttle;
@@ -579,5 +581,20 @@ impl Backend for EmbeddedStore {
         })
         .await
         .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    }
+
+    fn keeps_revocations(&self) -> bool {
+        true
+    }
+
+    async fn revocations(&self) -> Result<Vec<Revocation>, BackendError> {
+        revocations::list_in(self.shared.clone(), now_ms() / 1000).await
+    }
+
+    async fn update_revocations(
+        &self,
+        change: RevocationChange,
+    ) -> Result<Result<Vec<Revocation>, ApiError>, BackendError> {
+        revocations::update_in(self.shared.clone(), now_ms() / 1000, change).await
     }
 }
