@@ -6,7 +6,8 @@
 //! same way `celeriant_client_tokio`'s own `tests/common/mod.rs` builds its fakes. It answers the
 //! Identify every connection sends first, echoes each request's correlation id, records what it
 //! received, and answers each request from a per-test script; with nothing scripted it behaves as
-//! a tiny store (writes append a batch, reads return them, unknown aggregates answer 1001).
+//! a tiny store (writes append a batch, reads return them, unknown aggregates answer 1001) that
+//! enforces Celeriant's version guard (2003) like the server (see `State::write`).
 //!
 //! A `Watch` request turns its connection into a watch stream, as on a single-shard node: an
 //! empty `WatchResponse` acknowledges it, then every stored write is notified on it, and a test
@@ -32,7 +33,8 @@ use celeriant_msg::process_identify::{
 use celeriant_msg::request::requests::{IdentifyRequest, ReadRequest, WriteRequest};
 use celeriant_msg::response::aggregate_event_batch::AggregateEventBatch;
 use celeriant_msg::response::responses::{
-    ErrorResponse, IdentifyResponse, ReadResponse, WatchResponse, WriteResponse,
+    AggregateConflict, ErrorResponse, IdentifyResponse, ReadResponse, WatchResponse,
+    WriteConflictResponse, WriteResponse,
 };
 use celeriant_msg::response::watch_event::WatchResponseEvent;
 use celeriant_wal::aggregate_key::AggregateKey;
@@ -457,19 +459,39 @@ impl State {
         }
     }
 
-    /// Atomic across the request's aggregates, like the server; no idempotency checks (tests
-    /// script 2002/2013 instead).
+    /// Atomic across the request's aggregates, like the server. Per aggregate, in the server's
+    /// order: existence (2005), then the version guard (2003: `expected_version: n` commits
+    /// only at exactly version n, the batch count, so `0` only while the aggregate does not
+    /// exist; answered, as the server does, with a `WriteConflictResponse` naming each stale
+    /// guard's expected and current version); no idempotency checks (tests script 2002/2013
+    /// instead), so nothing here can answer 2002 where the server would answer 2003.
     fn write(&mut self, request: &WriteRequest) -> ClientResponse {
         let correlation_id = request.correlation_id;
+        let mut conflicts = Vec::new();
         for (key, write) in &request.writes {
-            let exists = self.store.get(key).is_some_and(|b| !b.is_empty());
-            if !exists && !write.allow_create {
+            let current = self.store.get(key).map_or(0, |b| b.len() as u64);
+            if current == 0 && !write.allow_create {
                 return error(
                     correlation_id,
                     error_codes::WRITE_AGGREGATE_NOT_EXISTS,
                     "aggregate does not exist".into(),
                 );
             }
+            if let Some(expected) = write.expected_version
+                && expected != current
+            {
+                conflicts.push(AggregateConflict {
+                    key: key.clone(),
+                    expected,
+                    current,
+                });
+            }
+        }
+        if !conflicts.is_empty() {
+            return ClientResponse::WriteConflict(WriteConflictResponse {
+                correlation_id,
+                conflicts,
+            });
         }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
