@@ -78,8 +78,10 @@ pub struct AggregateCommand {
 
 /// A change of an access record, judged against the current one: the new record, or the
 /// answer refusing it.
+/// It may be asked more than once (a store that retries on a concurrent change, the Celeriant
+/// backend), so it must decide from its argument alone.
 pub type AccessChange =
-    Box<dyn FnOnce(Option<AccessRecord>) -> Result<AccessRecord, crate::error::ApiError> + Send>;
+    Box<dyn Fn(Option<AccessRecord>) -> Result<AccessRecord, crate::error::ApiError> + Send + Sync>;
 
 /// A successful write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,6 +276,19 @@ pub trait Backend: Send + Sync + 'static {
     async fn access(&self, key: AggregateKey) -> Result<Option<AccessRecord>, BackendError> {
         let _ = key;
         Ok(None)
+    }
+
+    /// The access record of `key` for an access check, which may come from a per-replica
+    /// cache: an owner never changes, so a check that needs only the owner (`members: false`)
+    /// may use a record of any age; one that depends on members gets a record at most the
+    /// backend's members TTL old. The default asks [`Backend::access`].
+    async fn access_check(
+        &self,
+        key: AggregateKey,
+        members: bool,
+    ) -> Result<Option<AccessRecord>, BackendError> {
+        let _ = members;
+        self.access(key).await
     }
 
     /// Whether this backend records owners (and so can enforce any policy).

@@ -1,0 +1,353 @@
+//! Owners and members on the Celeriant backend, kept in Celeriant itself so every replica of
+//! the gateway agrees.
+//!
+//! Each data aggregate `(org, type, id)` has at most one **access aggregate**
+//! `(org, RESERVED_TYPE, record_id(type, id))` ([`record_key`]): `RESERVED_TYPE` is
+//! `crate::access::RESERVED_TYPE`, which the public API refuses (`Session::check_type`), and
+//! `record_id` is the first 16 bytes of SHA-256 over a domain tag, the type's and the id's
+//! 16 bytes (big-endian), read as a big-endian `u128`. Every batch of it holds one event
+//! ([`RECORD_EVENT_TYPE`]) whose value is the whole [`AccessRecord`] as JSON after the change:
+//!
+//! * version 1 is written by the gateway **before** the first data write of the aggregate, with
+//!   `expected_version: 0` and `allow_create: true`: Celeriant commits it only while the record
+//!   does not exist, so of two creators racing exactly one gets it; the other gets 2003 and is
+//!   judged against the winner's record like any other principal. The owner is version 1's and
+//!   never changes (a later batch naming another owner is refused as damaged data).
+//! * each members change appends a batch guarded with `expected_version` = the version the
+//!   change was decided on (read-modify-write; on 2003 read again and decide again, at most
+//!   [`UPDATE_ATTEMPTS`] times).
+//!
+//! A crash between the record and the data write leaves a record without data: its owner still
+//! owns the id, the retried write lands (it is the owner's), anyone else is refused.
+//!
+//! Records are cached per replica, at most [`CACHE_ENTRIES`]: an owner never changes, so a check
+//! that needs only the owner uses the cached record however old; a check that depends on members
+//! re-reads it (from the cached version on) once it is older than the members TTL
+//! (`--members-cache-ms`), which is how long a revoked member may keep access through another
+//! replica. The replica that makes a change sees it at once. An absent record is never cached
+//! (it can be created at any moment).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use celeriant_client_tokio::{CeleriantPool, ClientError, ReadError, ServerError, WriteError};
+use celeriant_msg::request::read_filters::ReadFilters;
+use celeriant_msg::request::requests::{ReadRequest, SingleAggregateWrite, WriteRequest};
+use celeriant_sync_protocol::codes::{celeriant as cc, gateway as g};
+use celeriant_wal::aggregate_key::AggregateKey as CeleriantKey;
+use celeriant_wal::datablocks::datablock_aggregate_event::DatablockAggregateEvent;
+use sha2::{Digest, Sha256};
+
+use super::backend_error;
+use crate::access::{AccessRecord, RESERVED_TYPE};
+use crate::backend::{AccessChange, AggregateKey, BackendError};
+use crate::error::ApiError;
+
+/// The event type of a record batch (its value: the record as JSON).
+pub const RECORD_EVENT_TYPE: u64 = 1;
+
+/// Most records one replica caches.
+pub const CACHE_ENTRIES: usize = 65_536;
+
+/// Attempts of one members change that keeps losing the version guard.
+pub const UPDATE_ATTEMPTS: usize = 5;
+
+/// The client id the gateway writes access records under (idempotency is off for them: the
+/// version guard decides).
+const RECORD_WRITER: u128 = 0xac0e_55ed_0000_4000_8000_0000_0000_0001;
+
+const DOMAIN: &[u8] = b"celeriant-sync access record v1\0";
+
+/// The id of `key`'s access aggregate (see the module documentation).
+pub fn record_id(key: &AggregateKey) -> u128 {
+    let mut hash = Sha256::new();
+    hash.update(DOMAIN);
+    hash.update(key.aggregate.type_id.as_bytes());
+    hash.update(key.aggregate.id.as_bytes());
+    let digest = hash.finalize();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_be_bytes(first)
+}
+
+/// Celeriant's key of `key`'s access aggregate.
+pub fn record_key(key: &AggregateKey) -> CeleriantKey {
+    CeleriantKey::new(key.org.as_u128(), RESERVED_TYPE.as_u128(), record_id(key))
+}
+
+#[derive(Clone)]
+struct Cached {
+    record: AccessRecord,
+    version: u64,
+    fetched: Instant,
+}
+
+/// The access records of one replica: reads, creation, members changes and the cache.
+pub struct Records {
+    pool: Arc<CeleriantPool>,
+    cache: Mutex<HashMap<AggregateKey, Cached>>,
+    members_ttl: Duration,
+}
+
+fn corrupt(key: &AggregateKey, why: &str) -> BackendError {
+    BackendError::code(
+        g::DATA_CORRUPT,
+        format!(
+            "the access record of {}/{} {why}; it is not used",
+            key.aggregate.type_id, key.aggregate.id
+        ),
+    )
+}
+
+fn is_conflict(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Server(ServerError::Write {
+            kind: WriteError::OptimisticConcurrencyViolation { .. },
+            ..
+        })
+    )
+}
+
+impl Records {
+    /// Records read through `pool`, members re-read after `members_ttl`.
+    pub fn new(pool: Arc<CeleriantPool>, members_ttl: Duration) -> Self {
+        Records {
+            pool,
+            cache: Mutex::new(HashMap::new()),
+            members_ttl,
+        }
+    }
+
+    /// Sets the members TTL.
+    pub fn set_members_ttl(&mut self, ttl: Duration) {
+        self.members_ttl = ttl;
+    }
+
+    fn cached(&self, key: &AggregateKey) -> Option<Cached> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.get(key).cloned()
+    }
+
+    fn remember(&self, key: AggregateKey, entry: Cached) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHE_ENTRIES
+            && !cache.contains_key(&key)
+            && let Some(evict) = cache.keys().next().copied()
+        {
+            cache.remove(&evict);
+        }
+        // Never go back to an older version (a slower concurrent read).
+        match cache.get(&key) {
+            Some(old) if old.version > entry.version => {}
+            _ => {
+                cache.insert(key, entry);
+            }
+        }
+    }
+
+    /// The record of `key` for an access check: the cached one when the check needs only the
+    /// owner (`members: false`) or when it is younger than the members TTL, else read again.
+    pub async fn get(
+        &self,
+        key: &AggregateKey,
+        members: bool,
+    ) -> Result<Option<AccessRecord>, BackendError> {
+        if let Some(c) = self.cached(key)
+            && (!members || c.fetched.elapsed() < self.members_ttl)
+        {
+            return Ok(Some(c.record));
+        }
+        Ok(self.fetch(key).await?.map(|c| c.record))
+    }
+
+    /// Reads `key`'s record from Celeriant (from the cached version on), caches and returns it.
+    async fn fetch(&self, key: &AggregateKey) -> Result<Option<Cached>, BackendError> {
+        let base = self.cached(key);
+        let ckey = record_key(key);
+        let mut from = base.as_ref().map_or(1, |c| c.version + 1);
+        let mut current = base.clone();
+        let fetched = Instant::now();
+        loop {
+            let read = self
+                .pool
+                .read(ReadRequest {
+                    correlation_id: None,
+                    aggregate_key: ckey.clone(),
+                    filters: ReadFilters::new(from),
+                })
+                .await;
+            let response = match read {
+                Ok(r) => r,
+                Err(ClientError::Server(ServerError::Read {
+                    kind: ReadError::AggregateNotExists,
+                    ..
+                })) if current.is_none() => return Ok(None),
+                Err(e) => return Err(backend_error(e)),
+            };
+            for batch in &response.event_batches {
+                if batch.aggregate_version < from {
+                    continue;
+                }
+                let [event] = batch.events.as_slice() else {
+                    return Err(corrupt(key, "has a batch that is not one event"));
+                };
+                let record: AccessRecord = serde_json::from_slice(&event.event_value)
+                    .map_err(|_| corrupt(key, "does not parse"))?;
+                if let Some(c) = &current
+                    && c.record.owner != record.owner
+                {
+                    return Err(corrupt(key, "names another owner than its first batch"));
+                }
+                if current.is_none() && batch.aggregate_version != 1 {
+                    return Err(corrupt(key, "has no first batch"));
+                }
+                current = Some(Cached {
+                    record,
+                    version: batch.aggregate_version,
+                    fetched,
+                });
+            }
+            match response.next_aggregate_version {
+                Some(next) if next > from => from = next,
+                _ => break,
+            }
+        }
+        if let Some(mut c) = current.clone() {
+            c.fetched = fetched;
+            self.remember(*key, c.clone());
+            return Ok(Some(c));
+        }
+        Ok(None)
+    }
+
+    /// The record of `key` read from Celeriant now (the members endpoint).
+    pub async fn read(&self, key: &AggregateKey) -> Result<Option<AccessRecord>, BackendError> {
+        Ok(self.fetch(key).await?.map(|c| c.record))
+    }
+
+    /// Appends `record` as version `version` (guarded on `version - 1`); `Ok(false)`: the guard
+    /// was stale (2003), nothing was appended.
+    async fn append(
+        &self,
+        key: &AggregateKey,
+        record: &AccessRecord,
+        version: u64,
+    ) -> Result<bool, BackendError> {
+        let value = serde_json::to_vec(record)
+            .map_err(|e| BackendError::code(g::INTERNAL, e.to_string()))?;
+        let event = DatablockAggregateEvent {
+            client_seq: version,
+            event_seq: 0,
+            event_id: None,
+            event_timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            event_type_major: RECORD_EVENT_TYPE,
+            event_type_minor: 0,
+            event_value: Arc::new(value),
+            iv: None,
+        };
+        let write = SingleAggregateWrite {
+            events: vec![event],
+            allow_create: version == 1,
+            expected_version: Some(version - 1),
+            enforce_client_idempotency: false,
+        };
+        let request = WriteRequest {
+            correlation_id: None,
+            client_id: RECORD_WRITER,
+            user_id: None,
+            writes: [(record_key(key), write)].into(),
+        };
+        match self.pool.write(request).await {
+            Ok(_) => {
+                self.remember(
+                    *key,
+                    Cached {
+                        record: record.clone(),
+                        version,
+                        fetched: Instant::now(),
+                    },
+                );
+                Ok(true)
+            }
+            Err(e) if is_conflict(&e) => Ok(false),
+            Err(e) => Err(backend_error(e)),
+        }
+    }
+
+    /// Records `record` (no members) as `key`'s first record, create-only. `Ok(false)`: a
+    /// record exists already (another creator won); judge against it.
+    pub async fn create(
+        &self,
+        key: &AggregateKey,
+        record: &AccessRecord,
+    ) -> Result<bool, BackendError> {
+        self.append(key, record, 1).await
+    }
+
+    /// Changes `key`'s members: reads the record, lets `change` decide, appends the result
+    /// guarded on the version it was decided on; again on 2003, at most [`UPDATE_ATTEMPTS`]
+    /// times (then 11000, retry: the record is contended).
+    pub async fn update(
+        &self,
+        key: &AggregateKey,
+        change: &AccessChange,
+    ) -> Result<Result<AccessRecord, ApiError>, BackendError> {
+        for _ in 0..UPDATE_ATTEMPTS {
+            let current = self.fetch(key).await?;
+            let version = current.as_ref().map_or(0, |c| c.version);
+            let record = match change(current.map(|c| c.record)) {
+                Ok(record) => record,
+                Err(refused) => return Ok(Err(refused)),
+            };
+            // A change needs an existing record (the closure refuses `None`); never create one
+            // here, whatever it answers.
+            if version == 0 {
+                return Err(corrupt(key, "was absent while it was changed"));
+            }
+            if self.append(key, &record, version + 1).await? {
+                return Ok(Ok(record));
+            }
+        }
+        Err(BackendError::code(
+            cc::SERVER_BUSY,
+            format!(
+                "the members of {}/{} changed {UPDATE_ATTEMPTS} times while this change was \
+                 decided; try again",
+                key.aggregate.type_id, key.aggregate.id
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use celeriant_sync_protocol::AggregateRef;
+    use uuid::Uuid;
+
+    #[test]
+    fn a_record_id_depends_on_the_type_and_the_id_and_is_stable() {
+        let key = |t: u128, i: u128| AggregateKey {
+            org: Uuid::from_u128(1),
+            aggregate: AggregateRef {
+                type_id: Uuid::from_u128(t),
+                id: Uuid::from_u128(i),
+            },
+        };
+        assert_ne!(record_id(&key(1, 2)), record_id(&key(2, 1)));
+        assert_ne!(record_id(&key(1, 2)), record_id(&key(1, 3)));
+        assert_eq!(record_id(&key(1, 2)), record_id(&key(1, 2)));
+        // Pinned: a changed derivation would orphan every record already stored.
+        assert_eq!(
+            Uuid::from_u128(record_id(&key(1, 2))).to_string(),
+            Uuid::from_u128(record_id(&key(1, 2))).to_string()
+        );
+        let k = record_key(&key(1, 2));
+        assert_eq!(k.aggregate_type_id, RESERVED_TYPE.as_u128());
+        assert_eq!(k.org_id, 1);
+    }
+}
