@@ -1,7 +1,9 @@
-//! The access policy through the HTTP app (embedded store): every preset on write and read,
-//! the owner recorded by the creating write, the answers that are no existence oracle, user
-//! principals shared by a user's devices, the members endpoint, the operator credential, two
-//! creators racing, and the owners an older store is given on open.
+//! The access policy through the HTTP app, on both stores (the embedded store, and the Celeriant
+//! backend over the fake node, where owners and members live in Celeriant as access records):
+//! every preset on write and read, the owner recorded by the creating write, the answers that
+//! are no existence oracle, user principals shared by a user's devices, the members endpoint,
+//! the operator credential, two creators racing. Embedded only: the owners an older store is
+//! given on open, a damaged record. Celeriant-specific cases are in `access_celeriant.rs`.
 
 mod support;
 
@@ -25,9 +27,9 @@ const APP_SECRET: &str = "an app secret of at least thirty-two bytes";
 
 /// A harness with device identity on and `policy` (TOML) as `--policy`, and an operator
 /// credential.
-fn with_policy(policy: &str) -> Harness {
+async fn with_policy(store: Store, policy: &str) -> Harness {
     let policy = policy.to_owned();
-    Harness::auth(move |c| {
+    Harness::auth_on(store, move |c| {
         let file = c.data_dir.join("policy.toml");
         std::fs::write(&file, policy).unwrap();
         c.policy = Some(file);
@@ -35,6 +37,7 @@ fn with_policy(policy: &str) -> Harness {
         std::fs::write(&op, OPERATOR).unwrap();
         c.operator_token_file = Some(op);
     })
+    .await
 }
 
 fn events_path(id: &str) -> String {
@@ -68,7 +71,16 @@ async fn put_member(h: &Harness, token: &str, id: &str, principal: &str, access:
 
 #[tokio::test]
 async fn under_the_default_owner_policy_another_principal_sees_nothing_and_writes_nothing() {
-    let h = Harness::auth(|_| {});
+    for store in STORES {
+        under_the_default_owner_policy_another_principal_sees_nothing_and_writes_nothing_on(store)
+            .await;
+    }
+}
+
+async fn under_the_default_owner_policy_another_principal_sees_nothing_and_writes_nothing_on(
+    store: Store,
+) {
+    let h = Harness::auth_on(store, |_| {}).await;
     let (a, ta, b, tb) = two(&h).await;
     let r = h
         .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -128,7 +140,13 @@ async fn under_the_default_owner_policy_another_principal_sees_nothing_and_write
 
 #[tokio::test]
 async fn the_first_creator_owns_an_id_and_the_later_one_is_refused() {
-    let h = Harness::auth(|_| {});
+    for store in STORES {
+        the_first_creator_owns_an_id_and_the_later_one_is_refused_on(store).await;
+    }
+}
+
+async fn the_first_creator_owns_an_id_and_the_later_one_is_refused_on(store: Store) {
+    let h = Harness::auth_on(store, |_| {}).await;
     let (a, ta, b, tb) = two(&h).await;
     // B creates the id first (say it guessed it); A's first write is refused, not merged.
     let r = h
@@ -195,14 +213,21 @@ fn app_token(sub: &str) -> String {
 
 #[tokio::test]
 async fn with_app_tokens_a_users_devices_share_its_aggregates() {
-    let h = Harness::auth(|c| {
+    for store in STORES {
+        with_app_tokens_a_users_devices_share_its_aggregates_on(store).await;
+    }
+}
+
+async fn with_app_tokens_a_users_devices_share_its_aggregates_on(store: Store) {
+    let h = Harness::auth_on(store, |c| {
         let file = c.data_dir.join("app-secret");
         std::fs::write(&file, APP_SECRET).unwrap();
         c.app_token_alg = Some(celeriant_gateway::config::AppTokenAlg::Hs256);
         c.app_token_key_file = Some(file);
         c.app_token_issuer = Some("https://sign-in.example".into());
         c.app_token_audience = Some("celeriant-sync-tests".into());
-    });
+    })
+    .await;
     let open = |device: Device, sub: &'static str| {
         let h = &h;
         async move {
@@ -237,6 +262,12 @@ async fn with_app_tokens_a_users_devices_share_its_aggregates() {
 
 #[tokio::test]
 async fn each_preset_decides_reads_and_writes_as_documented() {
+    for store in STORES {
+        each_preset_decides_reads_and_writes_as_documented_on(store).await;
+    }
+}
+
+async fn each_preset_decides_reads_and_writes_as_documented_on(store: Store) {
     // (preset, B may read, B's append answer without/with allowCreate, B may create its own)
     for (preset, reads, appends, creates) in [
         ("authenticated", true, ("landed", "landed"), true),
@@ -244,7 +275,7 @@ async fn each_preset_decides_reads_and_writes_as_documented() {
         ("members", false, ("rejected", "rejected"), true),
         ("members-read", false, ("rejected", "rejected"), true),
     ] {
-        let h = with_policy(&format!("default = \"{preset}\""));
+        let h = with_policy(store, &format!("default = \"{preset}\"")).await;
         let (a, ta, b, tb) = two(&h).await;
         let r = h
             .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -281,9 +312,11 @@ async fn each_preset_decides_reads_and_writes_as_documented() {
     }
 
     // read-only: nobody creates or appends; everyone reads.
-    let h = with_policy(&format!(
-        "default = \"owner\"\n[types]\n\"{TYPE}\" = \"read-only\"\n"
-    ));
+    let h = with_policy(
+        store,
+        &format!("default = \"owner\"\n[types]\n\"{TYPE}\" = \"read-only\"\n"),
+    )
+    .await;
     let (a, ta, _, tb) = two(&h).await;
     let r = h
         .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -300,7 +333,13 @@ async fn each_preset_decides_reads_and_writes_as_documented() {
 
 #[tokio::test]
 async fn the_owner_grants_and_revokes_members() {
-    let h = with_policy("default = \"members\"");
+    for store in STORES {
+        the_owner_grants_and_revokes_members_on(store).await;
+    }
+}
+
+async fn the_owner_grants_and_revokes_members_on(store: Store) {
+    let h = with_policy(store, "default = \"members\"").await;
     let (a, ta, b, tb) = two(&h).await;
     let b_principal = format!("device:{}", b.client_id);
     h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -389,9 +428,17 @@ async fn the_owner_grants_and_revokes_members() {
 
 #[tokio::test]
 async fn members_exist_only_where_the_policy_has_them() {
-    let h = with_policy(&format!(
-        "default = \"owner\"\n[types]\n\"{TYPE}\" = \"members-read\"\n"
-    ));
+    for store in STORES {
+        members_exist_only_where_the_policy_has_them_on(store).await;
+    }
+}
+
+async fn members_exist_only_where_the_policy_has_them_on(store: Store) {
+    let h = with_policy(
+        store,
+        &format!("default = \"owner\"\n[types]\n\"{TYPE}\" = \"members-read\"\n"),
+    )
+    .await;
     let (a, ta, b, tb) = two(&h).await;
     let b_principal = format!("device:{}", b.client_id);
     h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -430,7 +477,13 @@ async fn as_operator(h: &Harness, secret: &str, request: Request<Body>) -> Reply
 
 #[tokio::test]
 async fn the_operator_reads_everything_and_writes_nothing() {
-    let h = with_policy("default = \"owner\"");
+    for store in STORES {
+        the_operator_reads_everything_and_writes_nothing_on(store).await;
+    }
+}
+
+async fn the_operator_reads_everything_and_writes_nothing_on(store: Store) {
+    let h = with_policy(store, "default = \"owner\"").await;
     let (a, ta, _, _) = two(&h).await;
     h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
         .await;
@@ -567,7 +620,13 @@ async fn a_damaged_access_record_is_refused_and_reported_by_verify() {
 
 #[tokio::test]
 async fn a_reader_who_is_not_a_member_is_not_shown_the_owner_or_the_members() {
-    let h = with_policy("default = \"authenticated-read\"");
+    for store in STORES {
+        a_reader_who_is_not_a_member_is_not_shown_the_owner_or_the_members_on(store).await;
+    }
+}
+
+async fn a_reader_who_is_not_a_member_is_not_shown_the_owner_or_the_members_on(store: Store) {
+    let h = with_policy(store, "default = \"authenticated-read\"").await;
     let (a, ta, _b, tb) = two(&h).await;
     h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
         .await;
