@@ -3,7 +3,9 @@
 //! Per aggregate of the command: the access record (`access`: cached; re-read after the members
 //! TTL when the preset has members) decides with [`crate::access::Preset::judge_write`], the
 //! rules the embedded store applies in its transaction. Without a record, the data aggregate's
-//! existence is read (one batch): an absent one may be created, and its record is then written
+//! existence is read (one batch), and when it exists the record is read again (it is written
+//! before the data, so it may have appeared since it was missed): an absent one may be created,
+//! and its record is then written
 //! **before** the data write, create-only (`expected_version: 0`). A record that loses that race
 //! (2003) is read back and the write judged against the winner's record, like any other
 //! principal's. Every aggregate is judged before any record is written, so a command refused
@@ -38,10 +40,19 @@ pub(super) async fn judge(
     for write in &command.writes {
         let type_id = write.key.aggregate.type_id;
         let preset = policy.preset(type_id);
-        let record = backend
+        let mut record = backend
             .records
             .get(&write.key, preset.member_grants().is_some())
             .await?;
+        let mut version = 1;
+        if record.is_none() {
+            // The record is written before the data: data seen after a missed record may have
+            // been created (with its record) in between, so look for the record again.
+            version = data_version(backend, &write.key).await?;
+            if version > 0 {
+                record = backend.records.read(&write.key).await?;
+            }
+        }
         match record {
             Some(record) => {
                 preset
@@ -49,13 +60,6 @@ pub(super) async fn judge(
                     .map_err(refused)?;
             }
             None => {
-                // Read-only refuses before anything is read.
-                if preset == crate::access::Preset::ReadOnly {
-                    preset
-                        .judge_write(None, 0, write.allow_create, who, type_id)
-                        .map_err(refused)?;
-                }
-                let version = data_version(backend, &write.key).await?;
                 let creates_it = preset
                     .judge_write(None, version, write.allow_create, who, type_id)
                     .map_err(refused)?;
