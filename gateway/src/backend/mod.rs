@@ -8,6 +8,10 @@
 //! * [`celeriant::CeleriantBackend`]: a real Celeriant cluster through the published
 //!   `celeriant_client_tokio` crate.
 //!
+//! Both record each aggregate's owner and members (`crate::access`): the embedded store in the
+//! creating write's transaction, the Celeriant backend in create-only records in Celeriant
+//! (`celeriant::access`).
+//!
 //! A backend answers with either an acknowledgement or a [`BackendError`] that says exactly how
 //! much is known about the write: a Celeriant code, "definitely not sent", or "may have landed".
 //! [`BackendError::into_outcome`] turns that into the protocol's outcome with the shared table.
