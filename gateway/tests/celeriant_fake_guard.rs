@@ -1,7 +1,8 @@
 //! The fake Celeriant node enforces the version guard as the server does, through the published
 //! client: the gateway's ownership and members records on the Celeriant backend rely on it
 //! (`expected_version: 0` creates only an absent aggregate, `n` appends only at version n), so
-//! the tests built on the fake mean something only if the fake refuses what the server refuses.
+//! the tests built on the fake mean something only if the fake refuses what the server refuses,
+//! in the server's order: existence, the guard, then idempotency.
 
 mod support;
 
@@ -128,4 +129,42 @@ async fn of_many_creators_racing_with_expected_version_zero_exactly_one_wins() {
         }
     }
     assert_eq!(won, 1);
+}
+
+#[tokio::test]
+async fn the_fake_checks_the_guard_before_idempotency() {
+    let fake = FakeCeleriant::start();
+    let pool = CeleriantPool::new(PoolOptions::new(fake.address()));
+    let idempotent = |expected_version: Option<u64>| {
+        let mut request = guarded(&[(4, true, expected_version)]);
+        for write in request.writes.values_mut() {
+            write.enforce_client_idempotency = true;
+            write.events[0].client_seq = 5;
+        }
+        request
+    };
+    pool.write(idempotent(Some(0))).await.unwrap();
+    // The identical resend of a landed guarded write: its own write moved the version, so the
+    // guard answers first (2003), never 2002.
+    assert_eq!(conflict(pool.write(idempotent(Some(0))).await), (0, 1));
+    // Without a guard, the same sequence is a duplicate (2002) with both sequences.
+    match pool.write(idempotent(None)).await {
+        Err(ClientError::Server(ServerError::Write {
+            kind:
+                WriteError::ClientIdempotencyViolation {
+                    last_client_seq: Some(5),
+                    attempted_client_seq: Some(5),
+                },
+            ..
+        })) => {}
+        other => panic!("expected 2002, got {other:?}"),
+    }
+    // A current guard with a stale sequence: 2002 (the guard passed, idempotency refused).
+    match pool.write(idempotent(Some(1))).await {
+        Err(ClientError::Server(ServerError::Write {
+            kind: WriteError::ClientIdempotencyViolation { .. },
+            ..
+        })) => {}
+        other => panic!("expected 2002, got {other:?}"),
+    }
 }

@@ -7,7 +7,8 @@
 //! Identify every connection sends first, echoes each request's correlation id, records what it
 //! received, and answers each request from a per-test script; with nothing scripted it behaves as
 //! a tiny store (writes append a batch, reads return them, unknown aggregates answer 1001) that
-//! enforces Celeriant's version guard (2003) like the server (see `State::write`).
+//! checks existence, the version guard (2003) and client idempotency (2002) in the server's
+//! order (see `State::write`).
 //!
 //! A `Watch` request turns its connection into a watch stream, as on a single-shard node: an
 //! empty `WatchResponse` acknowledges it, then every stored write is notified on it, and a test
@@ -99,6 +100,8 @@ struct State {
     identifies: Vec<IdentifyRequest>,
     requests: Vec<ClientRequest>,
     store: HashMap<AggregateKey, Vec<AggregateEventBatch>>,
+    /// Highest `client_seq` stored per (aggregate, client id), for idempotency.
+    seqs: HashMap<(AggregateKey, u128), u64>,
     read_page_limit: Option<usize>,
     watchers: Vec<tokio::sync::mpsc::UnboundedSender<WatchMsg>>,
     /// Watches that hang: open, told nothing ever again.
@@ -463,8 +466,10 @@ impl State {
     /// order: existence (2005), then the version guard (2003: `expected_version: n` commits
     /// only at exactly version n, the batch count, so `0` only while the aggregate does not
     /// exist; answered, as the server does, with a `WriteConflictResponse` naming each stale
-    /// guard's expected and current version); no idempotency checks (tests script 2002/2013
-    /// instead), so nothing here can answer 2002 where the server would answer 2003.
+    /// guard's expected and current version), **then** client idempotency where the write
+    /// enforces it (2002 with the sequences in the message, when its lowest `client_seq`, if
+    /// at least 1, is at or below the highest stored for this aggregate and client id). 2013
+    /// (in flight) is never produced here: tests script it.
     fn write(&mut self, request: &WriteRequest) -> ClientResponse {
         let correlation_id = request.correlation_id;
         let mut conflicts = Vec::new();
@@ -492,6 +497,31 @@ impl State {
                 correlation_id,
                 conflicts,
             });
+        }
+        for (key, write) in &request.writes {
+            let lowest = write.events.iter().map(|e| e.client_seq).min().unwrap_or(0);
+            let highest = self.seqs.get(&(key.clone(), request.client_id)).copied();
+            if write.enforce_client_idempotency
+                && lowest >= 1
+                && let Some(highest) = highest
+                && lowest <= highest
+            {
+                return error(
+                    correlation_id,
+                    error_codes::WRITE_CLIENT_IDEMPOTENCY_VIOLATION,
+                    format!(r#"{{"last_client_seq":{highest},"attempted_client_seq":{lowest}}}"#),
+                );
+            }
+        }
+        for (key, write) in &request.writes {
+            let top = write.events.iter().map(|e| e.client_seq).max().unwrap_or(0);
+            if write.enforce_client_idempotency {
+                let held = self
+                    .seqs
+                    .entry((key.clone(), request.client_id))
+                    .or_insert(0);
+                *held = (*held).max(top);
+            }
         }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
