@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::http::{Method, Request};
 use celeriant_gateway::access::RESERVED_TYPE;
 use celeriant_gateway::backend::{AggregateCommand, AggregateKey, WriteCommand};
+use celeriant_msg::process_client_requests::ClientRequest;
 use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::{AggregateRef, Event};
 use serde_json::{Value, json};
@@ -362,4 +363,54 @@ async fn two_replicas_granting_at_once_lose_no_grant_and_a_revocation_reaches_th
     assert_eq!(h3.seqs_as(&tb3, TYPE, ID).await, [1]);
     put_member(&h1, &ta1, ID, &b_principal, "none").await;
     assert!(h3.seqs_as(&tb3, TYPE, ID).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_record_with_a_long_history_is_fetched_in_two_requests() {
+    let h = with_policy(Store::Celeriant, "default = \"members\"").await;
+    let fake = h.fake.clone().unwrap();
+    let a = Device::a();
+    let ta = h.open(&a).await;
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    for n in 0..12 {
+        let r = put_member(&h, &ta, ID, &format!("user:u{n}"), "read").await;
+        assert_eq!(r.status.as_u16(), 200);
+    }
+    // Another replica, cold: the record's tip, then that one batch (the whole record).
+    let other = Harness::celeriant(fake.clone(), |c| configure(c, "default = \"members\"")).await;
+    let ta2 = other.open(&a).await;
+    let before = fake.requests().len();
+    let r = other
+        .get_as(&ta2, &format!("/v1/aggregates/{TYPE}/{ID}/members"))
+        .await;
+    assert_eq!(
+        r.json["members"].as_object().unwrap().len(),
+        12,
+        "{:?}",
+        r.json
+    );
+    let asked: Vec<String> = fake.requests()[before..]
+        .iter()
+        .map(|r| match r {
+            ClientRequest::AggregateDetails(d) => {
+                assert_eq!(d.aggregate_key.aggregate_type_id, RESERVED_TYPE.as_u128());
+                "details".to_owned()
+            }
+            ClientRequest::Read(read) => {
+                assert_eq!(
+                    read.aggregate_key.aggregate_type_id,
+                    RESERVED_TYPE.as_u128()
+                );
+                format!(
+                    "read {}..{:?}",
+                    read.filters.from_aggregate_version, read.filters.to_aggregate_version
+                )
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // The members endpoint checks readability (a fetch) and then reads the record (a fetch
+    // that finds its cached version current: details only).
+    assert_eq!(asked, ["details", "read 13..Some(13)", "details"]);
 }

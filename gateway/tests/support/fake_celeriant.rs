@@ -6,7 +6,8 @@
 //! same way `celeriant_client_tokio`'s own `tests/common/mod.rs` builds its fakes. It answers the
 //! Identify every connection sends first, echoes each request's correlation id, records what it
 //! received, and answers each request from a per-test script; with nothing scripted it behaves as
-//! a tiny store (writes append a batch, reads return them, unknown aggregates answer 1001) that
+//! a tiny store (writes append a batch, reads and aggregate details return them, unknown
+//! aggregates answer 1001 / 7001) that
 //! checks existence, the version guard (2003) and client idempotency (2002) in the server's
 //! order (see `State::write`).
 //!
@@ -31,11 +32,13 @@ use celeriant_msg::process_client_responses::ClientResponse;
 use celeriant_msg::process_identify::{
     IDENTIFY_REQUEST_TYPE_ID, read_identify_request, write_identify_response,
 };
-use celeriant_msg::request::requests::{IdentifyRequest, ReadRequest, WriteRequest};
+use celeriant_msg::request::requests::{
+    AggregateDetailsRequest, IdentifyRequest, ReadRequest, WriteRequest,
+};
 use celeriant_msg::response::aggregate_event_batch::AggregateEventBatch;
 use celeriant_msg::response::responses::{
-    AggregateConflict, ErrorResponse, IdentifyResponse, ReadResponse, WatchResponse,
-    WriteConflictResponse, WriteResponse,
+    AggregateConflict, AggregateDetailsResponse, ErrorResponse, IdentifyResponse, ReadResponse,
+    WatchResponse, WriteConflictResponse, WriteResponse,
 };
 use celeriant_msg::response::watch_event::WatchResponseEvent;
 use celeriant_wal::aggregate_key::AggregateKey;
@@ -454,10 +457,11 @@ impl State {
         match request {
             ClientRequest::Write(write) => self.write(write),
             ClientRequest::Read(read) => self.read(read),
+            ClientRequest::AggregateDetails(details) => self.details(details),
             other => error(
                 other.correlation_id(),
                 error_codes::SHARD_ROUTING_NO_KEY,
-                "the fake serves only reads and writes".into(),
+                "the fake serves only reads, details and writes".into(),
             ),
         }
     }
@@ -557,6 +561,31 @@ impl State {
         ClientResponse::Write(WriteResponse {
             correlation_id,
             max_aggregate_version: version.filter(|_| request.writes.len() == 1),
+        })
+    }
+
+    /// An aggregate's versions (7001 when it does not exist).
+    fn details(&self, request: &AggregateDetailsRequest) -> ClientResponse {
+        let correlation_id = request.correlation_id;
+        let Some(batches) = self.store.get(&request.aggregate_key) else {
+            return error(
+                correlation_id,
+                error_codes::EXISTS_AGGREGATE_NOT_EXISTS,
+                "aggregate does not exist".into(),
+            );
+        };
+        let last = batches.last();
+        ClientResponse::AggregateDetails(AggregateDetailsResponse {
+            correlation_id,
+            min_aggregate_version: batches.first().map_or(0, |b| b.aggregate_version),
+            max_aggregate_version: last.map_or(0, |b| b.aggregate_version),
+            max_event_seq: batches.iter().map(|b| b.events.len() as u64).sum(),
+            is_deleted: false,
+            allow_recreate: false,
+            allow_sequence_continuation: false,
+            last_server_timestamp: last.map_or(0, |b| b.server_timestamp),
+            last_client_id: last.map_or(0, |b| b.client_id),
+            last_user_id: last.and_then(|b| b.user_id),
         })
     }
 

@@ -12,7 +12,9 @@
 //!   `expected_version: 0` and `allow_create: true`: Celeriant commits it only while the record
 //!   does not exist, so of two creators racing exactly one gets it; the other gets 2003 and is
 //!   judged against the winner's record like any other principal. The owner is version 1's and
-//!   never changes (a later batch naming another owner is refused as damaged data).
+//!   never changes: every later batch carries it forward (a members change that names another
+//!   owner is refused; a fetched batch naming another owner than the cached one is refused as
+//!   damaged data).
 //! * each members change appends a batch guarded with `expected_version` = the version the
 //!   change was decided on (read-modify-write; on 2003 read again and decide again, at most
 //!   [`UPDATE_ATTEMPTS`] times).
@@ -25,15 +27,18 @@
 //! re-reads it (from the cached version on) once it is older than the members TTL
 //! (`--members-cache-ms`), which is how long a revoked member may keep access through another
 //! replica. The replica that makes a change sees it at once. An absent record is never cached
-//! (it can be created at any moment).
+//! (it can be created at any moment). A fetch costs at most two requests (the tip by an
+//! aggregate-details request, then that batch), however long the record's history.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use celeriant_client_tokio::{CeleriantPool, ClientError, ReadError, ServerError, WriteError};
+use celeriant_client_tokio::{CeleriantPool, ClientError, DetailsError, ServerError, WriteError};
 use celeriant_msg::request::read_filters::ReadFilters;
-use celeriant_msg::request::requests::{ReadRequest, SingleAggregateWrite, WriteRequest};
+use celeriant_msg::request::requests::{
+    AggregateDetailsRequest, ReadRequest, SingleAggregateWrite, WriteRequest,
+};
 use celeriant_sync_protocol::codes::{celeriant as cc, gateway as g};
 use celeriant_wal::aggregate_key::AggregateKey as CeleriantKey;
 use celeriant_wal::datablocks::datablock_aggregate_event::DatablockAggregateEvent;
@@ -162,64 +167,70 @@ impl Records {
         Ok(self.fetch(key).await?.map(|c| c.record))
     }
 
-    /// Reads `key`'s record from Celeriant (from the cached version on), caches and returns it.
+    /// Reads `key`'s record from Celeriant, caches and returns it: the record's tip (an
+    /// aggregate-details request), then, unless the cache holds that version, the tip's batch
+    /// alone — each batch is the whole record, so a fetch costs at most two requests however
+    /// many changes the record has seen.
     async fn fetch(&self, key: &AggregateKey) -> Result<Option<Cached>, BackendError> {
         let base = self.cached(key);
         let ckey = record_key(key);
-        let mut from = base.as_ref().map_or(1, |c| c.version + 1);
-        let mut current = base.clone();
         let fetched = Instant::now();
-        loop {
-            let read = self
-                .pool
-                .read(ReadRequest {
-                    correlation_id: None,
-                    aggregate_key: ckey.clone(),
-                    filters: ReadFilters::new(from),
-                })
-                .await;
-            let response = match read {
-                Ok(r) => r,
-                Err(ClientError::Server(ServerError::Read {
-                    kind: ReadError::AggregateNotExists,
-                    ..
-                })) if current.is_none() => return Ok(None),
-                Err(e) => return Err(backend_error(e)),
-            };
-            for batch in &response.event_batches {
-                if batch.aggregate_version < from {
-                    continue;
-                }
-                let [event] = batch.events.as_slice() else {
-                    return Err(corrupt(key, "has a batch that is not one event"));
-                };
-                let record: AccessRecord = serde_json::from_slice(&event.event_value)
-                    .map_err(|_| corrupt(key, "does not parse"))?;
-                if let Some(c) = &current
-                    && c.record.owner != record.owner
-                {
-                    return Err(corrupt(key, "names another owner than its first batch"));
-                }
-                if current.is_none() && batch.aggregate_version != 1 {
-                    return Err(corrupt(key, "has no first batch"));
-                }
-                current = Some(Cached {
-                    record,
-                    version: batch.aggregate_version,
-                    fetched,
-                });
-            }
-            match response.next_aggregate_version {
-                Some(next) if next > from => from = next,
-                _ => break,
-            }
-        }
-        if let Some(mut c) = current.clone() {
+        let details = self
+            .pool
+            .aggregate_details(AggregateDetailsRequest {
+                correlation_id: None,
+                aggregate_key: ckey.clone(),
+            })
+            .await;
+        let tip = match details {
+            Ok(d) if d.is_deleted => return Err(corrupt(key, "was deleted")),
+            Ok(d) => d.max_aggregate_version,
+            Err(ClientError::Server(ServerError::Details {
+                kind: DetailsError::AggregateNotExists,
+                ..
+            })) if base.is_none() => return Ok(None),
+            Err(e) => return Err(backend_error(e)),
+        };
+        if let Some(mut c) = base.clone()
+            && c.version >= tip
+        {
             c.fetched = fetched;
             self.remember(*key, c.clone());
             return Ok(Some(c));
         }
-        Ok(None)
+        let response = self
+            .pool
+            .read(ReadRequest {
+                correlation_id: None,
+                aggregate_key: ckey,
+                filters: ReadFilters::new(tip).to_aggregate_version(tip),
+            })
+            .await
+            .map_err(backend_error)?;
+        let Some(batch) = response
+            .event_batches
+            .iter()
+            .find(|b| b.aggregate_version == tip)
+        else {
+            return Err(corrupt(key, "has no batch at its tip"));
+        };
+        let [event] = batch.events.as_slice() else {
+            return Err(corrupt(key, "has a batch that is not one event"));
+        };
+        let record: AccessRecord = serde_json::from_slice(&event.event_value)
+            .map_err(|_| corrupt(key, "does not parse"))?;
+        if let Some(c) = &base
+            && c.record.owner != record.owner
+        {
+            return Err(corrupt(key, "names another owner than before"));
+        }
+        let c = Cached {
+            record,
+            version: tip,
+            fetched,
+        };
+        self.remember(*key, c.clone());
+        Ok(Some(c))
     }
 
     /// The record of `key` read from Celeriant now (the members endpoint).
@@ -299,14 +310,17 @@ impl Records {
         for _ in 0..UPDATE_ATTEMPTS {
             let current = self.fetch(key).await?;
             let version = current.as_ref().map_or(0, |c| c.version);
+            let owner = current.as_ref().map(|c| c.record.owner.clone());
             let record = match change(current.map(|c| c.record)) {
                 Ok(record) => record,
                 Err(refused) => return Ok(Err(refused)),
             };
-            // A change needs an existing record (the closure refuses `None`); never create one
-            // here, whatever it answers.
-            if version == 0 {
-                return Err(corrupt(key, "was absent while it was changed"));
+            // Each batch carries the owner forward; a change never names another.
+            if owner.as_ref() != Some(&record.owner) {
+                return Err(BackendError::code(
+                    g::INTERNAL,
+                    "a members change named another owner",
+                ));
             }
             if self.append(key, &record, version + 1).await? {
                 return Ok(Ok(record));
