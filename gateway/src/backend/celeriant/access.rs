@@ -22,7 +22,7 @@
 //! A crash between the record and the data write leaves a record without data: its owner still
 //! owns the id, the retried write lands (it is the owner's), anyone else is refused.
 //!
-//! Records are cached per replica, at most [`CACHE_ENTRIES`]: an owner never changes, so a check
+//! Records are cached per replica, at most [`CACHE_ENTRIES`] and about [`CACHE_BYTES`]: an owner never changes, so a check
 //! that needs only the owner uses the cached record however old; a check that depends on members
 //! re-reads it (from the cached version on) once it is older than the members TTL
 //! (`--members-cache-ms`), which is how long a revoked member may keep access through another
@@ -54,6 +54,11 @@ pub const RECORD_EVENT_TYPE: u64 = 1;
 
 /// Most records one replica caches.
 pub const CACHE_ENTRIES: usize = 65_536;
+
+/// Most bytes (estimated: principals' lengths plus a fixed overhead per entry) the cached
+/// records of one replica hold: a record may list 256 members, so the entry bound alone would
+/// let owners of many large records fill gigabytes.
+pub const CACHE_BYTES: usize = 32 << 20;
 
 /// Attempts of one members change that keeps losing the version guard.
 pub const UPDATE_ATTEMPTS: usize = 5;
@@ -88,10 +93,62 @@ struct Cached {
     fetched: Instant,
 }
 
+/// The cached records and their estimated size.
+#[derive(Default)]
+struct Cache {
+    map: HashMap<AggregateKey, Cached>,
+    bytes: usize,
+}
+
+/// The estimated bytes `record` holds in the cache.
+fn size_of(record: &AccessRecord) -> usize {
+    const OVERHEAD: usize = 128;
+    OVERHEAD
+        + record.owner.as_str().len()
+        + record
+            .members
+            .keys()
+            .map(|p| p.as_str().len() + 48)
+            .sum::<usize>()
+}
+
+impl Cache {
+    fn remove(&mut self, key: &AggregateKey) {
+        if let Some(old) = self.map.remove(key) {
+            self.bytes -= size_of(&old.record);
+        }
+    }
+
+    /// Stores `entry` unless a newer version is held, evicting arbitrary entries until both
+    /// bounds hold.
+    fn insert(&mut self, key: AggregateKey, entry: Cached) {
+        // Never go back to an older version (a slower concurrent read).
+        if self
+            .map
+            .get(&key)
+            .is_some_and(|old| old.version > entry.version)
+        {
+            return;
+        }
+        self.remove(&key);
+        let size = size_of(&entry.record);
+        while !self.map.is_empty()
+            && (self.map.len() >= CACHE_ENTRIES || self.bytes + size > CACHE_BYTES)
+        {
+            let Some(evict) = self.map.keys().next().copied() else {
+                break;
+            };
+            self.remove(&evict);
+        }
+        self.bytes += size;
+        self.map.insert(key, entry);
+    }
+}
+
 /// The access records of one replica: reads, creation, members changes and the cache.
 pub struct Records {
     pool: Arc<CeleriantPool>,
-    cache: Mutex<HashMap<AggregateKey, Cached>>,
+    cache: Mutex<Cache>,
     members_ttl: Duration,
 }
 
@@ -120,7 +177,7 @@ impl Records {
     pub fn new(pool: Arc<CeleriantPool>, members_ttl: Duration) -> Self {
         Records {
             pool,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(Cache::default()),
             members_ttl,
         }
     }
@@ -132,24 +189,12 @@ impl Records {
 
     fn cached(&self, key: &AggregateKey) -> Option<Cached> {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.get(key).cloned()
+        cache.map.get(key).cloned()
     }
 
     fn remember(&self, key: AggregateKey, entry: Cached) {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHE_ENTRIES
-            && !cache.contains_key(&key)
-            && let Some(evict) = cache.keys().next().copied()
-        {
-            cache.remove(&evict);
-        }
-        // Never go back to an older version (a slower concurrent read).
-        match cache.get(&key) {
-            Some(old) if old.version > entry.version => {}
-            _ => {
-                cache.insert(key, entry);
-            }
-        }
+        cache.insert(key, entry);
     }
 
     /// The record of `key` for an access check: the cached one when the check needs only the
@@ -342,6 +387,39 @@ mod tests {
     use super::*;
     use celeriant_sync_protocol::AggregateRef;
     use uuid::Uuid;
+
+    #[test]
+    fn the_cache_keeps_to_its_bounds_and_never_goes_back_a_version() {
+        let key = |i: u128| AggregateKey {
+            org: Uuid::from_u128(1),
+            aggregate: AggregateRef {
+                type_id: Uuid::from_u128(2),
+                id: Uuid::from_u128(i),
+            },
+        };
+        let mut big = AccessRecord::owned_by(crate::access::Principal::user("o").unwrap());
+        for n in 0..256 {
+            let p = crate::access::Principal::user(&format!("{n:0>200}")).unwrap();
+            big.members.insert(p, crate::access::Grant::Read);
+        }
+        let entry = |record: &AccessRecord, version| Cached {
+            record: record.clone(),
+            version,
+            fetched: Instant::now(),
+        };
+        let mut cache = Cache::default();
+        for i in 0..1_000 {
+            cache.insert(key(i), entry(&big, 1));
+            assert!(cache.bytes <= CACHE_BYTES);
+        }
+        assert!(cache.map.len() < 1_000);
+        let held: usize = cache.map.values().map(|c| size_of(&c.record)).sum();
+        assert_eq!(held, cache.bytes);
+        let small = AccessRecord::owned_by(crate::access::Principal::user("o").unwrap());
+        cache.insert(key(5_000), entry(&small, 3));
+        cache.insert(key(5_000), entry(&small, 2));
+        assert_eq!(cache.map[&key(5_000)].version, 3);
+    }
 
     #[test]
     fn a_record_id_depends_on_the_type_and_the_id_and_is_stable() {
