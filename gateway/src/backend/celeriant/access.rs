@@ -91,12 +91,16 @@ struct Cached {
     record: AccessRecord,
     version: u64,
     fetched: Instant,
+    /// Seen changed (or possibly changed) since fetched: members checks read it again.
+    stale: bool,
 }
 
 /// The cached records and their estimated size.
 #[derive(Default)]
 struct Cache {
     map: HashMap<AggregateKey, Cached>,
+    /// The key of each cached record by its record id (for the watch's notifications).
+    by_record: HashMap<u128, AggregateKey>,
     bytes: usize,
 }
 
@@ -116,6 +120,7 @@ impl Cache {
     fn remove(&mut self, key: &AggregateKey) {
         if let Some(old) = self.map.remove(key) {
             self.bytes -= size_of(&old.record);
+            self.by_record.remove(&record_id(key));
         }
     }
 
@@ -141,6 +146,7 @@ impl Cache {
             self.remove(&evict);
         }
         self.bytes += size;
+        self.by_record.insert(record_id(&key), key);
         self.map.insert(key, entry);
     }
 }
@@ -182,9 +188,23 @@ impl Records {
         }
     }
 
-    /// Sets the members TTL.
-    pub fn set_members_ttl(&mut self, ttl: Duration) {
-        self.members_ttl = ttl;
+    /// Makes the cached copy of the record with id `record_id` stale for members checks (the
+    /// upstream watch saw it change); the owner stays cached.
+    pub fn expire_record(&self, record_id: u128) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(key) = cache.by_record.get(&record_id).copied()
+            && let Some(entry) = cache.map.get_mut(&key)
+        {
+            entry.stale = true;
+        }
+    }
+
+    /// Makes every cached record stale for members checks (notifications may have been lost).
+    pub fn expire_all(&self) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for entry in cache.map.values_mut() {
+            entry.stale = true;
+        }
     }
 
     fn cached(&self, key: &AggregateKey) -> Option<Cached> {
@@ -205,7 +225,7 @@ impl Records {
         members: bool,
     ) -> Result<Option<AccessRecord>, BackendError> {
         if let Some(c) = self.cached(key)
-            && (!members || c.fetched.elapsed() < self.members_ttl)
+            && (!members || (!c.stale && c.fetched.elapsed() < self.members_ttl))
         {
             return Ok(Some(c.record));
         }
@@ -240,6 +260,7 @@ impl Records {
             && c.version >= tip
         {
             c.fetched = fetched;
+            c.stale = false;
             self.remember(*key, c.clone());
             return Ok(Some(c));
         }
@@ -273,6 +294,7 @@ impl Records {
             record,
             version: tip,
             fetched,
+            stale: false,
         };
         self.remember(*key, c.clone());
         Ok(Some(c))
@@ -325,6 +347,7 @@ impl Records {
                         record: record.clone(),
                         version,
                         fetched: Instant::now(),
+                        stale: false,
                     },
                 );
                 Ok(true)
@@ -406,6 +429,7 @@ mod tests {
             record: record.clone(),
             version,
             fetched: Instant::now(),
+            stale: false,
         };
         let mut cache = Cache::default();
         for i in 0..1_000 {

@@ -75,7 +75,7 @@ impl fmt::Debug for CeleriantOptions {
 pub struct CeleriantBackend {
     pool: Arc<CeleriantPool>,
     watch: watch::WatchSettings,
-    records: access::Records,
+    records: Arc<access::Records>,
 }
 
 impl CeleriantBackend {
@@ -103,7 +103,7 @@ impl CeleriantBackend {
         }
         let pool = Arc::new(CeleriantPool::new(pool));
         Ok(CeleriantBackend {
-            records: access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL),
+            records: Arc::new(access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL)),
             pool,
             watch: watch::WatchSettings::default(),
         })
@@ -118,7 +118,7 @@ impl CeleriantBackend {
 
     /// Lets a members check use a cached access record for at most `ttl` (see `access`).
     pub fn with_members_ttl(mut self, ttl: Duration) -> Self {
-        self.records.set_members_ttl(ttl);
+        self.records = Arc::new(access::Records::new(self.pool.clone(), ttl));
         self
     }
 
@@ -160,7 +160,20 @@ impl Backend for CeleriantBackend {
     fn changes(&self) -> Option<broadcast::Receiver<Change>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (sender, receiver) = broadcast::channel(CHANGE_BUFFER);
-        runtime.spawn(watch::run(self.pool.clone(), sender, self.watch));
+        // A changed access record (another replica's members change) or a resync expires the
+        // cached copies, so revocations usually reach this replica at watch latency; the
+        // members TTL is the bound when notifications are late or lost.
+        let records = self.records.clone();
+        let observe: watch::Observer = Arc::new(move |change: &Change| match change {
+            Change::Changed { key, .. } | Change::Reset { key }
+                if key.aggregate.type_id == crate::access::RESERVED_TYPE =>
+            {
+                records.expire_record(key.aggregate.id.as_u128());
+            }
+            Change::Resync => records.expire_all(),
+            _ => {}
+        });
+        runtime.spawn(watch::run(self.pool.clone(), sender, self.watch, observe));
         Some(receiver)
     }
 
