@@ -22,13 +22,15 @@
 //! A crash between the record and the data write leaves a record without data: its owner still
 //! owns the id, the retried write lands (it is the owner's), anyone else is refused.
 //!
-//! Records are cached per replica, at most [`CACHE_ENTRIES`] and about [`CACHE_BYTES`]: an owner never changes, so a check
-//! that needs only the owner uses the cached record however old; a check that depends on members
-//! re-reads it (from the cached version on) once it is older than the members TTL
-//! (`--members-cache-ms`), which is how long a revoked member may keep access through another
-//! replica. The replica that makes a change sees it at once. An absent record is never cached
-//! (it can be created at any moment). A fetch costs at most two requests (the tip by an
-//! aggregate-details request, then that batch), however long the record's history.
+//! Records are cached per replica, at most [`CACHE_ENTRIES`] and about [`CACHE_BYTES`]: an
+//! owner never changes, so a check that needs only the owner uses the cached record however old;
+//! a check that depends on members reads it again once it is older than the members TTL
+//! (`--members-cache-ms`), or once the upstream watch notified a change of the record (or a
+//! resync): the TTL is how long a revoked member may keep access through another replica when
+//! notifications are late or lost. The replica that makes a change sees it at once. An absent
+//! record is never cached (it can be created at any moment). A fetch costs at most two requests
+//! (the tip by an aggregate-details request, then that batch), however long the record's
+//! history.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
