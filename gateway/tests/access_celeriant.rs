@@ -446,3 +446,21 @@ async fn a_record_with_a_long_history_is_fetched_in_two_requests() {
     // that finds its cached version current: details only).
     assert_eq!(asked, ["details", "read 13..Some(13)", "details"]);
 }
+
+#[tokio::test]
+async fn without_sessions_owners_are_still_recorded_as_the_embedded_store_does() {
+    let fake = Arc::new(FakeCeleriant::start());
+    let h = Harness::celeriant(fake.clone(), |c| {
+        c.auth = celeriant_gateway::config::AuthMode::None
+    })
+    .await;
+    let r = h.write(&write_by(CLIENT, TYPE, ID, &[1])).await;
+    assert_eq!(r.outcome(), "landed", "{:?}", r.json);
+    let record = h.state.backend.access(key_of(&h, ID)).await.unwrap();
+    assert_eq!(record.unwrap().owner.as_str(), format!("device:{CLIENT}"));
+    // Nothing is refused: another client id appends.
+    let other = "6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0002";
+    let r = h.write(&write_by(other, TYPE, ID, &[1])).await;
+    assert_eq!(r.outcome(), "landed", "{:?}", r.json);
+    assert_eq!(record_writes(&fake).len(), 1);
+}

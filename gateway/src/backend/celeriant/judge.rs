@@ -9,7 +9,12 @@
 //! **before** the data write, create-only (`expected_version: 0`). A record that loses that race
 //! (2003) is read back and the write judged against the winner's record, like any other
 //! principal's. Every aggregate is judged before any record is written, so a command refused
-//! for one aggregate writes no record for another.
+//! for one aggregate writes no record for another (except when a record of a later aggregate is
+//! lost to a racing creator: the earlier ones stay, without data, as after a crash — their ids
+//! are this principal's).
+//!
+//! A command with a principal and no policy (`--auth none`) is judged as `authenticated`:
+//! nothing is refused, owners are recorded (as the embedded store records them).
 //!
 //! **A data aggregate that exists without a record** (written through this backend before owners
 //! were recorded, or by another Celeriant client) is judged as the embedded store judges an

@@ -37,7 +37,7 @@ use super::{
     AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, ReadPage, ReadQuery,
     WriteAck, WriteCommand,
 };
-use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE};
+use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE, Policy, Preset};
 use crate::error::ApiError;
 use celeriant_sync_protocol::codes::celeriant as cc;
 pub use errors::{UNRECOGNISED_UPSTREAM_CODE, backend_error};
@@ -178,7 +178,21 @@ impl Backend for CeleriantBackend {
     }
 
     async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError> {
-        if let (Some(policy), Some(who)) = (&command.policy, &command.principal) {
+        if let Some(who) = &command.principal {
+            // Without a policy (`--auth none`) nothing is refused, but owners are still
+            // recorded, as the embedded store records them, so that sessions switched on later
+            // find them.
+            let unenforced;
+            let policy = match &command.policy {
+                Some(policy) => policy.as_ref(),
+                None => {
+                    unenforced = Policy {
+                        default: Preset::Authenticated,
+                        types: Default::default(),
+                    };
+                    &unenforced
+                }
+            };
             judge::judge(self, &command, policy, who).await?;
         }
         let request = convert::write_request(command)?;
