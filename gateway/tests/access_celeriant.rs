@@ -464,3 +464,59 @@ async fn without_sessions_owners_are_still_recorded_as_the_embedded_store_does()
     assert_eq!(r.outcome(), "landed", "{:?}", r.json);
     assert_eq!(record_writes(&fake).len(), 1);
 }
+
+#[tokio::test]
+async fn a_write_refused_for_one_aggregate_records_no_owner_for_another() {
+    let h = with_policy(Store::Celeriant, "default = \"owner\"").await;
+    let fake = h.fake.clone().unwrap();
+    let (a, b) = (Device::a(), Device::b());
+    let (ta, tb) = (h.open(&a).await, h.open(&b).await);
+    let taken = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0b01";
+    let fresh = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0b02";
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, taken, &[1]))
+        .await;
+    let mut body = write_by(&b.client_id, TYPE, fresh, &[1]);
+    let other = write_by(&b.client_id, TYPE, taken, &[1]);
+    body["writes"]
+        .as_array_mut()
+        .unwrap()
+        .push(other["writes"][0].clone());
+    let r = h.write_as(&tb, &body).await;
+    assert_eq!(r.code(), 40302, "{:?}", r.json);
+    assert_eq!(record_writes(&fake).len(), 1, "only A's record");
+    assert_eq!(
+        h.state.backend.access(key_of(&h, fresh)).await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn celeriants_own_2005_reads_exactly_like_a_refusal() {
+    let h = with_policy(Store::Celeriant, "default = \"owner\"").await;
+    let fake = h.fake.clone().unwrap();
+    let (a, b) = (Device::a(), Device::b());
+    let (ta, tb) = (h.open(&a).await, h.open(&b).await);
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    let no_create = |id: &str| {
+        let mut body = write_by(&b.client_id, TYPE, id, &[1]);
+        body["writes"][0]["allowCreate"] = json!(false);
+        body
+    };
+    let refused = h.write_as(&tb, &no_create(ID)).await;
+    // The record's tip and the aggregate are read, then Celeriant answers the data write with a
+    // message of its own.
+    fake.script([
+        Node::Store,
+        Node::Store,
+        Node::error(2005, "aggregate 0x1234 not found on shard 3"),
+    ]);
+    let missing = h
+        .write_as(&tb, &no_create("3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0c01"))
+        .await;
+    assert_eq!(
+        (refused.status, &refused.json),
+        (missing.status, &missing.json)
+    );
+    assert_eq!(missing.json["message"], "aggregate does not exist");
+}
