@@ -63,7 +63,8 @@ async fn run(config: Config) -> Result<(), String> {
                 .with_watch(
                     Some(config.org_id),
                     Duration::from_secs(config.celeriant_watch_renew_secs),
-                ),
+                )
+                .with_members_ttl(Duration::from_millis(config.members_cache_ms)),
             )
         }
     };

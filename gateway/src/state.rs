@@ -54,7 +54,8 @@ pub struct AppState {
 
 /// Refuses a policy that could not be enforced: any policy with `--auth none` (nobody is
 /// proven, so nothing would be), and a policy that needs owners over a backend that records
-/// none (the Celeriant backend, for now) — never silently unenforced.
+/// none (both backends record owners today; the check guards a future one) — never silently
+/// unenforced.
 fn check_policy(config: &Config, policy: &Policy, backend: &dyn Backend) -> Result<(), String> {
     if config.auth == crate::config::AuthMode::None {
         if config.policy.is_some() {

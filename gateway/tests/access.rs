@@ -1,22 +1,18 @@
-//! The access policy through the HTTP app (embedded store): every preset on write and read,
-//! the owner recorded by the creating write, the answers that are no existence oracle, user
-//! principals shared by a user's devices, the members endpoint, the operator credential, two
-//! creators racing, and the owners an older store is given on open.
+//! The access policy through the HTTP app, on both stores (the embedded store, and the Celeriant
+//! backend over the fake node, where owners and members live in Celeriant as access records):
+//! every preset on write and read, the owner recorded by the creating write, the answers that
+//! are no existence oracle, user principals shared by a user's devices, the members endpoint,
+//! the operator credential, two creators racing. Embedded only: the owners an older store is
+//! given on open, a damaged record. Celeriant-specific cases are in `access_celeriant.rs`.
 
 mod support;
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
-use celeriant_gateway::backend::{AggregateCommand, AggregateKey, Backend, WriteCommand};
-use celeriant_sync_protocol::{AggregateRef, Event};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use support::app::*;
 use support::device::*;
-use uuid::Uuid;
 
 const OTHER_ID: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0a0a";
 const NEVER: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0fff";
@@ -25,9 +21,9 @@ const APP_SECRET: &str = "an app secret of at least thirty-two bytes";
 
 /// A harness with device identity on and `policy` (TOML) as `--policy`, and an operator
 /// credential.
-fn with_policy(policy: &str) -> Harness {
+async fn with_policy(store: Store, policy: &str) -> Harness {
     let policy = policy.to_owned();
-    Harness::auth(move |c| {
+    Harness::auth_on(store, move |c| {
         let file = c.data_dir.join("policy.toml");
         std::fs::write(&file, policy).unwrap();
         c.policy = Some(file);
@@ -35,6 +31,7 @@ fn with_policy(policy: &str) -> Harness {
         std::fs::write(&op, OPERATOR).unwrap();
         c.operator_token_file = Some(op);
     })
+    .await
 }
 
 fn events_path(id: &str) -> String {
@@ -68,7 +65,16 @@ async fn put_member(h: &Harness, token: &str, id: &str, principal: &str, access:
 
 #[tokio::test]
 async fn under_the_default_owner_policy_another_principal_sees_nothing_and_writes_nothing() {
-    let h = Harness::auth(|_| {});
+    for store in STORES {
+        under_the_default_owner_policy_another_principal_sees_nothing_and_writes_nothing_on(store)
+            .await;
+    }
+}
+
+async fn under_the_default_owner_policy_another_principal_sees_nothing_and_writes_nothing_on(
+    store: Store,
+) {
+    let h = Harness::auth_on(store, |_| {}).await;
     let (a, ta, b, tb) = two(&h).await;
     let r = h
         .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -128,7 +134,13 @@ async fn under_the_default_owner_policy_another_principal_sees_nothing_and_write
 
 #[tokio::test]
 async fn the_first_creator_owns_an_id_and_the_later_one_is_refused() {
-    let h = Harness::auth(|_| {});
+    for store in STORES {
+        the_first_creator_owns_an_id_and_the_later_one_is_refused_on(store).await;
+    }
+}
+
+async fn the_first_creator_owns_an_id_and_the_later_one_is_refused_on(store: Store) {
+    let h = Harness::auth_on(store, |_| {}).await;
     let (a, ta, b, tb) = two(&h).await;
     // B creates the id first (say it guessed it); A's first write is refused, not merged.
     let r = h
@@ -150,39 +162,6 @@ async fn the_first_creator_owns_an_id_and_the_later_one_is_refused() {
     );
 }
 
-#[tokio::test]
-async fn two_creators_racing_in_one_commit_group_one_wins() {
-    // A linger puts both writes in one transaction: the second sees the first's record.
-    let h = Harness::with_options(
-        |c| c.session_rate_per_minute = 0,
-        EmbeddedOptions {
-            linger: ms(200),
-            ..EmbeddedOptions::default()
-        },
-    );
-    let (a, ta, b, tb) = two(&h).await;
-    let wa = write_by(&a.client_id, TYPE, ID, &[1]);
-    let wb = write_by(&b.client_id, TYPE, ID, &[1]);
-    let (ra, rb) = tokio::join!(h.write_as(&ta, &wa), h.write_as(&tb, &wb));
-    let outcomes = [ra.outcome(), rb.outcome()];
-    assert!(
-        outcomes == ["landed", "rejected"] || outcomes == ["rejected", "landed"],
-        "{:?} {:?}",
-        ra.json,
-        rb.json
-    );
-    let (winner, loser, tw, tl) = if ra.outcome() == "landed" {
-        (&a, &rb, &ta, &tb)
-    } else {
-        (&b, &ra, &tb, &ta)
-    };
-    assert_eq!(loser.code(), 40302);
-    let page = h.get_as(tw, &events_path(ID)).await;
-    assert_eq!(page.json["batches"].as_array().unwrap().len(), 1);
-    assert_eq!(page.json["batches"][0]["clientId"], winner.client_id);
-    assert_eq!(h.get_as(tl, &events_path(ID)).await.json["tip"], 0);
-}
-
 fn app_token(sub: &str) -> String {
     let exp = jsonwebtoken::get_current_timestamp() + 300;
     jsonwebtoken::encode(
@@ -195,14 +174,21 @@ fn app_token(sub: &str) -> String {
 
 #[tokio::test]
 async fn with_app_tokens_a_users_devices_share_its_aggregates() {
-    let h = Harness::auth(|c| {
+    for store in STORES {
+        with_app_tokens_a_users_devices_share_its_aggregates_on(store).await;
+    }
+}
+
+async fn with_app_tokens_a_users_devices_share_its_aggregates_on(store: Store) {
+    let h = Harness::auth_on(store, |c| {
         let file = c.data_dir.join("app-secret");
         std::fs::write(&file, APP_SECRET).unwrap();
         c.app_token_alg = Some(celeriant_gateway::config::AppTokenAlg::Hs256);
         c.app_token_key_file = Some(file);
         c.app_token_issuer = Some("https://sign-in.example".into());
         c.app_token_audience = Some("celeriant-sync-tests".into());
-    });
+    })
+    .await;
     let open = |device: Device, sub: &'static str| {
         let h = &h;
         async move {
@@ -237,6 +223,12 @@ async fn with_app_tokens_a_users_devices_share_its_aggregates() {
 
 #[tokio::test]
 async fn each_preset_decides_reads_and_writes_as_documented() {
+    for store in STORES {
+        each_preset_decides_reads_and_writes_as_documented_on(store).await;
+    }
+}
+
+async fn each_preset_decides_reads_and_writes_as_documented_on(store: Store) {
     // (preset, B may read, B's append answer without/with allowCreate, B may create its own)
     for (preset, reads, appends, creates) in [
         ("authenticated", true, ("landed", "landed"), true),
@@ -244,7 +236,7 @@ async fn each_preset_decides_reads_and_writes_as_documented() {
         ("members", false, ("rejected", "rejected"), true),
         ("members-read", false, ("rejected", "rejected"), true),
     ] {
-        let h = with_policy(&format!("default = \"{preset}\""));
+        let h = with_policy(store, &format!("default = \"{preset}\"")).await;
         let (a, ta, b, tb) = two(&h).await;
         let r = h
             .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -281,9 +273,11 @@ async fn each_preset_decides_reads_and_writes_as_documented() {
     }
 
     // read-only: nobody creates or appends; everyone reads.
-    let h = with_policy(&format!(
-        "default = \"owner\"\n[types]\n\"{TYPE}\" = \"read-only\"\n"
-    ));
+    let h = with_policy(
+        store,
+        &format!("default = \"owner\"\n[types]\n\"{TYPE}\" = \"read-only\"\n"),
+    )
+    .await;
     let (a, ta, _, tb) = two(&h).await;
     let r = h
         .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -300,7 +294,13 @@ async fn each_preset_decides_reads_and_writes_as_documented() {
 
 #[tokio::test]
 async fn the_owner_grants_and_revokes_members() {
-    let h = with_policy("default = \"members\"");
+    for store in STORES {
+        the_owner_grants_and_revokes_members_on(store).await;
+    }
+}
+
+async fn the_owner_grants_and_revokes_members_on(store: Store) {
+    let h = with_policy(store, "default = \"members\"").await;
     let (a, ta, b, tb) = two(&h).await;
     let b_principal = format!("device:{}", b.client_id);
     h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -389,9 +389,17 @@ async fn the_owner_grants_and_revokes_members() {
 
 #[tokio::test]
 async fn members_exist_only_where_the_policy_has_them() {
-    let h = with_policy(&format!(
-        "default = \"owner\"\n[types]\n\"{TYPE}\" = \"members-read\"\n"
-    ));
+    for store in STORES {
+        members_exist_only_where_the_policy_has_them_on(store).await;
+    }
+}
+
+async fn members_exist_only_where_the_policy_has_them_on(store: Store) {
+    let h = with_policy(
+        store,
+        &format!("default = \"owner\"\n[types]\n\"{TYPE}\" = \"members-read\"\n"),
+    )
+    .await;
     let (a, ta, b, tb) = two(&h).await;
     let b_principal = format!("device:{}", b.client_id);
     h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
@@ -430,7 +438,13 @@ async fn as_operator(h: &Harness, secret: &str, request: Request<Body>) -> Reply
 
 #[tokio::test]
 async fn the_operator_reads_everything_and_writes_nothing() {
-    let h = with_policy("default = \"owner\"");
+    for store in STORES {
+        the_operator_reads_everything_and_writes_nothing_on(store).await;
+    }
+}
+
+async fn the_operator_reads_everything_and_writes_nothing_on(store: Store) {
+    let h = with_policy(store, "default = \"owner\"").await;
     let (a, ta, _, _) = two(&h).await;
     h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
         .await;
@@ -454,120 +468,15 @@ async fn the_operator_reads_everything_and_writes_nothing() {
     assert_eq!(r.code(), 40101);
 }
 
-fn event(seq: u64) -> Event {
-    serde_json::from_value(support::app::event(seq)).unwrap()
-}
-
-#[tokio::test]
-async fn an_older_store_gives_each_aggregate_the_writer_of_its_first_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let key = |id: u128| AggregateKey {
-        org: Uuid::from_u128(1),
-        aggregate: AggregateRef {
-            type_id: Uuid::from_u128(5),
-            id: Uuid::from_u128(id),
-        },
-    };
-    {
-        let store = EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).unwrap();
-        // As a gateway before owners wrote: no principal, so no record.
-        for (client, id) in [(77u128, 1u128), (78, 2)] {
-            let command = WriteCommand {
-                principal: None,
-                policy: None,
-                client_id: Uuid::from_u128(client),
-                writes: vec![AggregateCommand {
-                    key: key(id),
-                    allow_create: true,
-                    expected_version: None,
-                    enforce_client_idempotency: true,
-                    events: vec![event(1)],
-                }],
-            };
-            store.write(command).await.unwrap();
-        }
-        assert_eq!(store.access(key(1)).await.unwrap(), None);
-    }
-    let store: Arc<dyn Backend> =
-        Arc::new(EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).unwrap());
-    for (client, id) in [(77u128, 1u128), (78, 2)] {
-        let record = store.access(key(id)).await.unwrap().unwrap();
-        assert_eq!(
-            record.owner.as_str(),
-            format!("device:{}", Uuid::from_u128(client))
-        );
-    }
-    assert_eq!(store.access(key(3)).await.unwrap(), None);
-}
-
-#[tokio::test]
-async fn a_damaged_access_record_is_refused_and_reported_by_verify() {
-    use celeriant_gateway::backend::embedded::access::ACCESS;
-    use celeriant_gateway::backend::embedded::{FILE_NAME, verify};
-    use redb::ReadableTable as _;
-    let dir = tempfile::tempdir().unwrap();
-    let key = AggregateKey {
-        org: Uuid::from_u128(1),
-        aggregate: AggregateRef {
-            type_id: Uuid::from_u128(5),
-            id: Uuid::from_u128(9),
-        },
-    };
-    let owner = celeriant_gateway::access::Principal::device(Uuid::from_u128(77));
-    {
-        let store = EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).unwrap();
-        let command = WriteCommand {
-            principal: Some(owner.clone()),
-            policy: None,
-            client_id: Uuid::from_u128(77),
-            writes: vec![AggregateCommand {
-                key,
-                allow_create: true,
-                expected_version: None,
-                enforce_client_idempotency: true,
-                events: vec![event(1)],
-            }],
-        };
-        store.write(command).await.unwrap();
-        assert_eq!(store.access(key).await.unwrap().unwrap().owner, owner);
-    }
-    assert_eq!(verify::verify(dir.path()).unwrap().owners, 1);
-    {
-        let db = redb::Database::open(dir.path().join(FILE_NAME)).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut table = txn.open_table(ACCESS).unwrap();
-            let k = (1u128, 5u128, 9u128);
-            let mut stored = table.get(k).unwrap().unwrap().value().to_vec();
-            // Someone else's name where the owner's was: the checksum no longer matches.
-            let at = stored.len() - 3;
-            stored[at] ^= 0x01;
-            table.insert(k, stored.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
-    }
-    let report = verify::verify(dir.path()).unwrap();
-    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
-    assert!(
-        report.problems[0].contains("access record"),
-        "{:?}",
-        report.problems
-    );
-    let store = EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).unwrap();
-    // Never trusted: the read is refused as damaged data (50001).
-    let refused = store.access(key).await.unwrap_err();
-    assert!(
-        matches!(
-            refused,
-            celeriant_gateway::backend::BackendError::Code { code: 50001, .. }
-        ),
-        "{refused}"
-    );
-}
-
 #[tokio::test]
 async fn a_reader_who_is_not_a_member_is_not_shown_the_owner_or_the_members() {
-    let h = with_policy("default = \"authenticated-read\"");
+    for store in STORES {
+        a_reader_who_is_not_a_member_is_not_shown_the_owner_or_the_members_on(store).await;
+    }
+}
+
+async fn a_reader_who_is_not_a_member_is_not_shown_the_owner_or_the_members_on(store: Store) {
+    let h = with_policy(store, "default = \"authenticated-read\"").await;
     let (a, ta, _b, tb) = two(&h).await;
     h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
         .await;

@@ -1,22 +1,43 @@
 //! The attacks of issue 25 re-run against a real gateway process with its default flags (the
-//! `owner` policy): another device with a valid session of its own reads, appends to (with and
-//! without `allowCreate`), pre-creates and watches someone else's aggregate. Each is refused,
-//! nothing is stored, nothing leaks; the victim's next write lands. Plus two creators racing
-//! over real sockets, and the start-up refusals of the policy file.
+//! `owner` policy), on both stores (embedded, and `--backend celeriant` over the fake node):
+//! another device with a valid session of its own reads, appends to (with and without
+//! `allowCreate`), pre-creates and watches someone else's aggregate. Each is refused, nothing is
+//! stored, nothing leaks; the victim's next write lands. Plus two creators racing over real
+//! sockets, a revoked member's stream, and the start-up refusals of the policy file.
 
 mod support;
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::app::{STORES, Store};
 use support::app::{TYPE, write_by};
 use support::device::{Device, fresh_nonce};
+use support::fake_celeriant::FakeCeleriant;
 use support::process::{Process, data_dir, get, post, run_to_exit};
 use support::sse;
 
 const VICTIM_ID: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0301";
 const NEVER: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e03ff";
 const WAIT: Duration = Duration::from_secs(10);
+
+/// A gateway process over `store` with the extra `args`, and the fake node behind it (kept
+/// alive with it).
+fn start(store: Store, data: &Path, args: &[&str]) -> (Process, Option<FakeCeleriant>) {
+    match store {
+        Store::Embedded => (Process::start(data, args), None),
+        Store::Celeriant => {
+            let fake = FakeCeleriant::start();
+            let address = fake.address();
+            let backend = ["--backend", "celeriant", "--celeriant-addr", &address];
+            (
+                Process::start(data, &[&backend[..], args].concat()),
+                Some(fake),
+            )
+        }
+    }
+}
 
 fn session(base: &str, device: &Device) -> String {
     let r = post(
@@ -54,8 +75,14 @@ fn read(base: &str, token: &str, id: &str) -> (u16, Value) {
 
 #[test]
 fn another_device_reads_appends_and_pre_creates_nothing_of_the_victims() {
+    for store in STORES {
+        another_device_reads_appends_and_pre_creates_nothing_of_the_victims_on(store);
+    }
+}
+
+fn another_device_reads_appends_and_pre_creates_nothing_of_the_victims_on(store: Store) {
     let dir = data_dir();
-    let gw = Process::start(dir.path(), &["--session-rate-per-minute", "0"]);
+    let (gw, _fake) = start(store, dir.path(), &["--session-rate-per-minute", "0"]);
     let (victim, attacker) = (Device::a(), Device::b());
     let (tv, ta) = (session(&gw.base, &victim), session(&gw.base, &attacker));
     let (_, landed) = write(&gw.base, &tv, &victim, VICTIM_ID, 1, true);
@@ -114,8 +141,14 @@ fn another_device_reads_appends_and_pre_creates_nothing_of_the_victims() {
 
 #[test]
 fn a_watch_of_anothers_aggregate_is_refused_and_never_notified() {
+    for store in STORES {
+        a_watch_of_anothers_aggregate_is_refused_and_never_notified_on(store);
+    }
+}
+
+fn a_watch_of_anothers_aggregate_is_refused_and_never_notified_on(store: Store) {
     let dir = data_dir();
-    let gw = Process::start(dir.path(), &["--session-rate-per-minute", "0"]);
+    let (gw, _fake) = start(store, dir.path(), &["--session-rate-per-minute", "0"]);
     let (victim, attacker) = (Device::a(), Device::b());
     let (tv, ta) = (session(&gw.base, &victim), session(&gw.base, &attacker));
     write(&gw.base, &tv, &victim, VICTIM_ID, 1, true);
@@ -164,8 +197,15 @@ fn a_watch_of_anothers_aggregate_is_refused_and_never_notified() {
 
 #[test]
 fn two_creators_racing_over_sockets_one_owns_each_id() {
+    for store in STORES {
+        two_creators_racing_over_sockets_one_owns_each_id_on(store);
+    }
+}
+
+fn two_creators_racing_over_sockets_one_owns_each_id_on(store: Store) {
     let dir = data_dir();
-    let gw = Process::start(
+    let (gw, _fake) = start(
+        store,
         dir.path(),
         &["--session-rate-per-minute", "0", "--commit-linger-ms", "5"],
     );
@@ -235,68 +275,66 @@ fn a_policy_that_cannot_be_read_or_enforced_stops_the_gateway() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--policy needs sessions"));
 }
 
-/// The Celeriant backend records no owners yet: it refuses to start under any policy that
-/// needs one, and runs (everything shared, explicitly) under an all-`authenticated` policy.
+/// The Celeriant backend records owners (in Celeriant): it starts under the default `owner`
+/// policy, and a policy mixing presets, and enforces them; the access records it keeps there are
+/// not reachable through the API.
 #[test]
-fn the_celeriant_backend_runs_only_under_an_all_authenticated_policy() {
-    let fake = support::fake_celeriant::FakeCeleriant::start();
+fn the_celeriant_backend_starts_and_enforces_any_policy() {
     let dir = data_dir();
-    let backend = [
-        "--backend",
-        "celeriant",
-        "--celeriant-addr",
-        &fake.address(),
-    ];
-    let out = run_to_exit(&dir.path().join("db"), &backend);
-    assert!(
-        !out.status.success(),
-        "started without enforcing the owner policy"
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("does not record owners"), "{stderr}");
     let mixed = dir.path().join("mixed.toml");
     std::fs::write(
         &mixed,
         format!("default = \"authenticated\"\n[types]\n\"{TYPE}\" = \"owner\"\n"),
     )
     .unwrap();
-    let mixed = mixed.to_str().unwrap();
-    let out = run_to_exit(
-        &dir.path().join("db"),
-        &[&backend[..], &["--policy", mixed]].concat(),
-    );
-    assert!(
-        !out.status.success(),
-        "a single owner rule is not enforceable either"
-    );
-
-    let shared = dir.path().join("shared.toml");
-    std::fs::write(&shared, "default = \"authenticated\"\n").unwrap();
-    let shared = shared.to_str().unwrap();
-    let args = [
-        &backend[..],
-        &["--policy", shared, "--session-rate-per-minute", "0"],
-    ]
-    .concat();
-    let gw = Process::start(dir.path(), &args);
-    let (a, b) = (Device::a(), Device::b());
-    let (ta, tb) = (session(&gw.base, &a), session(&gw.base, &b));
-    let (_, landed) = write(&gw.base, &ta, &a, VICTIM_ID, 1, true);
-    assert_eq!(landed["outcome"], "landed", "{landed}");
-    // Shared, as the policy says: B reads A's event and appends.
-    assert_eq!(read(&gw.base, &tb, VICTIM_ID).1["tip"], 1);
-    let (_, appended) = write(&gw.base, &tb, &b, VICTIM_ID, 1, true);
-    assert_eq!(appended["outcome"], "landed", "{appended}");
+    let mixed = mixed.to_str().unwrap().to_owned();
+    for args in [vec![], vec!["--policy", mixed.as_str()]] {
+        let (gw, fake) = start(
+            Store::Celeriant,
+            dir.path(),
+            &[&["--session-rate-per-minute", "0"][..], &args].concat(),
+        );
+        let fake = fake.unwrap();
+        let (a, b) = (Device::a(), Device::b());
+        let (ta, tb) = (session(&gw.base, &a), session(&gw.base, &b));
+        let (_, landed) = write(&gw.base, &ta, &a, VICTIM_ID, 1, true);
+        assert_eq!(landed["outcome"], "landed", "{landed}");
+        assert_eq!(read(&gw.base, &tb, VICTIM_ID).1["tip"], 0, "{args:?}");
+        let (status, _) = write(&gw.base, &tb, &b, VICTIM_ID, 1, true);
+        assert_eq!(status, 403, "{args:?}");
+        // The record went to Celeriant, under the reserved type; that type is refused here.
+        let reserved = celeriant_gateway::access::RESERVED_TYPE;
+        let recorded = fake
+            .writes()
+            .iter()
+            .flat_map(|w| w.writes.keys())
+            .filter(|k| k.aggregate_type_id == reserved.as_u128())
+            .count();
+        assert_eq!(recorded, 1, "{args:?}");
+        let r = get(
+            &gw.base,
+            &format!("/v1/aggregates/{reserved}/{VICTIM_ID}/events"),
+            Some(&ta),
+        );
+        assert_eq!((r.status, r.json["code"].clone()), (403, json!(40301)));
+    }
 }
 
 /// Under `members`, a member's stream hears of the aggregate while it is a member, and stops
 /// hearing of it once the owner revokes it (delivery re-checks every time).
 #[test]
 fn a_revoked_members_stream_stops_hearing_of_the_aggregate() {
+    for store in STORES {
+        a_revoked_members_stream_stops_hearing_of_the_aggregate_on(store);
+    }
+}
+
+fn a_revoked_members_stream_stops_hearing_of_the_aggregate_on(store: Store) {
     let dir = data_dir();
     let policy = dir.path().join("members.toml");
     std::fs::write(&policy, "default = \"members\"\n").unwrap();
-    let gw = Process::start(
+    let (gw, _fake) = start(
+        store,
         dir.path(),
         &[
             "--session-rate-per-minute",

@@ -20,6 +20,11 @@ use uuid::Uuid;
 
 pub use policy::{Policy, Preset};
 
+/// The aggregate type of the gateway's own access records on the Celeriant backend
+/// (`backend::celeriant::access`). Refused to every caller of the public API, the operator
+/// included (`Session::check_type`): nobody reads, writes or watches the records but the gateway.
+pub const RESERVED_TYPE: Uuid = Uuid::from_u128(0xac0e55ed_5ec0_4d00_8000_0000000000a1);
+
 /// The longest principal accepted, in bytes (`user:` and an app token's subject).
 pub const MAX_PRINCIPAL_BYTES: usize = 256;
 

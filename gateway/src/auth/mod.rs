@@ -147,6 +147,12 @@ impl Session {
 
     /// Refuses (403) an aggregate type outside the session's access list.
     pub fn check_type(&self, type_id: Uuid) -> Result<(), ApiError> {
+        if type_id == crate::access::RESERVED_TYPE {
+            return Err(ApiError::code(
+                g::AGGREGATE_TYPE_FORBIDDEN,
+                format!("aggregate type {type_id} is reserved for the gateway's access records"),
+            ));
+        }
         match &self.types {
             Some(types) if !types.contains(&type_id) => Err(ApiError::code(
                 g::AGGREGATE_TYPE_FORBIDDEN,

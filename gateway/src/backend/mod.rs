@@ -8,6 +8,10 @@
 //! * [`celeriant::CeleriantBackend`]: a real Celeriant cluster through the published
 //!   `celeriant_client_tokio` crate.
 //!
+//! Both record each aggregate's owner and members (`crate::access`): the embedded store in the
+//! creating write's transaction, the Celeriant backend in create-only records in Celeriant
+//! (`celeriant::access`).
+//!
 //! A backend answers with either an acknowledgement or a [`BackendError`] that says exactly how
 //! much is known about the write: a Celeriant code, "definitely not sent", or "may have landed".
 //! [`BackendError::into_outcome`] turns that into the protocol's outcome with the shared table.
@@ -79,8 +83,10 @@ pub struct AggregateCommand {
 
 /// A change of an access record, judged against the current one: the new record, or the
 /// answer refusing it.
+/// It may be asked more than once (a store that retries on a concurrent change, the Celeriant
+/// backend), so it must decide from its argument alone.
 pub type AccessChange =
-    Box<dyn FnOnce(Option<AccessRecord>) -> Result<AccessRecord, crate::error::ApiError> + Send>;
+    Box<dyn Fn(Option<AccessRecord>) -> Result<AccessRecord, crate::error::ApiError> + Send + Sync>;
 
 /// A change of the stored revocations, judged against the current ones (already pruned of
 /// those past their `forget_at`): the new list, or the answer refusing it (nothing stored).
@@ -290,6 +296,19 @@ pub trait Backend: Send + Sync + 'static {
     async fn access(&self, key: AggregateKey) -> Result<Option<AccessRecord>, BackendError> {
         let _ = key;
         Ok(None)
+    }
+
+    /// The access record of `key` for an access check, which may come from a per-replica
+    /// cache: an owner never changes, so a check that needs only the owner (`members: false`)
+    /// may use a record of any age; one that depends on members gets a record at most the
+    /// backend's members TTL old. The default asks [`Backend::access`].
+    async fn access_check(
+        &self,
+        key: AggregateKey,
+        members: bool,
+    ) -> Result<Option<AccessRecord>, BackendError> {
+        let _ = members;
+        self.access(key).await
     }
 
     /// Whether this backend records owners (and so can enforce any policy).

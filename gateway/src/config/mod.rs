@@ -105,6 +105,14 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub celeriant_watch_renew_secs: u64,
 
+    /// Milliseconds one replica may decide a members check (read, watch, append by a member)
+    /// from its cached copy of an aggregate's access record (Celeriant backend): how long a
+    /// member revoked through another replica keeps its access here. Owners never change and
+    /// are cached without expiry. 0: every members check reads the record.
+    #[arg(long, env = "CELERIANT_GATEWAY_MEMBERS_CACHE_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub members_cache_ms: u64,
+
     /// Organisation every write and read is scoped to (never taken from request bodies).
     #[arg(long, env = "CELERIANT_GATEWAY_ORG_ID", default_value_t = DEFAULT_ORG_ID)]
     pub org_id: Uuid,

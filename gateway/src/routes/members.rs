@@ -34,8 +34,9 @@ const MAX_BODY_BYTES: usize = 1_024;
 
 /// Whether `session` may read (and watch) `key`. The operator and `--auth none` read
 /// everything; a preset that lets every principal read needs no lookup; otherwise the store's
-/// record decides. Owners never change and records are never removed, so a check made before
-/// a read holds for the read.
+/// record decides (`Backend::access_check`: on the Celeriant backend a per-replica cache, whose
+/// members may be up to `--members-cache-ms` old). Owners never change and records are never
+/// removed, so a check made before a read holds for the read.
 pub async fn readable(
     state: &AppState,
     session: &Session,
@@ -74,7 +75,7 @@ async fn judge_read(
     }
     let record = state
         .backend
-        .access(key)
+        .access_check(key, preset.member_grants().is_some())
         .await
         .map_err(|e| ApiError(e.into_outcome()))?;
     Ok(match record {

@@ -51,7 +51,8 @@ struct WatchBody {
 
 /// The access check made again before each notification is sent. Under `owner` a positive
 /// answer is final (owners never change) and remembered; under the other presets members can
-/// be revoked, so it is asked every time.
+/// be revoked, so it is asked every time (on the Celeriant backend answered from the replica's
+/// cached access record while it is younger than `--members-cache-ms` and not seen changed).
 fn delivery_check(state: &AppState, session: Session) -> stream::Check {
     if matches!(session.actor, Actor::Operator | Actor::Unchecked) {
         return std::sync::Arc::new(|_| Box::pin(async { true }));

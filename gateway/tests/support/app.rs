@@ -13,21 +13,38 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use celeriant_gateway::auth::faults_secret::HEADER as FAULTS_SECRET_HEADER;
+use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
 use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
-use celeriant_gateway::config::{AuthMode, Config};
+use celeriant_gateway::config::{AuthMode, BackendKind, Config};
 use celeriant_gateway::{AppState, app};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::device::{Device, fresh_nonce};
+use super::fake_celeriant::FakeCeleriant;
 
-/// A router over a fresh embedded store (the tempdir lives as long as the harness).
+/// A router over a fresh embedded store (the tempdir lives as long as the harness), or over the
+/// Celeriant backend and a fake node ([`Harness::auth_on`]).
 pub struct Harness {
     pub router: Router,
     pub state: AppState,
+    /// The fake node behind a Celeriant-backed harness.
+    pub fake: Option<Arc<FakeCeleriant>>,
     _dir: tempfile::TempDir,
 }
+
+/// Which store a harness runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// A fresh embedded store.
+    Embedded,
+    /// The Celeriant backend over a fresh fake node.
+    Celeriant,
+}
+
+/// Both stores, for tests that must hold on each.
+pub const STORES: [Store; 2] = [Store::Embedded, Store::Celeriant];
 
 impl Harness {
     pub fn new() -> Self {
@@ -70,6 +87,44 @@ impl Harness {
         Harness {
             router: app(state.clone()),
             state,
+            fake: None,
+            _dir: dir,
+        }
+    }
+
+    /// Device identity on (as [`Harness::auth`]) over `store`; over a fresh fake node for
+    /// [`Store::Celeriant`].
+    pub async fn auth_on(store: Store, configure: impl FnOnce(&mut Config)) -> Self {
+        match store {
+            Store::Embedded => Self::auth(configure),
+            Store::Celeriant => Self::celeriant(Arc::new(FakeCeleriant::start()), configure).await,
+        }
+    }
+
+    /// Device identity on, over the Celeriant backend and `fake` (shared by harnesses that
+    /// play replicas of one gateway), with the members TTL of `configure`'s config.
+    pub async fn celeriant(fake: Arc<FakeCeleriant>, configure: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults();
+        config.data_dir = dir.path().to_owned();
+        config.session_rate_per_minute = 0;
+        config.backend = BackendKind::Celeriant;
+        config.celeriant_addrs = vec![fake.address()];
+        configure(&mut config);
+        let backend = CeleriantBackend::connect(CeleriantOptions {
+            addresses: config.celeriant_addrs.clone(),
+            api_key: None,
+            request_timeout: Duration::from_secs(5),
+        })
+        .await
+        .unwrap()
+        .with_watch(Some(config.org_id), Duration::from_secs(300))
+        .with_members_ttl(Duration::from_millis(config.members_cache_ms));
+        let state = AppState::new(config, Arc::new(backend)).unwrap();
+        Harness {
+            router: app(state.clone()),
+            state,
+            fake: Some(fake),
             _dir: dir,
         }
     }

@@ -6,7 +6,10 @@
 //! same way `celeriant_client_tokio`'s own `tests/common/mod.rs` builds its fakes. It answers the
 //! Identify every connection sends first, echoes each request's correlation id, records what it
 //! received, and answers each request from a per-test script; with nothing scripted it behaves as
-//! a tiny store (writes append a batch, reads return them, unknown aggregates answer 1001).
+//! a tiny store (writes append a batch, reads and aggregate details return them, unknown
+//! aggregates answer 1001 / 7001) that
+//! checks existence, the version guard (2003) and client idempotency (2002) in the server's
+//! order (see `State::write`).
 //!
 //! A `Watch` request turns its connection into a watch stream, as on a single-shard node: an
 //! empty `WatchResponse` acknowledges it, then every stored write is notified on it, and a test
@@ -29,10 +32,13 @@ use celeriant_msg::process_client_responses::ClientResponse;
 use celeriant_msg::process_identify::{
     IDENTIFY_REQUEST_TYPE_ID, read_identify_request, write_identify_response,
 };
-use celeriant_msg::request::requests::{IdentifyRequest, ReadRequest, WriteRequest};
+use celeriant_msg::request::requests::{
+    AggregateDetailsRequest, IdentifyRequest, ReadRequest, WriteRequest,
+};
 use celeriant_msg::response::aggregate_event_batch::AggregateEventBatch;
 use celeriant_msg::response::responses::{
-    ErrorResponse, IdentifyResponse, ReadResponse, WatchResponse, WriteResponse,
+    AggregateConflict, AggregateDetailsResponse, ErrorResponse, IdentifyResponse, ReadResponse,
+    WatchResponse, WriteConflictResponse, WriteResponse,
 };
 use celeriant_msg::response::watch_event::WatchResponseEvent;
 use celeriant_wal::aggregate_key::AggregateKey;
@@ -97,6 +103,8 @@ struct State {
     identifies: Vec<IdentifyRequest>,
     requests: Vec<ClientRequest>,
     store: HashMap<AggregateKey, Vec<AggregateEventBatch>>,
+    /// Highest `client_seq` stored per (aggregate, client id), for idempotency.
+    seqs: HashMap<(AggregateKey, u128), u64>,
     read_page_limit: Option<usize>,
     watchers: Vec<tokio::sync::mpsc::UnboundedSender<WatchMsg>>,
     /// Watches that hang: open, told nothing ever again.
@@ -449,26 +457,74 @@ impl State {
         match request {
             ClientRequest::Write(write) => self.write(write),
             ClientRequest::Read(read) => self.read(read),
+            ClientRequest::AggregateDetails(details) => self.details(details),
             other => error(
                 other.correlation_id(),
                 error_codes::SHARD_ROUTING_NO_KEY,
-                "the fake serves only reads and writes".into(),
+                "the fake serves only reads, details and writes".into(),
             ),
         }
     }
 
-    /// Atomic across the request's aggregates, like the server; no idempotency checks (tests
-    /// script 2002/2013 instead).
+    /// Atomic across the request's aggregates, like the server. Per aggregate, in the server's
+    /// order: existence (2005), then the version guard (2003: `expected_version: n` commits
+    /// only at exactly version n, the batch count, so `0` only while the aggregate does not
+    /// exist; answered, as the server does, with a `WriteConflictResponse` naming each stale
+    /// guard's expected and current version), **then** client idempotency where the write
+    /// enforces it (2002 with the sequences in the message, when its lowest `client_seq`, if
+    /// at least 1, is at or below the highest stored for this aggregate and client id). 2013
+    /// (in flight) is never produced here: tests script it.
     fn write(&mut self, request: &WriteRequest) -> ClientResponse {
         let correlation_id = request.correlation_id;
+        let mut conflicts = Vec::new();
         for (key, write) in &request.writes {
-            let exists = self.store.get(key).is_some_and(|b| !b.is_empty());
-            if !exists && !write.allow_create {
+            let current = self.store.get(key).map_or(0, |b| b.len() as u64);
+            if current == 0 && !write.allow_create {
                 return error(
                     correlation_id,
                     error_codes::WRITE_AGGREGATE_NOT_EXISTS,
                     "aggregate does not exist".into(),
                 );
+            }
+            if let Some(expected) = write.expected_version
+                && expected != current
+            {
+                conflicts.push(AggregateConflict {
+                    key: key.clone(),
+                    expected,
+                    current,
+                });
+            }
+        }
+        if !conflicts.is_empty() {
+            return ClientResponse::WriteConflict(WriteConflictResponse {
+                correlation_id,
+                conflicts,
+            });
+        }
+        for (key, write) in &request.writes {
+            let lowest = write.events.iter().map(|e| e.client_seq).min().unwrap_or(0);
+            let highest = self.seqs.get(&(key.clone(), request.client_id)).copied();
+            if write.enforce_client_idempotency
+                && lowest >= 1
+                && let Some(highest) = highest
+                && lowest <= highest
+            {
+                return error(
+                    correlation_id,
+                    error_codes::WRITE_CLIENT_IDEMPOTENCY_VIOLATION,
+                    format!(r#"{{"last_client_seq":{highest},"attempted_client_seq":{lowest}}}"#),
+                );
+            }
+        }
+        for (key, write) in &request.writes {
+            let top = write.events.iter().map(|e| e.client_seq).max().unwrap_or(0);
+            if write.enforce_client_idempotency {
+                let held = self
+                    .seqs
+                    .entry((key.clone(), request.client_id))
+                    .or_insert(0);
+                *held = (*held).max(top);
             }
         }
         let now = SystemTime::now()
@@ -505,6 +561,31 @@ impl State {
         ClientResponse::Write(WriteResponse {
             correlation_id,
             max_aggregate_version: version.filter(|_| request.writes.len() == 1),
+        })
+    }
+
+    /// An aggregate's versions (7001 when it does not exist).
+    fn details(&self, request: &AggregateDetailsRequest) -> ClientResponse {
+        let correlation_id = request.correlation_id;
+        let Some(batches) = self.store.get(&request.aggregate_key) else {
+            return error(
+                correlation_id,
+                error_codes::EXISTS_AGGREGATE_NOT_EXISTS,
+                "aggregate does not exist".into(),
+            );
+        };
+        let last = batches.last();
+        ClientResponse::AggregateDetails(AggregateDetailsResponse {
+            correlation_id,
+            min_aggregate_version: batches.first().map_or(0, |b| b.aggregate_version),
+            max_aggregate_version: last.map_or(0, |b| b.aggregate_version),
+            max_event_seq: batches.iter().map(|b| b.events.len() as u64).sum(),
+            is_deleted: false,
+            allow_recreate: false,
+            allow_sequence_continuation: false,
+            last_server_timestamp: last.map_or(0, |b| b.server_timestamp),
+            last_client_id: last.map_or(0, |b| b.client_id),
+            last_user_id: last.and_then(|b| b.user_id),
         })
     }
 

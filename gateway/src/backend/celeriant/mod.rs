@@ -6,14 +6,18 @@
 //! pool routes writes to the leader and never resends a write once it left, so the only question
 //! left for this module is how much is known when a call fails; [`backend_error`] answers it.
 //!
+//! * `access`: owners and members, stored in Celeriant as create-only records (the access
+//!   policy is judged here, before a write is sent: `judge`);
 //! * `convert`: field-by-field translation between the gateway's and Celeriant's types;
 //! * `errors`: the `ClientError` → [`BackendError`] table;
 //! * `watch`: the one upstream watch per process behind [`Backend::changes`].
 
+pub mod access;
 mod convert;
 mod errors;
 #[cfg(test)]
 mod errors_table;
+mod judge;
 pub mod watch;
 
 use std::fmt;
@@ -30,9 +34,17 @@ use celeriant_wal::aggregate_key::AggregateKey as CeleriantKey;
 use tokio::sync::broadcast;
 
 use super::{
-    Backend, BackendError, CHANGE_BUFFER, Change, ReadPage, ReadQuery, WriteAck, WriteCommand,
+    AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, ReadPage, ReadQuery,
+    WriteAck, WriteCommand,
 };
+use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE, Policy, Preset};
+use crate::error::ApiError;
+use celeriant_sync_protocol::codes::celeriant as cc;
 pub use errors::{UNRECOGNISED_UPSTREAM_CODE, backend_error};
+
+/// How long a members check may use a cached access record unless told otherwise
+/// (`--members-cache-ms`).
+pub const DEFAULT_MEMBERS_TTL: Duration = Duration::from_secs(5);
 
 /// Upper bound on dialling one node (and on waiting for one of the pool's connection slots).
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -63,6 +75,7 @@ impl fmt::Debug for CeleriantOptions {
 pub struct CeleriantBackend {
     pool: Arc<CeleriantPool>,
     watch: watch::WatchSettings,
+    records: Arc<access::Records>,
 }
 
 impl CeleriantBackend {
@@ -88,8 +101,10 @@ impl CeleriantBackend {
         if let Some(key) = options.api_key {
             pool = pool.with_identity(ClientIdentityConfig::from_api_key(key));
         }
+        let pool = Arc::new(CeleriantPool::new(pool));
         Ok(CeleriantBackend {
-            pool: Arc::new(CeleriantPool::new(pool)),
+            records: Arc::new(access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL)),
+            pool,
             watch: watch::WatchSettings::default(),
         })
     }
@@ -98,6 +113,12 @@ impl CeleriantBackend {
     /// `renew` (see [`watch`]).
     pub fn with_watch(mut self, org: Option<uuid::Uuid>, renew: Duration) -> Self {
         self.watch = watch::WatchSettings { org, renew };
+        self
+    }
+
+    /// Lets a members check use a cached access record for at most `ttl` (see `access`).
+    pub fn with_members_ttl(mut self, ttl: Duration) -> Self {
+        self.records = Arc::new(access::Records::new(self.pool.clone(), ttl));
         self
     }
 
@@ -139,13 +160,52 @@ impl Backend for CeleriantBackend {
     fn changes(&self) -> Option<broadcast::Receiver<Change>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (sender, receiver) = broadcast::channel(CHANGE_BUFFER);
-        runtime.spawn(watch::run(self.pool.clone(), sender, self.watch));
+        // A changed access record (another replica's members change) or a resync expires the
+        // cached copies, so revocations usually reach this replica at watch latency; the
+        // members TTL is the bound when notifications are late or lost.
+        let records = self.records.clone();
+        let observe: watch::Observer = Arc::new(move |change: &Change| match change {
+            Change::Changed { key, .. } | Change::Reset { key }
+                if key.aggregate.type_id == crate::access::RESERVED_TYPE =>
+            {
+                records.expire_record(key.aggregate.id.as_u128());
+            }
+            Change::Resync => records.expire_all(),
+            _ => {}
+        });
+        runtime.spawn(watch::run(self.pool.clone(), sender, self.watch, observe));
         Some(receiver)
     }
 
     async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError> {
+        if let Some(who) = &command.principal {
+            // Without a policy (`--auth none`) nothing is refused, but owners are still
+            // recorded, as the embedded store records them, so that sessions switched on later
+            // find them.
+            let unenforced;
+            let policy = match &command.policy {
+                Some(policy) => policy.as_ref(),
+                None => {
+                    unenforced = Policy {
+                        default: Preset::Authenticated,
+                        types: Default::default(),
+                    };
+                    &unenforced
+                }
+            };
+            judge::judge(self, &command, policy, who).await?;
+        }
         let request = convert::write_request(command)?;
-        let response = self.pool.write(request).await.map_err(backend_error)?;
+        let response = self.pool.write(request).await.map_err(|e| {
+            match backend_error(e) {
+                // Worded exactly as a refusal by the policy, so the two cannot be told apart.
+                BackendError::Code {
+                    code: cc::AGGREGATE_NOT_EXISTS,
+                    ..
+                } => BackendError::code(cc::AGGREGATE_NOT_EXISTS, NOT_EXISTS_MESSAGE),
+                other => other,
+            }
+        })?;
         Ok(WriteAck {
             aggregate_version: response.max_aggregate_version,
         })
@@ -178,6 +238,30 @@ impl Backend for CeleriantBackend {
             }),
             Err(e) => Err(backend_error(e)),
         }
+    }
+
+    fn records_owners(&self) -> bool {
+        true
+    }
+
+    async fn access(&self, key: AggregateKey) -> Result<Option<AccessRecord>, BackendError> {
+        self.records.read(&key).await
+    }
+
+    async fn access_check(
+        &self,
+        key: AggregateKey,
+        members: bool,
+    ) -> Result<Option<AccessRecord>, BackendError> {
+        self.records.get(&key, members).await
+    }
+
+    async fn update_access(
+        &self,
+        key: AggregateKey,
+        change: AccessChange,
+    ) -> Result<Result<AccessRecord, ApiError>, BackendError> {
+        self.records.update(&key, &change).await
     }
 
     /// Reads the first batch of an aggregate nobody writes (all-zero key) from the leader: a

@@ -90,13 +90,21 @@ fn request(org: Option<Uuid>) -> WatchRequest {
     }
 }
 
+/// Told every change before it is published (the access records' cache listens).
+pub type Observer = Arc<dyn Fn(&Change) + Send + Sync>;
+
 /// Keeps one upstream watch open for as long as anyone listens on `changes`, publishing
-/// what it says there.
+/// what it says there, each change shown to `observe` first.
 pub async fn run(
     pool: Arc<CeleriantPool>,
     changes: broadcast::Sender<Change>,
     settings: WatchSettings,
+    observe: Observer,
 ) {
+    let publish = |change: Change| {
+        observe(&change);
+        let _ = changes.send(change);
+    };
     let mut backoff = FIRST_BACKOFF;
     let mut reported = false;
     let renew = settings.renew.max(Duration::from_millis(1));
@@ -121,7 +129,7 @@ pub async fn run(
         };
         tracing::info!(node = watch.address(), "celeriant watch: open");
         reported = false;
-        let _ = changes.send(Change::Resync);
+        publish(Change::Resync);
         let opened = tokio::time::Instant::now();
         let mut renewing = false;
         loop {
@@ -130,7 +138,7 @@ pub async fn run(
                 Ok(Some(response)) => {
                     backoff = FIRST_BACKOFF;
                     for event in &response.events {
-                        let _ = changes.send(change_of(event));
+                        publish(change_of(event));
                     }
                 }
                 Ok(None) => {
@@ -156,7 +164,7 @@ pub async fn run(
             // Opened again at once; its resync covers whatever the old one missed.
             continue;
         }
-        let _ = changes.send(Change::Resync);
+        publish(Change::Resync);
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }

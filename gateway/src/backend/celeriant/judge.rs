@@ -1,0 +1,111 @@
+//! The access policy on the Celeriant backend's write path, judged before anything is sent.
+//!
+//! Per aggregate of the command: the access record (`access`: cached; re-read after the members
+//! TTL when the preset has members) decides with [`crate::access::Preset::judge_write`], the
+//! rules the embedded store applies in its transaction. Without a record, the data aggregate's
+//! existence is read (one batch), and when it exists the record is read again (it is written
+//! before the data, so it may have appeared since it was missed): an absent one may be created,
+//! and its record is then written
+//! **before** the data write, create-only (`expected_version: 0`). A record that loses that race
+//! (2003) is read back and the write judged against the winner's record, like any other
+//! principal's. Every aggregate is judged before any record is written, so a command refused
+//! for one aggregate writes no record for another (except when a record of a later aggregate is
+//! lost to a racing creator: the earlier ones stay, without data, as after a crash — their ids
+//! are this principal's).
+//!
+//! A command with a principal and no policy (`--auth none`) is judged as `authenticated`:
+//! nothing is refused, owners are recorded (as the embedded store records them).
+//!
+//! **A data aggregate that exists without a record** (written through this backend before owners
+//! were recorded, or by another Celeriant client) is judged as the embedded store judges an
+//! aggregate with no owner: under `owner`, `members` and `members-read` nobody may write or read
+//! it but the operator (reads only); under `authenticated` anyone may append; under
+//! `authenticated-read` and `read-only` anyone may read and nobody append. No record is ever
+//! written for it: an owner is never guessed, and the first principal to ask never takes it over.
+
+use celeriant_client_tokio::{ClientError, ReadError, ServerError};
+
+use super::{CeleriantBackend, backend_error, convert};
+use crate::access::{AccessRecord, Policy, Principal, Refusal};
+use crate::backend::{AggregateKey, BackendError, WriteCommand};
+
+fn refused(r: Refusal) -> BackendError {
+    BackendError::code(r.code, r.message)
+}
+
+/// Judges `command` by `who` under `policy`, writing the access record of every aggregate it
+/// creates; `Err` with the refusal (nothing of the command is sent then).
+pub(super) async fn judge(
+    backend: &CeleriantBackend,
+    command: &WriteCommand,
+    policy: &Policy,
+    who: &Principal,
+) -> Result<(), BackendError> {
+    let mut creates = Vec::new();
+    for write in &command.writes {
+        let type_id = write.key.aggregate.type_id;
+        let preset = policy.preset(type_id);
+        let mut record = backend
+            .records
+            .get(&write.key, preset.member_grants().is_some())
+            .await?;
+        let mut version = 1;
+        if record.is_none() {
+            // The record is written before the data: data seen after a missed record may have
+            // been created (with its record) in between, so look for the record again.
+            version = data_version(backend, &write.key).await?;
+            if version > 0 {
+                record = backend.records.read(&write.key).await?;
+            }
+        }
+        match record {
+            Some(record) => {
+                preset
+                    .judge_write(Some(&record), 1, write.allow_create, who, type_id)
+                    .map_err(refused)?;
+            }
+            None => {
+                let creates_it = preset
+                    .judge_write(None, version, write.allow_create, who, type_id)
+                    .map_err(refused)?;
+                // Without allowCreate Celeriant answers 2005: no record for a write that
+                // cannot create.
+                if creates_it && write.allow_create {
+                    creates.push((write.key, write.allow_create));
+                }
+            }
+        }
+    }
+    for (key, allow_create) in creates {
+        let record = AccessRecord::owned_by(who.clone());
+        if backend.records.create(&key, &record).await? {
+            tracing::info!(aggregate = %format!("{}/{}", key.aggregate.type_id, key.aggregate.id), owner = %who, "owner recorded");
+            continue;
+        }
+        // Another creator's record landed first: judged like any other principal.
+        let type_id = key.aggregate.type_id;
+        let winner = backend.records.read(&key).await?;
+        policy
+            .preset(type_id)
+            .judge_write(winner.as_ref(), 1, allow_create, who, type_id)
+            .map_err(refused)?;
+    }
+    Ok(())
+}
+
+/// 0 when the data aggregate does not exist, else 1 (it has at least one version).
+async fn data_version(backend: &CeleriantBackend, key: &AggregateKey) -> Result<u64, BackendError> {
+    match backend.read_range(&convert::aggregate_key(key), 1, 1).await {
+        Ok(_) => Ok(1),
+        Err(ClientError::Server(ServerError::Read {
+            kind: ReadError::AggregateNotExists,
+            ..
+        })) => Ok(0),
+        // Trimmed from the start: it exists.
+        Err(ClientError::Server(ServerError::Read {
+            kind: ReadError::UnavailableBatchIndex { .. },
+            ..
+        })) => Ok(1),
+        Err(e) => Err(backend_error(e)),
+    }
+}

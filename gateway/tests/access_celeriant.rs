@@ -1,0 +1,522 @@
+//! Ownership and members where they differ by store: two creators racing many times (both
+//! stores), the gateway's reserved type refused by the public API (both stores), and on the
+//! Celeriant backend over the fake node: the access record written create-only before the data,
+//! an aggregate without a record, a crash between the record and the data write, two replicas
+//! changing members at once, and the members TTL across replicas.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request};
+use celeriant_gateway::access::RESERVED_TYPE;
+use celeriant_gateway::backend::{AggregateCommand, AggregateKey, WriteCommand};
+use celeriant_msg::process_client_requests::ClientRequest;
+use celeriant_sync_protocol::codes::gateway as g;
+use celeriant_sync_protocol::{AggregateRef, Event};
+use serde_json::{Value, json};
+use support::app::*;
+use support::device::*;
+use support::fake_celeriant::{FakeCeleriant, Reply as Node};
+use uuid::Uuid;
+
+const OPERATOR: &str = "operator-secret-of-at-least-thirty-two-characters";
+
+async fn with_policy(store: Store, policy: &str) -> Harness {
+    let policy = policy.to_owned();
+    Harness::auth_on(store, move |c| configure(c, &policy)).await
+}
+
+fn configure(c: &mut celeriant_gateway::config::Config, policy: &str) {
+    let file = c.data_dir.join("policy.toml");
+    std::fs::write(&file, policy).unwrap();
+    c.policy = Some(file);
+    let op = c.data_dir.join("operator");
+    std::fs::write(&op, OPERATOR).unwrap();
+    c.operator_token_file = Some(op);
+}
+
+fn events(type_id: &str, id: &str) -> String {
+    format!("/v1/aggregates/{type_id}/{id}/events")
+}
+
+fn key_of(h: &Harness, id: &str) -> AggregateKey {
+    AggregateKey {
+        org: h.state.config.org_id,
+        aggregate: AggregateRef {
+            type_id: Uuid::parse_str(TYPE).unwrap(),
+            id: Uuid::parse_str(id).unwrap(),
+        },
+    }
+}
+
+async fn put_member(h: &Harness, token: &str, id: &str, principal: &str, access: &str) -> Reply {
+    let body = serde_json::to_vec(&json!({"principal": principal, "access": access})).unwrap();
+    let request = Request::builder()
+        .method(Method::PUT)
+        .uri(format!("/v1/aggregates/{TYPE}/{id}/members"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::from(body))
+        .unwrap();
+    h.send(request).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_principals_creating_the_same_ids_at_once_exactly_one_owns_each() {
+    for store in STORES {
+        let h = Arc::new(Harness::auth_on(store, |_| {}).await);
+        let (a, b) = (Device::a(), Device::b());
+        let (ta, tb) = (h.open(&a).await, h.open(&b).await);
+        for n in 0..24u32 {
+            let id = format!("3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e{n:04x}");
+            // Several first writes from each principal, all at once.
+            let mut tries = Vec::new();
+            for k in 0..3u64 {
+                for (device, token) in [(&a, &ta), (&b, &tb)] {
+                    let (h, token) = (h.clone(), token.clone());
+                    let body = write_by(&device.client_id, TYPE, &id, &[k + 1]);
+                    let who = device.client_id.clone();
+                    tries.push(tokio::spawn(async move {
+                        (who, h.write_as(&token, &body).await)
+                    }));
+                }
+            }
+            // Every answer to the loser is 40302; none to the winner is (its own writes may
+            // meet each other's sequences: duplicate, in flight).
+            let (mut refused, mut served) = (Vec::new(), Vec::new());
+            for t in tries {
+                let (who, r) = t.await.unwrap();
+                if r.code() == 40302 {
+                    refused.push(who);
+                } else {
+                    served.push((who, r.json));
+                }
+            }
+            refused.sort();
+            refused.dedup();
+            let answers = format!("{served:?}");
+            let mut served: Vec<String> = served
+                .into_iter()
+                .map(|(who, answer)| {
+                    assert!(
+                        matches!(
+                            answer["outcome"].as_str(),
+                            Some("landed" | "duplicate" | "retry")
+                        ),
+                        "{store:?} {id}: {answer}"
+                    );
+                    who
+                })
+                .collect();
+            served.sort();
+            served.dedup();
+            assert_eq!(served.len(), 1, "{store:?} {id}: {answers}");
+            assert_eq!(refused.len(), 1, "{store:?} {id}: {refused:?}");
+            assert_ne!(served, refused);
+            let landed_by = served;
+            let winner = &landed_by[0];
+            let owner = h.state.backend.access(key_of(&h, &id)).await.unwrap();
+            assert_eq!(owner.unwrap().owner.as_str(), format!("device:{winner}"));
+            // Nothing of the loser's was stored.
+            let token = if *winner == a.client_id { &ta } else { &tb };
+            let page = h.get_as(token, &events(TYPE, &id)).await;
+            for batch in page.json["batches"].as_array().unwrap() {
+                assert_eq!(&batch["clientId"], winner, "{store:?} {id}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_reserved_type_is_refused_to_everyone_on_every_route() {
+    let reserved = RESERVED_TYPE.to_string();
+    for store in STORES {
+        let h = with_policy(store, "default = \"authenticated\"").await;
+        let a = Device::a();
+        let ta = h.open(&a).await;
+        let refused = |r: &Reply| {
+            assert_eq!(
+                (r.status.as_u16(), r.code()),
+                (403, u64::from(g::AGGREGATE_TYPE_FORBIDDEN)),
+                "{store:?}: {:?}",
+                r.json
+            )
+        };
+        refused(
+            &h.write_as(&ta, &write_by(&a.client_id, &reserved, ID, &[1]))
+                .await,
+        );
+        refused(&h.get_as(&ta, &events(&reserved, ID)).await);
+        refused(
+            &h.get_as(&ta, &format!("/v1/aggregates/{reserved}/{ID}/members"))
+                .await,
+        );
+        refused(
+            &h.get_as(&ta, &format!("/v1/watch?aggregate={reserved}/{ID}"))
+                .await,
+        );
+        let operator = Request::get(events(&reserved, ID))
+            .header("authorization", format!("Operator {OPERATOR}"))
+            .body(Body::empty())
+            .unwrap();
+        refused(&h.send(operator).await);
+    }
+}
+
+/// The Celeriant requests on the reserved type, in order.
+fn record_writes(fake: &FakeCeleriant) -> Vec<(u128, Option<u64>, bool)> {
+    fake.writes()
+        .into_iter()
+        .flat_map(|w| w.writes.into_iter())
+        .filter(|(k, _)| k.aggregate_type_id == RESERVED_TYPE.as_u128())
+        .map(|(k, w)| (k.aggregate_id, w.expected_version, w.allow_create))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_owner_is_recorded_in_celeriant_create_only_before_the_data() {
+    let h = with_policy(Store::Celeriant, "default = \"members\"").await;
+    let fake = h.fake.clone().unwrap();
+    let (a, b) = (Device::a(), Device::b());
+    let (ta, tb) = (h.open(&a).await, h.open(&b).await);
+    let r = h
+        .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(r.outcome(), "landed", "{:?}", r.json);
+    let writes = fake.writes();
+    assert_eq!(writes.len(), 2, "the record, then the data");
+    let (record_key, record) = writes[0].writes.iter().next().unwrap();
+    assert_eq!(record_key.aggregate_type_id, RESERVED_TYPE.as_u128());
+    assert_eq!(
+        (record.expected_version, record.allow_create),
+        (Some(0), true)
+    );
+    let named: Value = serde_json::from_slice(&record.events[0].event_value).unwrap();
+    assert_eq!(named["owner"], format!("device:{}", a.client_id));
+    assert_ne!(
+        writes[1].writes.keys().next().unwrap().aggregate_type_id,
+        RESERVED_TYPE.as_u128()
+    );
+    // Later writes send no record; a grant appends one, guarded on the version it read.
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[2]))
+        .await;
+    let b_principal = format!("device:{}", b.client_id);
+    let r = put_member(&h, &ta, ID, &b_principal, "read").await;
+    assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    let records = record_writes(&fake);
+    assert_eq!(records.len(), 2);
+    assert_eq!((records[1].1, records[1].2), (Some(1), false));
+    assert_eq!(
+        records[0].0, records[1].0,
+        "one access aggregate per aggregate"
+    );
+    assert_eq!(h.seqs_as(&tb, TYPE, ID).await, [1, 2]);
+}
+
+fn event(seq: u64) -> Event {
+    serde_json::from_value(support::app::event(seq)).unwrap()
+}
+
+#[tokio::test]
+async fn an_aggregate_without_a_record_is_nobodys_under_owner_and_everybodys_under_authenticated() {
+    for (policy, shared) in [("owner", false), ("authenticated", true)] {
+        let h = with_policy(Store::Celeriant, &format!("default = \"{policy}\"")).await;
+        // Written as a gateway before owners: no principal, no record.
+        let command = WriteCommand {
+            principal: None,
+            policy: None,
+            client_id: Uuid::from_u128(77),
+            writes: vec![AggregateCommand {
+                key: key_of(&h, ID),
+                allow_create: true,
+                expected_version: None,
+                enforce_client_idempotency: true,
+                events: vec![event(1)],
+            }],
+        };
+        h.state.backend.write(command).await.unwrap();
+        let a = Device::a();
+        let ta = h.open(&a).await;
+        let read = h.get_as(&ta, &events(TYPE, ID)).await;
+        assert_eq!(read.json["tip"] == 1, shared, "{policy}: {:?}", read.json);
+        let w = h
+            .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+            .await;
+        if shared {
+            assert_eq!(w.outcome(), "landed", "{:?}", w.json);
+        } else {
+            assert_eq!(w.code(), 40302, "{:?}", w.json);
+            let mut body = write_by(&a.client_id, TYPE, ID, &[1]);
+            body["writes"][0]["allowCreate"] = json!(false);
+            assert_eq!(h.write_as(&ta, &body).await.code(), 2005);
+        }
+        // Never taken over: no record was written for it.
+        assert!(
+            record_writes(h.fake.as_ref().unwrap()).is_empty(),
+            "{policy}"
+        );
+        assert_eq!(h.state.backend.access(key_of(&h, ID)).await.unwrap(), None);
+        // The operator reads it.
+        let operator = Request::get(events(TYPE, ID))
+            .header("authorization", format!("Operator {OPERATOR}"))
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(
+            h.send(operator).await.json["tip"],
+            if shared { 2 } else { 1 }
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_the_record_and_the_data_leaves_the_id_to_its_owner() {
+    let h = with_policy(Store::Celeriant, "default = \"owner\"").await;
+    let fake = h.fake.clone().unwrap();
+    let (a, b) = (Device::a(), Device::b());
+    let (ta, tb) = (h.open(&a).await, h.open(&b).await);
+    // Record read (absent), data read (absent), record write: as a node would; the data
+    // write's connection dies before the answer.
+    fake.script([Node::Store, Node::Store, Node::Store, Node::Close]);
+    let r = h
+        .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(r.outcome(), "unknown", "{:?}", r.json);
+    assert_eq!(record_writes(&fake).len(), 1, "the record landed");
+    // Someone else is refused; the owner's retry lands.
+    let w = h
+        .write_as(&tb, &write_by(&b.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(w.code(), 40302, "{:?}", w.json);
+    let w = h
+        .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(w.outcome(), "landed", "{:?}", w.json);
+    assert_eq!(h.seqs_as(&ta, TYPE, ID).await, [1]);
+    assert!(h.seqs_as(&tb, TYPE, ID).await.is_empty());
+}
+
+#[tokio::test]
+async fn two_replicas_granting_at_once_lose_no_grant_and_a_revocation_reaches_the_others_by_watch_or_ttl()
+ {
+    let fake = Arc::new(FakeCeleriant::start());
+    let ttl = 1_500;
+    let replica = |ms: u64| {
+        let fake = fake.clone();
+        async move {
+            Harness::celeriant(fake, move |c| {
+                configure(c, "default = \"members\"");
+                c.members_cache_ms = ms;
+            })
+            .await
+        }
+    };
+    let (h1, h2) = (replica(ttl).await, replica(ttl).await);
+    let (a, b) = (Device::a(), Device::b());
+    let (ta1, ta2, tb2) = (h1.open(&a).await, h2.open(&a).await, h2.open(&b).await);
+    h1.write_as(&ta1, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    for n in 0..8 {
+        let (one, two) = (format!("user:one{n}"), format!("user:two{n}"));
+        let (r1, r2) = tokio::join!(
+            put_member(&h1, &ta1, ID, &one, "read"),
+            put_member(&h2, &ta2, ID, &two, "read"),
+        );
+        assert_eq!((r1.status.as_u16(), r2.status.as_u16()), (200, 200));
+    }
+    let record = h1
+        .state
+        .backend
+        .access(key_of(&h1, ID))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.members.len(), 16, "{record:?}");
+
+    let b_principal = format!("device:{}", b.client_id);
+    // The replica that makes a change applies it at once.
+    let tb1 = h1.open(&b).await;
+    put_member(&h1, &ta1, ID, &b_principal, "read").await;
+    assert_eq!(h1.seqs_as(&tb1, TYPE, ID).await, [1]);
+    put_member(&h1, &ta1, ID, &b_principal, "none").await;
+    assert!(h1.seqs_as(&tb1, TYPE, ID).await.is_empty());
+
+    // The other replica learns of a change through its upstream watch, well within the TTL
+    // (this replica's TTL is a minute, so only the watch can explain it).
+    let slow = replica(60_000).await;
+    let tbs = slow.open(&b).await;
+    assert!(
+        slow.seqs_as(&tbs, TYPE, ID).await.is_empty(),
+        "cached: no grant"
+    );
+    put_member(&h1, &ta1, ID, &b_principal, "read").await;
+    eventually(|| async { slow.seqs_as(&tbs, TYPE, ID).await == [1] }).await;
+    put_member(&h1, &ta1, ID, &b_principal, "none").await;
+    eventually(|| async { slow.seqs_as(&tbs, TYPE, ID).await.is_empty() }).await;
+
+    // Notifications lost (every open upstream watch hangs): the TTL is the bound. h2 decides
+    // from its cached record, so the revoked member still reads there, for at most the TTL.
+    put_member(&h1, &ta1, ID, &b_principal, "read").await;
+    eventually(|| async { h2.seqs_as(&tb2, TYPE, ID).await == [1] }).await;
+    fake.silence_watches();
+    put_member(&h1, &ta1, ID, &b_principal, "none").await;
+    let reads_at_once = h2.get_as(&tb2, &events(TYPE, ID)).await.json["tip"] == 1;
+    tokio::time::sleep(Duration::from_millis(ttl + 100)).await;
+    assert!(
+        h2.seqs_as(&tb2, TYPE, ID).await.is_empty(),
+        "revoked after the TTL"
+    );
+    assert!(
+        reads_at_once,
+        "within the TTL the other replica's cache still held the grant"
+    );
+    // With no cache, another replica sees a revocation at once, watch or not.
+    let h3 = replica(0).await;
+    let tb3 = h3.open(&b).await;
+    fake.silence_watches();
+    put_member(&h1, &ta1, ID, &b_principal, "read").await;
+    assert_eq!(h3.seqs_as(&tb3, TYPE, ID).await, [1]);
+    put_member(&h1, &ta1, ID, &b_principal, "none").await;
+    assert!(h3.seqs_as(&tb3, TYPE, ID).await.is_empty());
+}
+
+/// Waits (at most 5 s) until `check` holds.
+async fn eventually<F, Fut>(check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "not within 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_record_with_a_long_history_is_fetched_in_two_requests() {
+    let h = with_policy(Store::Celeriant, "default = \"members\"").await;
+    let fake = h.fake.clone().unwrap();
+    let a = Device::a();
+    let ta = h.open(&a).await;
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    for n in 0..12 {
+        let r = put_member(&h, &ta, ID, &format!("user:u{n}"), "read").await;
+        assert_eq!(r.status.as_u16(), 200);
+    }
+    // Another replica, cold: the record's tip, then that one batch (the whole record).
+    let other = Harness::celeriant(fake.clone(), |c| configure(c, "default = \"members\"")).await;
+    let ta2 = other.open(&a).await;
+    let before = fake.requests().len();
+    let r = other
+        .get_as(&ta2, &format!("/v1/aggregates/{TYPE}/{ID}/members"))
+        .await;
+    assert_eq!(
+        r.json["members"].as_object().unwrap().len(),
+        12,
+        "{:?}",
+        r.json
+    );
+    let asked: Vec<String> = fake.requests()[before..]
+        .iter()
+        // The replica's upstream watch may open meanwhile.
+        .filter(|r| !matches!(r, ClientRequest::Watch(_)))
+        .map(|r| match r {
+            ClientRequest::AggregateDetails(d) => {
+                assert_eq!(d.aggregate_key.aggregate_type_id, RESERVED_TYPE.as_u128());
+                "details".to_owned()
+            }
+            ClientRequest::Read(read) => {
+                assert_eq!(
+                    read.aggregate_key.aggregate_type_id,
+                    RESERVED_TYPE.as_u128()
+                );
+                format!(
+                    "read {}..{:?}",
+                    read.filters.from_aggregate_version, read.filters.to_aggregate_version
+                )
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // The members endpoint checks readability (a fetch) and then reads the record (a fetch
+    // that finds its cached version current: details only).
+    assert_eq!(asked, ["details", "read 13..Some(13)", "details"]);
+}
+
+#[tokio::test]
+async fn without_sessions_owners_are_still_recorded_as_the_embedded_store_does() {
+    let fake = Arc::new(FakeCeleriant::start());
+    let h = Harness::celeriant(fake.clone(), |c| {
+        c.auth = celeriant_gateway::config::AuthMode::None
+    })
+    .await;
+    let r = h.write(&write_by(CLIENT, TYPE, ID, &[1])).await;
+    assert_eq!(r.outcome(), "landed", "{:?}", r.json);
+    let record = h.state.backend.access(key_of(&h, ID)).await.unwrap();
+    assert_eq!(record.unwrap().owner.as_str(), format!("device:{CLIENT}"));
+    // Nothing is refused: another client id appends.
+    let other = "6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0002";
+    let r = h.write(&write_by(other, TYPE, ID, &[1])).await;
+    assert_eq!(r.outcome(), "landed", "{:?}", r.json);
+    assert_eq!(record_writes(&fake).len(), 1);
+}
+
+#[tokio::test]
+async fn a_write_refused_for_one_aggregate_records_no_owner_for_another() {
+    let h = with_policy(Store::Celeriant, "default = \"owner\"").await;
+    let fake = h.fake.clone().unwrap();
+    let (a, b) = (Device::a(), Device::b());
+    let (ta, tb) = (h.open(&a).await, h.open(&b).await);
+    let taken = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0b01";
+    let fresh = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0b02";
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, taken, &[1]))
+        .await;
+    let mut body = write_by(&b.client_id, TYPE, fresh, &[1]);
+    let other = write_by(&b.client_id, TYPE, taken, &[1]);
+    body["writes"]
+        .as_array_mut()
+        .unwrap()
+        .push(other["writes"][0].clone());
+    let r = h.write_as(&tb, &body).await;
+    assert_eq!(r.code(), 40302, "{:?}", r.json);
+    assert_eq!(record_writes(&fake).len(), 1, "only A's record");
+    assert_eq!(
+        h.state.backend.access(key_of(&h, fresh)).await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn celeriants_own_2005_reads_exactly_like_a_refusal() {
+    let h = with_policy(Store::Celeriant, "default = \"owner\"").await;
+    let fake = h.fake.clone().unwrap();
+    let (a, b) = (Device::a(), Device::b());
+    let (ta, tb) = (h.open(&a).await, h.open(&b).await);
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    let no_create = |id: &str| {
+        let mut body = write_by(&b.client_id, TYPE, id, &[1]);
+        body["writes"][0]["allowCreate"] = json!(false);
+        body
+    };
+    let refused = h.write_as(&tb, &no_create(ID)).await;
+    // The record's tip and the aggregate are read, then Celeriant answers the data write with a
+    // message of its own.
+    fake.script([
+        Node::Store,
+        Node::Store,
+        Node::error(2005, "aggregate 0x1234 not found on shard 3"),
+    ]);
+    let missing = h
+        .write_as(&tb, &no_create("3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0c01"))
+        .await;
+    assert_eq!(
+        (refused.status, &refused.json),
+        (missing.status, &missing.json)
+    );
+    assert_eq!(missing.json["message"], "aggregate does not exist");
+}
