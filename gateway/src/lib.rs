@@ -26,6 +26,7 @@ pub mod faults;
 pub mod host;
 pub mod limits;
 pub mod log;
+pub mod observe;
 pub mod private;
 pub mod routes;
 pub mod serve;

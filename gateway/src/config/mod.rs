@@ -219,6 +219,16 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_OPERATOR_TOKEN_FILE")]
     pub operator_token_file: Option<PathBuf>,
 
+    /// Serve `/metrics` (Prometheus text) on a listener of its own at this address (off by
+    /// default). Keep it on loopback or a private network, or add --metrics-token-file.
+    #[arg(long, env = "CELERIANT_GATEWAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// File holding the bearer token `/metrics` requires (at least 32 visible ASCII
+    /// characters); with it, `/metrics` is also served on the main listener.
+    #[arg(long, env = "CELERIANT_GATEWAY_METRICS_TOKEN_FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+
     /// Directory served at `/` (the demo page).
     #[arg(long, env = "CELERIANT_GATEWAY_WWW", default_value = "www")]
     pub www: PathBuf,
