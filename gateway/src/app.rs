@@ -33,6 +33,7 @@ use crate::cors;
 use crate::error::ApiError;
 use crate::host::{self, HostPolicy};
 use crate::observe;
+use crate::proxy::{self, TrustedProxies};
 use crate::routes;
 use crate::state::AppState;
 
@@ -131,6 +132,10 @@ pub fn app(state: AppState) -> Router {
         )
         // Refusals are logged where they are decided (and throttled there); a 5xx per request
         // at ERROR would turn a flood, or a degraded store, into a flood of log lines.
+        .layer(axum::middleware::from_fn_with_state(
+            TrustedProxies::new(&state.config.trusted_proxies),
+            proxy::forwarded,
+        ))
         // Counts every answer, the deadline's and the `Host` check's included.
         .layer(axum::middleware::from_fn(observe::track))
         .layer(

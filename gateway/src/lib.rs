@@ -28,6 +28,7 @@ pub mod limits;
 pub mod log;
 pub mod observe;
 pub mod private;
+pub mod proxy;
 pub mod routes;
 pub mod serve;
 pub mod state;

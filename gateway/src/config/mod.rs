@@ -219,6 +219,15 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_OPERATOR_TOKEN_FILE")]
     pub operator_token_file: Option<PathBuf>,
 
+    /// Address of a reverse proxy whose `X-Forwarded-For` is believed (repeatable): a request
+    /// from it counts under the header's last entry for every per-address limit.
+    #[arg(
+        long = "trusted-proxy",
+        env = "CELERIANT_GATEWAY_TRUSTED_PROXY",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<IpAddr>,
+
     /// Serve `/metrics` (Prometheus text) on a listener of its own at this address (off by
     /// default). Keep it on loopback or a private network, or add --metrics-token-file.
     #[arg(long, env = "CELERIANT_GATEWAY_METRICS_LISTEN")]
