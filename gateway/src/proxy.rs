@@ -30,7 +30,9 @@ pub struct TrustedProxies(Arc<Vec<IpAddr>>);
 impl TrustedProxies {
     /// The proxies at `addresses`.
     pub fn new(addresses: &[IpAddr]) -> Self {
-        TrustedProxies(Arc::new(addresses.iter().map(|a| a.to_canonical()).collect()))
+        TrustedProxies(Arc::new(
+            addresses.iter().map(|a| a.to_canonical()).collect(),
+        ))
     }
 
     /// Whether any proxy is trusted.
@@ -56,7 +58,10 @@ pub async fn forwarded(
     mut request: Request,
     next: Next,
 ) -> Response {
-    if let Some(ConnectInfo(peer)) = request.extensions().get::<ConnectInfo<SocketAddr>>().copied()
+    if let Some(ConnectInfo(peer)) = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .copied()
     {
         // Several header lines count as one list, in order; the last line's last entry is the
         // proxy's.
@@ -82,12 +87,18 @@ mod tests {
         let other: SocketAddr = "192.0.2.1:5000".parse().unwrap();
         let trusted = TrustedProxies::new(&["127.0.0.1".parse().unwrap()]);
         let spoofed = Some("10.9.9.9, 198.51.100.7");
-        assert_eq!(trusted.client(proxy, spoofed).ip().to_string(), "198.51.100.7");
+        assert_eq!(
+            trusted.client(proxy, spoofed).ip().to_string(),
+            "198.51.100.7"
+        );
         assert_eq!(trusted.client(other, spoofed), other);
         assert_eq!(trusted.client(proxy, Some("not an address")), proxy);
         assert_eq!(trusted.client(proxy, None), proxy);
         let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000".parse().unwrap();
-        assert_eq!(trusted.client(mapped, Some("2001:db8::1")).ip().to_string(), "2001:db8::1");
+        assert_eq!(
+            trusted.client(mapped, Some("2001:db8::1")).ip().to_string(),
+            "2001:db8::1"
+        );
         assert_eq!(TrustedProxies::default().client(proxy, spoofed), proxy);
     }
 }
