@@ -215,8 +215,8 @@ pub async fn track(request: Request, next: Next) -> Response {
 }
 
 /// Counts a refusal by a budget, a fair share or a stream limit: `kind` is what was limited
-/// (`"write bodies"`, `"reads"`, ...), `reason` which bound refused (`budget`, `share`,
-/// `rate`, `concurrency`, `streams`); both fixed names.
+/// (`"write bodies"`, `"reads"`, `"connections"`, ...), `reason` which bound refused
+/// (`budget`, `share`, `rate`, `concurrency`, `streams`, `total`, `address`); both fixed names.
 pub fn budget_refused(kind: &'static str, reason: &'static str) {
     counter!("celeriant_gateway_budget_refusals_total", "kind" => kind, "reason" => reason)
         .increment(1);

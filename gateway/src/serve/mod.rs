@@ -159,6 +159,13 @@ pub async fn serve(
             Ok(place) => place,
             Err(full) => {
                 refuse(&stream);
+                crate::observe::budget_refused(
+                    "connections",
+                    match full {
+                        Full::Total => "total",
+                        Full::Address => "address",
+                    },
+                );
                 if let Some(suppressed) = refused.allow() {
                     tracing::warn!(
                         %peer,
