@@ -1,7 +1,8 @@
 //! `/metrics` against the real `celeriant-gateway` process: not served at all by default; with
 //! a token, served on the main listener to the token's holder only; on a listener of its own
 //! with `--metrics-listen`; and after real traffic (sessions, writes, reads, a change stream,
-//! refusals) its counters and gauges have moved, with labels that are fixed names only.
+//! refusals) its counters and gauges have moved, with labels that are fixed names only; an
+//! unreachable Celeriant backend shows as upstream errors.
 
 mod support;
 
@@ -239,4 +240,54 @@ fn a_short_metrics_token_is_refused_at_start() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--metrics-token-file"), "{stderr}");
+}
+
+#[test]
+fn an_unreachable_celeriant_backend_counts_as_upstream_errors() {
+    let data = data_dir();
+    let dead = support::fake_celeriant::dead_address();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let gw = Process::start(
+        data.path(),
+        &[
+            "--backend",
+            "celeriant",
+            "--celeriant-addr",
+            &dead,
+            "--auth",
+            "none",
+            "--metrics-listen",
+            &listen,
+        ],
+    );
+    let client = "5f0c3a1e-8d2b-4e6f-9a7c-1b3d5e7f9a0c";
+    let r = post(
+        &gw.base,
+        "/v1/write",
+        None,
+        &write_by(client, TYPE, AGGREGATE, &[1]),
+    );
+    assert_eq!(r.status, 503, "{:?}", r.json);
+    let (status, text) = scrape(&format!("http://{listen}"), None);
+    assert_eq!(status, 200);
+    assert!(
+        total(
+            &text,
+            "celeriant_gateway_upstream_errors_total",
+            &["kind=\"connection\""]
+        ) >= 1.0,
+        "{text}"
+    );
+    let code = format!("code=\"{}\"", r.code());
+    assert_eq!(
+        total(
+            &text,
+            "celeriant_gateway_requests_total",
+            &["route=\"write\"", "outcome=\"retry\"", &code]
+        ),
+        1.0,
+        "{text}"
+    );
+    // No embedded store: no store gauges.
+    assert!(!text.contains("celeriant_gateway_store_"), "{text}");
 }
