@@ -80,7 +80,7 @@ async fn run(config: Config) -> Result<(), String> {
     };
     let limits = config.limits.clone();
     celeriant_gateway::observe::install(&config)?;
-    let metrics_listener = match config.metrics_listen {
+    let metrics_listener = match config.ops.metrics_listen {
         Some(at) => Some(
             tokio::net::TcpListener::bind(at)
                 .await

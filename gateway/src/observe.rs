@@ -99,10 +99,10 @@ pub fn on_main_listener() -> bool {
 /// Switches metrics on when `config` asks for them (`--metrics-listen` or
 /// `--metrics-token-file`); otherwise records nothing. Once per process.
 pub fn install(config: &Config) -> Result<(), String> {
-    if config.metrics_listen.is_none() && config.metrics_token_file.is_none() {
+    if config.ops.metrics_listen.is_none() && config.ops.metrics_token_file.is_none() {
         return Ok(());
     }
-    let token = match &config.metrics_token_file {
+    let token = match &config.ops.metrics_token_file {
         Some(path) => Some(load_token(path)?),
         None => None,
     };

@@ -6,7 +6,7 @@
 //! CORS policy beyond loopback, and limits that contradict each other. The bounds on what a
 //! client can make the gateway hold are in [`LimitConfig`] (`limits.rs`), the embedded store's
 //! disk settings in [`StoreConfig`] (`store.rs`), the change stream's in [`WatchConfig`]
-//! (`watch.rs`).
+//! (`watch.rs`), the trusted proxy and metrics in [`OpsConfig`] (`ops.rs`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -16,10 +16,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
 mod limits;
+mod ops;
 mod store;
 mod watch;
 
 pub use limits::LimitConfig;
+pub use ops::OpsConfig;
 pub use store::StoreConfig;
 pub use watch::WatchConfig;
 
@@ -219,25 +221,6 @@ pub struct Config {
     #[arg(long, env = "CELERIANT_GATEWAY_OPERATOR_TOKEN_FILE")]
     pub operator_token_file: Option<PathBuf>,
 
-    /// Address of a reverse proxy whose `X-Forwarded-For` is believed (repeatable): a request
-    /// from it counts under the header's last entry for every per-address limit.
-    #[arg(
-        long = "trusted-proxy",
-        env = "CELERIANT_GATEWAY_TRUSTED_PROXY",
-        value_delimiter = ','
-    )]
-    pub trusted_proxies: Vec<IpAddr>,
-
-    /// Serve `/metrics` (Prometheus text) on a listener of its own at this address (off by
-    /// default). Keep it on loopback or a private network, or add --metrics-token-file.
-    #[arg(long, env = "CELERIANT_GATEWAY_METRICS_LISTEN")]
-    pub metrics_listen: Option<SocketAddr>,
-
-    /// File holding the bearer token `/metrics` requires (at least 32 visible ASCII
-    /// characters); with it, `/metrics` is also served on the main listener.
-    #[arg(long, env = "CELERIANT_GATEWAY_METRICS_TOKEN_FILE")]
-    pub metrics_token_file: Option<PathBuf>,
-
     /// Directory served at `/` (the demo page).
     #[arg(long, env = "CELERIANT_GATEWAY_WWW", default_value = "www")]
     pub www: PathBuf,
@@ -330,6 +313,10 @@ pub struct Config {
     /// The change stream's heartbeat and limits.
     #[command(flatten)]
     pub watch: WatchConfig,
+
+    /// Running in production: the trusted proxy and metrics.
+    #[command(flatten)]
+    pub ops: OpsConfig,
 
     /// What to do (default: serve).
     #[command(subcommand)]
