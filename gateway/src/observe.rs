@@ -222,6 +222,11 @@ pub fn budget_refused(kind: &'static str, reason: &'static str) {
         .increment(1);
 }
 
+/// Counts a connection let in (behind a proxy with keep-alive, far fewer than requests).
+pub fn connection_accepted() {
+    counter!("celeriant_gateway_connections_accepted_total").increment(1);
+}
+
 /// Counts an error of the Celeriant backend, by a fixed kind.
 pub fn upstream_error(error: &ClientError) {
     let kind = match error {

@@ -3,7 +3,8 @@
 //! a temporary directory on a free 127.0.0.1 port, curl as the client. Over TLS a device opens
 //! a session, writes, reads and holds a change stream that receives the change promptly
 //! (nothing buffers it); the gateway counts each client's own address (`--trusted-proxy`), so
-//! one client running into its per-address rate leaves another untouched; `/metrics` is not
+//! one client running into its per-address rate leaves another untouched; nginx keeps its
+//! connections to the gateway alive (far fewer connections than requests); `/metrics` is not
 //! reachable through the proxy. Needs `nginx`, `openssl` and `curl` (scripts/setup.sh).
 
 mod support;
@@ -194,9 +195,12 @@ fn call(
 #[test]
 fn a_device_syncs_over_tls_through_nginx_and_the_gateway_sees_each_client() {
     let dir = data_dir();
+    let metrics = format!("127.0.0.1:{}", free_port());
     let gw = Process::start(
         dir.path(),
         &[
+            "--metrics-listen",
+            &metrics,
             "--trusted-proxy",
             "127.0.0.1",
             "--public-host",
@@ -302,5 +306,31 @@ fn a_device_syncs_over_tls_through_nginx_and_the_gateway_sees_each_client() {
     // /metrics is not reachable through the proxy.
     let (status, _) = call(d, port, b, "GET", "/metrics", None, None);
     assert_eq!(status, 404);
-    eprintln!("nginx_proxy: change through the proxy in {latency:?}");
+
+    // Keep-alive upstream: the gateway saw far fewer connections than requests (each curl run
+    // above is a new TLS connection to nginx; nginx reuses its connections to the gateway).
+    let scrape = support::process::raw(
+        &metrics,
+        "GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n",
+    );
+    let sample = |name: &str| -> f64 {
+        scrape
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    let (connections, requests) = (
+        sample("celeriant_gateway_connections_accepted_total"),
+        sample("celeriant_gateway_requests_total{"),
+    );
+    assert!(requests >= 10.0, "{scrape}");
+    assert!(
+        connections * 3.0 <= requests,
+        "{connections} connections for {requests} requests: no keep-alive upstream"
+    );
+    eprintln!(
+        "nginx_proxy: change through the proxy in {latency:?}; {requests} requests over \
+         {connections} upstream connections"
+    );
 }

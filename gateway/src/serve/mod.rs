@@ -179,6 +179,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
+        crate::observe::connection_accepted();
         let activity = Activity::new();
         let io = TokioIo::new(Tracked::new(stream, activity.clone()));
         let service = router
