@@ -7,6 +7,7 @@
 #   - wasm-pack 0.15.1
 #   - Debian's chromium and chromium-driver, firefox-esr and geckodriver, webkit2gtk-driver
 #     (WebKitWebDriver and MiniBrowser) and xvfb (headless browser tests)
+#   - Debian's nginx (the TLS reverse proxy the nginx test starts on its own)
 #   - the npm packages in package-lock.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,11 @@ if ! command -v WebKitWebDriver >/dev/null; then
 fi
 if ! command -v Xvfb >/dev/null; then
   packages+=(xvfb)
+fi
+# nginx: the reverse proxy with TLS in front of the gateway (tests/e2e's nginx test starts its
+# own, unprivileged instance; the package's service is never used).
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  packages+=(nginx)
 fi
 if [ ${#packages[@]} -gt 0 ]; then
   log "installing Debian's ${packages[*]}"

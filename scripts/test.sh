@@ -2,7 +2,9 @@
 # `npm test`: every test of the project, ending with one line "N passed, N failed".
 #
 #   1. lint: rustfmt and clippy -D warnings, native and wasm32 (one check)
-#   2. native tests: `cargo test --workspace` (protocol, gateway, engine, property tests)
+#   2. native tests: `cargo test --workspace` (protocol, gateway, engine, property tests; the
+#      gateway's include nginx with TLS in front of it, the systemd unit under
+#      `systemd-analyze verify`, and /metrics scraped after traffic)
 #   3. browser tests (scripts/browser-tests.sh): `wasm-pack test --headless`, in Chromium,
 #      Firefox and WebKit, against a real gateway process started on 127.0.0.1 with fault
 #      injection enabled; each engine's wall time is printed

@@ -3,7 +3,7 @@
 //! [`app`] returns the whole `Router`, so tests drive it with `tower::ServiceExt::oneshot` and
 //! `main` serves it. Unknown API routes (anything under `/v1`, including `/v1` and `/v1/`
 //! themselves) and wrong methods get the protocol's JSON body too. Layers, outermost first:
-//! tracing, the deadline, the `Host` check (`crate::host`), CORS.
+//! tracing, metrics (`crate::observe`), the deadline, the `Host` check (`crate::host`), CORS.
 //!
 //! **The deadline** covers every route, static files included: a request not answered within
 //! `--request-timeout-ms` (plus [`DEADLINE_GRACE`]) of reaching the router gets 504 (50400,
@@ -32,6 +32,8 @@ use crate::auth::faults_secret;
 use crate::cors;
 use crate::error::ApiError;
 use crate::host::{self, HostPolicy};
+use crate::observe;
+use crate::proxy::{self, TrustedProxies};
 use crate::routes;
 use crate::state::AppState;
 
@@ -94,6 +96,10 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/revocations/lift", post(routes::revocations::lift))
         .route(HEALTH_PATH, get(routes::health::health));
+    if observe::on_main_listener() {
+        // Only with --metrics-token-file: the token is checked by the handler.
+        api = api.route(observe::METRICS_PATH, get(observe::scrape));
+    }
     if let Some(secret) = &state.faults_secret {
         // The secret is checked before anything else of the request is looked at.
         let faults = Router::new()
@@ -131,6 +137,12 @@ pub fn app(state: AppState) -> Router {
         )
         // Refusals are logged where they are decided (and throttled there); a 5xx per request
         // at ERROR would turn a flood, or a degraded store, into a flood of log lines.
+        .layer(axum::middleware::from_fn_with_state(
+            TrustedProxies::new(&state.config.ops.trusted_proxies),
+            proxy::forwarded,
+        ))
+        // Counts every answer, the deadline's and the `Host` check's included.
+        .layer(axum::middleware::from_fn(observe::track))
         .layer(
             TraceLayer::new_for_http()
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),

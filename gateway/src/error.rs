@@ -59,7 +59,12 @@ pub fn outcome_response(outcome: WriteOutcome) -> Response {
         _ => None,
     };
     let unauthorized = matches!(outcome, WriteOutcome::Unauthorized(_));
+    let answered = crate::observe::Answered {
+        outcome: outcome.tag(),
+        code: outcome.code(),
+    };
     let mut response = (status, Json(outcome)).into_response();
+    response.extensions_mut().insert(answered);
     if unauthorized {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,

@@ -80,7 +80,27 @@ async fn run(config: Config) -> Result<(), String> {
         ..config
     };
     let limits = config.limits.clone();
+    celeriant_gateway::observe::install(&config)?;
+    let metrics_listener = match config.ops.metrics_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| format!("cannot listen on {at} (--metrics-listen): {e}"))?,
+        ),
+        None => None,
+    };
     let state = AppState::new(config, backend.clone())?;
+    if let Some(listener) = metrics_listener {
+        let at = listener.local_addr().map_err(|e| e.to_string())?;
+        let router = celeriant_gateway::observe::listener_app(state.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "metrics listener stopped");
+            }
+        });
+        tracing::info!("metrics on http://{at}/metrics");
+        println!("celeriant-gateway metrics on http://{at}/metrics");
+    }
     if state.auth.mode == AuthMode::None {
         tracing::warn!("--auth none: clientId is taken at face value; local experiments only");
     }

@@ -6,7 +6,8 @@
 //! flipped in the file of a stopped gateway; `celeriant-gateway verify` names the batch and
 //! exits 1; the restarted gateway answers a read of that aggregate 500 (50001, naming the
 //! aggregate and version) instead of the data, counts the failure in `/healthz` (still 200:
-//! the rest of the store is sound; the count only, the aggregate is named in the log), serves every other aggregate, and keeps taking writes.
+//! the rest of the store is sound; the count only, the aggregate is named in the log) and in
+//! `/metrics`, serves every other aggregate, and keeps taking writes.
 
 mod support;
 
@@ -88,7 +89,15 @@ fn a_flipped_byte_is_detected_on_read_and_by_verify() {
         "{report}"
     );
 
-    let gw = Process::start(dir.path(), &["--auth", "none"]);
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let gw = Process::start(
+        dir.path(),
+        &["--auth", "none", "--metrics-listen", &metrics],
+    );
     let request = format!(
         "GET /v1/aggregates/{}/{}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
         support::app::TYPE,
@@ -117,6 +126,15 @@ fn a_flipped_byte_is_detected_on_read_and_by_verify() {
     // Only the count: which aggregate is damaged is for the operator's log, and `/healthz`
     // answers anyone.
     assert!(store.get("lastChecksumFailure").is_none(), "{store}");
+    // And in /metrics, for an alert.
+    let scrape = support::process::raw(
+        &metrics,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        scrape.contains("\nceleriant_gateway_store_checksum_failures_total 1\n"),
+        "{scrape}"
+    );
     assert!(
         !health.json().to_string().contains(&aggregate(1)),
         "no aggregate named in /healthz: {store}"

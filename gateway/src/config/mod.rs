@@ -6,7 +6,7 @@
 //! CORS policy beyond loopback, and limits that contradict each other. The bounds on what a
 //! client can make the gateway hold are in [`LimitConfig`] (`limits.rs`), the embedded store's
 //! disk settings in [`StoreConfig`] (`store.rs`), the change stream's in [`WatchConfig`]
-//! (`watch.rs`).
+//! (`watch.rs`), the trusted proxy and metrics in [`OpsConfig`] (`ops.rs`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -16,10 +16,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
 mod limits;
+mod ops;
 mod store;
 mod watch;
 
 pub use limits::LimitConfig;
+pub use ops::OpsConfig;
 pub use store::StoreConfig;
 pub use watch::WatchConfig;
 
@@ -339,6 +341,10 @@ pub struct Config {
     /// The change stream's heartbeat and limits.
     #[command(flatten)]
     pub watch: WatchConfig,
+
+    /// Running in production: the trusted proxy and metrics.
+    #[command(flatten)]
+    pub ops: OpsConfig,
 
     /// What to do (default: serve).
     #[command(subcommand)]

@@ -68,6 +68,7 @@ impl Budget {
         match self.bytes.clone().try_acquire_many_owned(n) {
             Ok(permit) => Ok(Reserved(permit)),
             Err(_) => {
+                crate::observe::budget_refused(self.name, "budget");
                 if let Some(suppressed) = self.throttle.allow() {
                     tracing::info!(
                         budget = self.name,

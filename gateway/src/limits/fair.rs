@@ -115,6 +115,11 @@ impl FairShare {
     }
 
     fn refuse(&self, kind: Kind, whose: &str, key: &str, refusal: Refusal) -> ApiError {
+        let reason = match refusal {
+            Refusal::Rate(_) => "rate",
+            Refusal::Concurrency(_) => "concurrency",
+        };
+        crate::observe::budget_refused(kind.noun(), reason);
         let (retry_after_ms, message) = match refusal {
             Refusal::Rate(wait) => {
                 let ms = (wait.as_millis() as u64).max(1);

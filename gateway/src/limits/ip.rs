@@ -2,8 +2,8 @@
 //!
 //! IPv4 addresses count as they are (also when mapped into IPv6); IPv6 addresses per /64, the
 //! block one subscriber usually gets, so one host cannot dodge a limit by walking its own
-//! prefix. Behind a reverse proxy every request has the proxy's address (`X-Forwarded-For` is
-//! not read): size the per-address limits for all clients together there.
+//! prefix. Behind a reverse proxy every request has the proxy's address unless the proxy is
+//! named with `--trusted-proxy` (`crate::proxy` then puts the client's address in its place).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 

@@ -164,6 +164,7 @@ impl ByteShare {
     }
 
     fn refuse(&self, whose: &str, key: &str, share: usize) -> ApiError {
+        crate::observe::budget_refused(self.what, "share");
         let message = format!(
             "{whose} holds its share ({share} bytes) of the {} budget; retry shortly",
             self.what

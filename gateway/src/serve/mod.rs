@@ -159,6 +159,13 @@ pub async fn serve(
             Ok(place) => place,
             Err(full) => {
                 refuse(&stream);
+                crate::observe::budget_refused(
+                    "connections",
+                    match full {
+                        Full::Total => "total",
+                        Full::Address => "address",
+                    },
+                );
                 if let Some(suppressed) = refused.allow() {
                     tracing::warn!(
                         %peer,
@@ -172,6 +179,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
+        crate::observe::connection_accepted();
         let activity = Activity::new();
         let io = TokioIo::new(Tracked::new(stream, activity.clone()));
         let service = router

@@ -72,6 +72,7 @@ impl Drop for Registration {
 }
 
 fn retry(code: u32, message: String) -> ApiError {
+    crate::observe::budget_refused("change streams", "streams");
     ApiError(WriteOutcome::Retry(Failure {
         retry_after_ms: Some(TRANSIENT_RETRY_AFTER_MS),
         ..Failure::new(code, message)

@@ -55,6 +55,7 @@ pub const UNRECOGNISED_UPSTREAM_CODE: u32 = 0;
 /// | `WireError::Codec(Serialization)` (before sending) | `Unavailable`                     |
 /// | any other `WireError`, `ReadError`, `ProtocolError`, `CorrelationMismatch`, `ConnectionLostAfterSend`, `RequestTimeout`, a future variant | `OutcomeUnknown` |
 pub fn backend_error(error: ClientError) -> BackendError {
+    crate::observe::upstream_error(&error);
     let text = error.to_string();
     match error {
         ClientError::Server(server) => server_error(server),

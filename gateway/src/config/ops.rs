@@ -1,0 +1,32 @@
+//! The settings of a gateway in production: the reverse proxy it trusts and its metrics.
+//!
+//! `crate::proxy` applies `--trusted-proxy`; `crate::observe` serves `/metrics` with
+//! `--metrics-listen` and `--metrics-token-file`. docs/deploy.md shows them in use.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// The trusted proxy and the metrics' access.
+#[derive(Debug, Clone, Args)]
+pub struct OpsConfig {
+    /// Address of a reverse proxy whose `X-Forwarded-For` is believed (repeatable): a request
+    /// from it counts under the header's last entry for every per-address limit.
+    #[arg(
+        long = "trusted-proxy",
+        env = "CELERIANT_GATEWAY_TRUSTED_PROXY",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<IpAddr>,
+
+    /// Serve `/metrics` (Prometheus text) on a listener of its own at this address (off by
+    /// default). Keep it on loopback or a private network, or add --metrics-token-file.
+    #[arg(long, env = "CELERIANT_GATEWAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// File holding the bearer token `/metrics` requires (at least 32 visible ASCII
+    /// characters); with it, `/metrics` is also served on the main listener.
+    #[arg(long, env = "CELERIANT_GATEWAY_METRICS_TOKEN_FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+}
