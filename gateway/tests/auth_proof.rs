@@ -80,21 +80,47 @@ async fn a_write_needs_a_proof_for_exactly_that_request_and_nothing_is_stored_ot
     let attack = write_body(&a, &[(1 << 53) - 1]);
 
     // No proof at all: the stolen-token case.
-    refused(&write_raw(&h, &token, None, &attack).await, g::PROOF_REQUIRED);
+    refused(
+        &write_raw(&h, &token, None, &attack).await,
+        g::PROOF_REQUIRED,
+    );
     // Garbage, and a proof signed by another device's key (over the right request).
-    refused(&write_raw(&h, &token, Some("a.b.c"), &attack).await, g::PROOF_INVALID);
+    refused(
+        &write_raw(&h, &token, Some("a.b.c"), &attack).await,
+        g::PROOF_INVALID,
+    );
     let by_b = b.proof("POST", "/v1/write", &token, &attack);
-    refused(&write_raw(&h, &token, Some(&by_b), &attack).await, g::PROOF_INVALID);
+    refused(
+        &write_raw(&h, &token, Some(&by_b), &attack).await,
+        g::PROOF_INVALID,
+    );
     // Proofs of the device's key, made for another request.
     for (what, claims) in [
-        ("method", ProofClaims::new("PUT", "/v1/write", &token, &attack)),
-        ("path", ProofClaims::new("POST", "/v1/watch", &token, &attack)),
-        ("query", ProofClaims::new("POST", "/v1/write?x=1", &token, &attack)),
+        (
+            "method",
+            ProofClaims::new("PUT", "/v1/write", &token, &attack),
+        ),
+        (
+            "path",
+            ProofClaims::new("POST", "/v1/watch", &token, &attack),
+        ),
+        (
+            "query",
+            ProofClaims::new("POST", "/v1/write?x=1", &token, &attack),
+        ),
         ("body", ProofClaims::new("POST", "/v1/write", &token, &body)),
-        ("token", ProofClaims::new("POST", "/v1/write", &other_token, &attack)),
+        (
+            "token",
+            ProofClaims::new("POST", "/v1/write", &other_token, &attack),
+        ),
     ] {
         let r = write_raw(&h, &token, Some(&a.proof_of(&claims)), &attack).await;
-        assert_eq!(r.code(), u64::from(g::PROOF_MISMATCH), "{what}: {:?}", r.json);
+        assert_eq!(
+            r.code(),
+            u64::from(g::PROOF_MISMATCH),
+            "{what}: {:?}",
+            r.json
+        );
         refused(&r, g::PROOF_MISMATCH);
     }
     // Stale and future timestamps (the window is 30 s back, 5 s ahead).
@@ -120,24 +146,48 @@ async fn a_write_needs_a_proof_for_exactly_that_request_and_nothing_is_stored_ot
     let parts: Vec<&str> = good.split('.').collect();
     let none_header = "eyJ0eXAiOiJkcG9wK2p3dCIsImFsZyI6Im5vbmUifQ";
     let unsigned = format!("{none_header}.{}.", parts[1]);
-    refused(&write_raw(&h, &token, Some(&unsigned), &attack).await, g::PROOF_INVALID);
-    let spliced = format!("{}.{}.{}", parts[0], parts[1], &parts[2][..parts[2].len() - 4]);
-    refused(&write_raw(&h, &token, Some(&spliced), &attack).await, g::PROOF_INVALID);
+    refused(
+        &write_raw(&h, &token, Some(&unsigned), &attack).await,
+        g::PROOF_INVALID,
+    );
+    let spliced = format!(
+        "{}.{}.{}",
+        parts[0],
+        parts[1],
+        &parts[2][..parts[2].len() - 4]
+    );
+    refused(
+        &write_raw(&h, &token, Some(&spliced), &attack).await,
+        g::PROOF_INVALID,
+    );
 
-    assert_eq!(stored(&h, &token).await, Vec::<u64>::new(), "nothing stored");
+    assert_eq!(
+        stored(&h, &token).await,
+        Vec::<u64>::new(),
+        "nothing stored"
+    );
 
     // The device's own write, with its proof, lands; the same proof again is a replay.
     let proof = a.proof("POST", "/v1/write", &token, &body);
     let r = write_raw(&h, &token, Some(&proof), &body).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     assert_eq!(r.json["aggregateVersion"], 1);
-    refused(&write_raw(&h, &token, Some(&proof), &body).await, g::PROOF_REPLAYED);
+    refused(
+        &write_raw(&h, &token, Some(&proof), &body).await,
+        g::PROOF_REPLAYED,
+    );
     // A proof a few seconds old or ahead is fine.
     let claims = ProofClaims {
         iat: now - 20,
         ..ProofClaims::new("POST", "/v1/write", &token, &write_body(&a, &[2]))
     };
-    let r = write_raw(&h, &token, Some(&a.proof_of(&claims)), &write_body(&a, &[2])).await;
+    let r = write_raw(
+        &h,
+        &token,
+        Some(&a.proof_of(&claims)),
+        &write_body(&a, &[2]),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     assert_eq!(stored(&h, &token).await, vec![1, 2]);
 }
@@ -161,22 +211,37 @@ async fn reads_watches_and_members_need_proofs_too() {
         g::PROOF_MISMATCH,
     );
     let with_body = a.proof("GET", &path, &token, b"{}");
-    refused(&get_raw(&h, &token, Some(&with_body), &path).await, g::PROOF_MISMATCH);
+    refused(
+        &get_raw(&h, &token, Some(&with_body), &path).await,
+        g::PROOF_MISMATCH,
+    );
     let proof = a.proof("GET", &path, &token, b"");
     let r = get_raw(&h, &token, Some(&proof), &path).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
-    refused(&get_raw(&h, &token, Some(&proof), &path).await, g::PROOF_REPLAYED);
+    refused(
+        &get_raw(&h, &token, Some(&proof), &path).await,
+        g::PROOF_REPLAYED,
+    );
 
     let members = format!("/v1/aggregates/{TYPE}/{AGG}/members");
-    refused(&get_raw(&h, &token, None, &members).await, g::PROOF_REQUIRED);
+    refused(
+        &get_raw(&h, &token, None, &members).await,
+        g::PROOF_REQUIRED,
+    );
     let proof = a.proof("GET", &members, &token, b"");
     assert_eq!(
         get_raw(&h, &token, Some(&proof), &members).await.status,
         StatusCode::OK
     );
     // PUT members: the body the proof names is the one that counts.
-    let grant = serde_json::to_vec(&json!({"principal": "device:00000000-0000-0000-0000-000000000009", "access": "read"})).unwrap();
-    let other = serde_json::to_vec(&json!({"principal": "device:00000000-0000-0000-0000-000000000008", "access": "write"})).unwrap();
+    let grant = serde_json::to_vec(
+        &json!({"principal": "device:00000000-0000-0000-0000-000000000009", "access": "read"}),
+    )
+    .unwrap();
+    let other = serde_json::to_vec(
+        &json!({"principal": "device:00000000-0000-0000-0000-000000000008", "access": "write"}),
+    )
+    .unwrap();
     let request = Request::put(&members)
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {token}"))

@@ -44,7 +44,12 @@ fn a_stolen_token_cannot_write_the_last_sequence_and_the_device_keeps_writing() 
     let dir = data_dir();
     let gw = Process::start(dir.path(), &[]);
     let (device, thief_key) = (Device::a(), Device::b());
-    let r = post(&gw.base, "/v1/session", None, &device.session_body(fresh_nonce()));
+    let r = post(
+        &gw.base,
+        "/v1/session",
+        None,
+        &device.session_body(fresh_nonce()),
+    );
     assert_eq!(r.status, 200, "{:?}", r.json);
     let token = r.json["token"].as_str().unwrap().to_owned();
     let bearer = format!("Bearer {token}");
@@ -64,7 +69,13 @@ fn a_stolen_token_cannot_write_the_last_sequence_and_the_device_keeps_writing() 
 
     let attack = write_body(&device.client_id, MAX_SEQ);
     // 1. The token alone.
-    let r = send_with("POST", &gw.base, "/v1/write", &[json, ("authorization", &bearer)], &attack);
+    let r = send_with(
+        "POST",
+        &gw.base,
+        "/v1/write",
+        &[json, ("authorization", &bearer)],
+        &attack,
+    );
     assert_eq!((r.status, r.code()), (401, 40130), "{:?}", r.json);
     // 2. The token with a proof signed by the thief's own key.
     let forged = thief_key.proof("POST", "/v1/write", &token, &attack);
@@ -96,7 +107,11 @@ fn a_stolen_token_cannot_write_the_last_sequence_and_the_device_keeps_writing() 
     );
     assert_eq!((r.status, r.code()), (401, 40134), "{:?}", r.json);
 
-    assert_eq!(seqs(&gw.base, &token), vec![1], "nothing of the thief's was stored");
+    assert_eq!(
+        seqs(&gw.base, &token),
+        vec![1],
+        "nothing of the thief's was stored"
+    );
     // The device's next write lands.
     let r = post(
         &gw.base,

@@ -30,6 +30,7 @@ pub(crate) mod inspect;
 pub(crate) mod js;
 pub(crate) mod locks;
 pub(crate) mod network;
+pub(crate) mod proof;
 pub(crate) mod reader;
 pub(crate) mod runtime;
 pub(crate) mod session;

@@ -219,7 +219,10 @@ fn check_proof(
             now_ms: now,
         },
     )?;
-    if matches!(parts.method, axum::http::Method::GET | axum::http::Method::HEAD) {
+    if matches!(
+        parts.method,
+        axum::http::Method::GET | axum::http::Method::HEAD
+    ) {
         proof::check_body(&checked.body_hash, b"")?;
     }
     match state.auth.proof_replay.admit(client_id, &checked.jti, now) {

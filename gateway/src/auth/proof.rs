@@ -90,7 +90,9 @@ pub fn header(headers: &HeaderMap) -> Result<&str, ApiError> {
     let required = |why: &str| {
         ApiError::code(
             g::PROOF_REQUIRED,
-            format!("{why}: every request under a session needs a DPoP proof signed by the device's key"),
+            format!(
+                "{why}: every request under a session needs a DPoP proof signed by the device's key"
+            ),
         )
     };
     let mut values = headers.get_all(HeaderName::from_static(HEADER)).iter();
@@ -109,14 +111,21 @@ pub fn header(headers: &HeaderMap) -> Result<&str, ApiError> {
 /// The client id of an RSA-2048 public key given as JWK `n` and `e` (base64url): the hash of
 /// its canonical SPKI DER, as `POST /v1/session` derives it.
 fn client_id_of(n: &str, e: &str) -> Result<Uuid, ApiError> {
-    let decode = |s: &str| URL_SAFE_NO_PAD.decode(s).map_err(|e| invalid(format!("jwk: {e}")));
+    let decode = |s: &str| {
+        URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|e| invalid(format!("jwk: {e}")))
+    };
     let key = RsaPublicKey::new(
         BigUint::from_bytes_be(&decode(n)?),
         BigUint::from_bytes_be(&decode(e)?),
     )
     .map_err(|e| invalid(format!("jwk: {e}")))?;
     if key.n().bits() != RSA_BITS {
-        return Err(invalid(format!("jwk: an RSA key of {} bits", key.n().bits())));
+        return Err(invalid(format!(
+            "jwk: an RSA key of {} bits",
+            key.n().bits()
+        )));
     }
     let der = key
         .to_public_key_der()
@@ -153,10 +162,14 @@ pub fn verify(proof: &str, expected: &Expected<'_>) -> Result<Checked, ApiError>
         return Err(invalid("alg must be RS256"));
     }
     let Some(AlgorithmParameters::RSA(rsa)) = header.jwk.as_ref().map(|j| &j.algorithm) else {
-        return Err(invalid("the header needs the device's RSA public key as jwk"));
+        return Err(invalid(
+            "the header needs the device's RSA public key as jwk",
+        ));
     };
     if client_id_of(&rsa.n, &rsa.e)? != expected.client_id {
-        return Err(invalid("signed by another key than the session's device key"));
+        return Err(invalid(
+            "signed by another key than the session's device key",
+        ));
     }
     let key = DecodingKey::from_rsa_components(&rsa.n, &rsa.e).map_err(invalid)?;
     let mut validation = Validation::new(Algorithm::RS256);

@@ -160,7 +160,11 @@ mod tests {
             "a's partition is full: refused, not forgotten"
         );
         assert_eq!(cache.admit(a, "1", now + 10), Admit::Replayed);
-        assert_eq!(cache.admit(b, "1", now + 10), Admit::Fresh, "b is unaffected");
+        assert_eq!(
+            cache.admit(b, "1", now + 10),
+            Admit::Fresh,
+            "b is unaffected"
+        );
         assert_eq!(cache.admit(b, "2", now + 10), Admit::Fresh);
         assert_eq!(
             cache.admit(c, "1", now + 10),
@@ -180,7 +184,13 @@ mod tests {
         let a = Uuid::from_u128(1);
         assert_eq!(cache.admit(a, "x", 10_000_000), Admit::Fresh);
         assert_eq!(cache.admit(a, "y", 1_000), Admit::Fresh);
-        assert_eq!(cache.admit(a, "x", 10_000_000 + KEEP_MS - 1), Admit::Replayed);
-        assert_eq!(cache.admit(a, "y", 10_000_000 + KEEP_MS - 1), Admit::Replayed);
+        assert_eq!(
+            cache.admit(a, "x", 10_000_000 + KEEP_MS - 1),
+            Admit::Replayed
+        );
+        assert_eq!(
+            cache.admit(a, "y", 10_000_000 + KEEP_MS - 1),
+            Admit::Replayed
+        );
     }
 }
