@@ -449,7 +449,11 @@ fn the_documented_handshake_script_opens_a_session_with_openssl_and_curl() {
         .args(["POST", "/v1/write", token, &body])
         .output()
         .expect("bash");
-    assert!(proof.status.success(), "{}", String::from_utf8_lossy(&proof.stderr));
+    assert!(
+        proof.status.success(),
+        "{}",
+        String::from_utf8_lossy(&proof.stderr)
+    );
     let proof = String::from_utf8(proof.stdout).unwrap();
     let r = send_with(
         "POST",
