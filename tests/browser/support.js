@@ -162,7 +162,7 @@ export async function proofFor(session, method, url, body = "") {
   const sha = async (t) => b64url(new Uint8Array(await crypto.subtle.digest("SHA-256", utf8(t))));
   const { n, e } = await crypto.subtle.exportKey("jwk", session.keyPair.publicKey);
   const head = b64url(utf8(JSON.stringify({ typ: "dpop+jwt", alg: "RS256", jwk: { kty: "RSA", n, e } })));
-  const target = new URL(url, location.href);
+  const target = new URL(url, globalThis.location ? globalThis.location.href : undefined);
   const claims = {
     jti: b64url(crypto.getRandomValues(new Uint8Array(16))), htm: method,
     htu: target.pathname + target.search, iat: Math.floor((Date.now() + (session.clockOffsetMs || 0)) / 1000),
