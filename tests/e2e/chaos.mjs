@@ -201,6 +201,7 @@ export async function chaos({
     },
     reloads: figures.reloads, drainerCloses: figures.takeovers, takeoverMs: figures.takeoverMs,
     drainerChanges, gatewayKills: figures.kills, secretRotations: figures.secretRotations, appendFailures: figures.appendFailures,
+    proofsRequired: figures.proofsRequired === true,
     maxInFlightPerClient: report.counts.maxInFlightPerClient, duplicates, losses, elapsedSeconds: Number(elapsed),
   };
   log(`chaos figures: ${JSON.stringify(result)}`);
