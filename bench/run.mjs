@@ -45,6 +45,7 @@ const RUNS = SMOKE ? 1 : 3;
 const N = SMOKE
   ? { serial: 50, burst: 500, drain: 1000, memoryLarge: 2000, memorySmall: 1000, catchup: 500, loadSeconds: 2 }
   : { serial: 2000, burst: 20000, drain: 10000, memoryLarge: 100000, memorySmall: 10000, catchup: 10000, loadSeconds: 10 };
+N.proof = SMOKE ? 50 : 500;
 const TMP = process.env.TMPDIR || tmpdir();
 const sh = (cmd) => execFileSync("sh", ["-c", cmd], { encoding: "utf8" }).trim();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -75,13 +76,13 @@ await new Promise((r) => server.listen(0, "127.0.0.1", r));
 const SITE = `http://127.0.0.1:${server.address().port}`;
 
 // ---- the gateway (release build, embedded store) ----
-function startGateway() {
+function startGateway(auth = ["--auth", "none"]) {
   const dir = mkdtempSync(join(TMP, "bench-gateway-"));
   const portFile = join(dir, "port");
   // --auth none: the baselines post without a session (and so does the load generator,
   // gateway/src/bin/loadgen.rs). The client still opens one (the endpoint answers either way),
   // so its side of every line includes that cost.
-  const proc = spawn(join(ROOT, "target/release/celeriant-gateway"), ["--listen", "127.0.0.1:0", "--port-file", portFile, "--data-dir", join(dir, "data"), "--auth", "none"], {
+  const proc = spawn(join(ROOT, "target/release/celeriant-gateway"), ["--listen", "127.0.0.1:0", "--port-file", portFile, "--data-dir", join(dir, "data"), ...auth], {
     stdio: "ignore", env: { ...process.env, RUST_LOG: "warn" },
   });
   return { proc, dir, portFile };
@@ -303,11 +304,35 @@ try {
       note: `ours includes opening a session (\`POST /v1/session\`) and building the ${N.catchup}-event view; timed once the fresh client holds the drain role; both sides write the log with \`relaxed\` durability (a cache of the server)`,
     });
   }
+  // 7. the request proof: reads with a fresh DPoP proof each against a gateway that requires
+  // them, as a ratio to the same reads with the token alone (a gateway with --proofs off).
+  if (wanted("proof")) {
+    const withProofs = startGateway(["--auth", "device"]);
+    const withoutProofs = startGateway(["--auth", "device", "--proofs", "off"]);
+    try {
+      const [pw, po] = [await gatewayUrl(withProofs), await gatewayUrl(withoutProofs)];
+      const ours = await series("proof", "ours", N.proof, pw);
+      const base = await series("proof", "baseline", N.proof, po);
+      const [o, b] = [ours.map((r) => r.perRequestMs), base.map((r) => r.perRequestMs)];
+      const signs = ours.map((r) => r.signMs);
+      const p256 = ours.map((r) => r.p256Ms);
+      lines.push({
+        name: `request proof: ${N.proof} sequential reads (GET …/events), each with a fresh DPoP proof signed by the RSA-2048 device key`,
+        ours: `${fmt(median(o), 3)} ms/request (min ${fmt(min(o), 3)}); signing alone ${fmt(median(signs), 3)} ms/proof`,
+        baseline: `${fmt(median(b), 3)} ms/request (min ${fmt(min(b), 3)}): the same reads with the token alone (--proofs off)`,
+        ratio: median(b) / median(o), target: null,
+        note: `the proof adds ${fmt(median(o) - median(b), 3)} ms per request (WebCrypto signing in the page plus the gateway's RS256 verification and replay check); a P-256 signature (the per-session key not chosen) costs ${fmt(median(p256), 3)} ms in the same page; no target: a security cost, measured`,
+      });
+    } finally {
+      await stopGateway(withProofs);
+      await stopGateway(withoutProofs);
+    }
+  }
 } finally {
   await stopGateway(gateway);
 }
 
-// 7. the gateway under load, from a Rust load generator.
+// 8. the gateway under load, from a Rust load generator.
 if (wanted("gateway")) {
   const g = startGateway();
   const url = await gatewayUrl(g);

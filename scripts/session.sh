@@ -11,7 +11,8 @@
 # "serverTime"}); exits 1 when the gateway refused.
 #
 #   TOKEN=$(scripts/session.sh http://127.0.0.1:8080 | jq -r .token)
-#   curl -H "Authorization: Bearer $TOKEN" ...
+#   curl -H "Authorization: Bearer $TOKEN" -H "DPoP: $(scripts/proof.sh device-key.pem GET /v1/... "$TOKEN")" ...
+# (every request under a session needs a fresh proof signed by the same key: scripts/proof.sh)
 set -euo pipefail
 GATEWAY=${1:?usage: scripts/session.sh GATEWAY_URL [KEY_FILE]}
 KEY=${2:-device-key.pem}

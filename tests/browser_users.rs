@@ -21,7 +21,7 @@ extern "C" {
     #[wasm_bindgen(js_name = appToken)]
     fn app_token(secret: &str, sub: &str) -> Promise;
     #[wasm_bindgen(js_name = readAll)]
-    fn read_all_with(gateway: &str, type_id: &str, id: &str, token: &str) -> Promise;
+    fn read_all_with(gateway: &str, type_id: &str, id: &str, session: &JsValue) -> Promise;
     #[wasm_bindgen(js_name = openSession)]
     fn open_session(gateway: &str, options: &JsValue) -> Promise;
 }
@@ -54,7 +54,7 @@ async fn stored(t: &str, a: &str, user: &str) -> Vec<JsValue> {
     let (gateway, secret) = app_gateway();
     let token = ok(app_token(secret, user)).await;
     let session = ok(open_session(gateway, &object(&[("appToken", token)]))).await;
-    let events = ok(read_all_with(gateway, t, a, &string(&session, "token"))).await;
+    let events = ok(read_all_with(gateway, t, a, &session)).await;
     Array::from(&events).iter().collect()
 }
 

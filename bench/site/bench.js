@@ -2,7 +2,7 @@
 // orchestrator (bench/run.mjs), which launched this browser without any automation protocol
 // attached (DevTools slows fetch and IndexedDB noticeably).
 //
-//   ?m=append-serial|append-burst|drain|memory|catchup &variant=ours|baseline &n=N &gateway=URL &report=URL &tag=T
+//   ?m=append-serial|append-burst|drain|memory|catchup|proof &variant=ours|baseline &n=N &gateway=URL &report=URL &tag=T
 //   (catchup also: &typeId=T &id=I, the aggregate bench/run.mjs seeded with n confirmed events)
 import init, { SyncClient } from "/pkg/celeriant_sync.js";
 
@@ -253,7 +253,68 @@ async function catchup() {
   return { ms, eventsPerSecond: (n / ms) * 1000 };
 }
 
-const runs = { "append-serial": appendSerial, "append-burst": appendBurst, drain, memory, catchup };
+/** The request proof's cost (docs/protocol.md, "Request proofs"): n sequential reads of one
+ *  (empty) aggregate under a session of a fresh non-extractable device key. Ours: each read
+ *  with a fresh DPoP proof, signed as the client signs it (src/browser/glue.js, makeProof:
+ *  SHA-256 of the token and body, RSASSA-PKCS1-v1_5 over the JWS), against a gateway that
+ *  requires proofs; also the signing alone, n times. Baseline: the same reads with the token
+ *  only, against a gateway started with --proofs off. */
+async function proof() {
+  const subtle = crypto.subtle;
+  const utf8 = (t) => new TextEncoder().encode(t);
+  const b64url = (bytes) => b64(bytes).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const keyPair = await subtle.generateKey(
+    { name: "RSASSA-PKCS1-v1_5", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]), hash: "SHA-256" },
+    false, ["sign", "verify"]);
+  const publicKey = b64(new Uint8Array(await subtle.exportKey("spki", keyPair.publicKey)));
+  const nonce = String(Date.now());
+  const signature = b64(new Uint8Array(await subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, utf8(nonce))));
+  const opened = await fetch(`${gateway}/v1/session`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ publicKey, nonce, signature }),
+  });
+  if (!opened.ok) throw new Error(`session: ${opened.status} ${await opened.text()}`);
+  const { token } = await opened.json();
+  const { n: modulus, e } = await subtle.exportKey("jwk", keyPair.publicKey);
+  const head = b64url(utf8(JSON.stringify({ typ: "dpop+jwt", alg: "RS256", jwk: { kty: "RSA", n: modulus, e } })));
+  const hash = async (t) => b64url(new Uint8Array(await subtle.digest("SHA-256", utf8(t))));
+  const makeProof = async (method, url, body) => {
+    const target = new URL(url);
+    const claims = {
+      jti: b64url(crypto.getRandomValues(new Uint8Array(16))), htm: method, htu: target.pathname + target.search,
+      iat: Math.floor(Date.now() / 1000), ath: await hash(token), bh: await hash(body),
+    };
+    const input = `${head}.${b64url(utf8(JSON.stringify(claims)))}`;
+    return `${input}.${b64url(new Uint8Array(await subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, utf8(input))))}`;
+  };
+  const url = `${gateway}/v1/aggregates/${crypto.randomUUID()}/${crypto.randomUUID()}/events?from=1`;
+  const read = async () => {
+    const headers = { authorization: `Bearer ${token}` };
+    if (variant === "ours") headers.dpop = await makeProof("GET", url, "");
+    const r = await fetch(url, { headers });
+    if (!r.ok) throw new Error(`read: ${r.status} ${await r.text()}`);
+    await r.json();
+  };
+  for (let i = 0; i < 5; i++) await read(); // warm-up: connection, key, code paths
+  const t0 = performance.now();
+  for (let i = 0; i < n; i++) await read();
+  const ms = performance.now() - t0;
+  let signMs = null;
+  let p256Ms = null;
+  if (variant === "ours") {
+    const t1 = performance.now();
+    for (let i = 0; i < n; i++) await makeProof("GET", url, "");
+    signMs = (performance.now() - t1) / n;
+    // The alternative not taken: a per-session P-256 key, signing an input of the same size.
+    const ec = await subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, false, ["sign"]);
+    const input = utf8(`${head}.${"x".repeat(200)}`);
+    const t2 = performance.now();
+    for (let i = 0; i < n; i++) await subtle.sign({ name: "ECDSA", hash: "SHA-256" }, ec.privateKey, input);
+    p256Ms = (performance.now() - t2) / n;
+  }
+  return { ms, perRequestMs: ms / n, signMs, p256Ms };
+}
+
+const runs = { "append-serial": appendSerial, "append-burst": appendBurst, drain, memory, catchup, proof };
 try {
   const result = await runs[m]();
   await post({ ok: true, m, variant, n, ...result });

@@ -6,8 +6,8 @@
 //! never "own" (and `crate::host` refuses its requests anyway). On loopback without
 //! `--allow-origin`, development origins are allowed too: `http` or `https` on `localhost`,
 //! `127.0.0.1` or `[::1]`, any port. With `--allow-origin` (required beyond loopback), exactly
-//! the listed origins plus the own ones. `Authorization` may be sent (the session token), and
-//! `celeriant-faults-secret` (only meaningful with `--faults`), and `Retry-After` is exposed, or
+//! the listed origins plus the own ones. `Authorization` may be sent (the session token), `DPoP` (its
+//! proof, `crate::auth::proof`), and `celeriant-faults-secret` (only meaningful with `--faults`), and `Retry-After` is exposed, or
 //! `fetch` could not use them. An origin not allowed gets no CORS headers at all, so a page there
 //! cannot send either header (the browser's preflight fails).
 
@@ -18,7 +18,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::auth::faults_secret;
+use crate::auth::{faults_secret, proof};
 use crate::config::{Config, is_loopback};
 
 /// Whether `origin` is an http(s) origin on a loopback host.
@@ -82,6 +82,7 @@ pub fn layer(config: &Config) -> CorsLayer {
             CONTENT_TYPE,
             AUTHORIZATION,
             HeaderName::from_static(faults_secret::HEADER),
+            HeaderName::from_static(proof::HEADER),
         ])
         .expose_headers([RETRY_AFTER])
         .max_age(std::time::Duration::from_secs(600))

@@ -58,6 +58,21 @@ pub async fn read_json<T: DeserializeOwned>(
     parse(&bytes)
 }
 
+/// [`read_json`] for a request under `session`: the body is checked against the request
+/// proof's body hash (401) before it is parsed.
+pub async fn read_json_proven<T: DeserializeOwned>(
+    session: &crate::auth::Session,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<T, ApiError> {
+    check_headers(headers, limit)?;
+    let bytes = read_body(body, limit, timeout).await?;
+    session.check_body(&bytes)?;
+    parse(&bytes)
+}
+
 /// The checks that need only the headers: `Content-Type: application/json` (415), then a
 /// declared `Content-Length` within `limit` (413). Returns the declared length, if any.
 pub fn check_headers(headers: &HeaderMap, limit: usize) -> Result<Option<usize>, ApiError> {

@@ -349,10 +349,13 @@ fn a_revoked_members_stream_stops_hearing_of_the_aggregate_on(store: Store) {
     let members = format!("/v1/aggregates/{TYPE}/{VICTIM_ID}/members");
     let grant = |access: &str| {
         let body = json!({"principal": format!("device:{}", member.client_id), "access": access});
+        let body = body.to_string();
+        let proof = owner.proof("PUT", &members, &to, body.as_bytes());
         let r = ureq::put(&format!("{}{members}", gw.base))
             .header("authorization", &format!("Bearer {to}"))
+            .header("dpop", &proof)
             .header("content-type", "application/json")
-            .send(body.to_string())
+            .send(body)
             .unwrap();
         assert_eq!(r.status().as_u16(), 200);
     };

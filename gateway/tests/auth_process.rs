@@ -439,10 +439,34 @@ fn the_documented_handshake_script_opens_a_session_with_openssl_and_curl() {
     let client = uuid::Uuid::from_u128(id).to_string();
     assert_eq!(first["clientId"], client.as_str());
     let token = second["token"].as_str().unwrap();
-    assert_eq!(
-        write(&gw.base, Some(token), &client, 1).json["outcome"],
-        "landed"
+    // Without its proof the token writes nothing; with the proof scripts/proof.sh makes from
+    // the same key file, the write lands.
+    assert_eq!(write(&gw.base, Some(token), &client, 1).status, 401);
+    let body = serde_json::to_string(&write_by(&client, TYPE, AGGREGATE, &[1])).unwrap();
+    let proof = std::process::Command::new("bash")
+        .arg(root.join("scripts/proof.sh"))
+        .arg(&key)
+        .args(["POST", "/v1/write", token, &body])
+        .output()
+        .expect("bash");
+    assert!(
+        proof.status.success(),
+        "{}",
+        String::from_utf8_lossy(&proof.stderr)
     );
+    let proof = String::from_utf8(proof.stdout).unwrap();
+    let r = send_with(
+        "POST",
+        &gw.base,
+        "/v1/write",
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &format!("Bearer {token}")),
+            ("dpop", proof.trim()),
+        ],
+        body.as_bytes(),
+    );
+    assert_eq!(r.json["outcome"], "landed", "{:?}", r.json);
     // A refusal exits 1 with the body on stdout.
     let refused = std::process::Command::new("bash")
         .arg(root.join("scripts/session.sh"))

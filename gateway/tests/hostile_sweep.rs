@@ -56,6 +56,17 @@ impl Sweep {
             head.push_str("Host: 127.0.0.1\r\n");
         }
         head.push_str(headers);
+        // A request under the session gets its proof, over the bytes sent as the body, so
+        // each class meets the check it is about (a proof the sweep does not vary).
+        if headers.contains(&self.auth()) && !headers.to_ascii_lowercase().contains("dpop:") {
+            // `htu` is the path and query, also for an absolute-form target.
+            let path = match target.split_once("://") {
+                Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+                None => target,
+            };
+            let proof = support::device::proof_for(&self.token, method, path, body).unwrap();
+            head.push_str(&format!("DPoP: {proof}\r\n"));
+        }
         head.push_str("Connection: close\r\n");
         let lower = headers.to_ascii_lowercase();
         if !lower.contains("content-length:") && !lower.contains("transfer-encoding:") {
@@ -236,9 +247,10 @@ fn every_class_of_bad_input_is_answered_typed_and_leaves_the_gateway_healthy() {
 
     // Content-Length shorter than the body: the rest is parsed as a second request of its
     // own, and checked like any other (here refused for its Host).
+    let proof = support::device::proof_for(&s.token, "POST", "/v1/write", b"{}").unwrap();
     let hidden = format!(
         "POST /v1/write HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{}\
-         Content-Length: 2\r\n\r\n{{}}GET /v1/faults HTTP/1.1\r\nHost: evil.example\r\n\
+         DPoP: {proof}\r\nContent-Length: 2\r\n\r\n{{}}GET /v1/faults HTTP/1.1\r\nHost: evil.example\r\n\
          Connection: close\r\n\r\n",
         s.auth()
     );
@@ -255,9 +267,10 @@ fn every_class_of_bad_input_is_answered_typed_and_leaves_the_gateway_healthy() {
     let zero = spoil(s.valid(2), |v| {
         v["writes"][0]["events"][0]["clientSeq"] = json!(0)
     });
+    let proof = support::device::proof_for(&s.token, "POST", "/v1/write", &zero).unwrap();
     let both = format!(
         "POST /v1/write HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{}\
-         Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+         DPoP: {proof}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
         s.auth(),
         zero.len()
     );

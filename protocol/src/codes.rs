@@ -148,6 +148,23 @@ pub mod gateway {
     pub const APP_TOKEN_INVALID: u32 = 40121;
     /// `POST /v1/session`: the app token has expired (`exp`). Get a fresh one from the app.
     pub const APP_TOKEN_EXPIRED: u32 = 40122;
+    /// A write, read, watch or members request carries a session token but no `DPoP` proof
+    /// (or more than one, or one over 4 096 bytes). Nothing was read or stored.
+    pub const PROOF_REQUIRED: u32 = 40130;
+    /// The `DPoP` proof is not a valid proof for this session: malformed, not RS256
+    /// `dpop+jwt`, a signature that does not verify, or signed by another key than the one the
+    /// session was opened with. Nothing was read or stored.
+    pub const PROOF_INVALID: u32 = 40131;
+    /// The `DPoP` proof was made for another request: another method, path and query, body
+    /// or session token. Nothing was read or stored.
+    pub const PROOF_MISMATCH: u32 = 40132;
+    /// The `DPoP` proof's `iat` is more than 30 s old or more than 5 s ahead of the gateway's
+    /// clock. Nothing was read or stored; open a new session (its `serverTime` corrects the
+    /// client's clock) and resend.
+    pub const PROOF_STALE: u32 = 40133;
+    /// The `DPoP` proof's `jti` was already accepted on this replica within the window: a
+    /// replay. Nothing was read or stored.
+    pub const PROOF_REPLAYED: u32 = 40134;
     /// `/v1/faults` and `/v1/faults/trim` (only with `--faults`): the request does not carry
     /// the gateway's faults secret in the `celeriant-faults-secret` header; nothing was read or
     /// changed. Not about the session: a client never meets it.
@@ -199,6 +216,10 @@ pub mod gateway {
     /// `--max-devices-per-subject` devices or `--max-sessions-per-subject` live sessions on this
     /// replica; retry after `retryAfterMs` (when the oldest expires).
     pub const SUBJECT_LIMIT: u32 = 42902;
+    /// The replica's memory of recently used proofs (`jti`) is full for this device
+    /// (`--proof-replay-per-device`) or in total (`--proof-replay-capacity`): the request is
+    /// refused rather than admitted unremembered; retry after `retryAfterMs`.
+    pub const PROOF_REPLAY_FULL: u32 = 42903;
     /// This client id, or this client address, is over its share (requests per second or
     /// requests at once, on writes or on reads): not applied, resend after `retryAfterMs`.
     pub const RATE_LIMITED: u32 = 42910;
@@ -230,7 +251,7 @@ pub mod gateway {
     pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 58] = [
+    pub const ALL: [u32; 64] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -262,6 +283,11 @@ pub mod gateway {
         APP_TOKEN_REQUIRED,
         APP_TOKEN_INVALID,
         APP_TOKEN_EXPIRED,
+        PROOF_REQUIRED,
+        PROOF_INVALID,
+        PROOF_MISMATCH,
+        PROOF_STALE,
+        PROOF_REPLAYED,
         FAULTS_SECRET_REQUIRED,
         CLIENT_ID_MISMATCH,
         AGGREGATE_TYPE_FORBIDDEN,
@@ -279,6 +305,7 @@ pub mod gateway {
         GATEWAY_BUSY,
         SESSION_RATE_LIMITED,
         SUBJECT_LIMIT,
+        PROOF_REPLAY_FULL,
         RATE_LIMITED,
         WATCH_STREAMS_PER_CLIENT,
         WATCH_STREAMS_FULL,
@@ -364,6 +391,11 @@ pub fn name(code: u32) -> &'static str {
         g::APP_TOKEN_REQUIRED => "APP_TOKEN_REQUIRED",
         g::APP_TOKEN_INVALID => "APP_TOKEN_INVALID",
         g::APP_TOKEN_EXPIRED => "APP_TOKEN_EXPIRED",
+        g::PROOF_REQUIRED => "PROOF_REQUIRED",
+        g::PROOF_INVALID => "PROOF_INVALID",
+        g::PROOF_MISMATCH => "PROOF_MISMATCH",
+        g::PROOF_STALE => "PROOF_STALE",
+        g::PROOF_REPLAYED => "PROOF_REPLAYED",
         g::FAULTS_SECRET_REQUIRED => "FAULTS_SECRET_REQUIRED",
         g::CLIENT_ID_MISMATCH => "CLIENT_ID_MISMATCH",
         g::AGGREGATE_TYPE_FORBIDDEN => "AGGREGATE_TYPE_FORBIDDEN",
@@ -381,6 +413,7 @@ pub fn name(code: u32) -> &'static str {
         g::GATEWAY_BUSY => "GATEWAY_BUSY",
         g::SESSION_RATE_LIMITED => "SESSION_RATE_LIMITED",
         g::SUBJECT_LIMIT => "SUBJECT_LIMIT",
+        g::PROOF_REPLAY_FULL => "PROOF_REPLAY_FULL",
         g::RATE_LIMITED => "RATE_LIMITED",
         g::WATCH_STREAMS_PER_CLIENT => "WATCH_STREAMS_PER_CLIENT",
         g::WATCH_STREAMS_FULL => "WATCH_STREAMS_FULL",

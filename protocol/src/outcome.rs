@@ -116,10 +116,16 @@ pub fn classify(code: u32) -> Class {
         | g::APP_TOKEN_REQUIRED
         | g::APP_TOKEN_INVALID
         | g::APP_TOKEN_EXPIRED
+        | g::PROOF_REQUIRED
+        | g::PROOF_INVALID
+        | g::PROOF_MISMATCH
+        | g::PROOF_STALE
+        | g::PROOF_REPLAYED
         | g::FAULTS_SECRET_REQUIRED => Class::Unauthorized,
         g::GATEWAY_BUSY
         | g::SESSION_RATE_LIMITED
         | g::SUBJECT_LIMIT
+        | g::PROOF_REPLAY_FULL
         | g::RATE_LIMITED
         | g::WATCH_STREAMS_PER_CLIENT
         | g::WATCH_STREAMS_FULL

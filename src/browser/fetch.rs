@@ -4,15 +4,19 @@
 //! dropping the future (the drain drops it when the client closes). A rejected `fetch` (a
 //! `TypeError`: network, DNS, CORS) and a timeout are reported as such, by what happened, never
 //! by message text; a response whose body breaks mid-way is reported with its status and the
-//! body error, so the engine classifies it `unknown`.
+//! body error, so the engine classifies it `unknown`. A request under a session carries its
+//! `DPoP` proof ([`super::proof`]).
 
 use gloo_timers::future::TimeoutFuture;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, Request, RequestInit, Response};
 
+use std::rc::Rc;
+
 use super::global::fetch_with_request;
 use super::network::{NetworkSwitch, SWITCHED_OFF};
+use super::session::GatewaySessions;
 use crate::engine::env::{Reply, Transport};
 use crate::engine::signal::first;
 
@@ -38,6 +42,7 @@ async fn exchange(
     url: &str,
     body: Option<(&str, &str)>,
     bearer: Option<&str>,
+    proof: Option<&str>,
     controller: &AbortController,
 ) -> Result<Reply, JsValue> {
     let init = RequestInit::new();
@@ -53,6 +58,9 @@ async fn exchange(
     init.set_signal(Some(&controller.signal()));
     if let Some(token) = bearer {
         headers.set("Authorization", &format!("Bearer {token}"))?;
+    }
+    if let Some(proof) = proof {
+        headers.set("DPoP", proof)?;
     }
     init.set_headers(&headers);
     let request = Request::new_with_str_and_init(url, &init)?;
@@ -76,27 +84,45 @@ async fn exchange(
     })
 }
 
-/// Posts `body` (JSON) to `url`, with `Authorization: Bearer` when `bearer` is given; aborts
-/// after `timeout_ms`, or when the future is dropped.
-pub(crate) async fn post(url: &str, body: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
-    request(url, Some(("POST", body)), bearer, timeout_ms).await
+/// Posts `body` (JSON) to `url`, with `Authorization: Bearer` when `bearer` is given and
+/// `DPoP` when `proof` is; aborts after `timeout_ms`, or when the future is dropped.
+pub(crate) async fn post(
+    url: &str,
+    body: &str,
+    bearer: Option<&str>,
+    proof: Option<&str>,
+    timeout_ms: u32,
+) -> Reply {
+    request(url, Some(("POST", body)), bearer, proof, timeout_ms).await
 }
 
 /// Puts `body` (JSON) at `url`, as [`post`] does.
-pub(crate) async fn put(url: &str, body: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
-    request(url, Some(("PUT", body)), bearer, timeout_ms).await
+pub(crate) async fn put(
+    url: &str,
+    body: &str,
+    bearer: Option<&str>,
+    proof: Option<&str>,
+    timeout_ms: u32,
+) -> Reply {
+    request(url, Some(("PUT", body)), bearer, proof, timeout_ms).await
 }
 
-/// `GET url`, with `Authorization: Bearer` when `bearer` is given; aborts after `timeout_ms`,
-/// or when the future is dropped.
-pub(crate) async fn get(url: &str, bearer: Option<&str>, timeout_ms: u32) -> Reply {
-    request(url, None, bearer, timeout_ms).await
+/// `GET url`, with `Authorization: Bearer` when `bearer` is given and `DPoP` when `proof` is;
+/// aborts after `timeout_ms`, or when the future is dropped.
+pub(crate) async fn get(
+    url: &str,
+    bearer: Option<&str>,
+    proof: Option<&str>,
+    timeout_ms: u32,
+) -> Reply {
+    request(url, None, bearer, proof, timeout_ms).await
 }
 
 async fn request(
     url: &str,
     body: Option<(&str, &str)>,
     bearer: Option<&str>,
+    proof: Option<&str>,
     timeout_ms: u32,
 ) -> Reply {
     let controller = match AbortController::new() {
@@ -106,7 +132,7 @@ async fn request(
     let guard = AbortOnDrop(controller);
     let mut reply = None;
     let finished = first(
-        async { reply = Some(exchange(url, body, bearer, &guard.0).await) },
+        async { reply = Some(exchange(url, body, bearer, proof, &guard.0).await) },
         TimeoutFuture::new(timeout_ms),
     )
     .await;
@@ -125,6 +151,8 @@ pub(crate) struct FetchTransport {
     pub timeout_ms: u32,
     /// The client's network switch: off, nothing is sent (a network error at once).
     pub network: NetworkSwitch,
+    /// Signs each request's proof with the device key.
+    pub sessions: Rc<GatewaySessions>,
 }
 
 impl Transport for FetchTransport {
@@ -132,7 +160,21 @@ impl Transport for FetchTransport {
         if self.network.is_off() {
             return Reply::network(SWITCHED_OFF);
         }
-        let bearer = (!token.is_empty()).then_some(token.as_str());
-        post(&self.url, &body, bearer, self.timeout_ms).await
+        if token.is_empty() {
+            return post(&self.url, &body, None, None, self.timeout_ms).await;
+        }
+        // A fresh proof per attempt: a resend is a new request to the gateway (its jti is new).
+        let proof = match self.sessions.proof("POST", &self.url, &body, &token).await {
+            Ok(proof) => proof,
+            Err(message) => return Reply::network(message),
+        };
+        post(
+            &self.url,
+            &body,
+            Some(&token),
+            Some(&proof),
+            self.timeout_ms,
+        )
+        .await
     }
 }

@@ -81,9 +81,43 @@ export async function signText(keyPair, text) {
   return new Uint8Array(await globalThis.crypto.subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, data));
 }
 
+// ---- Request proofs, DPoP-style (browser/proof.rs)
+
+// The JWS header per device key (its public half as a JWK), made once per key.
+const proofHeads = new WeakMap();
+function b64url(bytes) {
+  let s = "";
+  for (let i = 0; i < bytes.length; i++) s += String.fromCharCode(bytes[i]);
+  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+const utf8 = (text) => new TextEncoder().encode(text);
+async function hashB64(bytes) { return b64url(new Uint8Array(await globalThis.crypto.subtle.digest("SHA-256", bytes))); }
+// A compact JWS (RS256, typ dpop+jwt) over this request, signed by the device's private key,
+// which cannot be exported: only this key pair can make it.
+export async function makeProof(keyPair, method, url, body, token, nowMs) {
+  const subtle = globalThis.crypto.subtle;
+  let head = proofHeads.get(keyPair.publicKey);
+  if (!head) {
+    const { n, e } = await subtle.exportKey("jwk", keyPair.publicKey);
+    head = b64url(utf8(JSON.stringify({ typ: "dpop+jwt", alg: "RS256", jwk: { kty: "RSA", n, e } })));
+    proofHeads.set(keyPair.publicKey, head);
+  }
+  const target = new URL(url, globalThis.location ? globalThis.location.href : undefined);
+  const claims = {
+    jti: b64url(globalThis.crypto.getRandomValues(new Uint8Array(16))),
+    htm: method,
+    htu: target.pathname + target.search,
+    iat: Math.floor(nowMs / 1000),
+    ath: await hashB64(utf8(token)),
+    bh: await hashB64(utf8(body)),
+  };
+  const input = head + "." + b64url(utf8(JSON.stringify(claims)));
+  return input + "." + b64url(new Uint8Array(await subtle.sign("RSASSA-PKCS1-v1_5", keyPair.privateKey, utf8(input))));
+}
+
 // ---- The change stream over fetch (browser/stream.rs)
 
-export function openWatch(url, token, body, silenceMs, onChunk, onEnd) {
+export function openWatch(url, token, proof, body, silenceMs, onChunk, onEnd) {
   const controller = new AbortController();
   let timer = 0;
   let ended = false;
@@ -102,6 +136,7 @@ export function openWatch(url, token, body, silenceMs, onChunk, onEnd) {
   (async () => {
     const headers = { "Content-Type": "application/json", "Accept": "text/event-stream" };
     if (token) headers["Authorization"] = "Bearer " + token;
+    if (proof) headers["DPoP"] = proof;
     const response = await fetch(url, {
       method: "POST", body, headers, signal: controller.signal, cache: "no-store",
     });

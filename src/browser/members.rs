@@ -116,9 +116,19 @@ impl MembersApi {
         let mut fresh = false;
         loop {
             let token = self.token().await?;
+            // A fresh proof per attempt, as for writes and reads (the gateway requires one).
+            let (method, sent) = match &body {
+                Some(body) => ("PUT", body.as_str()),
+                None => ("GET", ""),
+            };
+            let proof = self
+                .sessions
+                .proof(method, &url, sent, &token)
+                .await
+                .map_err(|m| failed(ErrorCode::RequestFailed, m, None))?;
             let reply = match &body {
-                Some(body) => put(&url, body, Some(&token), self.timeout_ms).await,
-                None => get(&url, Some(&token), self.timeout_ms).await,
+                Some(body) => put(&url, body, Some(&token), Some(&proof), self.timeout_ms).await,
+                None => get(&url, Some(&token), Some(&proof), self.timeout_ms).await,
             };
             let (status, text) = match reply {
                 Reply::Http {

@@ -7,7 +7,8 @@
 //!   `AbortController` timeout that also aborts when dropped;
 //! * [`env`]: clock, timers, `navigator.onLine`, randomness and the `online` event;
 //! * [`network`]: the client's network switch (`setOffline`), checked before every request;
-//! * [`identity`], [`session`]: the device key (WebCrypto) and the sessions it opens;
+//! * [`identity`], [`session`], [`proof`]: the device key (WebCrypto), the sessions it opens
+//!   and the proof it signs for every request under them;
 //! * [`locks`], [`channel`]: Web Locks and the `BroadcastChannel` between contexts;
 //! * [`runtime`]: one open client's runtime — coordination and drain, executed;
 //! * [`reader`], [`stream`], [`views`]: the read side — catch-up and the change stream in the
@@ -32,6 +33,7 @@ pub(crate) mod js;
 pub(crate) mod locks;
 pub(crate) mod members;
 pub(crate) mod network;
+pub(crate) mod proof;
 pub(crate) mod reader;
 pub(crate) mod runtime;
 pub(crate) mod session;

@@ -339,12 +339,20 @@ impl ReaderRuntime {
                 Err(_) => return this.feed(Input::StreamEnded),
             };
             let url = format!("{}/v1/watch", this.config.gateway_url);
+            let proof = match this.sessions.proof("POST", &url, &body, &token).await {
+                Ok(proof) => proof,
+                Err(_) => return this.feed(Input::StreamEnded),
+            };
+            if this.generation.get() != generation || this.stopped.get() {
+                return;
+            }
             let parser = Rc::new(RefCell::new(Parser::default()));
             let (on_chunk, on_end): (Weak<Self>, Weak<Self>) =
                 (Rc::downgrade(&this), Rc::downgrade(&this));
             let stream = WatchStream::open(
                 &url,
                 &token,
+                &proof,
                 &body,
                 move |text: String| {
                     let Some(reader) = on_chunk.upgrade() else {
@@ -423,15 +431,20 @@ impl ReaderRuntime {
             "{}/v1/aggregates/{}/{}/events?{query}",
             self.config.gateway_url, aggregate.type_id, aggregate.id,
         );
-        let (status, body) = match get(&url, Some(&token), self.config.timeout_ms).await {
-            Reply::Http {
-                status,
-                body: Ok(body),
-                ..
-            } => (status, body),
-            Reply::Http { body: Err(e), .. } => return failed(e),
-            Reply::Failed { message, .. } => return failed(message),
+        let proof = match self.sessions.proof("GET", &url, "", &token).await {
+            Ok(proof) => proof,
+            Err(message) => return failed(message),
         };
+        let (status, body) =
+            match get(&url, Some(&token), Some(&proof), self.config.timeout_ms).await {
+                Reply::Http {
+                    status,
+                    body: Ok(body),
+                    ..
+                } => (status, body),
+                Reply::Http { body: Err(e), .. } => return failed(e),
+                Reply::Failed { message, .. } => return failed(message),
+            };
         if self.stopped.get() {
             return failed("the reader stopped".into());
         }

@@ -370,6 +370,7 @@ impl Runtime {
             url: self.config.write_url.clone(),
             timeout_ms: self.config.request_timeout_ms,
             network: self.config.network.clone(),
+            sessions: self.sessions.clone(),
         };
         let env = BrowserEnv {
             lock: self.lock.borrow().as_ref().map(DrainLock::state),

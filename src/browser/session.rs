@@ -95,6 +95,19 @@ impl GatewaySessions {
         }
     }
 
+    /// A request proof for `method url` with `body` under `token`, at the gateway's clock as
+    /// last learnt from `serverTime`.
+    pub(crate) async fn proof(
+        &self,
+        method: &str,
+        url: &str,
+        body: &str,
+        token: &str,
+    ) -> Result<String, String> {
+        let now = (js_sys::Date::now() + self.offset.get()).max(0.0);
+        super::proof::sign(&self.identity.key_pair, method, url, body, token, now).await
+    }
+
     /// The app's token, from its callback (`null` or no callback: none).
     async fn app_token(&self) -> Result<Option<String>, AuthFailure> {
         let Some(auth) = &self.app_auth else {
@@ -149,7 +162,14 @@ impl GatewaySessions {
             self.identity.public_key,
             encode_base64(&signature)
         );
-        let reply = post(&self.url, &body, app_token.as_deref(), self.timeout_ms).await;
+        let reply = post(
+            &self.url,
+            &body,
+            app_token.as_deref(),
+            None,
+            self.timeout_ms,
+        )
+        .await;
         let answered_at = js_sys::Date::now();
         let (status, retry_after, body) = match reply {
             Reply::Http {

@@ -1,5 +1,6 @@
 //! The change stream's connection: `POST {gateway}/v1/watch` read as a stream with `fetch`
-//! (so it carries the session's `Authorization` header, which `EventSource` cannot).
+//! (so it carries the session's `Authorization` header and its `DPoP` proof, which
+//! `EventSource` cannot).
 //!
 //! The connection is a few lines of JavaScript: the response body decoded as UTF-8 chunks,
 //! each handed to Rust (which parses the Server-Sent Events, [`crate::engine::read::sse`]);
@@ -20,6 +21,7 @@ extern "C" {
     fn open_watch(
         url: &str,
         token: &str,
+        proof: &str,
         body: &str,
         silence_ms: u32,
         on_chunk: &Function,
@@ -41,6 +43,7 @@ impl WatchStream {
     pub(crate) fn open(
         url: &str,
         token: &str,
+        proof: &str,
         body: &str,
         on_chunk: impl FnMut(String) -> bool + 'static,
         on_end: impl FnMut(u16, String) + 'static,
@@ -50,6 +53,7 @@ impl WatchStream {
         let close = open_watch(
             url,
             token,
+            proof,
             body,
             SILENCE_MS,
             on_chunk.as_ref().unchecked_ref(),

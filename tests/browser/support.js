@@ -152,31 +152,55 @@ export async function openSession(gateway, { keyPair, appToken, clockOffsetMs = 
   }
 }
 
+/** A DPoP request proof (docs/protocol.md, "Request proofs") for `method url` with `body`
+ *  under `session` (from openSession: its token, keyPair and clock offset). Written here
+ *  independently of the client's own (src/browser/glue.js), so each checks the other against
+ *  the gateway. */
+export async function proofFor(session, method, url, body = "") {
+  const b64url = (bytes) => base64(bytes).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const utf8 = (t) => new TextEncoder().encode(t);
+  const sha = async (t) => b64url(new Uint8Array(await crypto.subtle.digest("SHA-256", utf8(t))));
+  const { n, e } = await crypto.subtle.exportKey("jwk", session.keyPair.publicKey);
+  const head = b64url(utf8(JSON.stringify({ typ: "dpop+jwt", alg: "RS256", jwk: { kty: "RSA", n, e } })));
+  const target = new URL(url, globalThis.location ? globalThis.location.href : undefined);
+  const claims = {
+    jti: b64url(crypto.getRandomValues(new Uint8Array(16))), htm: method,
+    htu: target.pathname + target.search, iat: Math.floor((Date.now() + (session.clockOffsetMs || 0)) / 1000),
+    ath: await sha(session.token), bh: await sha(body),
+  };
+  const input = `${head}.${b64url(utf8(JSON.stringify(claims)))}`;
+  const signed = await crypto.subtle.sign("RSASSA-PKCS1-v1_5", session.keyPair.privateKey, utf8(input));
+  return `${input}.${b64url(new Uint8Array(signed))}`;
+}
+
 // One reader session per gateway, opened the first time a read is refused with 401.
 const readers = new Map();
-function readerToken(gateway, renew) {
+function readerSession(gateway, renew) {
   if (renew || !readers.has(gateway)) {
-    const token = openSession(gateway).then((s) => s.token);
-    token.catch(() => readers.delete(gateway));
-    readers.set(gateway, token);
+    const session = openSession(gateway);
+    session.catch(() => readers.delete(gateway));
+    readers.set(gateway, session);
   }
   return readers.get(gateway);
 }
 
 /** Every event of an aggregate, through the gateway's read endpoint, following `next`. With
- *  `token`, reads with that session; without, reads without one and, if the gateway answers 401
- *  (auth on), with a reader session of its own (renewed once if that is refused too). */
-export async function readAll(gateway, typeId, id, token) {
+ *  `session` (from openSession), reads with it, each request with its proof; without, reads
+ *  without one and, if the gateway answers 401 (auth on), with a reader session of its own
+ *  (renewed once if that is refused too). */
+export async function readAll(gateway, typeId, id, session) {
   const events = [];
   let from = 1;
-  let auth = token;
+  let auth = session;
   for (;;) {
     const url = `${gateway}/v1/aggregates/${typeId}/${id}/events?from=${from}`;
-    const get = (t) => fetch(url, t ? { headers: { authorization: `Bearer ${t}` } } : undefined);
+    const get = async (s) => fetch(url, s
+      ? { headers: { authorization: `Bearer ${s.token}`, dpop: await proofFor(s, "GET", url) } }
+      : undefined);
     let r = await get(auth);
-    if (r.status === 401 && token === undefined) {
+    if (r.status === 401 && session === undefined) {
       const renew = auth !== undefined;
-      auth = await readerToken(gateway, renew);
+      auth = await readerSession(gateway, renew);
       r = await get(auth);
     }
     if (r.status === 410) {
@@ -542,6 +566,27 @@ export function countMembersRequests() {
   return log;
 }
 
+/** Wraps the global fetch and records every request to the gateway's API (except sessions):
+ *  { method, url, authorization, dpop, body }; requests still go to the real gateway.
+ *  Returns { requests, restore() }. */
+export function captureRequests() {
+  const real = globalThis.fetch;
+  const log = { requests: [] };
+  globalThis.fetch = async (input, init) => {
+    const request = input instanceof Request ? input : new Request(input, init);
+    if (request.url.includes("/v1/") && !request.url.endsWith("/v1/session")) {
+      log.requests.push({
+        method: request.method, url: request.url,
+        authorization: request.headers.get("authorization"), dpop: request.headers.get("dpop"),
+        body: request.method === "GET" ? "" : await request.clone().text(),
+      });
+    }
+    return real(input, init);
+  };
+  log.restore = () => { globalThis.fetch = real; };
+  return log;
+}
+
 /** `POST {gateway}{path}` with the operator credential and a JSON body (revocations); resolves
  *  with { status, body } (the body parsed). */
 export async function asOperator(gateway, secret, path, body) {
@@ -551,4 +596,23 @@ export async function asOperator(gateway, secret, path, body) {
     body: JSON.stringify(body),
   });
   return { status: r.status, body: await r.json() };
+}
+
+/** Sends `method url` from outside the client with exactly these headers and body (no proof
+ *  is added); resolves with { status, code }. */
+export async function sendRaw(method, url, headers, body) {
+  const init = { method, headers: { ...headers } };
+  if (method !== "GET") {
+    init.body = body;
+    init.headers["content-type"] = "application/json";
+  }
+  const r = await fetch(url, init);
+  const json = await r.json().catch(() => null);
+  return { status: r.status, code: json && json.code };
+}
+
+/** A proof for `method url` with `body` under `token`, signed by a key the page never had
+ *  (a thief's own). */
+export async function foreignProof(token, method, url, body) {
+  return proofFor({ token, keyPair: await deviceKey(), clockOffsetMs: 0 }, method, url, body);
 }

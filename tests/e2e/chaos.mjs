@@ -126,7 +126,12 @@ export async function chaos({
           const r = await fetch(`${gateway.base}/v1/aggregates/${typeId}/${ids[0]}/events`, { headers: { authorization: `Bearer ${oldToken}` } });
           if (r.status !== 401) throw new Error(`a token from before the rotation was answered ${r.status}`);
           figures.secretRotations += 1;
-          await gateway.token({ renew: true });
+          // Proofs are required (the gateway's default): a fresh token alone is refused too.
+          const fresh = await gateway.token({ renew: true });
+          const bare = await fetch(`${gateway.base}/v1/aggregates/${typeId}/${ids[0]}/events`, { headers: { authorization: `Bearer ${fresh}` } });
+          const refusal = await bare.json().catch(() => ({}));
+          if (bare.status !== 401 || refusal.code !== 40130) throw new Error(`a token without its proof was answered ${bare.status} ${refusal.code}`);
+          figures.proofsRequired = true;
         }
       }
     }
@@ -196,6 +201,7 @@ export async function chaos({
     },
     reloads: figures.reloads, drainerCloses: figures.takeovers, takeoverMs: figures.takeoverMs,
     drainerChanges, gatewayKills: figures.kills, secretRotations: figures.secretRotations, appendFailures: figures.appendFailures,
+    proofsRequired: figures.proofsRequired === true,
     maxInFlightPerClient: report.counts.maxInFlightPerClient, duplicates, losses, elapsedSeconds: Number(elapsed),
   };
   log(`chaos figures: ${JSON.stringify(result)}`);

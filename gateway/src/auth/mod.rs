@@ -8,7 +8,9 @@
 //! read then runs under a [`Session`]: no valid token is a 401 (`unauthorized`: the client opens
 //! a new session and resends), and a write under another client id, or to an aggregate type the
 //! session may not touch, is a 403 (`rejected`); a token the operator revoked ([`revoke`]) is a
-//! 401 (40103). With `--auth none` (loopback only) every
+//! 401 (40103). Unless `--proofs off`, every such request also carries a `DPoP` proof signed by
+//! the device's key ([`proof`]), each used once ([`proof_replay`]): a copied token alone is
+//! refused (401). With `--auth none` (loopback only) every
 //! request runs under an unrestricted session, as before device identity existed.
 
 pub mod app_token;
@@ -16,6 +18,8 @@ pub mod bearer;
 pub mod device;
 pub mod faults_secret;
 pub mod operator;
+pub mod proof;
+pub mod proof_replay;
 pub mod rate;
 pub mod replay;
 pub mod revoke;
@@ -31,13 +35,14 @@ use uuid::Uuid;
 use self::app_token::AppTokens;
 use self::bearer::{Bearer, bearer};
 use self::operator::OperatorToken;
+use self::proof_replay::{Admit, ProofReplay};
 use self::rate::SessionLimiter;
 use self::replay::ReplayCache;
 use self::revoke::TokenFacts;
 use self::subjects::SubjectCaps;
 use self::token::SessionKeys;
 use crate::access::{Actor, Principal};
-use crate::config::{AuthMode, Config};
+use crate::config::{AuthMode, Config, ProofMode};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -61,6 +66,10 @@ pub struct Auth {
     pub operator: Option<OperatorToken>,
     /// The revocations every session is checked against (`revoke`).
     pub revocations: std::sync::Arc<revoke::Revocations>,
+    /// Whether requests under a session need a `DPoP` proof.
+    pub proofs: ProofMode,
+    /// Recently accepted request proofs.
+    pub proof_replay: ProofReplay,
 }
 
 impl Auth {
@@ -86,6 +95,11 @@ impl Auth {
                 .map(OperatorToken::load)
                 .transpose()?,
             revocations: std::sync::Arc::new(revoke::Revocations::new()),
+            proofs: config.proofs,
+            proof_replay: ProofReplay::new(
+                config.proof_replay_per_device,
+                config.proof_replay_capacity,
+            ),
         })
     }
 }
@@ -131,9 +145,21 @@ impl Session {
             _ => false,
         }
     }
+    /// The SHA-256 of the body the request's proof was made for (`None`: no proof required).
+    pub body_hash: Option<[u8; 32]>,
 }
 
 impl Session {
+    /// Refuses (401, `PROOF_MISMATCH`) a body the request's proof was not made for. Every
+    /// route that reads a body calls it before parsing it; routes without one are checked
+    /// against the empty body when the session is extracted.
+    pub fn check_body(&self, body: &[u8]) -> Result<(), ApiError> {
+        match &self.body_hash {
+            Some(expected) => proof::check_body(expected, body),
+            None => Ok(()),
+        }
+    }
+
     /// Refuses (403) a write whose body names another client id than the session's.
     pub fn check_client(&self, client_id: Uuid) -> Result<(), ApiError> {
         match self.client_id {
@@ -174,6 +200,7 @@ impl FromRequestParts<AppState> for Session {
                 expires_at: None,
                 actor: Actor::Unchecked,
                 token: None,
+                body_hash: None,
             });
         }
         let token = match bearer(&parts.headers) {
@@ -215,6 +242,10 @@ impl FromRequestParts<AppState> for Session {
             tracing::debug!(client = %claims.sub, jti = ?claims.jti, code = refused.0.code(), "session refused by the revocation check");
             return Err(refused);
         }
+        let body_hash = match state.auth.proofs {
+            ProofMode::Off => None,
+            ProofMode::Required => Some(check_proof(state, parts, token, claims.sub)?),
+        };
         Ok(Session {
             client_id: Some(claims.sub),
             types: claims.types,
@@ -224,7 +255,56 @@ impl FromRequestParts<AppState> for Session {
                 jti: claims.jti,
                 iat: claims.iat,
             }),
+            body_hash,
         })
+    }
+}
+
+/// Checks the request's `DPoP` proof (`proof`) and remembers its `jti`; returns the hash of
+/// the body it was made for. A request without a body (`GET`) is checked against the empty
+/// body here, so its handler has nothing left to check.
+fn check_proof(
+    state: &AppState,
+    parts: &Parts,
+    token: &str,
+    client_id: Uuid,
+) -> Result<[u8; 32], ApiError> {
+    let now = now_ms();
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let checked = proof::verify(
+        proof::header(&parts.headers)?,
+        &proof::Expected {
+            method: &parts.method,
+            target,
+            token,
+            client_id,
+            now_ms: now,
+        },
+    )?;
+    if matches!(
+        parts.method,
+        axum::http::Method::GET | axum::http::Method::HEAD
+    ) {
+        proof::check_body(&checked.body_hash, b"")?;
+    }
+    match state.auth.proof_replay.admit(client_id, &checked.jti, now) {
+        Admit::Fresh => Ok(checked.body_hash),
+        Admit::Replayed => Err(ApiError::code(
+            g::PROOF_REPLAYED,
+            "this DPoP proof (jti) was already used; sign a fresh one for every request",
+        )),
+        Admit::Full { retry_after_ms } => {
+            tracing::warn!(client = %client_id, "proof replay cache full: refusing for now");
+            Err(ApiError(celeriant_sync_protocol::WriteOutcome::Retry(
+                celeriant_sync_protocol::outcome::Failure {
+                    retry_after_ms: Some(retry_after_ms),
+                    ..celeriant_sync_protocol::outcome::Failure::new(
+                        g::PROOF_REPLAY_FULL,
+                        "too many recent requests from this device (or in all); retry shortly",
+                    )
+                },
+            )))
+        }
     }
 }
 
@@ -251,6 +331,7 @@ fn operator(state: &AppState, parts: &Parts, secret: &str) -> Result<Session, Ap
         expires_at: None,
         actor: Actor::Operator,
         token: None,
+        body_hash: None,
     })
 }
 

@@ -44,6 +44,15 @@ pub enum AuthMode {
     None,
 }
 
+/// Whether requests under a session must prove possession of the device key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProofMode {
+    /// Every write, read, watch and members request carries a `DPoP` proof (the default).
+    Required,
+    /// The session token alone is enough (a stolen token works until it expires).
+    Off,
+}
+
 /// How the app's own tokens (at `POST /v1/session`) are signed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AppTokenAlg {
@@ -184,6 +193,35 @@ pub struct Config {
         default_value_t = 100_000
     )]
     pub session_replay_capacity: usize,
+
+    /// Whether every write, read, watch and members request under a session must carry a
+    /// `DPoP` proof signed by the device's key (`required`, the default) or not (`off`: a
+    /// stolen session token is then enough to act as the device until it expires).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_PROOFS",
+        value_enum,
+        default_value = "required"
+    )]
+    pub proofs: ProofMode,
+
+    /// Most request proofs (`jti`) one device may have remembered at once (in memory, per
+    /// replica; each is kept 36 s). Past it, that device's requests are refused (429).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_PROOF_REPLAY_PER_DEVICE",
+        default_value_t = 4_096
+    )]
+    pub proof_replay_per_device: usize,
+
+    /// Most request proofs (`jti`) remembered in all (in memory, per replica). Past it,
+    /// requests are refused (429) until the oldest leave.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_PROOF_REPLAY_CAPACITY",
+        default_value_t = 262_144
+    )]
+    pub proof_replay_capacity: usize,
 
     /// With app tokens: most devices one subject (user) may hold with live sessions, per
     /// replica (0: no cap).

@@ -23,7 +23,7 @@ use crate::access::{AccessRecord, Actor, Grant, MAX_MEMBERS, Preset, Principal};
 use crate::auth::Session;
 use crate::backend::AggregateKey;
 use crate::error::ApiError;
-use crate::extract::read_json;
+use crate::extract::read_json_proven;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
 use crate::routes::read::aggregate_of;
@@ -181,7 +181,14 @@ async fn put(
             ));
         }
     };
-    let body: PutBody = read_json(headers, body, MAX_BODY_BYTES, state.body_read_timeout()).await?;
+    let body: PutBody = read_json_proven(
+        session,
+        headers,
+        body,
+        MAX_BODY_BYTES,
+        state.body_read_timeout(),
+    )
+    .await?;
     let member = Principal::parse(&body.principal)
         .map_err(|e| ApiError::code(g::INVALID_FIELD, format!("principal: {e}")))?;
     let preset = state.policy.preset(key.aggregate.type_id);

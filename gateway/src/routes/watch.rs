@@ -35,7 +35,7 @@ use crate::access::{Actor, Preset};
 use crate::auth::{Session, now_ms};
 use crate::backend::AggregateKey;
 use crate::error::ApiError;
-use crate::extract::read_json;
+use crate::extract::read_json_proven;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
 use crate::routes::members::{readable, watchable};
@@ -121,8 +121,14 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     let aggregates: Vec<AggregateRef> = if parts.method == Method::POST {
         let limit =
             state.config.watch.watch_max_aggregates as usize * BODY_BYTES_PER_AGGREGATE + 1024;
-        let body: WatchBody =
-            read_json(&parts.headers, body, limit, state.body_read_timeout()).await?;
+        let body: WatchBody = read_json_proven(
+            &session,
+            &parts.headers,
+            body,
+            limit,
+            state.body_read_timeout(),
+        )
+        .await?;
         body.aggregates
     } else {
         let Query(params) = Query::<Vec<(String, String)>>::from_request_parts(&mut parts, state)

@@ -8,8 +8,8 @@
 //! among `--max-inflight`, the body's bytes within the address's and the client id's share of
 //! `--write-buffer-bytes` (an eighth each, at least one largest body; 429, 42910) and then from
 //! the budget itself (429, 42900). Only
-//! then is the body read, within `--body-read-timeout-ms` (408) and the body limit (413), and
-//! parsed (400), checked against the session (403) and validated (400). Nothing is written in
+//! then is the body read, within `--body-read-timeout-ms` (408) and the body limit (413),
+//! checked against the request proof's body hash (401, `crate::auth::proof`), parsed (400), checked against the session (403) and validated (400). Nothing is written in
 //! any of these cases.
 //!
 //! The backend call runs in its own task, holding every admission guard, so a write handed to
@@ -97,6 +97,7 @@ pub async fn write(State(state): State<AppState>, request: Request) -> Response 
     let request: WriteRequest =
         match read_body(body, state.config.limits.max_body_bytes, body_timeout)
             .await
+            .and_then(|bytes| session.check_body(&bytes).map(|()| bytes))
             .and_then(|bytes| parse(&bytes))
         {
             Ok(request) => request,

@@ -130,9 +130,11 @@ impl Harness {
     }
 
     /// Sends one request; the body is parsed as JSON when there is one. A request to
-    /// `/v1/faults*` without the faults secret header gets the gateway's secret (use
-    /// [`Harness::send_as_is`] to send it without).
-    pub async fn send(&self, mut request: Request<Body>) -> Reply {
+    /// `/v1/faults*` without the faults secret header gets the gateway's secret, and a request
+    /// with a bearer token of a loaded device and no `DPoP` header gets a proof signed by that
+    /// device (use [`Harness::send_as_is`] to send it without either).
+    pub async fn send(&self, request: Request<Body>) -> Reply {
+        let mut request = with_proof(request).await;
         if request.uri().path().starts_with("/v1/faults")
             && let Some(secret) = &self.state.faults_secret
             && !request.headers().contains_key(FAULTS_SECRET_HEADER)
@@ -275,6 +277,30 @@ impl Harness {
             }
         }
     }
+}
+
+/// `request` with a `DPoP` proof when it carries the bearer token of a loaded device and no
+/// proof of its own.
+pub async fn with_proof(request: Request<Body>) -> Request<Body> {
+    let token = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let Some(token) = token else {
+        return request;
+    };
+    if request.headers().contains_key("dpop") {
+        return request;
+    }
+    let (mut parts, body) = request.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    if let Some(proof) = super::device::proof_for(&token, parts.method.as_str(), target, &bytes) {
+        parts.headers.insert("dpop", proof.parse().unwrap());
+    }
+    Request::from_parts(parts, Body::from(bytes))
 }
 
 /// One answer.

@@ -265,10 +265,19 @@ pub fn read_all(addr: &str, id: &str, extra: &str) -> Vec<Value> {
     let mut events = Vec::new();
     let mut from = 1;
     loop {
-        let request = format!(
-            "GET /v1/aggregates/{}/{id}/events?from={from} HTTP/1.1\r\nHost: 127.0.0.1\r\n\
-             Connection: close\r\n{extra}\r\n",
+        let target = format!(
+            "/v1/aggregates/{}/{id}/events?from={from}",
             super::app::TYPE
+        );
+        // With a session in `extra`, the read carries its proof.
+        let proof = extra
+            .split("\r\n")
+            .find_map(|line| line.strip_prefix("Authorization: Bearer "))
+            .and_then(|token| super::device::proof_for(token, "GET", &target, b""))
+            .map(|proof| format!("DPoP: {proof}\r\n"))
+            .unwrap_or_default();
+        let request = format!(
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{extra}{proof}\r\n"
         );
         let page = exchange(addr, request.as_bytes(), Duration::from_secs(30));
         assert_eq!(page.status, 200, "{page:?}");

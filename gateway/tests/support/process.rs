@@ -213,15 +213,42 @@ fn answer(mut response: ureq::http::Response<ureq::Body>) -> Answer {
     }
 }
 
-/// `POST base + path` with a JSON body and, when given, a bearer token.
+/// `POST base + path` with a JSON body and, when given, a bearer token (and its proof, when a
+/// loaded device holds the token).
 pub fn post(base: &str, path: &str, token: Option<&str>, body: &Value) -> Answer {
     let mut request = agent()
         .post(&format!("{base}{path}"))
         .header("content-type", "application/json");
+    let bytes = serde_json::to_vec(body).unwrap();
     if let Some(token) = token {
         request = request.header("authorization", &format!("Bearer {token}"));
+        if let Some(proof) = super::device::proof_for(token, "POST", path, &bytes) {
+            request = request.header("dpop", &proof);
+        }
     }
-    answer(request.send(serde_json::to_vec(body).unwrap()).unwrap())
+    answer(request.send(bytes).unwrap())
+}
+
+/// `method base + path` with exactly these headers (no proof is added) and `body`.
+pub fn send_with(
+    method: &str,
+    base: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Answer {
+    let request = ureq::http::Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"));
+    let request = headers
+        .iter()
+        .fold(request, |r, (name, value)| r.header(*name, *value));
+    let response = if method == "GET" {
+        agent().run(request.body(()).unwrap())
+    } else {
+        agent().run(request.body(body.to_vec()).unwrap())
+    };
+    answer(response.unwrap())
 }
 
 /// `GET base + path` with, when given, a bearer token.
@@ -229,6 +256,9 @@ pub fn get(base: &str, path: &str, token: Option<&str>) -> Answer {
     let mut request = agent().get(&format!("{base}{path}"));
     if let Some(token) = token {
         request = request.header("authorization", &format!("Bearer {token}"));
+        if let Some(proof) = super::device::proof_for(token, "GET", path, b"") {
+            request = request.header("dpop", &proof);
+        }
     }
     answer(request.call().unwrap())
 }

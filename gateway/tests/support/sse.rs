@@ -44,7 +44,12 @@ pub fn open(
     let mut socket = TcpStream::connect(addr).unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let auth = token
-        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .map(|t| {
+            let proof = super::device::proof_for(t, method, path, body.as_bytes())
+                .map(|p| format!("dpop: {p}\r\n"))
+                .unwrap_or_default();
+            format!("authorization: Bearer {t}\r\n{proof}")
+        })
         .unwrap_or_default();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}content-type: application/json\r\n\
