@@ -119,6 +119,8 @@ pub struct Session {
     /// The token's id and issue time (`None` under `--auth none` and for the operator), so a
     /// long-lived change stream can be checked against revocations made after it opened.
     pub token: Option<TokenId>,
+    /// The SHA-256 of the body the request's proof was made for (`None`: no proof required).
+    pub body_hash: Option<[u8; 32]>,
 }
 
 /// What identifies a session's token for revocation.
@@ -145,8 +147,6 @@ impl Session {
             _ => false,
         }
     }
-    /// The SHA-256 of the body the request's proof was made for (`None`: no proof required).
-    pub body_hash: Option<[u8; 32]>,
 }
 
 impl Session {
