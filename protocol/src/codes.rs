@@ -217,7 +217,8 @@ pub mod gateway {
     /// replica; retry after `retryAfterMs` (when the oldest expires).
     pub const SUBJECT_LIMIT: u32 = 42902;
     /// The replica's memory of recently used proofs (`jti`) is full for this device
-    /// (`--proof-replay-per-device`) or in total (`--proof-replay-capacity`): the request is
+    /// (`--proof-replay-per-device`), or full in total (`--proof-replay-capacity`) and this device
+    /// is over its fair share of it: the request is
     /// refused rather than admitted unremembered; retry after `retryAfterMs`.
     pub const PROOF_REPLAY_FULL: u32 = 42903;
     /// This client id, or this client address, is over its share (requests per second or

@@ -7,23 +7,45 @@
 //! the order they were admitted (the clock used is never allowed to go back), so one queue
 //! drops them in O(1) each.
 //!
-//! **Bounded and partitioned.** A device (client id) holds at most `per_device` live entries and
-//! the replica at most `capacity` in all. Past either, the request is *refused* (429, with the
-//! time until its oldest entry leaves) — never admitted unremembered, since forgetting would
-//! let a replay through. A device flooding its own partition is refused alone; other devices
-//! still have room as long as the total is not reached (with the defaults, 64 devices at their
-//! own limit fill it). Only proofs whose signature verified are remembered, so nobody can fill
-//! another device's partition without its key.
+//! **Bounded and partitioned.** A device (client id) holds at most `per_device` live entries.
+//! Once `capacity` entries are live in all, only devices *over their fair share* (`capacity`
+//! divided by the live partitions, counting the asking device) are refused; a device within its
+//! share is still admitted, so a flood of self-made devices cannot lock out an idle one. That
+//! lets the total pass `capacity`; a hard ceiling of twice `capacity` bounds the memory (reaching
+//! it takes about e × capacity ÷ `per_device` devices live at once, each within its share, and
+//! twice `capacity` requests within [`KEEP_MS`]). Refused means 429 with the time until the
+//! oldest relevant entry leaves — never admitted unremembered, and no entry is evicted early,
+//! since forgetting a `jti` would let its replay through. Only proofs whose signature verified
+//! are remembered, so nobody can fill another device's partition without its key.
+//!
+//! **Fixed-size entries.** The `jti` (up to 128 bytes) is stored as the first 16 bytes of its
+//! SHA-256, in the device's set and in the expiry queue: a collision within one device's live
+//! entries (2^-128 per pair) would only refuse a fresh proof as a replay.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::proof::{MAX_AGE_SECS, MAX_AHEAD_SECS};
 
 /// How long an accepted `jti` is remembered, in milliseconds.
 pub const KEEP_MS: u64 = (MAX_AGE_SECS + MAX_AHEAD_SECS + 1) * 1_000;
+
+/// How many of the total `capacity` may be live at most, as a multiple: room for devices within
+/// their fair share once the total is full, still bounded.
+pub const CEILING_FACTOR: usize = 2;
+
+/// A stored `jti`: the first 16 bytes of its SHA-256.
+type JtiDigest = [u8; 16];
+
+fn digest(jti: &str) -> JtiDigest {
+    let full = Sha256::digest(jti.as_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
 
 /// What the cache says about a proof.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +73,7 @@ struct Inner {
     /// Live entries per device.
     devices: HashMap<Uuid, Partition>,
     /// Every live entry, oldest first: (expiry, device, jti).
-    order: VecDeque<(u64, Uuid, String)>,
+    order: VecDeque<(u64, Uuid, JtiDigest)>,
     /// The latest clock reading seen, so expiries never go back.
     clock: u64,
 }
@@ -59,13 +81,14 @@ struct Inner {
 /// One device's live entries.
 #[derive(Default)]
 struct Partition {
-    seen: HashSet<String>,
+    seen: HashSet<JtiDigest>,
     /// Their expiries, oldest first (the same order as `Inner::order`).
     expiries: VecDeque<u64>,
 }
 
 impl ProofReplay {
-    /// At most `per_device` live entries per device and `capacity` in all.
+    /// At most `per_device` live entries per device; past `capacity` in all, only devices within
+    /// their fair share are admitted, up to [`CEILING_FACTOR`] × `capacity`.
     pub fn new(per_device: usize, capacity: usize) -> Self {
         ProofReplay {
             per_device,
@@ -91,8 +114,9 @@ impl ProofReplay {
                 }
             }
         }
+        let jti = digest(jti);
         let own = inner.devices.get(&device);
-        if own.is_some_and(|p| p.seen.contains(jti)) {
+        if own.is_some_and(|p| p.seen.contains(&jti)) {
             return Admit::Replayed;
         }
         let retry = |expiry: Option<u64>| Admit::Full {
@@ -101,14 +125,23 @@ impl ProofReplay {
         if let Some(p) = own.filter(|p| p.seen.len() >= self.per_device) {
             return retry(p.expiries.front().copied());
         }
-        if inner.order.len() >= self.capacity {
-            return retry(inner.order.front().map(|e| e.0));
+        let total = inner.order.len();
+        if total >= self.capacity {
+            let held = own.map_or(0, |p| p.seen.len());
+            let partitions = inner.devices.len() + usize::from(own.is_none());
+            let fair_share = (self.capacity / partitions.max(1)).max(1);
+            if held >= fair_share {
+                return retry(own.and_then(|p| p.expiries.front().copied()));
+            }
+            if total >= self.capacity.saturating_mul(CEILING_FACTOR) {
+                return retry(inner.order.front().map(|e| e.0));
+            }
         }
         let expiry = now.saturating_add(KEEP_MS);
         let partition = inner.devices.entry(device).or_default();
-        partition.seen.insert(jti.to_owned());
+        partition.seen.insert(jti);
         partition.expiries.push_back(expiry);
-        inner.order.push_back((expiry, device, jti.to_owned()));
+        inner.order.push_back((expiry, device, jti));
         Admit::Fresh
     }
 
@@ -166,16 +199,96 @@ mod tests {
             "b is unaffected"
         );
         assert_eq!(cache.admit(b, "2", now + 10), Admit::Fresh);
+        assert_eq!(cache.len(), 5, "the total is full");
         assert_eq!(
             cache.admit(c, "1", now + 10),
-            Admit::Full {
-                retry_after_ms: KEEP_MS - 10
-            },
-            "the total is full"
+            Admit::Fresh,
+            "c holds nothing, within its share (5 / 3 partitions = 1)"
         );
-        assert_eq!(cache.len(), 5);
-        assert_eq!(cache.admit(a, "4", now + KEEP_MS), Admit::Fresh);
-        assert_eq!(cache.admit(c, "1", now + KEEP_MS + 2), Admit::Fresh);
+        assert_eq!(
+            cache.admit(c, "2", now + 10),
+            Admit::Full {
+                retry_after_ms: KEEP_MS
+            },
+            "c at its share, the total full: refused until its own oldest leaves"
+        );
+        assert_eq!(
+            cache.admit(b, "3", now + 10),
+            Admit::Full {
+                retry_after_ms: KEEP_MS
+            },
+            "b is over its share"
+        );
+        assert_eq!(cache.len(), 6);
+        assert_eq!(
+            cache.admit(a, "4", now + KEEP_MS),
+            Admit::Full { retry_after_ms: 1 },
+            "one of a's left, still 5 in all and a over its share"
+        );
+        assert_eq!(cache.admit(a, "4", now + KEEP_MS + 20), Admit::Fresh);
+        assert_eq!(cache.admit(c, "2", now + KEEP_MS + 20), Admit::Fresh);
+    }
+
+    #[test]
+    fn a_flood_of_devices_filling_the_cache_does_not_refuse_an_idle_device() {
+        // The defaults' shape, scaled down: 64 devices at their own limit fill the total.
+        let (per_device, capacity) = (64, 64 * 64);
+        let cache = ProofReplay::new(per_device, capacity);
+        let now = 7_000_000;
+        for d in 0..64u128 {
+            for i in 0..per_device {
+                let jti = format!("flood-{i}");
+                assert_eq!(cache.admit(Uuid::from_u128(d), &jti, now), Admit::Fresh);
+            }
+        }
+        assert_eq!(cache.len(), capacity);
+        let flooder = Uuid::from_u128(0);
+        assert!(
+            matches!(cache.admit(flooder, "more", now + 1), Admit::Full { .. }),
+            "the per-device cap still refuses the flooder"
+        );
+        // A flooder's 65th device, over its share once it holds capacity / partitions.
+        let idle = Uuid::from_u128(1_000);
+        for i in 0..40 {
+            assert_eq!(
+                cache.admit(idle, &format!("first-{i}"), now + 2),
+                Admit::Fresh,
+                "an idle device's first proofs are admitted although the total is full"
+            );
+        }
+        assert_eq!(cache.admit(idle, "first-0", now + 3), Admit::Replayed);
+        let fair = capacity / 65;
+        for i in 40..fair {
+            assert_eq!(
+                cache.admit(idle, &format!("first-{i}"), now + 3),
+                Admit::Fresh
+            );
+        }
+        assert!(
+            matches!(cache.admit(idle, "over", now + 3), Admit::Full { .. }),
+            "past its fair share it is refused too"
+        );
+        assert_eq!(cache.len(), capacity + fair);
+    }
+
+    #[test]
+    fn the_total_never_passes_the_ceiling() {
+        let cache = ProofReplay::new(4, 4);
+        let now = 9_000_000;
+        let mut admitted = 0;
+        for d in 0..100u128 {
+            for i in 0..4 {
+                if cache.admit(Uuid::from_u128(d), &i.to_string(), now) == Admit::Fresh {
+                    admitted += 1;
+                }
+            }
+        }
+        assert_eq!(cache.len(), admitted);
+        assert!(cache.len() <= 4 * CEILING_FACTOR, "{}", cache.len());
+        assert!(
+            cache.len() > 4,
+            "devices within their share got in past the capacity"
+        );
     }
 
     #[test]
