@@ -269,7 +269,8 @@ fn check_proof(
     token: &str,
     client_id: Uuid,
 ) -> Result<[u8; 32], ApiError> {
-    let now = now_ms();
+    // Never behind what the replay cache expired entries by (see `ProofReplay::now_ms`).
+    let now = state.auth.proof_replay.now_ms(now_ms());
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let checked = proof::verify(
         proof::header(&parts.headers)?,

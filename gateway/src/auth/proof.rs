@@ -196,16 +196,7 @@ pub fn verify(proof: &str, expected: &Expected<'_>) -> Result<Checked, ApiError>
     if claims.ath != hash_b64(expected.token.as_bytes()) {
         return Err(mismatch("session token"));
     }
-    let now = expected.now_ms / 1000;
-    if claims.iat > now + MAX_AHEAD_SECS || now.saturating_sub(claims.iat) > MAX_AGE_SECS {
-        return Err(ApiError::code(
-            g::PROOF_STALE,
-            format!(
-                "the DPoP proof's iat {} is outside the window ({MAX_AGE_SECS} s old to {MAX_AHEAD_SECS} s ahead of {now}); open a new session for serverTime and sign a fresh proof",
-                claims.iat
-            ),
-        ));
-    }
+    check_fresh(claims.iat, expected.now_ms)?;
     let mut body_hash = [0u8; 32];
     let decoded = URL_SAFE_NO_PAD
         .decode(&claims.bh)
@@ -217,6 +208,22 @@ pub fn verify(proof: &str, expected: &Expected<'_>) -> Result<Checked, ApiError>
         jti: claims.jti,
         body_hash,
     })
+}
+
+/// Refuses (401, `PROOF_STALE`) an `iat` (Unix seconds) outside the window around `now_ms`.
+/// The caller passes the replay cache's clock ([`super::proof_replay::ProofReplay::now_ms`]),
+/// never behind the latest reading, so a clock stepped back cannot make a forgotten proof fresh.
+pub fn check_fresh(iat: u64, now_ms: u64) -> Result<(), ApiError> {
+    let now = now_ms / 1000;
+    if iat > now + MAX_AHEAD_SECS || now.saturating_sub(iat) > MAX_AGE_SECS {
+        return Err(ApiError::code(
+            g::PROOF_STALE,
+            format!(
+                "the DPoP proof's iat {iat} is outside the window ({MAX_AGE_SECS} s old to {MAX_AHEAD_SECS} s ahead of {now}); open a new session for serverTime and sign a fresh proof"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses (401, `PROOF_MISMATCH`) a body other than the one the proof was made for.

@@ -97,6 +97,15 @@ impl ProofReplay {
         }
     }
 
+    /// The clock to check a proof's freshness against: `wall_ms`, or the latest reading this
+    /// cache has seen if that is later. Entries expire by that latest reading, so checking
+    /// freshness against a clock stepped back would accept again proofs already forgotten.
+    pub fn now_ms(&self, wall_ms: u64) -> u64 {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.clock = inner.clock.max(wall_ms);
+        inner.clock
+    }
+
     /// Remembers `jti` for `device` at `now_ms`, unless it is there already or there is no room.
     pub fn admit(&self, device: Uuid, jti: &str, now_ms: u64) -> Admit {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -288,6 +297,31 @@ mod tests {
         assert!(
             cache.len() > 4,
             "devices within their share got in past the capacity"
+        );
+    }
+
+    #[test]
+    fn a_proof_forgotten_before_the_clock_stepped_back_stays_stale() {
+        use super::super::proof::check_fresh;
+        let cache = ProofReplay::new(10, 10);
+        let a = Uuid::from_u128(1);
+        let t0 = 1_700_000_000_000;
+        let iat = t0 / 1000;
+        assert!(check_fresh(iat, cache.now_ms(t0)).is_ok());
+        assert_eq!(cache.admit(a, "x", t0), Admit::Fresh);
+        // The clock steps 60 s forward: "x" is forgotten.
+        let later = t0 + 60_000;
+        assert_eq!(cache.admit(a, "y", later), Admit::Fresh);
+        assert_eq!(cache.len(), 1, "x expired");
+        // Then back to t0: by the raw clock, x's iat is fresh again and x is not remembered.
+        assert!(
+            check_fresh(iat, t0).is_ok(),
+            "the raw clock would accept it"
+        );
+        assert_eq!(cache.now_ms(t0), later);
+        assert!(
+            check_fresh(iat, cache.now_ms(t0)).is_err(),
+            "checked against the cache's clock it stays stale"
         );
     }
 
