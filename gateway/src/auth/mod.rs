@@ -44,6 +44,7 @@ use self::token::SessionKeys;
 use crate::access::{Actor, Principal};
 use crate::config::{AuthMode, Config, ProofMode};
 use crate::error::ApiError;
+use crate::limits::notice::Throttle;
 use crate::state::AppState;
 
 /// Everything the gateway needs to open and check sessions.
@@ -295,7 +296,11 @@ fn check_proof(
             "this DPoP proof (jti) was already used; sign a fresh one for every request",
         )),
         Admit::Full { retry_after_ms } => {
-            tracing::warn!(client = %client_id, "proof replay cache full: refusing for now");
+            // One line per interval, not per refusal: a flooding device must not flood the log.
+            static FULL_LOG: Throttle = Throttle::new();
+            if let Some(suppressed) = FULL_LOG.allow() {
+                tracing::warn!(client = %client_id, suppressed, "proof replay cache full: refusing for now");
+            }
             Err(ApiError(celeriant_sync_protocol::WriteOutcome::Retry(
                 celeriant_sync_protocol::outcome::Failure {
                     retry_after_ms: Some(retry_after_ms),
