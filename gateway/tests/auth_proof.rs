@@ -251,6 +251,15 @@ async fn reads_watches_and_members_need_proofs_too() {
     refused(&h.send_as_is(request).await, g::PROOF_MISMATCH);
     let r = h.get_as(&token, &members).await;
     assert_eq!(r.json["members"], json!({}), "no grant was stored");
+    // HEAD members is a read like GET, never the PUT handler (which would refuse its empty
+    // body as a malformed grant).
+    let request = Request::head(&members)
+        .header("authorization", format!("Bearer {token}"))
+        .header("dpop", a.proof("HEAD", &members, &token, b""))
+        .body(Body::empty())
+        .unwrap();
+    let r = h.send_as_is(request).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
 
     let watch = format!("/v1/watch?aggregate={TYPE}/{AGG}");
     refused(&get_raw(&h, &token, None, &watch).await, g::PROOF_REQUIRED);

@@ -124,7 +124,9 @@ async fn handle(state: &AppState, request: Request) -> Result<AccessRecord, ApiE
         org: state.config.org_id,
         aggregate,
     };
-    if parts.method == Method::GET {
+    // HEAD (which axum routes with GET) is a read like GET, never the PUT below (found by
+    // review: it fell through into the write path).
+    if parts.method == Method::GET || parts.method == Method::HEAD {
         if !readable(state, &session, key).await? {
             return Err(no_such_aggregate());
         }
