@@ -13,6 +13,14 @@
 //! lost to a racing creator: the earlier ones stay, without data, as after a crash — their ids
 //! are this principal's).
 //!
+//! A write that may not create its aggregate (`allowCreate: false`) finding neither record nor
+//! data is refused here with Celeriant's own answer (2005, the gateway's not-exists wording) and
+//! nothing is sent: the data write carries no guard of its own, so sent, it would land in an
+//! aggregate another principal created (record first) after this judgement. Every other write
+//! that is sent without a fresh record either creates (its record is written first, create-only)
+//! or appends to data that already exists (a record-less aggregate under `authenticated`), so no
+//! creation can race it.
+//!
 //! A command with a principal and no policy (`--auth none`) is judged as `authenticated`:
 //! nothing is refused, owners are recorded (as the embedded store records them).
 //!
@@ -26,8 +34,9 @@
 use celeriant_client_tokio::{ClientError, ReadError, ServerError};
 
 use super::{CeleriantBackend, backend_error, convert};
-use crate::access::{AccessRecord, Policy, Principal, Refusal};
+use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE, Policy, Principal, Refusal};
 use crate::backend::{AggregateKey, BackendError, WriteCommand};
+use celeriant_sync_protocol::codes::celeriant as cc;
 
 fn refused(r: Refusal) -> BackendError {
     BackendError::code(r.code, r.message)
@@ -68,9 +77,17 @@ pub(super) async fn judge(
                 let creates_it = preset
                     .judge_write(None, version, write.allow_create, who, type_id)
                     .map_err(refused)?;
-                // Without allowCreate Celeriant answers 2005: no record for a write that
-                // cannot create.
-                if creates_it && write.allow_create {
+                // Absent, and this write may not create it: refused here, worded as
+                // Celeriant's 2005. Sent, it could land in an aggregate another principal
+                // creates (record first) between this judgement and the write: nothing else
+                // guards the data write.
+                if version == 0 && !write.allow_create {
+                    return Err(BackendError::code(
+                        cc::AGGREGATE_NOT_EXISTS,
+                        NOT_EXISTS_MESSAGE,
+                    ));
+                }
+                if creates_it {
                     creates.push((write.key, write.allow_create));
                 }
             }
