@@ -31,6 +31,8 @@
 //! `authenticated-read` and `read-only` anyone may read and nobody append. No record is ever
 //! written for it: an owner is never guessed, and the first principal to ask never takes it over.
 
+use std::sync::Arc;
+
 use celeriant_client_tokio::{ClientError, ReadError, ServerError};
 
 use super::{CeleriantBackend, backend_error, convert};
@@ -64,7 +66,7 @@ pub(super) async fn judge(
             // been created (with its record) in between, so look for the record again.
             version = data_version(backend, &write.key).await?;
             if version > 0 {
-                record = backend.records.read(&write.key).await?;
+                record = backend.records.read(&write.key).await?.map(Arc::new);
             }
         }
         match record {
