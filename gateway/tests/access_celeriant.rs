@@ -527,3 +527,27 @@ async fn celeriants_own_2005_reads_exactly_like_a_refusal() {
         (upstream.status, &upstream.json)
     );
 }
+
+#[tokio::test]
+async fn a_members_change_that_changes_nothing_appends_no_record() {
+    let h = with_policy(Store::Celeriant, "default = \"members\"").await;
+    let fake = h.fake.clone().unwrap();
+    let a = Device::a();
+    let ta = h.open(&a).await;
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(record_writes(&fake).len(), 1, "the owner's record");
+    for _ in 0..5 {
+        let r = put_member(&h, &ta, ID, "user:nobody", "none").await;
+        assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    }
+    assert_eq!(record_writes(&fake).len(), 1, "revoking a non-member");
+    for _ in 0..5 {
+        let r = put_member(&h, &ta, ID, "user:carol", "read").await;
+        assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    }
+    assert_eq!(record_writes(&fake).len(), 2, "one grant, repeated");
+    let r = put_member(&h, &ta, ID, "user:carol", "none").await;
+    assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    assert_eq!(record_writes(&fake).len(), 3, "a real revocation");
+}

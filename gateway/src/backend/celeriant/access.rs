@@ -424,6 +424,11 @@ impl Records {
                     "a members change named another owner",
                 ));
             }
+            // A change that changes nothing (granting what is granted, revoking a non-member)
+            // appends nothing: every batch is the whole record, kept forever.
+            if decided_on.as_deref() == Some(&record) {
+                return Ok(Ok(record));
+            }
             if self.append(key, &record, version + 1).await? {
                 return Ok(Ok(record));
             }
