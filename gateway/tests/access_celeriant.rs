@@ -551,3 +551,28 @@ async fn a_members_change_that_changes_nothing_appends_no_record() {
     assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
     assert_eq!(record_writes(&fake).len(), 3, "a real revocation");
 }
+
+#[tokio::test]
+async fn a_first_write_asks_whether_the_aggregate_exists_without_reading_it() {
+    let h = with_policy(Store::Celeriant, "default = \"owner\"").await;
+    let fake = h.fake.clone().unwrap();
+    let a = Device::a();
+    let ta = h.open(&a).await;
+    let r = h
+        .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(r.outcome(), "landed", "{:?}", r.json);
+    let requests = fake.requests();
+    assert!(
+        !requests.iter().any(|r| matches!(r, ClientRequest::Read(_))),
+        "no batch is read to learn existence: {requests:?}"
+    );
+    let details = requests
+        .iter()
+        .filter(|r| matches!(r, ClientRequest::AggregateDetails(_)))
+        .count();
+    assert_eq!(
+        details, 2,
+        "the record's tip, then the aggregate's existence"
+    );
+}

@@ -3,7 +3,7 @@
 //! Per aggregate of the command: the access record (`access`: cached; re-read after the members
 //! TTL when the preset has members) decides with [`crate::access::Preset::judge_write`], the
 //! rules the embedded store applies in its transaction. Without a record, the data aggregate's
-//! existence is read (one batch), and when it exists the record is read again (it is written
+//! existence is asked (an aggregate-details request), and when it exists the record is read again (it is written
 //! before the data, so it may have appeared since it was missed): an absent one may be created,
 //! and its record is then written
 //! **before** the data write, create-only (`expected_version: 0`). A record that loses that race
@@ -33,7 +33,8 @@
 
 use std::sync::Arc;
 
-use celeriant_client_tokio::{ClientError, ReadError, ServerError};
+use celeriant_client_tokio::{ClientError, DetailsError, ServerError};
+use celeriant_msg::request::requests::AggregateDetailsRequest;
 
 use super::{CeleriantBackend, backend_error, convert};
 use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE, Policy, Principal, Refusal};
@@ -112,19 +113,22 @@ pub(super) async fn judge(
     Ok(())
 }
 
-/// 0 when the data aggregate does not exist, else 1 (it has at least one version).
+/// 0 when the data aggregate does not exist, else 1 (it exists, deleted or trimmed included):
+/// one aggregate-details request, not a read of its first batch.
 async fn data_version(backend: &CeleriantBackend, key: &AggregateKey) -> Result<u64, BackendError> {
-    match backend.read_range(&convert::aggregate_key(key), 1, 1).await {
+    let details = backend
+        .pool
+        .aggregate_details(AggregateDetailsRequest {
+            correlation_id: None,
+            aggregate_key: convert::aggregate_key(key),
+        })
+        .await;
+    match details {
         Ok(_) => Ok(1),
-        Err(ClientError::Server(ServerError::Read {
-            kind: ReadError::AggregateNotExists,
+        Err(ClientError::Server(ServerError::Details {
+            kind: DetailsError::AggregateNotExists,
             ..
         })) => Ok(0),
-        // Trimmed from the start: it exists.
-        Err(ClientError::Server(ServerError::Read {
-            kind: ReadError::UnavailableBatchIndex { .. },
-            ..
-        })) => Ok(1),
         Err(e) => Err(backend_error(e)),
     }
 }
