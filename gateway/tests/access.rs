@@ -491,3 +491,32 @@ async fn a_reader_who_is_not_a_member_is_not_shown_the_owner_or_the_members_on(s
         .await;
     assert_eq!(r.json["owner"], format!("device:{}", a.client_id));
 }
+
+/// A members change is a write upstream: it takes a `--max-inflight` slot, and is answered busy
+/// (429, 42900, like a write) when none is free.
+#[tokio::test]
+async fn a_members_change_takes_a_write_slot() {
+    let h = with_policy(Store::Celeriant, "default = \"members\"").await;
+    let (a, ta, _, _) = two(&h).await;
+    let w = h
+        .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(w.outcome(), "landed", "{:?}", w.json);
+    let all = h.state.config.limits.max_inflight as u32;
+    let held = h
+        .state
+        .admission
+        .clone()
+        .try_acquire_many_owned(all)
+        .unwrap();
+    let busy = put_member(&h, &ta, ID, "user:carol", "read").await;
+    assert_eq!(
+        (busy.status.as_u16(), busy.code()),
+        (429, 42900),
+        "{:?}",
+        busy.json
+    );
+    drop(held);
+    let r = put_member(&h, &ta, ID, "user:carol", "read").await;
+    assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+}

@@ -504,19 +504,75 @@ async fn celeriants_own_2005_reads_exactly_like_a_refusal() {
         body
     };
     let refused = h.write_as(&tb, &no_create(ID)).await;
-    // The record's tip and the aggregate are read, then Celeriant answers the data write with a
-    // message of its own.
-    fake.script([
-        Node::Store,
-        Node::Store,
-        Node::error(2005, "aggregate 0x1234 not found on shard 3"),
-    ]);
+    // A missing aggregate that this write may not create is refused by the gateway, before
+    // the data write is sent (sent, it could land in an aggregate created meanwhile).
+    let writes_before = fake.writes().len();
     let missing = h
         .write_as(&tb, &no_create("3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0c01"))
         .await;
+    assert_eq!(fake.writes().len(), writes_before, "no data write is sent");
     assert_eq!(
         (refused.status, &refused.json),
         (missing.status, &missing.json)
     );
     assert_eq!(missing.json["message"], "aggregate does not exist");
+    // Celeriant's own 2005 (the owner's record is cached: the data write is the first request)
+    // is worded the same.
+    fake.script([Node::error(2005, "aggregate 0x1234 not found on shard 3")]);
+    let mut own = no_create(ID);
+    own["clientId"] = json!(a.client_id);
+    let upstream = h.write_as(&ta, &own).await;
+    assert_eq!(
+        (refused.status, &refused.json),
+        (upstream.status, &upstream.json)
+    );
+}
+
+#[tokio::test]
+async fn a_members_change_that_changes_nothing_appends_no_record() {
+    let h = with_policy(Store::Celeriant, "default = \"members\"").await;
+    let fake = h.fake.clone().unwrap();
+    let a = Device::a();
+    let ta = h.open(&a).await;
+    h.write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(record_writes(&fake).len(), 1, "the owner's record");
+    for _ in 0..5 {
+        let r = put_member(&h, &ta, ID, "user:nobody", "none").await;
+        assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    }
+    assert_eq!(record_writes(&fake).len(), 1, "revoking a non-member");
+    for _ in 0..5 {
+        let r = put_member(&h, &ta, ID, "user:carol", "read").await;
+        assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    }
+    assert_eq!(record_writes(&fake).len(), 2, "one grant, repeated");
+    let r = put_member(&h, &ta, ID, "user:carol", "none").await;
+    assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    assert_eq!(record_writes(&fake).len(), 3, "a real revocation");
+}
+
+#[tokio::test]
+async fn a_first_write_asks_whether_the_aggregate_exists_without_reading_it() {
+    let h = with_policy(Store::Celeriant, "default = \"owner\"").await;
+    let fake = h.fake.clone().unwrap();
+    let a = Device::a();
+    let ta = h.open(&a).await;
+    let r = h
+        .write_as(&ta, &write_by(&a.client_id, TYPE, ID, &[1]))
+        .await;
+    assert_eq!(r.outcome(), "landed", "{:?}", r.json);
+    let requests = fake.requests();
+    assert!(
+        !requests.iter().any(|r| matches!(r, ClientRequest::Read(_))),
+        "no batch is read to learn existence: {requests:?}"
+    );
+    let details = requests
+        .iter()
+        .filter(|r| matches!(r, ClientRequest::AggregateDetails(_)))
+        .count();
+    assert_eq!(
+        details, 2,
+        "the record's tip, then the aggregate's existence"
+    );
 }

@@ -102,8 +102,12 @@ pub enum Grant {
 }
 
 /// An aggregate's owner and members, as stored.
+///
+/// Unknown fields are accepted (not denied): records are written only by gateways, and during a
+/// rolling upgrade an older replica must still read a record a newer one wrote. An older
+/// replica's members change writes the record back without the fields it does not know, so a
+/// new field must be safe to lose until every replica knows it (docs/protocol.md §17.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AccessRecord {
     /// The principal whose write created the aggregate.
     pub owner: Principal,
@@ -236,6 +240,14 @@ mod tests {
 
     fn p(s: &str) -> Principal {
         Principal::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_record_with_a_field_from_a_later_version_is_read() {
+        let json = r#"{"owner":"user:o","members":{"user:m":"read"},"since":7}"#;
+        let record: AccessRecord = serde_json::from_str(json).unwrap();
+        assert_eq!(record.owner, p("user:o"));
+        assert_eq!(record.members[&p("user:m")], Grant::Read);
     }
 
     #[test]

@@ -306,9 +306,9 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         key: AggregateKey,
         members: bool,
-    ) -> Result<Option<AccessRecord>, BackendError> {
+    ) -> Result<Option<Arc<AccessRecord>>, BackendError> {
         let _ = members;
-        self.access(key).await
+        Ok(self.access(key).await?.map(Arc::new))
     }
 
     /// Whether this backend records owners (and so can enforce any policy).

@@ -183,6 +183,14 @@ async fn put(
             ));
         }
     };
+    // A members change is a write upstream (a whole record appended on Celeriant): it takes a
+    // slot of `--max-inflight` like any write, beyond the read rate its route is charged.
+    let _slot = state.admission.clone().try_acquire_owned().map_err(|_| {
+        ApiError::code(
+            g::GATEWAY_BUSY,
+            "too many writes in progress; retry shortly",
+        )
+    })?;
     let body: PutBody = read_json_proven(
         session,
         headers,

@@ -32,7 +32,7 @@
 //! (the tip by an aggregate-details request, then that batch), however long the record's
 //! history.
 
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -90,20 +90,72 @@ pub fn record_key(key: &AggregateKey) -> CeleriantKey {
 
 #[derive(Clone)]
 struct Cached {
-    record: AccessRecord,
+    /// Shared: a check takes the record out of the cache without copying its members.
+    record: Arc<AccessRecord>,
     version: u64,
     fetched: Instant,
     /// Seen changed (or possibly changed) since fetched: members checks read it again.
     stale: bool,
+    /// The cache's resync epoch when stored: older than the current one means stale.
+    epoch: u64,
+    /// The weight charged against [`CACHE_BYTES`] (set when stored).
+    weight: u64,
 }
 
-/// The cached records and their estimated size.
-#[derive(Default)]
+impl Cached {
+    fn new(record: Arc<AccessRecord>, version: u64, fetched: Instant) -> Self {
+        Cached {
+            record,
+            version,
+            fetched,
+            stale: false,
+            epoch: 0,
+            weight: 0,
+        }
+    }
+}
+
+/// The cache's key: the record's org and id (what the upstream watch reports of a change).
+type CacheKey = (u128, u128);
+
+fn cache_key(key: &AggregateKey) -> CacheKey {
+    (key.org.as_u128(), record_id(key))
+}
+
+/// Charges each entry its estimated bytes, at least `CACHE_BYTES / CACHE_ENTRIES`, so the one
+/// weight bound keeps both bounds.
+#[derive(Clone)]
+struct ByBytes;
+
+impl quick_cache::Weighter<CacheKey, Cached> for ByBytes {
+    fn weight(&self, _: &CacheKey, entry: &Cached) -> u64 {
+        entry.weight
+    }
+}
+
+/// The cached records: a `quick_cache` (CLOCK-Pro eviction, bounded by weight) rather than a
+/// hand-made map, whose arbitrary eviction once evicted new entries first.
 struct Cache {
-    map: HashMap<AggregateKey, Cached>,
-    /// The key of each cached record by its record id (for the watch's notifications).
-    by_record: HashMap<u128, AggregateKey>,
-    bytes: usize,
+    entries: quick_cache::sync::Cache<CacheKey, Cached, ByBytes>,
+    /// Makes "newer than the held version" and the store one step (a slower concurrent read
+    /// never replaces a newer version).
+    storing: Mutex<()>,
+    /// Bumped by a resync: every entry stored before is stale for members checks.
+    epoch: AtomicU64,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache {
+            entries: quick_cache::sync::Cache::with_weighter(
+                CACHE_ENTRIES,
+                CACHE_BYTES as u64,
+                ByBytes,
+            ),
+            storing: Mutex::new(()),
+            epoch: AtomicU64::new(0),
+        }
+    }
 }
 
 /// The estimated bytes `record` holds in the cache.
@@ -119,44 +171,45 @@ fn size_of(record: &AccessRecord) -> usize {
 }
 
 impl Cache {
-    fn remove(&mut self, key: &AggregateKey) {
-        if let Some(old) = self.map.remove(key) {
-            self.bytes -= size_of(&old.record);
-            self.by_record.remove(&record_id(key));
+    fn get(&self, key: &AggregateKey) -> Option<Cached> {
+        let mut entry = self.entries.get(&cache_key(key))?;
+        if entry.epoch < self.epoch.load(Ordering::Acquire) {
+            entry.stale = true;
         }
+        Some(entry)
     }
 
-    /// Stores `entry` unless a newer version is held, evicting arbitrary entries until both
-    /// bounds hold.
-    fn insert(&mut self, key: AggregateKey, entry: Cached) {
+    /// Stores `entry` unless a newer version is held; the cache evicts to keep its bounds.
+    fn insert(&self, key: &AggregateKey, mut entry: Cached) {
+        let _storing = self.storing.lock().unwrap_or_else(|p| p.into_inner());
+        let ckey = cache_key(key);
         // Never go back to an older version (a slower concurrent read).
         if self
-            .map
-            .get(&key)
+            .entries
+            .get(&ckey)
             .is_some_and(|old| old.version > entry.version)
         {
             return;
         }
-        self.remove(&key);
-        let size = size_of(&entry.record);
-        while !self.map.is_empty()
-            && (self.map.len() >= CACHE_ENTRIES || self.bytes + size > CACHE_BYTES)
-        {
-            let Some(evict) = self.map.keys().next().copied() else {
-                break;
-            };
-            self.remove(&evict);
+        entry.epoch = self.epoch.load(Ordering::Acquire);
+        let floor = CACHE_BYTES / CACHE_ENTRIES;
+        entry.weight = size_of(&entry.record).max(floor) as u64;
+        self.entries.insert(ckey, entry);
+    }
+
+    fn expire(&self, key: CacheKey) {
+        let _storing = self.storing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut entry) = self.entries.get(&key) {
+            entry.stale = true;
+            self.entries.insert(key, entry);
         }
-        self.bytes += size;
-        self.by_record.insert(record_id(&key), key);
-        self.map.insert(key, entry);
     }
 }
 
 /// The access records of one replica: reads, creation, members changes and the cache.
 pub struct Records {
     pool: Arc<CeleriantPool>,
-    cache: Mutex<Cache>,
+    cache: Cache,
     members_ttl: Duration,
 }
 
@@ -185,38 +238,28 @@ impl Records {
     pub fn new(pool: Arc<CeleriantPool>, members_ttl: Duration) -> Self {
         Records {
             pool,
-            cache: Mutex::new(Cache::default()),
+            cache: Cache::default(),
             members_ttl,
         }
     }
 
-    /// Makes the cached copy of the record with id `record_id` stale for members checks (the
+    /// Makes the cached copy of the record `(org, record_id)` stale for members checks (the
     /// upstream watch saw it change); the owner stays cached.
-    pub fn expire_record(&self, record_id: u128) {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(key) = cache.by_record.get(&record_id).copied()
-            && let Some(entry) = cache.map.get_mut(&key)
-        {
-            entry.stale = true;
-        }
+    pub fn expire_record(&self, org: u128, record_id: u128) {
+        self.cache.expire((org, record_id));
     }
 
     /// Makes every cached record stale for members checks (notifications may have been lost).
     pub fn expire_all(&self) {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        for entry in cache.map.values_mut() {
-            entry.stale = true;
-        }
+        self.cache.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     fn cached(&self, key: &AggregateKey) -> Option<Cached> {
-        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.map.get(key).cloned()
+        self.cache.get(key)
     }
 
     fn remember(&self, key: AggregateKey, entry: Cached) {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.insert(key, entry);
+        self.cache.insert(&key, entry);
     }
 
     /// The record of `key` for an access check: the cached one when the check needs only the
@@ -225,7 +268,7 @@ impl Records {
         &self,
         key: &AggregateKey,
         members: bool,
-    ) -> Result<Option<AccessRecord>, BackendError> {
+    ) -> Result<Option<Arc<AccessRecord>>, BackendError> {
         if let Some(c) = self.cached(key)
             && (!members || (!c.stale && c.fetched.elapsed() < self.members_ttl))
         {
@@ -292,19 +335,14 @@ impl Records {
         {
             return Err(corrupt(key, "names another owner than before"));
         }
-        let c = Cached {
-            record,
-            version: tip,
-            fetched,
-            stale: false,
-        };
+        let c = Cached::new(Arc::new(record), tip, fetched);
         self.remember(*key, c.clone());
         Ok(Some(c))
     }
 
     /// The record of `key` read from Celeriant now (the members endpoint).
     pub async fn read(&self, key: &AggregateKey) -> Result<Option<AccessRecord>, BackendError> {
-        Ok(self.fetch(key).await?.map(|c| c.record))
+        Ok(self.fetch(key).await?.map(|c| (*c.record).clone()))
     }
 
     /// Appends `record` as version `version` (guarded on `version - 1`); `Ok(false)`: the guard
@@ -343,15 +381,8 @@ impl Records {
         };
         match self.pool.write(request).await {
             Ok(_) => {
-                self.remember(
-                    *key,
-                    Cached {
-                        record: record.clone(),
-                        version,
-                        fetched: Instant::now(),
-                        stale: false,
-                    },
-                );
+                let entry = Cached::new(Arc::new(record.clone()), version, Instant::now());
+                self.remember(*key, entry);
                 Ok(true)
             }
             Err(e) if is_conflict(&e) => Ok(false),
@@ -381,7 +412,8 @@ impl Records {
             let current = self.fetch(key).await?;
             let version = current.as_ref().map_or(0, |c| c.version);
             let owner = current.as_ref().map(|c| c.record.owner.clone());
-            let record = match change(current.map(|c| c.record)) {
+            let decided_on = current.as_ref().map(|c| c.record.clone());
+            let record = match change(decided_on.as_deref().cloned()) {
                 Ok(record) => record,
                 Err(refused) => return Ok(Err(refused)),
             };
@@ -391,6 +423,11 @@ impl Records {
                     g::INTERNAL,
                     "a members change named another owner",
                 ));
+            }
+            // A change that changes nothing (granting what is granted, revoking a non-member)
+            // appends nothing: every batch is the whole record, kept forever.
+            if decided_on.as_deref() == Some(&record) {
+                return Ok(Ok(record));
             }
             if self.append(key, &record, version + 1).await? {
                 return Ok(Ok(record));
@@ -413,38 +450,90 @@ mod tests {
     use celeriant_sync_protocol::AggregateRef;
     use uuid::Uuid;
 
-    #[test]
-    fn the_cache_keeps_to_its_bounds_and_never_goes_back_a_version() {
-        let key = |i: u128| AggregateKey {
+    fn cache_key_of(i: u128) -> AggregateKey {
+        AggregateKey {
             org: Uuid::from_u128(1),
             aggregate: AggregateRef {
                 type_id: Uuid::from_u128(2),
                 id: Uuid::from_u128(i),
             },
-        };
+        }
+    }
+
+    #[test]
+    fn the_cache_keeps_to_its_bounds_and_never_goes_back_a_version() {
+        let key = cache_key_of;
         let mut big = AccessRecord::owned_by(crate::access::Principal::user("o").unwrap());
         for n in 0..256 {
             let p = crate::access::Principal::user(&format!("{n:0>200}")).unwrap();
             big.members.insert(p, crate::access::Grant::Read);
         }
-        let entry = |record: &AccessRecord, version| Cached {
-            record: record.clone(),
-            version,
-            fetched: Instant::now(),
-            stale: false,
-        };
-        let mut cache = Cache::default();
+        let big = Arc::new(big);
+        let cache = Cache::default();
         for i in 0..1_000 {
-            cache.insert(key(i), entry(&big, 1));
-            assert!(cache.bytes <= CACHE_BYTES);
+            cache.insert(&key(i), Cached::new(big.clone(), 1, Instant::now()));
+            assert!(cache.entries.weight() <= CACHE_BYTES as u64);
         }
-        assert!(cache.map.len() < 1_000);
-        let held: usize = cache.map.values().map(|c| size_of(&c.record)).sum();
-        assert_eq!(held, cache.bytes);
-        let small = AccessRecord::owned_by(crate::access::Principal::user("o").unwrap());
-        cache.insert(key(5_000), entry(&small, 3));
-        cache.insert(key(5_000), entry(&small, 2));
-        assert_eq!(cache.map[&key(5_000)].version, 3);
+        assert!(cache.entries.len() < 1_000);
+        let small = Arc::new(AccessRecord::owned_by(
+            crate::access::Principal::user("o").unwrap(),
+        ));
+        cache.insert(&key(5_000), Cached::new(small.clone(), 3, Instant::now()));
+        cache.insert(&key(5_000), Cached::new(small, 2, Instant::now()));
+        assert_eq!(cache.get(&key(5_000)).unwrap().version, 3);
+    }
+
+    #[test]
+    fn new_entries_stay_cached_once_the_cache_is_full() {
+        let record = Arc::new(AccessRecord::owned_by(
+            crate::access::Principal::user("o").unwrap(),
+        ));
+        let cache = Cache::default();
+        let total = CACHE_ENTRIES as u128 + 20_000;
+        for i in 0..total {
+            cache.insert(
+                &cache_key_of(i),
+                Cached::new(record.clone(), 1, Instant::now()),
+            );
+        }
+        assert!(cache.entries.len() <= CACHE_ENTRIES);
+        // The newest entries are held (the arbitrary eviction dropped new ones first), and an
+        // entry stored now stays until it is looked up again.
+        let newest = (total - 1_000..total)
+            .filter(|i| cache.get(&cache_key_of(*i)).is_some())
+            .count();
+        assert!(newest >= 900, "only {newest} of the newest 1000 are cached");
+        for i in total..total + 1_000 {
+            cache.insert(
+                &cache_key_of(i),
+                Cached::new(record.clone(), 1, Instant::now()),
+            );
+            assert!(
+                cache.get(&cache_key_of(i)).is_some(),
+                "entry {i} was evicted at once"
+            );
+        }
+    }
+
+    #[test]
+    fn a_resync_makes_every_entry_stale_and_a_notification_one() {
+        let record = Arc::new(AccessRecord::owned_by(
+            crate::access::Principal::user("o").unwrap(),
+        ));
+        let cache = Cache::default();
+        for i in 0..3 {
+            cache.insert(
+                &cache_key_of(i),
+                Cached::new(record.clone(), 1, Instant::now()),
+            );
+        }
+        cache.expire(cache_key(&cache_key_of(0)));
+        assert!(cache.get(&cache_key_of(0)).unwrap().stale);
+        assert!(!cache.get(&cache_key_of(1)).unwrap().stale);
+        cache.epoch.fetch_add(1, Ordering::AcqRel);
+        assert!(cache.get(&cache_key_of(1)).unwrap().stale);
+        cache.insert(&cache_key_of(1), Cached::new(record, 2, Instant::now()));
+        assert!(!cache.get(&cache_key_of(1)).unwrap().stale);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Per aggregate of the command: the access record (`access`: cached; re-read after the members
 //! TTL when the preset has members) decides with [`crate::access::Preset::judge_write`], the
 //! rules the embedded store applies in its transaction. Without a record, the data aggregate's
-//! existence is read (one batch), and when it exists the record is read again (it is written
+//! existence is asked (an aggregate-details request), and when it exists the record is read again (it is written
 //! before the data, so it may have appeared since it was missed): an absent one may be created,
 //! and its record is then written
 //! **before** the data write, create-only (`expected_version: 0`). A record that loses that race
@@ -12,6 +12,14 @@
 //! for one aggregate writes no record for another (except when a record of a later aggregate is
 //! lost to a racing creator: the earlier ones stay, without data, as after a crash — their ids
 //! are this principal's).
+//!
+//! A write that may not create its aggregate (`allowCreate: false`) finding neither record nor
+//! data is refused here with Celeriant's own answer (2005, the gateway's not-exists wording) and
+//! nothing is sent: the data write carries no guard of its own, so sent, it would land in an
+//! aggregate another principal created (record first) after this judgement. Every other write
+//! that is sent without a fresh record either creates (its record is written first, create-only)
+//! or appends to data that already exists (a record-less aggregate under `authenticated`), so no
+//! creation can race it.
 //!
 //! A command with a principal and no policy (`--auth none`) is judged as `authenticated`:
 //! nothing is refused, owners are recorded (as the embedded store records them).
@@ -23,11 +31,15 @@
 //! `authenticated-read` and `read-only` anyone may read and nobody append. No record is ever
 //! written for it: an owner is never guessed, and the first principal to ask never takes it over.
 
-use celeriant_client_tokio::{ClientError, ReadError, ServerError};
+use std::sync::Arc;
+
+use celeriant_client_tokio::{ClientError, DetailsError, ServerError};
+use celeriant_msg::request::requests::AggregateDetailsRequest;
 
 use super::{CeleriantBackend, backend_error, convert};
-use crate::access::{AccessRecord, Policy, Principal, Refusal};
+use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE, Policy, Principal, Refusal};
 use crate::backend::{AggregateKey, BackendError, WriteCommand};
+use celeriant_sync_protocol::codes::celeriant as cc;
 
 fn refused(r: Refusal) -> BackendError {
     BackendError::code(r.code, r.message)
@@ -55,7 +67,7 @@ pub(super) async fn judge(
             // been created (with its record) in between, so look for the record again.
             version = data_version(backend, &write.key).await?;
             if version > 0 {
-                record = backend.records.read(&write.key).await?;
+                record = backend.records.read(&write.key).await?.map(Arc::new);
             }
         }
         match record {
@@ -68,9 +80,17 @@ pub(super) async fn judge(
                 let creates_it = preset
                     .judge_write(None, version, write.allow_create, who, type_id)
                     .map_err(refused)?;
-                // Without allowCreate Celeriant answers 2005: no record for a write that
-                // cannot create.
-                if creates_it && write.allow_create {
+                // Absent, and this write may not create it: refused here, worded as
+                // Celeriant's 2005. Sent, it could land in an aggregate another principal
+                // creates (record first) between this judgement and the write: nothing else
+                // guards the data write.
+                if version == 0 && !write.allow_create {
+                    return Err(BackendError::code(
+                        cc::AGGREGATE_NOT_EXISTS,
+                        NOT_EXISTS_MESSAGE,
+                    ));
+                }
+                if creates_it {
                     creates.push((write.key, write.allow_create));
                 }
             }
@@ -93,19 +113,22 @@ pub(super) async fn judge(
     Ok(())
 }
 
-/// 0 when the data aggregate does not exist, else 1 (it has at least one version).
+/// 0 when the data aggregate does not exist, else 1 (it exists, deleted or trimmed included):
+/// one aggregate-details request, not a read of its first batch.
 async fn data_version(backend: &CeleriantBackend, key: &AggregateKey) -> Result<u64, BackendError> {
-    match backend.read_range(&convert::aggregate_key(key), 1, 1).await {
+    let details = backend
+        .pool
+        .aggregate_details(AggregateDetailsRequest {
+            correlation_id: None,
+            aggregate_key: convert::aggregate_key(key),
+        })
+        .await;
+    match details {
         Ok(_) => Ok(1),
-        Err(ClientError::Server(ServerError::Read {
-            kind: ReadError::AggregateNotExists,
+        Err(ClientError::Server(ServerError::Details {
+            kind: DetailsError::AggregateNotExists,
             ..
         })) => Ok(0),
-        // Trimmed from the start: it exists.
-        Err(ClientError::Server(ServerError::Read {
-            kind: ReadError::UnavailableBatchIndex { .. },
-            ..
-        })) => Ok(1),
         Err(e) => Err(backend_error(e)),
     }
 }

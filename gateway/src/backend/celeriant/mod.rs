@@ -168,7 +168,7 @@ impl Backend for CeleriantBackend {
             Change::Changed { key, .. } | Change::Reset { key }
                 if key.aggregate.type_id == crate::access::RESERVED_TYPE =>
             {
-                records.expire_record(key.aggregate.id.as_u128());
+                records.expire_record(key.org.as_u128(), key.aggregate.id.as_u128());
             }
             Change::Resync => records.expire_all(),
             _ => {}
@@ -252,7 +252,7 @@ impl Backend for CeleriantBackend {
         &self,
         key: AggregateKey,
         members: bool,
-    ) -> Result<Option<AccessRecord>, BackendError> {
+    ) -> Result<Option<Arc<AccessRecord>>, BackendError> {
         self.records.get(&key, members).await
     }
 
