@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::app::{TYPE, write_by};
-use support::device::{Device, fresh_nonce};
+use support::device::{Device, fresh_nonce, proof_for};
 use support::process::{Process, data_dir};
 
 const HOST: &str = "gateway.test";
@@ -170,6 +170,10 @@ fn call(
     command.args(["-X", method, "-w", "\n%{http_code}"]);
     if let Some(token) = token {
         command.args(["-H", &format!("authorization: Bearer {token}")]);
+        // Every request under a session carries its proof (`--proofs required`, the default).
+        let sent = body.map(Value::to_string).unwrap_or_default();
+        let proof = proof_for(token, method, path, sent.as_bytes()).expect("a loaded device");
+        command.args(["-H", &format!("dpop: {proof}")]);
     }
     if let Some(body) = body {
         command.args(["-H", "content-type: application/json", "--data-binary"]);
@@ -240,6 +244,13 @@ fn a_device_syncs_over_tls_through_nginx_and_the_gateway_sees_each_client() {
     let mut stream = curl(d, port, a)
         .args(["-N", "--max-time", "30", "-X", "POST"])
         .args(["-H", &format!("authorization: Bearer {token}")])
+        .args([
+            "-H",
+            &format!(
+                "dpop: {}",
+                proof_for(&token, "POST", "/v1/watch", watch.to_string().as_bytes()).unwrap()
+            ),
+        ])
         .args(["-H", "content-type: application/json", "--data-binary"])
         .arg(watch.to_string())
         .arg(format!("https://{HOST}:{port}/v1/watch"))
