@@ -373,8 +373,12 @@ async fn another_replica_applies_a_revocation_within_the_refresh_time() {
     assert_eq!(status, 200, "{opened}");
     let token = opened["token"].as_str().unwrap().to_owned();
     let read_on = |router: &axum::Router| {
-        let request = Request::get(format!("/v1/aggregates/{TYPE}/{ID_A}/events"))
+        let target = format!("/v1/aggregates/{TYPE}/{ID_A}/events");
+        // A fresh proof for every request, as proofs are required by default.
+        let proof = a.proof("GET", &target, &token, b"");
+        let request = Request::get(target)
             .header("authorization", format!("Bearer {token}"))
+            .header("dpop", proof)
             .body(Body::empty())
             .unwrap();
         let router = router.clone();
