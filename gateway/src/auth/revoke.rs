@@ -8,13 +8,13 @@
 //! once. A request is checked against memory only (three hash lookups), never the store.
 //!
 //! **What a revocation refuses.** A record names a [`Target`] and the second it was made
-//! (`revokedAt`). Every token of the target with `iat <= revokedAt` is refused with 40103
-//! (`SESSION_REVOKED`) — so a token issued in the very second of the revocation is refused too.
-//! While the record stands (not lifted), `POST /v1/session` refuses the device or the principal
-//! with the same code: a revoked device cannot simply open a new session. **Lifting** lets new
-//! sessions in again but keeps refusing the old tokens (a stolen token stays dead), until no
-//! token issued before the revocation can still be alive: `liftedAt + --session-ttl-secs`, after
-//! which the record is forgotten. A revoked token (`session`) never blocks new sessions and is
+//! (`revokedAt`). While a device's or principal's record stands (not lifted), **every** token of
+//! it is refused with 40103 (`SESSION_REVOKED`), whatever its `iat`: a token issued after the
+//! revocation (by a replica that had not reloaded yet, or under a clock that stepped back) is
+//! no way around it. `POST /v1/session` refuses the device or the principal with the same code
+//! meanwhile. **Lifting** lets new sessions in again but keeps refusing every token issued at or
+//! before the lift (`iat <= liftedAt`: a stolen token stays dead), until none of them can still
+//! be alive: `liftedAt + --session-ttl-secs`, after which the record is forgotten. A revoked token (`session`) never blocks new sessions and is
 //! forgotten `--session-ttl-secs` after its revocation.
 //!
 //! **Bounded.** At most `--max-revocations` records are kept; a revocation past the cap is
@@ -173,7 +173,12 @@ impl Revocations {
             index
                 .by_target
                 .get(&target)
-                .is_some_and(|r| token.iat <= r.revoked_at)
+                .is_some_and(|r| match r.lifted_at {
+                    // Standing: every token of the target, whenever it was issued.
+                    None => true,
+                    // Lifted: the tokens issued while it stood or before it, and no later one.
+                    Some(lifted_at) => token.iat <= lifted_at.max(r.revoked_at),
+                })
         };
         if covers(Target::Device(token.client_id)) {
             return Err(revoked("this session's device"));
@@ -276,7 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn tokens_issued_up_to_the_revocation_are_refused_and_lifting_admits_new_sessions_only() {
+    fn a_standing_revocation_refuses_every_token_and_lifting_admits_only_later_ones() {
         let list = Revocations::new();
         let alice = Principal::user("alice").unwrap();
         assert_eq!(
@@ -294,9 +299,11 @@ mod tests {
             forget_at: None,
         };
         list.replace(vec![record.clone()]);
-        for iat in [9, 10] {
+        // Standing: a token issued after the revocation (another replica that had not reloaded,
+        // a clock stepped back) is refused like the older ones.
+        for iat in [9, 10, 11, 1_000] {
             let e = list.check_token(&facts(&alice, iat, None)).unwrap_err();
-            assert_eq!(e.0.code(), Some(g::SESSION_REVOKED));
+            assert_eq!(e.0.code(), Some(g::SESSION_REVOKED), "iat {iat}");
         }
         let bob = Principal::user("bob").unwrap();
         assert!(
@@ -308,8 +315,14 @@ mod tests {
         record.forget_at = Some(30);
         list.replace(vec![record.clone()]);
         assert!(list.check_new_session(Uuid::from_u128(1), &bob).is_ok());
-        assert!(list.check_token(&facts(&alice, 10, None)).is_err());
-        assert!(list.check_token(&facts(&alice, 11, None)).is_ok());
+        // Lifted at 20: every token issued up to the lift stays refused, later ones pass.
+        for iat in [10, 11, 20] {
+            assert!(
+                list.check_token(&facts(&alice, iat, None)).is_err(),
+                "iat {iat}"
+            );
+        }
+        assert!(list.check_token(&facts(&alice, 21, None)).is_ok());
         let mut records = vec![record];
         prune(&mut records, 29);
         assert_eq!(records.len(), 1);

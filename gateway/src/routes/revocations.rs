@@ -178,8 +178,9 @@ async fn change(state: &AppState, request: Request, lift: bool) -> Result<Value,
                     list.remove(i);
                 } else if r.lifted_at.is_none() {
                     r.lifted_at = Some(now);
-                    // After it, no token issued at or before `revoked_at` is alive.
-                    r.forget_at = Some(now.max(r.revoked_at + ttl) + 1);
+                    // Tokens issued up to the lift are refused; after this, none of them is
+                    // alive any more.
+                    r.forget_at = Some(now.max(r.revoked_at) + ttl + 1);
                 }
             }
             (Some(i), false) => {
