@@ -261,6 +261,12 @@ fn revoking_a_user_refuses_every_one_of_its_devices_and_no_one_else() {
     let bob = session(&gw.base, &b, Some(&app_token("bob")));
     assert_eq!(write(&gw.base, &bob, &b, ID_B, 1).2, "landed");
     assert_eq!(read(&gw.base, &bob, ID_B).0, 200);
+    // `principal device:<id>` names the device even though its tokens act for `user:bob`.
+    let r = revoke(&gw.base, "principal", &format!("device:{}", b.client_id));
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    assert_eq!(r.json["kind"], "device", "{:?}", r.json);
+    assert_eq!(read(&gw.base, &bob, ID_B), REVOKED);
+    assert_eq!(open(&gw.base, &b, Some(&app_token("bob"))).code(), 40103);
 }
 
 fn jti_of(token: &str) -> String {

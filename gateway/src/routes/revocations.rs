@@ -61,10 +61,17 @@ fn target_of(body: &Body) -> Result<Target, ApiError> {
     Ok(match body.kind {
         TargetKind::Device => Target::Device(uuid(&body.id)?),
         TargetKind::Session => Target::Session(uuid(&body.id)?),
-        TargetKind::Principal => Target::Principal(
-            Principal::parse(&body.id)
-                .map_err(|e| ApiError::code(g::INVALID_FIELD, format!("id: {e}")))?,
-        ),
+        TargetKind::Principal => {
+            let principal = Principal::parse(&body.id)
+                .map_err(|e| ApiError::code(g::INVALID_FIELD, format!("id: {e}")))?;
+            // `device:<clientId>` is that device, whatever principal its tokens act for: under
+            // app tokens they act for `user:<sub>`, so a principal target would revoke nothing
+            // while answering 200 (hostile review). Stored as the device target.
+            match body.id.strip_prefix("device:") {
+                Some(id) => Target::Device(uuid(id)?),
+                None => Target::Principal(principal),
+            }
+        }
     })
 }
 
