@@ -181,10 +181,15 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
         .expires_at
         .map(|exp| Duration::from_millis((exp * 1000).saturating_sub(now_ms())));
     let check = delivery_check(state, session.clone());
+    let alive: stream::Alive = {
+        let (state, session) = (state.clone(), session.clone());
+        std::sync::Arc::new(move || !session.revoked(&state.auth.revocations))
+    };
     let events = stream::events(
         registration,
         ready,
         check,
+        alive,
         state
             .config
             .watch

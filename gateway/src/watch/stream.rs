@@ -27,9 +27,15 @@ pub type Check = std::sync::Arc<
         + Sync,
 >;
 
+/// Whether the stream's session may still hear anything (its token not revoked); asked at every
+/// wake — each notification, `resync` included, and each heartbeat — so a revoked stream ends
+/// within one heartbeat interval and gives its slots back.
+pub type Alive = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
 struct State {
     registration: Registration,
     check: Check,
+    alive: Alive,
     queue: VecDeque<Note>,
     started: bool,
     heartbeat: tokio::time::Interval,
@@ -65,6 +71,7 @@ pub fn events(
     registration: Registration,
     ready: serde_json::Value,
     check: Check,
+    alive: Alive,
     heartbeat: Duration,
     lifetime: Option<Duration>,
     closing: tokio::sync::watch::Receiver<bool>,
@@ -76,6 +83,7 @@ pub fn events(
     let state = State {
         registration,
         check,
+        alive,
         queue: VecDeque::new(),
         started: false,
         heartbeat: ticks,
@@ -89,6 +97,9 @@ pub fn events(
             return Some((Ok(event("ready", data)), (s, ready)));
         }
         loop {
+            if !(s.alive)() {
+                return None;
+            }
             if let Some(note) = s.queue.pop_front() {
                 let aggregate = match note {
                     Note::Changed(a, _) | Note::Reset(a) => Some(a),
@@ -111,6 +122,9 @@ pub fn events(
             match woke {
                 Woke::Due => s.queue.extend(slot.drain()),
                 Woke::Heartbeat => {
+                    if !(s.alive)() {
+                        return None;
+                    }
                     return Some((Ok(event("heartbeat", json!({}))), (s, ready)));
                 }
                 Woke::End => return None,
