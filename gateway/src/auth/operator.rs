@@ -1,11 +1,13 @@
 //! The operator credential: a secret from a file (`--operator-token-file`, never a default)
 //! that support tools, audits and backups send as `Authorization: Operator <secret>`. It reads
 //! every aggregate (and watches every one) whatever the policy says, and writes nothing; every
-//! use is logged. It is compared in constant time (`subtle`), so the time of a refusal says
-//! nothing of how much of a guess was right (only whether its length was).
+//! use is logged. The SHA-256 digests of the secret and of the offer are compared in constant
+//! time (`subtle`), so the time of a refusal says nothing of how much of a guess was right, nor
+//! of the secret's length (a plain slice comparison returns at once on a length mismatch).
 
 use std::path::Path;
 
+use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
 /// The shortest operator secret accepted, in bytes.
@@ -13,8 +15,8 @@ pub const MIN_OPERATOR_BYTES: usize = 32;
 /// The largest operator secret file read, in bytes.
 const MAX_FILE_BYTES: u64 = 4_096;
 
-/// The operator secret.
-pub struct OperatorToken(Vec<u8>);
+/// The operator secret's SHA-256 digest.
+pub struct OperatorToken([u8; 32]);
 
 impl OperatorToken {
     /// Reads `path`: at least [`MIN_OPERATOR_BYTES`] of visible ASCII, trailing whitespace (a
@@ -40,12 +42,13 @@ impl OperatorToken {
                  {MIN_OPERATOR_BYTES} visible ASCII characters (no spaces)"
             ));
         }
-        Ok(OperatorToken(bytes))
+        Ok(OperatorToken(Sha256::digest(&bytes).into()))
     }
 
-    /// Whether `offered` is the secret, compared in constant time.
+    /// Whether `offered` is the secret: digests compared in constant time.
     pub fn matches(&self, offered: &str) -> bool {
-        self.0.ct_eq(offered.as_bytes()).into()
+        let offered: [u8; 32] = Sha256::digest(offered.as_bytes()).into();
+        self.0.ct_eq(&offered).into()
     }
 }
 

@@ -26,6 +26,7 @@ use crate::error::ApiError;
 use crate::extract::read_json;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
+use crate::limits::notice::Throttle;
 use crate::state::AppState;
 
 /// The largest body read, in bytes.
@@ -90,14 +91,24 @@ fn operator_only(state: &AppState, parts: &Parts) -> Result<(), ApiError> {
             Ok(())
         }
         Bearer::Operator(_) => {
-            tracing::warn!(%method, path = ?path, "operator credential refused");
+            // One line per interval (with how many were not logged): the per-address rate is
+            // the only other brake, and guesses must not be able to fill the disk.
+            static REFUSED: Throttle = Throttle::new();
+            if let Some(suppressed) = REFUSED.allow() {
+                let peer = ip::peer(&parts.extensions);
+                tracing::warn!(%method, path = ?path, ?peer, suppressed, "operator credential refused");
+            }
             Err(ApiError::code(
                 g::SESSION_INVALID,
                 "the operator credential is not valid here",
             ))
         }
         _ => {
-            tracing::warn!(%method, path = ?path, "revocations: refused without the operator credential");
+            static WITHOUT: Throttle = Throttle::new();
+            if let Some(suppressed) = WITHOUT.allow() {
+                let peer = ip::peer(&parts.extensions);
+                tracing::warn!(%method, path = ?path, ?peer, suppressed, "revocations: refused without the operator credential");
+            }
             Err(ApiError::code(
                 g::OPERATOR_REQUIRED,
                 "revocations take the operator credential (Authorization: Operator <secret>)",
