@@ -183,18 +183,6 @@ async fn put(
             ));
         }
     };
-    // Before the slot and the body: a type without members costs nothing more.
-    let preset = state.policy.preset(key.aggregate.type_id);
-    let Some(most) = preset.member_grants() else {
-        return Err(ApiError::code(
-            g::MEMBERS_NOT_ALLOWED,
-            format!(
-                "aggregates of type {} are {}: the policy gives them no members",
-                key.aggregate.type_id,
-                preset.name()
-            ),
-        ));
-    };
     // A members change is a write upstream (a whole record appended on Celeriant): it takes a
     // slot of `--max-inflight` like any write, beyond the read rate its route is charged.
     let _slot = state.admission.clone().try_acquire_owned().map_err(|_| {
@@ -213,6 +201,17 @@ async fn put(
     .await?;
     let member = Principal::parse(&body.principal)
         .map_err(|e| ApiError::code(g::INVALID_FIELD, format!("principal: {e}")))?;
+    let preset = state.policy.preset(key.aggregate.type_id);
+    let Some(most) = preset.member_grants() else {
+        return Err(ApiError::code(
+            g::MEMBERS_NOT_ALLOWED,
+            format!(
+                "aggregates of type {} are {}: the policy gives them no members",
+                key.aggregate.type_id,
+                preset.name()
+            ),
+        ));
+    };
     let grant = match body.access {
         Access::None => None,
         Access::Read => Some(Grant::Read),
