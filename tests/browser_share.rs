@@ -26,8 +26,10 @@ extern "C" {
 
 /// The browser gateway's operator secret (`CELERIANT_TEST_OPERATOR_SECRET` at build time).
 fn operator_secret() -> &'static str {
-    option_env!("CELERIANT_TEST_OPERATOR_SECRET")
-        .expect("run the browser tests through scripts/browser-tests.sh")
+    match option_env!("CELERIANT_TEST_OPERATOR_SECRET") {
+        Some(secret) => secret,
+        None => panic!("run the browser tests through scripts/browser-tests.sh"),
+    }
 }
 
 /// `POST path` with the operator credential: (status, body).
