@@ -7,7 +7,8 @@
 #   - wasm-pack 0.15.1
 #   - Debian's chromium and chromium-driver, firefox-esr and geckodriver, webkit2gtk-driver
 #     (WebKitWebDriver and MiniBrowser) and xvfb (headless browser tests)
-#   - Debian's nginx (the TLS reverse proxy the nginx test starts on its own)
+#   - Debian's nginx (the TLS reverse proxy the nginx test starts on its own), curl, openssl and
+#     systemd (for systemd-analyze), which the nginx and deployment-file tests call
 #   - the npm packages in package-lock.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +63,14 @@ fi
 # own, unprivileged instance; the package's service is never used).
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   packages+=(nginx)
+fi
+# What the nginx and deployment-file tests call: curl (the TLS client), openssl (the test
+# certificate, scripts/proof.sh) and systemd-analyze (the unit file check, in Debian's systemd).
+for tool in curl openssl; do
+  command -v "$tool" >/dev/null || packages+=("$tool")
+done
+if ! command -v systemd-analyze >/dev/null; then
+  packages+=(systemd)
 fi
 if [ ${#packages[@]} -gt 0 ]; then
   log "installing Debian's ${packages[*]}"
