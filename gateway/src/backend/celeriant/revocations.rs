@@ -226,7 +226,7 @@ mod tests {
     use crate::auth::revoke::Target;
 
     #[test]
-    fn the_id_is_pinned_and_distinct_from_access_records() {
+    fn the_id_is_pinned() {
         // Pinned (computed independently: Python hashlib over the documented tag): a changed
         // derivation would orphan the stored list.
         assert_eq!(
