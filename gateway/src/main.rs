@@ -53,6 +53,13 @@ async fn run(config: Config) -> Result<(), String> {
             if config.celeriant_addrs.is_empty() {
                 return Err("--backend celeriant needs at least one --celeriant-addr".into());
             }
+            let most = celeriant_gateway::backend::celeriant::revocations::MAX_REVOCATIONS;
+            if config.max_revocations > most {
+                return Err(format!(
+                    "--max-revocations is at most {most} with --backend celeriant (the whole \
+                     list is one Celeriant request)"
+                ));
+            }
             Arc::new(
                 CeleriantBackend::connect(CeleriantOptions {
                     addresses: config.celeriant_addrs.clone(),
@@ -64,6 +71,7 @@ async fn run(config: Config) -> Result<(), String> {
                     Some(config.org_id),
                     Duration::from_secs(config.celeriant_watch_renew_secs),
                 )
+                .with_org(config.org_id)
                 .with_members_ttl(Duration::from_millis(config.members_cache_ms)),
             )
         }

@@ -4,7 +4,7 @@
 //! operator may revoke; lifting lets new sessions in while old tokens stay dead; one token can be
 //! revoked by its `jti`; the cap refuses rather than evicts. Plus two gateways over one store
 //! (in process): a revocation made through one is in force on the other within
-//! `--revocation-refresh-secs`.
+//! `--revocation-refresh-secs`. The Celeriant backend's revocations: `revocation_celeriant.rs`.
 
 mod support;
 
@@ -478,59 +478,4 @@ fn an_open_change_stream_of_a_revoked_device_hears_nothing_more() {
     let again = sse::open(&gw.addr, "POST", "/v1/watch", Some(&ta), Some(&body));
     assert_eq!(again.status, 401);
     assert_eq!(again.json()["code"], 40103);
-}
-
-/// The Celeriant backend keeps no revocations (yet): the endpoints say so (404, 40400) rather
-/// than pretending, and sessions open as before.
-#[tokio::test]
-async fn the_celeriant_backend_says_it_keeps_no_revocations() {
-    use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
-    let dir = tempfile::tempdir().unwrap();
-    let opf = operator_file(dir.path());
-    let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, "default = \"authenticated\"\n").unwrap();
-    let backend = CeleriantBackend::connect(CeleriantOptions {
-        addresses: vec![support::fake_celeriant::dead_address()],
-        api_key: None,
-        request_timeout: Duration::from_secs(1),
-    })
-    .await
-    .unwrap();
-    let mut c = Config::defaults();
-    c.data_dir = dir.path().join("db");
-    c.session_rate_per_minute = 0;
-    c.operator_token_file = Some(opf.into());
-    c.policy = Some(policy);
-    let router = app(AppState::new(c, Arc::new(backend)).unwrap());
-    for (method, path, body) in [
-        ("GET", "/v1/revocations", None),
-        (
-            "POST",
-            "/v1/revocations",
-            Some(json!({"kind": "device", "id": Device::a().client_id})),
-        ),
-    ] {
-        let mut request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("authorization", format!("Operator {OPERATOR}"));
-        let body = match body {
-            Some(b) => {
-                request = request.header("content-type", "application/json");
-                Body::from(b.to_string())
-            }
-            None => Body::empty(),
-        };
-        let (status, answer) = call(&router, request.body(body).unwrap()).await;
-        assert_eq!((status, &answer["code"]), (404, &json!(40400)), "{answer}");
-        let message = answer["message"].as_str().unwrap();
-        assert!(message.contains("keeps no revocations"), "{message}");
-    }
-    let session = Request::post("/v1/session")
-        .header("content-type", "application/json")
-        .body(Body::from(
-            Device::a().session_body(fresh_nonce()).to_string(),
-        ))
-        .unwrap();
-    assert_eq!(call(&router, session).await.0, 200);
 }

@@ -2,9 +2,11 @@
 //!
 //! Session tokens are stateless (`super::token`), so refusing one before it expires needs a
 //! list every request is checked against. The list is stored by the backend the gateway uses
-//! (the embedded store: the `revocations` table; `crate::backend::Backend::revocations`) and
-//! every replica holds it in memory ([`Revocations`]), reloading it from the store every
-//! `--revocation-refresh-secs` ([`refresh_loop`]); the replica that takes a change applies it at
+//! (the embedded store: the `revocations` table; the Celeriant backend: one record in the
+//! cluster, `crate::backend::celeriant::revocations`; `crate::backend::Backend::revocations`)
+//! and every replica holds it in memory ([`Revocations`]), reloading it from the store every
+//! `--revocation-refresh-secs` ([`refresh_loop`]), and at once when the backend notifies a change
+//! (the Celeriant backend's upstream watch); the replica that takes a change applies it at
 //! once. A request is checked against memory only (three hash lookups), never the store.
 //!
 //! **What a revocation refuses.** A record names a [`Target`] and the second it was made
@@ -241,14 +243,26 @@ fn not_loaded() -> ApiError {
     )
 }
 
-/// Reloads `list` from `backend` now and then every `every`, for as long as the process runs.
+/// Reloads `list` from `backend` now and then every `every`, and at once whenever the backend
+/// notifies a change (`Backend::revocations_changed`), for as long as the process runs.
 /// A failed load keeps the last list (logged at most once a minute).
 pub async fn refresh_loop(list: Arc<Revocations>, backend: Arc<dyn Backend>, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let changed = backend.revocations_changed();
     let mut last_warning: Option<std::time::Instant> = None;
     loop {
-        ticks.tick().await;
+        match &changed {
+            // A notification that came during a reload is kept (a `Notify` permit), so the
+            // change it announced is read by the next one.
+            Some(changed) => tokio::select! {
+                _ = ticks.tick() => {}
+                _ = changed.notified() => {}
+            },
+            None => {
+                ticks.tick().await;
+            }
+        }
         let _serial = list.serial().await;
         match backend.revocations().await {
             Ok(records) => list.replace(records),

@@ -90,8 +90,10 @@ pub type AccessChange =
 
 /// A change of the stored revocations, judged against the current ones (already pruned of
 /// those past their `forget_at`): the new list, or the answer refusing it (nothing stored).
+/// It may be asked more than once (the Celeriant backend decides again after losing the
+/// version guard), so it must decide from its argument alone.
 pub type RevocationChange =
-    Box<dyn FnOnce(Vec<Revocation>) -> Result<Vec<Revocation>, crate::error::ApiError> + Send>;
+    Box<dyn Fn(Vec<Revocation>) -> Result<Vec<Revocation>, crate::error::ApiError> + Send + Sync>;
 
 /// A successful write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,6 +335,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Whether this backend stores revocations (`crate::auth::revoke`).
     fn keeps_revocations(&self) -> bool {
         false
+    }
+
+    /// Notified when the stored revocations changed (or may have), so that
+    /// `crate::auth::revoke::refresh_loop` reloads them at once rather than at its next tick.
+    /// `None` (the default): the periodic reload alone.
+    fn revocations_changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
     }
 
     /// Every stored revocation. The default (a backend that keeps none) refuses.

@@ -272,7 +272,8 @@ pub struct Config {
     pub operator_token_file: Option<PathBuf>,
 
     /// How often each gateway reloads the revocations from its store, in seconds: a revocation
-    /// made on another replica is in force here within this time.
+    /// made on another replica is in force here within this time (with the Celeriant backend
+    /// usually sooner: the upstream watch notifies the change).
     #[arg(
         long,
         env = "CELERIANT_GATEWAY_REVOCATION_REFRESH_SECS",
@@ -282,7 +283,8 @@ pub struct Config {
     pub revocation_refresh_secs: u64,
 
     /// Most revocations kept (standing, and lifted ones until their old tokens expire); a
-    /// revocation past it is refused (40022), none is ever evicted.
+    /// revocation past it is refused (40022), none is ever evicted. At most 12000 with the
+    /// Celeriant backend (the whole list is one write there).
     #[arg(
         long,
         env = "CELERIANT_GATEWAY_MAX_REVOCATIONS",

@@ -7,8 +7,9 @@
 //! Every use, accepted or refused, is logged at WARN with what it named (through `Debug`, so no
 //! byte of a body can start a new log line). Bodies are strict and small:
 //! `{"kind":"device"|"principal"|"session","id":"…"}`. A change is stored first (one transaction
-//! of the store), then applied to this replica's list at once; other replicas pick it up within
-//! `--revocation-refresh-secs`.
+//! of the store; with the Celeriant backend a guarded append, decided again on a conflict), then
+//! applied to this replica's list at once; other replicas pick it up within
+//! `--revocation-refresh-secs` (sooner when the backend notifies the change).
 
 use axum::Json;
 use axum::extract::{Request, State};
@@ -221,7 +222,7 @@ async fn change(state: &AppState, request: Request, lift: bool) -> Result<Value,
                 }
                 let session = matches!(named, Target::Session(_));
                 list.push(Revocation {
-                    target: named,
+                    target: named.clone(),
                     revoked_at: now,
                     lifted_at: None,
                     forget_at: session.then_some(now + ttl + 1),

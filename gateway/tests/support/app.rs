@@ -110,6 +110,9 @@ impl Harness {
         config.session_rate_per_minute = 0;
         config.backend = BackendKind::Celeriant;
         config.celeriant_addrs = vec![fake.address()];
+        // The revocations are loaded once at start (waited for below); a periodic reload
+        // would send requests between a test's scripted replies.
+        config.revocation_refresh_secs = 3600;
         configure(&mut config);
         let backend = CeleriantBackend::connect(CeleriantOptions {
             addresses: config.celeriant_addrs.clone(),
@@ -119,8 +122,14 @@ impl Harness {
         .await
         .unwrap()
         .with_watch(Some(config.org_id), Duration::from_secs(300))
+        .with_org(config.org_id)
         .with_members_ttl(Duration::from_millis(config.members_cache_ms));
         let state = AppState::new(config, Arc::new(backend)).unwrap();
+        state
+            .auth
+            .revocations
+            .wait_loaded(Duration::from_secs(5))
+            .await;
         Harness {
             router: app(state.clone()),
             state,

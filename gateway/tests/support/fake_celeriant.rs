@@ -217,6 +217,11 @@ impl FakeCeleriant {
             .collect()
     }
 
+    /// The batches stored under `key` (empty when it does not exist), as the node holds them.
+    pub fn stored(&self, key: &AggregateKey) -> Vec<AggregateEventBatch> {
+        self.lock().store.get(key).cloned().unwrap_or_default()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap()
     }

@@ -36,23 +36,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use celeriant_client_tokio::{CeleriantPool, ClientError, DetailsError, ServerError, WriteError};
-use celeriant_msg::request::read_filters::ReadFilters;
-use celeriant_msg::request::requests::{
-    AggregateDetailsRequest, ReadRequest, SingleAggregateWrite, WriteRequest,
-};
+use celeriant_client_tokio::CeleriantPool;
 use celeriant_sync_protocol::codes::{celeriant as cc, gateway as g};
 use celeriant_wal::aggregate_key::AggregateKey as CeleriantKey;
-use celeriant_wal::datablocks::datablock_aggregate_event::DatablockAggregateEvent;
-use sha2::{Digest, Sha256};
 
-use super::backend_error;
+use super::record::{self, Tip};
 use crate::access::{AccessRecord, RESERVED_TYPE};
 use crate::backend::{AccessChange, AggregateKey, BackendError};
 use crate::error::ApiError;
 
 /// The event type of a record batch (its value: the record as JSON).
-pub const RECORD_EVENT_TYPE: u64 = 1;
+pub use super::record::RECORD_EVENT_TYPE;
 
 /// Most records one replica caches.
 pub const CACHE_ENTRIES: usize = 65_536;
@@ -65,22 +59,15 @@ pub const CACHE_BYTES: usize = 32 << 20;
 /// Attempts of one members change that keeps losing the version guard.
 pub const UPDATE_ATTEMPTS: usize = 5;
 
-/// The client id the gateway writes access records under (idempotency is off for them: the
-/// version guard decides).
-const RECORD_WRITER: u128 = 0xac0e_55ed_0000_4000_8000_0000_0000_0001;
-
 const DOMAIN: &[u8] = b"celeriant-sync access record v1\0";
 
 /// The id of `key`'s access aggregate (see the module documentation).
 pub fn record_id(key: &AggregateKey) -> u128 {
-    let mut hash = Sha256::new();
-    hash.update(DOMAIN);
-    hash.update(key.aggregate.type_id.as_bytes());
-    hash.update(key.aggregate.id.as_bytes());
-    let digest = hash.finalize();
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&digest[..16]);
-    u128::from_be_bytes(first)
+    record::derived_id(&[
+        DOMAIN,
+        key.aggregate.type_id.as_bytes(),
+        key.aggregate.id.as_bytes(),
+    ])
 }
 
 /// Celeriant's key of `key`'s access aggregate.
@@ -223,16 +210,6 @@ fn corrupt(key: &AggregateKey, why: &str) -> BackendError {
     )
 }
 
-fn is_conflict(error: &ClientError) -> bool {
-    matches!(
-        error,
-        ClientError::Server(ServerError::Write {
-            kind: WriteError::OptimisticConcurrencyViolation { .. },
-            ..
-        })
-    )
-}
-
 impl Records {
     /// Records read through `pool`, members re-read after `members_ttl`.
     pub fn new(pool: Arc<CeleriantPool>, members_ttl: Duration) -> Self {
@@ -285,21 +262,12 @@ impl Records {
         let base = self.cached(key);
         let ckey = record_key(key);
         let fetched = Instant::now();
-        let details = self
-            .pool
-            .aggregate_details(AggregateDetailsRequest {
-                correlation_id: None,
-                aggregate_key: ckey.clone(),
-            })
-            .await;
-        let tip = match details {
-            Ok(d) if d.is_deleted => return Err(corrupt(key, "was deleted")),
-            Ok(d) => d.max_aggregate_version,
-            Err(ClientError::Server(ServerError::Details {
-                kind: DetailsError::AggregateNotExists,
-                ..
-            })) if base.is_none() => return Ok(None),
-            Err(e) => return Err(backend_error(e)),
+        let tip = match record::tip(&self.pool, &ckey).await? {
+            Tip::Deleted => return Err(corrupt(key, "was deleted")),
+            Tip::Missing if base.is_none() => return Ok(None),
+            // Records are never removed: one seen before and gone now is damage.
+            Tip::Missing => return Err(corrupt(key, "has disappeared")),
+            Tip::At(version) => version,
         };
         if let Some(mut c) = base.clone()
             && c.version >= tip
@@ -309,27 +277,11 @@ impl Records {
             self.remember(*key, c.clone());
             return Ok(Some(c));
         }
-        let response = self
-            .pool
-            .read(ReadRequest {
-                correlation_id: None,
-                aggregate_key: ckey,
-                filters: ReadFilters::new(tip).to_aggregate_version(tip),
-            })
-            .await
-            .map_err(backend_error)?;
-        let Some(batch) = response
-            .event_batches
-            .iter()
-            .find(|b| b.aggregate_version == tip)
-        else {
-            return Err(corrupt(key, "has no batch at its tip"));
-        };
-        let [event] = batch.events.as_slice() else {
-            return Err(corrupt(key, "has a batch that is not one event"));
-        };
-        let record: AccessRecord = serde_json::from_slice(&event.event_value)
-            .map_err(|_| corrupt(key, "does not parse"))?;
+        let value = record::value_at(&self.pool, &ckey, tip)
+            .await?
+            .map_err(|why| corrupt(key, why))?;
+        let record: AccessRecord =
+            serde_json::from_slice(&value).map_err(|_| corrupt(key, "does not parse"))?;
         if let Some(c) = &base
             && c.record.owner != record.owner
         {
@@ -355,39 +307,12 @@ impl Records {
     ) -> Result<bool, BackendError> {
         let value = serde_json::to_vec(record)
             .map_err(|e| BackendError::code(g::INTERNAL, e.to_string()))?;
-        let event = DatablockAggregateEvent {
-            client_seq: version,
-            event_seq: 0,
-            event_id: None,
-            event_timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            event_type_major: RECORD_EVENT_TYPE,
-            event_type_minor: 0,
-            event_value: Arc::new(value),
-            iv: None,
-        };
-        let write = SingleAggregateWrite {
-            events: vec![event],
-            allow_create: version == 1,
-            expected_version: Some(version - 1),
-            enforce_client_idempotency: false,
-        };
-        let request = WriteRequest {
-            correlation_id: None,
-            client_id: RECORD_WRITER,
-            user_id: None,
-            writes: [(record_key(key), write)].into(),
-        };
-        match self.pool.write(request).await {
-            Ok(_) => {
-                let entry = Cached::new(Arc::new(record.clone()), version, Instant::now());
-                self.remember(*key, entry);
-                Ok(true)
-            }
-            Err(e) if is_conflict(&e) => Ok(false),
-            Err(e) => Err(backend_error(e)),
+        if !record::append(&self.pool, &record_key(key), value, version).await? {
+            return Ok(false);
         }
+        let entry = Cached::new(Arc::new(record.clone()), version, Instant::now());
+        self.remember(*key, entry);
+        Ok(true)
     }
 
     /// Records `record` (no members) as `key`'s first record, create-only. `Ok(false)`: a

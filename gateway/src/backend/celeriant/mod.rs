@@ -8,6 +8,10 @@
 //!
 //! * `access`: owners and members, stored in Celeriant as create-only records (the access
 //!   policy is judged here, before a write is sent: `judge`);
+//! * `revocations`: the operator's revocations, one record in Celeriant shared by every
+//!   replica;
+//! * `record`: the storage pattern both kinds of record share (whole record per batch,
+//!   version guard);
 //! * `convert`: field-by-field translation between the gateway's and Celeriant's types;
 //! * `errors`: the `ClientError` → [`BackendError`] table;
 //! * `watch`: the one upstream watch per process behind [`Backend::changes`].
@@ -18,6 +22,8 @@ mod errors;
 #[cfg(test)]
 mod errors_table;
 mod judge;
+mod record;
+pub mod revocations;
 pub mod watch;
 
 use std::fmt;
@@ -35,9 +41,10 @@ use tokio::sync::broadcast;
 
 use super::{
     AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, ReadPage, ReadQuery,
-    WriteAck, WriteCommand,
+    RevocationChange, WriteAck, WriteCommand,
 };
 use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE, Policy, Preset};
+use crate::auth::revoke::Revocation;
 use crate::error::ApiError;
 use celeriant_sync_protocol::codes::celeriant as cc;
 pub use errors::{UNRECOGNISED_UPSTREAM_CODE, backend_error};
@@ -76,6 +83,7 @@ pub struct CeleriantBackend {
     pool: Arc<CeleriantPool>,
     watch: watch::WatchSettings,
     records: Arc<access::Records>,
+    revocations: Arc<revocations::Revocations>,
 }
 
 impl CeleriantBackend {
@@ -104,6 +112,10 @@ impl CeleriantBackend {
         let pool = Arc::new(CeleriantPool::new(pool));
         Ok(CeleriantBackend {
             records: Arc::new(access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL)),
+            revocations: Arc::new(revocations::Revocations::new(
+                pool.clone(),
+                crate::config::DEFAULT_ORG_ID,
+            )),
             pool,
             watch: watch::WatchSettings::default(),
         })
@@ -113,6 +125,13 @@ impl CeleriantBackend {
     /// `renew` (see [`watch`]).
     pub fn with_watch(mut self, org: Option<uuid::Uuid>, renew: Duration) -> Self {
         self.watch = watch::WatchSettings { org, renew };
+        self
+    }
+
+    /// Keeps the revocations in `org`'s aggregate (`--org-id`; every replica of a fleet must
+    /// name the same). The default is `crate::config::DEFAULT_ORG_ID`.
+    pub fn with_org(mut self, org: uuid::Uuid) -> Self {
+        self.revocations = Arc::new(revocations::Revocations::new(self.pool.clone(), org));
         self
     }
 
@@ -163,12 +182,20 @@ impl Backend for CeleriantBackend {
         // A changed access record (another replica's members change) or a resync expires the
         // cached copies, so revocations usually reach this replica at watch latency; the
         // members TTL is the bound when notifications are late or lost.
+        // A change of the revocations' record makes the revocations reload at once; a lost
+        // notification waits for the periodic reload (`--revocation-refresh-secs`).
         let records = self.records.clone();
+        let revocations = self.revocations.clone();
         let observe: watch::Observer = Arc::new(move |change: &Change| match change {
             Change::Changed { key, .. } | Change::Reset { key }
                 if key.aggregate.type_id == crate::access::RESERVED_TYPE =>
             {
-                records.expire_record(key.org.as_u128(), key.aggregate.id.as_u128());
+                let (org, id) = (key.org.as_u128(), key.aggregate.id.as_u128());
+                if revocations.is_key(org, key.aggregate.type_id.as_u128(), id) {
+                    revocations.changed().notify_one();
+                } else {
+                    records.expire_record(org, id);
+                }
             }
             Change::Resync => records.expire_all(),
             _ => {}
@@ -262,6 +289,25 @@ impl Backend for CeleriantBackend {
         change: AccessChange,
     ) -> Result<Result<AccessRecord, ApiError>, BackendError> {
         self.records.update(&key, &change).await
+    }
+
+    fn keeps_revocations(&self) -> bool {
+        true
+    }
+
+    fn revocations_changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.revocations.changed())
+    }
+
+    async fn revocations(&self) -> Result<Vec<Revocation>, BackendError> {
+        self.revocations.list().await
+    }
+
+    async fn update_revocations(
+        &self,
+        change: RevocationChange,
+    ) -> Result<Result<Vec<Revocation>, ApiError>, BackendError> {
+        self.revocations.update(&change).await
     }
 
     /// Reads the first batch of an aggregate nobody writes (all-zero key) from the leader: a
