@@ -14,9 +14,14 @@
 //! create), so a refusal says that the aggregate exists and is someone else's — as a write with
 //! `allowCreate` does; that much is unavoidable once ids are unique.
 //!
-//! The router's deadline bounds the time to the answer's head only (it wraps the handler's
+//! Each address (bucket, `crate::limits::ip`) may hold `--watch-max-streams-per-ip` streams
+//! (429, 42922), a small share of the pool, so a few addresses cannot take every stream. The
+//! router's deadline bounds the time to the answer's head only (it wraps the handler's
 //! future, not the body), so a stream is not cut off by it; it is counted in the connection
-//! cap like any connection, and kept alive past the idle timeout by its heartbeats.
+//! cap like any connection, kept alive past the idle timeout by heartbeats its client takes,
+//! closed once its client stops taking them (`--watch-write-timeout-ms`), and ended after
+//! `--watch-max-lifetime-secs` at most (the client reconnects). Its connection is closed after
+//! it (`Connection: close`): the socket's send buffer was shrunk for the stream.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -38,6 +43,7 @@ use crate::error::ApiError;
 use crate::extract::read_json_proven;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
+use crate::serve::activity::Activity;
 use crate::routes::members::{readable, watchable};
 use crate::state::AppState;
 use crate::watch::stream;
@@ -113,9 +119,8 @@ fn parse_aggregate(value: &str) -> Result<AggregateRef, ApiError> {
 
 async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let (mut parts, body) = request.into_parts();
-    let address = state
-        .fair
-        .address(Kind::Read, ip::peer(&parts.extensions))?;
+    let peer = ip::peer(&parts.extensions);
+    let address = state.fair.address(Kind::Read, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let share = state.fair.client(Kind::Read, address, session.client_id)?;
     let aggregates: Vec<AggregateRef> = if parts.method == Method::POST {
@@ -169,7 +174,7 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     if !refused.is_empty() {
         tracing::info!(client = ?session.client_id, refused = refused.len(), "watch: entries refused by the access policy");
     }
-    let registration = state.watch.register(session.client_id, aggregates)?;
+    let registration = state.watch.register(session.client_id, peer, aggregates)?;
     let ready = if refused.is_empty() {
         json!({})
     } else {
@@ -177,9 +182,15 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     };
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);
-    let lifetime = session
-        .expires_at
-        .map(|exp| Duration::from_millis((exp * 1000).saturating_sub(now_ms())));
+    let mut lifetime = state.config.watch.max_lifetime(registration.slot.id);
+    if let Some(exp) = session.expires_at {
+        lifetime = lifetime.min(Duration::from_millis((exp * 1000).saturating_sub(now_ms())));
+    }
+    // Without a connection (tests driving the router alone) there is no socket to watch.
+    let streaming = parts
+        .extensions
+        .get::<Activity>()
+        .map(|activity| activity.stream(state.config.watch.write_timeout()));
     let check = delivery_check(state, session.clone());
     let alive: stream::Alive = {
         let (state, session) = (state.clone(), session.clone());
@@ -196,10 +207,12 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
             .heartbeat(state.config.limits.idle_timeout_ms),
         lifetime,
         state.watch.closing(),
+        streaming,
     );
     let mut response = Sse::new(events).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     Ok(response)
 }
