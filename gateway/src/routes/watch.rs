@@ -95,11 +95,21 @@ fn delivery_check(state: &AppState, session: Session) -> stream::Check {
 /// 40020 and a flood 413 before it is read.
 const BODY_BYTES_PER_AGGREGATE: usize = 200;
 
-/// The handler (both methods).
+/// The handler (both methods). A stream refused for want of room (429) closes its
+/// connection too: a client that opens streams it never reads would otherwise keep the
+/// refused connections open as idle keep-alive ones.
 pub async fn watch(State(state): State<AppState>, request: Request) -> Response {
     match open(&state, request).await {
         Ok(response) => response,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            let mut response = e.into_response();
+            if response.status() == axum::http::StatusCode::TOO_MANY_REQUESTS {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            response
+        }
     }
 }
 
