@@ -130,9 +130,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/", axum::routing::any(not_found))
         .route("/v1/{*rest}", axum::routing::any(not_found));
     let cheap_layer = || axum::middleware::from_fn_with_state(cheap.clone(), cheap::limit);
-    let www = ServiceBuilder::new().layer(cheap_layer()).service(
-        ServeDir::new(&state.config.www).append_index_html_on_directories(true),
-    );
+    let www = ServiceBuilder::new()
+        .layer(cheap_layer())
+        .service(ServeDir::new(&state.config.www).append_index_html_on_directories(true));
     let pkg = ServiceBuilder::new()
         .layer(cheap_layer())
         .service(ServeDir::new(&state.config.pkg));

@@ -170,7 +170,12 @@ fn open_streams(gw: &Process) -> u64 {
         if let Some(n) = answer.json["counts"]["watchStreams"].as_u64() {
             return n;
         }
-        assert!(Instant::now() < deadline, "{}: {}", answer.status, answer.json);
+        assert!(
+            Instant::now() < deadline,
+            "{}: {}",
+            answer.status,
+            answer.json
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -232,11 +237,11 @@ fn legit_round(source: Ipv4Addr, addr: &str, id: &str, round: u64, seq: &mut u64
             };
             let body = watch_body(&[id.to_owned()]);
             let mut s = sse::open_on(socket, addr, "POST", "/v1/watch", None, Some(&body));
-            s.status == 200
-                && matches!(s.next(wait), Next::Event(e) if e.event == "ready")
+            s.status == 200 && matches!(s.next(wait), Next::Event(e) if e.event == "ready")
         }
         _ => {
-            let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            let request =
+                format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
             ask(source, addr, request.as_bytes(), wait).status == 200
         }
     };
@@ -263,7 +268,10 @@ fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     while open_streams(&gw) < 32 {
-        assert!(Instant::now() < deadline, "the attackers' streams did not open");
+        assert!(
+            Instant::now() < deadline,
+            "the attackers' streams did not open"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // What each got, peeked at (nothing is read off the sockets).
@@ -345,8 +353,8 @@ fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
     let (ok, asked) = tally.total();
     assert!(asked >= 40, "{asked} rounds");
     assert!(ok * 10 >= asked * 9, "{tally:?}");
-    for k in 0..4 {
-        assert!(tally.ok[k] * 10 >= tally.asked[k] * 9, "{}: {tally:?}", KINDS[k]);
+    for (k, kind) in KINDS.iter().enumerate() {
+        assert!(tally.ok[k] * 10 >= tally.asked[k] * 9, "{kind}: {tally:?}");
     }
     // Their slots are free: the same address may open its share again.
     let mut again = sse::open_on(
@@ -407,7 +415,10 @@ fn one_address_holds_at_most_its_share_of_streams() {
             break;
         }
         assert_eq!(s.json()["code"], 42922, "{}", s.body);
-        assert!(Instant::now() < deadline, "the closed stream's place was not freed");
+        assert!(
+            Instant::now() < deadline,
+            "the closed stream's place was not freed"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -424,7 +435,12 @@ fn a_stream_ends_cleanly_after_its_lifetime_and_its_connection_closes() {
     );
     let started = Instant::now();
     assert_eq!(s.status, 200, "{}", s.body);
-    assert_eq!(s.header("connection").as_deref(), Some("close"), "{}", s.head);
+    assert_eq!(
+        s.header("connection").as_deref(),
+        Some("close"),
+        "{}",
+        s.head
+    );
     let mut heartbeats = 0;
     let ended = loop {
         match s.next(Duration::from_secs(5)) {
@@ -457,7 +473,7 @@ fn a_healthz_flood_from_one_address_is_refused_and_a_device_keeps_working() {
         ask(
             legit,
             &addr,
-            &write_many(&addr, LEGIT, &[own.clone()], seq),
+            &write_many(&addr, LEGIT, std::slice::from_ref(&own), seq),
             Duration::from_secs(3),
         )
     };
@@ -564,5 +580,8 @@ fn a_healthz_flood_from_one_address_is_refused_and_a_device_keeps_working() {
     );
     assert!(refused > served, "{refused} refused, {served} served");
     assert!(tally.ok[0] * 10 >= tally.asked[0] * 9, "{tally:?}");
-    assert_eq!(tally.ok[3], tally.asked[3], "every own health check answered: {tally:?}");
+    assert_eq!(
+        tally.ok[3], tally.asked[3],
+        "every own health check answered: {tally:?}"
+    );
 }

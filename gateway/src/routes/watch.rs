@@ -43,8 +43,8 @@ use crate::error::ApiError;
 use crate::extract::read_json_proven;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
-use crate::serve::activity::Activity;
 use crate::routes::members::{readable, watchable};
+use crate::serve::activity::Activity;
 use crate::state::AppState;
 use crate::watch::stream;
 
