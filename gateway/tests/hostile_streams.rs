@@ -37,21 +37,18 @@ fn from(last: u8) -> Ipv4Addr {
 /// stream closed sooner was closed by the write timeout, not by it.
 fn gateway(extra: &[&str]) -> (tempfile::TempDir, Process) {
     let dir = data_dir();
-    let mut args = vec![
-        "--auth",
-        "none",
-        "--faults",
-        "--request-timeout-ms",
-        "5000",
-        "--idle-timeout-ms",
-        "30000",
-        "--watch-heartbeat-secs",
-        "1",
-        "--watch-write-timeout-ms",
-        "2000",
+    let defaults = [
+        ("--request-timeout-ms", "5000"),
+        ("--idle-timeout-ms", "30000"),
+        ("--watch-heartbeat-secs", "1"),
+        ("--watch-write-timeout-ms", "2000"),
+        ("--watch-max-streams-per-ip", "8"),
     ];
-    if !extra.contains(&"--watch-max-streams-per-ip") {
-        args.extend_from_slice(&["--watch-max-streams-per-ip", "8"]);
+    let mut args = vec!["--auth", "none", "--faults"];
+    for (flag, value) in defaults {
+        if !extra.contains(&flag) {
+            args.extend_from_slice(&[flag, value]);
+        }
     }
     args.extend_from_slice(extra);
     let gw = Process::start(dir.path(), &args);
@@ -584,4 +581,51 @@ fn a_healthz_flood_from_one_address_is_refused_and_a_device_keeps_working() {
         tally.ok[3], tally.asked[3],
         "every own health check answered: {tally:?}"
     );
+}
+
+/// Heartbeats alone (one a second, 33 bytes) fill a 1 KiB receive buffer in about half a
+/// minute; the stream is then closed within the write timeout (2 s), long before the idle
+/// timeout (here 60 s) would have.
+#[test]
+fn unread_streams_of_heartbeats_alone_are_closed_within_the_write_timeout() {
+    let (_dir, gw) = gateway(&["--idle-timeout-ms", "60000"]);
+    let addr = gw.addr.clone();
+    let request = watch_request(&addr, &watch_body(&[]));
+    let attackers: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = small_buffer_from(from(50), &addr);
+            s.write_all(&request).unwrap();
+            s
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while open_streams(&gw) < 8 {
+        assert!(Instant::now() < deadline, "the streams did not open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let started = Instant::now();
+    let (mut first, mut last) = (None, None);
+    while last.is_none() {
+        let open = open_streams(&gw);
+        if open < 8 && first.is_none() {
+            first = Some(started.elapsed());
+        }
+        if open == 0 {
+            last = Some(started.elapsed());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(50),
+            "{open} of 8 unread streams still open after 50 s (idle timeout 60 s)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (first, last) = (first.unwrap(), last.unwrap());
+    println!(
+        "8 unread streams of heartbeats alone (1 KiB receive buffers): closed {}..{} ms after \
+         they opened (heartbeat 1 s, write timeout 2 s, idle timeout 60 s)",
+        first.as_millis(),
+        last.as_millis()
+    );
+    assert!(last - first < Duration::from_secs(5), "{first:?}..{last:?}");
+    drop(attackers);
 }

@@ -13,7 +13,10 @@
 //! its send buffer is shrunk to [`STREAM_SEND_BUFFER`] (so a client that stops reading fills it
 //! soon), and [`Activity::stalled`] resolves once a write has waited for room in it for the
 //! stream's write timeout: the connection is then dropped, and the stream with it. A write that
-//! waits is no movement: only bytes the kernel takes count as activity.
+//! waits is no movement: only bytes the kernel takes count as activity. On Linux the socket's
+//! `TCP_USER_TIMEOUT` is set to the same timeout, so the kernel itself gives up once the
+//! client's receive window stayed closed (it stopped reading and its buffer is full) or the
+//! bytes sent stayed unacknowledged (it vanished) that long, before our buffer is full.
 
 use std::io;
 use std::pin::Pin;
@@ -158,22 +161,31 @@ impl Drop for Streaming {
     }
 }
 
-/// A socket whose send buffer can be set ([`Activity::stream`]).
+/// A socket that can be set up for a change stream ([`Activity::stream`]).
 pub trait SendBuffer {
-    /// Asks the kernel for a send buffer of `bytes` (best effort).
-    fn set_send_buffer(&self, bytes: usize);
+    /// Asks the kernel for a send buffer of `bytes`, and to give up on the connection when
+    /// bytes sent stay unacknowledged, or the peer's receive window stays closed, for
+    /// `timeout` (`TCP_USER_TIMEOUT`, where there is one). Best effort.
+    fn set_send_buffer(&self, bytes: usize, timeout: Duration);
 }
 
 impl SendBuffer for tokio::net::TcpStream {
-    fn set_send_buffer(&self, bytes: usize) {
-        if let Err(e) = socket2::SockRef::from(self).set_send_buffer_size(bytes) {
+    fn set_send_buffer(&self, bytes: usize, timeout: Duration) {
+        let socket = socket2::SockRef::from(self);
+        if let Err(e) = socket.set_send_buffer_size(bytes) {
             tracing::debug!(error = %e, "could not set a stream's send buffer");
         }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Err(e) = socket.set_tcp_user_timeout(Some(timeout)) {
+            tracing::debug!(error = %e, "could not set a stream's TCP user timeout");
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let _ = timeout;
     }
 }
 
 impl SendBuffer for tokio::io::DuplexStream {
-    fn set_send_buffer(&self, _bytes: usize) {}
+    fn set_send_buffer(&self, _bytes: usize, _timeout: Duration) {}
 }
 
 impl Default for Activity {
@@ -217,7 +229,9 @@ impl<S: SendBuffer> Tracked<S> {
         if self.activity.0.send_buffer.load(Ordering::Relaxed) != 0 {
             let bytes = self.activity.0.send_buffer.swap(0, Ordering::Relaxed);
             if bytes != 0 {
-                self.inner.set_send_buffer(bytes);
+                let timeout = self.activity.0.write_timeout_ms.load(Ordering::Relaxed);
+                self.inner
+                    .set_send_buffer(bytes, Duration::from_millis(timeout));
             }
         }
     }
