@@ -166,6 +166,7 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     }
     // Before the access checks, which would be wasted on a stream the hub refuses.
     state.watch.check_size(aggregates.len())?;
+    state.watch.check_address(peer)?;
     let mut refused = Vec::new();
     for aggregate in aggregates.clone() {
         let key = AggregateKey {

@@ -117,6 +117,27 @@ impl Hub {
         Ok(())
     }
 
+    fn check_bucket(&self, registry: &Registry, bucket: IpAddr) -> Result<(), ApiError> {
+        let open = registry.by_ip.get(&bucket).copied().unwrap_or(0);
+        if self.limits.max_streams_per_ip > 0 && open >= self.limits.max_streams_per_ip {
+            return Err(retry(
+                g::WATCH_STREAMS_PER_IP,
+                format!(
+                    "this address has {open} change streams open, its limit; close one or \
+                     retry shortly"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a stream from `ip` when its address bucket already holds
+    /// `--watch-max-streams-per-ip` streams: asked before the access checks, which would be
+    /// wasted on it ([`Hub::register`] asks again).
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.check_bucket(&self.lock(), crate::limits::ip::bucket(ip))
+    }
+
     /// Registers a stream of `client`, from address `ip`, watching `aggregates`, under the
     /// limits. Once this returns, every change the hub receives for them reaches the stream's
     /// slot.
@@ -132,16 +153,7 @@ impl Hub {
         let mut registry = self.lock();
         // First: a bucket at its cap is refused whatever the pool holds, so its retries never
         // count as the gateway being full.
-        let from_ip = registry.by_ip.get(&bucket).copied().unwrap_or(0);
-        if limits.max_streams_per_ip > 0 && from_ip >= limits.max_streams_per_ip {
-            return Err(retry(
-                g::WATCH_STREAMS_PER_IP,
-                format!(
-                    "this address has {from_ip} change streams open, its limit; close one or \
-                     retry shortly"
-                ),
-            ));
-        }
+        self.check_bucket(&registry, bucket)?;
         if registry.streams.len() >= limits.max_streams {
             return Err(retry(
                 g::WATCH_STREAMS_FULL,
