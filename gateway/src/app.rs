@@ -4,6 +4,7 @@
 //! `main` serves it. Unknown API routes (anything under `/v1`, including `/v1` and `/v1/`
 //! themselves) and wrong methods get the protocol's JSON body too. Layers, outermost first:
 //! tracing, metrics (`crate::observe`), the deadline, the `Host` check (`crate::host`), CORS.
+//! `/healthz` and the static files are each behind a per-address rate (`crate::limits::cheap`).
 //!
 //! **The deadline** covers every route, static files included: a request not answered within
 //! `--request-timeout-ms` (plus [`DEADLINE_GRACE`]) of reaching the router gets 504 (50400,
@@ -32,6 +33,7 @@ use crate::auth::faults_secret;
 use crate::cors;
 use crate::error::ApiError;
 use crate::host::{self, HostPolicy};
+use crate::limits::cheap::{self, CheapRate};
 use crate::observe;
 use crate::proxy::{self, TrustedProxies};
 use crate::routes;
@@ -75,6 +77,7 @@ async fn deadline_passed(error: BoxError) -> Response {
 
 /// The gateway's router over `state`.
 pub fn app(state: AppState) -> Router {
+    let cheap = CheapRate::new(&state.config.limits);
     let mut api = Router::new()
         .route(WRITE_PATH, post(routes::write::write))
         .route(SESSION_PATH, axum::routing::any(routes::session::session))
@@ -95,7 +98,13 @@ pub fn app(state: AppState) -> Router {
             get(routes::revocations::list).post(routes::revocations::revoke),
         )
         .route("/v1/revocations/lift", post(routes::revocations::lift))
-        .route(HEALTH_PATH, get(routes::health::health));
+        .route(
+            HEALTH_PATH,
+            get(routes::health::health).route_layer(axum::middleware::from_fn_with_state(
+                cheap.clone(),
+                cheap::limit,
+            )),
+        );
     if observe::on_main_listener() {
         // Only with --metrics-token-file: the token is checked by the handler.
         api = api.route(observe::METRICS_PATH, get(observe::scrape));
@@ -120,8 +129,13 @@ pub fn app(state: AppState) -> Router {
         .route("/v1", axum::routing::any(not_found))
         .route("/v1/", axum::routing::any(not_found))
         .route("/v1/{*rest}", axum::routing::any(not_found));
-    let www = ServeDir::new(&state.config.www).append_index_html_on_directories(true);
-    let pkg = ServeDir::new(&state.config.pkg);
+    let cheap_layer = || axum::middleware::from_fn_with_state(cheap.clone(), cheap::limit);
+    let www = ServiceBuilder::new()
+        .layer(cheap_layer())
+        .service(ServeDir::new(&state.config.www).append_index_html_on_directories(true));
+    let pkg = ServiceBuilder::new()
+        .layer(cheap_layer())
+        .service(ServeDir::new(&state.config.pkg));
     api.nest_service("/pkg", pkg)
         .fallback_service(www)
         .method_not_allowed_fallback(method_not_allowed)

@@ -224,12 +224,18 @@ pub mod gateway {
     /// This client id, or this client address, is over its share (requests per second or
     /// requests at once, on writes or on reads): not applied, resend after `retryAfterMs`.
     pub const RATE_LIMITED: u32 = 42910;
+    /// `GET /healthz` or a static file: this client address is over its rate for them
+    /// (`--static-rate-per-ip`); resend after `retryAfterMs`.
+    pub const STATIC_RATE_LIMITED: u32 = 42911;
     /// `POST /v1/watch`: this client id has `--watch-max-streams-per-client` streams open
     /// already (close one, e.g. in another tab); retry after `retryAfterMs`.
     pub const WATCH_STREAMS_PER_CLIENT: u32 = 42920;
     /// `POST /v1/watch`: the gateway has `--watch-max-streams` streams open; retry after
     /// `retryAfterMs`.
     pub const WATCH_STREAMS_FULL: u32 = 42921;
+    /// `POST /v1/watch`: this client address has `--watch-max-streams-per-ip` streams open;
+    /// retry after `retryAfterMs`.
+    pub const WATCH_STREAMS_PER_IP: u32 = 42922;
     /// Stored data failed its checksum (named in the message: aggregate and version). Nothing
     /// of a write was applied, and nothing corrupt is ever served; an operator must restore
     /// the store (`celeriant-gateway verify` lists what is damaged).
@@ -252,7 +258,7 @@ pub mod gateway {
     pub const INSUFFICIENT_STORAGE: u32 = 50700;
 
     /// Every gateway code, in numeric order. A number not in this list is not a gateway code.
-    pub const ALL: [u32; 64] = [
+    pub const ALL: [u32; 66] = [
         MALFORMED_JSON,
         INVALID_FIELD,
         NO_WRITES,
@@ -308,8 +314,10 @@ pub mod gateway {
         SUBJECT_LIMIT,
         PROOF_REPLAY_FULL,
         RATE_LIMITED,
+        STATIC_RATE_LIMITED,
         WATCH_STREAMS_PER_CLIENT,
         WATCH_STREAMS_FULL,
+        WATCH_STREAMS_PER_IP,
         DATA_CORRUPT,
         UPSTREAM_OUTCOME_UNKNOWN,
         INTERNAL,
@@ -418,6 +426,8 @@ pub fn name(code: u32) -> &'static str {
         g::RATE_LIMITED => "RATE_LIMITED",
         g::WATCH_STREAMS_PER_CLIENT => "WATCH_STREAMS_PER_CLIENT",
         g::WATCH_STREAMS_FULL => "WATCH_STREAMS_FULL",
+        g::WATCH_STREAMS_PER_IP => "WATCH_STREAMS_PER_IP",
+        g::STATIC_RATE_LIMITED => "STATIC_RATE_LIMITED",
         g::DATA_CORRUPT => "DATA_CORRUPT",
         g::UPSTREAM_OUTCOME_UNKNOWN => "UPSTREAM_OUTCOME_UNKNOWN",
         g::INTERNAL => "INTERNAL",

@@ -129,6 +129,8 @@ pub fn classify(code: u32) -> Class {
         | g::RATE_LIMITED
         | g::WATCH_STREAMS_PER_CLIENT
         | g::WATCH_STREAMS_FULL
+        | g::WATCH_STREAMS_PER_IP
+        | g::STATIC_RATE_LIMITED
         | g::REQUEST_TIMEOUT
         | g::UPSTREAM_UNAVAILABLE
         | g::STORE_DEGRADED => Class::Retry(RetryKind::Transient),

@@ -138,6 +138,24 @@ pub struct LimitConfig {
         default_value_t = 256
     )]
     pub concurrency_per_ip: u32,
+
+    /// `GET /healthz` and static files one client address may ask for per second, after a
+    /// burst of --static-burst-per-ip (IPv6: per /64); past it 429 (42911) with the wait in
+    /// `Retry-After`. 0: no limit.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_STATIC_RATE_PER_IP",
+        default_value_t = 50
+    )]
+    pub static_rate_per_ip: u32,
+
+    /// `GET /healthz` and static files one client address may ask for in a burst.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_STATIC_BURST_PER_IP",
+        default_value_t = 200
+    )]
+    pub static_burst_per_ip: u32,
 }
 
 impl LimitConfig {

@@ -14,9 +14,14 @@
 //! create), so a refusal says that the aggregate exists and is someone else's — as a write with
 //! `allowCreate` does; that much is unavoidable once ids are unique.
 //!
-//! The router's deadline bounds the time to the answer's head only (it wraps the handler's
+//! Each address (bucket, `crate::limits::ip`) may hold `--watch-max-streams-per-ip` streams
+//! (429, 42922), a small share of the pool, so a few addresses cannot take every stream. The
+//! router's deadline bounds the time to the answer's head only (it wraps the handler's
 //! future, not the body), so a stream is not cut off by it; it is counted in the connection
-//! cap like any connection, and kept alive past the idle timeout by its heartbeats.
+//! cap like any connection, kept alive past the idle timeout by heartbeats its client takes,
+//! closed once its client stops taking them (`--watch-write-timeout-ms`), and ended after
+//! `--watch-max-lifetime-secs` at most (the client reconnects). Its connection is closed after
+//! it (`Connection: close`): the socket's send buffer was shrunk for the stream.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -39,6 +44,7 @@ use crate::extract::read_json_proven;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
 use crate::routes::members::{readable, watchable};
+use crate::serve::activity::Activity;
 use crate::state::AppState;
 use crate::watch::stream;
 
@@ -89,11 +95,21 @@ fn delivery_check(state: &AppState, session: Session) -> stream::Check {
 /// 40020 and a flood 413 before it is read.
 const BODY_BYTES_PER_AGGREGATE: usize = 200;
 
-/// The handler (both methods).
+/// The handler (both methods). A stream refused for want of room (429) closes its
+/// connection too: a client that opens streams it never reads would otherwise keep the
+/// refused connections open as idle keep-alive ones.
 pub async fn watch(State(state): State<AppState>, request: Request) -> Response {
     match open(&state, request).await {
         Ok(response) => response,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            let mut response = e.into_response();
+            if response.status() == axum::http::StatusCode::TOO_MANY_REQUESTS {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            response
+        }
     }
 }
 
@@ -113,9 +129,8 @@ fn parse_aggregate(value: &str) -> Result<AggregateRef, ApiError> {
 
 async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let (mut parts, body) = request.into_parts();
-    let address = state
-        .fair
-        .address(Kind::Read, ip::peer(&parts.extensions))?;
+    let peer = ip::peer(&parts.extensions);
+    let address = state.fair.address(Kind::Read, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let share = state.fair.client(Kind::Read, address, session.client_id)?;
     let aggregates: Vec<AggregateRef> = if parts.method == Method::POST {
@@ -151,6 +166,7 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     }
     // Before the access checks, which would be wasted on a stream the hub refuses.
     state.watch.check_size(aggregates.len())?;
+    state.watch.check_address(peer)?;
     let mut refused = Vec::new();
     for aggregate in aggregates.clone() {
         let key = AggregateKey {
@@ -169,7 +185,7 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     if !refused.is_empty() {
         tracing::info!(client = ?session.client_id, refused = refused.len(), "watch: entries refused by the access policy");
     }
-    let registration = state.watch.register(session.client_id, aggregates)?;
+    let registration = state.watch.register(session.client_id, peer, aggregates)?;
     let ready = if refused.is_empty() {
         json!({})
     } else {
@@ -177,9 +193,15 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     };
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);
-    let lifetime = session
-        .expires_at
-        .map(|exp| Duration::from_millis((exp * 1000).saturating_sub(now_ms())));
+    let mut lifetime = state.config.watch.max_lifetime(registration.slot.id);
+    if let Some(exp) = session.expires_at {
+        lifetime = lifetime.min(Duration::from_millis((exp * 1000).saturating_sub(now_ms())));
+    }
+    // Without a connection (tests driving the router alone) there is no socket to watch.
+    let streaming = parts
+        .extensions
+        .get::<Activity>()
+        .map(|activity| activity.stream(state.config.watch.write_timeout()));
     let check = delivery_check(state, session.clone());
     let alive: stream::Alive = {
         let (state, session) = (state.clone(), session.clone());
@@ -196,10 +218,12 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
             .heartbeat(state.config.limits.idle_timeout_ms),
         lifetime,
         state.watch.closing(),
+        streaming,
     );
     let mut response = Sse::new(events).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     Ok(response)
 }

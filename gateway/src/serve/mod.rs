@@ -13,6 +13,10 @@
 //!   connections.
 //! * **Idle timeout** ([`activity`]): a connection on which nothing moved for that long is
 //!   dropped, whatever it was doing.
+//! * **Stalled streams** ([`activity`]): a connection carrying a change stream is dropped once
+//!   a write has waited for room in its (small) send buffer for the stream's write timeout,
+//!   which frees the stream's slots; each request finds the connection's [`Activity`] in its
+//!   extensions for that.
 //! * **Bounded buffers**: a request's headers may take at most [`MAX_HEADER_BYTES`] (431 past
 //!   it; 100 headers at most, hyper's default), and hyper buffers at most [`MAX_BUF_BYTES`] per
 //!   connection.
@@ -182,12 +186,14 @@ pub async fn serve(
         crate::observe::connection_accepted();
         let activity = Activity::new();
         let io = TokioIo::new(Tracked::new(stream, activity.clone()));
-        let service = router
-            .clone()
-            .map_request(move |mut request: Request<Incoming>| {
+        let service = router.clone().map_request({
+            let activity = activity.clone();
+            move |mut request: Request<Incoming>| {
                 request.extensions_mut().insert(ConnectInfo(peer));
+                request.extensions_mut().insert(activity.clone());
                 request
-            });
+            }
+        });
         let connection =
             graceful.watch(builder.serve_connection(io, TowerToHyperService::new(service)));
         let idle_timeout = options.idle_timeout;
@@ -199,6 +205,10 @@ pub async fn serve(
                 },
                 () = activity.idle(idle_timeout) => {
                     tracing::debug!(%peer, ?idle_timeout, "idle connection closed");
+                }
+                () = activity.stalled() => {
+                    crate::observe::budget_refused("change streams", "stalled");
+                    tracing::debug!(%peer, "change stream closed: its client stopped reading");
                 }
             }
         });

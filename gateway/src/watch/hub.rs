@@ -2,7 +2,8 @@
 //! a backend's changes.
 //!
 //! Streams register their aggregates here ([`Hub::register`], refused over
-//! `--watch-max-aggregates`, `--watch-max-streams-per-client`, `--watch-max-streams` or
+//! `--watch-max-aggregates`, `--watch-max-streams-per-client`, `--watch-max-streams-per-ip`
+//! (per address bucket, `crate::limits::ip`), `--watch-max-streams` or
 //! `--watch-max-registrations`, the aggregates summed over all streams) and
 //! unregister when their [`Registration`] is dropped. The registry maps each aggregate to the
 //! streams that watch it, so a change costs one hash lookup whatever the number of streams
@@ -11,6 +12,7 @@
 //! stream. The hub never waits for a stream: it only writes into its [`Slot`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +34,8 @@ pub struct WatchLimits {
     pub max_aggregates: usize,
     /// Most streams one client id may hold open.
     pub max_streams_per_client: usize,
+    /// Most streams one address bucket may hold open (0: no cap).
+    pub max_streams_per_ip: usize,
     /// Most streams open in the process.
     pub max_streams: usize,
     /// Most registrations (aggregates summed over the open streams) in the process.
@@ -45,6 +49,8 @@ struct Registry {
     /// watches, whatever the number of streams watching the same aggregates.
     by_aggregate: HashMap<AggregateRef, HashMap<u64, Arc<Slot>>>,
     by_client: HashMap<Option<Uuid>, usize>,
+    /// Open streams per address bucket (an entry only while it has one).
+    by_ip: HashMap<IpAddr, usize>,
     /// Aggregates summed over the open streams.
     registrations: usize,
 }
@@ -63,11 +69,13 @@ pub struct Registration {
     hub: Arc<Hub>,
     /// The stream's slot.
     pub slot: Arc<Slot>,
+    /// The address bucket it counts under.
+    bucket: IpAddr,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.hub.unregister(&self.slot);
+        self.hub.unregister(&self.slot, self.bucket);
     }
 }
 
@@ -109,16 +117,43 @@ impl Hub {
         Ok(())
     }
 
-    /// Registers a stream of `client` watching `aggregates`, under the limits. Once this
-    /// returns, every change the hub receives for them reaches the stream's slot.
+    fn check_bucket(&self, registry: &Registry, bucket: IpAddr) -> Result<(), ApiError> {
+        let open = registry.by_ip.get(&bucket).copied().unwrap_or(0);
+        if self.limits.max_streams_per_ip > 0 && open >= self.limits.max_streams_per_ip {
+            return Err(retry(
+                g::WATCH_STREAMS_PER_IP,
+                format!(
+                    "this address has {open} change streams open, its limit; close one or \
+                     retry shortly"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a stream from `ip` when its address bucket already holds
+    /// `--watch-max-streams-per-ip` streams: asked before the access checks, which would be
+    /// wasted on it ([`Hub::register`] asks again).
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.check_bucket(&self.lock(), crate::limits::ip::bucket(ip))
+    }
+
+    /// Registers a stream of `client`, from address `ip`, watching `aggregates`, under the
+    /// limits. Once this returns, every change the hub receives for them reaches the stream's
+    /// slot.
     pub fn register(
         self: &Arc<Self>,
         client: Option<Uuid>,
+        ip: IpAddr,
         aggregates: HashSet<AggregateRef>,
     ) -> Result<Registration, ApiError> {
         let limits = self.limits;
         self.check_size(aggregates.len())?;
+        let bucket = crate::limits::ip::bucket(ip);
         let mut registry = self.lock();
+        // First: a bucket at its cap is refused whatever the pool holds, so its retries never
+        // count as the gateway being full.
+        self.check_bucket(&registry, bucket)?;
         if registry.streams.len() >= limits.max_streams {
             return Err(retry(
                 g::WATCH_STREAMS_FULL,
@@ -161,14 +196,16 @@ impl Hub {
         }
         registry.registrations += slot.aggregates.len();
         *registry.by_client.entry(client).or_insert(0) += 1;
+        *registry.by_ip.entry(bucket).or_insert(0) += 1;
         registry.streams.insert(id, slot.clone());
         Ok(Registration {
             hub: self.clone(),
             slot,
+            bucket,
         })
     }
 
-    fn unregister(&self, slot: &Slot) {
+    fn unregister(&self, slot: &Slot, bucket: IpAddr) {
         let mut registry = self.lock();
         if registry.streams.remove(&slot.id).is_none() {
             return;
@@ -186,6 +223,12 @@ impl Hub {
             *n -= 1;
             if *n == 0 {
                 registry.by_client.remove(&slot.client);
+            }
+        }
+        if let Some(n) = registry.by_ip.get_mut(&bucket) {
+            *n -= 1;
+            if *n == 0 {
+                registry.by_ip.remove(&bucket);
             }
         }
     }

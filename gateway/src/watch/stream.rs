@@ -6,8 +6,13 @@
 //! stream started is never notified to a stream that may not read it).
 //!
 //! The body is pulled by the connection: while a client does not read, nothing is produced
-//! and notifications coalesce in the slot (bounded); the idle timeout eventually closes a
-//! connection that moves no byte at all.
+//! and notifications coalesce in the slot (bounded). A client that stops reading fills its
+//! connection's (shrunk) send buffer, and once a write has waited for room for
+//! `--watch-write-timeout-ms` the connection is dropped with this stream
+//! (`crate::serve::activity`); the [`Streaming`] guard the stream holds is what marks its
+//! connection as carrying a stream. Every stream also ends after its lifetime (the session's
+//! remaining time, at most `--watch-max-lifetime-secs`): the body simply ends and the client
+//! reconnects.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -19,6 +24,7 @@ use serde_json::json;
 
 use super::hub::Registration;
 use super::slot::Note;
+use crate::serve::activity::Streaming;
 
 /// Whether a notification about an aggregate may be sent on this stream.
 pub type Check = std::sync::Arc<
@@ -41,6 +47,8 @@ struct State {
     heartbeat: tokio::time::Interval,
     expiry: std::pin::Pin<Box<tokio::time::Sleep>>,
     closing: tokio::sync::watch::Receiver<bool>,
+    /// Held for as long as the stream lives (`None` without a real connection).
+    _streaming: Option<Streaming>,
 }
 
 enum Woke {
@@ -65,21 +73,20 @@ fn note_event(note: Note) -> Event {
 }
 
 /// The events of a registered stream: `ready` (with `ready`'s data), then notifications that
-/// pass `check` and heartbeats every `heartbeat`, ending after `lifetime` (the session's
-/// remaining time) or at shutdown.
+/// pass `check` and heartbeats every `heartbeat`, ending after `lifetime` or at shutdown.
+#[allow(clippy::too_many_arguments)]
 pub fn events(
     registration: Registration,
     ready: serde_json::Value,
     check: Check,
     alive: Alive,
     heartbeat: Duration,
-    lifetime: Option<Duration>,
+    lifetime: Duration,
     closing: tokio::sync::watch::Receiver<bool>,
+    streaming: Option<Streaming>,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // No session expiry (`--auth none`): a century is as good as never.
-    let lifetime = lifetime.unwrap_or(Duration::from_secs(100 * 365 * 86_400));
     let state = State {
         registration,
         check,
@@ -89,6 +96,7 @@ pub fn events(
         heartbeat: ticks,
         expiry: Box::pin(tokio::time::sleep(lifetime)),
         closing,
+        _streaming: streaming,
     };
     futures_util::stream::unfold((state, Some(ready)), |(mut s, mut ready)| async move {
         if !s.started {

@@ -2,6 +2,9 @@
 //! with a deadline (a gateway that never answers fails the test instead of hanging it),
 //! connections from other loopback addresses (127.0.0.0/8 is all loopback on Linux, so one
 //! test can be several client addresses), the gateway's resident memory, and root for a tmpfs.
+//! For issue 26: clients with the smallest receive buffer (a reader that stops reading fills it
+//! at once) and an exchange that counts a missing answer instead of panicking ([`ask`]), for
+//! the figures of a device measured during an attack.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -51,6 +54,76 @@ pub fn connect_from(source: Ipv4Addr, addr: &str) -> TcpStream {
     socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
     socket.connect(&target.into()).unwrap();
     socket.into()
+}
+
+/// A connection from `source` whose receive buffer is as small as the kernel allows.
+pub fn small_buffer_from(source: Ipv4Addr, addr: &str) -> TcpStream {
+    let target: SocketAddr = addr.parse().unwrap();
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(1024).unwrap();
+    socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
+    socket.connect(&target.into()).unwrap();
+    socket.into()
+}
+
+/// Sends `request` from `source` and reads one answer within `wait`; status 0 when there was
+/// none in time (or the connection failed): the measurements count it, they do not panic.
+pub fn ask(source: Ipv4Addr, addr: &str, request: &[u8], wait: Duration) -> Raw {
+    let started = Instant::now();
+    let none = |started: Instant| Raw {
+        status: 0,
+        head: String::new(),
+        body: Vec::new(),
+        elapsed: started.elapsed(),
+    };
+    let target: SocketAddr = addr.parse().unwrap();
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    if socket.bind(&SocketAddr::from((source, 0)).into()).is_err()
+        || socket.connect_timeout(&target.into(), wait).is_err()
+    {
+        return none(started);
+    }
+    let mut stream: TcpStream = socket.into();
+    if stream.write_all(request).is_err() {
+        return none(started);
+    }
+    let mut data = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.trim()
+                        .eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if data.len() >= end + 4 + length {
+                return Raw {
+                    status: head
+                        .split(' ')
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0),
+                    body: data[end + 4..end + 4 + length].to_vec(),
+                    head,
+                    elapsed: started.elapsed(),
+                };
+            }
+        }
+        let left = (started + wait).saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return none(started);
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return none(started),
+            Ok(n) => data.extend_from_slice(&chunk[..n]),
+        }
+    }
 }
 
 /// Reads one answer from `stream` within `wait`: the head, then `Content-Length` bytes of

@@ -41,7 +41,25 @@ pub fn open(
     token: Option<&str>,
     body: Option<&Value>,
 ) -> Stream {
-    let mut socket = TcpStream::connect(addr).unwrap();
+    open_on(
+        TcpStream::connect(addr).unwrap(),
+        addr,
+        method,
+        path,
+        token,
+        body,
+    )
+}
+
+/// As [`open`], on a connection the caller made (from another loopback address, say).
+pub fn open_on(
+    mut socket: TcpStream,
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Stream {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let auth = token
         .map(|t| {
