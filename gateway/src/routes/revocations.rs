@@ -235,7 +235,14 @@ async fn change(state: &AppState, request: Request, lift: bool) -> Result<Value,
     let _serial = revocations.serial().await;
     let list = match state.backend.update_revocations(decide).await {
         Ok(answer) => answer,
-        Err(e) => Err(ApiError(e.into_outcome())),
+        Err(e) => {
+            // The change may have landed (an unknown outcome): reload now rather than at the
+            // next refresh, so this replica enforces it as soon as it is there.
+            if let Some(changed) = state.backend.revocations_changed() {
+                changed.notify_one();
+            }
+            Err(ApiError(e.into_outcome()))
+        }
     };
     let action = if lift { "lift" } else { "revoke" };
     let list = match list {

@@ -197,7 +197,11 @@ impl Backend for CeleriantBackend {
                     records.expire_record(org, id);
                 }
             }
-            Change::Resync => records.expire_all(),
+            // Notifications may have been lost (a reconnect, a renewal): read both again.
+            Change::Resync => {
+                records.expire_all();
+                revocations.changed().notify_one();
+            }
             _ => {}
         });
         runtime.spawn(watch::run(self.pool.clone(), sender, self.watch, observe));

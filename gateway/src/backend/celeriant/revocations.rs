@@ -74,11 +74,19 @@ struct Held {
     list: Arc<Vec<Revocation>>,
 }
 
+/// Every how many reloads the tip's batch is read even when its version is the one held: a
+/// cluster restored from a backup and written again can hold other contents under a version
+/// number this replica has seen (the version guard cannot tell), so the held copy is checked
+/// against the store at least this often (once a minute at the default 5 s refresh).
+const RECHECK_EVERY: u64 = 12;
+
 /// The revocations of one organisation in one cluster.
 pub struct Revocations {
     pool: Arc<CeleriantPool>,
     key: CeleriantKey,
     held: Mutex<Option<Held>>,
+    /// Reloads since the held copy was last compared with the store ([`RECHECK_EVERY`]).
+    reloads: std::sync::atomic::AtomicU64,
     /// Told when the upstream watch saw the list change (or may have missed a change).
     changed: Arc<tokio::sync::Notify>,
 }
@@ -101,6 +109,7 @@ impl Revocations {
             pool,
             key: CeleriantKey::new(org.as_u128(), RESERVED_TYPE.as_u128(), revocations_id()),
             held: Mutex::new(None),
+            reloads: std::sync::atomic::AtomicU64::new(0),
             changed: Arc::new(tokio::sync::Notify::new()),
         }
     }
@@ -125,29 +134,41 @@ impl Revocations {
         held.as_ref().map(|h| (h.version, h.list.clone()))
     }
 
-    /// Keeps `list` as version `version` unless a newer one is held.
+    /// Keeps `list` as version `version`: the store's list is the truth, also when it went back.
     fn hold(&self, version: u64, list: Arc<Vec<Revocation>>) {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if held.as_ref().is_none_or(|h| h.version <= version) {
-            *held = Some(Held { version, list });
-        }
+        *held = Some(Held { version, list });
     }
 
-    /// The list and its version, read from Celeriant now (the batch only when its version is
-    /// not the one held), not pruned.
-    async fn fetch(&self) -> Result<(u64, Arc<Vec<Revocation>>), BackendError> {
+    /// The list and its version, read from Celeriant now, not pruned. With `trust_held`, the
+    /// batch is read only when its version is not the one held (and every [`RECHECK_EVERY`]th
+    /// time anyway); a change (`update`) never trusts the held copy: it is decided on the
+    /// store's batch, so that a copy the cluster no longer has is never written back.
+    ///
+    /// **A cluster that went back** (restored from a backup, a failover to a standby that had
+    /// not caught up, or a read answered by a lagging node: its tip below the version held)
+    /// may have lost revocations written after its tip. A reload then enforces both lists (the
+    /// held copy's entries the store lacks stay refused on this replica: nothing is let back in
+    /// by a lagging read) and logs an error naming both versions, for the operator to revoke
+    /// again what was lost; a change is decided on the store's list and guarded on the store's
+    /// version, so no copy the cluster no longer has is ever written back under a version it
+    /// reached again with other contents (`docs/protocol.md` §17.7).
+    async fn fetch(&self, trust_held: bool) -> Result<(u64, Arc<Vec<Revocation>>), BackendError> {
         let tip = match record::tip(&self.pool, &self.key).await? {
             Tip::Deleted => return Err(corrupt("was deleted")),
             Tip::Missing => 0,
             Tip::At(version) => version,
         };
         let held = self.held();
-        // The held copy is as new (or newer: a node that has not caught up with this
-        // replica's own write yet): the record only grows.
-        if let Some((version, list)) = held
-            && version >= tip
-        {
-            return Ok((version, list));
+        let recheck = self
+            .reloads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            % RECHECK_EVERY
+            == 0;
+        if let Some((version, list)) = &held {
+            if *version == tip && trust_held && !recheck {
+                return Ok((*version, list.clone()));
+            }
         }
         let list = match tip {
             0 => Arc::new(Vec::new()),
@@ -160,13 +181,40 @@ impl Revocations {
                 Arc::new(stored.revocations)
             }
         };
+        if let Some((version, old)) = &held {
+            if *version > tip {
+                tracing::error!(
+                    held = *version,
+                    tip,
+                    "the revocations record in Celeriant went back (a restored or failed-over \
+                     cluster, or a lagging node): revocations written after its version {tip} \
+                     may be lost on other replicas; revoke them again"
+                );
+                if !trust_held {
+                    return Ok((tip, list));
+                }
+                let stored: std::collections::HashSet<_> = list.iter().map(|r| &r.target).collect();
+                let mut both = (*list).clone();
+                both.extend(old.iter().filter(|r| !stored.contains(&r.target)).cloned());
+                return Ok((*version, Arc::new(both)));
+            }
+            if *version == tip && **old != *list {
+                tracing::error!(
+                    version = tip,
+                    "the revocations record in Celeriant holds other contents than this replica \
+                     read at the same version (a restored cluster written again): the store's \
+                     list is taken; revocations made since the restore point may be lost, \
+                     revoke them again"
+                );
+            }
+        }
         self.hold(tip, list.clone());
         Ok((tip, list))
     }
 
     /// Every revocation not yet forgotten.
     pub async fn list(&self) -> Result<Vec<Revocation>, BackendError> {
-        let (_, list) = self.fetch().await?;
+        let (_, list) = self.fetch(true).await?;
         let mut list = (*list).clone();
         prune(&mut list, now_s());
         Ok(list)
@@ -179,7 +227,7 @@ impl Revocations {
         change: &RevocationChange,
     ) -> Result<Result<Vec<Revocation>, ApiError>, BackendError> {
         for _ in 0..UPDATE_ATTEMPTS {
-            let (version, stored) = self.fetch().await?;
+            let (version, stored) = self.fetch(false).await?;
             let mut current = (*stored).clone();
             prune(&mut current, now_s());
             let list = match change(current.clone()) {
@@ -204,8 +252,11 @@ impl Revocations {
                     ),
                 )));
             }
-            if record::append(&self.pool, &self.key, value, version + 1).await? {
-                self.hold(version + 1, Arc::new(list.clone()));
+            let next = version
+                .checked_add(1)
+                .ok_or_else(|| corrupt("has no version after u64::MAX"))?;
+            if record::append(&self.pool, &self.key, value, next).await? {
+                self.hold(next, Arc::new(list.clone()));
                 return Ok(Ok(list));
             }
         }
