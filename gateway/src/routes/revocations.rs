@@ -204,10 +204,13 @@ async fn change(state: &AppState, request: Request, lift: bool) -> Result<Value,
             }
             (Some(i), false) => {
                 let r = &mut list[i];
-                r.revoked_at = r.revoked_at.max(now);
-                match r.target {
-                    Target::Session(_) => r.forget_at = Some(r.revoked_at + ttl + 1),
-                    _ => (r.lifted_at, r.forget_at) = (None, None),
+                // Revoking again what stands changes nothing (a standing device or principal
+                // refuses every token whatever its iat; a token's record outlives the token), so
+                // a retrying script appends nothing (on the Celeriant backend every change
+                // stores the whole list). Only a lifted one is revoked anew.
+                if r.lifted_at.is_some() && !matches!(r.target, Target::Session(_)) {
+                    r.revoked_at = r.revoked_at.max(now);
+                    (r.lifted_at, r.forget_at) = (None, None);
                 }
             }
             (None, false) => {
