@@ -112,10 +112,7 @@ async fn an_owner_shares_reads_and_writes_and_takes_them_back() {
     // readWrite to the friend, read to the reader: invitations, nothing until accepted.
     let shared = ok(owner.share(agg.clone(), me(&friend).into(), "readWrite".into())).await;
     assert_eq!(string(&shared, "owner"), me(&owner));
-    assert_eq!(
-        string(&get(&shared, "invited"), &me(&friend)),
-        "readWrite"
-    );
+    assert_eq!(string(&get(&shared, "invited"), &me(&friend)), "readWrite");
     assert_eq!(member_count(&shared), 0);
     let shared = ok(owner.share(agg.clone(), me(&reader).into(), "read".into())).await;
     assert_eq!(string(&get(&shared, "invited"), &me(&reader)), "read");

@@ -157,7 +157,8 @@ fn route_label(matched: Option<&str>, path: &str) -> &'static str {
         Some(SESSION_PATH) => "session",
         Some("/v1/aggregates/{type_id}/{id}/events") => "events",
         Some(
-            "/v1/aggregates/{type_id}/{id}/members" | "/v1/aggregates/{type_id}/{id}/members/accept",
+            "/v1/aggregates/{type_id}/{id}/members"
+            | "/v1/aggregates/{type_id}/{id}/members/accept",
         ) => "members",
         Some(WATCH_PATH) => "watch",
         Some(HEALTH_PATH) => "healthz",

@@ -328,7 +328,10 @@ async fn the_owner_grants_and_revokes_members_on(store: Store) {
     let r = put_member(&h, &ta, ID, &b_principal, "read").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     assert_eq!(r.json["invited"][&b_principal], "read");
-    assert!(h.seqs_as(&tb, TYPE, ID).await.is_empty(), "not accepted yet");
+    assert!(
+        h.seqs_as(&tb, TYPE, ID).await.is_empty(),
+        "not accepted yet"
+    );
     let r = accept(&h, &tb, ID).await;
     assert_eq!(r.json["members"][&b_principal], "read");
     assert_eq!(h.seqs_as(&tb, TYPE, ID).await, [1]);

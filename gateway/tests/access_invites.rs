@@ -46,14 +46,24 @@ fn json_request(method: Method, uri: String, auth: &str, body: &Value) -> Reques
 async fn put_member(h: &Harness, token: &str, id: &str, principal: &str, access: &str) -> Reply {
     let body = json!({"principal": principal, "access": access});
     let uri = format!("/v1/aggregates/{TYPE}/{id}/members");
-    h.send(json_request(Method::PUT, uri, &format!("Bearer {token}"), &body))
-        .await
+    h.send(json_request(
+        Method::PUT,
+        uri,
+        &format!("Bearer {token}"),
+        &body,
+    ))
+    .await
 }
 
 async fn accept_with(h: &Harness, token: &str, id: &str, body: &Value) -> Reply {
     let uri = format!("/v1/aggregates/{TYPE}/{id}/members/accept");
-    h.send(json_request(Method::POST, uri, &format!("Bearer {token}"), body))
-        .await
+    h.send(json_request(
+        Method::POST,
+        uri,
+        &format!("Bearer {token}"),
+        body,
+    ))
+    .await
 }
 
 async fn accept(h: &Harness, token: &str, id: &str) -> Reply {
@@ -234,7 +244,12 @@ async fn accepting_without_an_invitation_is_the_404_of_a_missing_aggregate_on(st
     let r = accept(&h, &ta, ID).await;
     assert_eq!((r.status.as_u16(), r.code()), (400, 40001), "{:?}", r.json);
     let uri = format!("/v1/aggregates/{TYPE}/{ID}/members/accept");
-    let op = json_request(Method::POST, uri, &format!("Operator {OPERATOR}"), &json!({}));
+    let op = json_request(
+        Method::POST,
+        uri,
+        &format!("Operator {OPERATOR}"),
+        &json!({}),
+    );
     let r = h.send(op).await;
     assert_eq!((r.status.as_u16(), r.code()), (403, 40303), "{:?}", r.json);
     // The body is `{}`, strictly; nothing is accepted by a refused body.
@@ -249,7 +264,10 @@ async fn accepting_without_an_invitation_is_the_404_of_a_missing_aggregate_on(st
         .body(Body::from("{}"))
         .unwrap();
     assert_eq!(h.send(request).await.code(), 41500);
-    assert!(h.seqs_as(&tb, TYPE, ID).await.is_empty(), "still invited only");
+    assert!(
+        h.seqs_as(&tb, TYPE, ID).await.is_empty(),
+        "still invited only"
+    );
     // GET is not a way to accept.
     let r = h
         .get_as(&tb, &format!("/v1/aggregates/{TYPE}/{ID}/members/accept"))
@@ -260,7 +278,12 @@ async fn accepting_without_an_invitation_is_the_404_of_a_missing_aggregate_on(st
         .await;
     let uri = format!("/v1/aggregates/{OWNER_TYPE}/{ID}/members/accept");
     let r = h
-        .send(json_request(Method::POST, uri, &format!("Bearer {tb}"), &json!({})))
+        .send(json_request(
+            Method::POST,
+            uri,
+            &format!("Bearer {tb}"),
+            &json!({}),
+        ))
         .await;
     assert_eq!((r.status.as_u16(), r.code()), (403, 40304), "{:?}", r.json);
     // B accepts its own invitation.

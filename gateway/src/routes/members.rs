@@ -335,14 +335,16 @@ async fn put(
             return Err(no_such_aggregate());
         };
         if record.owner != who {
-            return Err(if record.names(&who) || preset.may_read(Some(&record), &who) {
-                ApiError::code(
-                    g::NOT_OWNER,
-                    "only the aggregate's owner changes its members",
-                )
-            } else {
-                no_such_aggregate()
-            });
+            return Err(
+                if record.names(&who) || preset.may_read(Some(&record), &who) {
+                    ApiError::code(
+                        g::NOT_OWNER,
+                        "only the aggregate's owner changes its members",
+                    )
+                } else {
+                    no_such_aggregate()
+                },
+            );
         }
         if member == record.owner {
             return Err(ApiError::code(
