@@ -215,12 +215,20 @@ async fn bad_input_and_offline_fail_at_once_and_send_nothing() {
         "OFFLINE"
     );
     assert_eq!(code(&err(owner.members(agg.clone())).await), "OFFLINE");
+    assert_eq!(code(&err(owner.accept_share(agg.clone())).await), "OFFLINE");
     assert_eq!(num(&requests, "count"), 0.0, "nothing was sent");
     owner.set_offline(false);
     // Online again, a share of an aggregate that does not exist yet is NOT_FOUND.
     let e = err(owner.share(agg.clone(), "user:bob".into(), "read".into())).await;
     assert_eq!(code(&e), "NOT_FOUND");
     assert_eq!(num(&requests, "count"), 1.0, "this one was sent");
+    // Nothing to accept on a missing aggregate either: NOT_FOUND, 40400.
+    let e = err(owner.accept_share(agg.clone())).await;
+    assert_eq!(
+        (code(&e), num(&e, "serverCode")),
+        ("NOT_FOUND".into(), 40400.0)
+    );
+    assert_eq!(num(&requests, "count"), 2.0, "the acceptance was sent");
     restore(&requests);
     ok(owner.close()).await;
     let e = err(owner.members(agg)).await;
