@@ -1,6 +1,7 @@
-//! Sharing against the real gateway (`share`, `unshare`, `members`): an owner shares an
-//! aggregate of a `members` type (`tests/browser/policy.toml`) with another device, which can
-//! then read it (and append with `readWrite`); unsharing takes that away; a non-owner's share
+//! Sharing against the real gateway (`share`, `acceptShare`, `unshare`, `members`): an owner
+//! shares an aggregate of a `members` type (`tests/browser/policy.toml`) with another device,
+//! which can read it (and append with `readWrite`) only once it accepted the share; unsharing
+//! takes that away; a pre-created id shared with its victim does not take the victim's writes; a non-owner's share
 //! and a stranger's are refused typed; offline, and with bad input, nothing is sent. And a change
 //! stream's refusals (`ready.refused`) reach the app typed, in `status().read.refused`. And a
 //! device the operator revokes is `unauthorized` with 40103, its events kept, until lifted.
@@ -77,6 +78,11 @@ fn member_count(record: &JsValue) -> u32 {
     js_sys::Object::keys(get(record, "members").unchecked_ref::<js_sys::Object>()).length()
 }
 
+/// How many invitations a `Members` answer lists.
+fn invited_count(record: &JsValue) -> u32 {
+    js_sys::Object::keys(get(record, "invited").unchecked_ref::<js_sys::Object>()).length()
+}
+
 fn code(error: &JsValue) -> String {
     assert_eq!(
         get(error, "name").as_string().as_deref(),
@@ -103,15 +109,37 @@ async fn an_owner_shares_reads_and_writes_and_takes_them_back() {
     assert_eq!(code(&e), "NOT_FOUND");
     assert_eq!(num(&e, "serverCode"), 40400.0);
 
-    // readWrite to the friend, read to the reader.
+    // readWrite to the friend, read to the reader: invitations, nothing until accepted.
     let shared = ok(owner.share(agg.clone(), me(&friend).into(), "readWrite".into())).await;
     assert_eq!(string(&shared, "owner"), me(&owner));
-    let members = get(&shared, "members");
-    assert_eq!(string(&members, &me(&friend)), "readWrite");
+    assert_eq!(string(&get(&shared, "invited"), &me(&friend)), "readWrite");
+    assert_eq!(member_count(&shared), 0);
     let shared = ok(owner.share(agg.clone(), me(&reader).into(), "read".into())).await;
-    assert_eq!(string(&get(&shared, "members"), &me(&reader)), "read");
+    assert_eq!(string(&get(&shared, "invited"), &me(&reader)), "read");
+    assert_eq!(server_view(&friend, &agg).await, (0, false));
+    append_text(&friend, &agg, "too early").await;
+    let e = err(friend.flush()).await;
+    assert_eq!((code(&e), num(&e, "parkCode")), ("PARKED".into(), 40302.0));
+    ok(friend.discard_parked(agg.clone())).await;
+    // The invited device sees who invites it before it accepts.
+    let seen = ok(friend.members(agg.clone())).await;
+    assert_eq!(string(&seen, "owner"), me(&owner));
+    assert_eq!((member_count(&seen), invited_count(&seen)), (0, 1));
+    // A stranger has nothing to accept (NOT_FOUND, as for a missing aggregate).
+    let e = err(stranger.accept_share(agg.clone())).await;
+    assert_eq!(
+        (code(&e), num(&e, "serverCode")),
+        ("NOT_FOUND".into(), 40400.0)
+    );
+    let accepted = ok(friend.accept_share(agg.clone())).await;
+    assert_eq!(
+        string(&get(&accepted, "members"), &me(&friend)),
+        "readWrite"
+    );
+    assert_eq!(invited_count(&accepted), 0);
+    ok(reader.accept_share(agg.clone())).await;
     let listed = ok(owner.members(agg.clone())).await;
-    assert_eq!(member_count(&listed), 2);
+    assert_eq!((member_count(&listed), invited_count(&listed)), (2, 0));
     // A member sees the owner and its own grant only.
     let seen = ok(friend.members(agg.clone())).await;
     assert_eq!(string(&seen, "owner"), me(&owner));
@@ -187,16 +215,50 @@ async fn bad_input_and_offline_fail_at_once_and_send_nothing() {
         "OFFLINE"
     );
     assert_eq!(code(&err(owner.members(agg.clone())).await), "OFFLINE");
+    assert_eq!(code(&err(owner.accept_share(agg.clone())).await), "OFFLINE");
     assert_eq!(num(&requests, "count"), 0.0, "nothing was sent");
     owner.set_offline(false);
     // Online again, a share of an aggregate that does not exist yet is NOT_FOUND.
     let e = err(owner.share(agg.clone(), "user:bob".into(), "read".into())).await;
     assert_eq!(code(&e), "NOT_FOUND");
     assert_eq!(num(&requests, "count"), 1.0, "this one was sent");
+    // Nothing to accept on a missing aggregate either: NOT_FOUND, 40400.
+    let e = err(owner.accept_share(agg.clone())).await;
+    assert_eq!(
+        (code(&e), num(&e, "serverCode")),
+        ("NOT_FOUND".into(), 40400.0)
+    );
+    assert_eq!(num(&requests, "count"), 2.0, "the acceptance was sent");
     restore(&requests);
     ok(owner.close()).await;
     let e = err(owner.members(agg)).await;
     assert_eq!(code(&e), "CLOSED");
+}
+
+/// The takeover a share must not allow: A creates the id B's app will use, shares it with B
+/// `readWrite`; B's first append (its app "creating" the aggregate) is refused, parked with
+/// 40302, and A reads nothing of B's.
+#[wasm_bindgen_test]
+async fn a_pre_created_id_shared_with_its_victim_does_not_take_the_victims_writes() {
+    let attacker = open(&db_name("takeover-attacker"), "{}").await;
+    let victim = open(&db_name("takeover-victim"), "{}").await;
+    let agg = aggregate(MEMBERS_TYPE, &uuid());
+    append_text(&attacker, &agg, "bait").await;
+    ok(attacker.flush()).await;
+    ok(attacker.share(agg.clone(), me(&victim).into(), "readWrite".into())).await;
+
+    append_text(&victim, &agg, "the victim's secret").await;
+    let e = err(victim.flush()).await;
+    assert_eq!((code(&e), num(&e, "parkCode")), ("PARKED".into(), 40302.0));
+    let view = ok(attacker.read(agg.clone())).await;
+    let events = get(&view, "events").unchecked_into::<Array>();
+    assert_eq!(events.length(), 1, "{}", describe(&view));
+    // The one event is the attacker's own (the victim's device wrote none of it).
+    assert_eq!(string(&events.get(0), "clientId"), attacker.client_id());
+    let seen = js_sys::JSON::stringify(&view).unwrap().as_string().unwrap();
+    assert!(!seen.contains(&victim.client_id()), "{seen}");
+    ok(attacker.close()).await;
+    ok(victim.close()).await;
 }
 
 /// `status().read.refused` of `client`, as (aggregate id, code) pairs.
@@ -236,8 +298,10 @@ async fn a_change_stream_refusal_reaches_the_app_typed_and_clears_once_allowed()
     assert!(reported, "a status event carried the refusal");
     assert_eq!(server_view(&other, &agg).await, (0, false));
 
-    // Shared, and watched anew (the subscription set changes): nothing refused any more.
+    // Shared and accepted, and watched anew (the subscription set changes): nothing refused
+    // any more.
     ok(owner.share(agg.clone(), me(&other).into(), "read".into())).await;
+    ok(other.accept_share(agg.clone())).await;
     unsubscribe.call0(&JsValue::NULL).unwrap();
     let again: js_sys::Function = other
         .subscribe(agg.clone(), listener.unchecked_into())

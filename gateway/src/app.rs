@@ -90,6 +90,10 @@ pub fn app(state: AppState) -> Router {
             get(routes::members::members).put(routes::members::members),
         )
         .route(
+            "/v1/aggregates/{type_id}/{id}/members/accept",
+            post(routes::members::accept),
+        )
+        .route(
             WATCH_PATH,
             get(routes::watch::watch).post(routes::watch::watch),
         )

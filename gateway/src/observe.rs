@@ -156,7 +156,10 @@ fn route_label(matched: Option<&str>, path: &str) -> &'static str {
         Some(WRITE_PATH) => "write",
         Some(SESSION_PATH) => "session",
         Some("/v1/aggregates/{type_id}/{id}/events") => "events",
-        Some("/v1/aggregates/{type_id}/{id}/members") => "members",
+        Some(
+            "/v1/aggregates/{type_id}/{id}/members"
+            | "/v1/aggregates/{type_id}/{id}/members/accept",
+        ) => "members",
         Some(WATCH_PATH) => "watch",
         Some(HEALTH_PATH) => "healthz",
         Some(FAULTS_PATH | FAULTS_TRIM_PATH) => "faults",

@@ -50,6 +50,20 @@ async fn two(h: &Harness) -> (Device, String, Device, String) {
     (a, ta, b, tb)
 }
 
+/// The grantee accepts its invitation (a grant takes effect only then).
+async fn accept(h: &Harness, token: &str, id: &str) -> Reply {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("/v1/aggregates/{TYPE}/{id}/members/accept"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::from("{}"))
+        .unwrap();
+    let r = h.send(request).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    r
+}
+
 async fn put_member(h: &Harness, token: &str, id: &str, principal: &str, access: &str) -> Reply {
     let body = serde_json::to_vec(&json!({"principal": principal, "access": access})).unwrap();
     let request = Request::builder()
@@ -120,7 +134,7 @@ async fn under_the_default_owner_policy_another_principal_sees_nothing_and_write
         .await;
     assert_eq!(
         mine.json,
-        json!({"owner": format!("device:{}", a.client_id), "members": {}})
+        json!({"owner": format!("device:{}", a.client_id), "members": {}, "invited": {}})
     );
     let theirs = h
         .get_as(&tb, &format!("/v1/aggregates/{TYPE}/{ID}/members"))
@@ -313,17 +327,24 @@ async fn the_owner_grants_and_revokes_members_on(store: Store) {
 
     let r = put_member(&h, &ta, ID, &b_principal, "read").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    assert_eq!(r.json["invited"][&b_principal], "read");
+    assert!(
+        h.seqs_as(&tb, TYPE, ID).await.is_empty(),
+        "not accepted yet"
+    );
+    let r = accept(&h, &tb, ID).await;
     assert_eq!(r.json["members"][&b_principal], "read");
     assert_eq!(h.seqs_as(&tb, TYPE, ID).await, [1]);
     // Another member's grant is not B's to see: B sees the owner and its own grant only.
     let r = put_member(&h, &ta, ID, "user:someone-else", "readWrite").await;
-    assert_eq!(r.json["members"].as_object().unwrap().len(), 2);
+    assert_eq!(r.json["members"].as_object().unwrap().len(), 1);
+    assert_eq!(r.json["invited"].as_object().unwrap().len(), 1);
     let r = h
         .get_as(&tb, &format!("/v1/aggregates/{TYPE}/{ID}/members"))
         .await;
     assert_eq!(
         r.json,
-        json!({"owner": format!("device:{}", a.client_id), "members": {&b_principal: "read"}})
+        json!({"owner": format!("device:{}", a.client_id), "members": {&b_principal: "read"}, "invited": {}})
     );
     put_member(&h, &ta, ID, "user:someone-else", "none").await;
     let w = h
@@ -375,7 +396,7 @@ async fn the_owner_grants_and_revokes_members_on(store: Store) {
         assert_eq!(r.code(), code, "{body}: {:?}", r.json);
     }
 
-    // At most 256 members.
+    // At most 256 members and invitations.
     for n in 0..256 {
         let r = put_member(&h, &ta, ID, &format!("user:u{n}"), "read").await;
         assert_eq!(r.status, StatusCode::OK, "{n}: {:?}", r.json);
@@ -412,6 +433,7 @@ async fn members_exist_only_where_the_policy_has_them_on(store: Store) {
     );
     let r = put_member(&h, &ta, ID, &b_principal, "read").await;
     assert_eq!(r.status, StatusCode::OK);
+    accept(&h, &tb, ID).await;
     assert_eq!(h.seqs_as(&tb, TYPE, ID).await, [1]);
     // Under owner (another type): no members at all.
     let other = "0d6c7b1a-2b55-4f0e-8a7d-6c4e9b3a0999";

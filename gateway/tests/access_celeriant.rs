@@ -52,6 +52,26 @@ fn key_of(h: &Harness, id: &str) -> AggregateKey {
     }
 }
 
+/// The grantee accepts its invitation (a grant takes effect only then).
+async fn accept(h: &Harness, token: &str, id: &str) {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("/v1/aggregates/{TYPE}/{id}/members/accept"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::from("{}"))
+        .unwrap();
+    let r = h.send(request).await;
+    assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+}
+
+/// The owner grants, the grantee (token `grantee`, same replica) accepts.
+async fn grant(h: &Harness, owner: &str, grantee: &str, principal: &str) {
+    let r = put_member(h, owner, ID, principal, "read").await;
+    assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    accept(h, grantee, ID).await;
+}
+
 async fn put_member(h: &Harness, token: &str, id: &str, principal: &str, access: &str) -> Reply {
     let body = serde_json::to_vec(&json!({"principal": principal, "access": access})).unwrap();
     let request = Request::builder()
@@ -206,9 +226,11 @@ async fn the_owner_is_recorded_in_celeriant_create_only_before_the_data() {
     let b_principal = format!("device:{}", b.client_id);
     let r = put_member(&h, &ta, ID, &b_principal, "read").await;
     assert_eq!(r.status.as_u16(), 200, "{:?}", r.json);
+    accept(&h, &tb, ID).await;
     let records = record_writes(&fake);
-    assert_eq!(records.len(), 2);
+    assert_eq!(records.len(), 3, "created, invited, accepted");
     assert_eq!((records[1].1, records[1].2), (Some(1), false));
+    assert_eq!((records[2].1, records[2].2), (Some(2), false));
     assert_eq!(
         records[0].0, records[1].0,
         "one access aggregate per aggregate"
@@ -333,12 +355,12 @@ async fn two_replicas_granting_at_once_lose_no_grant_and_a_revocation_reaches_th
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(record.members.len(), 16, "{record:?}");
+    assert_eq!(record.invited.len(), 16, "{record:?}");
 
     let b_principal = format!("device:{}", b.client_id);
     // The replica that makes a change applies it at once.
     let tb1 = h1.open(&b).await;
-    put_member(&h1, &ta1, ID, &b_principal, "read").await;
+    grant(&h1, &ta1, &tb1, &b_principal).await;
     assert_eq!(h1.seqs_as(&tb1, TYPE, ID).await, [1]);
     put_member(&h1, &ta1, ID, &b_principal, "none").await;
     assert!(h1.seqs_as(&tb1, TYPE, ID).await.is_empty());
@@ -351,14 +373,14 @@ async fn two_replicas_granting_at_once_lose_no_grant_and_a_revocation_reaches_th
         slow.seqs_as(&tbs, TYPE, ID).await.is_empty(),
         "cached: no grant"
     );
-    put_member(&h1, &ta1, ID, &b_principal, "read").await;
+    grant(&h1, &ta1, &tb1, &b_principal).await;
     eventually(|| async { slow.seqs_as(&tbs, TYPE, ID).await == [1] }).await;
     put_member(&h1, &ta1, ID, &b_principal, "none").await;
     eventually(|| async { slow.seqs_as(&tbs, TYPE, ID).await.is_empty() }).await;
 
     // Notifications lost (every open upstream watch hangs): the TTL is the bound. h2 decides
     // from its cached record, so the revoked member still reads there, for at most the TTL.
-    put_member(&h1, &ta1, ID, &b_principal, "read").await;
+    grant(&h1, &ta1, &tb1, &b_principal).await;
     eventually(|| async { h2.seqs_as(&tb2, TYPE, ID).await == [1] }).await;
     fake.silence_watches();
     put_member(&h1, &ta1, ID, &b_principal, "none").await;
@@ -376,7 +398,7 @@ async fn two_replicas_granting_at_once_lose_no_grant_and_a_revocation_reaches_th
     let h3 = replica(0).await;
     let tb3 = h3.open(&b).await;
     fake.silence_watches();
-    put_member(&h1, &ta1, ID, &b_principal, "read").await;
+    grant(&h1, &ta1, &tb1, &b_principal).await;
     assert_eq!(h3.seqs_as(&tb3, TYPE, ID).await, [1]);
     put_member(&h1, &ta1, ID, &b_principal, "none").await;
     assert!(h3.seqs_as(&tb3, TYPE, ID).await.is_empty());
@@ -415,7 +437,7 @@ async fn a_record_with_a_long_history_is_fetched_in_two_requests() {
         .get_as(&ta2, &format!("/v1/aggregates/{TYPE}/{ID}/members"))
         .await;
     assert_eq!(
-        r.json["members"].as_object().unwrap().len(),
+        r.json["invited"].as_object().unwrap().len(),
         12,
         "{:?}",
         r.json
@@ -442,9 +464,9 @@ async fn a_record_with_a_long_history_is_fetched_in_two_requests() {
             other => panic!("{other:?}"),
         })
         .collect();
-    // The members endpoint checks readability (a fetch) and then reads the record (a fetch
-    // that finds its cached version current: details only).
-    assert_eq!(asked, ["details", "read 13..Some(13)", "details"]);
+    // The members endpoint reads the record (its tip, then that batch), and the readability
+    // check then uses that fresh copy.
+    assert_eq!(asked, ["details", "read 13..Some(13)"]);
 }
 
 #[tokio::test]

@@ -320,8 +320,9 @@ fn the_celeriant_backend_starts_and_enforces_any_policy() {
     }
 }
 
-/// Under `members`, a member's stream hears of the aggregate while it is a member, and stops
-/// hearing of it once the owner revokes it (delivery re-checks every time).
+/// Under `members`, an invited principal's stream is refused the aggregate until it accepts; a
+/// member's stream hears of the aggregate while it is a member, and stops hearing of it once
+/// the owner revokes it (delivery re-checks every time).
 #[test]
 fn a_revoked_members_stream_stops_hearing_of_the_aggregate() {
     for store in STORES {
@@ -361,6 +362,19 @@ fn a_revoked_members_stream_stops_hearing_of_the_aggregate_on(store: Store) {
     };
     grant("read");
     let body = json!({"aggregates": [{"typeId": TYPE, "id": VICTIM_ID}]});
+    // Invited, not accepted yet: a stranger to change streams too.
+    let mut early = sse::open(&gw.addr, "POST", "/v1/watch", Some(&tm), Some(&body));
+    assert_eq!(early.expect(WAIT).data["refused"][0]["code"], 40302);
+    drop(early);
+    let accept = format!("{members}/accept");
+    let proof = member.proof("POST", &accept, &tm, b"{}");
+    let r = ureq::post(&format!("{}{accept}", gw.base))
+        .header("authorization", &format!("Bearer {tm}"))
+        .header("dpop", &proof)
+        .header("content-type", "application/json")
+        .send("{}")
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
     let mut s = sse::open(&gw.addr, "POST", "/v1/watch", Some(&tm), Some(&body));
     assert_eq!(
         s.expect(WAIT).data,

@@ -251,6 +251,23 @@ async fn reads_watches_and_members_need_proofs_too() {
     refused(&h.send_as_is(request).await, g::PROOF_MISMATCH);
     let r = h.get_as(&token, &members).await;
     assert_eq!(r.json["members"], json!({}), "no grant was stored");
+    // POST members/accept: a proof is required, and it names the body `{}`.
+    let accept = format!("{members}/accept");
+    let post = |proof: Option<String>| {
+        let mut request = Request::post(&accept)
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {token}"));
+        if let Some(proof) = proof {
+            request = request.header("dpop", proof);
+        }
+        request.body(Body::from("{}")).unwrap()
+    };
+    refused(&h.send_as_is(post(None)).await, g::PROOF_REQUIRED);
+    let for_other_body = a.proof("POST", &accept, &token, b"{ }");
+    refused(
+        &h.send_as_is(post(Some(for_other_body))).await,
+        g::PROOF_MISMATCH,
+    );
     // HEAD members is a read like GET, never the PUT handler (which would refuse its empty
     // body as a malformed grant).
     let request = Request::head(&members)

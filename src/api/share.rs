@@ -1,5 +1,10 @@
-//! Sharing: `client.share(aggregate, principal, access)`, `client.unshare(aggregate, principal)`
-//! and `client.members(aggregate)` (a third `impl SyncClient` block, like `inspect`).
+//! Sharing: `client.share(aggregate, principal, access)`, `client.unshare(aggregate, principal)`,
+//! `client.acceptShare(aggregate)` and `client.members(aggregate)` (a third `impl SyncClient`
+//! block, like `inspect`).
+//!
+//! A share is an invitation: it gives nothing until the invited user accepts it with
+//! `acceptShare`. Otherwise someone could create an aggregate id this user's app will use later,
+//! share it with this user, and read what the app then wrote "creating" it.
 //!
 //! They call the gateway's members endpoint at once, with a session of this device
 //! ([`crate::browser::members`]); they are online only and never queued
@@ -13,7 +18,7 @@ use wasm_bindgen::prelude::*;
 use super::client::{SyncClient, promise};
 use super::errors::ClientError;
 use super::input;
-use crate::browser::members::MembersFailure;
+use crate::browser::members::{MembersCall, MembersFailure};
 use crate::engine::errors::ErrorCode;
 use crate::engine::members::{Access, check_principal, put_body};
 use crate::engine::model::AggregateRef;
@@ -40,19 +45,19 @@ fn principal_of(value: &JsValue) -> Result<String, ClientError> {
 }
 
 impl SyncClient {
-    /// `GET` (no body) or `PUT` `body` on `aggregate`'s members, after the checks already made.
+    /// `call` on `aggregate`'s members, after the checks already made.
     fn members_call(
         &self,
         aggregate: Result<AggregateRef, ClientError>,
-        body: Result<Option<String>, ClientError>,
+        call: Result<MembersCall, ClientError>,
     ) -> Promise {
         let runtime = self.runtime();
         promise(async move {
             if runtime.hub.is_closed() {
                 return Err(ClientError::closed());
             }
-            let (aggregate, body) = (aggregate?, body?);
-            Ok(runtime.members.call(aggregate, body).await?)
+            let (aggregate, call) = (aggregate?, call?);
+            Ok(runtime.members.call(aggregate, call).await?)
         })
     }
 }
@@ -60,7 +65,9 @@ impl SyncClient {
 #[wasm_bindgen]
 impl SyncClient {
     /// Grants `principal` (`user:<subject>` or `device:<clientId>`) `access` (`"read"`: read
-    /// and watch; `"readWrite"`: also append) to `aggregate`, which this user must own.
+    /// and watch; `"readWrite"`: also append) to `aggregate`, which this user must own. To a
+    /// principal that is not a member yet this is an invitation (listed in `invited`): it gives
+    /// nothing until that principal calls `acceptShare`; a member's access changes at once.
     /// Resolves with the aggregate's members as the gateway stored them. Online only.
     #[wasm_bindgen(unchecked_return_type = "Promise<Members>")]
     pub fn share(
@@ -81,13 +88,13 @@ impl SyncClient {
                         "access must be \"read\" or \"readWrite\"",
                     )
                 })?;
-            Ok(Some(put_body(&p, Some(access))))
+            Ok(MembersCall::Change(put_body(&p, Some(access))))
         });
         self.members_call(aggregate, body)
     }
 
-    /// Takes `principal`'s access to `aggregate` away (nothing happens if it had none).
-    /// Resolves with the aggregate's members. Online only.
+    /// Takes `principal`'s access (or invitation) to `aggregate` away (nothing happens if it had
+    /// none). Resolves with the aggregate's members. Online only.
     #[wasm_bindgen(unchecked_return_type = "Promise<Members>")]
     pub fn unshare(
         &self,
@@ -95,17 +102,29 @@ impl SyncClient {
         #[wasm_bindgen(unchecked_param_type = "string")] principal: JsValue,
     ) -> Promise {
         let aggregate = input::aggregate(&aggregate);
-        let body = principal_of(&principal).map(|p| Some(put_body(&p, None)));
+        let body = principal_of(&principal).map(|p| MembersCall::Change(put_body(&p, None)));
         self.members_call(aggregate, body)
     }
 
-    /// The aggregate's owner and members: all of them for the owner; for a member, the owner
-    /// and its own grant. Online only.
+    /// Accepts this user's invitation to `aggregate` (another user's `share`): from then on the
+    /// granted access holds. Resolves with the aggregate's members as this user sees them
+    /// (again for a member: accepting twice changes nothing); `NOT_FOUND` when there is no
+    /// invitation. Online only.
+    #[wasm_bindgen(js_name = acceptShare, unchecked_return_type = "Promise<Members>")]
+    pub fn accept_share(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
+    ) -> Promise {
+        self.members_call(input::aggregate(&aggregate), Ok(MembersCall::Accept))
+    }
+
+    /// The aggregate's owner, members and invitations: all of them for the owner; for a member
+    /// or an invited user, the owner and its own grant or invitation. Online only.
     #[wasm_bindgen(unchecked_return_type = "Promise<Members>")]
     pub fn members(
         &self,
         #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
     ) -> Promise {
-        self.members_call(input::aggregate(&aggregate), Ok(None))
+        self.members_call(input::aggregate(&aggregate), Ok(MembersCall::List))
     }
 }

@@ -260,19 +260,23 @@ export interface CeleriantSyncError extends Error {
     /** For `PARKED`: the parked aggregate and its rejection code. */
     aggregate?: AggregateRef;
     parkCode?: number;
-    /** For `share`, `unshare`, `members`: the gateway's code, when it answered with one. */
+    /** For `share`, `unshare`, `acceptShare`, `members`: the gateway's code, when it answered
+     * with one. */
     serverCode?: number;
 }
 
 /** What a member may do: `read` (read and watch) or `readWrite` (also append). */
 export type MemberAccess = "read" | "readWrite";
 
-/** An aggregate's owner and members (`share`, `unshare`, `members`). Principals are
- * `user:<subject>` (with app tokens) or `device:<clientId>`. */
+/** An aggregate's owner, members and invitations (`share`, `unshare`, `acceptShare`,
+ * `members`). Principals are `user:<subject>` (with app tokens) or `device:<clientId>`. */
 export interface Members {
     owner: string;
     /** For the owner every member; for a member only its own grant. */
     members: Record<string, MemberAccess>;
+    /** Shares not accepted yet (they give nothing until `acceptShare`): for the owner every
+     * one; for an invited user only its own. */
+    invited: Record<string, MemberAccess>;
 }
 
 export interface SyncClient {

@@ -1,5 +1,6 @@
-//! `share`, `unshare` and `members` over `fetch`: the members endpoint
-//! (`GET`/`PUT /v1/aggregates/{typeId}/{id}/members`) called with a session of this device.
+//! `share`, `unshare`, `acceptShare` and `members` over `fetch`: the members endpoint
+//! (`GET`/`PUT /v1/aggregates/{typeId}/{id}/members`, `POST …/members/accept`) called with a
+//! session of this device.
 //!
 //! Every context may call them (not only the draining one), so this keeps a session of its own,
 //! opened through the same [`GatewaySessions`] as the drain's — the device's key, the app's
@@ -14,7 +15,7 @@ use std::rc::Rc;
 use js_sys::JSON;
 use wasm_bindgen::JsValue;
 
-use super::fetch::{get, put};
+use super::fetch::{get, post, put};
 use super::network::NetworkSwitch;
 use super::session::GatewaySessions;
 use crate::engine::auth::{Authenticator, RENEW_BEFORE_MS, Session};
@@ -37,6 +38,16 @@ fn failed(code: ErrorCode, message: impl Into<String>, server_code: Option<u32>)
         message: message.into(),
         server_code,
     }
+}
+
+/// One call of the members endpoint.
+pub(crate) enum MembersCall {
+    /// `GET …/members`.
+    List,
+    /// `PUT …/members` with this body (invite, change, revoke).
+    Change(String),
+    /// `POST …/members/accept` (body `{}`): accept this principal's invitation.
+    Accept,
 }
 
 /// The members endpoint of one gateway, for one client.
@@ -100,35 +111,40 @@ impl MembersApi {
         }
     }
 
-    /// `GET` (`body` `None`) or `PUT` the members of `aggregate`; resolves with the record.
+    /// Makes `call` on the members of `aggregate`; resolves with the record.
     pub(crate) async fn call(
         &self,
         aggregate: AggregateRef,
-        body: Option<String>,
+        call: MembersCall,
     ) -> Result<JsValue, MembersFailure> {
         if let Some(offline) = self.offline() {
             return Err(offline);
         }
-        let url = format!(
+        let mut url = format!(
             "{}/v1/aggregates/{}/{}/members",
             self.gateway_url, aggregate.type_id, aggregate.id
         );
+        if matches!(call, MembersCall::Accept) {
+            url.push_str("/accept");
+        }
         let mut fresh = false;
         loop {
             let token = self.token().await?;
             // A fresh proof per attempt, as for writes and reads (the gateway requires one).
-            let (method, sent) = match &body {
-                Some(body) => ("PUT", body.as_str()),
-                None => ("GET", ""),
+            let (method, sent) = match &call {
+                MembersCall::Change(body) => ("PUT", body.as_str()),
+                MembersCall::Accept => ("POST", "{}"),
+                MembersCall::List => ("GET", ""),
             };
             let proof = self
                 .sessions
                 .proof(method, &url, sent, &token)
                 .await
                 .map_err(|m| failed(ErrorCode::RequestFailed, m, None))?;
-            let reply = match &body {
-                Some(body) => put(&url, body, Some(&token), Some(&proof), self.timeout_ms).await,
-                None => get(&url, Some(&token), Some(&proof), self.timeout_ms).await,
+            let reply = match method {
+                "PUT" => put(&url, sent, Some(&token), Some(&proof), self.timeout_ms).await,
+                "POST" => post(&url, sent, Some(&token), Some(&proof), self.timeout_ms).await,
+                _ => get(&url, Some(&token), Some(&proof), self.timeout_ms).await,
             };
             let (status, text) = match reply {
                 Reply::Http {

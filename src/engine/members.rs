@@ -1,7 +1,9 @@
-//! Sharing an aggregate (`client.share`, `client.unshare`, `client.members`): the rules, apart
-//! from the `fetch` that carries them (`crate::browser::members`), so they are tested natively.
+//! Sharing an aggregate (`client.share`, `client.acceptShare`, `client.unshare`,
+//! `client.members`): the rules, apart from the `fetch` that carries them
+//! (`crate::browser::members`), so they are tested natively.
 //!
-//! The gateway's members endpoint (`GET`/`PUT /v1/aggregates/{typeId}/{id}/members`) is online
+//! The gateway's members endpoint (`GET`/`PUT /v1/aggregates/{typeId}/{id}/members`, `POST
+//! …/members/accept`: a share is an invitation the grantee accepts) is online
 //! by nature: a grant decided offline could not be checked (only the owner may grant) and would
 //! have to be queued and could then fail long after the app moved on. So these calls never
 //! queue: offline they fail at once (`OFFLINE`), and every refusal of the gateway becomes one

@@ -553,13 +553,13 @@ export function signIn(secret, user) {
   return s;
 }
 
-/** Wraps the global fetch to count requests to a members endpoint (`…/members`), which still go
- *  to the real gateway. Returns { count, restore() }. */
+/** Wraps the global fetch to count requests to a members endpoint (`…/members`,
+ *  `…/members/accept`), which still go to the real gateway. Returns { count, restore() }. */
 export function countMembersRequests() {
   const real = globalThis.fetch;
   const log = { count: 0 };
   globalThis.fetch = (input, init) => {
-    if (input instanceof Request && input.url.endsWith("/members")) log.count += 1;
+    if (input instanceof Request && (input.url.endsWith("/members") || input.url.endsWith("/members/accept"))) log.count += 1;
     return real(input, init);
   };
   log.restore = () => { globalThis.fetch = real; };

@@ -154,7 +154,17 @@ export async function sharing(client: SyncClient, aggregate: AggregateRef): Prom
   const bob: MemberAccess | undefined = shared.members["user:bob"];
   const after: Members = await client.unshare(aggregate, "user:bob");
   const listed: Members = await client.members(aggregate);
-  console.log(owner, bob, after.members, listed.owner);
+  const invited: MemberAccess | undefined = shared.invited["user:bob"];
+  const accepted: Members = await client.acceptShare(aggregate);
+  console.log(owner, bob, invited, after.members, listed.owner, accepted.members);
+  try {
+    await client.acceptShare(aggregate);
+  } catch (e) {
+    const error = e as CeleriantSyncError;
+    if (error.code === "NOT_FOUND") console.log(error.serverCode);
+  }
+  // @ts-expect-error acceptShare takes the aggregate only
+  await client.acceptShare(aggregate, "user:bob");
   try {
     await client.share(aggregate, "device:" + client.clientId, "read");
   } catch (e) {

@@ -28,7 +28,7 @@ pub const RESERVED_TYPE: Uuid = Uuid::from_u128(0xac0e55ed_5ec0_4d00_8000_000000
 /// The longest principal accepted, in bytes (`user:` and an app token's subject).
 pub const MAX_PRINCIPAL_BYTES: usize = 256;
 
-/// Most members one aggregate may have.
+/// Most members one aggregate may have, invitations included.
 pub const MAX_MEMBERS: usize = 256;
 
 /// Who a session acts for: `user:<sub>` or `device:<clientId>`.
@@ -101,7 +101,12 @@ pub enum Grant {
     ReadWrite,
 }
 
-/// An aggregate's owner and members, as stored.
+/// An aggregate's owner, members and invitations, as stored.
+///
+/// A grant is first an **invitation** (`invited`): it gives nothing until the invited principal
+/// accepts it (`POST …/members/accept`), which moves it into `members`. Otherwise anyone could
+/// pre-create an aggregate id another principal's app will use later, grant that principal
+/// `readWrite`, and read what its "creating" write then appends to the attacker's aggregate.
 ///
 /// Unknown fields are accepted (not denied): records are written only by gateways, and during a
 /// rolling upgrade an older replica must still read a record a newer one wrote. An older
@@ -111,9 +116,14 @@ pub enum Grant {
 pub struct AccessRecord {
     /// The principal whose write created the aggregate.
     pub owner: Principal,
-    /// The members the owner granted access to.
+    /// The members: principals that accepted the access the owner granted them.
     #[serde(default)]
     pub members: BTreeMap<Principal, Grant>,
+    /// Grants not accepted yet: they give nothing. Absent from records written before
+    /// invitations existed (read as none); an older replica rewriting a record drops them,
+    /// which only withdraws invitations.
+    #[serde(default)]
+    pub invited: BTreeMap<Principal, Grant>,
 }
 
 impl AccessRecord {
@@ -122,7 +132,18 @@ impl AccessRecord {
         AccessRecord {
             owner,
             members: BTreeMap::new(),
+            invited: BTreeMap::new(),
         }
+    }
+
+    /// Members and invitations together: what [`MAX_MEMBERS`] bounds.
+    pub fn listed(&self) -> usize {
+        self.members.len() + self.invited.len()
+    }
+
+    /// Whether `who` is named in the record at all: owner, member or invited.
+    pub fn names(&self, who: &Principal) -> bool {
+        &self.owner == who || self.members.contains_key(who) || self.invited.contains_key(who)
     }
 }
 
@@ -152,7 +173,7 @@ pub const NOT_EXISTS_MESSAGE: &str = "aggregate does not exist";
 
 impl Preset {
     /// Whether `who` may read (and watch) an aggregate with `record` (`None`: no record, the
-    /// aggregate does not exist or has no owner).
+    /// aggregate does not exist or has no owner). An invitation counts for nothing here.
     pub fn may_read(self, record: Option<&AccessRecord>, who: &Principal) -> bool {
         match self {
             Preset::Authenticated | Preset::AuthenticatedRead | Preset::ReadOnly => true,
@@ -248,6 +269,33 @@ mod tests {
         let record: AccessRecord = serde_json::from_str(json).unwrap();
         assert_eq!(record.owner, p("user:o"));
         assert_eq!(record.members[&p("user:m")], Grant::Read);
+    }
+
+    #[test]
+    fn a_record_without_invitations_is_read_and_an_invitation_grants_nothing() {
+        let json = r#"{"owner":"user:o","members":{}}"#;
+        let mut record: AccessRecord = serde_json::from_str(json).unwrap();
+        assert!(record.invited.is_empty());
+        let invited = p("user:i");
+        record.invited.insert(invited.clone(), Grant::ReadWrite);
+        let back: AccessRecord =
+            serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
+        assert_eq!(back, record);
+        for preset in [Preset::Members, Preset::MembersRead, Preset::Owner] {
+            assert!(!preset.may_read(Some(&record), &invited), "{preset:?}");
+            assert!(!preset.may_append(&record, &invited), "{preset:?}");
+            // The takeover: the invited principal's creating write to the inviter's id.
+            let refused = preset
+                .judge_write(Some(&record), 1, true, &invited, Uuid::nil())
+                .unwrap_err();
+            assert_eq!(refused.code, g::AGGREGATE_FORBIDDEN);
+            let refused = preset
+                .judge_write(Some(&record), 1, false, &invited, Uuid::nil())
+                .unwrap_err();
+            assert_eq!(refused.code, cc::AGGREGATE_NOT_EXISTS);
+        }
+        assert_eq!(record.listed(), 1);
+        assert!(record.names(&invited));
     }
 
     #[test]

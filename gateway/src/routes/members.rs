@@ -1,15 +1,27 @@
-//! `GET` and `PUT /v1/aggregates/{typeId}/{id}/members`: an aggregate's owner and members, and
-//! the owner granting or revoking access — plus [`readable`], the read check every read and
-//! watch makes.
+//! `GET` and `PUT /v1/aggregates/{typeId}/{id}/members` and `POST …/members/accept`: an
+//! aggregate's owner, members and invitations, the owner inviting, changing or revoking, and
+//! the invited principal accepting — plus [`readable`], the read check every read and watch
+//! makes.
 //!
-//! `GET` answers `{"owner":"…","members":{"<principal>":"read"|"readWrite"}}` to anyone who may
-//! read the aggregate; to anyone else, and for an aggregate that does not exist, the same 404
-//! (40400), so that the endpoint is no existence oracle. `PUT` takes
-//! `{"principal":"…","access":"read"|"readWrite"|"none"}` (strict: unknown fields refused;
-//! `none` revokes) and answers the new record. Only the owner may change it (403, 40303, to a
-//! caller who may read it; 404 to one who may not); only under a preset that has members
-//! (`members`: read or readWrite, `members-read`: read; otherwise 403, 40304); at most 256
-//! members (400, 40021). The change is one transaction of the store (`Backend::update_access`).
+//! A grant takes effect only once its grantee accepts it. Were it immediate, an attacker could
+//! pre-create an aggregate id a victim's app will use later (ids can be predictable), grant the
+//! victim `readWrite`, and the victim's "creating" write would land in the attacker's aggregate,
+//! which the attacker reads. So the owner's `PUT` for a principal that is not a member records an
+//! **invitation** (`invited`), which gives nothing: the invited principal is a stranger to reads,
+//! writes and watches (its creating write is refused, 40302, nothing stored) until it accepts.
+//!
+//! `GET` answers `{"owner":"…","members":{…},"invited":{…}}` to anyone who may read the
+//! aggregate or is invited to it (each sees the owner and its own entry; the owner all); to
+//! anyone else, and for an aggregate that does not exist, the same 404 (40400), so that the
+//! endpoint is no existence oracle. `PUT` takes `{"principal":"…","access":"read"|"readWrite"|
+//! "none"}` (strict: unknown fields refused): a non-member is invited, a member's grant changes
+//! at once (it accepted sharing this aggregate already), `none` removes a member and an
+//! invitation. Only the owner may change it (403, 40303, to a caller who may read it or is
+//! invited; 404 to anyone else); only under a preset that has members (`members`: read or
+//! readWrite, `members-read`: read; otherwise 403, 40304); at most 256 members and invitations
+//! together (400, 40021). `POST …/accept` takes `{}` and moves the caller's invitation into the
+//! members (idempotent for a member; 404 for a caller neither invited nor a reader). Each
+//! change is one transaction of the store (`Backend::update_access`).
 
 use axum::Json;
 use axum::body::Body;
@@ -103,15 +115,27 @@ fn no_such_aggregate() -> ApiError {
     ApiError::code(g::NOT_FOUND, "no such aggregate")
 }
 
-/// The handler (both methods).
+/// The handler of `…/members` (`GET`, `PUT`).
 pub async fn members(State(state): State<AppState>, request: Request) -> Response {
-    match handle(&state, request).await {
+    match handle(&state, request, false).await {
         Ok(record) => Json(record).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
-async fn handle(state: &AppState, request: Request) -> Result<AccessRecord, ApiError> {
+/// The handler of `POST …/members/accept`.
+pub async fn accept(State(state): State<AppState>, request: Request) -> Response {
+    match handle(&state, request, true).await {
+        Ok(record) => Json(record).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn handle(
+    state: &AppState,
+    request: Request,
+    accepting: bool,
+) -> Result<AccessRecord, ApiError> {
     let (mut parts, body) = request.into_parts();
     let address = state
         .fair
@@ -126,38 +150,149 @@ async fn handle(state: &AppState, request: Request) -> Result<AccessRecord, ApiE
     };
     // HEAD (which axum routes with GET) is a read like GET, never the PUT below (found by
     // review: it fell through into the write path).
+    if accepting {
+        return accept_invitation(state, &session, key, &parts.headers, body).await;
+    }
     if parts.method == Method::GET || parts.method == Method::HEAD {
-        if !readable(state, &session, key).await? {
-            return Err(no_such_aggregate());
-        }
+        // Always read now (not the check cache), so an invitation just made is seen.
         let record = state
             .backend
             .access(key)
             .await
-            .map_err(|e| ApiError(e.into_outcome()))?
-            .ok_or_else(no_such_aggregate)?;
-        return seen_by(&session.actor, record);
+            .map_err(|e| ApiError(e.into_outcome()))?;
+        // An invited principal may see who invites it (and to what) before it accepts.
+        let invited = match (&session.actor, &record) {
+            (Actor::Principal(p), Some(r)) => r.invited.contains_key(p),
+            _ => false,
+        };
+        if !invited && !readable(state, &session, key).await? {
+            return Err(no_such_aggregate());
+        }
+        return seen_by(&session.actor, record.ok_or_else(no_such_aggregate)?);
     }
     put(state, &session, key, &parts.headers, body).await
 }
 
 /// What `actor` may see of `record`: all of it for the owner (and the operator); a member its
-/// own grant and the owner; anyone else who may read the aggregate (an `authenticated-read`
-/// type) nothing — the owner's and members' principals (with app tokens, users' subjects) are
-/// not theirs to list (found by review).
+/// own grant and the owner; an invited principal its own invitation and the owner; anyone else
+/// who may read the aggregate (an `authenticated-read` type) nothing — the owner's and members'
+/// principals (with app tokens, users' subjects) are not theirs to list (found by review).
 fn seen_by(actor: &Actor, record: AccessRecord) -> Result<AccessRecord, ApiError> {
-    match actor {
-        Actor::Principal(p) if *p != record.owner => match record.members.get(p) {
-            Some(grant) => Ok(AccessRecord {
-                members: [(p.clone(), *grant)].into(),
-                owner: record.owner,
-            }),
-            None => Err(ApiError::code(
-                g::NOT_OWNER,
-                "only the aggregate's owner and members see its members",
-            )),
-        },
-        _ => Ok(record),
+    let Actor::Principal(p) = actor else {
+        return Ok(record);
+    };
+    if *p == record.owner {
+        return Ok(record);
+    }
+    let mut seen = AccessRecord::owned_by(record.owner);
+    if let Some(grant) = record.members.get(p) {
+        seen.members.insert(p.clone(), *grant);
+    } else if let Some(grant) = record.invited.get(p) {
+        seen.invited.insert(p.clone(), *grant);
+    } else {
+        return Err(ApiError::code(
+            g::NOT_OWNER,
+            "only the aggregate's owner, members and invited principals see its members",
+        ));
+    }
+    Ok(seen)
+}
+
+/// The principal a members change acts for: the operator changes nothing (40303), and without
+/// sessions nobody is proven (40304).
+fn changer(session: &Session) -> Result<Principal, ApiError> {
+    match &session.actor {
+        Actor::Principal(p) => Ok(p.clone()),
+        Actor::Operator => Err(ApiError::code(
+            g::NOT_OWNER,
+            "the operator credential reads; it changes no members",
+        )),
+        Actor::Unchecked => Err(ApiError::code(
+            g::MEMBERS_NOT_ALLOWED,
+            "members need sessions: with --auth none nobody is proven",
+        )),
+    }
+}
+
+/// A members change is a write upstream (a whole record appended on Celeriant): it takes a slot
+/// of `--max-inflight` like any write, beyond the read rate its route is charged.
+fn write_slot(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    state.admission.clone().try_acquire_owned().map_err(|_| {
+        ApiError::code(
+            g::GATEWAY_BUSY,
+            "too many writes in progress; retry shortly",
+        )
+    })
+}
+
+/// The most a member may be granted under `key`'s preset, or 40304 when it has no members.
+fn grants_of(state: &AppState, key: AggregateKey) -> Result<(Preset, Grant), ApiError> {
+    let preset = state.policy.preset(key.aggregate.type_id);
+    match preset.member_grants() {
+        Some(most) => Ok((preset, most)),
+        None => Err(ApiError::code(
+            g::MEMBERS_NOT_ALLOWED,
+            format!(
+                "aggregates of type {} are {}: the policy gives them no members",
+                key.aggregate.type_id,
+                preset.name()
+            ),
+        )),
+    }
+}
+
+/// `POST …/members/accept`, body `{}`: the caller's invitation becomes membership.
+async fn accept_invitation(
+    state: &AppState,
+    session: &Session,
+    key: AggregateKey,
+    headers: &axum::http::HeaderMap,
+    body: Body,
+) -> Result<AccessRecord, ApiError> {
+    let who = changer(session)?;
+    let _slot = write_slot(state)?;
+    let body: serde_json::Map<String, serde_json::Value> = read_json_proven(
+        session,
+        headers,
+        body,
+        MAX_BODY_BYTES,
+        state.body_read_timeout(),
+    )
+    .await?;
+    if !body.is_empty() {
+        return Err(ApiError::code(
+            g::INVALID_FIELD,
+            "the body of an acceptance is {}",
+        ));
+    }
+    let (preset, _) = grants_of(state, key)?;
+    let caller = who.clone();
+    let change = Box::new(move |current: Option<AccessRecord>| {
+        let Some(mut record) = current else {
+            return Err(no_such_aggregate());
+        };
+        if record.members.contains_key(&caller) {
+            return Ok(record);
+        }
+        if let Some(grant) = record.invited.remove(&caller) {
+            record.members.insert(caller.clone(), grant);
+            return Ok(record);
+        }
+        Err(if record.owner == caller {
+            ApiError::code(g::INVALID_FIELD, "the owner has no invitation to accept")
+        } else if preset.may_read(Some(&record), &caller) {
+            ApiError::code(g::NOT_FOUND, "no invitation to accept")
+        } else {
+            no_such_aggregate()
+        })
+    });
+    match state.backend.update_access(key, change).await {
+        Ok(answer) => {
+            let record = answer?;
+            tracing::info!(aggregate = %format!("{}/{}", key.aggregate.type_id, key.aggregate.id), members = record.members.len(), "invitation accepted");
+            seen_by(&Actor::Principal(who), record)
+        }
+        Err(e) => Err(ApiError(e.into_outcome())),
     }
 }
 
@@ -168,29 +303,8 @@ async fn put(
     headers: &axum::http::HeaderMap,
     body: Body,
 ) -> Result<AccessRecord, ApiError> {
-    let who = match &session.actor {
-        Actor::Principal(p) => p.clone(),
-        Actor::Operator => {
-            return Err(ApiError::code(
-                g::NOT_OWNER,
-                "the operator credential reads; it changes no members",
-            ));
-        }
-        Actor::Unchecked => {
-            return Err(ApiError::code(
-                g::MEMBERS_NOT_ALLOWED,
-                "members need sessions: with --auth none nobody is proven",
-            ));
-        }
-    };
-    // A members change is a write upstream (a whole record appended on Celeriant): it takes a
-    // slot of `--max-inflight` like any write, beyond the read rate its route is charged.
-    let _slot = state.admission.clone().try_acquire_owned().map_err(|_| {
-        ApiError::code(
-            g::GATEWAY_BUSY,
-            "too many writes in progress; retry shortly",
-        )
-    })?;
+    let who = changer(session)?;
+    let _slot = write_slot(state)?;
     let body: PutBody = read_json_proven(
         session,
         headers,
@@ -201,17 +315,7 @@ async fn put(
     .await?;
     let member = Principal::parse(&body.principal)
         .map_err(|e| ApiError::code(g::INVALID_FIELD, format!("principal: {e}")))?;
-    let preset = state.policy.preset(key.aggregate.type_id);
-    let Some(most) = preset.member_grants() else {
-        return Err(ApiError::code(
-            g::MEMBERS_NOT_ALLOWED,
-            format!(
-                "aggregates of type {} are {}: the policy gives them no members",
-                key.aggregate.type_id,
-                preset.name()
-            ),
-        ));
-    };
+    let (preset, most) = grants_of(state, key)?;
     let grant = match body.access {
         Access::None => None,
         Access::Read => Some(Grant::Read),
@@ -231,14 +335,16 @@ async fn put(
             return Err(no_such_aggregate());
         };
         if record.owner != who {
-            return Err(if preset.may_read(Some(&record), &who) {
-                ApiError::code(
-                    g::NOT_OWNER,
-                    "only the aggregate's owner changes its members",
-                )
-            } else {
-                no_such_aggregate()
-            });
+            return Err(
+                if record.names(&who) || preset.may_read(Some(&record), &who) {
+                    ApiError::code(
+                        g::NOT_OWNER,
+                        "only the aggregate's owner changes its members",
+                    )
+                } else {
+                    no_such_aggregate()
+                },
+            );
         }
         if member == record.owner {
             return Err(ApiError::code(
@@ -249,15 +355,24 @@ async fn put(
         match grant {
             None => {
                 record.members.remove(&member);
+                record.invited.remove(&member);
             }
+            // A member accepted sharing this aggregate already: its grant changes at once.
+            Some(grant) if record.members.contains_key(&member) => {
+                record.members.insert(member.clone(), grant);
+            }
+            // Anyone else is invited: nothing changes for it until it accepts.
             Some(grant) => {
-                if !record.members.contains_key(&member) && record.members.len() >= MAX_MEMBERS {
+                if !record.invited.contains_key(&member) && record.listed() >= MAX_MEMBERS {
                     return Err(ApiError::code(
                         g::TOO_MANY_MEMBERS,
-                        format!("the aggregate has {MAX_MEMBERS} members, the most allowed"),
+                        format!(
+                            "the aggregate has {MAX_MEMBERS} members and invitations, the most \
+                             allowed"
+                        ),
                     ));
                 }
-                record.members.insert(member.clone(), grant);
+                record.invited.insert(member.clone(), grant);
             }
         }
         Ok(record)
@@ -265,7 +380,7 @@ async fn put(
     match state.backend.update_access(key, change).await {
         Ok(answer) => {
             let record = answer?;
-            tracing::info!(aggregate = %format!("{}/{}", key.aggregate.type_id, key.aggregate.id), members = record.members.len(), "members changed");
+            tracing::info!(aggregate = %format!("{}/{}", key.aggregate.type_id, key.aggregate.id), members = record.members.len(), invited = record.invited.len(), "members changed");
             Ok(record)
         }
         Err(e) => Err(ApiError(e.into_outcome())),

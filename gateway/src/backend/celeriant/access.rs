@@ -153,6 +153,7 @@ fn size_of(record: &AccessRecord) -> usize {
         + record
             .members
             .keys()
+            .chain(record.invited.keys())
             .map(|p| p.as_str().len() + 48)
             .sum::<usize>()
 }
