@@ -109,10 +109,7 @@ fn too_large(limit: usize) -> ApiError {
 pub async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
     let read = axum::body::to_bytes(body, limit);
     match tokio::time::timeout(timeout, read).await {
-        Err(_) => Err(ApiError::code(
-            g::REQUEST_TIMEOUT,
-            format!("the body did not arrive within {timeout:?}; nothing was applied"),
-        )),
+        Err(_) => Err(timed_out(timeout)),
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(e)) => {
             let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
@@ -128,6 +125,95 @@ pub async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<By
             ))
         }
     }
+}
+
+/// How fast a body must arrive: within `timeout` in all, and, when `min_rate` (bytes per
+/// second) is not 0, its n-th byte by [`BODY_RATE_GRACE`] + n / `min_rate` after its headers.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    /// `--body-read-timeout-ms` (or less: what is left of the request's deadline).
+    pub timeout: Duration,
+    /// `--min-body-rate-bytes-per-sec`; 0: none.
+    pub min_rate: u64,
+}
+
+/// How long a body's first bytes may take after its headers before the minimum rate applies:
+/// a retransmitted first segment on a lossy mobile link (1 s initial RTO) still makes it.
+pub const BODY_RATE_GRACE: Duration = Duration::from_secs(2);
+
+/// Reads the body frame by frame under `pace`, calling `grow(total)` before each frame is kept
+/// (so the caller reserves memory for bytes that *arrived*, not for a declared length), and
+/// refusing past `limit` (413), past the timeout (408, 40800) or as soon as the body falls
+/// behind the minimum rate (408, 40800): the caller drops what it holds at once.
+pub async fn read_body_paced(
+    mut body: Body,
+    limit: usize,
+    pace: Pace,
+    mut grow: impl FnMut(usize) -> Result<(), ApiError>,
+) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let start = tokio::time::Instant::now();
+    let end = start + pace.timeout;
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut total = 0usize;
+    loop {
+        let due = match pace.min_rate {
+            0 => end,
+            rate => (start
+                + BODY_RATE_GRACE
+                + Duration::from_secs_f64(total as f64 / rate as f64))
+            .min(end),
+        };
+        let frame = match tokio::time::timeout_at(due, body.frame()).await {
+            Err(_) if due < end => {
+                crate::observe::budget_refused("write bodies", "slow body");
+                return Err(ApiError::code(
+                    g::REQUEST_TIMEOUT,
+                    format!(
+                        "the body arrived slower than {} bytes/s ({total} bytes in {:?}); \
+                         nothing was applied",
+                        pace.min_rate,
+                        start.elapsed()
+                    ),
+                ));
+            }
+            Err(_) => return Err(timed_out(pace.timeout)),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return Err(ApiError::code(
+                    g::MALFORMED_JSON,
+                    format!("body unreadable: {e}"),
+                ));
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let next = total.saturating_add(data.len());
+        if next > limit {
+            return Err(too_large(limit));
+        }
+        grow(next)?;
+        total = next;
+        chunks.push(data);
+    }
+    Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => {
+            let mut all = Vec::with_capacity(total);
+            chunks.iter().for_each(|c| all.extend_from_slice(c));
+            Bytes::from(all)
+        }
+    })
+}
+
+fn timed_out(timeout: Duration) -> ApiError {
+    ApiError::code(
+        g::REQUEST_TIMEOUT,
+        format!("the body did not arrive within {timeout:?}; nothing was applied"),
+    )
 }
 
 /// Parses JSON, telling syntax errors (40000) from shape errors (40001, with the field path).
