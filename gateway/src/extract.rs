@@ -6,7 +6,8 @@
 //! content type (41500), a declared `Content-Length` over the limit (41300) — so a route can
 //! decide admission *before* reading it ([`check_headers`]); then it is read with the limit
 //! counted again (chunked bodies declare nothing) and within a deadline (408, 40800, `retry`:
-//! a slow body holds nothing for long) ([`read_body`]); then parsed, telling invalid JSON
+//! a slow body holds nothing for long) ([`read_body`]; a write's body also at a minimum rate,
+//! growing its reservation as its bytes arrive: [`read_body_paced`]); then parsed, telling invalid JSON
 //! (40000) from JSON of the wrong shape (40001, with the path of the offending field, e.g.
 //! `writes[0].events[2].clientSeq`) ([`parse`]).
 
@@ -159,10 +160,8 @@ pub async fn read_body_paced(
     loop {
         let due = match pace.min_rate {
             0 => end,
-            rate => (start
-                + BODY_RATE_GRACE
-                + Duration::from_secs_f64(total as f64 / rate as f64))
-            .min(end),
+            rate => (start + BODY_RATE_GRACE + Duration::from_secs_f64(total as f64 / rate as f64))
+                .min(end),
         };
         let frame = match tokio::time::timeout_at(due, body.frame()).await {
             Err(_) if due < end => {

@@ -78,8 +78,10 @@ fn attack_once(from: Ipv4Addr, addr: &str, trickle: bool, stop: &AtomicBool) -> 
                     match stream.read(&mut chunk) {
                         Ok(0) => break true,
                         Ok(_) => continue,
-                        Err(e) => break e.kind() != std::io::ErrorKind::WouldBlock
-                            && e.kind() != std::io::ErrorKind::TimedOut,
+                        Err(e) => {
+                            break e.kind() != std::io::ErrorKind::WouldBlock
+                                && e.kind() != std::io::ErrorKind::TimedOut;
+                        }
                     }
                 };
                 return Some(Cut {
@@ -146,7 +148,12 @@ fn slow_and_declared_bodies_from_four_addresses_leave_writes_to_everyone_else() 
     let writes = 50;
     for seq in 1..=writes {
         let next = Instant::now() + Duration::from_millis(200);
-        let request = write_request(DEVICE, &id, &[(seq, b"still here")], "Connection: close\r\n");
+        let request = write_request(
+            DEVICE,
+            &id,
+            &[(seq, b"still here")],
+            "Connection: close\r\n",
+        );
         let answer = ask(device, &gateway.addr, &request, Duration::from_secs(5));
         if answer.status == 200 && answer.json()["outcome"] == "landed" {
             landed += 1;

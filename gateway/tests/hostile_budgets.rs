@@ -51,7 +51,7 @@ fn slow_bodies_of_one_address_cannot_take_the_whole_write_budget() {
         ],
     );
     let attacker = Ipv4Addr::new(127, 0, 0, 1);
-    let lengths = vec![limit; 9];
+    let lengths = [limit; 9];
     // The first is admitted and takes the address's share; only then the others come (the
     // gateway serves connections concurrently: sent together, any one of them could be first).
     let mut held = vec![slow_write(attacker, &gateway.addr, lengths[0])];

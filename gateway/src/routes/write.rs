@@ -5,10 +5,12 @@
 //! the address's fair share (429, 42910), the session (401), the client id's fair share (429,
 //! 42910), the content type (415) and declared length (413), the store's own gate (a disk under
 //! its floor: 507; a store reopening after an I/O error: 503), then admission proper — a slot
-//! among `--max-inflight`, the body's bytes within the address's and the client id's share of
-//! `--write-buffer-bytes` (an eighth each, at least one largest body; 429, 42910) and then from
-//! the budget itself (429, 42900). Only
-//! then is the body read, within `--body-read-timeout-ms` (408) and the body limit (413),
+//! among `--max-inflight`, the body's first 64 KiB (at most its declared length) within the
+//! address's and the client id's share of `--write-buffer-bytes` (an eighth each, at least one
+//! largest body; 429, 42910) and then from the budget itself (429, 42900). Only then is the body
+//! read, its reservation growing as its bytes arrive (a declared length that never arrives holds
+//! nothing more), within `--body-read-timeout-ms` and `--min-body-rate-bytes-per-sec` (408: the
+//! slot and bytes released at once, the connection closed) and the body limit (413),
 //! checked against the request proof's body hash (401, `crate::auth::proof`), parsed (400), checked against the session (403) and validated (400). Nothing is written in
 //! any of these cases.
 //!
@@ -67,7 +69,9 @@ impl Admitted {
         if total <= have {
             return Ok(());
         }
-        let target = total.max(have.saturating_mul(2)).min(self.wanted.max(total));
+        let target = total
+            .max(have.saturating_mul(2))
+            .min(self.wanted.max(total));
         let more = target - have;
         let share = state.write_share.take(self.peer, self.client, more)?;
         let bytes = state.write_bytes.reserve(more)?;
@@ -146,10 +150,7 @@ pub async fn write(State(state): State<AppState>, request: Request) -> Response 
             return response;
         }
     };
-    let request: WriteRequest = match session
-        .check_body(&bytes)
-        .and_then(|()| parse(&bytes))
-    {
+    let request: WriteRequest = match session.check_body(&bytes).and_then(|()| parse(&bytes)) {
         Ok(request) => request,
         Err(e) => return e.into_response(),
     };
