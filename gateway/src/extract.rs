@@ -59,17 +59,18 @@ pub async fn read_json<T: DeserializeOwned>(
     parse(&bytes)
 }
 
-/// [`read_json`] for a request under `session`: the body is checked against the request
-/// proof's body hash (401) before it is parsed.
+/// [`read_json`] for a request under `session`, at `pace` (the minimum rate too: these
+/// routes hold a write slot or a stream's place while they read): the body is checked against
+/// the request proof's body hash (401) before it is parsed.
 pub async fn read_json_proven<T: DeserializeOwned>(
     session: &crate::auth::Session,
     headers: &HeaderMap,
     body: Body,
     limit: usize,
-    timeout: Duration,
+    pace: Pace,
 ) -> Result<T, ApiError> {
     check_headers(headers, limit)?;
-    let bytes = read_body(body, limit, timeout).await?;
+    let bytes = read_body_paced(body, limit, pace, |_| Ok(())).await?;
     session.check_body(&bytes)?;
     parse(&bytes)
 }
@@ -165,7 +166,7 @@ pub async fn read_body_paced(
         };
         let frame = match tokio::time::timeout_at(due, body.frame()).await {
             Err(_) if due < end => {
-                crate::observe::budget_refused("write bodies", "slow body");
+                crate::observe::budget_refused("request bodies", "slow body");
                 return Err(ApiError::code(
                     g::REQUEST_TIMEOUT,
                     format!(

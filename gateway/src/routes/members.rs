@@ -191,14 +191,8 @@ async fn put(
             "too many writes in progress; retry shortly",
         )
     })?;
-    let body: PutBody = read_json_proven(
-        session,
-        headers,
-        body,
-        MAX_BODY_BYTES,
-        state.body_read_timeout(),
-    )
-    .await?;
+    let body: PutBody =
+        read_json_proven(session, headers, body, MAX_BODY_BYTES, state.body_pace()).await?;
     let member = Principal::parse(&body.principal)
         .map_err(|e| ApiError::code(g::INVALID_FIELD, format!("principal: {e}")))?;
     let preset = state.policy.preset(key.aggregate.type_id);
