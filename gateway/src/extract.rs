@@ -234,3 +234,73 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::code(g::MALFORMED_JSON, format!("malformed JSON: {e}")))?;
     Ok(value)
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+    use futures_util::stream;
+
+    use super::*;
+
+    fn chunks(parts: &[&'static [u8]]) -> Body {
+        let items: Vec<Result<Bytes, std::io::Error>> =
+            parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+        Body::from_stream(stream::iter(items))
+    }
+
+    /// Then nothing more, ever (a connection that declared more than it sends).
+    fn then_stall(parts: &[&'static [u8]]) -> Body {
+        let items: Vec<Result<Bytes, std::io::Error>> =
+            parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+        Body::from_stream(stream::iter(items).chain(stream::pending()))
+    }
+
+    const PACE: Pace = Pace {
+        timeout: Duration::from_secs(20),
+        min_rate: 1000,
+    };
+
+    #[tokio::test]
+    async fn the_reservation_grows_with_what_arrived_and_a_refusal_ends_the_read() {
+        let mut seen = Vec::new();
+        let bytes = read_body_paced(chunks(&[b"ab", b"cd", b"ef"]), 100, PACE, |n| {
+            seen.push(n);
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!((&bytes[..], seen), (&b"abcdef"[..], vec![2, 4, 6]));
+
+        let refused = read_body_paced(chunks(&[b"ab", b"cd"]), 100, PACE, |n| {
+            if n > 3 {
+                Err(ApiError::code(g::GATEWAY_BUSY, "full"))
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+        assert_eq!(refused.err().unwrap().0.code(), Some(g::GATEWAY_BUSY));
+
+        let over = read_body_paced(chunks(&[b"abc", b"def"]), 4, PACE, |_| Ok(())).await;
+        assert_eq!(over.err().unwrap().0.code(), Some(g::BODY_TOO_LARGE));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_behind_the_minimum_rate_is_cut_after_the_grace_not_the_timeout() {
+        // 100 bytes buy 100 ms at 1000 B/s after the 2 s grace.
+        let started = tokio::time::Instant::now();
+        let cut = read_body_paced(then_stall(&[&[b' '; 100]]), 1 << 20, PACE, |_| Ok(())).await;
+        assert_eq!(cut.err().unwrap().0.code(), Some(g::REQUEST_TIMEOUT));
+        assert_eq!(started.elapsed(), Duration::from_millis(2_100));
+
+        // Without a minimum, only the timeout.
+        let started = tokio::time::Instant::now();
+        let off = Pace {
+            min_rate: 0,
+            ..PACE
+        };
+        let cut = read_body_paced(then_stall(&[b"{"]), 1 << 20, off, |_| Ok(())).await;
+        assert_eq!(cut.err().unwrap().0.code(), Some(g::REQUEST_TIMEOUT));
+        assert_eq!(started.elapsed(), Duration::from_secs(20));
+    }
+}
