@@ -168,4 +168,12 @@ impl AppState {
     pub fn body_read_timeout(&self) -> Duration {
         Duration::from_millis(self.config.limits.body_read_timeout_ms)
     }
+
+    /// `--body-read-timeout-ms` and `--min-body-rate-bytes-per-sec`.
+    pub fn body_pace(&self) -> crate::extract::Pace {
+        crate::extract::Pace {
+            timeout: self.body_read_timeout(),
+            min_rate: self.config.limits.min_body_rate_bytes_per_sec,
+        }
+    }
 }

@@ -1,12 +1,15 @@
 //! One client must not hold the whole of a memory budget (security review, real process).
 //!
-//! Writes: the gateway reserves a write's declared `Content-Length` from `--write-buffer-bytes`
-//! before reading the body and holds it while the body arrives. Eight requests declaring the
+//! Writes: the gateway reserved a write's declared `Content-Length` from `--write-buffer-bytes`
+//! before reading the body and held it while the body arrived. Eight requests declaring the
 //! largest body plus one for the remainder, each sending one byte, once took the whole 64 MiB,
 //! and an ordinary write of another client was refused 429 (42900) for as long as they
 //! trickled. Now each address (and each client id) holds at most an eighth of the budget: the
 //! second slow body of that address is refused 429 (42910, `Retry-After`), and the other
-//! client's write lands.
+//! client's write lands. (A write now reserves at most 64 KiB before its bytes arrive and
+//! grows as they do, issue 26; so the share is shown here with 64 KiB bodies, which are
+//! reserved whole at once, in a 512 KiB budget. The slow body that got in is cut by the
+//! minimum body rate: `hostile_bodies.rs`.)
 
 mod support;
 
@@ -33,14 +36,22 @@ fn slow_write(from: Ipv4Addr, addr: &str, length: usize) -> TcpStream {
 #[test]
 fn slow_bodies_of_one_address_cannot_take_the_whole_write_budget() {
     let dir = data_dir();
-    let gateway = Process::start(dir.path(), &["--auth", "none"]);
-    let limit = celeriant_sync_protocol::body_size::max_write_body_bytes(
-        &celeriant_sync_protocol::Limits::default(),
+    // Bodies of 64 KiB (the first reservation, so reserved whole before a byte arrives).
+    let limit: usize = 64 << 10;
+    let budget: usize = 8 * limit;
+    let gateway = Process::start(
+        dir.path(),
+        &[
+            "--auth",
+            "none",
+            "--max-body-bytes",
+            &limit.to_string(),
+            "--write-buffer-bytes",
+            &budget.to_string(),
+        ],
     );
-    let budget: usize = 64 << 20;
     let attacker = Ipv4Addr::new(127, 0, 0, 1);
-    let mut lengths = vec![limit; 8];
-    lengths.push(budget - 8 * limit);
+    let lengths = [limit; 9];
     // The first is admitted and takes the address's share; only then the others come (the
     // gateway serves connections concurrently: sent together, any one of them could be first).
     let mut held = vec![slow_write(attacker, &gateway.addr, lengths[0])];
@@ -79,6 +90,9 @@ fn slow_bodies_of_one_address_cannot_take_the_whole_write_budget() {
         refused, 8,
         "every slow body past the address's share is refused"
     );
+    // The body that got in falls behind the minimum rate: released 2 s after its headers.
+    let first = read_answer(&mut held[0], Duration::from_secs(5));
+    assert_eq!((first.status, first.code()), (408, 40800), "{first:?}");
     drop(held);
 }
 

@@ -45,6 +45,18 @@ pub struct LimitConfig {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub body_read_timeout_ms: u64,
 
+    /// Slowest a request body may arrive, in bytes per second, after a grace of 2 s (the
+    /// body's first byte may arrive up to 2 s after its headers, its n-th by 2 s + n / rate);
+    /// a body that falls behind is abandoned at once — its reservation and write slot released
+    /// — and answered 408 (40800, `retry`), the connection closed. 0: no minimum. The default,
+    /// 1 KiB/s, is a fifth of a poor GPRS link (~5 KB/s): any working mobile link keeps up.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_MIN_BODY_RATE_BYTES_PER_SEC",
+        default_value_t = 1024
+    )]
+    pub min_body_rate_bytes_per_sec: u64,
+
     /// A connection on which no byte moves either way for this long is closed, whatever it was
     /// doing (a stalled upload, a client that stopped reading its answer). Must exceed
     /// --request-timeout-ms, so a slow store is answered 504 rather than cut off.

@@ -3,8 +3,8 @@
 //! 128 connections each sending an 8 MiB body once took the gateway from 90 MB to 1.1 GB,
 //! because admission was decided after each body had been buffered; 256 concurrent reads of
 //! one 5.6 MB aggregate peaked at 1.6 GB. A [`Budget`] is a semaphore counting bytes: a write
-//! reserves its `Content-Length` (or the body limit, when it has none) **before** its body is
-//! read, a read reserves its page budget before the store is touched, and both keep the
+//! reserves its first 64 KiB **before** its body is read and the rest of its `Content-Length`
+//! (or the body limit, when it has none) as the bytes arrive, never after they are buffered, a read reserves its page budget before the store is touched, and both keep the
 //! reservation until the request is finished with (a write until the store answered, a read
 //! until its response has been handed to the connection). Past the budget the answer is 429
 //! (42900) at once: nothing queues, so nothing piles up behind it.

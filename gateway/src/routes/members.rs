@@ -251,14 +251,8 @@ async fn accept_invitation(
 ) -> Result<AccessRecord, ApiError> {
     let who = changer(session)?;
     let _slot = write_slot(state)?;
-    let body: serde_json::Map<String, serde_json::Value> = read_json_proven(
-        session,
-        headers,
-        body,
-        MAX_BODY_BYTES,
-        state.body_read_timeout(),
-    )
-    .await?;
+    let body: serde_json::Map<String, serde_json::Value> =
+        read_json_proven(session, headers, body, MAX_BODY_BYTES, state.body_pace()).await?;
     if !body.is_empty() {
         return Err(ApiError::code(
             g::INVALID_FIELD,
@@ -305,14 +299,8 @@ async fn put(
 ) -> Result<AccessRecord, ApiError> {
     let who = changer(session)?;
     let _slot = write_slot(state)?;
-    let body: PutBody = read_json_proven(
-        session,
-        headers,
-        body,
-        MAX_BODY_BYTES,
-        state.body_read_timeout(),
-    )
-    .await?;
+    let body: PutBody =
+        read_json_proven(session, headers, body, MAX_BODY_BYTES, state.body_pace()).await?;
     let member = Principal::parse(&body.principal)
         .map_err(|e| ApiError::code(g::INVALID_FIELD, format!("principal: {e}")))?;
     let (preset, most) = grants_of(state, key)?;

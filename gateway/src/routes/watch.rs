@@ -136,14 +136,8 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     let aggregates: Vec<AggregateRef> = if parts.method == Method::POST {
         let limit =
             state.config.watch.watch_max_aggregates as usize * BODY_BYTES_PER_AGGREGATE + 1024;
-        let body: WatchBody = read_json_proven(
-            &session,
-            &parts.headers,
-            body,
-            limit,
-            state.body_read_timeout(),
-        )
-        .await?;
+        let body: WatchBody =
+            read_json_proven(&session, &parts.headers, body, limit, state.body_pace()).await?;
         body.aggregates
     } else {
         let Query(params) = Query::<Vec<(String, String)>>::from_request_parts(&mut parts, state)

@@ -5,10 +5,12 @@
 //! the address's fair share (429, 42910), the session (401), the client id's fair share (429,
 //! 42910), the content type (415) and declared length (413), the store's own gate (a disk under
 //! its floor: 507; a store reopening after an I/O error: 503), then admission proper — a slot
-//! among `--max-inflight`, the body's bytes within the address's and the client id's share of
-//! `--write-buffer-bytes` (an eighth each, at least one largest body; 429, 42910) and then from
-//! the budget itself (429, 42900). Only
-//! then is the body read, within `--body-read-timeout-ms` (408) and the body limit (413),
+//! among `--max-inflight`, the body's first 64 KiB (at most its declared length) within the
+//! address's and the client id's share of `--write-buffer-bytes` (an eighth each, at least one
+//! largest body; 429, 42910) and then from the budget itself (429, 42900). Only then is the body
+//! read, its reservation growing as its bytes arrive (a declared length that never arrives holds
+//! nothing more), within `--body-read-timeout-ms` and `--min-body-rate-bytes-per-sec` (408: the
+//! slot and bytes released at once, the connection closed) and the body limit (413),
 //! checked against the request proof's body hash (401, `crate::auth::proof`), parsed (400), checked against the session (403) and validated (400). Nothing is written in
 //! any of these cases.
 //!
@@ -34,7 +36,7 @@ use crate::access::{Actor, Principal};
 use crate::auth::Session;
 use crate::backend::{AggregateCommand, AggregateKey, WriteCommand};
 use crate::error::{ApiError, outcome_response};
-use crate::extract::{check_headers, parse, read_body};
+use crate::extract::{Pace, check_headers, parse, read_body_paced};
 use crate::faults::Fault;
 use crate::limits::budget::Reserved;
 use crate::limits::fair::{Kind, Share};
@@ -46,8 +48,37 @@ use crate::state::AppState;
 struct Admitted {
     _share: Share,
     _slot: OwnedSemaphorePermit,
-    _bytes: Reserved,
-    _bytes_share: SharedBytes,
+    bytes: Reserved,
+    bytes_share: Vec<SharedBytes>,
+    peer: std::net::IpAddr,
+    client: Option<uuid::Uuid>,
+    /// Most the reservation grows to: the declared length, or the body limit.
+    wanted: usize,
+}
+
+/// Bytes reserved before a body's first byte is read: a declared length is reserved as its
+/// bytes arrive, so a connection that declares 8 MiB and sends nothing holds at most this.
+pub const FIRST_RESERVATION: usize = 64 << 10;
+
+impl Admitted {
+    /// Grows the reservation (budget and shares) to cover `total` bytes that arrived, doubling
+    /// (at most to `wanted`) so a large body takes few steps; 429 (42910 / 42900) when they
+    /// are not free — the body is then abandoned and the connection closed.
+    fn grow(&mut self, state: &AppState, total: usize) -> Result<(), ApiError> {
+        let have = self.bytes.bytes();
+        if total <= have {
+            return Ok(());
+        }
+        let target = total
+            .max(have.saturating_mul(2))
+            .min(self.wanted.max(total));
+        let more = target - have;
+        let share = state.write_share.take(self.peer, self.client, more)?;
+        let bytes = state.write_bytes.reserve(more)?;
+        self.bytes_share.push(share);
+        self.bytes.merge(bytes);
+        Ok(())
+    }
 }
 
 /// Everything before the body: fair share, session, headers, the store's gate, admission.
@@ -70,15 +101,20 @@ async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted,
         )
     })?;
     let wanted = declared.unwrap_or(limit);
-    let bytes_share = state.write_share.take(peer, session.client_id, wanted)?;
-    let bytes = state.write_bytes.reserve(wanted)?;
+    let first = wanted.min(FIRST_RESERVATION);
+    let bytes_share = state.write_share.take(peer, session.client_id, first)?;
+    let bytes = state.write_bytes.reserve(first)?;
+    let client = session.client_id;
     Ok((
         session,
         Admitted {
             _share: share,
             _slot: slot,
-            _bytes: bytes,
-            _bytes_share: bytes_share,
+            bytes,
+            bytes_share: vec![bytes_share],
+            peer,
+            client,
+            wanted,
         },
         body,
     ))
@@ -87,22 +123,37 @@ async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted,
 /// The handler.
 pub async fn write(State(state): State<AppState>, request: Request) -> Response {
     let deadline = Instant::now() + state.request_timeout();
-    let (session, admitted, body) = match admit(&state, request).await {
+    let (session, mut admitted, body) = match admit(&state, request).await {
         Ok(admitted) => admitted,
         Err(e) => return e.into_response(),
     };
     let body_timeout = state
         .body_read_timeout()
         .min(deadline.saturating_duration_since(Instant::now()));
-    let request: WriteRequest =
-        match read_body(body, state.config.limits.max_body_bytes, body_timeout)
-            .await
-            .and_then(|bytes| session.check_body(&bytes).map(|()| bytes))
-            .and_then(|bytes| parse(&bytes))
-        {
-            Ok(request) => request,
-            Err(e) => return e.into_response(),
-        };
+    let pace = Pace {
+        timeout: body_timeout,
+        min_rate: state.config.limits.min_body_rate_bytes_per_sec,
+    };
+    let limit = state.config.limits.max_body_bytes;
+    let bytes = match read_body_paced(body, limit, pace, |total| admitted.grow(&state, total)).await
+    {
+        Ok(bytes) => bytes,
+        // A body abandoned half-read (too slow, too late, no room for its bytes): what it
+        // held goes back now, and its connection is closed (the rest of the body is not read).
+        Err(e) => {
+            drop(admitted);
+            let mut response = e.into_response();
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return response;
+        }
+    };
+    let request: WriteRequest = match session.check_body(&bytes).and_then(|()| parse(&bytes)) {
+        Ok(request) => request,
+        Err(e) => return e.into_response(),
+    };
     if let Err(e) = authorize(&session, &request) {
         tracing::warn!(summary = %Summary::of(&request), session = ?session.client_id, code = e.0.code(), "write refused");
         return e.into_response();
