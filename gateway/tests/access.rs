@@ -355,7 +355,11 @@ async fn the_owner_grants_and_revokes_members_on(store: Store) {
     let r = put_member(&h, &tb, ID, &b_principal, "readWrite").await;
     assert_eq!((r.status.as_u16(), r.code()), (403, 40303));
 
+    // A raise is an invitation: B writes once it accepted it.
     let r = put_member(&h, &ta, ID, &b_principal, "readWrite").await;
+    assert_eq!(r.json["members"][&b_principal], "read");
+    assert_eq!(r.json["invited"][&b_principal], "readWrite");
+    let r = accept(&h, &tb, ID).await;
     assert_eq!(r.json["members"][&b_principal], "readWrite");
     let w = h
         .write_as(&tb, &write_by(&b.client_id, TYPE, ID, &[1]))

@@ -155,6 +155,40 @@ async fn an_invitation_gives_nothing_until_it_is_accepted_on(store: Store) {
         .await;
     assert_eq!(w.code(), 40302, "a reader does not write");
     assert_eq!(h.seqs_as(&tb, TYPE, ID).await, [1, 2]);
+    // A raise back to readWrite is an invitation: the reader keeps `read` and writes nothing
+    // until it accepts (else an owner could invite a victim to a harmless `read`, then raise it).
+    let r = put_member(&h, &ta, ID, &b_principal, "readWrite").await;
+    assert_eq!(
+        r.json,
+        json!({"owner": a_principal, "members": {&b_principal: "read"}, "invited": {&b_principal: "readWrite"}})
+    );
+    let w = h
+        .write_as(&tb, &write_by(&b.client_id, TYPE, ID, &[3]))
+        .await;
+    assert_eq!(
+        w.code(),
+        40302,
+        "{store:?}: a raise gives nothing until accepted"
+    );
+    let r = members_of(&h, &tb, ID).await;
+    assert_eq!(
+        r.json["invited"],
+        json!({&b_principal: "readWrite"}),
+        "it sees the raise"
+    );
+    let r = accept(&h, &tb, ID).await;
+    assert_eq!(
+        r.json,
+        json!({"owner": a_principal, "members": {&b_principal: "readWrite"}, "invited": {}})
+    );
+    let w = h
+        .write_as(&tb, &write_by(&b.client_id, TYPE, ID, &[3]))
+        .await;
+    assert_eq!(w.outcome(), "landed", "{:?}", w.json);
+    // Lowered: at once.
+    let r = put_member(&h, &ta, ID, &b_principal, "read").await;
+    assert_eq!(r.json["members"], json!({&b_principal: "read"}));
+    assert_eq!(h.seqs_as(&tb, TYPE, ID).await, [1, 2, 3]);
     // Revoked, then granted again: an invitation again, nothing until accepted.
     put_member(&h, &ta, ID, &b_principal, "none").await;
     let r = put_member(&h, &ta, ID, &b_principal, "read").await;
@@ -332,7 +366,11 @@ async fn a_revoked_invitation_cannot_be_accepted_and_invitations_count_toward_th
     let r = put_member(&h, &ta, ID, "user:u0", "readWrite").await;
     assert_eq!(r.json["invited"]["user:u0"], "readWrite");
     let r = put_member(&h, &ta, ID, &b_principal, "readWrite").await;
-    assert_eq!(r.json["members"][&b_principal], "readWrite");
+    assert_eq!(
+        r.json["members"][&b_principal], "read",
+        "a raise waits for its accept"
+    );
+    assert_eq!(r.json["invited"][&b_principal], "readWrite");
     // Withdrawing an invitation makes room.
     put_member(&h, &ta, ID, "user:u0", "none").await;
     let r = put_member(&h, &ta, ID, "user:one-more", "read").await;

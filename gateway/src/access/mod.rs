@@ -136,9 +136,15 @@ impl AccessRecord {
         }
     }
 
-    /// Members and invitations together: what [`MAX_MEMBERS`] bounds.
+    /// Principals named as members or invited (a member with a raise waiting counts once):
+    /// what [`MAX_MEMBERS`] bounds.
     pub fn listed(&self) -> usize {
-        self.members.len() + self.invited.len()
+        self.members.len()
+            + self
+                .invited
+                .keys()
+                .filter(|p| !self.members.contains_key(*p))
+                .count()
     }
 
     /// Whether `who` is named in the record at all: owner, member or invited.

@@ -185,11 +185,16 @@ fn seen_by(actor: &Actor, record: AccessRecord) -> Result<AccessRecord, ApiError
         return Ok(record);
     }
     let mut seen = AccessRecord::owned_by(record.owner);
-    if let Some(grant) = record.members.get(p) {
+    let member = record.members.get(p);
+    let invited = record.invited.get(p);
+    if let Some(grant) = member {
         seen.members.insert(p.clone(), *grant);
-    } else if let Some(grant) = record.invited.get(p) {
+    }
+    // A member may hold an invitation too: a raise to readWrite waiting for its accept.
+    if let Some(grant) = invited {
         seen.invited.insert(p.clone(), *grant);
-    } else {
+    }
+    if member.is_none() && invited.is_none() {
         return Err(ApiError::code(
             g::NOT_OWNER,
             "only the aggregate's owner, members and invited principals see its members",
@@ -265,11 +270,11 @@ async fn accept_invitation(
         let Some(mut record) = current else {
             return Err(no_such_aggregate());
         };
-        if record.members.contains_key(&caller) {
-            return Ok(record);
-        }
         if let Some(grant) = record.invited.remove(&caller) {
             record.members.insert(caller.clone(), grant);
+            return Ok(record);
+        }
+        if record.members.contains_key(&caller) {
             return Ok(record);
         }
         Err(if record.owner == caller {
@@ -345,9 +350,18 @@ async fn put(
                 record.members.remove(&member);
                 record.invited.remove(&member);
             }
-            // A member accepted sharing this aggregate already: its grant changes at once.
+            // A member's grant lowered (readWrite to read) changes at once; a raise (read to
+            // readWrite) is an invitation like any other, the member keeping `read` until it
+            // accepts: otherwise an owner could invite a victim to a harmless `read` of an id
+            // the victim's app will create, then raise it, and the victim's "creating" write
+            // would land in the owner's aggregate (hostile review).
             Some(grant) if record.members.contains_key(&member) => {
-                record.members.insert(member.clone(), grant);
+                if grant == Grant::ReadWrite && record.members.get(&member) != Some(&grant) {
+                    record.invited.insert(member.clone(), grant);
+                } else {
+                    record.members.insert(member.clone(), grant);
+                    record.invited.remove(&member);
+                }
             }
             // Anyone else is invited: nothing changes for it until it accepts.
             Some(grant) => {
