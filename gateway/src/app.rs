@@ -129,11 +129,15 @@ pub fn app(state: AppState) -> Router {
     }
     // `/v1/{*rest}` does not match `/v1` or `/v1/` (the catch-all needs at least one
     // character), so those are routed explicitly; otherwise they would reach the static files.
-    let api = api
-        .route("/v1", axum::routing::any(not_found))
-        .route("/v1/", axum::routing::any(not_found))
-        .route("/v1/{*rest}", axum::routing::any(not_found));
     let cheap_layer = || axum::middleware::from_fn_with_state(cheap.clone(), cheap::limit);
+    // The 404 of an unknown API path is as cheap as `/healthz` and needs no session either:
+    // charged to the same per-address rate, or a flood of them would slow every write as an
+    // unlimited `/healthz` did (hostile review of the streams work).
+    let unknown = || axum::routing::any(not_found).layer(cheap_layer());
+    let api = api
+        .route("/v1", unknown())
+        .route("/v1/", unknown())
+        .route("/v1/{*rest}", unknown());
     let www = ServiceBuilder::new()
         .layer(cheap_layer())
         .service(ServeDir::new(&state.config.www).append_index_html_on_directories(true));

@@ -581,3 +581,21 @@ async fn an_explicit_allow_list_replaces_the_dev_defaults() {
     let denied = h.send(preflight("http://localhost:5173")).await;
     assert!(denied.headers.get("access-control-allow-origin").is_none());
 }
+
+/// An unknown API path needs no session and costs as little as `/healthz`: it is charged to the
+/// same per-address rate (`--static-rate-per-ip`), so a flood of 404s is refused, 429 42911,
+/// before it can slow the writes (a hostile review reproduced the `/healthz` flood with
+/// `GET /v1/x` once `/healthz` was limited). Fails if the 404 routes lose the layer.
+#[tokio::test]
+async fn unknown_api_paths_are_charged_to_the_cheap_rate() {
+    let h = Harness::auth(|c| {
+        c.limits.static_rate_per_ip = 1;
+        c.limits.static_burst_per_ip = 3;
+    });
+    let mut answers = Vec::new();
+    for path in ["/v1/x", "/v1", "/v1/", "/v1/y/z", "/v1/x"] {
+        answers.push(h.get(path).await.code());
+    }
+    assert_eq!(answers[..3], [40400, 40400, 40400], "{answers:?}");
+    assert_eq!(answers[3..], [42911, 42911], "{answers:?}");
+}
