@@ -10,44 +10,17 @@ mod support;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::app::*;
 use support::device::*;
+use support::policy::*;
 
 const OTHER_ID: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0a0a";
 const NEVER: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0fff";
-const OPERATOR: &str = "operator-secret-of-at-least-thirty-two-characters";
 const APP_SECRET: &str = "an app secret of at least thirty-two bytes";
-
-/// A harness with device identity on and `policy` (TOML) as `--policy`, and an operator
-/// credential.
-async fn with_policy(store: Store, policy: &str) -> Harness {
-    let policy = policy.to_owned();
-    Harness::auth_on(store, move |c| {
-        let file = c.data_dir.join("policy.toml");
-        std::fs::write(&file, policy).unwrap();
-        c.policy = Some(file);
-        let op = c.data_dir.join("operator");
-        std::fs::write(&op, OPERATOR).unwrap();
-        c.operator_token_file = Some(op);
-    })
-    .await
-}
 
 fn events_path(id: &str) -> String {
     format!("/v1/aggregates/{TYPE}/{id}/events")
-}
-
-fn no_create(mut body: Value) -> Value {
-    body["writes"][0]["allowCreate"] = json!(false);
-    body
-}
-
-/// Two devices with sessions: A (the owner in most tests) and B (the other principal).
-async fn two(h: &Harness) -> (Device, String, Device, String) {
-    let (a, b) = (Device::a(), Device::b());
-    let (ta, tb) = (h.open(&a).await, h.open(&b).await);
-    (a, ta, b, tb)
 }
 
 /// The grantee accepts its invitation (a grant takes effect only then).

@@ -12,24 +12,10 @@ use axum::body::Body;
 use axum::http::{Method, Request};
 use serde_json::{Value, json};
 use support::app::*;
-use support::device::*;
+use support::policy::*;
 
 const OTHER_ID: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0a0a";
 const NEVER: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0fff";
-const OPERATOR: &str = "operator-secret-of-at-least-thirty-two-characters";
-
-async fn with_policy(store: Store, policy: &str) -> Harness {
-    let policy = policy.to_owned();
-    Harness::auth_on(store, move |c| {
-        let file = c.data_dir.join("policy.toml");
-        std::fs::write(&file, policy).unwrap();
-        c.policy = Some(file);
-        let op = c.data_dir.join("operator");
-        std::fs::write(&op, OPERATOR).unwrap();
-        c.operator_token_file = Some(op);
-    })
-    .await
-}
 
 fn json_request(method: Method, uri: String, auth: &str, body: &Value) -> Request<Body> {
     let raw = serde_json::to_vec(body).unwrap();
@@ -73,17 +59,6 @@ async fn accept(h: &Harness, token: &str, id: &str) -> Reply {
 async fn members_of(h: &Harness, token: &str, id: &str) -> Reply {
     h.get_as(token, &format!("/v1/aggregates/{TYPE}/{id}/members"))
         .await
-}
-
-fn no_create(mut body: Value) -> Value {
-    body["writes"][0]["allowCreate"] = json!(false);
-    body
-}
-
-async fn two(h: &Harness) -> (Device, String, Device, String) {
-    let (a, b) = (Device::a(), Device::b());
-    let (ta, tb) = (h.open(&a).await, h.open(&b).await);
-    (a, ta, b, tb)
 }
 
 #[tokio::test]

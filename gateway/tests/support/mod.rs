@@ -20,6 +20,8 @@ pub mod fake_celeriant;
 #[allow(dead_code)]
 pub mod hostile;
 #[allow(dead_code)]
+pub mod policy;
+#[allow(dead_code)]
 pub mod process;
 #[allow(dead_code)]
 pub mod sse;
