@@ -6,7 +6,9 @@
 //! * **A cap on open connections**, overall and per client address
 //!   ([`crate::limits::connections`]). A connection over either cap is answered at once with a
 //!   fixed `429` protocol body (`retry`, 42900) and closed: no task, no buffer, no descriptor
-//!   kept. The listener's own descriptor budget is the process's open-file limit, which
+//!   kept. When the overall cap is reached, a newcomer first takes the place of an idle
+//!   connection of the address that holds the most (the pool tells that connection's task,
+//!   which drops it); a connection with a request in progress is never evicted. The listener's own descriptor budget is the process's open-file limit, which
 //!   [`fit_to_open_file_limit`] raises to its hard maximum and the cap is lowered to fit.
 //! * **Header-read timeout** (hyper's own): a request's headers must arrive within it. hyper
 //!   starts it whenever a connection waits for a request, so it also closes idle keep-alive
@@ -139,6 +141,7 @@ pub async fn serve(
         .max_header_size(MAX_HEADER_BYTES)
         .keep_alive(true);
     let refused = Throttle::new();
+    let evicted = Throttle::new();
     let accept_errors = Throttle::new();
     tokio::pin!(shutdown);
     loop {
@@ -182,21 +185,45 @@ pub async fn serve(
                 continue;
             }
         };
+        if place.evicted_another() {
+            crate::observe::budget_refused("connections", "evicted");
+            if let Some(suppressed) = evicted.allow() {
+                tracing::info!(
+                    %peer,
+                    suppressed,
+                    "connection pool full: an idle connection of the address holding the most gave way"
+                );
+            }
+        }
         let _ = stream.set_nodelay(true);
         crate::observe::connection_accepted();
         let activity = Activity::new();
         let io = TokioIo::new(Tracked::new(stream, activity.clone()));
-        let service = router.clone().map_request({
-            let activity = activity.clone();
-            move |mut request: Request<Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request.extensions_mut().insert(activity.clone());
-                request
-            }
-        });
+        let slot = place.slot();
+        let service = router
+            .clone()
+            .map_request({
+                let activity = activity.clone();
+                move |mut request: Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    request.extensions_mut().insert(activity.clone());
+                    request
+                }
+            })
+            // A request in progress keeps the connection from being evicted until its answer
+            // is ready (a change stream's answer is ready at once: streams may be evicted).
+            .map_future(move |answer| {
+                let busy = slot.busy();
+                async move {
+                    let answer = answer.await;
+                    drop(busy);
+                    answer
+                }
+            });
         let connection =
             graceful.watch(builder.serve_connection(io, TowerToHyperService::new(service)));
         let idle_timeout = options.idle_timeout;
+        let evicted_slot = place.slot();
         tokio::spawn(async move {
             let _place = place;
             tokio::select! {
@@ -205,6 +232,9 @@ pub async fn serve(
                 },
                 () = activity.idle(idle_timeout) => {
                     tracing::debug!(%peer, ?idle_timeout, "idle connection closed");
+                }
+                () = evicted_slot.evicted() => {
+                    tracing::debug!(%peer, "connection evicted: the pool was full");
                 }
                 () = activity.stalled() => {
                     crate::observe::budget_refused("change streams", "stalled");
