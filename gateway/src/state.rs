@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::limits::slots::Slots;
 use celeriant_sync_protocol::Limits;
-use tokio::sync::Semaphore;
 
 use crate::access::Policy;
 use crate::auth::Auth;
@@ -33,7 +33,7 @@ pub struct AppState {
     /// The secret every `/v1/faults` request must carry; present with `faults`.
     pub faults_secret: Option<Arc<FaultsSecret>>,
     /// Admission control for writes (`--max-inflight`).
-    pub admission: Arc<Semaphore>,
+    pub admission: Arc<Slots>,
     /// Bytes of write bodies held at once (`--write-buffer-bytes`).
     pub write_bytes: Arc<Budget>,
     /// Each address's and client id's share of `write_bytes` (an eighth, at least one body).
@@ -134,7 +134,7 @@ impl AppState {
         Ok(AppState {
             watch,
             backend,
-            admission: Arc::new(Semaphore::new(limits.max_inflight)),
+            admission: Slots::new(limits.max_inflight),
             write_bytes: Arc::new(Budget::new("write bodies", limits.write_buffer_bytes)),
             write_share: Arc::new(ByteShare::new(
                 "write-body",

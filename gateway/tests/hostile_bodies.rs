@@ -204,3 +204,98 @@ fn slow_and_declared_bodies_from_four_addresses_leave_writes_to_everyone_else() 
     );
     assert_eq!(closed, slow.len(), "a cut body's connection is closed");
 }
+
+/// Bodies sent just fast enough (above `--min-body-rate-bytes-per-sec`) hold their write slot
+/// until `--body-read-timeout-ms`: four addresses × `--concurrency-per-ip` of them held every
+/// slot of `--max-inflight`. With the reserve (the last quarter of the slots only for addresses
+/// holding fewer than 4), the attackers get three quarters at most and the device's writes land.
+#[test]
+fn bodies_at_the_minimum_rate_from_four_addresses_leave_the_reserve_of_write_slots() {
+    let dir = data_dir();
+    let gateway = Process::start(
+        dir.path(),
+        &[
+            "--auth",
+            "none",
+            "--max-inflight",
+            "32",
+            "--concurrency-per-ip",
+            "32",
+            "--body-read-timeout-ms",
+            "8000",
+        ],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Four addresses, eight connections each, every one sending 256 bytes every 100 ms
+    // (2.5 KB/s, above the 1 KiB/s minimum) of a 100 KB body.
+    let attackers: Vec<_> = (0..32)
+        .map(|i| {
+            let from = Ipv4Addr::new(127, 0, 0, 41 + (i / 8) as u8);
+            let (addr, stop, held) = (gateway.addr.clone(), stop.clone(), held.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut stream = connect_from(from, &addr);
+                    let head = "POST /v1/write HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: \
+                                application/json\r\nContent-Length: 100000\r\n\r\n";
+                    if stream.write_all(head.as_bytes()).is_err() {
+                        continue;
+                    }
+                    stream.set_nonblocking(true).unwrap();
+                    let started = Instant::now();
+                    let mut answered = false;
+                    while !stop.load(Ordering::Relaxed)
+                        && started.elapsed() < Duration::from_secs(9)
+                    {
+                        let mut b = [0u8; 512];
+                        match stream.read(&mut b) {
+                            Ok(0) => break,
+                            Ok(_) => {
+                                answered = true;
+                                break;
+                            }
+                            Err(_) => {}
+                        }
+                        if stream.write_all(&[b' '; 256]).is_err() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    if !answered && started.elapsed() >= Duration::from_secs(2) {
+                        held.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let device = Ipv4Addr::new(127, 0, 0, 31);
+    let id = aggregate(27);
+    let (mut landed, mut refused) = (0, Vec::new());
+    let writes = 20;
+    for seq in 1..=writes {
+        let request = write_request(DEVICE, &id, &[(seq, b"mine")], "Connection: close\r\n");
+        let answer = ask(device, &gateway.addr, &request, Duration::from_secs(5));
+        if answer.status == 200 && answer.json()["outcome"] == "landed" {
+            landed += 1;
+        } else {
+            refused.push((answer.status, answer.code()));
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for attacker in attackers {
+        attacker.join().unwrap();
+    }
+    println!(
+        "device: {landed} of {writes} writes landed during the attack (refused: {refused:?}); \
+         attacking bodies held over 2 s: {}",
+        held.load(Ordering::Relaxed)
+    );
+    assert!(
+        held.load(Ordering::Relaxed) >= 16,
+        "the attack held slots with bodies at the minimum rate"
+    );
+    assert_eq!(landed, writes, "refused: {refused:?}");
+}

@@ -6,6 +6,8 @@
 //! * [`connections`]: open connections, overall and per address (`crate::serve` applies it);
 //! * [`fair`]: per-address and per-client rate and concurrency, for writes and reads apart
 //!   (429, 42910);
+//! * [`slots`]: write slots (`--max-inflight`), the last quarter reserved for addresses holding
+//!   few (429, 42900);
 //! * [`budget`]: bytes of write bodies and of read responses held at once (429, 42900);
 //! * [`share_bytes`]: each address's and client id's share of the write-body bytes (429, 42910).
 //! * [`cheap`]: per-address rate of `/healthz` and static files (429, 42911).
@@ -23,3 +25,4 @@ pub mod ip;
 pub mod keyed;
 pub mod notice;
 pub mod share_bytes;
+pub mod slots;

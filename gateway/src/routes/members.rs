@@ -23,6 +23,8 @@
 //! members (idempotent for a member; 404 for a caller neither invited nor a reader). Each
 //! change is one transaction of the store (`Backend::update_access`).
 
+use std::net::IpAddr;
+
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Request, State};
@@ -137,9 +139,8 @@ async fn handle(
     accepting: bool,
 ) -> Result<AccessRecord, ApiError> {
     let (mut parts, body) = request.into_parts();
-    let address = state
-        .fair
-        .address(Kind::Read, ip::peer(&parts.extensions))?;
+    let peer = ip::peer(&parts.extensions);
+    let address = state.fair.address(Kind::Read, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let _share = state.fair.client(Kind::Read, address, session.client_id)?;
     let aggregate = aggregate_of(&mut parts, state).await?;
@@ -151,7 +152,7 @@ async fn handle(
     // HEAD (which axum routes with GET) is a read like GET, never the PUT below (found by
     // review: it fell through into the write path).
     if accepting {
-        return accept_invitation(state, &session, key, &parts.headers, body).await;
+        return accept_invitation(state, peer, &session, key, &parts.headers, body).await;
     }
     if parts.method == Method::GET || parts.method == Method::HEAD {
         // Always read now (not the check cache), so an invitation just made is seen.
@@ -170,7 +171,7 @@ async fn handle(
         }
         return seen_by(&session.actor, record.ok_or_else(no_such_aggregate)?);
     }
-    put(state, &session, key, &parts.headers, body).await
+    put(state, peer, &session, key, &parts.headers, body).await
 }
 
 /// What `actor` may see of `record`: all of it for the owner (and the operator); a member its
@@ -221,13 +222,11 @@ fn changer(session: &Session) -> Result<Principal, ApiError> {
 
 /// A members change is a write upstream (a whole record appended on Celeriant): it takes a slot
 /// of `--max-inflight` like any write, beyond the read rate its route is charged.
-fn write_slot(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
-    state.admission.clone().try_acquire_owned().map_err(|_| {
-        ApiError::code(
-            g::GATEWAY_BUSY,
-            "too many writes in progress; retry shortly",
-        )
-    })
+fn write_slot(state: &AppState, peer: IpAddr) -> Result<crate::limits::slots::Slot, ApiError> {
+    state
+        .admission
+        .take(peer)
+        .map_err(crate::limits::slots::refusal)
 }
 
 /// The most a member may be granted under `key`'s preset, or 40304 when it has no members.
@@ -249,13 +248,14 @@ fn grants_of(state: &AppState, key: AggregateKey) -> Result<(Preset, Grant), Api
 /// `POST …/members/accept`, body `{}`: the caller's invitation becomes membership.
 async fn accept_invitation(
     state: &AppState,
+    peer: IpAddr,
     session: &Session,
     key: AggregateKey,
     headers: &axum::http::HeaderMap,
     body: Body,
 ) -> Result<AccessRecord, ApiError> {
     let who = changer(session)?;
-    let _slot = write_slot(state)?;
+    let _slot = write_slot(state, peer)?;
     let body: serde_json::Map<String, serde_json::Value> =
         read_json_proven(session, headers, body, MAX_BODY_BYTES, state.body_pace()).await?;
     if !body.is_empty() {
@@ -297,13 +297,14 @@ async fn accept_invitation(
 
 async fn put(
     state: &AppState,
+    peer: IpAddr,
     session: &Session,
     key: AggregateKey,
     headers: &axum::http::HeaderMap,
     body: Body,
 ) -> Result<AccessRecord, ApiError> {
     let who = changer(session)?;
-    let _slot = write_slot(state)?;
+    let _slot = write_slot(state, peer)?;
     let body: PutBody =
         read_json_proven(session, headers, body, MAX_BODY_BYTES, state.body_pace()).await?;
     let member = Principal::parse(&body.principal)

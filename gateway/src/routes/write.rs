@@ -30,7 +30,7 @@ use celeriant_sync_protocol::codes::{celeriant as cc, gateway as g};
 use celeriant_sync_protocol::outcome::Failure;
 use celeriant_sync_protocol::validate::validate_write;
 use celeriant_sync_protocol::{WriteOutcome, WriteRequest};
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::sync::oneshot;
 
 use crate::access::{Actor, Principal};
 use crate::auth::Session;
@@ -47,7 +47,7 @@ use crate::state::AppState;
 /// What a write holds from admission until the store answered.
 struct Admitted {
     _share: Share,
-    _slot: OwnedSemaphorePermit,
+    _slot: crate::limits::slots::Slot,
     bytes: Reserved,
     bytes_share: Vec<SharedBytes>,
     peer: std::net::IpAddr,
@@ -94,12 +94,10 @@ async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted,
         .backend
         .write_gate()
         .map_err(|e| ApiError(e.into_outcome()))?;
-    let slot = state.admission.clone().try_acquire_owned().map_err(|_| {
-        ApiError::code(
-            g::GATEWAY_BUSY,
-            "too many writes in progress; retry shortly",
-        )
-    })?;
+    let slot = state
+        .admission
+        .take(peer)
+        .map_err(crate::limits::slots::refusal)?;
     let wanted = declared.unwrap_or(limit);
     let first = wanted.min(FIRST_RESERVATION);
     let bytes_share = state.write_share.take(peer, session.client_id, first)?;
