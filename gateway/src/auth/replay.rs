@@ -3,13 +3,22 @@
 //! A captured `POST /v1/session` body (a log, a proxy) stays valid for the nonce window, so the
 //! gateway remembers each accepted pair — keyed by the client id, which is a hash of the key —
 //! until its nonce has left the window (nonce + 2 minutes, plus a second of margin), after which
-//! Celeriant's own rule refuses it anyway. The memory is bounded: past `capacity` live entries
-//! new sessions are refused with a retry hint (never admitted unremembered), so an attacker
-//! cannot grow it without limit. Only pairs whose signature verified are remembered, so no one
-//! can pre-empt a device's future nonces. Each gateway process has its own cache: replicas do
+//! Celeriant's own rule refuses it anyway. Only pairs whose signature verified are remembered,
+//! so no one can pre-empt a device's future nonces.
+//!
+//! **Bounded, and shared by address.** Past `capacity` live entries, only sessions from an
+//! address (IPv6: per prefix, `crate::limits::ip`) holding fewer than its fair share —
+//! `capacity` ÷ the addresses with live entries, counting the asking one — are admitted, up to
+//! a hard ceiling of [`CEILING_FACTOR`] × `capacity`; the others are refused with a retry hint
+//! (never admitted unremembered, never an entry forgotten early). Before, 105,000 sessions from
+//! 3,500 addresses (the /64s of one IPv6 /52) filled the cache and a brand-new device was
+//! refused (429, 42901) for two minutes (issue 26); now the flooding addresses are each over
+//! their share and the new device's address, holding none, is admitted. Filling the ceiling
+//! takes the whole cache spread over addresses each within its share. Each gateway process has its own cache: replicas do
 //! not share it (docs/protocol.md says so).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::Mutex;
 
 use celeriant_sync_protocol::session::NONCE_MAX_AGE_MS;
@@ -17,6 +26,10 @@ use uuid::Uuid;
 
 /// How long after its nonce an entry is kept, in milliseconds.
 const KEEP_MS: u64 = NONCE_MAX_AGE_MS + 1_000;
+
+/// Most live entries, as a multiple of `capacity`: room for addresses within their fair share
+/// once the cache is full, still bounded.
+pub const CEILING_FACTOR: usize = 2;
 
 /// What the cache says about a pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +54,8 @@ pub struct ReplayCache {
 #[derive(Default)]
 struct Inner {
     seen: HashSet<(Uuid, u64)>,
-    by_expiry: BTreeSet<(u64, Uuid, u64)>,
+    by_expiry: BTreeSet<(u64, Uuid, u64, IpAddr)>,
+    per_ip: HashMap<IpAddr, usize>,
 }
 
 impl ReplayCache {
@@ -53,8 +67,10 @@ impl ReplayCache {
         }
     }
 
-    /// Remembers (client, nonce) at `now_ms` unless it is there already or the cache is full.
-    pub fn admit(&self, client: Uuid, nonce_ms: u64, now_ms: u64) -> Admit {
+    /// Remembers (client, nonce), asked from `ip` at `now_ms`, unless it is there already or
+    /// the cache is full for that address.
+    pub fn admit(&self, client: Uuid, nonce_ms: u64, ip: IpAddr, now_ms: u64) -> Admit {
+        let ip = crate::limits::ip::bucket(ip);
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(&first) = inner.by_expiry.first() {
             if first.0 > now_ms {
@@ -62,20 +78,38 @@ impl ReplayCache {
             }
             inner.by_expiry.pop_first();
             inner.seen.remove(&(first.1, first.2));
+            if let Some(n) = inner.per_ip.get_mut(&first.3) {
+                *n -= 1;
+                if *n == 0 {
+                    inner.per_ip.remove(&first.3);
+                }
+            }
         }
         if inner.seen.contains(&(client, nonce_ms)) {
             return Admit::Replayed;
         }
+        let mine = inner.per_ip.get(&ip).copied().unwrap_or(0);
         if inner.seen.len() >= self.capacity {
-            let oldest = inner.by_expiry.first().map_or(now_ms + 1_000, |e| e.0);
-            return Admit::Full {
-                retry_after_ms: oldest.saturating_sub(now_ms).max(1),
-            };
+            let addresses = inner.per_ip.len() + usize::from(mine == 0);
+            let share = self.capacity / addresses.max(1);
+            if mine >= share || inner.seen.len() >= self.capacity.saturating_mul(CEILING_FACTOR) {
+                // When room frees up for this address: its own oldest entry leaves (over its
+                // share), or the oldest of all (at the ceiling).
+                let oldest = inner
+                    .by_expiry
+                    .iter()
+                    .find(|e| mine == 0 || mine < share || e.3 == ip)
+                    .map_or(now_ms + 1_000, |e| e.0);
+                return Admit::Full {
+                    retry_after_ms: oldest.saturating_sub(now_ms).max(1),
+                };
+            }
         }
         inner.seen.insert((client, nonce_ms));
         inner
             .by_expiry
-            .insert((nonce_ms.saturating_add(KEEP_MS), client, nonce_ms));
+            .insert((nonce_ms.saturating_add(KEEP_MS), client, nonce_ms, ip));
+        *inner.per_ip.entry(ip).or_insert(0) += 1;
         Admit::Fresh
     }
 
@@ -98,22 +132,28 @@ impl ReplayCache {
 mod tests {
     use super::*;
 
+    const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+
     #[test]
     fn a_pair_is_refused_within_the_window_and_forgotten_after() {
         let cache = ReplayCache::new(10);
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let now = 1_000_000;
-        assert_eq!(cache.admit(a, now, now), Admit::Fresh);
-        assert_eq!(cache.admit(a, now, now + 5), Admit::Replayed);
-        assert_eq!(cache.admit(b, now, now + 5), Admit::Fresh, "another key");
+        assert_eq!(cache.admit(a, now, IP, now), Admit::Fresh);
+        assert_eq!(cache.admit(a, now, IP, now + 5), Admit::Replayed);
         assert_eq!(
-            cache.admit(a, now + 1, now + 5),
+            cache.admit(b, now, IP, now + 5),
+            Admit::Fresh,
+            "another key"
+        );
+        assert_eq!(
+            cache.admit(a, now + 1, IP, now + 5),
             Admit::Fresh,
             "another nonce"
         );
-        assert_eq!(cache.admit(a, now, now + KEEP_MS - 1), Admit::Replayed);
+        assert_eq!(cache.admit(a, now, IP, now + KEEP_MS - 1), Admit::Replayed);
         assert_eq!(
-            cache.admit(a, now, now + KEEP_MS),
+            cache.admit(a, now, IP, now + KEEP_MS),
             Admit::Fresh,
             "expired, then the window refuses it anyway"
         );
@@ -125,27 +165,80 @@ mod tests {
         let now = 5_000_000;
         for n in 0..3 {
             assert_eq!(
-                cache.admit(Uuid::from_u128(n), now + n as u64, now),
+                cache.admit(Uuid::from_u128(n), now + n as u64, IP, now),
                 Admit::Fresh
             );
         }
         assert_eq!(
-            cache.admit(Uuid::from_u128(9), now, now),
+            cache.admit(Uuid::from_u128(9), now, IP, now),
             Admit::Full {
                 retry_after_ms: KEEP_MS
             }
         );
         assert_eq!(cache.len(), 3);
         assert_eq!(
-            cache.admit(Uuid::from_u128(9), now, now + KEEP_MS),
+            cache.admit(Uuid::from_u128(9), now, IP, now + KEEP_MS),
             Admit::Fresh,
             "the oldest left"
         );
         assert_eq!(cache.len(), 3);
         assert_eq!(
-            cache.admit(Uuid::from_u128(8), now, now + KEEP_MS + 2),
+            cache.admit(Uuid::from_u128(8), now, IP, now + KEEP_MS + 2),
             Admit::Fresh
         );
         assert_eq!(cache.len(), 1, "expired entries were dropped");
+    }
+
+    #[test]
+    fn past_capacity_only_addresses_within_their_share_are_admitted() {
+        let cache = ReplayCache::new(100);
+        let now = 9_000_000;
+        let from =
+            |n: u32| IpAddr::from((0x2001_0db8_0000_u128 << 80 | (n as u128) << 64).to_be_bytes());
+        // 35 addresses (each its own /64) × 3 sessions: 105 > 100 attempted.
+        let mut refused = 0;
+        for a in 0..35u32 {
+            for k in 0..3u32 {
+                let client = Uuid::from_u128((a * 10 + k) as u128);
+                if cache.admit(client, now, from(a), now) != Admit::Fresh {
+                    refused += 1;
+                }
+            }
+        }
+        // Past 100, each address is admitted up to its share (100 / 35 = 2): 103 live, 2 refused.
+        assert_eq!(
+            (cache.len(), refused),
+            (103, 2),
+            "the flood fills the cache"
+        );
+        // A brand-new device on an address of its own: within its share (100 / 36 > 0).
+        assert_eq!(
+            cache.admit(Uuid::from_u128(999), now, from(1_000), now),
+            Admit::Fresh
+        );
+        // A flooding address stays refused, told when its own oldest entry leaves.
+        assert_eq!(
+            cache.admit(Uuid::from_u128(998), now, from(0), now + 10),
+            Admit::Full {
+                retry_after_ms: KEEP_MS - 10
+            }
+        );
+        // The /64 is one address: a neighbour in the same /64 is the flooder.
+        let neighbour = IpAddr::from((0x2001_0db8_0000_u128 << 80 | 0xffff).to_be_bytes());
+        assert_ne!(
+            cache.admit(Uuid::from_u128(997), now, neighbour, now + 10),
+            Admit::Fresh
+        );
+    }
+
+    #[test]
+    fn the_ceiling_bounds_the_cache_whatever_the_addresses() {
+        let cache = ReplayCache::new(10);
+        let now = 9_000_000;
+        for n in 0..1_000u32 {
+            let ip = IpAddr::from([10, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
+            let _ = cache.admit(Uuid::from_u128(n as u128), now, ip, now);
+        }
+        assert!(cache.len() <= 10 * CEILING_FACTOR, "{}", cache.len());
     }
 }

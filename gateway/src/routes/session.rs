@@ -92,7 +92,10 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
     };
     let now = now_ms();
     let proven = device::verify(&body, now)?;
-    match auth.replay.admit(proven.client_id, proven.nonce_ms, now) {
+    match auth
+        .replay
+        .admit(proven.client_id, proven.nonce_ms, ip, now)
+    {
         Admit::Fresh => {}
         Admit::Replayed => {
             return Err(ApiError::code(
@@ -101,7 +104,7 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
             ));
         }
         Admit::Full { retry_after_ms } => {
-            tracing::warn!("replay cache full: refusing new sessions for now");
+            tracing::warn!(%ip, "replay cache full for this address: refusing its new sessions for now");
             return Err(ApiError(WriteOutcome::Retry(Failure {
                 retry_after_ms: Some(retry_after_ms),
                 ..Failure::new(
