@@ -1,5 +1,8 @@
 //! An in-process Celeriant node that speaks the real 0.3.0 wire protocol, for the gateway's tests.
 //!
+//! A crate of its own (not a module under `gateway/tests/support`) so that a process can run it
+//! too: the end-to-end scripts start it as a binary and drive it over loopback.
+//!
 //! The Celeriant server is not published, so the Celeriant backend is tested against this: a TCP
 //! listener on `127.0.0.1:0` built only from the published crates' public APIs (`WireHeader`, the
 //! Identify helpers, `ClientRequest::read_from_header`, `ClientResponse::write_response`), the
