@@ -135,11 +135,13 @@ class Replica {
     children.delete(this.proc);
   }
 
-  /** A gauge or the sum of a counter's series on /metrics (0 when absent or down). */
-  async metric(name) {
+  /** A gauge, or the sum of a counter's series whose labels include every one of `labels`,
+   *  on /metrics (0 when absent or down). */
+  async metric(name, labels = []) {
     try {
       const text = await (await fetch(`http://127.0.0.1:${this.metricsPort}/metrics`)).text();
       return text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
+        .filter((l) => labels.every((label) => l.includes(label)))
         .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0);
     } catch {
       return 0;
@@ -414,6 +416,16 @@ async function run({ events, tabs, aggregates, seed, log, random, started, clust
   }
 
   const stats = await cluster.send("stats");
+  // What the replicas answered (counted since each one's last start).
+  const answers = async (labels) => (await Promise.all(replicas.map((r) => r.metric("celeriant_gateway_requests_total", labels)))).reduce((a, b) => a + b, 0);
+  const gatewayAnswers = {
+    writesLanded: await answers(['route="write"', 'outcome="landed"']),
+    writesUnknown: await answers(['route="write"', 'outcome="unknown"']),
+    // A landed answer with an upstream code is Celeriant's 2002 (the metrics label every
+    // Celeriant code "upstream").
+    writesDuplicate2002: await answers(['route="write"', 'outcome="landed"', 'code="upstream"']),
+    writesRetry: await answers(['route="write"', 'outcome="retry"']),
+  };
   const proxy = nginx.figures(replicas);
   const result = {
     seed, events: total, appendsReported: reported.size, appendedButUnreported: total - reported.size,
@@ -421,13 +433,15 @@ async function run({ events, tabs, aggregates, seed, log, random, started, clust
     kills: figures.kills, streamReconnectMs: figures.streamReconnectMs, streamMovedTo: figures.streamMovedTo,
     leaderChanges: stats.changes, heldWrites: figures.heldWrites.map((h) => h.held),
     notLeaderAnswers: stats.notLeaderPerNode.reduce((a, b) => a + b, 0), writesPerNode: stats.writesPerNode,
-    requests: proxy.requests, requestsPerReplica: proxy.perReplica, proxy502: proxy.status502,
+    requests: proxy.requests, requestsPerReplica: proxy.perReplica, proxy502: proxy.status502, gatewayAnswers,
     appendFailures: figures.appendFailures, viewsConverged, views: ids.length,
     duplicates, losses, elapsedSeconds: Number(((Date.now() - started) / 1000).toFixed(1)),
   };
   log(`fleet figures: ${JSON.stringify(result)}`);
   assert(figures.leaderChanges === 2 && stats.changes === 2, `leader changes: ${stats.changes}`);
   assert(figures.heldWrites.some((h) => h.settle === "applied drop" && h.held > 0), "no write was in flight at the first leader change");
+  // The write committed but unanswered was answered `unknown`, and its resend was a 2002.
+  assert(gatewayAnswers.writesUnknown >= 1 && gatewayAnswers.writesDuplicate2002 >= 1, `answers: ${JSON.stringify(gatewayAnswers)}`);
   if (problems.length) throw new Error(`${problems.length} problems:\n  ${problems.slice(0, 20).join("\n  ")}`);
   return result;
 }
