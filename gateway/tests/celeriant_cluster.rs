@@ -8,7 +8,9 @@
 //! went silent (whether or not it had committed it), `landed` when it refused it with 2011 and
 //! the pool took it to the new leader — never a false `landed` or `rejected`; the identical
 //! resend lands (as a duplicate when the silent leader had committed it). Reads and the change
-//! stream keep working while the upstream connections of the old leader are dropped.
+//! stream keep working while the upstream connections of the old leader are dropped. During an
+//! election (every node answers 2011 without an address) a write is `retry` (2011), and lands
+//! once a leader is elected.
 
 mod support;
 
@@ -248,5 +250,42 @@ fn a_leader_hint_outside_the_seed_list_is_followed() {
     let (status, r) = write(&gw.base, &token, &device, 1);
     assert_eq!((status, &r["outcome"]), (200, &json!("landed")), "{r}");
     assert_eq!(cluster.not_leader_per_node(), [0, 1]);
+    assert_eq!(stored_seqs(&cluster), [1]);
+}
+
+#[test]
+fn during_an_election_a_write_is_a_retry_and_lands_once_a_leader_is_elected() {
+    // No node leads: each answers 2011 without an address, the pool tries every seed, and its
+    // walk ends. Nothing was applied anywhere, so the gateway says `retry` (2011), never
+    // `rejected`; once a leader is elected the identical resend lands, once.
+    let cluster = FakeCluster::start(3);
+    let nodes = cluster.addresses();
+    let dir = data_dir();
+    let mut args = vec!["--backend", "celeriant", "--session-rate-per-minute", "0"];
+    args.extend(nodes.iter().flat_map(|n| ["--celeriant-addr", n.as_str()]));
+    let gw = Process::start(dir.path(), &args);
+    let device = Device::a();
+    let token = session(&gw.base, &device);
+    cluster.start_election();
+    let (status, r) = write(&gw.base, &token, &device, 1);
+    assert_eq!(
+        (status, &r["outcome"], &r["code"]),
+        (503, &json!("retry"), &json!(2011)),
+        "{r}"
+    );
+    assert!(r["retryAfterMs"].as_u64().is_some(), "{r}");
+    assert!(stored_seqs(&cluster).is_empty());
+    assert_eq!(
+        cluster.not_leader_per_node(),
+        [1, 1, 1],
+        "each node was asked once"
+    );
+    cluster.change_leader(2, Held::Refused, false);
+    let (status, r) = write(&gw.base, &token, &device, 1);
+    assert_eq!(
+        (status, &r["outcome"], &r["duplicate"]),
+        (200, &json!("landed"), &json!(false)),
+        "{r}"
+    );
     assert_eq!(stored_seqs(&cluster), [1]);
 }

@@ -10,7 +10,8 @@
 //!   before anything else, as the server does, so a 2011 means nothing was applied;
 //! * reads, aggregate details and watches are served by every node from the shared store (the
 //!   replicated state), and a write on the leader notifies the watches of every node;
-//! * [`FakeCluster::change_leader`] moves leadership at once; the writes the old leader was
+//! * [`FakeCluster::start_election`] leaves the cluster without a leader (every node answers 2011
+//!   without an address) until [`FakeCluster::change_leader`], which moves leadership at once; the writes the old leader was
 //!   told to hold ([`FakeCluster::hold_writes`]) are settled as a real step-down can settle them
 //!   ([`Held`]): applied but unanswered, lost unanswered, or refused with 2011 naming the new
 //!   leader; the old leader can also drop every connection it holds (pool, watches), as a node
@@ -58,6 +59,8 @@ pub(crate) struct Roles {
     leader: usize,
     /// Per node: bumped to drop every connection the node holds.
     generations: Vec<u64>,
+    /// An election in progress: no node leads, every one answers 2011 without an address.
+    electing: bool,
     /// Whether the leader holds the writes it receives until the next leader change.
     hold: bool,
     held: Vec<(ClientRequest, oneshot::Sender<Intercept>)>,
@@ -115,6 +118,14 @@ pub(crate) async fn intercept(
             return Intercept::Pass;
         }
         roles.writes[node] += 1;
+        if roles.electing {
+            roles.not_leader[node] += 1;
+            return Intercept::Answer(error(
+                request.correlation_id(),
+                error_codes::WRITE_NOT_LEADER,
+                "not the leader; no leader elected".into(),
+            ));
+        }
         if node != roles.leader {
             roles.not_leader[node] += 1;
             let leader = &roles.addresses[roles.leader];
@@ -226,6 +237,7 @@ impl FakeCluster {
         assert!(to < state.cluster.addresses.len(), "no node {to}");
         let old = state.cluster.leader;
         state.cluster.leader = to;
+        state.cluster.electing = false;
         state.cluster.hold = false;
         state.cluster.changes += 1;
         let new_leader = state.cluster.addresses[to].clone();
@@ -264,6 +276,12 @@ impl FakeCluster {
     /// Watch connections open now, over every node.
     pub fn watches(&self) -> usize {
         self.nodes[0].watches()
+    }
+
+    /// Starts an election: until the next [`change_leader`](Self::change_leader), no node leads
+    /// and every node answers write-class requests 2011 without a leader's address.
+    pub fn start_election(&self) {
+        self.nodes[0].lock().cluster.electing = true;
     }
 
     /// Closes every connection node `i` holds (pooled ones and watches); new ones are accepted.

@@ -8,6 +8,7 @@
 //! | command | effect |
 //! |---|---|
 //! | `leader N applied\|lost\|refused [drop]` | node N becomes the leader; held writes settled so ([`Held`]); `drop`: the old leader closes its connections |
+//! | `election` | no leader until the next `leader`: every node answers writes 2011 without an address |
 //! | `hold` | the leader holds the writes it receives until the next `leader` |
 //! | `held` | `{"held":n}` |
 //! | `drop N` | node N closes every connection it holds |
@@ -77,6 +78,10 @@ fn command(cluster: &FakeCluster, words: &[&str]) -> Result<Value, String> {
             };
             cluster.change_leader(to, held, words.get(3) == Some(&"drop"));
             Ok(json!({"leader": to, "changes": cluster.changes()}))
+        }
+        Some("election") => {
+            cluster.start_election();
+            Ok(json!({"electing": true}))
         }
         Some("hold") => {
             cluster.hold_writes();
