@@ -246,14 +246,17 @@ export function chromiumPath() {
   return execFileSync("sh", ["-c", "command -v chromium"], { encoding: "utf8" }).trim();
 }
 
-/** Debian's Chromium, headless, with a persistent on-disk profile (IndexedDB hits the disk). */
-export async function launchBrowser(profile = tempDir("profile")) {
+/** Debian's Chromium, headless, with a persistent on-disk profile (IndexedDB hits the disk).
+ *  `ignoreHTTPSErrors` (a certificate the test made) and extra Chromium `args` (say, a
+ *  --host-resolver-rules mapping) for the runs behind nginx with TLS. */
+export async function launchBrowser(profile = tempDir("profile"), { ignoreHTTPSErrors = false, args = [] } = {}) {
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: chromiumPath(),
     headless: true,
+    ignoreHTTPSErrors,
     args: [
       "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-      "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+      "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", ...args,
     ],
   });
   context.cleanup = async () => {

@@ -7,6 +7,7 @@
 //   npm run soak -- --events 100000     # the long chaos run
 import { chaos } from "./chaos.mjs";
 import { demoOffline } from "./demo_offline.mjs";
+import { fleet } from "./fleet.mjs";
 import { demo, demoLive, hungDrainer, oneSender, quota, readRestart, takeover } from "./scenarios.mjs";
 import { sessions } from "./sessions.mjs";
 
@@ -40,6 +41,7 @@ const scenarios = {
   "demo-offline": () => demoOffline(),
   sessions: () => sessions({ seed: seed + 5 }),
   "read-restart": () => readRestart({ seed: seed + 6 }),
+  fleet: () => fleet({ seed: seed + 7 }),
 };
 
 let passed = 0;

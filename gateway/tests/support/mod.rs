@@ -4,7 +4,8 @@
 //! uses only part of it must not fail `-D warnings` for the rest, hence the `dead_code` allowance.
 //!
 //! * [`app`]: the HTTP app over a fresh embedded store, driven without a socket;
-//! * [`fake_celeriant`]: an in-process Celeriant node for the Celeriant backend's tests;
+//! * [`fake_celeriant`]: an in-process Celeriant node for the Celeriant backend's tests (the
+//!   `fake-celeriant` crate under `testkit/`, re-exported under its old path);
 //! * [`device`]: device keys, signed nonces and session bodies for the auth tests;
 //! * [`process`]: the gateway as a real process on 127.0.0.1;
 //! * [`sse`]: a change stream (`/v1/watch`) read event by event off a raw socket;
@@ -15,8 +16,8 @@
 pub mod app;
 #[allow(dead_code)]
 pub mod device;
-#[allow(dead_code)]
-pub mod fake_celeriant;
+#[allow(unused_imports)]
+pub use fake_celeriant;
 #[allow(dead_code)]
 pub mod hostile;
 #[allow(dead_code)]

@@ -1,5 +1,8 @@
 //! An in-process Celeriant node that speaks the real 0.3.0 wire protocol, for the gateway's tests.
 //!
+//! A crate of its own (not a module under `gateway/tests/support`) so that a process can run it
+//! too: the end-to-end scripts start it as a binary and drive it over loopback.
+//!
 //! The Celeriant server is not published, so the Celeriant backend is tested against this: a TCP
 //! listener on `127.0.0.1:0` built only from the published crates' public APIs (`WireHeader`, the
 //! Identify helpers, `ClientRequest::read_from_header`, `ClientResponse::write_response`), the
@@ -47,6 +50,9 @@ use celeriant_wire::codec::compression::DictCodec;
 use celeriant_wire::network::wire_header::{PROTOCOL_VERSION_V4, WireHeader};
 use futures_util::io::AsyncWriteExt;
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
+
+mod cluster;
+pub use cluster::{FakeCluster, Held};
 
 /// Largest frame the fake reads or writes (the server's default).
 const MAX_FRAME: u64 = 64 * 1024 * 1024;
@@ -109,6 +115,8 @@ struct State {
     watchers: Vec<tokio::sync::mpsc::UnboundedSender<WatchMsg>>,
     /// Watches that hang: open, told nothing ever again.
     silenced: Vec<tokio::sync::mpsc::UnboundedSender<WatchMsg>>,
+    /// Roles when the node is one of a [`FakeCluster`] (a lone node is its own leader).
+    cluster: cluster::Roles,
 }
 
 /// What a watch connection is told to do.
@@ -148,9 +156,13 @@ impl FakeCeleriant {
 
     fn spawn(state: State) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::serve(listener, Arc::new(Mutex::new(state)), 0)
+    }
+
+    /// Serves `listener` as node `node` of the (possibly shared) `state`.
+    fn serve(listener: std::net::TcpListener, state: Arc<Mutex<State>>, node: usize) -> Self {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(Mutex::new(state));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let shared = state.clone();
         std::thread::spawn(move || {
@@ -163,7 +175,14 @@ impl FakeCeleriant {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 let accept = async {
                     while let Ok((socket, _)) = listener.accept().await {
-                        tokio::task::spawn_local(connection(socket.compat(), shared.clone()));
+                        let shared = shared.clone();
+                        let born = cluster::generation(&shared, node);
+                        tokio::task::spawn_local(async move {
+                            tokio::select! {
+                                _ = connection(socket.compat(), shared.clone(), node) => {}
+                                _ = cluster::dropped(&shared, node, born) => {}
+                            }
+                        });
                     }
                 };
                 tokio::select! {
@@ -335,7 +354,7 @@ pub fn dead_address() -> String {
 
 type Stream = Compat<tokio::net::TcpStream>;
 
-async fn connection(mut stream: Stream, state: Arc<Mutex<State>>) {
+async fn connection(mut stream: Stream, state: Arc<Mutex<State>>, node: usize) {
     let codec = DictCodec::new(BUILTIN_DICT_BYTES, 3).unwrap();
     loop {
         let Ok(header) = WireHeader::from_reader(&mut stream, MAX_FRAME).await else {
@@ -357,12 +376,19 @@ async fn connection(mut stream: Stream, state: Arc<Mutex<State>>) {
             state.lock().unwrap().requests.push(request);
             return watch_stream(stream, state, codec).await;
         }
-        let reply = {
-            let mut state = state.lock().unwrap();
-            state.requests.push(request.clone());
-            state.script.pop_front().unwrap_or(Reply::Store)
+        let response = match cluster::intercept(&request, &state, node).await {
+            cluster::Intercept::Pass => {
+                let reply = {
+                    let mut state = state.lock().unwrap();
+                    state.requests.push(request.clone());
+                    state.script.pop_front().unwrap_or(Reply::Store)
+                };
+                answer(&request, reply, &state).await
+            }
+            cluster::Intercept::Answer(response) => Some(response),
+            cluster::Intercept::Close => None,
         };
-        let Some(response) = answer(&request, reply, &state).await else {
+        let Some(response) = response else {
             return;
         };
         let written = ClientResponse::write_response(
