@@ -96,6 +96,9 @@ for (const file of scripts) minified += await minifyInPlace(file);
 
 for (const file of ["LICENSE-MIT", "LICENSE-APACHE"]) copyFileSync(join(root, file), join(pkg, file));
 for (const file of ["react.js", "react.d.ts"]) copyFileSync(join(root, "npm", file), join(pkg, file));
+// The package's own README, written for the app developer (install, loading, use, React,
+// errors; links absolute), over the repository's README that wasm-pack copied.
+copyFileSync(join(root, "npm", "README.md"), join(pkg, "README.md"));
 
 const hasSnippets = existsSync(join(pkg, "snippets")) && readdirSync(join(pkg, "snippets")).length > 0;
 const manifest = {

@@ -100,18 +100,49 @@ check("react_hooks_import_only_react", () => {
   assert.deepEqual(specifiers, ["react"]);
 });
 
-// The README's app is the one `npm test` builds and runs (tests/vite-app), so it cannot drift.
+// The READMEs' app is the one `npm test` builds and runs (tests/vite-app), so it cannot drift.
+const testedApp = readFileSync(join(root, "tests/vite-app/src/App.jsx"), "utf8")
+  .split("\n")
+  .filter((line, i) => !(i === 0 && line.startsWith("//")))
+  .join("\n");
+const firstBlock = (text, lang) => text.match(new RegExp("```" + lang + "\\n([\\s\\S]*?)```"))?.[1];
+
 check("readme_react_example_is_the_tested_app", () => {
   const readme = readFileSync(join(root, "README.md"), "utf8");
   const section = readme.split("## Install and use in a Vite + React app")[1];
   assert.ok(section, "README has the section");
-  const block = section.match(/```jsx\n([\s\S]*?)```/);
+  const block = firstBlock(section, "jsx");
   assert.ok(block, "the section has a jsx block");
-  const app = readFileSync(join(root, "tests/vite-app/src/App.jsx"), "utf8")
-    .split("\n")
-    .filter((line, i) => !(i === 0 && line.startsWith("//")))
-    .join("\n");
-  assert.equal(block[1], app);
+  assert.equal(block, testedApp);
+});
+
+// What `npm pack` ships as README.md is the package's own (npm/README.md), written for the app
+// developer, not the repository's with its test sections; its examples are the tested ones
+// (the ts block is the repository README's first example, which tests/readme runs; the jsx
+// block is the Vite app), and every link works outside this repository.
+check("package_readme_is_the_app_developers", () => {
+  const shipped = readFileSync(join(pkg, "README.md"), "utf8");
+  assert.equal(shipped, readFileSync(join(root, "npm", "README.md"), "utf8"), "pkg/README.md is npm/README.md");
+  assert.doesNotMatch(shipped, /^## Testing/m, "no test sections");
+  for (const heading of ["## Install", "## Use", "## Loading the module", "## React", "## Errors"]) {
+    assert.match(shipped, new RegExp(`^${heading}$`, "m"), `has ${heading}`);
+  }
+  const repoReadme = readFileSync(join(root, "README.md"), "utf8");
+  assert.equal(firstBlock(shipped, "ts"), firstBlock(repoReadme, "ts"), "its first example is the tested one");
+  assert.equal(firstBlock(shipped, "jsx"), testedApp, "its React example is the tested app");
+  const anchors = new Set([...shipped.matchAll(/^#+ (.+)$/gm)].map((m) => "#" + m[1].toLowerCase().replace(/[^a-z0-9 -]/g, "").replace(/ /g, "-")));
+  const links = [...shipped.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1]);
+  assert.ok(links.length > 0, "it links to the guides");
+  const repoUrl = manifest.repository.url.replace(/^git\+/, "").replace(/\.git$/, "");
+  for (const link of links) {
+    if (link.startsWith("#")) {
+      assert.ok(anchors.has(link), `${link} is not a heading of the README`);
+      continue;
+    }
+    assert.match(link, /^https:\/\//, `${link} is relative: it breaks outside the repository`);
+    const inRepo = link.startsWith(`${repoUrl}/blob/main/`) ? link.slice(`${repoUrl}/blob/main/`.length).split("#")[0] : null;
+    if (inRepo !== null) assert.ok(existsSync(join(root, inRepo)), `${link} names ${inRepo}, which the repository does not have`);
+  }
 });
 
 const failed = results.filter(([, e]) => e).length;
