@@ -59,6 +59,18 @@ pub async fn read_json<T: DeserializeOwned>(
     parse(&bytes)
 }
 
+/// [`read_json`] at `pace`: the minimum rate too.
+pub async fn read_json_paced<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    pace: Pace,
+) -> Result<T, ApiError> {
+    check_headers(headers, limit)?;
+    let bytes = read_body_paced(body, limit, pace, |_| Ok(())).await?;
+    parse(&bytes)
+}
+
 /// [`read_json`] for a request under `session`, at `pace` (the minimum rate too: these
 /// routes hold a write slot or a stream's place while they read): the body is checked against
 /// the request proof's body hash (401) before it is parsed.

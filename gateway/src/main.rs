@@ -117,6 +117,7 @@ async fn run(config: Config) -> Result<(), String> {
         tracing::warn!(seed = report.seed, rates = ?report.rates, "fault injection enabled");
     }
     let options = ServeOptions {
+        trusted_proxies: state.config.ops.trusted_proxies.clone(),
         max_connections: fit_to_open_file_limit(limits.max_connections as usize),
         max_connections_per_ip: limits.max_connections_per_ip as usize,
         header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),

@@ -270,6 +270,19 @@ fn a_full_pool_makes_the_heaviest_address_give_way_and_refuses_only_when_none_is
 /// own address is answered every time, and the attackers never hold more than the pool.
 #[test]
 fn keep_alives_from_a_few_addresses_cannot_hold_the_pool() {
+    attack_the_pool(false);
+}
+
+/// The same with every attacking connection in the middle of a request: a `POST /v1/watch`
+/// whose body arrives at 2 KB/s (above the minimum rate). A request still receiving its body
+/// has applied nothing, so its connection may give way (hostile review: when every request in
+/// progress was protected, this kept the pool held as before).
+#[test]
+fn bodies_in_progress_from_a_few_addresses_cannot_hold_the_pool() {
+    attack_the_pool(true);
+}
+
+fn attack_the_pool(trickle: bool) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -292,10 +305,16 @@ fn keep_alives_from_a_few_addresses_cannot_hold_the_pool() {
             let (addr, stop, reopened) = (gw.addr.clone(), stop.clone(), reopened.clone());
             std::thread::spawn(move || {
                 let keep_alive = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+                let slow_watch = b"POST /v1/watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                    Content-Type: application/json\r\nContent-Length: 20000\r\n\r\n";
                 let open = || {
                     let mut s = connect_from(from(11 + n), &addr);
-                    let _ = s.write_all(keep_alive);
-                    let _ = read_answer(&mut s, Duration::from_secs(2));
+                    if trickle {
+                        let _ = s.write_all(slow_watch);
+                    } else {
+                        let _ = s.write_all(keep_alive);
+                        let _ = read_answer(&mut s, Duration::from_secs(2));
+                    }
                     s
                 };
                 let mut held: Vec<TcpStream> = (0..16).map(|_| open()).collect();
@@ -304,6 +323,9 @@ fn keep_alives_from_a_few_addresses_cannot_hold_the_pool() {
                         if closed_within(s, Duration::from_millis(1)).is_some() {
                             *s = open();
                             reopened.fetch_add(1, Ordering::Relaxed);
+                        } else if trickle {
+                            // 40 bytes every ~20 ms: about 2 KB/s.
+                            let _ = s.write_all(&[b' '; 40]);
                         }
                     }
                     std::thread::sleep(Duration::from_millis(20));
@@ -355,7 +377,9 @@ fn keep_alives_from_a_few_addresses_cannot_hold_the_pool() {
         a.join().unwrap();
     }
     println!(
-        "legitimate client: {answered}/45 answered; attackers re-opened {} connections",
+        "legitimate client (attackers {}): {answered}/45 answered; attackers re-opened {} \
+         connections",
+        if trickle { "sending bodies" } else { "idle" },
         reopened.load(Ordering::Relaxed)
     );
     assert_eq!(answered, 45, "{statuses:?}");

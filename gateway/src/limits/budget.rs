@@ -89,6 +89,11 @@ impl Budget {
         }
     }
 
+    /// The budget's size.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
     /// Bytes free now.
     pub fn available(&self) -> usize {
         self.bytes.available_permits()

@@ -10,61 +10,109 @@
 //!
 //! **A full pool is shared fairly (issue 26).** With the caps alone, 8 addresses × 256
 //! keep-alive connections held all 2,048 places and every other client was refused. Now, when
-//! the pool is full, a newcomer takes the place of a connection of the address that holds the
-//! most, as long as that address holds at least two more than the newcomer's would (so an
-//! eviction never makes the newcomer's address the heaviest): the oldest of its connections on
-//! which no request is being answered (idle keep-alives, connections that have not sent a
-//! request yet, change streams — a client reconnects those and catches up from its cursor).
-//! A connection with a request in progress is never chosen. The place is moved at once (the
-//! evicted connection's task is told to drop it and no longer counts), so the total never
-//! passes the cap. A handful of addresses can fill the pool, but then every new client pushes
-//! one of them out instead of being refused; only when every heavier address is busy with
-//! requests is a newcomer refused.
+//! the pool is full, a newcomer takes the place of a connection of an address that holds at
+//! least two more than the newcomer's would (so an eviction never makes the newcomer's address
+//! the heaviest), heaviest first: the oldest idle connection of that address — one waiting for
+//! a request, sending a request's body, or reading an answer (nothing of those is applied yet,
+//! or it is a read the client repeats) — and only if it has none, its oldest change stream (a
+//! client reopens those and catches up from its cursor). The one thing never interrupted is a
+//! write or members change between its body and its answer ([`Slot::busy`], taken by the route
+//! just before the store call): cutting it there would lose an answer the store may have
+//! applied. Eviction and `busy` race on one atomic, so a connection is either evicted or busy,
+//! never both: a request that finds its connection evicted is answered 503 `retry` without
+//! being applied. The place is moved at once (the evicted connection's task is told to drop it
+//! and no longer counts), so the total never passes the cap.
+//!
+//! Connections from a `--trusted-proxy` carry everybody's requests: they are never evicted, and
+//! a new one from a proxy may evict from any other address with an idle connection.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
 use super::ip::bucket;
 
-/// How many of the heaviest addresses are searched for a connection to evict.
-const EVICTION_CANDIDATES: usize = 8;
+/// The bit of [`Slot::state`] set once the pool evicted the connection; the rest counts the
+/// requests in their commit phase.
+const EVICTED: usize = 1 << (usize::BITS - 1);
 
 /// What the pool and the task serving a connection share.
 #[derive(Debug, Default)]
 pub struct Slot {
-    /// Requests being answered on the connection now.
-    requests: AtomicUsize,
-    /// Set once the pool evicted the connection (its place is no longer counted).
-    evicted: AtomicBool,
+    /// [`EVICTED`] | requests between their body and their answer.
+    state: AtomicUsize,
+    /// Change streams served on the connection now.
+    streams: AtomicUsize,
     /// Woken when the pool evicts the connection.
     evict: Notify,
 }
 
 impl Slot {
-    /// Marks a request in progress until the guard is dropped: the connection is not evicted
-    /// meanwhile.
-    pub fn busy(self: &Arc<Self>) -> Busy {
-        self.requests.fetch_add(1, Ordering::AcqRel);
-        Busy(self.clone())
+    /// Marks a request in its commit phase (its body read, about to be applied) until the guard
+    /// is dropped: the connection is not evicted meanwhile. `None` when it was evicted already:
+    /// the request must not be applied.
+    pub fn busy(self: &Arc<Self>) -> Option<Busy> {
+        let before = self.state.fetch_add(1, Ordering::AcqRel);
+        if before & EVICTED != 0 {
+            self.state.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Busy(self.clone()))
+    }
+
+    /// Marks a change stream on the connection until the guard is dropped: such a connection
+    /// is evicted only when its address has no other idle one.
+    pub fn streaming(self: &Arc<Self>) -> StreamMark {
+        self.streams.fetch_add(1, Ordering::AcqRel);
+        StreamMark(self.clone())
     }
 
     /// Resolves once the pool evicted the connection: its task should drop it.
     pub async fn evicted(&self) {
         self.evict.notified().await;
     }
+
+    fn is_evicted(&self) -> bool {
+        self.state.load(Ordering::Acquire) & EVICTED != 0
+    }
+
+    /// Evicts the connection unless a request is in its commit phase.
+    fn try_evict(&self) -> bool {
+        self.state
+            .compare_exchange(0, EVICTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
-/// A request in progress on a connection (see [`Slot::busy`]).
+/// The answer to a request whose connection was evicted before it was applied: 429 `retry`
+/// (42900), nothing applied; the connection closes right after.
+pub fn evicted() -> crate::error::ApiError {
+    crate::error::ApiError::code(
+        celeriant_sync_protocol::codes::gateway::GATEWAY_BUSY,
+        "the connection pool is full and this connection gave way; nothing was applied, retry",
+    )
+}
+
+/// A request in its commit phase on a connection (see [`Slot::busy`]).
 #[derive(Debug)]
 pub struct Busy(Arc<Slot>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.requests.fetch_sub(1, Ordering::AcqRel);
+        self.0.state.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A change stream on a connection (see [`Slot::streaming`]).
+#[derive(Debug)]
+pub struct StreamMark(Arc<Slot>);
+
+impl Drop for StreamMark {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -105,30 +153,37 @@ impl Counts {
         Some(slot)
     }
 
-    /// Evicts the oldest idle connection of the heaviest addresses holding at least two more
-    /// than `mine`; false when there is none.
-    fn evict_for(&mut self, mine: usize) -> bool {
-        let victim = self
-            .by_count
-            .iter()
-            .rev()
-            .take(EVICTION_CANDIDATES)
-            .take_while(|(count, _)| *count >= mine + 2)
-            .find_map(|(_, ip)| {
-                self.per_ip[ip]
-                    .iter()
-                    .find(|(_, slot)| slot.requests.load(Ordering::Acquire) == 0)
-                    .map(|(id, _)| (*ip, *id))
-            });
-        let Some((ip, id)) = victim else {
-            return false;
-        };
-        if let Some(slot) = self.remove(ip, id) {
-            slot.evicted.store(true, Ordering::Release);
-            // A stored permit: the task sees it even if it is not waiting yet.
-            slot.evict.notify_one();
+    /// Evicts, from the heaviest addresses holding at least two more than `mine` (any other
+    /// address for a proxy's connection), skipping `protected` ones: the oldest connection
+    /// without a stream, else the oldest stream; false when there is none.
+    fn evict_for(&mut self, mine: usize, proxy: bool, protected: &[IpAddr]) -> bool {
+        let floor = if proxy { 1 } else { mine + 2 };
+        for streams in [false, true] {
+            let victim = self
+                .by_count
+                .iter()
+                .rev()
+                .take_while(|(count, _)| *count >= floor)
+                .filter(|(_, ip)| !protected.contains(ip))
+                .find_map(|(_, ip)| {
+                    let conns = self.per_ip.get(ip)?;
+                    conns
+                        .iter()
+                        .find(|(_, slot)| {
+                            (slot.streams.load(Ordering::Acquire) > 0) == streams
+                                && slot.try_evict()
+                        })
+                        .map(|(id, _)| (*ip, *id))
+                });
+            if let Some((ip, id)) = victim {
+                if let Some(slot) = self.remove(ip, id) {
+                    // A stored permit: the task sees it even if it is not waiting yet.
+                    slot.evict.notify_one();
+                }
+                return true;
+            }
         }
-        true
+        false
     }
 }
 
@@ -137,6 +192,8 @@ impl Counts {
 pub struct Connections {
     max: usize,
     max_per_ip: usize,
+    /// `--trusted-proxy` addresses (bucketed): never evicted.
+    proxies: Vec<IpAddr>,
     counts: Mutex<Counts>,
 }
 
@@ -173,11 +230,13 @@ impl Connection {
 }
 
 impl Connections {
-    /// At most `max` connections, and `max_per_ip` from one address.
-    pub fn new(max: usize, max_per_ip: usize) -> Arc<Self> {
+    /// At most `max` connections, and `max_per_ip` from one address; connections from
+    /// `proxies` are never evicted.
+    pub fn new(max: usize, max_per_ip: usize, proxies: &[IpAddr]) -> Arc<Self> {
         Arc::new(Connections {
             max,
             max_per_ip,
+            proxies: proxies.iter().map(|ip| bucket(*ip)).collect(),
             counts: Mutex::new(Counts::default()),
         })
     }
@@ -197,7 +256,8 @@ impl Connections {
         }
         let mut evicted_another = false;
         if counts.total >= self.max {
-            if !counts.evict_for(mine) {
+            let proxy = self.proxies.contains(&ip);
+            if !counts.evict_for(mine, proxy, &self.proxies) {
                 return Err(Full::Total);
             }
             evicted_another = true;
@@ -228,7 +288,7 @@ impl Connections {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if self.slot.evicted.load(Ordering::Acquire) {
+        if self.slot.is_evicted() {
             return;
         }
         self.owner.lock().remove(self.ip, self.id);
@@ -243,9 +303,13 @@ mod tests {
         IpAddr::from([192, 0, 2, last])
     }
 
+    fn pool(max: usize, per_ip: usize) -> Arc<Connections> {
+        Connections::new(max, per_ip, &[])
+    }
+
     #[test]
     fn both_caps_hold_and_places_come_back() {
-        let c = Connections::new(3, 2);
+        let c = pool(3, 2);
         let (a, b) = (ip(1), ip(2));
         let a1 = c.enter(a).unwrap();
         let _a2 = c.enter(a).unwrap();
@@ -260,7 +324,7 @@ mod tests {
 
     #[test]
     fn the_map_forgets_addresses_without_connections() {
-        let c = Connections::new(10, 10);
+        let c = pool(10, 10);
         for i in 0..5u8 {
             drop(c.enter(ip(i)).unwrap());
         }
@@ -269,21 +333,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_pool_evicts_the_oldest_idle_connection_of_the_heaviest_address() {
-        let c = Connections::new(6, 6);
-        let heavy: Vec<Connection> = (0..4).map(|_| c.enter(ip(1)).unwrap()).collect();
+        let c = pool(6, 6);
+        let mut heavy: Vec<Connection> = (0..4).map(|_| c.enter(ip(1)).unwrap()).collect();
         let light: Vec<Connection> = (0..2).map(|_| c.enter(ip(2)).unwrap()).collect();
-        // The oldest of the heaviest address is busy: the next one goes.
-        let busy = heavy[0].slot().busy();
+        // The oldest of the heaviest address is committing a write: the next one goes.
+        let busy = heavy[0].slot().busy().unwrap();
         let newcomer = c.enter(ip(3)).unwrap();
         assert!(newcomer.evicted_another());
         assert_eq!(c.open(), 6, "the total never passes the cap");
         tokio::time::timeout(std::time::Duration::from_secs(1), heavy[1].slot.evicted())
             .await
             .expect("the second-oldest idle connection was told to go");
-        assert!(!heavy[0].slot.evicted.load(Ordering::Acquire));
-        assert!(!light[0].slot.evicted.load(Ordering::Acquire));
+        assert!(!heavy[0].slot.is_evicted());
+        assert!(!light[0].slot.is_evicted());
+        // A request arriving on the evicted connection is not let into its commit phase.
+        assert!(heavy[1].slot().busy().is_none());
         // Dropping the evicted guard does not count it twice.
-        let mut heavy = heavy;
         drop(heavy.remove(1));
         assert_eq!(c.open(), 6);
         drop(busy);
@@ -292,8 +357,22 @@ mod tests {
     }
 
     #[test]
+    fn streams_give_way_only_after_the_idle_connections_of_their_address() {
+        let c = pool(4, 4);
+        let held: Vec<Connection> = (0..3).map(|_| c.enter(ip(1)).unwrap()).collect();
+        let _streams: Vec<StreamMark> = held[..2].iter().map(|h| h.slot().streaming()).collect();
+        let _other = c.enter(ip(2)).unwrap();
+        assert!(c.enter(ip(3)).unwrap().evicted_another());
+        assert!(
+            held[2].slot.is_evicted(),
+            "the idle one, although the youngest"
+        );
+        assert!(!held[0].slot.is_evicted() && !held[1].slot.is_evicted());
+    }
+
+    #[test]
     fn no_eviction_that_would_make_the_newcomer_the_heaviest() {
-        let c = Connections::new(4, 4);
+        let c = pool(4, 4);
         let _a: Vec<Connection> = (0..2).map(|_| c.enter(ip(1)).unwrap()).collect();
         let _b: Vec<Connection> = (0..2).map(|_| c.enter(ip(2)).unwrap()).collect();
         // Heaviest holds 2; a newcomer from a fresh address would hold 1: 2 >= 0 + 2, evicts.
@@ -306,18 +385,50 @@ mod tests {
     }
 
     #[test]
-    fn busy_connections_are_never_evicted() {
-        let c = Connections::new(3, 3);
+    fn committing_connections_are_never_evicted() {
+        let c = pool(3, 3);
         let held: Vec<Connection> = (0..3).map(|_| c.enter(ip(1)).unwrap()).collect();
-        let busy: Vec<Busy> = held.iter().map(|h| h.slot().busy()).collect();
+        let busy: Vec<Busy> = held.iter().map(|h| h.slot().busy().unwrap()).collect();
         assert_eq!(c.enter(ip(2)).unwrap_err(), Full::Total);
         drop(busy);
         assert!(c.enter(ip(2)).unwrap().evicted_another());
     }
 
     #[test]
+    fn a_proxy_is_never_evicted_and_takes_places_back_from_anyone() {
+        let proxy = ip(9);
+        let c = Connections::new(4, 4, &[proxy]);
+        let from_proxy: Vec<Connection> = (0..3).map(|_| c.enter(proxy).unwrap()).collect();
+        let direct = c.enter(ip(1)).unwrap();
+        // A direct newcomer: the proxy is the heaviest, but protected; nobody else qualifies.
+        assert_eq!(c.enter(ip(2)).unwrap_err(), Full::Total);
+        assert!(from_proxy.iter().all(|p| !p.slot.is_evicted()));
+        // The proxy's next connection takes the direct client's place.
+        assert!(c.enter(proxy).unwrap().evicted_another());
+        assert!(direct.slot.is_evicted());
+    }
+
+    #[test]
+    fn the_search_goes_past_busy_heavy_addresses() {
+        let c = pool(30, 30);
+        // 9 addresses × 3 committing (sorted above ip(1) on the tie), then ip(1) with 3 idle.
+        let mut busy = Vec::new();
+        let mut held = Vec::new();
+        for a in 0..9u8 {
+            for _ in 0..3 {
+                let conn = c.enter(ip(10 + a)).unwrap();
+                busy.push(conn.slot().busy().unwrap());
+                held.push(conn);
+            }
+        }
+        let idle: Vec<Connection> = (0..3).map(|_| c.enter(ip(1)).unwrap()).collect();
+        assert!(c.enter(ip(2)).unwrap().evicted_another());
+        assert!(idle[0].slot.is_evicted());
+    }
+
+    #[test]
     fn a_flood_of_newcomers_from_many_addresses_never_passes_the_cap() {
-        let c = Connections::new(64, 64);
+        let c = pool(64, 64);
         let mut held: Vec<Connection> = (0..64).map(|_| c.enter(ip(1)).unwrap()).collect();
         for i in 0..200u32 {
             let last = (2 + i % 200) as u8;

@@ -128,6 +128,11 @@ impl ByteShare {
         }
     }
 
+    /// Bytes `ip` holds now; `None` without a per-address share.
+    pub fn held_by(&self, ip: IpAddr) -> Option<usize> {
+        self.ip.as_ref().map(|share| share.held(&bucket(ip)))
+    }
+
     /// Most bytes one client id may hold.
     pub fn cap(&self) -> usize {
         self.client.cap

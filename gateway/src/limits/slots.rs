@@ -8,8 +8,9 @@
 //! address already holding [`LIGHT`] slots or more is refused, and only addresses holding fewer
 //! (a device sends one write at a time; a household behind one address a few) may take the
 //! rest. A handful of heavy addresses can take three quarters of the pool at most; filling the
-//! reserve takes about a quarter of the pool ÷ 3 addresses (85 at the default), each of them
-//! within the light share.
+//! reserve takes a quarter of the pool ÷ [`LIGHT`] addresses (64 at the default; a pool of 16
+//! or fewer has a reserve one address fills). The bytes of write bodies have a reserve of the
+//! same kind (`crate::routes::write`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;

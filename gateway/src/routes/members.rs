@@ -24,6 +24,7 @@
 //! change is one transaction of the store (`Backend::update_access`).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
@@ -38,6 +39,7 @@ use crate::auth::Session;
 use crate::backend::AggregateKey;
 use crate::error::ApiError;
 use crate::extract::read_json_proven;
+use crate::limits::connections::{Busy, Slot as ConnSlot};
 use crate::limits::fair::Kind;
 use crate::limits::ip;
 use crate::routes::read::aggregate_of;
@@ -140,6 +142,7 @@ async fn handle(
 ) -> Result<AccessRecord, ApiError> {
     let (mut parts, body) = request.into_parts();
     let peer = ip::peer(&parts.extensions);
+    let conn = parts.extensions.get::<Arc<ConnSlot>>().cloned();
     let address = state.fair.address(Kind::Read, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let _share = state.fair.client(Kind::Read, address, session.client_id)?;
@@ -152,7 +155,7 @@ async fn handle(
     // HEAD (which axum routes with GET) is a read like GET, never the PUT below (found by
     // review: it fell through into the write path).
     if accepting {
-        return accept_invitation(state, peer, &session, key, &parts.headers, body).await;
+        return accept_invitation(state, (peer, conn), &session, key, &parts.headers, body).await;
     }
     if parts.method == Method::GET || parts.method == Method::HEAD {
         // Always read now (not the check cache), so an invitation just made is seen.
@@ -171,7 +174,7 @@ async fn handle(
         }
         return seen_by(&session.actor, record.ok_or_else(no_such_aggregate)?);
     }
-    put(state, peer, &session, key, &parts.headers, body).await
+    put(state, (peer, conn), &session, key, &parts.headers, body).await
 }
 
 /// What `actor` may see of `record`: all of it for the owner (and the operator); a member its
@@ -229,6 +232,16 @@ fn write_slot(state: &AppState, peer: IpAddr) -> Result<crate::limits::slots::Sl
         .map_err(crate::limits::slots::refusal)
 }
 
+/// Marks the connection's commit phase (not evicted until answered); refused, nothing
+/// changed, when it was evicted already.
+fn committing(conn: Option<&Arc<ConnSlot>>) -> Result<Option<Busy>, ApiError> {
+    match conn.map(|c| c.busy()) {
+        Some(None) => Err(crate::limits::connections::evicted()),
+        Some(Some(busy)) => Ok(Some(busy)),
+        None => Ok(None),
+    }
+}
+
 /// The most a member may be granted under `key`'s preset, or 40304 when it has no members.
 fn grants_of(state: &AppState, key: AggregateKey) -> Result<(Preset, Grant), ApiError> {
     let preset = state.policy.preset(key.aggregate.type_id);
@@ -248,7 +261,7 @@ fn grants_of(state: &AppState, key: AggregateKey) -> Result<(Preset, Grant), Api
 /// `POST …/members/accept`, body `{}`: the caller's invitation becomes membership.
 async fn accept_invitation(
     state: &AppState,
-    peer: IpAddr,
+    (peer, conn): (IpAddr, Option<Arc<ConnSlot>>),
     session: &Session,
     key: AggregateKey,
     headers: &axum::http::HeaderMap,
@@ -285,6 +298,7 @@ async fn accept_invitation(
             no_such_aggregate()
         })
     });
+    let _committing = committing(conn.as_ref())?;
     match state.backend.update_access(key, change).await {
         Ok(answer) => {
             let record = answer?;
@@ -297,7 +311,7 @@ async fn accept_invitation(
 
 async fn put(
     state: &AppState,
-    peer: IpAddr,
+    (peer, conn): (IpAddr, Option<Arc<ConnSlot>>),
     session: &Session,
     key: AggregateKey,
     headers: &axum::http::HeaderMap,
@@ -380,6 +394,7 @@ async fn put(
         }
         Ok(record)
     });
+    let _committing = committing(conn.as_ref())?;
     match state.backend.update_access(key, change).await {
         Ok(answer) => {
             let record = answer?;

@@ -22,7 +22,7 @@ use crate::auth::subjects::Refusal;
 use crate::auth::token::{SESSION_AUDIENCE, SessionClaims};
 use crate::auth::{device, now_ms};
 use crate::error::ApiError;
-use crate::extract::read_json;
+use crate::extract::read_json_paced;
 use crate::state::AppState;
 
 /// The handler (routed for every method, so that a wrong method gets `serverTime` too).
@@ -79,11 +79,13 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
         }))
     })?;
     let (parts, body) = request.into_parts();
-    let body: SessionRequest = read_json(
+    // At the minimum body rate too: a session request that sends its headers and then nothing
+    // held a connection for the whole body timeout at no cost (hostile review, issue 26).
+    let body: SessionRequest = read_json_paced(
         &parts.headers,
         body,
         MAX_SESSION_BODY_BYTES,
-        state.body_read_timeout(),
+        state.body_pace(),
     )
     .await?;
     let grant = match &auth.app {

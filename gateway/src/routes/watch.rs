@@ -196,6 +196,11 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
         .extensions
         .get::<Activity>()
         .map(|activity| activity.stream(state.config.watch.write_timeout()));
+    // A connection carrying a stream gives way to a newcomer only after its address's idle ones.
+    let stream_mark = parts
+        .extensions
+        .get::<std::sync::Arc<crate::limits::connections::Slot>>()
+        .map(|slot| slot.streaming());
     let check = delivery_check(state, session.clone());
     let alive: stream::Alive = {
         let (state, session) = (state.clone(), session.clone());
@@ -212,7 +217,7 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
             .heartbeat(state.config.limits.idle_timeout_ms),
         lifetime,
         state.watch.closing(),
-        streaming,
+        (streaming, stream_mark),
     );
     let mut response = Sse::new(events).into_response();
     let headers = response.headers_mut();

@@ -21,6 +21,7 @@
 //! still land). An injected delay ends early when the client goes away or the deadline passes;
 //! the write then proceeds at once.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -39,6 +40,7 @@ use crate::error::{ApiError, outcome_response};
 use crate::extract::{Pace, check_headers, parse, read_body_paced};
 use crate::faults::Fault;
 use crate::limits::budget::Reserved;
+use crate::limits::connections::Slot as ConnSlot;
 use crate::limits::fair::{Kind, Share};
 use crate::limits::ip;
 use crate::limits::share_bytes::SharedBytes;
@@ -54,6 +56,8 @@ struct Admitted {
     client: Option<uuid::Uuid>,
     /// Most the reservation grows to: the declared length, or the body limit.
     wanted: usize,
+    /// The connection's place in the pool (none without a socket: tests driving the router).
+    conn: Option<Arc<ConnSlot>>,
 }
 
 /// Bytes reserved before a body's first byte is read: a declared length is reserved as its
@@ -73,6 +77,7 @@ impl Admitted {
             .max(have.saturating_mul(2))
             .min(self.wanted.max(total));
         let more = target - have;
+        reserve_allows(state, self.peer, more)?;
         let share = state.write_share.take(self.peer, self.client, more)?;
         let bytes = state.write_bytes.reserve(more)?;
         self.bytes_share.push(share);
@@ -81,10 +86,38 @@ impl Admitted {
     }
 }
 
+/// What an address may hold of the write-body reserve: one body of the client's default
+/// `maxBatchBytes`.
+pub const LIGHT_BYTES: usize = 1 << 20;
+
+/// The last quarter of `--write-buffer-bytes` is a reserve: taking `more` bytes that would
+/// leave less than a quarter free is allowed only while the address then holds at most
+/// [`LIGHT_BYTES`] (issue 26, hostile review: a few addresses each uploading a large body fast
+/// and then stalling held the whole budget). Without a per-address share (behind a proxy not
+/// named with `--trusted-proxy`) there is no reserve.
+fn reserve_allows(state: &AppState, peer: std::net::IpAddr, more: usize) -> Result<(), ApiError> {
+    let Some(held) = state.write_share.held_by(peer) else {
+        return Ok(());
+    };
+    let reserve = state.write_bytes.total() / 4;
+    if state.write_bytes.available().saturating_sub(more) < reserve
+        && held.saturating_add(more) > LIGHT_BYTES
+    {
+        crate::observe::budget_refused("write bodies", "reserve");
+        return Err(ApiError::code(
+            g::GATEWAY_BUSY,
+            "the gateway holds most of the write-body bytes it may, and this address holds \
+             several bodies; retry shortly",
+        ));
+    }
+    Ok(())
+}
+
 /// Everything before the body: fair share, session, headers, the store's gate, admission.
 async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted, Body), ApiError> {
     let (mut parts, body) = request.into_parts();
     let peer = ip::peer(&parts.extensions);
+    let conn = parts.extensions.get::<Arc<ConnSlot>>().cloned();
     let address = state.fair.address(Kind::Write, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let share = state.fair.client(Kind::Write, address, session.client_id)?;
@@ -100,6 +133,7 @@ async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted,
         .map_err(crate::limits::slots::refusal)?;
     let wanted = declared.unwrap_or(limit);
     let first = wanted.min(FIRST_RESERVATION);
+    reserve_allows(state, peer, first)?;
     let bytes_share = state.write_share.take(peer, session.client_id, first)?;
     let bytes = state.write_bytes.reserve(first)?;
     let client = session.client_id;
@@ -113,6 +147,7 @@ async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted,
             peer,
             client,
             wanted,
+            conn,
         },
         body,
     ))
@@ -159,6 +194,13 @@ pub async fn write(State(state): State<AppState>, request: Request) -> Response 
     if let Err(e) = validate_write(&request, &state.limits) {
         return ApiError::code(e.code(), e.to_string()).into_response();
     }
+    // From here the write may be applied: its connection must not be evicted until it is
+    // answered; if it was evicted already, nothing is applied.
+    let _committing = match admitted.conn.as_ref().map(|c| c.busy()) {
+        Some(None) => return crate::limits::connections::evicted().into_response(),
+        Some(Some(busy)) => Some(busy),
+        None => None,
+    };
     let summary = Summary::of(&request);
     let _in_flight = state.faults.as_ref().map(|f| f.enter(request.client_id));
     let types = request

@@ -7,9 +7,12 @@
 //!   ([`crate::limits::connections`]). A connection over either cap is answered at once with a
 //!   fixed `429` protocol body (`retry`, 42900) and closed: no task, no buffer, no descriptor
 //!   kept. When the overall cap is reached, a newcomer first takes the place of an idle
-//!   connection of the address that holds the most (the pool tells that connection's task,
-//!   which drops it); a connection with a request in progress is never evicted. The listener's own descriptor budget is the process's open-file limit, which
-//!   [`fit_to_open_file_limit`] raises to its hard maximum and the cap is lowered to fit.
+//!   connection of an address that holds more (the pool tells that connection's task, which
+//!   drops it); a connection whose write is between its body and its answer is never evicted
+//!   (each request finds the connection's [`crate::limits::connections::Slot`] in its
+//!   extensions for that). The listener's own descriptor budget is the process's open-file
+//!   limit, which [`fit_to_open_file_limit`] raises to its hard maximum and the cap is lowered
+//!   to fit.
 //! * **Header-read timeout** (hyper's own): a request's headers must arrive within it. hyper
 //!   starts it whenever a connection waits for a request, so it also closes idle keep-alive
 //!   connections.
@@ -68,8 +71,10 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 const RESERVED_DESCRIPTORS: u64 = 64;
 
 /// How a connection is served.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
+    /// `--trusted-proxy` addresses: their connections are never evicted from a full pool.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Most connections open at once.
     pub max_connections: usize,
     /// Most connections open at once from one address.
@@ -131,7 +136,11 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) {
-    let connections = Connections::new(options.max_connections, options.max_connections_per_ip);
+    let connections = Connections::new(
+        options.max_connections,
+        options.max_connections_per_ip,
+        &options.trusted_proxies,
+    );
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
@@ -200,26 +209,16 @@ pub async fn serve(
         let activity = Activity::new();
         let io = TokioIo::new(Tracked::new(stream, activity.clone()));
         let slot = place.slot();
-        let service = router
-            .clone()
-            .map_request({
-                let activity = activity.clone();
-                move |mut request: Request<Incoming>| {
-                    request.extensions_mut().insert(ConnectInfo(peer));
-                    request.extensions_mut().insert(activity.clone());
-                    request
-                }
-            })
-            // A request in progress keeps the connection from being evicted until its answer
-            // is ready (a change stream's answer is ready at once: streams may be evicted).
-            .map_future(move |answer| {
-                let busy = slot.busy();
-                async move {
-                    let answer = answer.await;
-                    drop(busy);
-                    answer
-                }
-            });
+        let service = router.clone().map_request({
+            let activity = activity.clone();
+            move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request.extensions_mut().insert(activity.clone());
+                // The routes that apply something mark their commit phase on it.
+                request.extensions_mut().insert(slot.clone());
+                request
+            }
+        });
         let connection =
             graceful.watch(builder.serve_connection(io, TowerToHyperService::new(service)));
         let idle_timeout = options.idle_timeout;

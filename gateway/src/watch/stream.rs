@@ -47,8 +47,12 @@ struct State {
     heartbeat: tokio::time::Interval,
     expiry: std::pin::Pin<Box<tokio::time::Sleep>>,
     closing: tokio::sync::watch::Receiver<bool>,
-    /// Held for as long as the stream lives (`None` without a real connection).
-    _streaming: Option<Streaming>,
+    /// Held for as long as the stream lives (`None` without a real connection): the socket's
+    /// stream settings, and the connection pool's mark (streams give way after idle ones).
+    _streaming: (
+        Option<Streaming>,
+        Option<crate::limits::connections::StreamMark>,
+    ),
 }
 
 enum Woke {
@@ -83,7 +87,10 @@ pub fn events(
     heartbeat: Duration,
     lifetime: Duration,
     closing: tokio::sync::watch::Receiver<bool>,
-    streaming: Option<Streaming>,
+    streaming: (
+        Option<Streaming>,
+        Option<crate::limits::connections::StreamMark>,
+    ),
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
