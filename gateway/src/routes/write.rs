@@ -290,7 +290,7 @@ fn to_command(state: &AppState, session: &Session, request: WriteRequest) -> Wri
                     aggregate: w.aggregate,
                 },
                 allow_create: w.allow_create,
-                expected_version: None,
+                expected_version: w.expected_version,
                 enforce_client_idempotency: true,
                 events: w.events,
             })
