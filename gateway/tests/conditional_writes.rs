@@ -174,18 +174,36 @@ async fn a_multi_aggregate_write_with_one_stale_guard_appends_nothing_anywhere()
     }
 }
 
-/// The trap of `docs/protocol.md` §6: the guard is checked before idempotency, so the identical
-/// resend of a conditional write that landed (its answer lost) is 2003, not 2002. The client
-/// must read back: its own (clientId, clientSeq) is in the log, exactly once, so it landed.
+async fn set_faults(h: &Harness, rates: Value) {
+    let request = axum::http::Request::put("/v1/faults")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(serde_json::to_vec(&rates).unwrap()))
+        .unwrap();
+    let r = h.send(request).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+}
+
+/// The trap of `docs/protocol.md` §6.1: the guard is checked before idempotency, so the
+/// identical resend of a conditional write that landed (its answer lost) is 2003, not 2002. The
+/// client must read back: its own (clientId, clientSeq) is in the log, exactly once, so it landed.
 #[tokio::test]
 async fn an_identical_resend_of_a_landed_conditional_write_is_2003_and_the_log_shows_it_once() {
     for store in STORES {
-        let (h, a, t) = setup(store).await;
+        let h = Harness::auth_on(store, |c| {
+            c.faults = true;
+            c.fault_seed = Some(5);
+        })
+        .await;
+        let a = Device::a();
+        let t = h.open(&a).await;
         let c = a.client_id.as_str();
         let first = body(c, vec![leg(X, &[1, 2], Some(0))]);
+        // Committed, then the connection dropped: the client cannot know it landed.
+        set_faults(&h, json!({"dropAfterCommit": 1.0})).await;
         let r = h.write_as(&t, &first).await;
-        assert_landed(&r, Some(1), store);
-        // The answer is lost; the client resends the very same bytes.
+        assert!(r.broken, "{store:?}: {r:?}");
+        set_faults(&h, json!({"dropAfterCommit": 0.0})).await;
+        // The client resends the very same bytes.
         let r = h.write_as(&t, &first).await;
         assert_conflict(&r, X, 0, 1, store);
         let (events, tip) = log(&h, &t, X).await;
