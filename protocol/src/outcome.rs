@@ -205,19 +205,36 @@ pub struct Failure {
     /// cross-origin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_time: Option<u64>,
-    /// For 2003: the type id of the aggregate whose version guard failed (the first such in the
-    /// request's order when several did).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aggregate_type_id: Option<Uuid>,
-    /// For 2003: the id of that aggregate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aggregate_id: Option<Uuid>,
-    /// For 2003: the `expectedVersion` the write carried for that aggregate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected_version: Option<u64>,
-    /// For 2003: that aggregate's version when the write was refused (0: it does not exist).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_version: Option<u64>,
+    /// For 2003: which aggregate's version guard failed, and its versions, as the flat fields
+    /// `aggregateTypeId`, `aggregateId`, `expectedVersion`, `currentVersion` (boxed: it is
+    /// rare, and keeps every other answer small).
+    #[serde(flatten)]
+    pub conflict: Option<Box<GuardConflict>>,
+}
+
+/// The body of a 2003 besides its code and message: the aggregate whose version guard failed
+/// (the first such in the request's order when several did) and its versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardConflict {
+    /// The aggregate's type id.
+    pub aggregate_type_id: Uuid,
+    /// The aggregate's id.
+    pub aggregate_id: Uuid,
+    /// The `expectedVersion` the write carried for it.
+    pub expected_version: u64,
+    /// Its version when the write was refused (0: it does not exist).
+    pub current_version: u64,
+}
+
+impl GuardConflict {
+    /// The aggregate it names.
+    pub fn aggregate(&self) -> AggregateRef {
+        AggregateRef {
+            type_id: self.aggregate_type_id,
+            id: self.aggregate_id,
+        }
+    }
 }
 
 impl Failure {
@@ -230,19 +247,8 @@ impl Failure {
             last_client_seq: None,
             attempted_client_seq: None,
             server_time: None,
-            aggregate_type_id: None,
-            aggregate_id: None,
-            expected_version: None,
-            current_version: None,
+            conflict: None,
         }
-    }
-
-    /// The aggregate a 2003 names, when it names one.
-    pub fn conflict_aggregate(&self) -> Option<AggregateRef> {
-        Some(AggregateRef {
-            type_id: self.aggregate_type_id?,
-            id: self.aggregate_id?,
-        })
     }
 }
 
@@ -297,6 +303,21 @@ impl WriteOutcome {
         let aggregate_id = uuid_field("aggregateId")?;
         let expected_version = u64_field("expectedVersion")?;
         let current_version = u64_field("currentVersion")?;
+        // All four, or no conflict (as serde's flattened `Option` reads it).
+        let conflict = match (
+            aggregate_type_id,
+            aggregate_id,
+            expected_version,
+            current_version,
+        ) {
+            (Some(t), Some(i), Some(e), Some(c)) => Some(Box::new(GuardConflict {
+                aggregate_type_id: t,
+                aggregate_id: i,
+                expected_version: e,
+                current_version: c,
+            })),
+            _ => None,
+        };
         let failure = || {
             Some(Failure {
                 code: code?,
@@ -305,10 +326,7 @@ impl WriteOutcome {
                 last_client_seq,
                 attempted_client_seq,
                 server_time,
-                aggregate_type_id,
-                aggregate_id,
-                expected_version,
-                current_version,
+                conflict: conflict.clone(),
             })
         };
         Some(match outcome {
@@ -358,10 +376,12 @@ impl WriteOutcome {
         current: u64,
     ) -> Self {
         WriteOutcome::Rejected(Failure {
-            aggregate_type_id: Some(aggregate.type_id),
-            aggregate_id: Some(aggregate.id),
-            expected_version: Some(expected),
-            current_version: Some(current),
+            conflict: Some(Box::new(GuardConflict {
+                aggregate_type_id: aggregate.type_id,
+                aggregate_id: aggregate.id,
+                expected_version: expected,
+                current_version: current,
+            })),
             ..Failure::new(c::OPTIMISTIC_CONCURRENCY_VIOLATION, message)
         })
     }

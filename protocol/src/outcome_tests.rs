@@ -219,10 +219,20 @@ fn reference(json: &str) -> Option<WriteOutcome> {
             last_client_seq: f.last_client_seq,
             attempted_client_seq: f.attempted_client_seq,
             server_time: f.server_time,
-            aggregate_type_id: f.aggregate_type_id,
-            aggregate_id: f.aggregate_id,
-            expected_version: f.expected_version,
-            current_version: f.current_version,
+            conflict: match (
+                f.aggregate_type_id,
+                f.aggregate_id,
+                f.expected_version,
+                f.current_version,
+            ) {
+                (Some(t), Some(i), Some(e), Some(c)) => Some(Box::new(GuardConflict {
+                    aggregate_type_id: t,
+                    aggregate_id: i,
+                    expected_version: e,
+                    current_version: c,
+                })),
+                _ => None,
+            },
         })
     };
     Some(match f.outcome.as_str() {
@@ -375,18 +385,34 @@ fn a_conflict_names_its_aggregate_and_both_versions() {
     );
     let parsed = WriteOutcome::parse(&json).unwrap();
     assert_eq!(parsed, outcome);
-    let failure = parsed.failure().unwrap();
-    assert_eq!(failure.conflict_aggregate(), Some(aggregate()));
+    let conflict = parsed.failure().unwrap().conflict.as_deref().unwrap();
+    assert_eq!(conflict.aggregate(), aggregate());
     assert_eq!(
-        (failure.expected_version, failure.current_version),
-        (Some(3), Some(5))
+        (conflict.expected_version, conflict.current_version),
+        (3, 5)
     );
-    // A 2003 without the details (an older gateway) still parses; it names no aggregate.
-    let bare = WriteOutcome::parse(r#"{"outcome":"rejected","code":2003,"message":"x"}"#).unwrap();
-    assert_eq!(bare.failure().unwrap().conflict_aggregate(), None);
+    // A 2003 without the details (an older gateway), or with only some, still parses; it names
+    // no aggregate.
+    for json in [
+        r#"{"outcome":"rejected","code":2003,"message":"x"}"#,
+        r#"{"outcome":"rejected","code":2003,"message":"x","currentVersion":4}"#,
+    ] {
+        let bare = WriteOutcome::parse(json).unwrap();
+        assert_eq!(bare.failure().unwrap().conflict, None, "{json}");
+    }
     // A malformed aggregate id is not a protocol body (as any known field of the wrong type).
     assert_eq!(
         WriteOutcome::parse(r#"{"outcome":"rejected","code":2003,"aggregateId":"nope"}"#),
         None
+    );
+}
+
+#[test]
+fn every_outcome_stays_small() {
+    // `ApiError` wraps one and travels in `Result`s everywhere in the gateway.
+    assert!(
+        std::mem::size_of::<WriteOutcome>() <= 128,
+        "{}",
+        std::mem::size_of::<WriteOutcome>()
     );
 }
