@@ -265,6 +265,15 @@ async fn a_multi_aggregate_idempotent_resend_is_2002_for_the_whole_write() {
             1,
             "{store:?}: X's new leg not split off"
         );
+        // A duplicate leg and a stale guard on the other: every guard comes before any
+        // idempotency answer, across the write, so 2003 (naming Y), never 2002.
+        for legs in [
+            vec![leg(X, &[1, 2], None), leg(Y, &[2], Some(7))],
+            vec![leg(Y, &[2], Some(7)), leg(X, &[1, 2], None)],
+        ] {
+            let r = h.write_as(&t, &body(c, legs)).await;
+            assert_conflict(&r, Y, 7, 1, store);
+        }
     }
 }
 
