@@ -165,6 +165,15 @@ async fn a_multi_aggregate_write_with_one_stale_guard_appends_nothing_anywhere()
             .await;
         assert_landed(&r, None, store);
         assert!(r.json.get("aggregateVersion").is_none(), "{:?}", r.json);
+        if let Some(fake) = &h.fake {
+            // Sent upstream as one WriteRequest carrying both guards (Y's access record, written
+            // just before it, is a write of its own).
+            let last = fake.writes().pop().unwrap();
+            let mut guards: Vec<_> = last.writes.values().map(|w| w.expected_version).collect();
+            guards.sort();
+            assert_eq!(guards, vec![Some(0), Some(1)], "{last:?}");
+            assert!(last.writes.values().all(|w| w.enforce_client_idempotency));
+        }
         assert_eq!(log(&h, &t, X).await.1, 2, "{store:?}");
         assert_eq!(
             log(&h, &t, Y).await,
