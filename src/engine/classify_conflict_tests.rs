@@ -63,7 +63,7 @@ fn a_2003_without_the_fields_is_a_plain_rejection() {
     for json in [
         r#"{"outcome":"rejected","code":2003,"message":"stale"}"#.to_owned(),
         // Only some of the fields: no conflict (as serde's flattened reading).
-        format!(r#"{{"outcome":"rejected","code":2003,"message":"stale","currentVersion":4}}"#),
+        r#"{"outcome":"rejected","code":2003,"message":"stale","currentVersion":4}"#.to_owned(),
     ] {
         let outcome = classify(&http(422, &json));
         assert!(
