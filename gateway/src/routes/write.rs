@@ -310,7 +310,7 @@ fn broken_connection() -> Response {
     Response::new(Body::from_stream(failing))
 }
 
-/// What a write request was, for the log line: client, aggregates, sequence ranges.
+/// What a write request was, for the log line: client, aggregates, sequence ranges, guards.
 struct Summary(String);
 
 impl Summary {
@@ -323,6 +323,9 @@ impl Summary {
                 " aggregate={}/{} seq={first}..={last}",
                 w.aggregate.type_id, w.aggregate.id
             ));
+            if let Some(expected) = w.expected_version {
+                s.push_str(&format!(" expected={expected}"));
+            }
         }
         Summary(s)
     }
