@@ -408,3 +408,32 @@ async fn every_aggregate_of_a_write_is_judged_before_anything_is_written() {
         assert_landed(&r, Some(1), store);
     }
 }
+
+/// Two creators racing with `expectedVersion: 0` (under `authenticated`, so that both may write
+/// the aggregate): exactly one lands, the other gets 2003 with the winner's version 1, and the
+/// log holds the winner's batch alone.
+#[tokio::test]
+async fn of_two_creators_racing_with_expected_version_zero_exactly_one_lands() {
+    for store in STORES {
+        let h = support::policy::with_policy(store, "default = \"authenticated\"").await;
+        let (a, ta, b, tb) = support::policy::two(&h).await;
+        for round in 0..4u128 {
+            let id = uuid::Uuid::from_u128(0xC0FFEE + round).to_string();
+            let wa = body(&a.client_id, vec![leg(&id, &[1], Some(0))]);
+            let wb = body(&b.client_id, vec![leg(&id, &[1], Some(0))]);
+            let (ra, rb) = tokio::join!(h.write_as(&ta, &wa), h.write_as(&tb, &wb));
+            let (winner, loser) = match (ra.outcome(), rb.outcome()) {
+                ("landed", "rejected") => (&a, &rb),
+                ("rejected", "landed") => (&b, &ra),
+                other => panic!("{store:?}: {other:?} {:?} {:?}", ra.json, rb.json),
+            };
+            assert_conflict(loser, &id, 0, 1, store);
+            let (events, tip) = log(&h, &ta, &id).await;
+            assert_eq!(
+                (events, tip),
+                (vec![(winner.client_id.clone(), 1)], 1),
+                "{store:?}"
+            );
+        }
+    }
+}
