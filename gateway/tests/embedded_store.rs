@@ -52,6 +52,7 @@ fn cmd(id: u128, seqs: &[u64]) -> WriteCommand {
 fn code(r: Result<WriteAck, BackendError>) -> u32 {
     match r {
         Err(BackendError::Code { code, .. }) => code,
+        Err(BackendError::Conflict { .. }) => 2003,
         other => panic!("expected a code, got {other:?}"),
     }
 }

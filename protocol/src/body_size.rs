@@ -22,9 +22,13 @@ const INT: usize = MAX_SAFE_INTEGER.ilog10() as usize + 1;
 /// The envelope around the writes: `{"clientId":"…","writes":[…]}`.
 const ENVELOPE: usize = r#"{"clientId":"","writes":[]}"#.len() + UUID;
 
-/// One write around its events: `{"aggregate":{"typeId":"…","id":"…"},"allowCreate":false,"events":[…]}`.
+/// One write around its events:
+/// `{"aggregate":{"typeId":"…","id":"…"},"allowCreate":false,"expectedVersion":…,"events":[…]}`.
 const WRITE: usize =
-    r#"{"aggregate":{"typeId":"","id":""},"allowCreate":false,"events":[]}"#.len() + 2 * UUID;
+    r#"{"aggregate":{"typeId":"","id":""},"allowCreate":false,"expectedVersion":,"events":[]}"#
+        .len()
+        + 2 * UUID
+        + INT;
 
 /// One event besides its `data` characters, with an `eventId` and a 12-byte `iv`.
 const EVENT: usize =
@@ -69,6 +73,7 @@ mod tests {
                     id: Uuid::from_u128(u128::MAX - 1000 - w as u128),
                 },
                 allow_create,
+                expected_version: Some(MAX_SAFE_INTEGER),
                 events: (0..per)
                     .map(|e| {
                         seq += 1;
@@ -111,7 +116,7 @@ mod tests {
     #[test]
     fn the_default_bound_is_below_8_mib() {
         let bound = max_write_body_bytes(&Limits::default());
-        assert_eq!(bound, 7_541_358);
+        assert_eq!(bound, 7_541_918);
         assert!(bound < 8 << 20);
     }
 
@@ -131,6 +136,7 @@ mod tests {
                     id: Uuid::from_u128(3),
                 },
                 allow_create: false,
+                expected_version: Some(MAX_SAFE_INTEGER),
                 events: vec![Event {
                     client_seq: MAX_SAFE_INTEGER,
                     event_id: Some(Uuid::from_u128(4)),

@@ -49,6 +49,17 @@ pub fn safe_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     Ok(v)
 }
 
+/// serde `deserialize_with` for an optional `u64` that must be a JSON-safe integer when given
+/// (`null` reads as absent). Use with `#[serde(default)]` so that a missing field is `None`.
+pub fn safe_u64_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Option::<u64>::deserialize(d)? {
+        Some(v) if v > MAX_SAFE_INTEGER => Err(D::Error::custom(format_args!(
+            "{v} is above 2^53 - 1 and cannot be represented exactly in JavaScript"
+        ))),
+        v => Ok(v),
+    }
+}
+
 /// serde `with` module for `Vec<u8>` as standard padded base64.
 pub mod base64_bytes {
     use super::*;
@@ -132,6 +143,35 @@ mod tests {
         assert!(serde_json::from_str::<N>(r#"{"n":-1}"#).is_err());
         assert!(serde_json::from_str::<N>(r#"{"n":1.5}"#).is_err());
         assert!(serde_json::from_str::<N>(r#"{"n":"1"}"#).is_err());
+    }
+
+    #[derive(Deserialize)]
+    struct O {
+        #[serde(default, deserialize_with = "safe_u64_opt")]
+        n: Option<u64>,
+    }
+
+    #[test]
+    fn safe_u64_opt_is_as_strict_and_reads_null_or_absent_as_none() {
+        let read = |json: &str| serde_json::from_str::<O>(json).map(|o| o.n);
+        assert_eq!(read("{}").unwrap(), None);
+        assert_eq!(read(r#"{"n":null}"#).unwrap(), None);
+        assert_eq!(read(r#"{"n":0}"#).unwrap(), Some(0));
+        assert_eq!(
+            read(r#"{"n":9007199254740991}"#).unwrap(),
+            Some(MAX_SAFE_INTEGER)
+        );
+        for bad in [
+            r#"{"n":9007199254740992}"#,
+            r#"{"n":18446744073709551616}"#,
+            r#"{"n":-1}"#,
+            r#"{"n":1.5}"#,
+            r#"{"n":1e3}"#,
+            r#"{"n":"1"}"#,
+            r#"{"n":true}"#,
+        ] {
+            assert!(read(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

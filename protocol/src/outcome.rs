@@ -17,7 +17,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use uuid::Uuid;
+
 use crate::json::{Members, Scalar};
+use crate::wire::AggregateRef;
 
 use crate::codes::{celeriant as c, gateway as g};
 
@@ -202,6 +205,36 @@ pub struct Failure {
     /// cross-origin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_time: Option<u64>,
+    /// For 2003: which aggregate's version guard failed, and its versions, as the flat fields
+    /// `aggregateTypeId`, `aggregateId`, `expectedVersion`, `currentVersion` (boxed: it is
+    /// rare, and keeps every other answer small).
+    #[serde(flatten)]
+    pub conflict: Option<Box<GuardConflict>>,
+}
+
+/// The body of a 2003 besides its code and message: the aggregate whose version guard failed
+/// (the first such in the request's order when several did) and its versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardConflict {
+    /// The aggregate's type id.
+    pub aggregate_type_id: Uuid,
+    /// The aggregate's id.
+    pub aggregate_id: Uuid,
+    /// The `expectedVersion` the write carried for it.
+    pub expected_version: u64,
+    /// Its version when the write was refused (0: it does not exist).
+    pub current_version: u64,
+}
+
+impl GuardConflict {
+    /// The aggregate it names.
+    pub fn aggregate(&self) -> AggregateRef {
+        AggregateRef {
+            type_id: self.aggregate_type_id,
+            id: self.aggregate_id,
+        }
+    }
 }
 
 impl Failure {
@@ -214,6 +247,7 @@ impl Failure {
             last_client_seq: None,
             attempted_client_seq: None,
             server_time: None,
+            conflict: None,
         }
     }
 }
@@ -258,6 +292,32 @@ impl WriteOutcome {
         let last_client_seq = u64_field("lastClientSeq")?;
         let attempted_client_seq = u64_field("attemptedClientSeq")?;
         let server_time = u64_field("serverTime")?;
+        let uuid_field = |name: &str| -> Option<Option<Uuid>> {
+            match get(name)? {
+                None | Some(Scalar::Null) => Some(None),
+                Some(Scalar::Str(s)) => Some(Some(Uuid::parse_str(s).ok()?)),
+                Some(_) => None,
+            }
+        };
+        let aggregate_type_id = uuid_field("aggregateTypeId")?;
+        let aggregate_id = uuid_field("aggregateId")?;
+        let expected_version = u64_field("expectedVersion")?;
+        let current_version = u64_field("currentVersion")?;
+        // All four, or no conflict (as serde's flattened `Option` reads it).
+        let conflict = match (
+            aggregate_type_id,
+            aggregate_id,
+            expected_version,
+            current_version,
+        ) {
+            (Some(t), Some(i), Some(e), Some(c)) => Some(Box::new(GuardConflict {
+                aggregate_type_id: t,
+                aggregate_id: i,
+                expected_version: e,
+                current_version: c,
+            })),
+            _ => None,
+        };
         let failure = || {
             Some(Failure {
                 code: code?,
@@ -266,6 +326,7 @@ impl WriteOutcome {
                 last_client_seq,
                 attempted_client_seq,
                 server_time,
+                conflict: conflict.clone(),
             })
         };
         Some(match outcome {
@@ -303,6 +364,25 @@ impl WriteOutcome {
             code: Some(c::CLIENT_IDEMPOTENCY_VIOLATION),
             last_client_seq: Some(last_client_seq),
             attempted_client_seq: Some(attempted_client_seq),
+        })
+    }
+
+    /// A 2003: the version guard of `aggregate` failed; nothing of the write was appended.
+    /// `current` is the aggregate's version the server holds (0: it does not exist).
+    pub fn conflict(
+        message: impl Into<String>,
+        aggregate: AggregateRef,
+        expected: u64,
+        current: u64,
+    ) -> Self {
+        WriteOutcome::Rejected(Failure {
+            conflict: Some(Box::new(GuardConflict {
+                aggregate_type_id: aggregate.type_id,
+                aggregate_id: aggregate.id,
+                expected_version: expected,
+                current_version: current,
+            })),
+            ..Failure::new(c::OPTIMISTIC_CONCURRENCY_VIOLATION, message)
         })
     }
 
@@ -392,337 +472,5 @@ impl WriteOutcome {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_table_of_shared_celeriant_md() {
-        assert_eq!(classify(2002), Class::Landed);
-        for code in [2013, 2007, 2008, 2009, 2010, 2011, 2012, 2029, 11000] {
-            assert_eq!(classify(code), Class::Retry(RetryKind::Transient), "{code}");
-        }
-        for code in [
-            2000, 2001, 2003, 2004, 2005, 2006, 2014, 2015, 2022, 9000, 9001, 9002,
-        ] {
-            assert_eq!(classify(code), Class::Rejected, "{code}");
-        }
-        for code in [2023, 10001, 10004, 10007] {
-            assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
-        }
-    }
-
-    #[test]
-    fn unknown_codes_are_never_rejected_or_landed() {
-        for code in [0, 1, 1000, 2016, 2099, 3000, 12345, 99999, u32::MAX] {
-            assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
-        }
-    }
-
-    #[test]
-    fn unassigned_codes_in_the_gateway_space_are_operator_retries() {
-        for code in [
-            40002, 40018, 40099, 40104, 40309, 40401, 41000, 42000, 42101, 42909, 49999, 50000,
-            50100, 59999,
-        ] {
-            assert!(!g::is_gateway_code(code), "{code}");
-            assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
-            let outcome = WriteOutcome::from_code(code, "x");
-            assert_eq!(outcome.tag(), "retry", "{code}");
-            assert_eq!(outcome.http_status(), 503, "{code}");
-            assert!(
-                matches!(&outcome, WriteOutcome::Retry(f) if f.retry_after_ms == Some(OPERATOR_RETRY_AFTER_MS)),
-                "{code}"
-            );
-        }
-        // Exhaustively: only the listed gateway codes escape the operator retry.
-        for code in 40_000..60_000 {
-            if !g::is_gateway_code(code) {
-                assert_eq!(classify(code), Class::Retry(RetryKind::Operator), "{code}");
-            }
-        }
-    }
-
-    #[test]
-    fn every_gateway_code_travels_with_the_status_of_its_first_three_digits() {
-        for code in g::ALL {
-            let outcome = WriteOutcome::from_code(code, "x");
-            assert_eq!(u32::from(outcome.http_status()), code / 100, "{code}");
-            let expected = match code / 100 {
-                408 | 421 | 429 | 500 | 503 | 507 => "retry",
-                502 | 504 => "unknown",
-                401 => "unauthorized",
-                _ => "rejected",
-            };
-            assert_eq!(outcome.tag(), expected, "{code}");
-        }
-    }
-
-    #[test]
-    fn gateway_codes_classify_by_their_status() {
-        assert_eq!(classify(g::MALFORMED_JSON), Class::Rejected);
-        assert_eq!(classify(g::BODY_TOO_LARGE), Class::Rejected);
-        assert_eq!(
-            classify(g::GATEWAY_BUSY),
-            Class::Retry(RetryKind::Transient)
-        );
-        assert_eq!(
-            classify(g::UPSTREAM_UNAVAILABLE),
-            Class::Retry(RetryKind::Transient)
-        );
-        assert_eq!(classify(g::UPSTREAM_OUTCOME_UNKNOWN), Class::Unknown);
-        assert_eq!(classify(g::GATEWAY_TIMEOUT), Class::Unknown);
-        assert_eq!(classify(g::INTERNAL), Class::Unknown);
-        for code in [
-            g::SESSION_REQUIRED,
-            g::SESSION_INVALID,
-            g::SESSION_EXPIRED,
-            g::DEVICE_SIGNATURE_INVALID,
-            g::NONCE_OUT_OF_WINDOW,
-            g::NONCE_REPLAYED,
-            g::APP_TOKEN_REQUIRED,
-            g::APP_TOKEN_INVALID,
-            g::APP_TOKEN_EXPIRED,
-            g::FAULTS_SECRET_REQUIRED,
-        ] {
-            assert_eq!(classify(code), Class::Unauthorized, "{code}");
-        }
-        assert_eq!(classify(g::DUPLICATE_HOST), Class::Rejected);
-        assert_eq!(
-            WriteOutcome::from_code(g::DUPLICATE_HOST, "x").http_status(),
-            400
-        );
-        assert_eq!(
-            WriteOutcome::from_code(g::FAULTS_SECRET_REQUIRED, "x").http_status(),
-            401
-        );
-        for code in [
-            g::CLIENT_ID_MISMATCH,
-            g::AGGREGATE_TYPE_FORBIDDEN,
-            g::AGGREGATE_FORBIDDEN,
-            g::NOT_OWNER,
-            g::MEMBERS_NOT_ALLOWED,
-        ] {
-            assert_eq!(classify(code), Class::Rejected, "{code}");
-            assert_eq!(WriteOutcome::from_code(code, "x").http_status(), 403);
-        }
-        assert_eq!(
-            classify(g::SESSION_RATE_LIMITED),
-            Class::Retry(RetryKind::Transient)
-        );
-        assert_eq!(
-            classify(g::HOST_NOT_ALLOWED),
-            Class::Retry(RetryKind::Operator)
-        );
-    }
-
-    #[test]
-    fn unauthorized_bodies_carry_their_server_time_and_parse_back() {
-        let mut outcome = WriteOutcome::from_code(g::NONCE_OUT_OF_WINDOW, "nonce is stale");
-        outcome.failure_mut().unwrap().server_time = Some(1_764_450_000_000);
-        assert_eq!(outcome.http_status(), 401);
-        let json = serde_json::to_string(&outcome).unwrap();
-        assert_eq!(
-            json,
-            r#"{"outcome":"unauthorized","code":40111,"message":"nonce is stale","serverTime":1764450000000}"#
-        );
-        assert_eq!(WriteOutcome::parse(&json), Some(outcome));
-        let session = WriteOutcome::from_code(g::SESSION_EXPIRED, "expired");
-        assert_eq!(session.tag(), "unauthorized");
-        assert_eq!(
-            serde_json::to_string(&session).unwrap(),
-            r#"{"outcome":"unauthorized","code":40102,"message":"expired"}"#
-        );
-        // An unauthorized body without a code is not a protocol body.
-        assert_eq!(WriteOutcome::parse(r#"{"outcome":"unauthorized"}"#), None);
-    }
-
-    #[test]
-    fn parse_agrees_with_the_derived_deserializer() {
-        let bodies = [
-            WriteOutcome::landed(Some(4)),
-            WriteOutcome::landed(None),
-            WriteOutcome::duplicate(7, 5),
-            WriteOutcome::from_code(2013, "in flight"),
-            WriteOutcome::Retry(Failure {
-                last_client_seq: Some(3),
-                attempted_client_seq: Some(1),
-                ..Failure::new(2013, "x")
-            }),
-            WriteOutcome::from_code(g::GATEWAY_TIMEOUT, "late"),
-            WriteOutcome::from_code(2022, "schema"),
-            WriteOutcome::from_code(g::SESSION_INVALID, "forged"),
-            WriteOutcome::from_code(g::CLIENT_ID_MISMATCH, "not yours"),
-            WriteOutcome::from_code(g::SESSION_RATE_LIMITED, "slow down"),
-        ];
-        for outcome in bodies {
-            let json = serde_json::to_string(&outcome).unwrap();
-            assert_eq!(WriteOutcome::parse(&json), Some(outcome.clone()), "{json}");
-            assert_eq!(
-                serde_json::from_str::<WriteOutcome>(&json).unwrap(),
-                outcome
-            );
-        }
-        assert_eq!(
-            WriteOutcome::parse(r#"{"outcome":"retry","message":"no code"}"#),
-            None
-        );
-        assert_eq!(WriteOutcome::parse(r#"{"outcome":"maybe","code":1}"#), None);
-        assert_eq!(WriteOutcome::parse("<html>"), None);
-        let newer = r#"{"outcome":"landed","duplicate":false,"aggregateVersion":2,"shard":7}"#;
-        assert_eq!(
-            WriteOutcome::parse(newer),
-            Some(WriteOutcome::landed(Some(2))),
-            "lenient"
-        );
-    }
-
-    /// The serde reading `parse` must agree with: every field, flat, unknown ones ignored.
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct FlatOutcome {
-        outcome: String,
-        #[serde(default)]
-        duplicate: bool,
-        aggregate_version: Option<u64>,
-        code: Option<u32>,
-        message: Option<String>,
-        retry_after_ms: Option<u64>,
-        last_client_seq: Option<u64>,
-        attempted_client_seq: Option<u64>,
-        server_time: Option<u64>,
-    }
-
-    fn reference(json: &str) -> Option<WriteOutcome> {
-        // Objects only: serde would also read a positional array, which no gateway sends.
-        if !json.trim_start().starts_with('{') {
-            return None;
-        }
-        let f: FlatOutcome = serde_json::from_str(json).ok()?;
-        let failure = || {
-            Some(Failure {
-                code: f.code?,
-                message: f.message.clone().unwrap_or_default(),
-                retry_after_ms: f.retry_after_ms,
-                last_client_seq: f.last_client_seq,
-                attempted_client_seq: f.attempted_client_seq,
-                server_time: f.server_time,
-            })
-        };
-        Some(match f.outcome.as_str() {
-            "landed" => WriteOutcome::Landed(Landed {
-                duplicate: f.duplicate,
-                aggregate_version: f.aggregate_version,
-                code: f.code,
-                last_client_seq: f.last_client_seq,
-                attempted_client_seq: f.attempted_client_seq,
-            }),
-            "retry" => WriteOutcome::Retry(failure()?),
-            "unknown" => WriteOutcome::Unknown(failure()?),
-            "unauthorized" => WriteOutcome::Unauthorized(failure()?),
-            "rejected" => WriteOutcome::Rejected(failure()?),
-            _ => return None,
-        })
-    }
-
-    #[test]
-    fn parse_agrees_with_serde_on_generated_bodies() {
-        let names = [
-            "outcome",
-            "duplicate",
-            "aggregateVersion",
-            "code",
-            "message",
-            "retryAfterMs",
-            "lastClientSeq",
-            "attemptedClientSeq",
-            "serverTime",
-            "extra",
-        ];
-        let values = [
-            "\"landed\"",
-            "\"retry\"",
-            "\"unknown\"",
-            "\"rejected\"",
-            "\"unauthorized\"",
-            "\"maybe\"",
-            "true",
-            "false",
-            "null",
-            "0",
-            "2002",
-            "4294967296",
-            "9007199254740993",
-            "-1",
-            "-0",
-            "1.0",
-            "1e2",
-            "\"text \\u00e9\"",
-            "[1,{\"a\":null}]",
-            "{}",
-        ];
-        let mut seed = 7u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        let mut parsed = 0;
-        for _ in 0..100_000 {
-            let n = next() % 7;
-            let body: Vec<String> = (0..n)
-                .map(|i| {
-                    let name = if i == 0 && next() % 4 != 0 {
-                        "outcome"
-                    } else {
-                        names[(next() % names.len() as u64) as usize]
-                    };
-                    let value = values[(next() % values.len() as u64) as usize];
-                    format!("\"{name}\":{value}")
-                })
-                .collect();
-            let json = format!("{{{}}}", body.join(","));
-            let ours = WriteOutcome::parse(&json);
-            assert_eq!(ours, reference(&json), "{json}");
-            parsed += usize::from(ours.is_some());
-        }
-        assert!(parsed > 500, "{parsed}");
-    }
-
-    #[test]
-    fn bodies_match_the_documented_examples() {
-        let landed = serde_json::to_string(&WriteOutcome::landed(Some(4))).unwrap();
-        assert_eq!(
-            landed,
-            r#"{"outcome":"landed","duplicate":false,"aggregateVersion":4}"#
-        );
-        let dup = serde_json::to_string(&WriteOutcome::duplicate(7, 5)).unwrap();
-        assert_eq!(
-            dup,
-            r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":7,"attemptedClientSeq":5}"#
-        );
-        let retry = WriteOutcome::from_code(2013, "in flight");
-        assert_eq!(retry.http_status(), 503);
-        assert_eq!(
-            serde_json::to_string(&retry).unwrap(),
-            r#"{"outcome":"retry","code":2013,"message":"in flight","retryAfterMs":1000}"#
-        );
-        assert_eq!(WriteOutcome::from_code(2005, "x").http_status(), 422);
-        assert_eq!(
-            WriteOutcome::from_code(g::BODY_TOO_LARGE, "x").http_status(),
-            413
-        );
-        assert_eq!(
-            WriteOutcome::from_code(g::GATEWAY_BUSY, "x").http_status(),
-            429
-        );
-        assert_eq!(
-            WriteOutcome::from_code(g::GATEWAY_TIMEOUT, "x").http_status(),
-            504
-        );
-        assert_eq!(
-            WriteOutcome::from_code(g::UPSTREAM_OUTCOME_UNKNOWN, "x").http_status(),
-            502
-        );
-    }
-}
+#[path = "outcome_tests.rs"]
+mod tests;

@@ -276,6 +276,7 @@ mod tests {
                     id: Uuid::from_u128(2),
                 },
                 allow_create: true,
+                expected_version: None,
                 events: seqs.iter().copied().map(event).collect(),
             }],
         }

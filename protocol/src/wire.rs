@@ -13,13 +13,14 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::encoding::{base64_bytes, base64_len, base64_opt, safe_u64};
+use crate::encoding::{base64_bytes, base64_len, base64_opt, safe_u64, safe_u64_opt};
 use crate::strict::object_only;
 
 /// `POST /v1/write`: one atomic write across the aggregates it names.
 ///
-/// The gateway always forwards it with `enforce_client_idempotency = true` and no expected
-/// version; the organisation comes from the gateway's configuration, never from the body.
+/// The gateway always forwards it with `enforce_client_idempotency = true` and each aggregate's
+/// `expectedVersion` as sent; the organisation comes from the gateway's configuration, never
+/// from the body.
 ///
 /// Parsed by `WriteRequestDef` (strict; see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -27,7 +28,8 @@ use crate::strict::object_only;
 pub struct WriteRequest {
     /// The writing device's client id.
     pub client_id: Uuid,
-    /// One entry per aggregate; the celeriant-sync client always sends exactly one.
+    /// One entry per aggregate (at most `Limits::max_aggregates`, each aggregate at most once);
+    /// all land or none does.
     pub writes: Vec<AggregateWrite>,
 }
 
@@ -81,6 +83,11 @@ pub struct AggregateWrite {
     pub aggregate: AggregateRef,
     /// Whether the write may create the aggregate (default `true`).
     pub allow_create: bool,
+    /// The version guard: the write lands only if the aggregate is at exactly this version
+    /// (its batch count; `0`: only if it does not exist yet). Absent (or `null`): no guard.
+    /// Left out of the JSON when `None`, so unconditional writes keep their bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_version: Option<u64>,
     /// The events, `clientSeq` strictly increasing.
     pub events: Vec<Event>,
 }
@@ -96,6 +103,8 @@ struct AggregateWriteDef {
     aggregate: AggregateRef,
     #[serde(default = "default_true")]
     allow_create: bool,
+    #[serde(default, deserialize_with = "safe_u64_opt")]
+    expected_version: Option<u64>,
     events: Vec<Event>,
 }
 
@@ -257,6 +266,7 @@ mod tests {
                     id: Uuid::from_u128(3),
                 },
                 allow_create: true,
+                expected_version: None,
                 events: vec![Event {
                     client_seq: 1,
                     event_id: None,
@@ -356,6 +366,55 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<WriteRequest>(json).unwrap(),
             sample()
+        );
+    }
+
+    #[test]
+    fn expected_version_is_optional_strict_and_written_only_when_set() {
+        let base = serde_json::to_value(sample()).unwrap();
+        let with = |v: serde_json::Value| {
+            let mut body = base.clone();
+            body["writes"][0]["expectedVersion"] = v;
+            serde_json::from_value::<WriteRequest>(body).map(|r| r.writes[0].expected_version)
+        };
+        assert_eq!(with(serde_json::json!(0)).unwrap(), Some(0));
+        assert_eq!(with(serde_json::json!(7)).unwrap(), Some(7));
+        assert_eq!(with(serde_json::Value::Null).unwrap(), None);
+        assert_eq!(
+            with(serde_json::json!(crate::encoding::MAX_SAFE_INTEGER)).unwrap(),
+            Some(crate::encoding::MAX_SAFE_INTEGER)
+        );
+        for bad in [
+            serde_json::json!(crate::encoding::MAX_SAFE_INTEGER + 1),
+            serde_json::json!(u64::MAX),
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+            serde_json::json!("3"),
+            serde_json::json!(true),
+            serde_json::json!([3]),
+        ] {
+            assert!(with(bad.clone()).is_err(), "{bad}");
+        }
+        // A misspelling is refused, never read as "no guard".
+        let mut body = base.clone();
+        body["writes"][0]["expectedversion"] = serde_json::json!(3);
+        assert!(serde_json::from_value::<WriteRequest>(body).is_err());
+        // Written after allowCreate when set, left out when not (unconditional bytes unchanged).
+        let mut guarded = sample();
+        guarded.writes[0].expected_version = Some(0);
+        let json = serde_json::to_string(&guarded).unwrap();
+        assert!(
+            json.contains(r#""allowCreate":true,"expectedVersion":0,"events":"#),
+            "{json}"
+        );
+        assert_eq!(
+            serde_json::from_str::<WriteRequest>(&json).unwrap(),
+            guarded
+        );
+        assert!(
+            !serde_json::to_string(&sample())
+                .unwrap()
+                .contains("expectedVersion")
         );
     }
 

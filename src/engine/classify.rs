@@ -17,11 +17,17 @@
 //! | `rejected`, several events                | isolate: re-pin the first event alone              |
 //! | `rejected`, one event                     | park the aggregate, tell the app                   |
 //!
+//! A 2003 (a stale `expectedVersion`) is a `rejected` like any other for now; its
+//! [`Outcome::conflict`] carries the aggregate and its current version from the body, so the drain
+//! can later park a conditional write with them (`docs/protocol.md` 6.1, including the trap: after
+//! an ambiguous outcome a 2003 may be the write's own landing).
+//!
 //! Only `landed` settles. A rejection means nothing of the request was applied, so re-cutting
 //! it to find the offending event is safe; any other failure keeps the batch byte-identical.
 
+use celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
 use celeriant_sync_protocol::codes::gateway as g;
-use celeriant_sync_protocol::outcome::WriteOutcome;
+use celeriant_sync_protocol::outcome::{GuardConflict, WriteOutcome};
 
 use super::env::{NoAnswer, Reply};
 use super::model::Batch;
@@ -68,7 +74,21 @@ pub enum Outcome {
         code: u32,
         /// Why.
         message: String,
+        /// For a 2003 whose body names it: the aggregate whose version guard failed and its
+        /// current version, so a write can later be parked with it. `None` for every other
+        /// code, even if its body carried the fields.
+        conflict: Option<GuardConflict>,
     },
+}
+
+impl Outcome {
+    /// The version-guard conflict a 2003 reported, if this is one that named it.
+    pub fn conflict(&self) -> Option<&GuardConflict> {
+        match self {
+            Outcome::Rejected { conflict, .. } => conflict.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// Parses a `Retry-After` header: delta-seconds (HTTP dates are not used by the gateway).
@@ -131,6 +151,10 @@ fn from_protocol(status: u16, outcome: WriteOutcome, header_ms: Option<u64>) -> 
             message: f.message,
         },
         WriteOutcome::Rejected(f) if (400..500).contains(&status) => Outcome::Rejected {
+            conflict: f
+                .conflict
+                .filter(|_| f.code == OPTIMISTIC_CONCURRENCY_VIOLATION)
+                .map(|c| *c),
             code: f.code,
             message: f.message,
         },
@@ -159,6 +183,7 @@ fn from_bare_status(status: u16, header_ms: Option<u64>) -> Outcome {
         413 => Outcome::Rejected {
             code: g::BODY_TOO_LARGE,
             message,
+            conflict: None,
         },
         // A proxy or misconfiguration (401, 403, 404, 3xx, ...): never drop, wait long.
         300..=499 => Outcome::Retry {
@@ -294,8 +319,11 @@ pub fn decide(
             code,
             message,
         },
-        Outcome::Rejected { code, message } if batch.count > 1 => Action::Isolate { code, message },
-        Outcome::Rejected { code, message } => Action::Park { code, message },
+        // A 2003's conflict is not acted on yet: it is parked (or isolated) like any rejection.
+        Outcome::Rejected { code, message, .. } if batch.count > 1 => {
+            Action::Isolate { code, message }
+        }
+        Outcome::Rejected { code, message, .. } => Action::Park { code, message },
     }
 }
 
@@ -367,7 +395,8 @@ mod tests {
             )),
             Outcome::Rejected {
                 code: 2022,
-                message: "schema".into()
+                message: "schema".into(),
+                conflict: None,
             }
         );
         assert!(matches!(
@@ -531,6 +560,7 @@ mod tests {
         let rejected = Outcome::Rejected {
             code: 2022,
             message: "bad".into(),
+            conflict: None,
         };
         assert!(matches!(
             d(&b, rejected.clone()),
@@ -577,3 +607,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[path = "classify_conflict_tests.rs"]
+mod conflict_tests;

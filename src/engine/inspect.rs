@@ -76,7 +76,7 @@ impl OutcomeKind {
             Outcome::Unauthorized { code, message } => {
                 (OutcomeKind::Unauthorized, Some(*code), message.clone())
             }
-            Outcome::Rejected { code, message } => {
+            Outcome::Rejected { code, message, .. } => {
                 (OutcomeKind::Rejected, Some(*code), message.clone())
             }
         }

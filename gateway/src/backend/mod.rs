@@ -72,8 +72,8 @@ pub struct AggregateCommand {
     pub key: AggregateKey,
     /// Whether the write may create the aggregate.
     pub allow_create: bool,
-    /// A conditional write's guard. The HTTP path never sets it (offline writes are
-    /// unconditional); it exists so the embedded store's check order can be tested.
+    /// A conditional write's guard (`expectedVersion`): lands only at exactly this version
+    /// (`0`: only while the aggregate does not exist); `None`: no guard.
     pub expected_version: Option<u64>,
     /// Whether the server enforces client idempotency. The HTTP path always sets it.
     pub enforce_client_idempotency: bool,
@@ -178,6 +178,15 @@ pub enum BackendError {
         /// For 2002/2013: the lowest sequence of the refused write.
         attempted_client_seq: Option<u64>,
     },
+    /// A version guard failed (Celeriant's 2003): nothing of the write was appended.
+    /// `conflict` names the first aggregate, in the command's order, whose guard failed.
+    #[error("celeriant code 2003: {message}")]
+    Conflict {
+        /// A human-readable explanation.
+        message: String,
+        /// Which aggregate, and its expected and current version.
+        conflict: VersionConflict,
+    },
     /// Nothing reached the store (connection refused, pool exhausted): definitely not applied.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -193,7 +202,35 @@ pub enum BackendError {
     },
 }
 
+/// One failed version guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionConflict {
+    /// Which aggregate (within the gateway's organisation).
+    pub aggregate: AggregateRef,
+    /// The `expectedVersion` the write carried.
+    pub expected: u64,
+    /// The aggregate's version when the write was refused (0: it does not exist).
+    pub current: u64,
+}
+
 impl BackendError {
+    /// A 2003 for `conflict`, worded the same by every backend.
+    pub fn conflict(conflict: VersionConflict) -> Self {
+        let VersionConflict {
+            aggregate,
+            expected,
+            current,
+        } = conflict;
+        BackendError::Conflict {
+            message: format!(
+                "version guard failed for aggregate {}/{}: expected version {expected}, the \
+                 aggregate is at {current}; nothing was appended",
+                aggregate.type_id, aggregate.id
+            ),
+            conflict,
+        }
+    }
+
     /// A code with a message and no sequence details.
     pub fn code(code: u32, message: impl Into<String>) -> Self {
         BackendError::Code {
@@ -227,6 +264,12 @@ impl BackendError {
                 }),
                 other => other,
             },
+            BackendError::Conflict { message, conflict } => WriteOutcome::conflict(
+                message,
+                conflict.aggregate,
+                conflict.expected,
+                conflict.current,
+            ),
             BackendError::Unavailable(m) => WriteOutcome::from_code(g::UPSTREAM_UNAVAILABLE, m),
             BackendError::OutcomeUnknown(m) => {
                 WriteOutcome::from_code(g::UPSTREAM_OUTCOME_UNKNOWN, m)

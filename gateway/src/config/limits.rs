@@ -12,7 +12,7 @@ use celeriant_sync_protocol::body_size::max_write_body_bytes;
 use clap::Args;
 
 /// The default `--max-body-bytes`: the largest legal write body under the protocol's limits
-/// (7,541,358 bytes; `celeriant_sync_protocol::body_size`).
+/// (7,541,918 bytes; `celeriant_sync_protocol::body_size`).
 pub fn default_max_body_bytes() -> usize {
     max_write_body_bytes(&Limits::default())
 }

@@ -99,7 +99,7 @@ fn contradicting_limits_are_refused() {
         let err = parse(args).check().unwrap_err();
         assert!(err.contains(needle), "{args:?}: {err}");
     }
-    assert_eq!(Config::defaults().limits.max_body_bytes, 7_541_358);
+    assert_eq!(Config::defaults().limits.max_body_bytes, 7_541_918);
 }
 
 #[test]

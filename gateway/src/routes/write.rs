@@ -330,7 +330,7 @@ fn to_command(state: &AppState, session: &Session, request: WriteRequest) -> Wri
                     aggregate: w.aggregate,
                 },
                 allow_create: w.allow_create,
-                expected_version: None,
+                expected_version: w.expected_version,
                 enforce_client_idempotency: true,
                 events: w.events,
             })
@@ -350,7 +350,7 @@ fn broken_connection() -> Response {
     Response::new(Body::from_stream(failing))
 }
 
-/// What a write request was, for the log line: client, aggregates, sequence ranges.
+/// What a write request was, for the log line: client, aggregates, sequence ranges, guards.
 struct Summary(String);
 
 impl Summary {
@@ -363,6 +363,9 @@ impl Summary {
                 " aggregate={}/{} seq={first}..={last}",
                 w.aggregate.type_id, w.aggregate.id
             ));
+            if let Some(expected) = w.expected_version {
+                s.push_str(&format!(" expected={expected}"));
+            }
         }
         Summary(s)
     }

@@ -498,7 +498,7 @@ impl State {
     }
 
     /// Atomic across the request's aggregates, like the server. Per aggregate, in the server's
-    /// order: existence (2005), then the version guard (2003: `expected_version: n` commits
+    /// order: the events (2000 empty, 2001 type 0), existence (2005), then the version guard (2003: `expected_version: n` commits
     /// only at exactly version n, the batch count, so `0` only while the aggregate does not
     /// exist; answered, as the server does, with a `WriteConflictResponse` naming each stale
     /// guard's expected and current version), **then** client idempotency where the write
@@ -509,6 +509,18 @@ impl State {
         let correlation_id = request.correlation_id;
         let mut conflicts = Vec::new();
         for (key, write) in &request.writes {
+            if write.events.is_empty() {
+                let message = "events list is empty".into();
+                return error(
+                    correlation_id,
+                    error_codes::WRITE_EMPTY_EVENTS_LIST,
+                    message,
+                );
+            }
+            if write.events.iter().any(|e| e.event_type_major == 0) {
+                let message = "event type 0 is reserved".into();
+                return error(correlation_id, error_codes::WRITE_ZERO_EVENT_TYPE, message);
+            }
             let current = self.store.get(key).map_or(0, |b| b.len() as u64);
             if current == 0 && !write.allow_create {
                 return error(

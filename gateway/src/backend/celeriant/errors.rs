@@ -85,6 +85,35 @@ pub fn backend_error(error: ClientError) -> BackendError {
     }
 }
 
+/// A write's 2003, as the write path answers it: the server's `WriteConflictResponse` lists every
+/// stale guard (in its own order); the answer names the first aggregate **in the command's order**
+/// that it lists, with that aggregate's expected and current version, so both backends name the
+/// same one. `Err` hands the error back when it is not a 2003 naming one of `order` (then
+/// [`backend_error`] maps it: a bare 2003).
+pub(super) fn write_conflict(
+    order: &[crate::backend::AggregateKey],
+    error: ClientError,
+) -> Result<BackendError, ClientError> {
+    if let ClientError::Server(ServerError::Write {
+        kind: WriteError::OptimisticConcurrencyViolation { conflicts, .. },
+        ..
+    }) = &error
+    {
+        for key in order {
+            let wanted = super::convert::aggregate_key(key);
+            if let Some(c) = conflicts.iter().find(|c| c.key == wanted) {
+                crate::observe::upstream_error(&error);
+                return Ok(BackendError::conflict(crate::backend::VersionConflict {
+                    aggregate: key.aggregate,
+                    expected: c.expected,
+                    current: c.current,
+                }));
+            }
+        }
+    }
+    Err(error)
+}
+
 /// `ConnectionFailed` is raised before anything is sent, and is also what the pool's leader walk
 /// returns when it runs out of nodes; the text then ends with the last node's answer.
 fn connection_failed(text: String) -> BackendError {

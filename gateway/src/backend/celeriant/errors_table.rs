@@ -50,6 +50,8 @@ fn shape(error: &BackendError) -> Want {
         BackendError::OutcomeUnknown(_) => Want::Unknown,
         // Only `read` makes it (from a 1000 with its minimum), never `backend_error`.
         BackendError::Trimmed { .. } => unreachable!("backend_error never answers Trimmed"),
+        // Only the write path makes it, knowing the command's order (`super::conflict`).
+        BackendError::Conflict { .. } => unreachable!("backend_error never answers Conflict"),
     }
 }
 
@@ -155,6 +157,7 @@ fn every_client_error_variant_maps_as_the_shared_table_says() {
                 assert!(message.contains(&text), "{name}: {message:?} lost {text:?}")
             }
             BackendError::Trimmed { .. } => unreachable!("backend_error never answers Trimmed"),
+            BackendError::Conflict { .. } => unreachable!("backend_error never answers Conflict"),
         }
     }
 }

@@ -226,8 +226,13 @@ impl Backend for CeleriantBackend {
             };
             judge::judge(self, &command, policy, who).await?;
         }
+        let order: Vec<AggregateKey> = command.writes.iter().map(|w| w.key).collect();
         let request = convert::write_request(command)?;
         let response = self.pool.write(request).await.map_err(|e| {
+            let e = match errors::write_conflict(&order, e) {
+                Ok(conflict) => return conflict,
+                Err(e) => e,
+            };
             match backend_error(e) {
                 // Worded exactly as a refusal by the policy, so the two cannot be told apart.
                 BackendError::Code {

@@ -1,10 +1,15 @@
 //! Celeriant's write checks, applied inside one redb write transaction.
 //!
-//! The order is the server's (see `shared/celeriant.md`): per aggregate, validation (2000,
+//! The order is the server's (see `docs/protocol.md` §6.4): per aggregate, validation (2000,
 //! 2001), then the gateway's access policy (`crate::access`: 40302, or 2005 where a refusal
-//! must look like a missing aggregate), existence (2005), the version guard (2003), **then** idempotency — 2013 when the same
-//! (aggregate, client) has a write with an overlapping sequence applied in the current,
-//! not-yet-durable group, 2002 when the lowest sequence is at or below the highest durable one.
+//! must look like a missing aggregate), existence (2005), the version guard (2003), **then**
+//! idempotency — 2013 when the same (aggregate, client) has a write with an overlapping sequence
+//! applied in the current, not-yet-durable group, 2002 when the lowest sequence is at or below
+//! the highest durable one. Across a multi-aggregate command, access and existence refusals
+//! answer at once, and every aggregate's guard is checked before any idempotency answer: a stale
+//! guard anywhere is 2003 (naming the first such aggregate in the command's order, with its
+//! current version), never 2002. So every aggregate's access is judged before a 2003 reveals
+//! any aggregate's version.
 //! Then the gateway's own storage quota per client id (40310): a duplicate is still answered
 //! 2002 (landed) by a client over its quota, since it stores nothing. Every aggregate of a
 //! command is checked, and everything it needs read (and checksum-checked), before any is
@@ -25,7 +30,7 @@ use super::tables::{
 };
 use super::{StoreFailure, storage_failure};
 use crate::access::AccessRecord;
-use crate::backend::{BackendError, WriteAck, WriteCommand};
+use crate::backend::{BackendError, VersionConflict, WriteAck, WriteCommand};
 
 /// Highest sequence per (aggregate, client) applied in the open, uncommitted group: those
 /// writes are accepted but not yet durable, which is exactly Celeriant's "in flight".
@@ -74,6 +79,36 @@ fn sequence_refusal(code: u32, what: &str, last: u64, attempted: u64) -> ApplyEr
         message: format!("{what}: last client_seq {last}, attempted {attempted}"),
         last_client_seq: Some(last),
         attempted_client_seq: Some(attempted),
+    })
+}
+
+/// Celeriant's idempotency answer for one aggregate's write, if it refuses it: 2013 when the same
+/// (aggregate, client) has an overlapping sequence in the open group, 2002 when the lowest
+/// sequence is at or below the highest durable one.
+fn idempotency(
+    write: &crate::backend::AggregateCommand,
+    ckey: ClientKey,
+    durable: u64,
+    in_flight: &InFlight,
+) -> Option<ApplyError> {
+    let lowest = write.events.iter().map(|e| e.client_seq).min().unwrap_or(0);
+    if let Some(&pending) = in_flight.get(&ckey)
+        && lowest <= pending
+    {
+        return Some(sequence_refusal(
+            codes::INFLIGHT_DUPLICATE,
+            "an identical write is in flight",
+            pending,
+            lowest,
+        ));
+    }
+    (lowest <= durable).then(|| {
+        sequence_refusal(
+            codes::CLIENT_IDEMPOTENCY_VIOLATION,
+            "client sequence already landed",
+            durable,
+            lowest,
+        )
     })
 }
 
@@ -155,8 +190,13 @@ pub fn apply(
         ));
     }
 
-    // Check every aggregate, and read everything the writes need, before writing any.
+    // Check every aggregate, and read everything the writes need, before writing any. A
+    // refusal of existence or access is answered at once; the guard is checked for every
+    // aggregate before any idempotency answer is given (2003 before 2013/2002, across the
+    // command, as the server's conflict response lists every stale guard).
     let mut plans = Vec::with_capacity(command.writes.len());
+    let mut conflicts: Vec<VersionConflict> = Vec::new();
+    let mut sequences: Option<ApplyError> = None;
     for write in &command.writes {
         if write.events.is_empty() {
             return Err(refuse(codes::EMPTY_EVENTS_LIST, "events list is empty"));
@@ -193,36 +233,26 @@ pub fn apply(
         if let Some(expected) = write.expected_version
             && expected != version
         {
-            return Err(refuse(
-                codes::OPTIMISTIC_CONCURRENCY_VIOLATION,
-                format!("expected version {expected}, aggregate is at {version}"),
-            ));
+            // Every stale guard is found (as the server lists them), but the answer names the
+            // first in the command's order; no later check of this aggregate is made.
+            conflicts.push(VersionConflict {
+                aggregate: write.key.aggregate,
+                expected,
+                current: version,
+            });
+            continue;
         }
         let ckey = client_key(&write.key, command.client_id);
         let durable = match client_seqs.get(ckey)? {
             Some(v) => open_client_seq(ckey, v.value())?,
             None => 0,
         };
-        if write.enforce_client_idempotency {
-            let lowest = write.events.iter().map(|e| e.client_seq).min().unwrap_or(0);
-            if let Some(&pending) = in_flight.get(&ckey)
-                && lowest <= pending
-            {
-                return Err(sequence_refusal(
-                    codes::INFLIGHT_DUPLICATE,
-                    "an identical write is in flight",
-                    pending,
-                    lowest,
-                ));
-            }
-            if lowest <= durable {
-                return Err(sequence_refusal(
-                    codes::CLIENT_IDEMPOTENCY_VIOLATION,
-                    "client sequence already landed",
-                    durable,
-                    lowest,
-                ));
-            }
+        if write.enforce_client_idempotency && sequences.is_none() {
+            sequences = idempotency(write, ckey, durable, in_flight);
+        }
+        if !conflicts.is_empty() || sequences.is_some() {
+            // Refused whatever the other aggregates hold: nothing to prepare.
+            continue;
         }
         let batch = ReadBatch {
             version: version + 1,
@@ -246,6 +276,13 @@ pub fn apply(
             seal_batch(bkey, &json),
             owner,
         ));
+    }
+
+    if let Some(&first) = conflicts.first() {
+        return Err(ApplyError::Refused(BackendError::conflict(first)));
+    }
+    if let Some(refusal) = sequences {
+        return Err(refusal);
     }
 
     let client = command.client_id.as_u128();
