@@ -202,7 +202,7 @@ fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // What each got, peeked at (nothing is read off the sockets).
-    let (mut accepted, mut refused) = (0, 0);
+    let (mut accepted, mut refused, mut evicted) = (0, 0, 0);
     for s in &attackers {
         let mut head = [0u8; 64];
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
@@ -212,12 +212,17 @@ fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
             accepted += 1;
         } else if line.starts_with("HTTP/1.1 429") {
             refused += 1;
+        } else if n == 0 {
+            // The pool (64) is full of these connections: one this test itself opens (its
+            // faults queries) takes the place of a refused one not yet closed.
+            evicted += 1;
         }
     }
     println!(
-        "4 addresses asked for 64 streams: {accepted} opened, {refused} refused 429 (8 per address)"
+        "4 addresses asked for 64 streams: {accepted} opened, {refused} refused 429 (8 per \
+         address), {evicted} closed to make room"
     );
-    assert_eq!((accepted, refused), (32, 32));
+    assert_eq!((accepted, refused + evicted), (32, 32));
     assert_eq!(open_streams(&gw), 32);
     println!("32 unread streams open from 4 addresses (receive buffers of 1 KiB)");
     // Changes to what they watch fill their buffers: 16 notifications per write per stream.

@@ -27,6 +27,10 @@ use super::slot::Slot;
 use crate::backend::Change;
 use crate::error::ApiError;
 
+/// An address with fewer streams open than this may open one in the reserve (see
+/// `Hub::check_reserve`).
+pub const RESERVE_STREAMS: usize = 2;
+
 /// The stream limits (`--watch-max-*`).
 #[derive(Debug, Clone, Copy)]
 pub struct WatchLimits {
@@ -131,6 +135,43 @@ impl Hub {
         Ok(())
     }
 
+    /// The last quarter of the stream places and of the registrations is a reserve for
+    /// addresses with fewer than [`RESERVE_STREAMS`] streams open (a device holds one): one
+    /// address with 50 keys once took every registration, so no other device could watch
+    /// (issue 26); with `--watch-max-streams-per-ip` 64, four addresses still could. A few heavy
+    /// addresses now get three quarters at most. Off with `--watch-max-streams-per-ip 0`
+    /// (behind a proxy not named with `--trusted-proxy`, where every stream is the proxy's).
+    fn check_reserve(
+        &self,
+        registry: &Registry,
+        bucket: IpAddr,
+        adding: usize,
+    ) -> Result<(), ApiError> {
+        let limits = self.limits;
+        let open = registry.by_ip.get(&bucket).copied().unwrap_or(0);
+        if limits.max_streams_per_ip == 0 || open < RESERVE_STREAMS {
+            return Ok(());
+        }
+        let streams_left = limits
+            .max_streams
+            .saturating_sub(registry.streams.len() + 1);
+        let registrations_left = limits
+            .max_registrations
+            .saturating_sub(registry.registrations + adding);
+        if streams_left < limits.max_streams / 4
+            || registrations_left < limits.max_registrations / 4
+        {
+            return Err(retry(
+                g::WATCH_STREAMS_FULL,
+                format!(
+                    "the gateway's change streams are nearly at their limit and this address \
+                     has {open} open; the rest is kept for addresses with fewer; retry shortly"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Refuses a stream from `ip` when its address bucket already holds
     /// `--watch-max-streams-per-ip` streams: asked before the access checks, which would be
     /// wasted on it ([`Hub::register`] asks again).
@@ -175,6 +216,7 @@ impl Hub {
                 ),
             ));
         }
+        self.check_reserve(&registry, bucket, aggregates.len())?;
         let open = registry.by_client.get(&client).copied().unwrap_or(0);
         if client.is_some() && open >= limits.max_streams_per_client {
             return Err(retry(
@@ -301,5 +343,71 @@ impl Hub {
     /// Whether the gateway is shutting down, to wait on.
     pub fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
         self.closing.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aggregates(from: u128, n: u128) -> HashSet<AggregateRef> {
+        (from..from + n)
+            .map(|i| AggregateRef {
+                type_id: Uuid::from_u128(1),
+                id: Uuid::from_u128(i),
+            })
+            .collect()
+    }
+
+    fn hub(per_ip: usize) -> Arc<Hub> {
+        Hub::new(
+            WatchLimits {
+                max_aggregates: 100,
+                max_streams_per_client: 1000,
+                max_streams_per_ip: per_ip,
+                max_streams: 1000,
+                max_registrations: 400,
+            },
+            Uuid::nil(),
+        )
+    }
+
+    #[test]
+    fn heavy_addresses_leave_the_last_quarter_of_registrations_to_light_ones() {
+        let hub = hub(64);
+        let heavy = IpAddr::from([192, 0, 2, 1]);
+        let mut held = Vec::new();
+        let mut refused = 0;
+        for n in 0..10u128 {
+            match hub.register(Some(Uuid::from_u128(n)), heavy, aggregates(n * 100, 50)) {
+                Ok(r) => held.push(r),
+                Err(_) => refused += 1,
+            }
+        }
+        // 6 streams × 50 = 300: a seventh would leave less than 100 of 400.
+        assert_eq!((held.len(), refused), (6, 4));
+        // A device on its own address watches, twice even (its second stream too).
+        let light = IpAddr::from([192, 0, 2, 2]);
+        let a = hub.register(Some(Uuid::from_u128(100)), light, aggregates(5000, 50));
+        let b = hub.register(Some(Uuid::from_u128(101)), light, aggregates(6000, 40));
+        assert!(a.is_ok() && b.is_ok());
+        // Its third is over the reserve's share.
+        assert!(
+            hub.register(Some(Uuid::from_u128(102)), light, aggregates(7000, 1))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn without_a_per_address_cap_there_is_no_reserve() {
+        let hub = hub(0);
+        let proxy = IpAddr::from([192, 0, 2, 9]);
+        let held: Vec<Registration> = (0..8u128)
+            .map(|n| {
+                hub.register(Some(Uuid::from_u128(n)), proxy, aggregates(n * 100, 50))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(held.len(), 8);
     }
 }
