@@ -43,6 +43,10 @@ fn registrations_are_capped_process_wide() {
             "--faults",
             "--watch-max-registrations",
             "2500",
+            // One address opens every stream here; 0 lifts the per-address cap and with it the
+            // reserve for light addresses, so only the process-wide registration cap is under test.
+            "--watch-max-streams-per-ip",
+            "0",
         ],
     );
     let mut first = open(&gw, &body(0, 1000));

@@ -19,7 +19,7 @@
 //! write or members change between its body and its answer ([`Slot::busy`], taken by the route
 //! just before the store call): cutting it there would lose an answer the store may have
 //! applied. Eviction and `busy` race on one atomic, so a connection is either evicted or busy,
-//! never both: a request that finds its connection evicted is answered 503 `retry` without
+//! never both: a request that finds its connection evicted is answered 429 `retry` (42900) without
 //! being applied. The place is moved at once (the evicted connection's task is told to drop it
 //! and no longer counts), so the total never passes the cap.
 //!
