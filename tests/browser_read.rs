@@ -2,7 +2,8 @@
 //! ids) converge on the server's log under faults while one is cut off for a while, and no
 //! `subscribe` listener ever sees an event vanish, reappear or appear twice; the contexts of
 //! one device share one change stream; a trimmed aggregate is read again from its minimum
-//! version; `read` answers from the local log offline.
+//! version; `read` answers from the local log offline; the reader writes under the drain's
+//! session instead of opening its own.
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
@@ -33,6 +34,8 @@ extern "C" {
     fn spoil_pages() -> JsValue;
     #[wasm_bindgen(js_name = trim)]
     fn trim_js(gateway: &str, secret: &str, type_id: &str, id: &str, before: f64) -> Promise;
+    #[wasm_bindgen(js_name = countFetches)]
+    fn count_fetches() -> JsValue;
 }
 
 fn call(object: &JsValue, method: &str, arg: &JsValue) {
@@ -317,4 +320,46 @@ async fn a_read_right_after_open_is_caught_up_even_before_this_context_drains() 
         ok(reader.close()).await;
     }
     ok(writer.close()).await;
+}
+
+/// One session cache for the drain and the reader: once the drain has a session, the read side
+/// (the pages of a `read`, the change stream of a `subscribe`) goes under it and opens none of
+/// its own (it did, one more `POST /v1/session` per draining context).
+#[wasm_bindgen_test]
+async fn the_reader_reads_under_the_drains_session() {
+    no_faults().await;
+    let log = count_fetches();
+    let client = open(&db_name("read-one-session"), "{}").await;
+    let (t, id) = (uuid(), uuid());
+    let agg = aggregate(&t, &id);
+    append_json(&client, &agg, r#"{"n":1}"#).await;
+    flush_within(&client, 20).await;
+    let sessions = |log: &JsValue| get(&get(log, "paths"), "/v1/session").as_f64();
+    assert_eq!(sessions(&log), Some(1.0), "the drain opened one session");
+    // Not `converged`: the test's own reads of the server open sessions of their own.
+    let view = ok(client.read(agg.clone())).await;
+    assert_eq!(get(&view, "fromCache").as_bool(), Some(false), "caught up");
+    let me = client.client_id();
+    assert_eq!(view_keys(&view), [format!("{me}:1:confirmed")]);
+    let views = record_views(&JsValue::from(client.clone()), &agg);
+    until(10_000, "the stream connected", || {
+        string(&get(&client.status(), "read"), "state") == "connected"
+    })
+    .await;
+    let paths = get(&log, "paths");
+    let count = |path: &str| get(&paths, path).as_f64().unwrap_or(0.0);
+    assert!(
+        count("/v1/aggregates") >= 1.0 && count("/v1/watch") >= 1.0,
+        "a page was read and a stream opened: {}",
+        describe(&paths)
+    );
+    assert_eq!(
+        sessions(&log),
+        Some(1.0),
+        "the reader used the drain's session: {}",
+        describe(&paths)
+    );
+    call(&views, "unsubscribe", &JsValue::UNDEFINED);
+    call(&log, "restore", &JsValue::UNDEFINED);
+    ok(client.close()).await;
 }

@@ -24,7 +24,6 @@ use super::js;
 use super::network::{NetworkSwitch, SWITCHED_OFF};
 use super::session::GatewaySessions;
 use super::stream::WatchStream;
-use crate::engine::auth::{Authenticator, RENEW_BEFORE_MS, Session};
 use crate::engine::backoff::Backoff;
 use crate::engine::env::Reply;
 use crate::engine::model::AggregateRef;
@@ -67,7 +66,6 @@ pub(crate) struct ReaderRuntime {
     machine: RefCell<Reader>,
     queue: RefCell<VecDeque<Input>>,
     pumping: Cell<bool>,
-    session: RefCell<Option<Session>>,
     stream: RefCell<Option<WatchStream>>,
     /// Bumped for every stream opened or closed: callbacks of an older one are ignored.
     generation: Cell<u64>,
@@ -106,7 +104,6 @@ impl ReaderRuntime {
             machine,
             queue: RefCell::default(),
             pumping: Cell::new(false),
-            session: RefCell::new(None),
             stream: RefCell::new(None),
             generation: Cell::new(0),
             timer: RefCell::new(None),
@@ -293,21 +290,13 @@ impl ReaderRuntime {
         }
     }
 
-    /// A session token, opened (or renewed) when needed.
+    /// A session token: the drain's session, or one opened (or renewed) when needed
+    /// ([`GatewaySessions::token`]).
     async fn token(&self) -> Result<String, String> {
-        if let Some(session) = self.session.borrow().as_ref()
-            && session.expires_at > now() + RENEW_BEFORE_MS
-        {
-            return Ok(session.token.clone());
-        }
-        match self.sessions.open_session().await {
-            Ok(session) => {
-                let token = session.token.clone();
-                *self.session.borrow_mut() = Some(session);
-                Ok(token)
-            }
-            Err(failure) => Err(failure.message),
-        }
+        self.sessions
+            .token()
+            .await
+            .map_err(|failure| failure.message)
     }
 
     fn open_stream(self: &Rc<Self>, aggregates: Vec<AggregateRef>) {
@@ -349,6 +338,7 @@ impl ReaderRuntime {
             let parser = Rc::new(RefCell::new(Parser::default()));
             let (on_chunk, on_end): (Weak<Self>, Weak<Self>) =
                 (Rc::downgrade(&this), Rc::downgrade(&this));
+            let streamed_under = token.clone();
             let stream = WatchStream::open(
                 &url,
                 &token,
@@ -382,7 +372,7 @@ impl ReaderRuntime {
                         return;
                     };
                     if status == 401 {
-                        reader.session.borrow_mut().take();
+                        reader.sessions.refused(&streamed_under);
                     }
                     reader.later_if(generation, Input::StreamEnded);
                 },
@@ -495,7 +485,7 @@ impl ReaderRuntime {
                 _ => failed(format!("HTTP 410 without a usable minVersion: {body}")),
             },
             401 => {
-                self.session.borrow_mut().take();
+                self.sessions.refused(&token);
                 failed("HTTP 401: the session was refused".into())
             }
             _ => failed(format!(

@@ -13,8 +13,13 @@
 //! A nonce the gateway finds outside its window (a skewed clock) or already used is corrected
 //! and retried once at once; anything else is reported to the drain, which keeps the events
 //! and tries again later.
+//!
+//! The last session opened is kept ([`GatewaySessions::token`]): the reader reads its pages and
+//! opens its change stream under the drain's session rather than open one of its own. The
+//! drain's machine still decides for itself when to open one (its session is part of its
+//! state), and every session it opens replaces the kept one.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use js_sys::{Function, Promise};
@@ -26,7 +31,7 @@ use super::idb::outbox::IdbOutbox;
 use super::idb::principal::Binding;
 use super::identity::{Identity, sign};
 use super::network::{NetworkSwitch, SWITCHED_OFF};
-use crate::engine::auth::{AuthFailure, Authenticator, Session};
+use crate::engine::auth::{AuthFailure, Authenticator, RENEW_BEFORE_MS, Session};
 use crate::engine::env::Reply;
 use celeriant_sync_protocol::WriteOutcome;
 use celeriant_sync_protocol::codes::gateway as g;
@@ -51,6 +56,9 @@ pub(crate) struct GatewaySessions {
     offset: Cell<f64>,
     /// The last nonce sent, so the next is always larger (a replayed nonce is refused).
     last_nonce: Cell<u64>,
+    /// The last session opened (by the drain or through [`GatewaySessions::token`]), until a
+    /// request under it is refused.
+    current: RefCell<Option<Session>>,
 }
 
 fn failure(code: Option<u32>, message: impl Into<String>) -> AuthFailure {
@@ -92,6 +100,7 @@ impl GatewaySessions {
             outbox,
             offset: Cell::new(0.0),
             last_nonce: Cell::new(0),
+            current: RefCell::new(None),
         }
     }
 
@@ -294,9 +303,31 @@ fn parse_session(body: &str) -> Option<Opened> {
     })
 }
 
+impl GatewaySessions {
+    /// The token of a session good for [`RENEW_BEFORE_MS`] more: the last one opened (most
+    /// often the drain's), or a new one.
+    pub(crate) async fn token(&self) -> Result<String, AuthFailure> {
+        if let Some(session) = self.current.borrow().as_ref()
+            && session.expires_at > js_sys::Date::now() as u64 + RENEW_BEFORE_MS
+        {
+            return Ok(session.token.clone());
+        }
+        self.open_session().await.map(|session| session.token)
+    }
+
+    /// A request under `token` was refused (401): the next [`GatewaySessions::token`] opens a
+    /// new session — unless one was opened since, which is kept.
+    pub(crate) fn refused(&self, token: &str) {
+        let mut current = self.current.borrow_mut();
+        if current.as_ref().is_some_and(|s| s.token == token) {
+            *current = None;
+        }
+    }
+}
+
 impl Authenticator for GatewaySessions {
     async fn open_session(&self) -> Result<Session, AuthFailure> {
-        match self.attempt().await {
+        let opened = match self.attempt().await {
             Attempt::Opened(session) => Ok(session),
             Attempt::Failed(f) => Err(f),
             // The clock was corrected from `serverTime` (or the nonce was used): once more now.
@@ -304,6 +335,8 @@ impl Authenticator for GatewaySessions {
                 Attempt::Opened(session) => Ok(session),
                 Attempt::Failed(f) | Attempt::NonceRefused(f) => Err(f),
             },
-        }
+        }?;
+        *self.current.borrow_mut() = Some(opened.clone());
+        Ok(opened)
     }
 }

@@ -2,8 +2,12 @@
 //! exact actions it asks for.
 
 use super::*;
+use crate::engine::auth::AuthFailure;
+use crate::engine::batch::{batch_of, encode};
+use crate::engine::env::Reply;
 use crate::engine::inspect::OutcomeKind;
 use crate::engine::model::NewEvent;
+use crate::engine::outbox::Pruned;
 
 fn agg(n: u128) -> AggregateRef {
     AggregateRef {

@@ -1,0 +1,176 @@
+//! The drain's bookkeeping around one batch: the pin (which batch is in flight), the settle
+//! (landed watermark raised and pin moved in one transaction), and parking — a rejected batch
+//! set aside, listed, and discarded at the app's word (with the ids remembered, so `whenSynced`
+//! can tell "discarded" from "landed").
+
+use wasm_bindgen::JsValue;
+
+use super::super::db::{Commit, Js, stores};
+use super::super::keys::{Agg, uuid_js};
+use super::super::records::{all_events_of, key_of, put_run};
+use super::super::request::result;
+use super::super::schema::{DISCARDED, LANDED, META, OUTBOX, PARKED, PIN_KEY};
+use super::codecs::{batch_of_record, park_of_record, parked_of, parked_record, pin_record};
+use super::cut::records_holding;
+use super::{BOOKKEEPING, IdbOutbox, get, store};
+use crate::engine::model::{AggregateRef, Batch, ParkRecord};
+use crate::engine::outbox::{Discarded, StoreError};
+
+/// [`Outbox::pinned`](crate::engine::outbox::Outbox::pinned).
+pub(super) async fn pinned(this: &IdbOutbox) -> Result<Option<Batch>, StoreError> {
+    this.db
+        .read(&stores(&[META]), async |tx| {
+            batch_of_record(&get(&store(tx, META)?, &PIN_KEY.into()).await?)
+        })
+        .await
+}
+
+/// [`Outbox::pin`](crate::engine::outbox::Outbox::pin).
+pub(super) async fn pin(
+    this: &IdbOutbox,
+    batch: &Batch,
+    replacing: Option<&Batch>,
+) -> Result<bool, StoreError> {
+    this.db
+        .write(&stores(&[META]), BOOKKEEPING, Commit::Early, async |tx| {
+            let meta = store(tx, META)?;
+            let current = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)?;
+            if current.as_ref() != replacing {
+                return Ok(false); // nothing written
+            }
+            meta.put_with_key(&pin_record(batch), &PIN_KEY.into())
+                .js()?;
+            Ok(true)
+        })
+        .await
+}
+
+/// [`Outbox::settle`](crate::engine::outbox::Outbox::settle).
+pub(super) async fn settle(
+    this: &IdbOutbox,
+    batch: &Batch,
+    through: u64,
+    then: Option<&Batch>,
+) -> Result<bool, StoreError> {
+    this.db
+        .write(
+            &stores(&[META, LANDED]),
+            BOOKKEEPING,
+            Commit::Early,
+            async |tx| {
+                let meta = store(tx, META)?;
+                let watermarks = store(tx, LANDED)?;
+                let a = Agg::new(&batch.aggregate);
+                // The pin and the watermark are read together (one round trip, not two:
+                // this transaction stands between a batch's answer and the next request),
+                // awaited in the order issued (`idb::request`).
+                let pin = meta.get(&PIN_KEY.into());
+                let mark = watermarks.get(&a.key());
+                let current = batch_of_record(&result(pin).await.js()?)?;
+                let stored = result(mark).await.js()?.as_f64().unwrap_or(0.0) as u64;
+                if current.as_ref() != Some(batch) {
+                    return Ok(None); // another drainer moved the pin: nothing written
+                }
+                let landed = stored.max(through);
+                watermarks
+                    .put_with_key(&JsValue::from_f64(landed as f64), &a.key())
+                    .js()?;
+                match then {
+                    Some(next) => meta.put_with_key(&pin_record(next), &PIN_KEY.into()),
+                    None => meta.delete(&PIN_KEY.into()),
+                }
+                .js()?;
+                Ok(Some(landed))
+            },
+        )
+        .await
+        .map(|written| {
+            if let Some(landed) = written {
+                this.watermarks.raised(batch.aggregate, landed);
+            }
+            written.is_some()
+        })
+}
+
+/// [`Outbox::park`](crate::engine::outbox::Outbox::park).
+pub(super) async fn park(
+    this: &IdbOutbox,
+    record: &ParkRecord,
+    batch: &Batch,
+) -> Result<(), StoreError> {
+    this.db
+        .write(
+            &stores(&[PARKED, META]),
+            BOOKKEEPING,
+            Commit::Early,
+            async |tx| {
+                let meta = store(tx, META)?;
+                store(tx, PARKED)?.put(&parked_record(record)).js()?;
+                let current = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)?;
+                if current.as_ref() == Some(batch) {
+                    meta.delete(&PIN_KEY.into()).js()?;
+                }
+                Ok(())
+            },
+        )
+        .await
+}
+
+/// [`Outbox::parked`](crate::engine::outbox::Outbox::parked).
+pub(super) async fn parked(this: &IdbOutbox) -> Result<Vec<ParkRecord>, StoreError> {
+    this.db
+        .read(&stores(&[PARKED]), async |tx| {
+            parked_of(result(store(tx, PARKED)?.get_all()).await.js()?)
+        })
+        .await
+}
+
+/// [`Outbox::discard_parked`](crate::engine::outbox::Outbox::discard_parked).
+pub(super) async fn discard_parked(
+    this: &IdbOutbox,
+    aggregate: AggregateRef,
+) -> Result<Discarded, StoreError> {
+    this.db
+        .write(
+            &stores(&[PARKED, OUTBOX, DISCARDED]),
+            this.durability,
+            Commit::Early,
+            async |tx| {
+                let begun = this.db.begun();
+                let parked = store(tx, PARKED)?;
+                let events = store(tx, OUTBOX)?;
+                let discarded = store(tx, DISCARDED)?;
+                let a = Agg::new(&aggregate);
+                let found = get(&parked, &a.key()).await?;
+                if found.is_undefined() {
+                    return Ok(Discarded { removed: 0, begun });
+                }
+                let record = park_of_record(&found)?;
+                let (f, l) = (record.first_seq, record.last_seq);
+                // Each record holding any of `f..=l` loses exactly those events (rewritten
+                // as what is left on either side), and their ids are remembered, so
+                // `whenSynced` can tell "discarded" from "landed".
+                let now = JsValue::from_f64(js_sys::Date::now());
+                let mut dropped = 0u32;
+                for value in records_holding(&events, &a, f.saturating_sub(1), l).await? {
+                    let all = all_events_of(aggregate, &value)?;
+                    events.delete(&key_of(&a, &value)?).js()?;
+                    // `all` is in sequence order: what is below `f`, in it, above `l`.
+                    let from = all.iter().take_while(|e| e.client_seq < f).count();
+                    let to = from + all[from..].iter().take_while(|e| e.client_seq <= l).count();
+                    for e in &all[from..to] {
+                        discarded.put_with_key(&now, &uuid_js(&e.event_id)).js()?;
+                    }
+                    dropped += (to - from) as u32;
+                    put_run(&events, &a, &all[..from], true)?;
+                    put_run(&events, &a, &all[to..], true)?;
+                }
+                parked.delete(&a.key()).js()?;
+                Ok(Discarded {
+                    removed: dropped,
+                    begun,
+                })
+            },
+        )
+        .await
+}
