@@ -8,6 +8,7 @@
 //! * [`events`]: the `status`, `synced` and `parked` DOM events;
 //! * [`errors`]: every thrown value is a real `Error` named `CeleriantSyncError` with a stable
 //!   `code`;
+//! * [`codes`]: the server's codes as the exported `ServerCode` enum;
 //! * [`typescript`]: the precise `.d.ts` declarations;
 //! * [`inspect`]: `client.inspect()` and its types (a second `impl SyncClient` block);
 //! * [`account`]: `signOut` and `SyncClient.deleteDatabase` (one browser, many users).
@@ -15,6 +16,7 @@
 
 pub(crate) mod account;
 pub(crate) mod client;
+pub(crate) mod codes;
 pub(crate) mod errors;
 pub(crate) mod events;
 pub(crate) mod input;

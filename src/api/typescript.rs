@@ -209,6 +209,8 @@ export interface ParkedEvent {
     message: string;
     parkedAt: number;
     mayHaveLanded: boolean;
+    /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
+    json(): unknown;
 }
 
 /** The events a `SyncClient` dispatches. */
@@ -249,10 +251,16 @@ export type SyncErrorCode =
     | "INVALID_ACCESS"
     | "TYPE_FORBIDDEN"
     | "UNAUTHORIZED"
-    | "REQUEST_FAILED";
+    | "REQUEST_FAILED"
+    | "PROJECTION_FAILED";
 
-/** Everything the client throws or rejects with. */
-export interface CeleriantSyncError extends Error {
+/**
+ * Everything the client throws or rejects with is an instance of this class
+ * (`e instanceof CeleriantSyncError`), an `Error` named `"CeleriantSyncError"` with a stable
+ * `code`. Only the client makes them.
+ */
+export class CeleriantSyncError extends Error {
+    private constructor();
     name: "CeleriantSyncError";
     code: SyncErrorCode;
     /** For event errors: the index of the offending event in the `append` call. */
@@ -263,7 +271,14 @@ export interface CeleriantSyncError extends Error {
     /** For `share`, `unshare`, `acceptShare`, `members`: the gateway's code, when it answered
      * with one. */
     serverCode?: number;
+    /** The platform's error behind it (a `DOMException` from IndexedDB), or, for
+     * `PROJECTION_FAILED`, what `apply` threw. */
+    cause?: unknown;
 }
+
+/** Whether `value` is a `CeleriantSyncError` (also one from another copy of this package: an
+ * `Error` named `"CeleriantSyncError"` with a string `code`). */
+export function isCeleriantSyncError(value: unknown): value is CeleriantSyncError;
 
 /** What a member may do: `read` (read and watch) or `readWrite` (also append). */
 export type MemberAccess = "read" | "readWrite";
