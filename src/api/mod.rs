@@ -5,6 +5,7 @@
 //! * [`options`]: parsing and checking `SyncClient.open`'s options;
 //! * [`input`]: parsing `append`'s aggregate and events from JS values;
 //! * [`output`]: receipts and parked events as plain objects;
+//! * [`projection`]: `client.project`, a live fold of a view (the rule in `engine::read::fold`);
 //! * [`events`]: the `status`, `synced` and `parked` DOM events;
 //! * [`errors`]: every thrown value is a real `Error` named `CeleriantSyncError` with a stable
 //!   `code`;
@@ -23,5 +24,6 @@ pub(crate) mod input;
 pub(crate) mod inspect;
 pub(crate) mod options;
 pub(crate) mod output;
+pub(crate) mod projection;
 pub(crate) mod share;
 pub(crate) mod typescript;
