@@ -163,7 +163,24 @@ async fn confirmed_events_are_folded_once_and_pending_ones_on_top() {
         .call0(&JsValue::NULL)
         .unwrap();
     method(&projection, "close").call0(&projection).unwrap();
+    // A projection of a client that closes settles (its first fold, or CLOSED): it never waits
+    // for ever.
+    let last = client.project(agg.clone(), summing(&counter)).unwrap();
+    let pending_value: Promise = method(&last, "value")
+        .call0(&last)
+        .unwrap()
+        .unchecked_into();
     ok(client.close()).await;
+    match within(
+        pending_value,
+        5_000,
+        "the value of a projection whose client closed",
+    )
+    .await
+    {
+        Ok(v) => assert_eq!(v.as_f64(), Some(3315.0)),
+        Err(e) => assert_eq!(string(&e, "code"), "CLOSED", "{}", describe(&e)),
+    }
     // A closed client makes no projection.
     let e = client.project(agg, summing(&counter)).expect_err("closed");
     assert_eq!(string(&e, "code"), "CLOSED");

@@ -407,11 +407,29 @@ impl SyncClient {
         let aggregate = input::aggregate(&aggregate)?;
         let live = super::projection::Projection::new(super::projection::parse_spec(&projection)?);
         let fed = live.clone();
-        let unsubscribe = self.watch(
+        let mut unsubscribe = self.watch(
             aggregate,
             Callback::Native(Rc::new(move |view: &JsValue, shape| fed.view(view, shape))),
         );
-        Ok(super::projection::to_js(live, Box::new(unsubscribe)))
+        // The client closing closes it too, so a `value()` waiting for a first fold rejects
+        // with CLOSED instead of waiting for ever.
+        let closing = live.clone();
+        let on_status =
+            Closure::<dyn Fn(web_sys::CustomEvent)>::new(move |e: web_sys::CustomEvent| {
+                if crate::browser::js::get_string(&e.detail(), "state").as_deref() == Some("closed")
+                {
+                    closing.close();
+                }
+            })
+            .into_js_value()
+            .unchecked_into::<Function>();
+        let target = self.inner.target.clone();
+        let _ = target.add_event_listener_with_callback("status", &on_status);
+        let stop = move || {
+            unsubscribe();
+            let _ = target.remove_event_listener_with_callback("status", &on_status);
+        };
+        Ok(super::projection::to_js(live, Box::new(stop)))
     }
 
     /// Stops the drain loop (an in-flight request is aborted; its batch stays pinned and is
