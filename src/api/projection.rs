@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use js_sys::{Function, Object};
+use js_sys::{Array, Function, Object};
 use wasm_bindgen::prelude::*;
 
 use super::errors::ClientError;
@@ -97,8 +97,10 @@ impl Projection {
         if closed {
             return;
         }
-        let events = js::array(&js::get(view, "events"));
-        let confirmed = shape.confirmed.min(events.len());
+        // Read by index: only the events folded are touched (not the whole log at each change).
+        let events: Array = js::get(view, "events").dyn_into().unwrap_or_default();
+        let len = events.length() as usize;
+        let confirmed = shape.confirmed.min(len);
         let (start, from) = match plan(
             kept.as_ref().map(|(f, _)| f),
             shape.base,
@@ -111,8 +113,8 @@ impl Projection {
         // The confirmed part, from where the kept state stops.
         let mut state = start;
         let mut failure = None;
-        for event in &events[from..confirmed] {
-            match self.apply(&state, event) {
+        for i in from..confirmed {
+            match self.apply(&state, &events.get(i as u32)) {
                 Ok(next) => state = next,
                 Err(Failed(e)) => {
                     failure = Some(e);
@@ -134,8 +136,8 @@ impl Projection {
         };
         // The pending events on top, at every change.
         if failure.is_none() {
-            for event in &events[confirmed..] {
-                match self.apply(&state, event) {
+            for i in confirmed..len {
+                match self.apply(&state, &events.get(i as u32)) {
                     Ok(next) => state = next,
                     Err(Failed(e)) => {
                         failure = Some(e);
