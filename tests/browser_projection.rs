@@ -280,3 +280,38 @@ async fn a_throwing_apply_is_a_typed_failure_and_never_stops_the_read_side() {
     method(&projection, "close").call0(&projection).unwrap();
     ok(client.close()).await;
 }
+
+#[wasm_bindgen_test]
+async fn one_new_event_on_ten_thousand_confirmed_is_one_apply() {
+    no_faults().await;
+    let client = open(&db_name("project-large"), "{}").await;
+    let agg = aggregate(&uuid(), &uuid());
+    let ns: Vec<u32> = vec![1; 10_000];
+    append_n(&client, &agg, 1, &ns).await;
+    flush_within(&client, 40).await;
+    let counter = object(&[]);
+    let projection = client.project(agg.clone(), summing(&counter)).unwrap();
+    settled(&projection, 10_000.0, 0.0, false, "10,000 confirmed").await;
+    assert_eq!(count(&counter, "confirmed"), 10_000.0);
+    let started = js_sys::Date::now();
+    let pending_before = count(&counter, "pending");
+    append_n(&client, &agg, 1, &[5]).await;
+    flush_within(&client, 20).await;
+    settled(&projection, 10_005.0, 0.0, false, "10,001 confirmed").await;
+    assert_eq!(
+        count(&counter, "confirmed"),
+        10_001.0,
+        "the new event alone was folded"
+    );
+    web_sys::console::log_1(
+        &format!(
+            "project-large: one new event on 10,000 confirmed: 1 confirmed apply, {} pending \
+             applies (it, while pending), {:.0} ms from append to the folded snapshot",
+            count(&counter, "pending") - pending_before,
+            js_sys::Date::now() - started
+        )
+        .into(),
+    );
+    method(&projection, "close").call0(&projection).unwrap();
+    ok(client.close()).await;
+}
