@@ -1,5 +1,12 @@
 // celeriant-sync/react: React hooks over a SyncClient (React >= 18 is a peer dependency).
-import type { AggregateRef, SyncClient, SyncStatus } from "./celeriant_sync.js";
+import type {
+  AggregateRef,
+  Projection,
+  ProjectionOptions,
+  ProjectionSnapshot,
+  SyncClient,
+  SyncStatus,
+} from "./celeriant_sync.js";
 
 /**
  * The client's status, re-rendered on every change (the client's `status` event), on
@@ -21,3 +28,20 @@ export function useAggregate<V>(
   client: SubscribableClient<V> | null | undefined,
   aggregate: AggregateRef | null | undefined,
 ): V | null;
+
+/** A client that can project (`client.project`); `V` is its view events' type. */
+export interface ProjectableClient<V> {
+  project<S>(aggregate: AggregateRef, projection: ProjectionOptions<S, V>): Projection<S>;
+}
+
+/**
+ * A live projection of `aggregate` (`client.project`): `null` until the first fold, then the
+ * latest snapshot. Made when the component subscribes, closed when it unsubscribes; keep
+ * `projection` stable (a new object starts a new projection). With a `TypedSyncClient<E>`,
+ * `apply` gets the app's typed events.
+ */
+export function useProjection<S, V>(
+  client: ProjectableClient<V> | null | undefined,
+  aggregate: AggregateRef | null | undefined,
+  projection: ProjectionOptions<S, V>,
+): ProjectionSnapshot<S> | null;

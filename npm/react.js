@@ -90,3 +90,39 @@ export function useAggregate(client, aggregate) {
   const getSnapshot = useCallback(() => current.view, [current]);
   return useSyncExternalStore(subscribe, getSnapshot, getSnapshot);
 }
+
+/**
+ * A live projection of one aggregate (`client.project(aggregate, projection)`): null until the
+ * first fold, then the latest snapshot `{ state, version, pending, fromCache, error }`. The
+ * projection is made when the component subscribes and closed when it unsubscribes; a new
+ * client, aggregate or `projection` object starts a new one, so keep `projection` stable
+ * (defined outside the component, or memoized). Throws if handed something without `project`.
+ */
+export function useProjection(client, aggregate, projection) {
+  if (client && typeof client.project !== "function") {
+    throw new Error(
+      "useProjection: this SyncClient has no project(aggregate, projection); pass a celeriant-sync SyncClient",
+    );
+  }
+  const key = aggregateKey(aggregate);
+  const current = useMemo(() => ({ snapshot: null }), [client, key, projection]);
+  const typeId = aggregate ? aggregate.typeId : undefined;
+  const id = aggregate ? aggregate.id : undefined;
+  const subscribe = useCallback(
+    (notify) => {
+      if (!client || typeId === undefined || !projection) return () => {};
+      const live = client.project({ typeId, id }, projection);
+      const unsubscribe = live.subscribe((snapshot) => {
+        current.snapshot = snapshot;
+        notify();
+      });
+      return () => {
+        unsubscribe();
+        live.close();
+      };
+    },
+    [client, typeId, id, projection, current],
+  );
+  const getSnapshot = useCallback(() => current.snapshot, [current]);
+  return useSyncExternalStore(subscribe, getSnapshot, getSnapshot);
+}

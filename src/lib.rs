@@ -21,6 +21,10 @@ pub mod browser;
 
 #[cfg(target_arch = "wasm32")]
 pub use api::client::SyncClient;
+#[cfg(target_arch = "wasm32")]
+pub use api::codes::ServerCode;
+#[cfg(target_arch = "wasm32")]
+pub use api::errors::{CeleriantSyncError, is_celeriant_sync_error};
 
 /// The module's allocator: talc rather than the standard library's dlmalloc, for size
 /// (docs/benchmarks.md, "Size"). The module is single-threaded (no `atomics`).

@@ -22,10 +22,11 @@ use crate::browser::identity::{self, Identity};
 use crate::browser::network::NetworkSwitch;
 use crate::browser::runtime::{Config, Runtime};
 use crate::browser::session::GatewaySessions;
+use crate::browser::views::Callback;
 use crate::engine::append;
 use crate::engine::drain;
 use crate::engine::errors::ErrorCode;
-use crate::engine::model::Batch;
+use crate::engine::model::{AggregateRef, Batch};
 use crate::engine::outbox::Outbox;
 use celeriant_sync_protocol::validate::Limits;
 
@@ -59,6 +60,25 @@ impl Inner {
 }
 
 impl SyncClient {
+    /// Registers a listener of the aggregate's views (watching it from the device's change
+    /// stream if it is the first here); returns the function that removes it (idempotent).
+    fn watch(&self, aggregate: AggregateRef, callback: Callback) -> impl FnMut() + 'static {
+        let runtime = self.inner.runtime.clone();
+        let (id, first) = runtime.views.subscribe(aggregate, callback);
+        if first {
+            runtime.watch_changed();
+        }
+        let mut done = false;
+        move || {
+            if std::mem::replace(&mut done, true) {
+                return;
+            }
+            if runtime.views.unsubscribe(aggregate, id) && !runtime.hub.is_closed() {
+                runtime.watch_changed();
+            }
+        }
+    }
+
     /// The runtime (for the API's other files, e.g. `inspect`).
     pub(super) fn runtime(&self) -> Rc<Runtime> {
         self.inner.runtime.clone()
@@ -95,6 +115,9 @@ pub(super) fn promise(
 impl SyncClient {
     /// Opens (or creates) the outbox database and starts draining it to the gateway: a
     /// non-empty outbox from an earlier session is drained at once, its pinned batch first.
+    ///
+    /// (Declared in `typescript.rs`, with its typed form.)
+    #[wasm_bindgen(skip_typescript)]
     pub async fn open(
         #[wasm_bindgen(unchecked_param_type = "SyncClientOptions")] options: JsValue,
     ) -> Result<SyncClient, JsValue> {
@@ -367,21 +390,46 @@ impl SyncClient {
     ) -> Result<JsValue, JsValue> {
         self.inner.check_open()?;
         let aggregate = input::aggregate(&aggregate)?;
-        let runtime = self.inner.runtime.clone();
-        let (id, first) = runtime.views.subscribe(aggregate, listener);
-        if first {
-            runtime.watch_changed();
-        }
-        let mut done = false;
-        let unsubscribe = Closure::<dyn FnMut()>::new(move || {
-            if std::mem::replace(&mut done, true) {
-                return;
-            }
-            if runtime.views.unsubscribe(aggregate, id) && !runtime.hub.is_closed() {
-                runtime.watch_changed();
-            }
-        });
+        let unsubscribe = self.watch(aggregate, Callback::Js(listener));
+        let unsubscribe = Closure::<dyn FnMut()>::new(unsubscribe);
         Ok(unsubscribe.into_js_value())
+    }
+
+    /// A live projection of the aggregate: `projection.apply(state, event)` folded over its
+    /// view from `projection.initial` — the confirmed events once (a new page folds only its
+    /// new events), the pending ones again on top at each change, everything again after a
+    /// reset. Returns `{ current, value(), subscribe(listener), close() }` (typed in the
+    /// `.d.ts`); `apply` must not change the state it is given. What `apply` throws is a
+    /// `PROJECTION_FAILED` error in the snapshot, never thrown into the read side.
+    #[wasm_bindgen(skip_typescript)]
+    pub fn project(&self, aggregate: JsValue, projection: JsValue) -> Result<JsValue, JsValue> {
+        self.inner.check_open()?;
+        let aggregate = input::aggregate(&aggregate)?;
+        let live = super::projection::Projection::new(super::projection::parse_spec(&projection)?);
+        let fed = live.clone();
+        let mut unsubscribe = self.watch(
+            aggregate,
+            Callback::Native(Rc::new(move |view: &JsValue, shape| fed.view(view, shape))),
+        );
+        // The client closing closes it too, so a `value()` waiting for a first fold rejects
+        // with CLOSED instead of waiting for ever.
+        let closing = live.clone();
+        let on_status =
+            Closure::<dyn Fn(web_sys::CustomEvent)>::new(move |e: web_sys::CustomEvent| {
+                if crate::browser::js::get_string(&e.detail(), "state").as_deref() == Some("closed")
+                {
+                    closing.close();
+                }
+            })
+            .into_js_value()
+            .unchecked_into::<Function>();
+        let target = self.inner.target.clone();
+        let _ = target.add_event_listener_with_callback("status", &on_status);
+        let stop = move || {
+            unsubscribe();
+            let _ = target.remove_event_listener_with_callback("status", &on_status);
+        };
+        Ok(super::projection::to_js(live, Box::new(stop)))
     }
 
     /// Stops the drain loop (an in-flight request is aborted; its batch stays pinned and is

@@ -4,9 +4,18 @@
 //! `code` is one of the stable [`ErrorCode`]s (also a TypeScript union, `SyncErrorCode`). Extra
 //! properties (`index`, `aggregate`, `parkCode`) say where, when that is known; the platform's
 //! own error, when there is one (a `DOMException` from IndexedDB), is kept as `cause`.
+//!
+//! Each is also an instance of the exported class [`CeleriantSyncError`], so `e instanceof
+//! CeleriantSyncError` holds for the class the package's entry exports: the class is the one
+//! wasm-bindgen generates for the (empty) Rust struct, its prototype chained to
+//! `Error.prototype` once, and every error made here gets that prototype. The platform still
+//! creates the error (`new Error`), so `stack` and `message` are the engine's own.
 
-use js_sys::{Error, Reflect};
+use std::cell::OnceCell;
+
+use js_sys::{Error, Object, Reflect};
 use wasm_bindgen::JsValue;
+use wasm_bindgen::prelude::*;
 
 use crate::browser::convert::aggregate_to_js;
 use crate::engine::append::AppendError;
@@ -16,6 +25,61 @@ use crate::engine::outbox::StoreError;
 
 /// The error name of everything the client throws.
 pub(crate) const NAME: &str = "CeleriantSyncError";
+
+/// The class of every error the client throws or rejects with (`instanceof` works); its
+/// TypeScript declaration (`extends Error`, with `code` and the rest) is written in
+/// `typescript.rs`. Not constructible from JS: only the client makes them.
+#[wasm_bindgen(skip_typescript)]
+pub struct CeleriantSyncError {
+    _private: (),
+}
+
+impl CeleriantSyncError {
+    /// The JS class itself (what the package exports), for Rust code and tests that check
+    /// `instanceof` against it.
+    pub fn class() -> JsValue {
+        Reflect::get(&prototype(), &"constructor".into()).unwrap_or(JsValue::UNDEFINED)
+    }
+}
+
+thread_local! {
+    /// `CeleriantSyncError.prototype`, chained to `Error.prototype`.
+    static PROTOTYPE: OnceCell<Object> = const { OnceCell::new() };
+}
+
+/// The class's prototype (made ready on first use).
+fn prototype() -> Object {
+    PROTOTYPE.with(|cell| {
+        cell.get_or_init(|| {
+            let instance = JsValue::from(CeleriantSyncError { _private: () });
+            let prototype = Object::get_prototype_of(&instance);
+            let error_prototype = Object::get_prototype_of(&Error::new(""));
+            Object::set_prototype_of(&prototype, &error_prototype);
+            prototype
+        })
+        .clone()
+    })
+}
+
+/// Whether `value` is a `CeleriantSyncError`: an instance of the class, or (another copy of
+/// the package loaded beside this one) an `Error` named `"CeleriantSyncError"` with a string
+/// `code`.
+#[wasm_bindgen(js_name = isCeleriantSyncError, skip_typescript)]
+pub fn is_celeriant_sync_error(value: &JsValue) -> bool {
+    if !value.is_object() {
+        return false;
+    }
+    if prototype().is_prototype_of(value) {
+        return true;
+    }
+    value.is_instance_of::<Error>()
+        && Reflect::get(value, &"name".into())
+            .ok()
+            .and_then(|n| n.as_string())
+            .as_deref()
+            == Some(NAME)
+        && Reflect::get(value, &"code".into()).is_ok_and(|c| c.is_string())
+}
 
 /// A failure on its way to JS.
 #[derive(Debug)]
@@ -56,6 +120,7 @@ impl ClientError {
 impl From<ClientError> for JsValue {
     fn from(e: ClientError) -> JsValue {
         let error = Error::new(&e.message);
+        Object::set_prototype_of(&error, &prototype());
         error.set_name(NAME);
         let _ = Reflect::set(&error, &"code".into(), &e.code.as_str().into());
         for (key, value) in e.extra {

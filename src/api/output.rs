@@ -1,4 +1,5 @@
-//! The plain objects handed back to JS besides status and notices: receipts and parked events.
+//! The plain objects handed back to JS besides status and notices: receipts and parked events
+//! (which, like view events, have `json()`).
 
 use js_sys::{Array, JSON, Object};
 use wasm_bindgen::JsValue;
@@ -13,6 +14,9 @@ extern "C" {
     /// A base64 string's bytes, decoded by the platform (`null` for anything else).
     #[wasm_bindgen(js_name = bytesOf)]
     fn bytes(base64: &JsValue) -> JsValue;
+    /// An empty object whose prototype gives it `json()` (as view events have).
+    #[wasm_bindgen(js_name = withJson)]
+    fn with_json() -> Object;
 }
 
 /// `[{ eventId, clientSeq }]`.
@@ -35,7 +39,7 @@ pub(crate) fn parked_event(e: &StoredEvent, r: &ParkRecord) -> JsValue {
     let Ok(wire) = JSON::parse(&e.wire) else {
         return JsValue::NULL;
     };
-    let o = Object::new();
+    let o = with_json();
     js::set(&o, "aggregate", aggregate_to_js(&e.aggregate));
     js::set(&o, "clientSeq", e.client_seq as f64);
     js::set(&o, "eventId", uuid_js(&e.event_id));

@@ -209,6 +209,8 @@ export interface ParkedEvent {
     message: string;
     parkedAt: number;
     mayHaveLanded: boolean;
+    /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
+    json(): unknown;
 }
 
 /** The events a `SyncClient` dispatches. */
@@ -249,10 +251,16 @@ export type SyncErrorCode =
     | "INVALID_ACCESS"
     | "TYPE_FORBIDDEN"
     | "UNAUTHORIZED"
-    | "REQUEST_FAILED";
+    | "REQUEST_FAILED"
+    | "PROJECTION_FAILED";
 
-/** Everything the client throws or rejects with. */
-export interface CeleriantSyncError extends Error {
+/**
+ * Everything the client throws or rejects with is an instance of this class
+ * (`e instanceof CeleriantSyncError`), an `Error` named `"CeleriantSyncError"` with a stable
+ * `code`. Only the client makes them.
+ */
+export class CeleriantSyncError extends Error {
+    private constructor();
     name: "CeleriantSyncError";
     code: SyncErrorCode;
     /** For event errors: the index of the offending event in the `append` call. */
@@ -260,10 +268,19 @@ export interface CeleriantSyncError extends Error {
     /** For `PARKED`: the parked aggregate and its rejection code. */
     aggregate?: AggregateRef;
     parkCode?: number;
+    /** For `PROJECTION_FAILED`: the event `apply` threw on. */
+    event?: ViewEvent;
     /** For `share`, `unshare`, `acceptShare`, `members`: the gateway's code, when it answered
      * with one. */
     serverCode?: number;
+    /** The platform's error behind it (a `DOMException` from IndexedDB), or, for
+     * `PROJECTION_FAILED`, what `apply` threw. */
+    cause?: unknown;
 }
+
+/** Whether `value` is a `CeleriantSyncError` (also one from another copy of this package: an
+ * `Error` named `"CeleriantSyncError"` with a string `code`). */
+export function isCeleriantSyncError(value: unknown): value is CeleriantSyncError;
 
 /** What a member may do: `read` (read and watch) or `readWrite` (also append). */
 export type MemberAccess = "read" | "readWrite";
@@ -279,7 +296,98 @@ export interface Members {
     invited: Record<string, MemberAccess>;
 }
 
+/** What `project` folds: `apply(state, event)` returns the next state and must not change
+ * the state it is given (the kept confirmed state is reused under every pending fold). */
+export interface ProjectionOptions<S, V = ViewEvent> {
+    /** The state before any event. */
+    initial: S;
+    apply: (state: S, event: V) => S;
+}
+
+/** A projection's state now, with the view it was folded from. */
+export interface ProjectionSnapshot<S> {
+    /** `apply` folded over the confirmed events, then the pending ones (the last good state
+     * when `error` is set). */
+    state: S;
+    /** The view's confirmed version. */
+    version: number;
+    /** How many of the folded events are pending. */
+    pending: number;
+    fromCache: boolean;
+    /** `PROJECTION_FAILED` (its `cause` what `apply` threw, its `event` the event) when
+     * `apply` threw on this view; it folds again at the next change. */
+    error: CeleriantSyncError | null;
+}
+
+/** A live projection (`client.project`). */
+export interface Projection<S> {
+    /** The latest snapshot; `null` until the first view was folded. */
+    readonly current: ProjectionSnapshot<S> | null;
+    /** The current state once there is one. Rejects with `PROJECTION_FAILED` while the latest
+     * fold failed, `CLOSED` if closed first. */
+    value(): Promise<S>;
+    /** Calls `listener` with the current snapshot at once (if any), then at every change.
+     * Returns the function that unsubscribes. */
+    subscribe(listener: (snapshot: ProjectionSnapshot<S>) => void): () => void;
+    /** Stops it (its listeners are dropped; the aggregate stays watched while others watch it). */
+    close(): void;
+}
+
+/**
+ * An app's event types, declared once: a map from event type number to the JSON payload of
+ * that type, e.g. `interface BankEvents { 1: { amount: number }; 2: { to: string } }`. Given to
+ * `SyncClient.open<BankEvents>(...)` (or as `TypedSyncClient<BankEvents>`), it types `append`,
+ * views (`read`, `subscribe`, `json()` narrowed by `type`), `parkedEvents` and `project`.
+ */
+export type EventTypes = object;
+
+/** One event to append, of one of the app's types. */
+export type TypedEventInput<E extends EventTypes> = {
+    [K in keyof E & number]: Omit<EventInput, "type" | "data"> & { type: K; data: E[K] };
+}[keyof E & number];
+
+/** A view event of one of the app's types: `json()` is that type's payload. */
+export type TypedViewEvent<E extends EventTypes> = {
+    [K in keyof E & number]: Omit<ViewEvent, "type" | "json"> & { type: K; json(): E[K] };
+}[keyof E & number];
+
+/** A parked event of one of the app's types. */
+export type TypedParkedEvent<E extends EventTypes> = {
+    [K in keyof E & number]: Omit<ParkedEvent, "type" | "json"> & { type: K; json(): E[K] };
+}[keyof E & number];
+
+/** An `AggregateView` of the app's event types. */
+export interface TypedAggregateView<E extends EventTypes> extends Omit<AggregateView, "events"> {
+    events: TypedViewEvent<E>[];
+}
+
+/** A `SyncClient` whose events are the app's types (what `SyncClient.open<E>` resolves with). */
+export interface TypedSyncClient<E extends EventTypes>
+    extends Omit<SyncClient, "append" | "read" | "subscribe" | "parkedEvents" | "project"> {
+    append(aggregate: AggregateRef, events: TypedEventInput<E>[]): Promise<Receipt[]>;
+    read(aggregate: AggregateRef): Promise<TypedAggregateView<E>>;
+    subscribe(aggregate: AggregateRef, listener: (view: TypedAggregateView<E>) => void): () => void;
+    parkedEvents(): Promise<TypedParkedEvent<E>[]>;
+    project<S>(aggregate: AggregateRef, projection: ProjectionOptions<S, TypedViewEvent<E>>): Projection<S>;
+}
+
+export declare namespace SyncClient {
+    /**
+     * Opens (or creates) the outbox database and starts draining it to the gateway: a
+     * non-empty outbox from an earlier session is drained at once, its pinned batch first.
+     * With a type argument (`SyncClient.open<BankEvents>(...)`), the client's events are typed.
+     */
+    function open(options: SyncClientOptions): Promise<SyncClient>;
+    function open<E extends EventTypes>(options: SyncClientOptions): Promise<TypedSyncClient<E>>;
+}
+
 export interface SyncClient {
+    /**
+     * A live projection of the aggregate: `projection.apply(state, event)` folded over its
+     * view from `projection.initial` — the confirmed events once (a new page folds only its
+     * new events), the pending ones again on top at each change, all of it again after a reset.
+     */
+    project<S>(aggregate: AggregateRef, projection: ProjectionOptions<S>): Projection<S>;
     addEventListener<K extends keyof SyncClientEventMap>(
         type: K,
         listener: (event: SyncClientEventMap[K]) => void,

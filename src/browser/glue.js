@@ -211,4 +211,7 @@ export function pushPending(out, records, above, clientId, parkedFrom, parkedCod
 
 // ---- Event bytes for parkedEvents() (api/output.rs)
 
+// A parked event: a plain object with the view events' `json()`.
+export function withJson() { return Object.create(proto); }
+
 export function bytesOf(b64) { return typeof b64 === 'string' ? Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) : null; }

@@ -8,6 +8,10 @@
 //! once after), so a listener never gets an older view after a newer one. Confirmed events are
 //! turned into JS objects once and kept; a refresh reads only the batches above what this
 //! context has (unless the log was reset). A listener is called only when the view changed.
+//!
+//! A listener is the app's function (`subscribe`) or the client's own (a projection,
+//! [`super::projection`]), which also gets the view's [`Shape`]: which read of the confirmed
+//! log it extends and how many of its events are confirmed, so it folds only what is new.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -51,9 +55,33 @@ struct Signature {
     from_cache: bool,
 }
 
+/// What a native listener learns with each view besides the view itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// Which read of the confirmed log the view extends: a new base at every read from scratch
+    /// (the first one, a reset).
+    pub base: u64,
+    /// How many of the view's events are confirmed (they come first).
+    pub confirmed: usize,
+    /// The view's version.
+    pub version: u64,
+}
+
+/// A native listener: the view and its shape.
+pub(crate) type NativeListener = Rc<dyn Fn(&JsValue, Shape)>;
+
+/// Who a view is delivered to.
+#[derive(Clone)]
+pub(crate) enum Callback {
+    /// The app's listener (`subscribe`).
+    Js(Function),
+    /// The client's own (a projection).
+    Native(NativeListener),
+}
+
 struct Listener {
     id: u32,
-    function: Function,
+    function: Callback,
     /// The view generation this listener was last called with.
     given: u64,
 }
@@ -64,9 +92,11 @@ struct View {
     /// `(epoch, version)` of the confirmed events kept.
     kept: Option<(u64, u64)>,
     confirmed: Vec<JsValue>,
+    /// The base of `confirmed` (see [`Shape::base`]).
+    base: u64,
     signature: Option<Signature>,
-    /// The latest view and its generation.
-    latest: Option<(JsValue, u64)>,
+    /// The latest view, its generation and shape.
+    latest: Option<(JsValue, u64, Shape)>,
     refreshing: bool,
     again: bool,
 }
@@ -77,6 +107,8 @@ pub(crate) struct Views {
     me: String,
     views: RefCell<SortedMap<AggregateRef, View>>,
     next_id: Cell<u32>,
+    /// The last base given out (bases are unique within the context).
+    bases: Cell<u64>,
     /// Whether views are served from a cache that may be behind the server.
     from_cache: Box<dyn Fn() -> bool>,
 }
@@ -93,6 +125,7 @@ impl Views {
             me,
             views: RefCell::default(),
             next_id: Cell::new(1),
+            bases: Cell::new(0),
             from_cache,
         })
     }
@@ -112,7 +145,7 @@ impl Views {
     pub(crate) fn subscribe(
         self: &Rc<Self>,
         aggregate: AggregateRef,
-        function: Function,
+        function: Callback,
     ) -> (u32, bool) {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
@@ -193,6 +226,10 @@ impl Views {
                     return;
                 };
                 if let Ok(built) = built {
+                    if built.from == 0 {
+                        self.bases.set(self.bases.get() + 1);
+                        view.base = self.bases.get();
+                    }
                     view.apply(built, (self.from_cache)());
                 }
                 let again = std::mem::take(&mut view.again);
@@ -267,12 +304,12 @@ impl Views {
 
     /// Calls every listener that has not been given the latest view.
     fn deliver(&self, aggregate: AggregateRef) {
-        let calls: Vec<(Function, JsValue)> = {
+        let calls: Vec<(Callback, JsValue, Shape)> = {
             let mut views = self.views.borrow_mut();
             let Some(view) = views.get_mut(&aggregate) else {
                 return;
             };
-            let Some((latest, generation)) = view.latest.clone() else {
+            let Some((latest, generation, shape)) = view.latest.clone() else {
                 return;
             };
             view.listeners
@@ -280,14 +317,22 @@ impl Views {
                 .filter(|l| l.given < generation)
                 .map(|l| {
                     l.given = generation;
-                    (l.function.clone(), latest.clone())
+                    (l.function.clone(), latest.clone(), shape)
                 })
                 .collect()
         };
         // No borrow held: a listener may subscribe, unsubscribe or read.
-        for (function, view) in calls {
-            if let Err(e) = function.call1(&JsValue::NULL, &view) {
-                web_sys::console::error_2(&"celeriant-sync: a subscribe listener threw".into(), &e);
+        for (callback, view, shape) in calls {
+            match callback {
+                Callback::Js(function) => {
+                    if let Err(e) = function.call1(&JsValue::NULL, &view) {
+                        web_sys::console::error_2(
+                            &"celeriant-sync: a subscribe listener threw".into(),
+                            &e,
+                        );
+                    }
+                }
+                Callback::Native(native) => native(&view, shape),
             }
         }
     }
@@ -301,7 +346,7 @@ impl Views {
         let built = self.build(aggregate, None).await?;
         let mut view = View::default();
         view.apply(built, from_cache);
-        Ok(view.latest.map(|(v, _)| v).unwrap_or(JsValue::NULL))
+        Ok(view.latest.map(|(v, _, _)| v).unwrap_or(JsValue::NULL))
     }
 }
 
@@ -335,7 +380,12 @@ impl View {
         if self.signature.as_ref() == Some(&signature) && self.latest.is_some() {
             return;
         }
-        let generation = self.latest.as_ref().map_or(1, |(_, g)| g + 1);
+        let generation = self.latest.as_ref().map_or(1, |(_, g, _)| g + 1);
+        let shape = Shape {
+            base: self.base,
+            confirmed: self.confirmed.len(),
+            version: signature.version,
+        };
         let events = Array::new();
         for e in &self.confirmed {
             events.push(e);
@@ -351,6 +401,6 @@ impl View {
         js::set(&o, "pending", pending_count);
         js::set(&o, "fromCache", from_cache);
         self.signature = Some(signature);
-        self.latest = Some((o.into(), generation));
+        self.latest = Some((o.into(), generation, shape));
     }
 }

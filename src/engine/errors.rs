@@ -101,6 +101,9 @@ codes! {
     /// `share`, `unshare`, `members`: the request failed (network, timeout, a busy or failing
     /// gateway); nothing is known to have changed — try again.
     RequestFailed = "REQUEST_FAILED",
+    /// A projection's `apply` threw (the thrown value is the error's `cause`); the projection
+    /// keeps its last good state and folds again at the next change.
+    ProjectionFailed = "PROJECTION_FAILED",
 }
 
 impl From<&StoreError> for ErrorCode {

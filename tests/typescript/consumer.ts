@@ -3,6 +3,14 @@
 // declarations are precise (a public `any` would let them through and break this file).
 import init, {
   SyncClient,
+  CeleriantSyncError as SyncError,
+  isCeleriantSyncError,
+  ServerCode,
+  type Projection,
+  type ProjectionSnapshot,
+  type TypedAggregateView,
+  type TypedSyncClient,
+  type TypedViewEvent,
   type AggregateRef,
   type AggregateView,
   type CeleriantSyncError,
@@ -178,4 +186,92 @@ export async function sharing(client: SyncClient, aggregate: AggregateRef): Prom
   // @ts-expect-error a grant is a closed set
   const grant: MemberAccess = "admin";
   console.log(grant);
+}
+
+// The app's event types, declared once.
+interface BankEvents {
+  1: { amount: number };
+  2: { to: string; amount: number };
+}
+
+export async function typedEvents(aggregate: AggregateRef): Promise<void> {
+  const client: TypedSyncClient<BankEvents> = await SyncClient.open<BankEvents>({ gatewayUrl: "http://127.0.0.1:8080" });
+  await client.append(aggregate, [
+    { type: 1, data: { amount: 10 } },
+    { type: 2, data: { to: "bob", amount: 3 }, eventId: crypto.randomUUID() },
+  ]);
+  // @ts-expect-error a type-1 payload has an amount, not a name
+  await client.append(aggregate, [{ type: 1, data: { name: "x" } }]);
+  // @ts-expect-error a type-2 payload needs `to`
+  await client.append(aggregate, [{ type: 2, data: { amount: 3 } }]);
+  // @ts-expect-error type 3 is not one of the app's types
+  await client.append(aggregate, [{ type: 3, data: {} }]);
+  const view: TypedAggregateView<BankEvents> = await client.read(aggregate);
+  for (const event of view.events) {
+    // `type` narrows `json()`.
+    if (event.type === 2) {
+      const to: string = event.json().to;
+      console.log(to, event.status, event.clientSeq);
+    } else {
+      const amount: number = event.json().amount;
+      // @ts-expect-error a type-1 payload has no `to`
+      event.json().to;
+      console.log(amount);
+    }
+  }
+  client.subscribe(aggregate, (v) => {
+    const first: TypedViewEvent<BankEvents> | undefined = v.events[0];
+    console.log(first?.type === 1 ? first.json().amount : 0);
+  });
+  const balance: Projection<number> = client.project(aggregate, {
+    initial: 0,
+    apply: (total, event) => (event.type === 1 ? total + event.json().amount : total - event.json().amount),
+  });
+  const snapshot: ProjectionSnapshot<number> | null = balance.current;
+  const now: number = await balance.value();
+  const stop: () => void = balance.subscribe((s) => console.log(s.state + 1, s.pending, s.error?.code));
+  stop();
+  balance.close();
+  client.project(aggregate, {
+    initial: 0,
+    // @ts-expect-error a type-1 payload's amount is a number, not a string
+    apply: (total: number, event) => (event.type === 1 ? total + event.json().amount.length : total),
+  });
+  const parked = await client.parkedEvents();
+  const p = parked[0];
+  if (p && p.type === 1) console.log(p.json().amount);
+  // Everything else of the client is there, untyped.
+  console.log(client.status().pending, snapshot, now);
+  await client.flush();
+}
+
+export async function typedErrors(client: SyncClient, aggregate: AggregateRef): Promise<void> {
+  try {
+    await client.flush();
+  } catch (e) {
+    if (e instanceof SyncError) {
+      const code: SyncError["code"] = e.code;
+      const base: Error = e;
+      if (e.code === "PARKED" && e.parkCode === ServerCode.SCHEMA_VALIDATION_FAILED) console.log(e.aggregate?.id);
+      console.log(code, base.message, e.cause);
+    }
+    if (isCeleriantSyncError(e)) {
+      const serverCode: number | undefined = e.serverCode;
+      console.log(serverCode, e.name);
+    }
+  }
+  // Untyped projections: events are `ViewEvent`s, payloads `unknown`.
+  const count: Projection<number> = client.project(aggregate, { initial: 0, apply: (n, event) => n + event.clientSeq });
+  const failed: SyncError | null | undefined = count.current?.error;
+  if (failed?.code === "PROJECTION_FAILED") console.log(failed.event?.type, failed.cause);
+  const parked: ParkedEvent[] = await client.parkedEvents();
+  const payload: unknown = parked[0]?.json();
+  const conflict: number = ServerCode.OPTIMISTIC_CONCURRENCY_VIOLATION;
+  console.log(payload, conflict);
+  // @ts-expect-error only the client makes errors
+  new SyncError("x");
+  // @ts-expect-error a projection needs apply
+  client.project(aggregate, { initial: 0 });
+  // @ts-expect-error not a server code name
+  ServerCode.SOMETHING_ELSE;
 }

@@ -6,7 +6,8 @@
 // identity on. Each page appends while offline, the React status hook shows the events pending,
 // then landing; the gateway holds them. Once with `init()` (the .wasm where Vite put it), once
 // with the module's bytes handed to `init`. `useAggregate`'s live view over the real
-// `client.subscribe` is asserted too, and over a stand-in the test drives by hand (src/fake.jsx).
+// `client.subscribe` is asserted too, and over a stand-in the test drives by hand (src/fake.jsx);
+// so is `useProjection`'s fold over the real `client.project`.
 //
 //   node tests/vite-app/run.mjs            (after scripts/build.sh and cargo build -p celeriant-gateway)
 // Ends with a cargo-style "test result:" line that `npm test` counts.
@@ -162,8 +163,15 @@ async function appRun(context, gateway, site, mode, n = 5) {
       { timeout: 15_000 },
     );
     const view = await page.evaluate(() => document.getElementById("view").textContent);
+    // useProjection over the real client.project: the same events, folded.
+    await page.waitForFunction(
+      (n) => document.getElementById("projection")?.textContent === `projected ${n} events, ${n} confirmed`,
+      n,
+      { timeout: 15_000 },
+    );
+    const projection = await page.evaluate(() => document.getElementById("projection").textContent);
     assert(errors.length === 0, `page errors: ${errors.join("; ")}`);
-    return { offline, done, renders: rendered.length, landed: landed.length, fakeSubscribe: fake, useAggregate: view };
+    return { offline, done, renders: rendered.length, landed: landed.length, fakeSubscribe: fake, useAggregate: view, useProjection: projection };
   } finally {
     await page.close();
   }

@@ -1,5 +1,6 @@
 //! The read side: what the server confirmed, kept in a local log and watched live.
 //!
+//! * [`fold`]: a projection's cache rule — what of a new view must be folded again;
 //! * [`machine`]: [`Reader`](machine::Reader), the decisions — the one change stream, catch-up
 //!   paging, resets, reconnects — with no I/O;
 //! * [`message`]: what the contexts of a device tell each other about it;
@@ -7,6 +8,7 @@
 //! * [`subscriptions`]: the subscriptions of every context of the device, merged;
 //! * [`view`]: how the confirmed log and this device's pending events converge into one view.
 
+pub mod fold;
 pub mod machine;
 pub mod message;
 pub mod sse;

@@ -1,0 +1,141 @@
+//! Typed errors in a real browser: what `append` (bad input), `open` (bad options), `flush` (a
+//! parked aggregate), `whenSynced` (a bad id), `read` (a bad aggregate), `subscribe` (thrown,
+//! not rejected) and a closed client give are all instances of the exported
+//! `CeleriantSyncError` class — and of `Error` — with their `name` and `code`, and
+//! `isCeleriantSyncError` agrees; parked events decode with `json()`; `ServerCode` holds the
+//! protocol's numbers.
+#![cfg(target_arch = "wasm32")]
+
+mod browser;
+
+use browser::*;
+use celeriant_sync::{CeleriantSyncError, ServerCode, SyncClient, is_celeriant_sync_error};
+use js_sys::{Array, Function};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+/// `value instanceof class`, as JavaScript computes it.
+fn instance_of(value: &JsValue, class: &JsValue) -> bool {
+    Function::new_with_args("v, c", "return v instanceof c")
+        .call2(&JsValue::NULL, value, class)
+        .unwrap()
+        .as_bool()
+        .unwrap()
+}
+
+/// Asserts everything a thrown value must be, and returns its code.
+fn typed(e: &JsValue, what: &str) -> String {
+    let class = CeleriantSyncError::class();
+    assert!(class.is_function(), "the class is exported");
+    assert_eq!(string(&class, "name"), "CeleriantSyncError");
+    assert!(
+        instance_of(e, &class),
+        "{what}: not a CeleriantSyncError: {}",
+        describe(e)
+    );
+    assert!(e.is_instance_of::<js_sys::Error>(), "{what}: not an Error");
+    assert!(is_celeriant_sync_error(e), "{what}: the guard says no");
+    assert_eq!(string(e, "name"), "CeleriantSyncError", "{what}");
+    // The platform made it: a message, a stack, and `String(e)` names it.
+    assert!(!string(e, "message").is_empty(), "{what}");
+    let text = String::from(e.unchecked_ref::<js_sys::Error>().to_string());
+    assert!(text.starts_with("CeleriantSyncError: "), "{what}: {text}");
+    string(e, "code")
+}
+
+#[wasm_bindgen_test]
+async fn every_error_is_an_instance_of_the_exported_class() {
+    // open: bad options.
+    let Err(e) = SyncClient::open(json(r#"{"gatewayUrl": 5}"#)).await else {
+        panic!("bad options must be refused");
+    };
+    assert_eq!(typed(&e, "open"), "INVALID_OPTIONS");
+
+    let db = db_name("errors");
+    let client = open(&db, "{}").await;
+    let t = uuid();
+    // append: bad input (a synchronous check, rejected).
+    let bad = Array::of1(&object(&[("type", 0.into()), ("data", json("1"))]));
+    let e = err(client.append(aggregate(&t, &uuid()), bad.into())).await;
+    assert_eq!(typed(&e, "append, bad type"), "INVALID_EVENT_TYPE");
+    assert_eq!(num(&e, "index"), 0.0);
+    let e = err(client.append(aggregate("not-a-uuid", &uuid()), Array::new().into())).await;
+    assert_eq!(typed(&e, "append, bad aggregate"), "INVALID_AGGREGATE");
+    // whenSynced, read: bad arguments.
+    let e = err(client.when_synced("nope")).await;
+    assert_eq!(typed(&e, "whenSynced"), "INVALID_EVENT_ID");
+    let e = err(client.read(aggregate(&t, "nope"))).await;
+    assert_eq!(typed(&e, "read"), "INVALID_AGGREGATE");
+    // subscribe throws synchronously.
+    let e = client
+        .subscribe(aggregate(&t, "nope"), Function::new_no_args(""))
+        .expect_err("a bad aggregate");
+    assert_eq!(typed(&e, "subscribe"), "INVALID_AGGREGATE");
+
+    // flush: parked (the gateway's fault injection refuses type 13 with 2022).
+    set_faults(r#"{"rejectType":13}"#).await;
+    let a = uuid();
+    ok(client.append(
+        aggregate(&t, &a),
+        Array::of1(&object(&[
+            ("type", 13.into()),
+            ("data", json(r#"{"n":7}"#)),
+        ]))
+        .into(),
+    ))
+    .await;
+    let e = within(client.flush(), 15_000, "flush")
+        .await
+        .expect_err("flush rejects while parked");
+    no_faults().await;
+    assert_eq!(typed(&e, "flush"), "PARKED");
+    assert_eq!(
+        num(&e, "parkCode"),
+        ServerCode::SCHEMA_VALIDATION_FAILED as u32 as f64
+    );
+    // The parked event decodes like a view event.
+    let parked: Array = ok(client.parked_events()).await.unchecked_into();
+    assert_eq!(parked.length(), 1);
+    let json_of: Function = get(&parked.get(0), "json").unchecked_into();
+    let value = json_of.call0(&parked.get(0)).unwrap();
+    assert_eq!(num(&value, "n"), 7.0);
+
+    // A closed client.
+    ok(client.close()).await;
+    let e = err(client.flush()).await;
+    assert_eq!(typed(&e, "flush, closed"), "CLOSED");
+    let e = err(client.append(aggregate(&t, &a), Array::of1(&json_event()).into())).await;
+    assert_eq!(typed(&e, "append, closed"), "CLOSED");
+    ok(SyncClient::delete_database_named(db)).await;
+}
+
+fn json_event() -> JsValue {
+    object(&[("type", 1.into()), ("data", json("1"))])
+}
+
+#[wasm_bindgen_test]
+fn the_guard_refuses_look_alikes_and_accepts_other_copies() {
+    assert!(!is_celeriant_sync_error(&JsValue::NULL));
+    assert!(!is_celeriant_sync_error(&"CeleriantSyncError".into()));
+    assert!(!is_celeriant_sync_error(
+        &js_sys::Error::new("plain").into()
+    ));
+    // A plain object with the right fields is not an Error.
+    let fake = object(&[
+        ("name", "CeleriantSyncError".into()),
+        ("code", "CLOSED".into()),
+    ]);
+    assert!(!is_celeriant_sync_error(&fake));
+    // An Error named so with a code (another copy of the package made it) is one; it is not
+    // an instance of this copy's class.
+    let other = js_sys::Error::new("from another copy");
+    other.set_name("CeleriantSyncError");
+    js_sys::Reflect::set(&other, &"code".into(), &"CLOSED".into()).unwrap();
+    assert!(is_celeriant_sync_error(&other));
+    assert!(!instance_of(&other, &CeleriantSyncError::class()));
+    // The server codes are the protocol's numbers.
+    assert_eq!(ServerCode::CLIENT_IDEMPOTENCY_VIOLATION as u32, 2002);
+    assert_eq!(ServerCode::AGGREGATE_FORBIDDEN as u32, 40302);
+}
