@@ -23,8 +23,9 @@
 //! being applied. The place is moved at once (the evicted connection's task is told to drop it
 //! and no longer counts), so the total never passes the cap.
 //!
-//! Connections from a `--trusted-proxy` carry everybody's requests: they are never evicted, and
-//! a new one from a proxy may evict from any other address with an idle connection.
+//! Connections from a `--trusted-proxy` (its exact address, not its /64) carry everybody's
+//! requests: they are never evicted, and a new one from a proxy may evict from any other
+//! address.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -116,22 +117,33 @@ impl Drop for StreamMark {
     }
 }
 
+/// Whose connections are counted together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    /// A client's address bucket (IPv4 address, IPv6 /64).
+    Bucket(IpAddr),
+    /// One `--trusted-proxy`, by its exact address: the rest of its /64 are ordinary clients
+    /// (a bucketed match let every neighbour of an IPv6 proxy be never evicted and evict
+    /// anyone).
+    Proxy(IpAddr),
+}
+
 #[derive(Debug, Default)]
 struct Counts {
     total: usize,
-    /// Each address's connections, by admission order (oldest first).
-    per_ip: HashMap<IpAddr, BTreeMap<u64, Arc<Slot>>>,
-    /// (connections, address) for every address in `per_ip`: the heaviest last.
-    by_count: BTreeSet<(usize, IpAddr)>,
+    /// Each key's connections, by admission order (oldest first).
+    per_ip: HashMap<Key, BTreeMap<u64, Arc<Slot>>>,
+    /// (connections, key) for every key in `per_ip`: the heaviest last.
+    by_count: BTreeSet<(usize, Key)>,
     next_id: u64,
 }
 
 impl Counts {
-    fn count(&self, ip: &IpAddr) -> usize {
+    fn count(&self, ip: &Key) -> usize {
         self.per_ip.get(ip).map_or(0, BTreeMap::len)
     }
 
-    fn insert(&mut self, ip: IpAddr, id: u64, slot: Arc<Slot>) {
+    fn insert(&mut self, ip: Key, id: u64, slot: Arc<Slot>) {
         let conns = self.per_ip.entry(ip).or_default();
         self.by_count.remove(&(conns.len(), ip));
         conns.insert(id, slot);
@@ -139,7 +151,7 @@ impl Counts {
         self.total += 1;
     }
 
-    fn remove(&mut self, ip: IpAddr, id: u64) -> Option<Arc<Slot>> {
+    fn remove(&mut self, ip: Key, id: u64) -> Option<Arc<Slot>> {
         let conns = self.per_ip.get_mut(&ip)?;
         let before = conns.len();
         let slot = conns.remove(&id)?;
@@ -153,37 +165,42 @@ impl Counts {
         Some(slot)
     }
 
-    /// Evicts, from the heaviest addresses holding at least two more than `mine` (any other
-    /// address for a proxy's connection), skipping `protected` ones: the oldest connection
-    /// without a stream, else the oldest stream; false when there is none.
-    fn evict_for(&mut self, mine: usize, proxy: bool, protected: &[IpAddr]) -> bool {
+    /// Evicts one connection of the heaviest address holding at least two more than `mine`
+    /// (any address for a proxy's connection; never a proxy's): its oldest connection without
+    /// a stream, else its oldest stream; an address whose every connection is committing is
+    /// passed over for the next heaviest. False when there is none.
+    ///
+    /// The walk is per address, heaviest first: an address holding only streams gives way
+    /// before a lighter one with idle connections (a flood of streams must not make the
+    /// lighter clients pay).
+    fn evict_for(&mut self, mine: usize, proxy: bool) -> bool {
         let floor = if proxy { 1 } else { mine + 2 };
-        for streams in [false, true] {
-            let victim = self
-                .by_count
-                .iter()
-                .rev()
-                .take_while(|(count, _)| *count >= floor)
-                .filter(|(_, ip)| !protected.contains(ip))
-                .find_map(|(_, ip)| {
-                    let conns = self.per_ip.get(ip)?;
+        let victim = self
+            .by_count
+            .iter()
+            .rev()
+            .take_while(|(count, _)| *count >= floor)
+            .filter(|(_, key)| matches!(key, Key::Bucket(_)))
+            .find_map(|(_, key)| {
+                let conns = self.per_ip.get(key)?;
+                [false, true].into_iter().find_map(|streams| {
                     conns
                         .iter()
                         .find(|(_, slot)| {
                             (slot.streams.load(Ordering::Acquire) > 0) == streams
                                 && slot.try_evict()
                         })
-                        .map(|(id, _)| (*ip, *id))
-                });
-            if let Some((ip, id)) = victim {
-                if let Some(slot) = self.remove(ip, id) {
-                    // A stored permit: the task sees it even if it is not waiting yet.
-                    slot.evict.notify_one();
-                }
-                return true;
-            }
+                        .map(|(id, _)| (*key, *id))
+                })
+            });
+        let Some((key, id)) = victim else {
+            return false;
+        };
+        if let Some(slot) = self.remove(key, id) {
+            // A stored permit: the task sees it even if it is not waiting yet.
+            slot.evict.notify_one();
         }
-        false
+        true
     }
 }
 
@@ -192,7 +209,7 @@ impl Counts {
 pub struct Connections {
     max: usize,
     max_per_ip: usize,
-    /// `--trusted-proxy` addresses (bucketed): never evicted.
+    /// `--trusted-proxy` addresses (exact, canonical): never evicted.
     proxies: Vec<IpAddr>,
     counts: Mutex<Counts>,
 }
@@ -210,7 +227,7 @@ pub enum Full {
 #[derive(Debug)]
 pub struct Connection {
     owner: Arc<Connections>,
-    ip: IpAddr,
+    ip: Key,
     id: u64,
     slot: Arc<Slot>,
     /// Whether another connection was evicted to admit this one.
@@ -236,7 +253,7 @@ impl Connections {
         Arc::new(Connections {
             max,
             max_per_ip,
-            proxies: proxies.iter().map(|ip| bucket(*ip)).collect(),
+            proxies: proxies.iter().map(IpAddr::to_canonical).collect(),
             counts: Mutex::new(Counts::default()),
         })
     }
@@ -248,7 +265,13 @@ impl Connections {
     /// Admits a connection from `ip` (evicting one of a heavier address when the pool is
     /// full), or says which cap is full.
     pub fn enter(self: &Arc<Self>, ip: IpAddr) -> Result<Connection, Full> {
-        let ip = bucket(ip);
+        let exact = ip.to_canonical();
+        let proxy = self.proxies.contains(&exact);
+        let ip = if proxy {
+            Key::Proxy(exact)
+        } else {
+            Key::Bucket(bucket(ip))
+        };
         let mut counts = self.lock();
         let mine = counts.count(&ip);
         if mine >= self.max_per_ip {
@@ -256,8 +279,7 @@ impl Connections {
         }
         let mut evicted_another = false;
         if counts.total >= self.max {
-            let proxy = self.proxies.contains(&ip);
-            if !counts.evict_for(mine, proxy, &self.proxies) {
+            if !counts.evict_for(mine, proxy) {
                 return Err(Full::Total);
             }
             evicted_another = true;
@@ -371,6 +393,38 @@ mod tests {
     }
 
     #[test]
+    fn a_heavy_address_of_streams_gives_way_before_a_lighter_one_with_idle_connections() {
+        let c = pool(7, 7);
+        let heavy: Vec<Connection> = (0..4).map(|_| c.enter(ip(1)).unwrap()).collect();
+        let _streams: Vec<StreamMark> = heavy.iter().map(|h| h.slot().streaming()).collect();
+        let light: Vec<Connection> = (0..3).map(|_| c.enter(ip(2)).unwrap()).collect();
+        // ip(2) holds 3 idle connections, enough to qualify (3 >= 0 + 2), but ip(1) is heavier.
+        assert!(c.enter(ip(3)).unwrap().evicted_another());
+        assert!(heavy[0].slot.is_evicted(), "the heaviest's oldest stream");
+        assert!(light.iter().all(|l| !l.slot.is_evicted()));
+    }
+
+    #[test]
+    fn a_proxy_is_trusted_by_its_exact_address_not_its_prefix() {
+        let proxy: IpAddr = "2001:db8::5".parse().unwrap();
+        let neighbour: IpAddr = "2001:db8::6".parse().unwrap();
+        let c = Connections::new(4, 4, &[proxy]);
+        let near: Vec<Connection> = (0..3).map(|_| c.enter(neighbour).unwrap()).collect();
+        let _p = c.enter(proxy).unwrap();
+        // A newcomer evicts the proxy's neighbour (3 >= 0 + 2): it is no proxy.
+        let newcomer = c.enter(ip(1)).unwrap();
+        assert!(newcomer.evicted_another());
+        assert!(near[0].slot.is_evicted());
+        // And the neighbour's next connection is not a proxy's that may evict anyone.
+        assert_eq!(c.enter(neighbour).unwrap_err(), Full::Total);
+        // The proxy given as an IPv4-mapped address is matched too.
+        let v4 = Connections::new(2, 2, &["::ffff:192.0.2.9".parse().unwrap()]);
+        let _a = v4.enter(ip(1)).unwrap();
+        let _b = v4.enter(ip(2)).unwrap();
+        assert!(v4.enter(ip(9)).unwrap().evicted_another());
+    }
+
+    #[test]
     fn no_eviction_that_would_make_the_newcomer_the_heaviest() {
         let c = pool(4, 4);
         let _a: Vec<Connection> = (0..2).map(|_| c.enter(ip(1)).unwrap()).collect();
@@ -439,7 +493,8 @@ mod tests {
         }
         // The flooding address gave way down to the others' level.
         let counts = c.lock();
-        assert!(counts.count(&ip(1)) <= 2, "{}", counts.count(&ip(1)));
+        let one = counts.count(&Key::Bucket(ip(1)));
+        assert!(one <= 2, "{one}");
         assert_eq!(counts.total, 64);
     }
 }
