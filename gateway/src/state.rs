@@ -85,6 +85,10 @@ impl AppState {
     /// faults secret.
     pub fn new(config: Config, backend: Arc<dyn Backend>) -> Result<Self, String> {
         config.check()?;
+        crate::limits::ip::configure(crate::limits::ip::Prefixes {
+            v4: config.limits.ipv4_bucket_prefix,
+            v6: config.limits.ipv6_bucket_prefix,
+        })?;
         let policy = match &config.policy {
             Some(path) => Policy::load(path)?,
             None => Policy::default(),

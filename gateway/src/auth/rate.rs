@@ -3,8 +3,8 @@
 //! Verifying a signature costs the gateway far more than it costs a caller to send garbage, and
 //! every accepted session takes a replay-cache entry, so `POST /v1/session` is limited per client
 //! address (GCRA from `governor`): `--session-burst` at once, then `--session-rate-per-minute`.
-//! IPv6 addresses count per /64, the block one subscriber usually gets, so one host cannot
-//! dodge the limit by walking its own prefix (`crate::limits::ip`). The per-address memory is bounded: past
+//! Addresses count per bucket (IPv6 per /56 by default, the block one subscriber usually
+//! gets), so one host cannot dodge the limit by walking its own prefix (`crate::limits::ip`). The per-address memory is bounded: past
 //! [`MAX_TRACKED`] addresses the idle ones are dropped, and while that many are all active, new
 //! addresses are refused too. Behind a reverse proxy every request has the proxy's address;
 //! size the limit for that (docs/protocol.md).
@@ -77,11 +77,15 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_counts_per_64_and_zero_means_no_limit() {
+    fn ipv6_counts_per_56_and_zero_means_no_limit() {
         let limiter = SessionLimiter::new(60, 1);
         assert!(limiter.check("2001:db8::1".parse().unwrap()).is_ok());
         assert!(limiter.check("2001:db8::ffff:2".parse().unwrap()).is_err());
-        assert!(limiter.check("2001:db8:0:1::1".parse().unwrap()).is_ok());
+        assert!(
+            limiter.check("2001:db8:0:ff::1".parse().unwrap()).is_err(),
+            "another /64 of the same /56"
+        );
+        assert!(limiter.check("2001:db8:0:100::1".parse().unwrap()).is_ok());
         assert!(limiter.check("::ffff:192.0.2.9".parse().unwrap()).is_ok());
         assert!(
             limiter.check("192.0.2.9".parse().unwrap()).is_err(),

@@ -194,8 +194,8 @@ mod tests {
         let cache = ReplayCache::new(100);
         let now = 9_000_000;
         let from =
-            |n: u32| IpAddr::from((0x2001_0db8_0000_u128 << 80 | (n as u128) << 64).to_be_bytes());
-        // 35 addresses (each its own /64) × 3 sessions: 105 > 100 attempted.
+            |n: u32| IpAddr::from((0x2001_0db8_0000_u128 << 80 | (n as u128) << 72).to_be_bytes());
+        // 35 addresses (each its own /56) × 3 sessions: 105 > 100 attempted.
         let mut refused = 0;
         for a in 0..35u32 {
             for k in 0..3u32 {
@@ -223,8 +223,9 @@ mod tests {
                 retry_after_ms: KEEP_MS - 10
             }
         );
-        // The /64 is one address: a neighbour in the same /64 is the flooder.
-        let neighbour = IpAddr::from((0x2001_0db8_0000_u128 << 80 | 0xffff).to_be_bytes());
+        // The /56 is one address: a neighbour in another /64 of the same /56 is the flooder.
+        let neighbour =
+            IpAddr::from((0x2001_0db8_0000_u128 << 80 | 0xff << 64 | 0xffff).to_be_bytes());
         assert_ne!(
             cache.admit(Uuid::from_u128(997), now, neighbour, now + 10),
             Admit::Fresh

@@ -26,7 +26,7 @@ pub struct LimitConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 
-    /// Most connections open at once from one client address (IPv6: per /64); one more is
+    /// Most connections open at once from one client address (per address bucket: IPv6 /56 by default); one more is
     /// answered 429 (42900) and closed at once.
     #[arg(long, env = "CELERIANT_GATEWAY_MAX_CONNECTIONS_PER_IP", default_value_t = 256,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -81,7 +81,7 @@ pub struct LimitConfig {
     #[arg(long, env = "CELERIANT_GATEWAY_WRITE_BUFFER_BYTES", default_value_t = 64 << 20)]
     pub write_buffer_bytes: usize,
 
-    /// Most bytes of write bodies one client address may hold at once (IPv6: per /64; at
+    /// Most bytes of write bodies one client address may hold at once (per address bucket; at
     /// least --max-body-bytes); past it 429 (42910). Default: an eighth of
     /// --write-buffer-bytes. 0: no per-address share (behind a reverse proxy, where every
     /// request has the proxy's address). Each session client id holds at most an eighth too.
@@ -102,8 +102,8 @@ pub struct LimitConfig {
     #[arg(long, env = "CELERIANT_GATEWAY_READ_BUFFER_BYTES", default_value_t = 64 << 20)]
     pub read_buffer_bytes: usize,
 
-    /// Most bytes of read responses one client address may hold unsent at once (IPv6: per
-    /// /64; at least the largest page); past it 429 (42910). Default: an eighth of
+    /// Most bytes of read responses one client address may hold unsent at once (per
+    /// address bucket; at least the largest page); past it 429 (42910). Default: an eighth of
     /// --read-buffer-bytes. 0: no per-address share (behind a reverse proxy). Each session
     /// client id holds at most an eighth too.
     #[arg(long, env = "CELERIANT_GATEWAY_READ_BUFFER_BYTES_PER_IP")]
@@ -134,8 +134,8 @@ pub struct LimitConfig {
     )]
     pub concurrency_per_client: u32,
 
-    /// Writes per second one client address may make, and reads per second, each (IPv6: per
-    /// /64; 0: no limit); past it 429 (42910).
+    /// Writes per second one client address may make, and reads per second, each (per address
+    /// bucket; 0: no limit); past it 429 (42910).
     #[arg(long, env = "CELERIANT_GATEWAY_RATE_PER_IP", default_value_t = 20_000)]
     pub rate_per_ip: u32,
 
@@ -152,8 +152,8 @@ pub struct LimitConfig {
     pub concurrency_per_ip: u32,
 
     /// `GET /healthz` and static files one client address may ask for per second, after a
-    /// burst of --static-burst-per-ip (IPv6: per /64); past it 429 (42911) with the wait in
-    /// `Retry-After`. 0: no limit.
+    /// burst of --static-burst-per-ip (per address bucket); past it 429 (42911) with the wait
+    /// in `Retry-After`. 0: no limit.
     #[arg(
         long,
         env = "CELERIANT_GATEWAY_STATIC_RATE_PER_IP",
@@ -168,6 +168,19 @@ pub struct LimitConfig {
         default_value_t = 200
     )]
     pub static_burst_per_ip: u32,
+
+    /// Bits of a client's IPv4 address that make its bucket, the key of every per-address
+    /// limit (32: each address on its own; carrier-grade NAT puts many subscribers behind one
+    /// /24, so coarser buckets make them share).
+    #[arg(long, env = "CELERIANT_GATEWAY_IPV4_BUCKET_PREFIX", default_value_t = 32,
+          value_parser = clap::value_parser!(u8).range(8..=32))]
+    pub ipv4_bucket_prefix: u8,
+
+    /// Bits of a client's IPv6 address that make its bucket (56: a subscriber's usual
+    /// delegation; per /64 one host had thousands of buckets of its own).
+    #[arg(long, env = "CELERIANT_GATEWAY_IPV6_BUCKET_PREFIX", default_value_t = 56,
+          value_parser = clap::value_parser!(u8).range(32..=128))]
+    pub ipv6_bucket_prefix: u8,
 }
 
 impl LimitConfig {

@@ -31,7 +31,7 @@ pub struct WatchConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub watch_max_streams_per_client: u32,
 
-    /// Most change streams one client address may hold open (IPv4 per address, IPv6 per /64);
+    /// Most change streams one client address may hold open (per address bucket: IPv6 /56 by default);
     /// one more is refused (429, 42922, `retry`). 0: no cap (behind a reverse proxy not named
     /// with --trusted-proxy, where every stream has the proxy's address).
     #[arg(long, env = "CELERIANT_GATEWAY_WATCH_MAX_STREAMS_PER_IP", default_value_t = 64,

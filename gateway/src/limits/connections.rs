@@ -23,7 +23,7 @@
 //! being applied. The place is moved at once (the evicted connection's task is told to drop it
 //! and no longer counts), so the total never passes the cap.
 //!
-//! Connections from a `--trusted-proxy` (its exact address, not its /64) carry everybody's
+//! Connections from a `--trusted-proxy` (its exact address, not its bucket) carry everybody's
 //! requests: they are never evicted, and a new one from a proxy may evict from any other
 //! address.
 
@@ -120,9 +120,9 @@ impl Drop for StreamMark {
 /// Whose connections are counted together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Key {
-    /// A client's address bucket (IPv4 address, IPv6 /64).
+    /// A client's address bucket (`super::ip`).
     Bucket(IpAddr),
-    /// One `--trusted-proxy`, by its exact address: the rest of its /64 are ordinary clients
+    /// One `--trusted-proxy`, by its exact address: the rest of its bucket are ordinary clients
     /// (a bucketed match let every neighbour of an IPv6 proxy be never evicted and evict
     /// anyone).
     Proxy(IpAddr),

@@ -1,26 +1,78 @@
 //! Which key a client address counts under, for every per-address limit.
 //!
-//! IPv4 addresses count as they are (also when mapped into IPv6); IPv6 addresses per /64, the
-//! block one subscriber usually gets, so one host cannot dodge a limit by walking its own
-//! prefix. Behind a reverse proxy every request has the proxy's address unless the proxy is
-//! named with `--trusted-proxy` (`crate::proxy` then puts the client's address in its place).
+//! An address counts under its **bucket**: the address cut to a prefix, `--ipv4-bucket-prefix`
+//! (default 32: the address itself) or `--ipv6-bucket-prefix` (default 56). IPv4 is not cut
+//! coarser because carrier-grade NAT puts thousands of unrelated subscribers behind one /24 (a
+//! /24 bucket would make them share every per-address limit). IPv6 /64 was too fine: a
+//! subscriber usually gets a /56 (often a /48), so one host walked thousands of /64s of its own
+//! prefix and got a share in each (3,500 /64s of one /52 once filled the session replay cache,
+//! issue 26); /56 gives such a host one bucket (a /48 holder 256), while mobile carriers, which
+//! hand each device its own /64 out of large pools, still rarely put two devices in one /56.
+//! Mapped IPv4 (`::ffff:a.b.c.d`) counts as IPv4. Behind a reverse proxy every request has the
+//! proxy's address unless the proxy is named with `--trusted-proxy` (`crate::proxy` then puts
+//! the client's address in its place).
+//!
+//! The prefixes are one setting of the process, read by every limiter on every request, so
+//! they live in a process-wide cell set once at start ([`configure`]) rather than threaded
+//! through each of the nine limiters' constructors.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::OnceLock;
 
 use axum::extract::ConnectInfo;
 use axum::http::Extensions;
 
-/// The key `ip` counts under.
+/// The prefix lengths of an address bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefixes {
+    /// Bits of an IPv4 address kept (8..=32).
+    pub v4: u8,
+    /// Bits of an IPv6 address kept (32..=128).
+    pub v6: u8,
+}
+
+impl Default for Prefixes {
+    fn default() -> Self {
+        Prefixes { v4: 32, v6: 56 }
+    }
+}
+
+static PREFIXES: OnceLock<Prefixes> = OnceLock::new();
+
+/// Sets the process's bucket prefixes; an error when they were set to other values already
+/// (two gateways in one process must agree: every limiter keys by them).
+pub fn configure(prefixes: Prefixes) -> Result<(), String> {
+    let set = *PREFIXES.get_or_init(|| prefixes);
+    if set == prefixes {
+        Ok(())
+    } else {
+        Err(format!(
+            "the address bucket prefixes are {set:?} in this process already; cannot use \
+             {prefixes:?}"
+        ))
+    }
+}
+
+/// The key `ip` counts under, with the process's prefixes.
 pub fn bucket(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
+    bucket_with(ip, PREFIXES.get().copied().unwrap_or_default())
+}
+
+/// The key `ip` counts under with `prefixes`.
+pub fn bucket_with(ip: IpAddr, prefixes: Prefixes) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let keep = u32::MAX
+                .checked_shl(32 - u32::from(prefixes.v4.min(32)))
+                .unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & keep))
+        }
+        IpAddr::V6(v6) => {
+            let keep = u128::MAX
+                .checked_shl(128 - u32::from(prefixes.v6.min(128)))
+                .unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & keep))
+        }
     }
 }
 
@@ -36,14 +88,38 @@ pub fn peer(extensions: &Extensions) -> IpAddr {
 mod tests {
     use super::*;
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
-    fn ipv6_counts_per_64_and_mapped_ipv4_as_ipv4() {
-        let a: IpAddr = "2001:db8::1".parse().unwrap();
-        let b: IpAddr = "2001:db8::ffff:2".parse().unwrap();
-        let c: IpAddr = "2001:db8:0:1::1".parse().unwrap();
-        assert_eq!(bucket(a), bucket(b));
-        assert_ne!(bucket(a), bucket(c));
-        let mapped: IpAddr = "::ffff:192.0.2.9".parse().unwrap();
-        assert_eq!(bucket(mapped), "192.0.2.9".parse::<IpAddr>().unwrap());
+    fn ipv6_counts_per_56_by_default_and_mapped_ipv4_as_ipv4() {
+        let p = Prefixes::default();
+        let b = |s| bucket_with(ip(s), p);
+        // One /56: its 256 /64s are one bucket.
+        assert_eq!(b("2001:db8:0:1::1"), b("2001:db8:0:ff::ffff:2"));
+        assert_eq!(b("2001:db8:0:ff::1"), ip("2001:db8::"));
+        assert_ne!(b("2001:db8:0:1::1"), b("2001:db8:0:100::1"));
+        assert_eq!(b("::ffff:192.0.2.9"), ip("192.0.2.9"));
+        // IPv4 as it is: CGNAT neighbours are not lumped together.
+        assert_ne!(b("192.0.2.9"), b("192.0.2.10"));
+    }
+
+    #[test]
+    fn prefixes_cut_where_they_say() {
+        let p = Prefixes { v4: 24, v6: 48 };
+        assert_eq!(bucket_with(ip("192.0.2.77"), p), ip("192.0.2.0"));
+        assert_eq!(bucket_with(ip("2001:db8:7:ff00::1"), p), ip("2001:db8:7::"));
+        let whole = Prefixes { v4: 32, v6: 128 };
+        assert_eq!(bucket_with(ip("2001:db8::5"), whole), ip("2001:db8::5"));
+        let none = Prefixes { v4: 0, v6: 0 };
+        assert_eq!(bucket_with(ip("192.0.2.77"), none), ip("0.0.0.0"));
+    }
+
+    #[test]
+    fn a_second_setting_must_agree() {
+        configure(Prefixes::default()).unwrap();
+        configure(Prefixes::default()).unwrap();
+        assert!(configure(Prefixes { v4: 24, v6: 56 }).is_err());
     }
 }

@@ -4,7 +4,7 @@
 //! declare eight bodies of the largest size, send one byte of each and hold the whole write
 //! budget for `--body-read-timeout-ms`, or ask for pages it never reads and hold the whole
 //! read budget until `--idle-timeout-ms`, so every other client was refused 429 (42900). Here
-//! each address (IPv6: per /64) and each session client id may hold at most an eighth of the
+//! each address (per address bucket: IPv6 /56 by default) and each session client id may hold at most an eighth of the
 //! budget (never less than the largest single item, so one always fits) at once; past it the
 //! request is refused 429 `retry`, code 42910, `Retry-After: 1`. `--write-buffer-bytes-per-ip`
 //! and `--read-buffer-bytes-per-ip` set the address's share (0: none, behind a reverse proxy).
