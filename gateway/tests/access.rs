@@ -502,12 +502,13 @@ async fn a_members_change_takes_a_write_slot() {
         .await;
     assert_eq!(w.outcome(), "landed", "{:?}", w.json);
     let all = h.state.config.limits.max_inflight;
-    // Slots held by as many addresses as there are slots: each one light, so the reserve goes
+    // Slots held by as many address buckets (IPv6 /56s) as there are slots: each one light, so
+    // the reserve goes
     // too.
     let held: Vec<_> = (0..all)
         .map(|i| {
             let ip =
-                std::net::IpAddr::from((0x2001_0db8_u128 << 96 | (i as u128) << 64).to_be_bytes());
+                std::net::IpAddr::from((0x2001_0db8_u128 << 96 | (i as u128) << 72).to_be_bytes());
             h.state.admission.take(ip).unwrap()
         })
         .collect();

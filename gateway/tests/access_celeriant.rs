@@ -20,23 +20,8 @@ use serde_json::{Value, json};
 use support::app::*;
 use support::device::*;
 use support::fake_celeriant::{FakeCeleriant, Reply as Node};
+use support::policy::{OPERATOR, configure, with_policy};
 use uuid::Uuid;
-
-const OPERATOR: &str = "operator-secret-of-at-least-thirty-two-characters";
-
-async fn with_policy(store: Store, policy: &str) -> Harness {
-    let policy = policy.to_owned();
-    Harness::auth_on(store, move |c| configure(c, &policy)).await
-}
-
-fn configure(c: &mut celeriant_gateway::config::Config, policy: &str) {
-    let file = c.data_dir.join("policy.toml");
-    std::fs::write(&file, policy).unwrap();
-    c.policy = Some(file);
-    let op = c.data_dir.join("operator");
-    std::fs::write(&op, OPERATOR).unwrap();
-    c.operator_token_file = Some(op);
-}
 
 fn events(type_id: &str, id: &str) -> String {
     format!("/v1/aggregates/{type_id}/{id}/events")

@@ -14,15 +14,18 @@ pub const OPERATOR: &str = "operator-secret-of-at-least-thirty-two-characters";
 /// credential.
 pub async fn with_policy(store: Store, policy: &str) -> Harness {
     let policy = policy.to_owned();
-    Harness::auth_on(store, move |c| {
-        let file = c.data_dir.join("policy.toml");
-        std::fs::write(&file, policy).unwrap();
-        c.policy = Some(file);
-        let op = c.data_dir.join("operator");
-        std::fs::write(&op, OPERATOR).unwrap();
-        c.operator_token_file = Some(op);
-    })
-    .await
+    Harness::auth_on(store, move |c| configure(c, &policy)).await
+}
+
+/// Writes `policy` (TOML) and the [`OPERATOR`] credential into `c`'s data directory and points
+/// `c` at them (for harnesses built another way, such as over a fake Celeriant node).
+pub fn configure(c: &mut celeriant_gateway::config::Config, policy: &str) {
+    let file = c.data_dir.join("policy.toml");
+    std::fs::write(&file, policy).unwrap();
+    c.policy = Some(file);
+    let op = c.data_dir.join("operator");
+    std::fs::write(&op, OPERATOR).unwrap();
+    c.operator_token_file = Some(op);
 }
 
 /// `body` (one write) with `allowCreate: false`.
