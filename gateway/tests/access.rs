@@ -503,8 +503,7 @@ async fn a_members_change_takes_a_write_slot() {
     assert_eq!(w.outcome(), "landed", "{:?}", w.json);
     let all = h.state.config.limits.max_inflight;
     // Slots held by as many address buckets (IPv6 /56s) as there are slots: each one light, so
-    // the reserve goes
-    // too.
+    // the reserve goes too.
     let held: Vec<_> = (0..all)
         .map(|i| {
             let ip =
