@@ -102,6 +102,7 @@ pub fn app(state: AppState) -> Router {
             get(routes::revocations::list).post(routes::revocations::revoke),
         )
         .route("/v1/revocations/lift", post(routes::revocations::lift))
+        .route(routes::backup::BACKUP_PATH, post(routes::backup::backup))
         .route(
             HEALTH_PATH,
             get(routes::health::health).route_layer(axum::middleware::from_fn_with_state(

@@ -387,6 +387,18 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// A consistent copy of the store while it runs (`POST /v1/backup`). The default (a
+    /// backend that holds no data of its own) refuses.
+    async fn backup(&self) -> Result<embedded::backup::Backup, BackendError> {
+        Err(BackendError::code(
+            celeriant_sync_protocol::codes::gateway::NOT_FOUND,
+            format!(
+                "the {} backend holds no data of its own: back up the Celeriant cluster",
+                self.name()
+            ),
+        ))
+    }
+
     /// Every stored revocation. The default (a backend that keeps none) refuses.
     async fn revocations(&self) -> Result<Vec<Revocation>, BackendError> {
         Err(no_revocations(self.name()))

@@ -1,5 +1,6 @@
 //! The HTTP routes of protocol v1, one file each.
 
+pub mod backup;
 pub mod faults;
 pub mod health;
 pub mod members;

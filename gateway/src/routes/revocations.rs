@@ -77,8 +77,8 @@ fn target_of(body: &Body) -> Result<Target, ApiError> {
     })
 }
 
-/// Refuses anything but the operator credential; logs every attempt.
-fn operator_only(state: &AppState, parts: &Parts) -> Result<(), ApiError> {
+/// Refuses anything but the operator credential; logs every attempt (also `POST /v1/backup`).
+pub(crate) fn operator_only(state: &AppState, parts: &Parts) -> Result<(), ApiError> {
     let path = parts.uri.path();
     let method = &parts.method;
     match bearer(&parts.headers) {
@@ -108,11 +108,11 @@ fn operator_only(state: &AppState, parts: &Parts) -> Result<(), ApiError> {
             static WITHOUT: Throttle = Throttle::new();
             if let Some(suppressed) = WITHOUT.allow() {
                 let peer = ip::peer(&parts.extensions);
-                tracing::warn!(%method, path = ?path, ?peer, suppressed, "revocations: refused without the operator credential");
+                tracing::warn!(%method, path = ?path, ?peer, suppressed, "refused without the operator credential");
             }
             Err(ApiError::code(
                 g::OPERATOR_REQUIRED,
-                "revocations take the operator credential (Authorization: Operator <secret>)",
+                "this route takes the operator credential (Authorization: Operator <secret>)",
             ))
         }
     }

@@ -36,6 +36,7 @@
 
 pub mod access;
 mod apply;
+pub mod backup;
 pub mod health;
 mod migrate;
 mod read;
@@ -486,6 +487,10 @@ impl Backend for EmbeddedStore {
                 "embedded writer stopped".into(),
             ))
         })
+    }
+
+    async fn backup(&self) -> Result<backup::Backup, BackendError> {
+        backup::run(self.shared.clone()).await
     }
 
     async fn read(&self, query: ReadQuery) -> Result<ReadPage, BackendError> {
