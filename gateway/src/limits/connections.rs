@@ -165,35 +165,54 @@ impl Counts {
         Some(slot)
     }
 
-    /// Evicts one connection of the heaviest address holding at least two more than `mine`
-    /// (any address for a proxy's connection; never a proxy's): its oldest connection without
-    /// a stream, else its oldest stream; an address whose every connection is committing is
-    /// passed over for the next heaviest. False when there is none.
+    /// Evicts one connection of the heaviest addresses holding at least two more than `mine`
+    /// (any address for a proxy's connection; never a proxy's). Among the addresses of the
+    /// heaviest count: the oldest connection without a stream of any of them, else the oldest
+    /// stream of any of them; when every connection of that count is committing, the next
+    /// count down. False when there is none.
     ///
-    /// The walk is per address, heaviest first: an address holding only streams gives way
-    /// before a lighter one with idle connections (a flood of streams must not make the
-    /// lighter clients pay).
+    /// The walk is by count, heaviest first: an address holding only streams gives way before
+    /// a lighter one with idle connections (a flood of streams must not make lighter clients
+    /// pay). Within one count, idle connections go before streams whichever address holds them,
+    /// and the oldest first, so the order of the addresses themselves decides nothing (an
+    /// attacker choosing low addresses gains no shelter).
     fn evict_for(&mut self, mine: usize, proxy: bool) -> bool {
         let floor = if proxy { 1 } else { mine + 2 };
-        let victim = self
+        let mut heaviest = self
             .by_count
             .iter()
             .rev()
             .take_while(|(count, _)| *count >= floor)
             .filter(|(_, key)| matches!(key, Key::Bucket(_)))
-            .find_map(|(_, key)| {
-                let conns = self.per_ip.get(key)?;
-                [false, true].into_iter().find_map(|streams| {
-                    conns
-                        .iter()
-                        .find(|(_, slot)| {
-                            (slot.streams.load(Ordering::Acquire) > 0) == streams
-                                && slot.try_evict()
+            .peekable();
+        let mut victim = None;
+        while let Some(&&(count, _)) = heaviest.peek() {
+            let group: Vec<Key> = std::iter::from_fn(|| heaviest.next_if(|(c, _)| *c == count))
+                .map(|(_, key)| *key)
+                .collect();
+            let mut candidates: Vec<(bool, u64, Key)> = group
+                .iter()
+                .flat_map(|key| {
+                    self.per_ip.get(key).into_iter().flat_map(move |conns| {
+                        conns.iter().map(move |(id, slot)| {
+                            (slot.streams.load(Ordering::Acquire) > 0, *id, *key)
                         })
-                        .map(|(id, _)| (*key, *id))
+                    })
                 })
+                .collect();
+            // Idle (false) before streams (true), then the oldest (admission order).
+            candidates.sort_unstable();
+            victim = candidates.into_iter().find(|(_, id, key)| {
+                self.per_ip
+                    .get(key)
+                    .and_then(|conns| conns.get(id))
+                    .is_some_and(|slot| slot.try_evict())
             });
-        let Some((key, id)) = victim else {
+            if victim.is_some() {
+                break;
+            }
+        }
+        let Some((_, id, key)) = victim else {
             return false;
         };
         if let Some(slot) = self.remove(key, id) {
@@ -402,6 +421,23 @@ mod tests {
         assert!(c.enter(ip(3)).unwrap().evicted_another());
         assert!(heavy[0].slot.is_evicted(), "the heaviest's oldest stream");
         assert!(light.iter().all(|l| !l.slot.is_evicted()));
+    }
+
+    #[test]
+    fn among_equally_heavy_addresses_idle_connections_go_before_streams() {
+        let c = pool(6, 6);
+        // A low address with idle connections, a high one with streams, equally heavy.
+        let low: Vec<Connection> = (0..3).map(|_| c.enter(ip(1)).unwrap()).collect();
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let high: Vec<Connection> = (0..3).map(|_| c.enter(v6).unwrap()).collect();
+        let _streams: Vec<StreamMark> = high.iter().map(|h| h.slot().streaming()).collect();
+        let newcomer = c.enter(ip(3)).unwrap();
+        assert!(newcomer.evicted_another());
+        assert!(
+            low[0].slot.is_evicted(),
+            "the oldest idle one, whoever holds it"
+        );
+        assert!(high.iter().all(|h| !h.slot.is_evicted()));
     }
 
     #[test]
