@@ -85,10 +85,6 @@ impl AppState {
     /// faults secret.
     pub fn new(config: Config, backend: Arc<dyn Backend>) -> Result<Self, String> {
         config.check()?;
-        crate::limits::ip::configure(crate::limits::ip::Prefixes {
-            v4: config.limits.ipv4_bucket_prefix,
-            v6: config.limits.ipv6_bucket_prefix,
-        })?;
         let policy = match &config.policy {
             Some(path) => Policy::load(path)?,
             None => Policy::default(),
@@ -108,7 +104,14 @@ impl AppState {
             true => Some(Arc::new(FaultsSecret::load(&config)?)),
             false => None,
         };
+        let auth = Auth::from_config(&config)?;
         let limits = &config.limits;
+        // Last of what can refuse the configuration, before the tasks are spawned: the
+        // prefixes are the process's from here on.
+        crate::limits::ip::configure(crate::limits::ip::Prefixes {
+            v4: limits.ipv4_bucket_prefix,
+            v6: limits.ipv6_bucket_prefix,
+        })?;
         let watch = Hub::new(config.watch.limits(), config.org_id);
         // The pump needs a runtime; a state built outside one (unit tests) has no fan-out.
         if let (Some(changes), Ok(runtime)) =
@@ -116,7 +119,6 @@ impl AppState {
         {
             runtime.spawn(watch.clone().pump(changes));
         }
-        let auth = Auth::from_config(&config)?;
         if !backend.keeps_revocations() {
             if config.auth != crate::config::AuthMode::None {
                 tracing::warn!(

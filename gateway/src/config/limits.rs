@@ -179,7 +179,7 @@ pub struct LimitConfig {
     /// Bits of a client's IPv6 address that make its bucket (56: a subscriber's usual
     /// delegation; per /64 one host had thousands of buckets of its own).
     #[arg(long, env = "CELERIANT_GATEWAY_IPV6_BUCKET_PREFIX", default_value_t = 56,
-          value_parser = clap::value_parser!(u8).range(32..=128))]
+          value_parser = clap::value_parser!(u8).range(40..=128))]
     pub ipv6_bucket_prefix: u8,
 }
 

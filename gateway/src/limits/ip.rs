@@ -6,9 +6,10 @@
 //! /24 bucket would make them share every per-address limit). IPv6 /64 was too fine: a
 //! subscriber usually gets a /56 (often a /48), so one host walked thousands of /64s of its own
 //! prefix and got a share in each (3,500 /64s of one /52 once filled the session replay cache,
-//! issue 26); /56 gives such a host one bucket (a /48 holder 256), while mobile carriers, which
-//! hand each device its own /64 out of large pools, still rarely put two devices in one /56.
-//! Mapped IPv4 (`::ffff:a.b.c.d`) counts as IPv4. Behind a reverse proxy every request has the
+//! issue 26); /56 gives such a host one bucket (a /48 holder 256). The price: devices of one
+//! /56 share every per-address limit (a dense mobile pool can put many in one), so such a
+//! network sets `--ipv6-bucket-prefix 64` (docs/protocol.md §15, *Address buckets*).
+//! Mapped IPv4 (`::ffff:a.b.c.d`) and NAT64 (`64:ff9b::a.b.c.d`) count as IPv4. Behind a reverse proxy every request has the
 //! proxy's address unless the proxy is named with `--trusted-proxy` (`crate::proxy` then puts
 //! the client's address in its place).
 //!
@@ -39,9 +40,16 @@ impl Default for Prefixes {
 
 static PREFIXES: OnceLock<Prefixes> = OnceLock::new();
 
-/// Sets the process's bucket prefixes; an error when they were set to other values already
+/// Sets the process's bucket prefixes; an error when they are out of range (IPv4 8–32, IPv6
+/// 40–128: coarser buckets put a whole provider in one) or were set to other values already
 /// (two gateways in one process must agree: every limiter keys by them).
 pub fn configure(prefixes: Prefixes) -> Result<(), String> {
+    if !(8..=32).contains(&prefixes.v4) || !(40..=128).contains(&prefixes.v6) {
+        return Err(format!(
+            "address bucket prefixes out of range: IPv4 /{} (8–32), IPv6 /{} (40–128)",
+            prefixes.v4, prefixes.v6
+        ));
+    }
     let set = *PREFIXES.get_or_init(|| prefixes);
     if set == prefixes {
         Ok(())
@@ -60,7 +68,7 @@ pub fn bucket(ip: IpAddr) -> IpAddr {
 
 /// The key `ip` counts under with `prefixes`.
 pub fn bucket_with(ip: IpAddr, prefixes: Prefixes) -> IpAddr {
-    match ip.to_canonical() {
+    match nat64_to_ipv4(ip.to_canonical()) {
         IpAddr::V4(v4) => {
             let keep = u32::MAX
                 .checked_shl(32 - u32::from(prefixes.v4.min(32)))
@@ -73,6 +81,19 @@ pub fn bucket_with(ip: IpAddr, prefixes: Prefixes) -> IpAddr {
                 .unwrap_or(0);
             IpAddr::V6(Ipv6Addr::from(u128::from(v6) & keep))
         }
+    }
+}
+
+/// An address of the well-known NAT64 prefix `64:ff9b::/96` (RFC 6052) as the IPv4 client it
+/// stands for: behind an IPv6-only network's translator every IPv4 client arrives in that one
+/// /96, which a /56 bucket would make one client. (The local-use prefix `64:ff9b:1::/48` and
+/// other translators' prefixes place the IPv4 address where their operator chose: not decoded.)
+fn nat64_to_ipv4(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) if u128::from(v6) >> 32 == 0x0064_ff9b_u128 << 64 => {
+            IpAddr::V4(Ipv4Addr::from(u128::from(v6) as u32))
+        }
+        other => other,
     }
 }
 
@@ -117,7 +138,19 @@ mod tests {
     }
 
     #[test]
-    fn a_second_setting_must_agree() {
+    fn nat64_addresses_count_as_the_ipv4_client_they_carry() {
+        let p = Prefixes::default();
+        assert_eq!(bucket_with(ip("64:ff9b::192.0.2.9"), p), ip("192.0.2.9"));
+        assert_ne!(
+            bucket_with(ip("64:ff9b::192.0.2.9"), p),
+            bucket_with(ip("64:ff9b::198.51.100.7"), p)
+        );
+    }
+
+    #[test]
+    fn a_second_setting_must_agree_and_be_in_range() {
+        assert!(configure(Prefixes { v4: 32, v6: 32 }).is_err());
+        assert!(configure(Prefixes { v4: 7, v6: 56 }).is_err());
         configure(Prefixes::default()).unwrap();
         configure(Prefixes::default()).unwrap();
         assert!(configure(Prefixes { v4: 24, v6: 56 }).is_err());
