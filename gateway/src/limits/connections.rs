@@ -97,6 +97,17 @@ pub fn evicted() -> crate::error::ApiError {
     )
 }
 
+/// Marks the connection's commit phase (not evicted until answered); refused 429 (42900),
+/// nothing changed, when it was evicted already. `None` for a request without a connection
+/// (tests that drive the router directly).
+pub fn committing(conn: Option<&Arc<Slot>>) -> Result<Option<Busy>, crate::error::ApiError> {
+    match conn.map(|c| c.busy()) {
+        Some(None) => Err(evicted()),
+        Some(Some(busy)) => Ok(Some(busy)),
+        None => Ok(None),
+    }
+}
+
 /// A request in its commit phase on a connection (see [`Slot::busy`]).
 #[derive(Debug)]
 pub struct Busy(Arc<Slot>);

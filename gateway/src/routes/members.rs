@@ -39,7 +39,7 @@ use crate::auth::Session;
 use crate::backend::AggregateKey;
 use crate::error::ApiError;
 use crate::extract::read_json_proven;
-use crate::limits::connections::{Busy, Slot as ConnSlot};
+use crate::limits::connections::{Slot as ConnSlot, committing};
 use crate::limits::fair::Kind;
 use crate::limits::ip;
 use crate::routes::read::aggregate_of;
@@ -230,16 +230,6 @@ fn write_slot(state: &AppState, peer: IpAddr) -> Result<crate::limits::slots::Sl
         .admission
         .take(peer)
         .map_err(crate::limits::slots::refusal)
-}
-
-/// Marks the connection's commit phase (not evicted until answered); refused, nothing
-/// changed, when it was evicted already.
-fn committing(conn: Option<&Arc<ConnSlot>>) -> Result<Option<Busy>, ApiError> {
-    match conn.map(|c| c.busy()) {
-        Some(None) => Err(crate::limits::connections::evicted()),
-        Some(Some(busy)) => Ok(Some(busy)),
-        None => Ok(None),
-    }
 }
 
 /// The most a member may be granted under `key`'s preset, or 40304 when it has no members.

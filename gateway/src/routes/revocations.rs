@@ -168,6 +168,10 @@ fn answer(result: Result<Value, ApiError>) -> Response {
 
 async fn change(state: &AppState, request: Request, lift: bool) -> Result<Value, ApiError> {
     let (parts, body) = request.into_parts();
+    let conn = parts
+        .extensions
+        .get::<std::sync::Arc<crate::limits::connections::Slot>>()
+        .cloned();
     let _address = state
         .fair
         .address(Kind::Read, ip::peer(&parts.extensions))?;
@@ -236,6 +240,8 @@ async fn change(state: &AppState, request: Request, lift: bool) -> Result<Value,
     });
     let revocations = &state.auth.revocations;
     let _serial = revocations.serial().await;
+    // From here the change may be stored: the connection is not evicted until answered.
+    let _busy = crate::limits::connections::committing(conn.as_ref())?;
     let list = match state.backend.update_revocations(decide).await {
         Ok(answer) => answer,
         Err(e) => {
