@@ -437,3 +437,33 @@ async fn of_two_creators_racing_with_expected_version_zero_exactly_one_lands() {
         }
     }
 }
+
+/// A write guarded on a version an absent aggregate cannot have is refused 2003 without
+/// making its sender the owner: under `members`, another principal then creates the aggregate
+/// and owns it (before the fix the Celeriant backend recorded the refused writer as the owner
+/// first, and the real creator got 403).
+#[tokio::test]
+async fn a_refused_guarded_write_records_no_owner() {
+    for store in STORES {
+        let h = support::policy::with_policy(store, "default = \"members\"").await;
+        let (a, ta, b, tb) = support::policy::two(&h).await;
+        let id = uuid::Uuid::from_u128(0x0DD_F00D).to_string();
+        let r = h
+            .write_as(&ta, &body(&a.client_id, vec![leg(&id, &[1], Some(5))]))
+            .await;
+        assert_conflict(&r, &id, 5, 0, store);
+        let r = h
+            .write_as(&tb, &body(&b.client_id, vec![leg(&id, &[1], None)]))
+            .await;
+        assert_landed(&r, Some(1), store);
+        let members = h
+            .get_as(&tb, &format!("/v1/aggregates/{TYPE}/{id}/members"))
+            .await;
+        assert_eq!(
+            members.json["owner"],
+            format!("device:{}", b.client_id),
+            "{store:?}: {:?}",
+            members.json
+        );
+    }
+}

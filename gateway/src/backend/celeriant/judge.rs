@@ -54,7 +54,8 @@ pub(super) async fn judge(
     who: &Principal,
 ) -> Result<(), BackendError> {
     let mut creates = Vec::new();
-    for write in &command.writes {
+    let mut doomed = None;
+    for (index, write) in command.writes.iter().enumerate() {
         let type_id = write.key.aggregate.type_id;
         let preset = policy.preset(type_id);
         let mut record = backend
@@ -80,6 +81,12 @@ pub(super) async fn judge(
                 let creates_it = preset
                     .judge_write(None, version, write.allow_create, who, type_id)
                     .map_err(refused)?;
+                // Absent, and guarded on a version it cannot have: the write is refused 2003
+                // whatever happens (below, once every aggregate is judged).
+                let guard = write.expected_version.unwrap_or(0);
+                if doomed.is_none() && version == 0 && guard != 0 {
+                    doomed = Some(index);
+                }
                 // Absent, and this write may not create it: refused here, worded as
                 // Celeriant's 2005. Sent, it could land in an aggregate another principal
                 // creates (record first) between this judgement and the write: nothing else
@@ -96,6 +103,9 @@ pub(super) async fn judge(
             }
         }
     }
+    if let Some(index) = doomed {
+        return Err(stale_guard(backend, command, index).await);
+    }
     for (key, allow_create) in creates {
         let record = AccessRecord::owned_by(who.clone());
         if backend.records.create(&key, &record).await? {
@@ -111,6 +121,42 @@ pub(super) async fn judge(
             .map_err(refused)?;
     }
     Ok(())
+}
+
+/// The 2003 Celeriant would answer `command`, whose write `doomed` is guarded on a version
+/// other than 0 of an absent aggregate: the first stale guard in the command's order (an
+/// earlier guarded write may be stale too). Refused here rather than sent, so that no owner is
+/// recorded for an aggregate the write never creates, and nothing is sent that could land in
+/// an aggregate another principal creates meanwhile (judged absent, it was never judged
+/// against that principal's record).
+async fn stale_guard(
+    backend: &CeleriantBackend,
+    command: &WriteCommand,
+    doomed: usize,
+) -> BackendError {
+    let conflict = |key: &AggregateKey, expected: u64, current: u64| {
+        BackendError::conflict(crate::backend::VersionConflict {
+            aggregate: key.aggregate,
+            expected,
+            current,
+        })
+    };
+    for write in &command.writes[..doomed] {
+        let Some(expected) = write.expected_version else {
+            continue;
+        };
+        let key = convert::aggregate_key(&write.key);
+        let current = match super::record::tip(&backend.pool, &key).await {
+            Ok(super::record::Tip::At(version)) => version,
+            Ok(_) => 0,
+            Err(e) => return e,
+        };
+        if current != expected {
+            return conflict(&write.key, expected, current);
+        }
+    }
+    let write = &command.writes[doomed];
+    conflict(&write.key, write.expected_version.unwrap_or_default(), 0)
 }
 
 /// 0 when the data aggregate does not exist, else 1 (it exists, deleted or trimmed included):
