@@ -102,7 +102,10 @@ pub fn app(state: AppState) -> Router {
             get(routes::revocations::list).post(routes::revocations::revoke),
         )
         .route("/v1/revocations/lift", post(routes::revocations::lift))
-        .route(routes::backup::BACKUP_PATH, post(routes::backup::backup))
+        .route(
+            routes::backup::BACKUP_PATH,
+            get(routes::backup::get).post(routes::backup::start),
+        )
         .route(
             HEALTH_PATH,
             get(routes::health::health).route_layer(axum::middleware::from_fn_with_state(

@@ -192,6 +192,8 @@ const OPERATOR: &str = "operator-secret-of-at-least-thirty-two-characters";
 
 #[test]
 fn a_backup_taken_while_writes_go_on_is_one_consistent_working_copy() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let data = data_dir();
     let token = data.path().join("operator");
     std::fs::write(&token, OPERATOR).unwrap();
@@ -201,22 +203,24 @@ fn a_backup_taken_while_writes_go_on_is_one_consistent_working_copy() {
         &["--auth", "none", "--operator-token-file", &token],
     );
     let operator = format!("Operator {OPERATOR}");
-    // Without the operator credential: refused, nothing made.
-    let refused = with_authorization("POST", &gw.base, "/v1/backup", None, None);
-    assert_eq!(
-        (refused.status, refused.code()),
-        (403, 40305),
-        "{:?}",
-        refused.json
-    );
+    // Without the operator credential: refused, nothing made or told.
+    for method in ["POST", "GET"] {
+        let refused = with_authorization(method, &gw.base, "/v1/backup", None, None);
+        assert_eq!(
+            (refused.status, refused.code()),
+            (403, 40305),
+            "{method}: {:?}",
+            refused.json
+        );
+    }
     // A writer that goes on during the backup; it counts the writes answered so far.
-    let landed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let landed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (base, landed, stop) = (gw.base.clone(), landed.clone(), stop.clone());
         std::thread::spawn(move || {
             let mut seq = 0;
-            while !stop.load(std::sync::atomic::Ordering::Acquire) && seq < 50_000 {
+            while !stop.load(Ordering::Acquire) && seq < 50_000 {
                 seq += 1;
                 let r = post(
                     &base,
@@ -225,33 +229,56 @@ fn a_backup_taken_while_writes_go_on_is_one_consistent_working_copy() {
                     &write_by(CLIENT, TYPE, AGGREGATE, &[seq]),
                 );
                 assert_eq!(r.status, 200, "{:?}", r.json);
-                landed.store(seq, std::sync::atomic::Ordering::Release);
+                landed.store(seq, Ordering::Release);
             }
         })
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while landed.load(std::sync::atomic::Ordering::Acquire) < 200 {
+    while landed.load(Ordering::Acquire) < 200 {
         assert!(Instant::now() < deadline, "the writer is stuck");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let before = landed.load(std::sync::atomic::Ordering::Acquire);
-    let made = with_authorization("POST", &gw.base, "/v1/backup", Some(&operator), None);
-    let after = landed.load(std::sync::atomic::Ordering::Acquire);
-    assert_eq!(made.status, 200, "{:?}", made.json);
+    let before = landed.load(Ordering::Acquire);
+    let started = with_authorization("POST", &gw.base, "/v1/backup", Some(&operator), None);
+    assert_eq!(started.status, 202, "{:?}", started.json);
+    let dir = started.json["dir"].as_str().unwrap().to_owned();
+    // The job's status until it ended.
+    let made = loop {
+        let status = with_authorization("GET", &gw.base, "/v1/backup", Some(&operator), None);
+        assert_eq!(status.status, 200, "{:?}", status.json);
+        if status.json["running"].is_null() {
+            break status.json["last"].clone();
+        }
+        assert!(Instant::now() < deadline, "the backup never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let after = landed.load(Ordering::Acquire);
+    assert_eq!(
+        (made["state"].as_str(), made["dir"].as_str()),
+        (Some("made"), Some(dir.as_str())),
+        "{made:?}"
+    );
     // Writes go on after the backup, too: the copy must not follow them.
-    while landed.load(std::sync::atomic::Ordering::Acquire) < after + 50 {
+    while landed.load(Ordering::Acquire) < after + 50 {
         assert!(Instant::now() < deadline, "the writer is stuck");
         std::thread::sleep(Duration::from_millis(5));
     }
-    stop.store(true, std::sync::atomic::Ordering::Release);
+    stop.store(true, Ordering::Release);
     writer.join().unwrap();
-    let dir = std::path::PathBuf::from(made.json["dir"].as_str().unwrap());
+    let dir = std::path::PathBuf::from(dir);
     assert!(
         dir.starts_with(data.path().join("db").join("backups")),
         "{dir:?}"
     );
-    assert!(made.json["bytes"].as_u64().unwrap() > 0);
+    assert!(made["bytes"].as_u64().unwrap() > 0);
     assert!(!dir.with_extension("partial").exists());
+    // Private like the store: the copy holds every payload.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        (mode(&dir), mode(&dir.join("celeriant-gateway.redb"))),
+        (0o700, 0o600)
+    );
     let verified = command(&["verify", "--data-dir"])
         .arg(&dir)
         .output()
@@ -262,8 +289,8 @@ fn a_backup_taken_while_writes_go_on_is_one_consistent_working_copy() {
         String::from_utf8_lossy(&verified.stdout)
     );
     // The copy is the store as of one commit: every write answered before the backup was
-    // asked for, a gap-free run of sequence numbers, nothing answered after it finished but
-    // the writes in flight.
+    // asked for, a gap-free run of sequence numbers, nothing answered after it ended but the
+    // writes in flight.
     let restore = data_dir();
     std::fs::rename(&dir, restore.path().join("db")).unwrap();
     let restored = Process::start(restore.path(), &["--auth", "none"]);
@@ -272,10 +299,11 @@ fn a_backup_taken_while_writes_go_on_is_one_consistent_working_copy() {
     assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
     assert!(
         before <= last && last <= after + 1,
-        "copied up to {last}; {before} answered before the backup, {after} when it was done"
+        "copied up to {last}; {before} answered before the backup, {after} when it had ended"
     );
     println!(
-        "backup: {} rows, {} bytes in {} ms; {before} writes answered before, {last} in the copy, {after} answered when it was done",
-        made.json["rows"], made.json["bytes"], made.json["tookMs"]
+        "backup: {} rows, {} bytes in {} ms; {before} writes answered before, {last} in the \
+         copy, {after} answered when it had ended",
+        made["rows"], made["bytes"], made["tookMs"]
     );
 }

@@ -387,9 +387,9 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
-    /// A consistent copy of the store while it runs (`POST /v1/backup`). The default (a
-    /// backend that holds no data of its own) refuses.
-    async fn backup(&self) -> Result<embedded::backup::Backup, BackendError> {
+    /// Starts a consistent copy of the store while it runs (`POST /v1/backup`); the directory
+    /// it will have. The default (a backend that holds no data of its own) refuses.
+    fn backup(&self) -> Result<std::path::PathBuf, BackendError> {
         Err(BackendError::code(
             celeriant_sync_protocol::codes::gateway::NOT_FOUND,
             format!(

@@ -2,32 +2,33 @@
 //!
 //! redb offers no online backup, and copying the file while the writer commits can give a
 //! torn image. A read transaction, though, sees one committed snapshot for as long as it is
-//! open, whatever the writer commits meanwhile. So the copy is made from one read transaction,
-//! table by table and row by row, into a new database: it is exactly the store as of one
-//! commit — every write answered before the backup began is in it, and no write is in it half.
-//! Writes go on during the copy (the writer does not wait for readers).
+//! open, whatever the writer commits meanwhile (redb frees no page a live read transaction can
+//! see). So the copy is made from one read transaction, table by table and row by row, into a
+//! new database: it is exactly the store as of one commit — every write answered before the
+//! backup began is in it, and no write is in it half. Writes go on during the copy.
 //!
-//! The copy is built in `<data-dir>/backups/<unix-ms>.partial/` and renamed to
-//! `<data-dir>/backups/<unix-ms>/` only after its last commit is durable (`Durability::
-//! Immediate`) and the directory is synced, so a directory without `.partial` is always a
-//! whole copy; it holds a `celeriant-gateway.redb` that `celeriant-gateway verify --data-dir`
-//! checks and `celeriant-gateway --data-dir` serves as it is. Rows are copied in commits of
-//! [`ROWS_PER_COMMIT`] so that a large store does not make one huge transaction; those commits
-//! are not synced (the directory is not a backup until the rename).
+//! A backup is a job: [`start`] checks the room, names the copy and returns at once (a copy of
+//! a large store outlasts any request deadline); [`status`] says whether one runs and how the
+//! last one ended. One runs at a time. The copy is built in `<data-dir>/backups/<unix-ms>.partial/`
+//! (mode 0700, the file 0600, like the store) and renamed to `<unix-ms>/` only after its last
+//! commit is durable (`Durability::Immediate`, which makes the earlier unsynced commits durable
+//! with it) and the directory is synced, so a directory without `.partial` is always a whole
+//! copy: a data directory of its own that `celeriant-gateway verify --data-dir` checks and
+//! `celeriant-gateway --data-dir` serves. Rows are copied in commits of [`ROWS_PER_COMMIT`] so
+//! that a large store does not make one huge transaction. A `.partial` left by a crash is
+//! removed when the next backup starts.
 //!
 //! Every table the schema knows is copied; a table the copy does not know (a newer schema) is
 //! refused rather than left out silently.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use celeriant_sync_protocol::codes::gateway as g;
-
 use redb::{
-    Database, Durability, Key, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
-    TableError, TableHandle, Value,
+    Database, Durability, Key, MultimapTableHandle, ReadTransaction, ReadableDatabase,
+    ReadableTable, TableDefinition, TableError, TableHandle, Value,
 };
 
 use super::access::ACCESS;
@@ -42,7 +43,7 @@ use crate::backend::BackendError;
 /// Rows copied per commit of the copy.
 const ROWS_PER_COMMIT: u64 = 10_000;
 
-/// What a backup made.
+/// A finished backup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backup {
     /// The copy's directory (a data directory of its own).
@@ -55,86 +56,133 @@ pub struct Backup {
     pub took_ms: u64,
 }
 
-/// Why a backup was not made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackupError {
-    /// The disk holding the data directory has too little room for a copy above the floor.
-    NoRoom {
-        /// The live file's size plus the floor.
-        needed: u64,
-        /// Free on the disk.
-        free: u64,
-    },
-    /// The store or the file system failed; nothing was left behind but a `.partial` directory
-    /// (removed when possible).
-    Failed(String),
+/// Whether a backup runs, and how the last one ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    /// The directory the running backup will have when done.
+    pub running: Option<PathBuf>,
+    /// The last backup to end: made, or why not (its directory, the reason).
+    pub last: Option<Result<Backup, (PathBuf, String)>>,
 }
 
-/// Set while a backup runs: one at a time (each reads the whole store and writes a copy).
-static RUNNING: AtomicBool = AtomicBool::new(false);
+static STATUS: Mutex<Status> = Mutex::new(Status {
+    running: None,
+    last: None,
+});
 
-/// Makes a backup of the store off the async threads; one at a time (42900 while another
-/// runs), 50700 when the disk has no room for it, 50201 when it failed.
-pub(super) async fn run(shared: Arc<Shared>) -> Result<Backup, BackendError> {
-    if RUNNING.swap(true, Ordering::AcqRel) {
+fn status_lock() -> std::sync::MutexGuard<'static, Status> {
+    STATUS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The backups' status (of this process).
+pub fn status() -> Status {
+    status_lock().clone()
+}
+
+/// Starts a backup of the store and returns the directory it will have. 42900 while another
+/// runs; 50700 (nothing written) when the disk holding the data directory has less free than
+/// twice the store's size plus `--min-free-bytes` (the copy can outgrow the live file, and the
+/// live file grows by what the writer frees meanwhile, which the pinned snapshot keeps).
+pub(super) fn start(shared: Arc<Shared>) -> Result<PathBuf, BackendError> {
+    let mut status = status_lock();
+    if status.running.is_some() {
         return Err(BackendError::code(
             g::GATEWAY_BUSY,
-            "a backup is being made already; retry when it is done",
+            "a backup is being made already; GET /v1/backup says when it is done",
         ));
     }
-    struct Done;
-    impl Drop for Done {
-        fn drop(&mut self) {
-            RUNNING.store(false, Ordering::Release);
+    let internal = |what: &str, e: &dyn std::fmt::Display| {
+        BackendError::code(
+            g::INTERNAL,
+            format!("the backup could not start: {what}: {e}"),
+        )
+    };
+    let live = std::fs::metadata(shared.dir.join(FILE_NAME))
+        .map_err(|e| internal("the store's size", &e))?
+        .len();
+    let root = shared.dir.join("backups");
+    crate::private::private_dir(&root).map_err(|e| internal("backups/", &e))?;
+    sync_dir(&shared.dir).map_err(|e| internal("syncing the data directory", &e))?;
+    if let Some(free) = free_space(&root) {
+        let needed = live
+            .saturating_mul(2)
+            .saturating_add(shared.options.min_free_bytes);
+        if free < needed {
+            return Err(BackendError::code(
+                g::INSUFFICIENT_STORAGE,
+                format!(
+                    "a backup needs {needed} free bytes on the data directory's disk (twice the \
+                     store's size, and --min-free-bytes); {free} are free"
+                ),
+            ));
         }
     }
-    let done = Done;
-    let made = tokio::task::spawn_blocking(move || {
-        let _done = done;
-        let db = shared.db()?;
-        backup(&db, &shared.dir, shared.options.min_free_bytes).map_err(|e| match e {
-            BackupError::NoRoom { needed, free } => BackendError::code(
-                g::INSUFFICIENT_STORAGE,
-                format!("a backup needs {needed} free bytes on the data directory's disk (the store's size and --min-free-bytes); {free} are free"),
-            ),
-            BackupError::Failed(why) => {
-                tracing::error!(why, "backup failed");
-                BackendError::code(g::INTERNAL, format!("the backup failed: {why}"))
+    sweep_partials(&root);
+    let name = now_ms().to_string();
+    let done = root.join(&name);
+    status.running = Some(done.clone());
+    drop(status);
+    // Ends the job whatever happens in it (a panic included).
+    struct Job(Option<Result<Backup, (PathBuf, String)>>, PathBuf);
+    impl Drop for Job {
+        fn drop(&mut self) {
+            let last = self
+                .0
+                .take()
+                .unwrap_or_else(|| Err((self.1.clone(), "the backup stopped".into())));
+            let mut status = status_lock();
+            status.running = None;
+            status.last = Some(last);
+        }
+    }
+    impl Job {
+        fn end(&mut self, made: Result<Backup, String>) {
+            self.0 = Some(made.map_err(|why| (self.1.clone(), why)));
+        }
+    }
+    let mut job = Job(None, done.clone());
+    tokio::task::spawn_blocking(move || {
+        let made = shared
+            .db()
+            .map_err(|e| format!("{e:?}"))
+            .and_then(|db| backup(&db, &root, &name));
+        match &made {
+            Ok(b) => {
+                tracing::info!(dir = %b.dir.display(), rows = b.rows, bytes = b.bytes, took_ms = b.took_ms, "backup made")
             }
-        })
-    })
-    .await
-    .map_err(|e| BackendError::code(g::INTERNAL, format!("the backup failed: {e}")))??;
-    tracing::info!(dir = %made.dir.display(), rows = made.rows, bytes = made.bytes, took_ms = made.took_ms, "backup made");
-    Ok(made)
+            Err(why) => tracing::error!(why, "backup failed"),
+        }
+        job.end(made);
+    });
+    Ok(done)
 }
 
-/// Copies `db` (the store in `data_dir`) into a new directory under `data_dir/backups`,
-/// keeping `floor` bytes free on the disk beyond the copy's expected size (the live file's).
-pub fn backup(db: &Database, data_dir: &Path, floor: u64) -> Result<Backup, BackupError> {
-    let started = Instant::now();
-    let failed =
-        |what: &str, e: &dyn std::fmt::Display| BackupError::Failed(format!("{what}: {e}"));
-    let live = std::fs::metadata(data_dir.join(FILE_NAME))
-        .map_err(|e| failed("the store's size", &e))?
-        .len();
-    let root = data_dir.join("backups");
-    std::fs::create_dir_all(&root).map_err(|e| failed("creating backups/", &e))?;
-    if let Some(free) = free_space(&root) {
-        let needed = live.saturating_add(floor);
-        if free < needed {
-            return Err(BackupError::NoRoom { needed, free });
+/// Removes `.partial` directories a crash left (only one backup runs at a time, and none now).
+fn sweep_partials(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().ends_with(".partial") {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-    let name = now_ms().to_string();
+}
+
+/// Copies `db` into `root/<name>` (built as `root/<name>.partial`, renamed when durable).
+fn backup(db: &Database, root: &Path, name: &str) -> Result<Backup, String> {
+    let started = Instant::now();
+    let failed = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
     let partial = root.join(format!("{name}.partial"));
-    let done = root.join(&name);
+    let done = root.join(name);
     let result = (|| {
-        std::fs::create_dir(&partial).map_err(|e| failed("creating the copy's directory", &e))?;
-        let rows = copy_into(db, &partial.join(FILE_NAME)).map_err(|e| failed("copying", &e))?;
+        crate::private::private_dir(&partial)?;
+        let file = partial.join(FILE_NAME);
+        crate::private::private_file(&file)?;
+        let rows = copy_into(db, &file).map_err(|e| failed("copying", &e))?;
         sync_dir(&partial).map_err(|e| failed("syncing the copy", &e))?;
         std::fs::rename(&partial, &done).map_err(|e| failed("renaming the copy", &e))?;
-        sync_dir(&root).map_err(|e| failed("syncing backups/", &e))?;
+        sync_dir(root).map_err(|e| failed("syncing backups/", &e))?;
         let bytes = std::fs::metadata(done.join(FILE_NAME))
             .map_err(|e| failed("the copy's size", &e))?
             .len();
@@ -174,6 +222,12 @@ fn copy_into(db: &Database, path: &Path) -> Result<u64, redb::Error> {
                 table.name()
             )));
         }
+    }
+    if let Some(table) = from.list_multimap_tables()?.next() {
+        return Err(redb::Error::Corrupted(format!(
+            "the store has a multimap table `{}` this gateway cannot copy",
+            table.name()
+        )));
     }
     let to = Database::create(path)?;
     let mut rows = 0;
@@ -240,4 +294,77 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// One commit: batch `n` and the counter `n`, together.
+    fn commit(db: &Database, n: u64) {
+        let txn = db.begin_write().unwrap();
+        {
+            let mut batches = txn.open_table(BATCHES).unwrap();
+            batches.insert((1, 2, 3, n), [7u8; 16].as_slice()).unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert("n", n).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    #[test]
+    fn the_copy_is_one_commit_of_a_store_written_meanwhile_across_several_copy_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Database::create(dir.path().join("live.redb")).unwrap());
+        // More rows than two copy commits hold, seeded in large commits.
+        let seeded = 2 * ROWS_PER_COMMIT + 5_000;
+        let txn = db.begin_write().unwrap();
+        {
+            let mut batches = txn.open_table(BATCHES).unwrap();
+            for n in 1..=seeded {
+                batches.insert((1, 2, 3, n), [7u8; 16].as_slice()).unwrap();
+            }
+            txn.open_table(META).unwrap().insert("n", seeded).unwrap();
+        }
+        txn.commit().unwrap();
+        // A writer commits batch and counter together throughout the copy.
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = seeded;
+                while !stop.load(Ordering::Acquire) {
+                    n += 1;
+                    commit(&db, n);
+                }
+                n
+            })
+        };
+        let copy = dir.path().join("copy.redb");
+        let rows = copy_into(&db, &copy).unwrap();
+        stop.store(true, Ordering::Release);
+        let written = writer.join().unwrap();
+        let copy = Database::create(&copy).unwrap();
+        let txn = copy.begin_read().unwrap();
+        let counter = txn
+            .open_table(META)
+            .unwrap()
+            .get("n")
+            .unwrap()
+            .unwrap()
+            .value();
+        let keys: Vec<u64> = txn
+            .open_table(BATCHES)
+            .unwrap()
+            .iter()
+            .unwrap()
+            .map(|e| e.unwrap().0.value().3)
+            .collect();
+        // The counter and the batches are of the same commit, and nothing is missing.
+        assert_eq!(keys, (1..=counter).collect::<Vec<_>>());
+        assert_eq!(rows, counter + 1, "every batch and the counter");
+        assert!(counter >= seeded && counter <= written);
+        println!("copied {rows} rows at commit {counter}; the writer reached {written}");
+    }
 }

@@ -489,8 +489,8 @@ impl Backend for EmbeddedStore {
         })
     }
 
-    async fn backup(&self) -> Result<backup::Backup, BackendError> {
-        backup::run(self.shared.clone()).await
+    fn backup(&self) -> Result<PathBuf, BackendError> {
+        backup::start(self.shared.clone())
     }
 
     async fn read(&self, query: ReadQuery) -> Result<ReadPage, BackendError> {
