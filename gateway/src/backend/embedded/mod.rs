@@ -398,19 +398,21 @@ fn writer_loop(shared: &Shared, mut queue: mpsc::UnboundedReceiver<Job>) {
                 continue;
             }
         };
-        if let Err(failure) = commit_group(shared, &db, group) {
-            shared.fail(&failure);
-        }
+        // A failure is recorded in the store's health inside, before the answers.
+        let _ = commit_group(shared, &db, group);
     }
 }
 
-/// Applies and commits one group, answering every job; `Err` when the database failed.
+/// Applies and commits one group, answering every job; `Err` when the database failed (the
+/// store's health says so before any job is answered: a client that got the failure and asks
+/// `/healthz` at once sees it).
 fn commit_group(shared: &Shared, db: &Database, group: Vec<Job>) -> Result<(), StoreFailure> {
     let fail = |group: Vec<Job>, failure: StoreFailure| {
         tracing::error!(
             reason = failure.message(),
             "embedded store: group failed, nothing committed"
         );
+        shared.fail(&failure);
         fail_all(
             group,
             &BackendError::code(codes::FSYNC_ERROR, failure.message()),
