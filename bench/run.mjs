@@ -273,8 +273,8 @@ try {
     lines.push({
       name: "size (release)",
       ours: `.wasm ${fmt(wasm.length / 1024)} KB (gzip ${fmt(gz(wasm) / 1024)} KB), JS ${fmt(js.length / 1024)} KB (gzip ${fmt(gz(js) / 1024)} KB), snippets ${fmt(glue / 1024)} KB (gzip ${fmt(glueGz / 1024)} KB)`,
-      baseline: "target: ≤ 150 KB gzipped in total",
-      ratio: 150 / (total / 1024), target: 1, note: `total ${fmt(total / 1024)} KB gzipped`,
+      baseline: "target: ≤ 190 KB gzipped in total (issue 28: the design card's crates)",
+      ratio: 190 / (total / 1024), target: 1, note: `total ${fmt(total / 1024)} KB gzipped`,
     });
   }
   // 5. memory: peak while draining a large backlog vs a backlog ten times smaller.
