@@ -595,3 +595,25 @@ async fn a_first_write_asks_whether_the_aggregate_exists_without_reading_it() {
         "the record's tip, then the aggregate's existence"
     );
 }
+
+/// Over the Celeriant backend the gateway holds no data of its own: a backup, and its status,
+/// are 404 (40400) even with the operator credential, and nothing is started.
+#[tokio::test]
+async fn backups_are_refused_over_the_celeriant_backend() {
+    let h = with_policy(Store::Celeriant, "default = \"members\"").await;
+    for method in [Method::POST, Method::GET] {
+        let request = Request::builder()
+            .method(method.clone())
+            .uri("/v1/backup")
+            .header("authorization", format!("Operator {OPERATOR}"))
+            .body(Body::empty())
+            .unwrap();
+        let r = h.send(request).await;
+        assert_eq!(
+            (r.status.as_u16(), r.code()),
+            (404, 40400),
+            "{method}: {:?}",
+            r.json
+        );
+    }
+}

@@ -133,6 +133,19 @@ fn the_gateway_starts_with_the_units_flags() {
     let _ = child.wait();
 }
 
+/// `celeriant-gateway verify --data-dir dir` passes.
+fn assert_verifies(dir: &Path) {
+    let verified = command(&["verify", "--data-dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+}
+
 fn client_seqs(base: &str) -> Vec<u64> {
     let r = get(
         base,
@@ -172,15 +185,7 @@ fn a_copy_taken_while_the_gateway_is_stopped_is_a_working_backup() {
         std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
     }
     drop(gw);
-    let verified = command(&["verify", "--data-dir"])
-        .arg(&copy)
-        .output()
-        .unwrap();
-    assert!(
-        verified.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verified.stdout)
-    );
+    assert_verifies(&copy);
     // The copy serves every write, as the original does.
     let restored = Process::start(backup.path(), &["--auth", "none"]);
     assert_eq!(client_seqs(&restored.base), (1..=20).collect::<Vec<_>>());
@@ -279,15 +284,7 @@ fn a_backup_taken_while_writes_go_on_is_one_consistent_working_copy() {
         (mode(&dir), mode(&dir.join("celeriant-gateway.redb"))),
         (0o700, 0o600)
     );
-    let verified = command(&["verify", "--data-dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        verified.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verified.stdout)
-    );
+    assert_verifies(&dir);
     // The copy is the store as of one commit: every write answered before the backup was
     // asked for, a gap-free run of sequence numbers, nothing answered after it ended but the
     // writes in flight.

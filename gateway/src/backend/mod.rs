@@ -292,6 +292,13 @@ fn no_revocations(backend: &str) -> BackendError {
     )
 }
 
+fn no_backups(backend: &str) -> BackendError {
+    BackendError::code(
+        celeriant_sync_protocol::codes::gateway::NOT_FOUND,
+        format!("the {backend} backend holds no data of its own: back up the Celeriant cluster"),
+    )
+}
+
 /// A store the gateway can write to and read from.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -390,13 +397,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Starts a consistent copy of the store while it runs (`POST /v1/backup`); the directory
     /// it will have. The default (a backend that holds no data of its own) refuses.
     fn backup(&self) -> Result<std::path::PathBuf, BackendError> {
-        Err(BackendError::code(
-            celeriant_sync_protocol::codes::gateway::NOT_FOUND,
-            format!(
-                "the {} backend holds no data of its own: back up the Celeriant cluster",
-                self.name()
-            ),
-        ))
+        Err(no_backups(self.name()))
+    }
+
+    /// Whether a backup runs and how the last one ended (`GET /v1/backup`). The default
+    /// refuses, as [`Backend::backup`] does.
+    fn backup_status(&self) -> Result<embedded::backup::Status, BackendError> {
+        Err(no_backups(self.name()))
     }
 
     /// Every stored revocation. The default (a backend that keeps none) refuses.

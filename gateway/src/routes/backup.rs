@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::revocations::operator_only;
-use crate::backend::embedded::backup::{Status, status};
+use crate::backend::embedded::backup::Status;
 use crate::error::ApiError;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
@@ -55,13 +55,11 @@ pub async fn get(State(state): State<AppState>, request: Request) -> Response {
             .fair
             .address(Kind::Read, ip::peer(&parts.extensions))?;
         operator_only(&state, &parts)?;
-        if state.backend.name() != "embedded" {
-            return Err(ApiError::code(
-                celeriant_sync_protocol::codes::gateway::NOT_FOUND,
-                "the celeriant backend holds no data of its own: back up the Celeriant cluster",
-            ));
-        }
-        Ok::<_, ApiError>(describe(&status()))
+        let status = state
+            .backend
+            .backup_status()
+            .map_err(|e| ApiError(e.into_outcome()))?;
+        Ok::<_, ApiError>(describe(&status))
     })();
     match answered {
         Ok(value) => Json(value).into_response(),

@@ -22,7 +22,7 @@
 //! refused rather than left out silently.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use celeriant_sync_protocol::codes::gateway as g;
@@ -65,18 +65,15 @@ pub struct Status {
     pub last: Option<Result<Backup, (PathBuf, String)>>,
 }
 
-static STATUS: Mutex<Status> = Mutex::new(Status {
-    running: None,
-    last: None,
-});
-
-fn status_lock() -> std::sync::MutexGuard<'static, Status> {
-    STATUS.lock().unwrap_or_else(|p| p.into_inner())
+impl Shared {
+    fn backups(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.backups.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
-/// The backups' status (of this process).
-pub fn status() -> Status {
-    status_lock().clone()
+/// This store's backups: whether one runs, how the last one ended.
+pub(super) fn status(shared: &Shared) -> Status {
+    shared.backups().clone()
 }
 
 /// Starts a backup of the store and returns the directory it will have. 42900 while another
@@ -84,7 +81,7 @@ pub fn status() -> Status {
 /// twice the store's size plus `--min-free-bytes` (the copy can outgrow the live file, and the
 /// live file grows by what the writer frees meanwhile, which the pinned snapshot keeps).
 pub(super) fn start(shared: Arc<Shared>) -> Result<PathBuf, BackendError> {
-    let mut status = status_lock();
+    let mut status = shared.backups();
     if status.running.is_some() {
         return Err(BackendError::code(
             g::GATEWAY_BUSY,
@@ -123,24 +120,28 @@ pub(super) fn start(shared: Arc<Shared>) -> Result<PathBuf, BackendError> {
     status.running = Some(done.clone());
     drop(status);
     // Ends the job whatever happens in it (a panic included).
-    struct Job(Option<Result<Backup, (PathBuf, String)>>, PathBuf);
+    struct Job(
+        Arc<Shared>,
+        Option<Result<Backup, (PathBuf, String)>>,
+        PathBuf,
+    );
     impl Drop for Job {
         fn drop(&mut self) {
             let last = self
-                .0
+                .1
                 .take()
-                .unwrap_or_else(|| Err((self.1.clone(), "the backup stopped".into())));
-            let mut status = status_lock();
+                .unwrap_or_else(|| Err((self.2.clone(), "the backup stopped".into())));
+            let mut status = self.0.backups();
             status.running = None;
             status.last = Some(last);
         }
     }
     impl Job {
         fn end(&mut self, made: Result<Backup, String>) {
-            self.0 = Some(made.map_err(|why| (self.1.clone(), why)));
+            self.1 = Some(made.map_err(|why| (self.2.clone(), why)));
         }
     }
-    let mut job = Job(None, done.clone());
+    let mut job = Job(shared.clone(), None, done.clone());
     tokio::task::spawn_blocking(move || {
         let made = shared
             .db()

@@ -163,6 +163,7 @@ struct Shared {
     health: Health,
     reopen_log: Throttle,
     changes: broadcast::Sender<Change>,
+    backups: std::sync::Mutex<backup::Status>,
 }
 
 /// The embedded durable store.
@@ -225,6 +226,7 @@ impl EmbeddedStore {
             health: Health::new(options.min_free_bytes),
             reopen_log: Throttle::new(),
             changes: broadcast::channel(CHANGE_BUFFER).0,
+            backups: Default::default(),
         });
         shared.health.observe_free(free_space(dir));
         let (jobs, queue) = mpsc::unbounded_channel();
@@ -493,6 +495,10 @@ impl Backend for EmbeddedStore {
 
     fn backup(&self) -> Result<PathBuf, BackendError> {
         backup::start(self.shared.clone())
+    }
+
+    fn backup_status(&self) -> Result<backup::Status, BackendError> {
+        Ok(backup::status(&self.shared))
     }
 
     async fn read(&self, query: ReadQuery) -> Result<ReadPage, BackendError> {
