@@ -7,14 +7,20 @@
 //! two minutes. Scaled down here (capacity 60; 20 loopback addresses × 4 sessions, each a fresh
 //! nonce of one valid key), the new device on an address of its own still opens its session,
 //! while the flooding addresses are refused once over their share.
+//!
+//! Enough addresses fill the cache's ceiling even so; a device that has written before
+//! (established) keeps a reserve there, from a flooding address too, while a fresh key is
+//! refused.
 
 mod support;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use serde_json::json;
+use support::app::TYPE;
 use support::device::{Device, fresh_nonce};
-use support::hostile::{Raw, ask};
+use support::hostile::{Raw, aggregate, ask};
 use support::process::{Process, data_dir};
 
 fn session_from(from: Ipv4Addr, addr: &str, device: &Device) -> Raw {
@@ -66,4 +72,83 @@ fn a_flood_of_sessions_from_many_addresses_leaves_room_for_a_new_device() {
     let new = session_from(Ipv4Addr::new(127, 0, 1, 99), &gw.addr, &Device::b());
     assert_eq!(new.status, 200, "{new:?}");
     assert!(new.json()["token"].as_str().is_some());
+}
+
+/// `POST /v1/write` of event `seq` by `device` under `token`, with its proof, from `from`.
+fn write_from(from: Ipv4Addr, addr: &str, device: &Device, token: &str, seq: u64) -> Raw {
+    let body = json!({"clientId": device.client_id, "writes": [{"aggregate": {"typeId": TYPE,
+        "id": aggregate(26)}, "allowCreate": true, "events": [{"clientSeq": seq,
+        "timestamp": 1_700_000_000_000u64, "type": 3, "data": "c3luYw=="}]}]})
+    .to_string();
+    let proof = device.proof("POST", "/v1/write", token, body.as_bytes());
+    let request = format!(
+        "POST /v1/write HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Authorization: Bearer {token}\r\nDPoP: {proof}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    ask(from, addr, request.as_bytes(), Duration::from_secs(5))
+}
+
+#[test]
+fn an_established_device_keeps_its_sessions_and_writes_while_fresh_keys_fill_the_cache() {
+    let dir = data_dir();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--session-replay-capacity",
+            "8",
+            "--session-burst",
+            "10",
+            "--session-rate-per-minute",
+            "600",
+        ],
+    );
+    // The device opens a session from its own address and writes once: established.
+    let device = Device::b();
+    let home = Ipv4Addr::new(127, 0, 3, 200);
+    let first = session_from(home, &gw.addr, &device);
+    assert_eq!(first.status, 200, "{first:?}");
+    let token = first.json()["token"].as_str().unwrap().to_owned();
+    let landed = write_from(home, &gw.addr, &device, &token, 1);
+    assert_eq!(landed.status, 200, "{landed:?}");
+    // Fresh keys (never written) from 24 addresses fill the cache to where every new address
+    // is refused: 8 entries of capacity, ceiling 16, share 8 / addresses.
+    let flooder = Device::a();
+    let (mut opened, mut refused) = (0, 0);
+    for a in 0..24u8 {
+        for _ in 0..3 {
+            let r = session_from(Ipv4Addr::new(127, 0, 3, 10 + a), &gw.addr, &flooder);
+            match (r.status, r.code()) {
+                (200, _) => opened += 1,
+                (429, 42901) => refused += 1,
+                other => panic!("unexpected answer {other:?}: {r:?}"),
+            }
+        }
+    }
+    println!("flood: {opened} fresh sessions opened, {refused} refused 429 (42901)");
+    // A fresh key on an address of its own is refused now.
+    let fresh = session_from(Ipv4Addr::new(127, 0, 3, 150), &gw.addr, &flooder);
+    assert_eq!((fresh.status, fresh.code()), (429, 42901), "{fresh:?}");
+    // The established device gets its session, even from a flooding address (a shared NAT),
+    // and its write lands under it.
+    let mut answered = 0;
+    for (n, from) in [Ipv4Addr::new(127, 0, 3, 10), Ipv4Addr::new(127, 0, 3, 151)]
+        .into_iter()
+        .enumerate()
+    {
+        let again = session_from(from, &gw.addr, &device);
+        assert_eq!(
+            again.status, 200,
+            "established device from {from}: {again:?}"
+        );
+        let token = again.json()["token"].as_str().unwrap().to_owned();
+        let write = write_from(from, &gw.addr, &device, &token, 2 + n as u64);
+        assert_eq!(write.status, 200, "{write:?}");
+        answered += 1;
+    }
+    println!("established device: {answered} of 2 sessions and writes answered during the flood");
+    // Its part of the reserve is two live sessions: a third in the window waits.
+    let third = session_from(Ipv4Addr::new(127, 0, 3, 152), &gw.addr, &device);
+    assert_eq!((third.status, third.code()), (429, 42901), "{third:?}");
 }

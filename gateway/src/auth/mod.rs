@@ -1,8 +1,8 @@
 //! Device identity: who may write and read, proven rather than claimed.
 //!
 //! A client id is the hash of a device's public key. `POST /v1/session` checks the device's
-//! signature over a fresh nonce ([`device`]), refuses replays ([`replay`]) and floods
-//! ([`rate`]), optionally checks the app's own token ([`app_token`]) and caps what one app
+//! signature over a fresh nonce ([`device`]), refuses replays ([`replay`], with a reserve for
+//! devices that have written before, [`established`]) and floods ([`rate`]), optionally checks the app's own token ([`app_token`]) and caps what one app
 //! user may hold ([`subjects`]), and issues a stateless
 //! token bound to the client id ([`token`], under the secret of [`secret`]). Every write and
 //! read then runs under a [`Session`]: no valid token is a 401 (`unauthorized`: the client opens
@@ -16,6 +16,7 @@
 pub mod app_token;
 pub mod bearer;
 pub mod device;
+pub mod established;
 pub mod faults_secret;
 pub mod operator;
 pub mod proof;
@@ -59,6 +60,8 @@ pub struct Auth {
     pub app: Option<AppTokens>,
     /// Recently accepted (key, nonce) pairs.
     pub replay: ReplayCache,
+    /// Client ids with a landed write: the replay cache keeps a reserve for them.
+    pub established: established::Established,
     /// Session creations per address.
     pub limiter: SessionLimiter,
     /// Devices and live sessions per app-token subject.
@@ -84,6 +87,7 @@ impl Auth {
             ttl_secs: config.session_ttl_secs,
             app: AppTokens::from_config(config)?,
             replay: ReplayCache::new(config.session_replay_capacity),
+            established: established::Established::new(config.session_replay_capacity),
             limiter: SessionLimiter::new(config.session_rate_per_minute, config.session_burst),
             subjects: SubjectCaps::new(
                 config.max_devices_per_subject,

@@ -16,6 +16,15 @@
 //! their share and the new device's address, holding none, is admitted. Filling the ceiling
 //! takes the whole cache spread over addresses each within its share. Each gateway process has its own cache: replicas do
 //! not share it (docs/protocol.md says so).
+//!
+//! **A reserve for established devices.** Enough addresses, each within its share, still fill
+//! the ceiling with fresh keys, and a device behind a flooding address (a shared NAT) is over
+//! that address's share. So a further `capacity` ÷ 4 entries ([`reserve`]) are kept for client
+//! ids that are established (`crate::auth::established`: a write of theirs landed): when the
+//! rules above refuse one of them, it is admitted into the reserve, at most
+//! [`RESERVE_PER_CLIENT`] live entries per client id there, so filling the reserve takes that
+//! many established client ids (each cost a session and a landed write). Fresh keys never
+//! enter the reserve.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -30,6 +39,15 @@ const KEEP_MS: u64 = NONCE_MAX_AGE_MS + 1_000;
 /// Most live entries, as a multiple of `capacity`: room for addresses within their fair share
 /// once the cache is full, still bounded.
 pub const CEILING_FACTOR: usize = 2;
+
+/// Most live reserve entries one established client id may hold (a device opens one session at
+/// a time; two leave room for a retry within the nonce window).
+pub const RESERVE_PER_CLIENT: usize = 2;
+
+/// The entries kept for established client ids beyond the ceiling: a quarter of `capacity`.
+pub fn reserve(capacity: usize) -> usize {
+    (capacity / 4).max(1)
+}
 
 /// What the cache says about a pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +72,23 @@ pub struct ReplayCache {
 #[derive(Default)]
 struct Inner {
     seen: HashSet<(Uuid, u64)>,
-    by_expiry: BTreeSet<(u64, Uuid, u64, IpAddr)>,
+    /// (expiry, client, nonce, bucket, in the reserve).
+    by_expiry: BTreeSet<(u64, Uuid, u64, IpAddr, bool)>,
+    /// Live entries outside the reserve, per address bucket.
     per_ip: HashMap<IpAddr, usize>,
+    /// Live reserve entries, per client id.
+    reserved: HashMap<Uuid, usize>,
+    /// Live reserve entries in all.
+    in_reserve: usize,
+}
+
+fn decrement<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = map.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
 }
 
 impl ReplayCache {
@@ -68,8 +101,16 @@ impl ReplayCache {
     }
 
     /// Remembers (client, nonce), asked from `ip` at `now_ms`, unless it is there already or
-    /// the cache is full for that address.
-    pub fn admit(&self, client: Uuid, nonce_ms: u64, ip: IpAddr, now_ms: u64) -> Admit {
+    /// the cache is full for that address (and, for an `established` client id, its part of
+    /// the reserve is taken too).
+    pub fn admit(
+        &self,
+        client: Uuid,
+        nonce_ms: u64,
+        ip: IpAddr,
+        now_ms: u64,
+        established: bool,
+    ) -> Admit {
         let ip = crate::limits::ip::bucket(ip);
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(&first) = inner.by_expiry.first() {
@@ -78,38 +119,57 @@ impl ReplayCache {
             }
             inner.by_expiry.pop_first();
             inner.seen.remove(&(first.1, first.2));
-            if let Some(n) = inner.per_ip.get_mut(&first.3) {
-                *n -= 1;
-                if *n == 0 {
-                    inner.per_ip.remove(&first.3);
-                }
+            if first.4 {
+                decrement(&mut inner.reserved, &first.1);
+                inner.in_reserve -= 1;
+            } else {
+                decrement(&mut inner.per_ip, &first.3);
             }
         }
         if inner.seen.contains(&(client, nonce_ms)) {
             return Admit::Replayed;
         }
         let mine = inner.per_ip.get(&ip).copied().unwrap_or(0);
-        if inner.seen.len() >= self.capacity {
+        let live = inner.seen.len() - inner.in_reserve;
+        let mut reserved = false;
+        if live >= self.capacity {
             let addresses = inner.per_ip.len() + usize::from(mine == 0);
             let share = self.capacity / addresses.max(1);
-            if mine >= share || inner.seen.len() >= self.capacity.saturating_mul(CEILING_FACTOR) {
-                // When room frees up for this address: its own oldest entry leaves (over its
-                // share), or the oldest of all (at the ceiling).
-                let oldest = inner
-                    .by_expiry
-                    .iter()
-                    .find(|e| mine == 0 || mine < share || e.3 == ip)
-                    .map_or(now_ms + 1_000, |e| e.0);
-                return Admit::Full {
-                    retry_after_ms: oldest.saturating_sub(now_ms).max(1),
-                };
+            if mine >= share || live >= self.capacity.saturating_mul(CEILING_FACTOR) {
+                let held = inner.reserved.get(&client).copied().unwrap_or(0);
+                if established
+                    && held < RESERVE_PER_CLIENT
+                    && inner.in_reserve < reserve(self.capacity)
+                {
+                    reserved = true;
+                } else {
+                    // When room frees up for this address: its own oldest entry leaves (over
+                    // its share), or the oldest of all (at the ceiling).
+                    let oldest = inner
+                        .by_expiry
+                        .iter()
+                        .find(|e| !e.4 && (mine == 0 || mine < share || e.3 == ip))
+                        .map_or(now_ms + 1_000, |e| e.0);
+                    return Admit::Full {
+                        retry_after_ms: oldest.saturating_sub(now_ms).max(1),
+                    };
+                }
             }
         }
         inner.seen.insert((client, nonce_ms));
-        inner
-            .by_expiry
-            .insert((nonce_ms.saturating_add(KEEP_MS), client, nonce_ms, ip));
-        *inner.per_ip.entry(ip).or_insert(0) += 1;
+        inner.by_expiry.insert((
+            nonce_ms.saturating_add(KEEP_MS),
+            client,
+            nonce_ms,
+            ip,
+            reserved,
+        ));
+        if reserved {
+            *inner.reserved.entry(client).or_insert(0) += 1;
+            inner.in_reserve += 1;
+        } else {
+            *inner.per_ip.entry(ip).or_insert(0) += 1;
+        }
         Admit::Fresh
     }
 
@@ -139,21 +199,24 @@ mod tests {
         let cache = ReplayCache::new(10);
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let now = 1_000_000;
-        assert_eq!(cache.admit(a, now, IP, now), Admit::Fresh);
-        assert_eq!(cache.admit(a, now, IP, now + 5), Admit::Replayed);
+        assert_eq!(cache.admit(a, now, IP, now, false), Admit::Fresh);
+        assert_eq!(cache.admit(a, now, IP, now + 5, false), Admit::Replayed);
         assert_eq!(
-            cache.admit(b, now, IP, now + 5),
+            cache.admit(b, now, IP, now + 5, false),
             Admit::Fresh,
             "another key"
         );
         assert_eq!(
-            cache.admit(a, now + 1, IP, now + 5),
+            cache.admit(a, now + 1, IP, now + 5, false),
             Admit::Fresh,
             "another nonce"
         );
-        assert_eq!(cache.admit(a, now, IP, now + KEEP_MS - 1), Admit::Replayed);
         assert_eq!(
-            cache.admit(a, now, IP, now + KEEP_MS),
+            cache.admit(a, now, IP, now + KEEP_MS - 1, false),
+            Admit::Replayed
+        );
+        assert_eq!(
+            cache.admit(a, now, IP, now + KEEP_MS, false),
             Admit::Fresh,
             "expired, then the window refuses it anyway"
         );
@@ -165,25 +228,25 @@ mod tests {
         let now = 5_000_000;
         for n in 0..3 {
             assert_eq!(
-                cache.admit(Uuid::from_u128(n), now + n as u64, IP, now),
+                cache.admit(Uuid::from_u128(n), now + n as u64, IP, now, false),
                 Admit::Fresh
             );
         }
         assert_eq!(
-            cache.admit(Uuid::from_u128(9), now, IP, now),
+            cache.admit(Uuid::from_u128(9), now, IP, now, false),
             Admit::Full {
                 retry_after_ms: KEEP_MS
             }
         );
         assert_eq!(cache.len(), 3);
         assert_eq!(
-            cache.admit(Uuid::from_u128(9), now, IP, now + KEEP_MS),
+            cache.admit(Uuid::from_u128(9), now, IP, now + KEEP_MS, false),
             Admit::Fresh,
             "the oldest left"
         );
         assert_eq!(cache.len(), 3);
         assert_eq!(
-            cache.admit(Uuid::from_u128(8), now, IP, now + KEEP_MS + 2),
+            cache.admit(Uuid::from_u128(8), now, IP, now + KEEP_MS + 2, false),
             Admit::Fresh
         );
         assert_eq!(cache.len(), 1, "expired entries were dropped");
@@ -200,7 +263,7 @@ mod tests {
         for a in 0..35u32 {
             for k in 0..3u32 {
                 let client = Uuid::from_u128((a * 10 + k) as u128);
-                if cache.admit(client, now, from(a), now) != Admit::Fresh {
+                if cache.admit(client, now, from(a), now, false) != Admit::Fresh {
                     refused += 1;
                 }
             }
@@ -213,12 +276,12 @@ mod tests {
         );
         // A brand-new device on an address of its own: within its share (100 / 36 > 0).
         assert_eq!(
-            cache.admit(Uuid::from_u128(999), now, from(1_000), now),
+            cache.admit(Uuid::from_u128(999), now, from(1_000), now, false),
             Admit::Fresh
         );
         // A flooding address stays refused, told when its own oldest entry leaves.
         assert_eq!(
-            cache.admit(Uuid::from_u128(998), now, from(0), now + 10),
+            cache.admit(Uuid::from_u128(998), now, from(0), now + 10, false),
             Admit::Full {
                 retry_after_ms: KEEP_MS - 10
             }
@@ -227,7 +290,7 @@ mod tests {
         let neighbour =
             IpAddr::from((0x2001_0db8_0000_u128 << 80 | 0xff << 64 | 0xffff).to_be_bytes());
         assert_ne!(
-            cache.admit(Uuid::from_u128(997), now, neighbour, now + 10),
+            cache.admit(Uuid::from_u128(997), now, neighbour, now + 10, false),
             Admit::Fresh
         );
     }
@@ -238,8 +301,62 @@ mod tests {
         let now = 9_000_000;
         for n in 0..1_000u32 {
             let ip = IpAddr::from([10, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
-            let _ = cache.admit(Uuid::from_u128(n as u128), now, ip, now);
+            let _ = cache.admit(Uuid::from_u128(n as u128), now, ip, now, false);
         }
         assert!(cache.len() <= 10 * CEILING_FACTOR, "{}", cache.len());
+    }
+
+    #[test]
+    fn established_devices_have_a_reserve_fresh_keys_cannot_take() {
+        let cache = ReplayCache::new(8);
+        let now = 9_000_000;
+        let from = |n: u8| IpAddr::from([10, 0, 0, n]);
+        // Fresh keys from 40 addresses: the cache fills, then every new address is refused.
+        for n in 0..40u8 {
+            for k in 0..4u128 {
+                let _ = cache.admit(
+                    Uuid::from_u128(u128::from(n) * 10 + k),
+                    now,
+                    from(n),
+                    now,
+                    false,
+                );
+            }
+        }
+        let full = cache.len();
+        assert!(full >= 8, "{full}");
+        let fresh = cache.admit(Uuid::from_u128(5_000), now, from(200), now, false);
+        assert!(matches!(fresh, Admit::Full { .. }), "{fresh:?}");
+        // The same request from an established device is admitted, from a flooding address too.
+        let device = Uuid::from_u128(7_000);
+        assert_eq!(cache.admit(device, now, from(0), now, true), Admit::Fresh);
+        assert_eq!(
+            cache.admit(device, now + 1, from(200), now, true),
+            Admit::Fresh
+        );
+        // Its part of the reserve is RESERVE_PER_CLIENT entries.
+        assert!(matches!(
+            cache.admit(device, now + 2, from(200), now, true),
+            Admit::Full { .. }
+        ));
+        // Other established ids fill the rest of the reserve, then are refused.
+        let room = reserve(8) - RESERVE_PER_CLIENT;
+        for n in 0..room as u128 {
+            assert_eq!(
+                cache.admit(Uuid::from_u128(8_000 + n), now, from(1), now, true),
+                Admit::Fresh
+            );
+        }
+        assert!(matches!(
+            cache.admit(Uuid::from_u128(9_999), now, from(1), now, true),
+            Admit::Full { .. }
+        ));
+        assert_eq!(cache.len(), full + reserve(8));
+        // Reserve entries expire like the others and give their room back.
+        assert_eq!(
+            cache.admit(device, now + 3, from(0), now + KEEP_MS + 1, true),
+            Admit::Fresh
+        );
+        assert_eq!(cache.len(), 1);
     }
 }

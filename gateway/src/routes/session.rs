@@ -94,9 +94,10 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
     };
     let now = now_ms();
     let proven = device::verify(&body, now)?;
+    let established = auth.established.contains(&proven.client_id);
     match auth
         .replay
-        .admit(proven.client_id, proven.nonce_ms, ip, now)
+        .admit(proven.client_id, proven.nonce_ms, ip, now, established)
     {
         Admit::Fresh => {}
         Admit::Replayed => {

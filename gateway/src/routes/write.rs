@@ -209,6 +209,7 @@ pub async fn write(State(state): State<AppState>, request: Request) -> Response 
         .flat_map(|w| w.events.iter().map(|e| e.event_type));
     let fault = state.faults.as_ref().and_then(|f| f.draw(types));
     let command = to_command(&state, &session, request);
+    let writer = session.client_id;
     let mut delay = None;
     match fault {
         Some(Fault::Reject(event_type)) => {
@@ -256,7 +257,13 @@ pub async fn write(State(state): State<AppState>, request: Request) -> Response 
             ),
         ),
         Ok(Err(join)) => WriteOutcome::from_code(g::INTERNAL, format!("write task failed: {join}")),
-        Ok(Ok(Ok(ack))) => WriteOutcome::landed(ack.aggregate_version),
+        Ok(Ok(Ok(ack))) => {
+            // A write of this device landed: it is established (`crate::auth::established`).
+            if let Some(client) = writer {
+                state.auth.established.mark(client);
+            }
+            WriteOutcome::landed(ack.aggregate_version)
+        }
         Ok(Ok(Err(e))) => e.into_outcome(),
     };
     if fault == Some(Fault::DropAfterCommit) {
