@@ -4,7 +4,8 @@
 //! `main` serves it. Unknown API routes (anything under `/v1`, including `/v1` and `/v1/`
 //! themselves) and wrong methods get the protocol's JSON body too. Layers, outermost first:
 //! tracing, metrics (`crate::observe`), the deadline, the `Host` check (`crate::host`), CORS.
-//! `/healthz` and the static files are each behind a per-address rate (`crate::limits::cheap`).
+//! `/healthz` and the static files are each behind a per-address rate (`crate::limits::cheap`);
+//! preflights, 405s and `Host` refusals behind another.
 //!
 //! **The deadline** covers every route, static files included: a request not answered within
 //! `--request-timeout-ms` (plus [`DEADLINE_GRACE`]) of reaching the router gets 504 (50400,
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use celeriant_sync_protocol::codes::gateway as g;
@@ -47,7 +48,16 @@ async fn not_found(request: Request) -> Response {
     .into_response()
 }
 
-async fn method_not_allowed(request: Request) -> Response {
+/// A wrong method (405), charged to the address's refusal budget (`crate::limits::cheap`;
+/// an `OPTIONS` was charged already, outside CORS).
+async fn method_not_allowed(State(state): State<AppState>, request: Request) -> Response {
+    if request.method() != axum::http::Method::OPTIONS
+        && let Some(refused) = state
+            .refusals
+            .refused(crate::limits::ip::peer(request.extensions()))
+    {
+        return refused;
+    }
     ApiError::code(
         g::METHOD_NOT_ALLOWED,
         format!(
@@ -77,7 +87,8 @@ async fn deadline_passed(error: BoxError) -> Response {
 
 /// The gateway's router over `state`.
 pub fn app(state: AppState) -> Router {
-    let cheap = CheapRate::new(&state.config.limits);
+    let cheap = CheapRate::statics(&state.config.limits);
+    let refusals = state.refusals.clone();
     let mut api = Router::new()
         .route(WRITE_PATH, post(routes::write::write))
         .route(SESSION_PATH, axum::routing::any(routes::session::session))
@@ -152,8 +163,16 @@ pub fn app(state: AppState) -> Router {
         .fallback_service(www)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(cors::layer(&state.config))
+        // Outside CORS, which answers preflights without calling what it wraps.
         .layer(axum::middleware::from_fn_with_state(
-            std::sync::Arc::new(HostPolicy::from_config(&state.config)),
+            refusals.clone(),
+            cheap::preflight,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            (
+                std::sync::Arc::new(HostPolicy::from_config(&state.config)),
+                refusals,
+            ),
             host::check,
         ))
         .layer(

@@ -8,7 +8,8 @@
 //! the hosts of `--allow-origin`, and the names given with `--public-host`; the port is not
 //! compared (a reverse proxy may change it). A request without `Host` (not possible from a
 //! browser) is answered; one with two or more `Host` headers is refused with 400 (code 40030),
-//! whatever they say.
+//! whatever they say. Refusals are charged to the address's `--refusal-rate-per-ip`
+//! (`crate::limits::cheap`) and logged at most once per interval.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -23,6 +24,9 @@ use celeriant_sync_protocol::codes::gateway as g;
 use crate::auth::now_ms;
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::limits::cheap::CheapRate;
+use crate::limits::ip::peer;
+use crate::limits::notice::Throttle;
 
 /// The names answered besides IP addresses and `localhost`, lowercase.
 #[derive(Debug, Clone)]
@@ -82,12 +86,14 @@ fn origin_host(origin: &str) -> Option<String> {
     Some(normalise(host))
 }
 
-/// The middleware.
+/// The middleware. Every refusal is charged to the address's refusal budget
+/// (`crate::limits::cheap`): past it, 429 (42911) instead, the connection closed.
 pub async fn check(
-    State(policy): State<Arc<HostPolicy>>,
+    State((policy, refusals)): State<(Arc<HostPolicy>, Arc<CheapRate>)>,
     request: Request,
     next: Next,
 ) -> Response {
+    static REFUSED_LOG: Throttle = Throttle::new();
     // Two `Host` headers: which one names the gateway depends on who reads them (a proxy may
     // route by one, this check would read the other), so neither is trusted.
     if request
@@ -97,10 +103,16 @@ pub async fn check(
         .nth(1)
         .is_some()
     {
-        tracing::warn!(
-            path = ?request.uri().path(),
-            "a request with more than one Host header refused"
-        );
+        if let Some(over) = refusals.refused(peer(request.extensions())) {
+            return over;
+        }
+        if let Some(suppressed) = REFUSED_LOG.allow() {
+            tracing::warn!(
+                path = ?request.uri().path(),
+                suppressed,
+                "a request with more than one Host header refused"
+            );
+        }
         let error = ApiError::code(
             g::DUPLICATE_HOST,
             "the request has more than one Host header",
@@ -117,8 +129,14 @@ pub async fn check(
         .map(|h| h.to_str().unwrap_or("\u{fffd}"));
     match host {
         Some(host) if !policy.allows(host) => {
+            if let Some(over) = refusals.refused(peer(request.extensions())) {
+                return over;
+            }
             let shown: String = host.chars().take(255).collect();
-            tracing::warn!(host = %shown, path = request.uri().path(), "request for a host this gateway does not serve refused");
+            // One line per interval: a flood of wrong names must not flood the log.
+            if let Some(suppressed) = REFUSED_LOG.allow() {
+                tracing::warn!(host = %shown, path = request.uri().path(), suppressed, "request for a host this gateway does not serve refused");
+            }
             let error = ApiError::code(
                 g::HOST_NOT_ALLOWED,
                 format!(

@@ -15,6 +15,7 @@ use crate::backend::Backend;
 use crate::config::Config;
 use crate::faults::FaultInjector;
 use crate::limits::budget::Budget;
+use crate::limits::cheap::CheapRate;
 use crate::limits::fair::FairShare;
 use crate::limits::share_bytes::ByteShare;
 use crate::watch::Hub;
@@ -44,6 +45,8 @@ pub struct AppState {
     pub read_share: Arc<ByteShare>,
     /// Per-address and per-client rates and concurrency.
     pub fair: Arc<FairShare>,
+    /// Each address's rate of preflights, 405s and `Host` refusals (`--refusal-rate-per-ip`).
+    pub refusals: Arc<CheapRate>,
     /// Sessions: keys, app tokens, replay cache, rate limit.
     pub auth: Arc<Auth>,
     /// The change streams and the fan-out of the backend's changes.
@@ -156,6 +159,7 @@ impl AppState {
                 limits.read_buffer_bytes_per_ip,
             )),
             fair: Arc::new(FairShare::new(limits)),
+            refusals: CheapRate::refusals(limits),
             auth: Arc::new(auth),
             config: Arc::new(config),
             policy: Arc::new(policy),

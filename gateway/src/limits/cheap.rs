@@ -1,17 +1,32 @@
-//! A rate per address on the routes that need no session: `GET /healthz` and static files.
+//! Per-address rates on the requests that need no session and cost the gateway little each:
+//! `GET /healthz` and static files, and the cheap refusals — CORS preflights (`OPTIONS`),
+//! wrong methods (405) and `Host` names the gateway does not answer to (421 / 400).
 //!
 //! They are cheap one at a time, but nothing else bounds them: a few thousand requests a
-//! second from one address made every write several times slower. Each address bucket
-//! ([`crate::limits::ip`]) gets `--static-rate-per-ip` of them per second after a burst of
-//! `--static-burst-per-ip` (GCRA, [`KeyedLimiter`]); past it the answer is 429 `retry`, code
-//! 42911, with the wait in `Retry-After`, decided before the file system or the store is
-//! touched. The default is far above what load balancers' health checks and a browser loading
-//! the app ask for from one address.
+//! second from one address made every write several times slower, and each refused `Host`
+//! was a log line. Each address bucket ([`crate::limits::ip`]) gets two budgets (GCRA,
+//! [`KeyedLimiter`]):
+//!
+//! * [`CheapRate::statics`]: `/healthz`, static files and unknown `/v1/…` paths (their 404),
+//!   `--static-rate-per-ip` per second after a burst of `--static-burst-per-ip`;
+//! * [`CheapRate::refusals`]: preflights, 405s and `Host` refusals,
+//!   `--refusal-rate-per-ip` per second after a burst of `--refusal-burst-per-ip`. Apart from
+//!   the first, so a cross-origin app's preflights (one per URL per ten minutes: an initial
+//!   sync of many aggregates sends many) do not use up its pages' budget, and a page's
+//!   reloads do not refuse its preflights.
+//!
+//! Past either the answer is 429 `retry`, code 42911, with the wait in `Retry-After`, decided
+//! before the file system, the store or the CORS machinery is touched. A refused cheap refusal
+//! also closes its connection (`Connection: close`): a flood kept on one keep-alive connection
+//! must pay a new handshake per request, under the connection limits (`crate::serve`). The
+//! defaults are far above what load balancers' health checks and a browser ask for from one
+//! address.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use celeriant_sync_protocol::WriteOutcome;
@@ -24,48 +39,94 @@ use super::notice::Throttle;
 use crate::config::LimitConfig;
 use crate::error::ApiError;
 
-/// The limiter of the cheap routes.
+/// One per-address budget of cheap requests.
 pub struct CheapRate {
     limiter: Arc<KeyedLimiter<IpAddr>>,
     throttle: Throttle,
+    /// What the budget covers, for the message and the metric.
+    what: &'static str,
+    /// Whether a refusal closes the connection.
+    close: bool,
 }
 
 impl CheapRate {
-    /// The limiter of `limits` (`--static-rate-per-ip`, `--static-burst-per-ip`).
-    pub fn new(limits: &LimitConfig) -> Arc<Self> {
+    /// The budget of `/healthz` and static files (`--static-rate-per-ip`,
+    /// `--static-burst-per-ip`).
+    pub fn statics(limits: &LimitConfig) -> Arc<Self> {
         Arc::new(CheapRate {
             limiter: KeyedLimiter::new(limits.static_rate_per_ip, limits.static_burst_per_ip, 0),
             throttle: Throttle::new(),
+            what: "health checks or static files",
+            close: false,
         })
+    }
+
+    /// The budget of preflights, 405s and `Host` refusals (`--refusal-rate-per-ip`,
+    /// `--refusal-burst-per-ip`).
+    pub fn refusals(limits: &LimitConfig) -> Arc<Self> {
+        Arc::new(CheapRate {
+            limiter: KeyedLimiter::new(limits.refusal_rate_per_ip, limits.refusal_burst_per_ip, 0),
+            throttle: Throttle::new(),
+            what: "preflights, wrong methods or refused host names",
+            close: true,
+        })
+    }
+
+    /// Charges one request from `ip`; the 429 (42911) to answer instead when it is over.
+    pub fn refused(&self, ip: IpAddr) -> Option<Response> {
+        let refusal = match self.limiter.enter(bucket(ip)) {
+            // No concurrency cap: the guard holds nothing worth keeping.
+            Ok(_admitted) => return None,
+            Err(refusal) => refusal,
+        };
+        crate::observe::budget_refused(self.what, "rate");
+        let retry_after_ms = match refusal {
+            Refusal::Rate(wait) => (wait.as_millis() as u64).max(1),
+            Refusal::Concurrency(_) => TRANSIENT_RETRY_AFTER_MS,
+        };
+        if let Some(suppressed) = self.throttle.allow() {
+            tracing::info!(%ip, suppressed, what = self.what, "cheap request refused: over the address's rate");
+        }
+        let mut response = ApiError(WriteOutcome::Retry(Failure {
+            retry_after_ms: Some(retry_after_ms),
+            ..Failure::new(
+                g::STATIC_RATE_LIMITED,
+                format!(
+                    "too many {} from this address; retry in {retry_after_ms} ms",
+                    self.what
+                ),
+            )
+        }))
+        .into_response();
+        if self.close {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        Some(response)
     }
 }
 
-/// The middleware: admits the request under its address's rate, or answers 429 (42911).
+/// The middleware of the static budget: admits the request under its address's rate, or
+/// answers 429 (42911).
 pub async fn limit(State(rate): State<Arc<CheapRate>>, request: Request, next: Next) -> Response {
-    let ip = peer(request.extensions());
-    match rate.limiter.enter(bucket(ip)) {
-        // No concurrency cap: the guard holds nothing worth keeping.
-        Ok(_admitted) => next.run(request).await,
-        Err(refusal) => {
-            crate::observe::budget_refused("static", "rate");
-            let retry_after_ms = match refusal {
-                Refusal::Rate(wait) => (wait.as_millis() as u64).max(1),
-                Refusal::Concurrency(_) => TRANSIENT_RETRY_AFTER_MS,
-            };
-            if let Some(suppressed) = rate.throttle.allow() {
-                tracing::info!(%ip, suppressed, "health check or static file refused: over the address's rate");
-            }
-            ApiError(WriteOutcome::Retry(Failure {
-                retry_after_ms: Some(retry_after_ms),
-                ..Failure::new(
-                    g::STATIC_RATE_LIMITED,
-                    format!(
-                        "too many health checks or static files from this address; retry in \
-                         {retry_after_ms} ms"
-                    ),
-                )
-            }))
-            .into_response()
-        }
+    match rate.refused(peer(request.extensions())) {
+        None => next.run(request).await,
+        Some(refused) => refused,
     }
+}
+
+/// The middleware outside the CORS layer (which answers preflights itself): charges every
+/// `OPTIONS` request to the refusal budget.
+pub async fn preflight(
+    State(rate): State<Arc<CheapRate>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() == Method::OPTIONS
+        && let Some(refused) = rate.refused(peer(request.extensions()))
+    {
+        return refused;
+    }
+    next.run(request).await
 }

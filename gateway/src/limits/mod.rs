@@ -10,7 +10,8 @@
 //!   few (429, 42900);
 //! * [`budget`]: bytes of write bodies and of read responses held at once (429, 42900);
 //! * [`share_bytes`]: each address's and client id's share of the write-body bytes (429, 42910).
-//! * [`cheap`]: per-address rate of `/healthz` and static files (429, 42911).
+//! * [`cheap`]: per-address rates of `/healthz` and static files, and of preflights, 405s and
+//!   `Host` refusals (429, 42911).
 //!
 //! Per-key state is bounded: concurrency entries exist only while a request of that key is in
 //! flight (so there are at most as many as open connections), and the rate limiters drop idle

@@ -32,6 +32,13 @@ pub async fn session(State(state): State<AppState>, request: Request) -> Respons
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
     let wrong_method = request.method() != Method::POST;
+    // Charged to the refusal budget (an `OPTIONS` was charged already, outside CORS).
+    if wrong_method
+        && request.method() != Method::OPTIONS
+        && let Some(refused) = state.refusals.refused(ip)
+    {
+        return refused;
+    }
     let answer = if wrong_method {
         Err(ApiError::code(
             g::METHOD_NOT_ALLOWED,
