@@ -10,17 +10,19 @@
 //!
 //! Enough addresses fill the cache's ceiling even so; a device that has written before
 //! (established) keeps a reserve there, from a flooding address too, while a fresh key is
-//! refused.
+//! refused. The same holds for write slots: fresh keys from several addresses holding every
+//! slot of `--max-inflight` with bodies that do not arrive leave a kept slot for the device.
 
 mod support;
 
+use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use serde_json::json;
 use support::app::TYPE;
 use support::device::{Device, fresh_nonce};
-use support::hostile::{Raw, aggregate, ask};
+use support::hostile::{Raw, aggregate, ask, connect_from};
 use support::process::{Process, data_dir};
 
 fn session_from(from: Ipv4Addr, addr: &str, device: &Device) -> Raw {
@@ -151,4 +153,67 @@ fn an_established_device_keeps_its_sessions_and_writes_while_fresh_keys_fill_the
     // Its part of the reserve is two live sessions: a third in the window waits.
     let third = session_from(Ipv4Addr::new(127, 0, 3, 152), &gw.addr, &device);
     assert_eq!((third.status, third.code()), (429, 42901), "{third:?}");
+}
+
+#[test]
+fn an_established_device_writes_while_fresh_keys_hold_every_write_slot() {
+    let dir = data_dir();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--max-inflight",
+            "16",
+            "--min-body-rate-bytes-per-sec",
+            "0",
+            "--session-burst",
+            "10",
+        ],
+    );
+    let device = Device::b();
+    let home = Ipv4Addr::new(127, 0, 5, 200);
+    let session = session_from(home, &gw.addr, &device);
+    let token = session.json()["token"].as_str().unwrap().to_owned();
+    assert_eq!(write_from(home, &gw.addr, &device, &token, 1).status, 200);
+    // A fresh key from 4 addresses, 4 writes each whose body never comes: all 16 slots.
+    let flooder = Device::a();
+    let mut held = Vec::new();
+    let fresh_token = |from| {
+        let s = session_from(from, &gw.addr, &flooder);
+        assert_eq!(s.status, 200, "{s:?}");
+        s.json()["token"].as_str().unwrap().to_owned()
+    };
+    for a in 0..4u8 {
+        let from = Ipv4Addr::new(127, 0, 5, 10 + a);
+        let fresh = fresh_token(from);
+        for _ in 0..4 {
+            let proof = flooder.proof("POST", "/v1/write", &fresh, b"{}");
+            let mut stream = connect_from(from, &gw.addr);
+            let head = format!(
+                "POST /v1/write HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                 Authorization: Bearer {fresh}\r\nDPoP: {proof}\r\nContent-Length: 1000\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            held.push(stream);
+        }
+    }
+    // Let the 16 writes reach their slots; a fifth address's fresh key finds the pool full.
+    std::thread::sleep(Duration::from_millis(500));
+    let fifth = Ipv4Addr::new(127, 0, 5, 14);
+    let refused = write_from(fifth, &gw.addr, &flooder, &fresh_token(fifth), 1);
+    assert_eq!(
+        (refused.status, refused.code()),
+        (429, 42900),
+        "{refused:?}"
+    );
+    // The established device's write lands, from a flooding address too (a shared NAT).
+    let landed = write_from(Ipv4Addr::new(127, 0, 5, 10), &gw.addr, &device, &token, 2);
+    assert_eq!(
+        landed.status, 200,
+        "established device during the flood: {landed:?}"
+    );
+    println!(
+        "{} writes of fresh keys hold the slots; the established device's write: {}",
+        held.len(),
+        landed.status
+    );
 }

@@ -11,10 +11,20 @@
 //! reserve takes a quarter of the pool ÷ [`LIGHT`] addresses (64 at the default; a pool of 16
 //! or fewer has a reserve one address fills). The bytes of write bodies have a reserve of the
 //! same kind (`crate::routes::write`).
+//!
+//! **Established devices (issue 26).** Enough light addresses (each with its own fresh keys)
+//! still fill the reserve, and a device behind a heavy address (a shared NAT) is refused with
+//! it. So a further sixteenth of `--max-inflight` ([`Slots::kept`]) is kept beyond it for
+//! established client ids (`crate::auth::established`: a write of theirs landed): one whose
+//! write the rules above refuse takes one of those, if it holds no slot already. Filling them
+//! takes that many established client ids each with a write in progress; fresh keys never
+//! take them.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
 
 use celeriant_sync_protocol::codes::gateway as g;
 
@@ -26,8 +36,13 @@ pub const LIGHT: usize = 4;
 
 #[derive(Debug, Default)]
 struct Held {
+    /// Slots taken, the kept ones included.
     total: usize,
     per_ip: HashMap<IpAddr, usize>,
+    /// Kept slots taken.
+    kept: usize,
+    /// Slots held by each established client id.
+    per_client: HashMap<Uuid, usize>,
 }
 
 /// The pool of write slots.
@@ -35,6 +50,7 @@ struct Held {
 pub struct Slots {
     max: usize,
     reserve: usize,
+    kept: usize,
     held: Mutex<Held>,
 }
 
@@ -52,6 +68,8 @@ pub enum NoSlot {
 pub struct Slot {
     owner: Arc<Slots>,
     ip: IpAddr,
+    /// The established client id counted, and whether the slot is a kept one.
+    client: Option<(Uuid, bool)>,
 }
 
 /// The answer to a write that got no slot: 429 (42900, `retry`, `Retry-After: 1`).
@@ -75,35 +93,58 @@ pub fn refusal(why: NoSlot) -> ApiError {
 }
 
 impl Slots {
-    /// `max` slots, the last quarter of them reserved for light addresses.
+    /// `max` slots, the last quarter of them reserved for light addresses, and a sixteenth
+    /// more kept for established client ids.
     pub fn new(max: usize) -> Arc<Self> {
         Arc::new(Slots {
             max,
             reserve: max / 4,
+            kept: (max / 16).max(1),
             held: Mutex::new(Held::default()),
         })
+    }
+
+    /// The slots kept for established client ids beyond `max`.
+    pub fn kept(&self) -> usize {
+        self.kept
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot for a request from `ip`.
-    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, NoSlot> {
+    /// A slot for a request from `ip`, by `established` (the client id, when it is
+    /// established).
+    pub fn take(self: &Arc<Self>, ip: IpAddr, established: Option<Uuid>) -> Result<Slot, NoSlot> {
         let ip = bucket(ip);
         let mut held = self.lock();
-        if held.total >= self.max {
-            return Err(NoSlot::Full);
-        }
+        let taken = held.total - held.kept;
         let mine = held.per_ip.get(&ip).copied().unwrap_or(0);
-        if self.max - held.total <= self.reserve && mine >= LIGHT {
-            return Err(NoSlot::Reserved);
+        let refused = if taken >= self.max {
+            Some(NoSlot::Full)
+        } else if self.max - taken <= self.reserve && mine >= LIGHT {
+            Some(NoSlot::Reserved)
+        } else {
+            None
+        };
+        let mut kept = false;
+        if let Some(why) = refused {
+            let theirs = established.map(|c| held.per_client.get(&c).copied().unwrap_or(0));
+            if theirs != Some(0) || held.kept >= self.kept {
+                return Err(why);
+            }
+            kept = true;
+            held.kept += 1;
         }
         held.total += 1;
         *held.per_ip.entry(ip).or_insert(0) += 1;
+        if let Some(client) = established {
+            *held.per_client.entry(client).or_insert(0) += 1;
+        }
         Ok(Slot {
             owner: self.clone(),
             ip,
+            client: established.map(|c| (c, kept)),
         })
     }
 
@@ -123,6 +164,15 @@ impl Drop for Slot {
                 held.per_ip.remove(&self.ip);
             }
         }
+        if let Some((client, kept)) = self.client {
+            held.kept -= usize::from(kept);
+            if let Some(n) = held.per_client.get_mut(&client) {
+                *n -= 1;
+                if *n == 0 {
+                    held.per_client.remove(&client);
+                }
+            }
+        }
     }
 }
 
@@ -134,17 +184,24 @@ mod tests {
         IpAddr::from([192, 0, 2, last])
     }
 
+    impl Slots {
+        /// A slot for a fresh key.
+        fn take_as(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, NoSlot> {
+            self.take(ip, None)
+        }
+    }
+
     #[test]
     fn heavy_addresses_take_three_quarters_and_light_ones_the_reserve() {
         let slots = Slots::new(16);
-        let heavy: Vec<Slot> = (0..12).map(|_| slots.take(ip(1)).unwrap()).collect();
-        assert_eq!(slots.take(ip(1)).unwrap_err(), NoSlot::Reserved);
+        let heavy: Vec<Slot> = (0..12).map(|_| slots.take_as(ip(1)).unwrap()).collect();
+        assert_eq!(slots.take_as(ip(1)).unwrap_err(), NoSlot::Reserved);
         // Light addresses fill the reserve, each up to LIGHT.
-        let light: Vec<Slot> = (0..LIGHT).map(|_| slots.take(ip(2)).unwrap()).collect();
-        assert_eq!(slots.take(ip(3)).unwrap_err(), NoSlot::Full);
+        let light: Vec<Slot> = (0..LIGHT).map(|_| slots.take_as(ip(2)).unwrap()).collect();
+        assert_eq!(slots.take_as(ip(3)).unwrap_err(), NoSlot::Full);
         drop(light);
         assert_eq!(slots.taken(), 12);
-        let _one = slots.take(ip(3)).unwrap();
+        let _one = slots.take_as(ip(3)).unwrap();
         drop(heavy);
         assert_eq!(slots.taken(), 1);
     }
@@ -152,23 +209,53 @@ mod tests {
     #[test]
     fn a_light_address_stops_at_its_share_in_the_reserve() {
         let slots = Slots::new(8);
-        let _heavy: Vec<Slot> = (0..6).map(|_| slots.take(ip(1)).unwrap()).collect();
-        let _a: Vec<Slot> = (0..2).map(|_| slots.take(ip(2)).unwrap()).collect();
-        assert_eq!(slots.take(ip(2)).unwrap_err(), NoSlot::Full);
+        let _heavy: Vec<Slot> = (0..6).map(|_| slots.take_as(ip(1)).unwrap()).collect();
+        let _a: Vec<Slot> = (0..2).map(|_| slots.take_as(ip(2)).unwrap()).collect();
+        assert_eq!(slots.take_as(ip(2)).unwrap_err(), NoSlot::Full);
         let slots = Slots::new(40);
-        let _heavy: Vec<Slot> = (0..30).map(|_| slots.take(ip(1)).unwrap()).collect();
-        let _b: Vec<Slot> = (0..LIGHT).map(|_| slots.take(ip(2)).unwrap()).collect();
-        assert_eq!(slots.take(ip(2)).unwrap_err(), NoSlot::Reserved);
-        assert!(slots.take(ip(3)).is_ok());
+        let _heavy: Vec<Slot> = (0..30).map(|_| slots.take_as(ip(1)).unwrap()).collect();
+        let _b: Vec<Slot> = (0..LIGHT).map(|_| slots.take_as(ip(2)).unwrap()).collect();
+        assert_eq!(slots.take_as(ip(2)).unwrap_err(), NoSlot::Reserved);
+        assert!(slots.take_as(ip(3)).is_ok());
     }
 
     #[test]
     fn the_map_forgets_addresses_without_slots() {
         let slots = Slots::new(4);
         for i in 0..10 {
-            drop(slots.take(ip(i)).unwrap());
+            drop(slots.take_as(ip(i)).unwrap());
         }
         assert_eq!(slots.taken(), 0);
         assert!(slots.lock().per_ip.is_empty());
+    }
+
+    #[test]
+    fn established_clients_have_kept_slots_fresh_keys_cannot_take() {
+        let slots = Slots::new(32);
+        assert_eq!(slots.kept(), 2);
+        // Light addresses with fresh keys take every slot, reserve included.
+        let fresh: Vec<Slot> = (0..32u8)
+            .map(|n| slots.take(ip(10 + n), None).unwrap())
+            .collect();
+        assert_eq!(slots.take(ip(100), None).unwrap_err(), NoSlot::Full);
+        // An established device gets a kept slot, even from a flooding address; one at a time.
+        let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let first = slots.take(ip(10), Some(a)).unwrap();
+        assert_eq!(slots.take(ip(10), Some(a)).unwrap_err(), NoSlot::Full);
+        let _second = slots.take(ip(101), Some(b)).unwrap();
+        // The kept slots are taken: a third established device waits.
+        assert_eq!(slots.take(ip(102), Some(c)).unwrap_err(), NoSlot::Full);
+        assert_eq!(slots.taken(), 34);
+        drop(first);
+        let _third = slots.take(ip(102), Some(c)).unwrap();
+        drop(fresh);
+        // With room, an established device takes ordinary slots (and then holds one).
+        let ordinary = slots.take(ip(10), Some(a)).unwrap();
+        assert_eq!(slots.lock().kept, 2);
+        drop(ordinary);
+        drop((_second, _third));
+        let held = slots.lock();
+        assert_eq!((held.total, held.kept), (0, 0));
+        assert!(held.per_client.is_empty() && held.per_ip.is_empty());
     }
 }

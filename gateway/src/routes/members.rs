@@ -224,11 +224,12 @@ fn changer(session: &Session) -> Result<Principal, ApiError> {
 }
 
 /// A members change is a write upstream (a whole record appended on Celeriant): it takes a slot
-/// of `--max-inflight` like any write, beyond the read rate its route is charged.
+/// of `--max-inflight` like any write, beyond the read rate its route is charged (never one
+/// of the slots kept for established devices: those are for their event writes).
 fn write_slot(state: &AppState, peer: IpAddr) -> Result<crate::limits::slots::Slot, ApiError> {
     state
         .admission
-        .take(peer)
+        .take(peer, None)
         .map_err(crate::limits::slots::refusal)
 }
 

@@ -127,9 +127,12 @@ async fn admit(state: &AppState, request: Request) -> Result<(Session, Admitted,
         .backend
         .write_gate()
         .map_err(|e| ApiError(e.into_outcome()))?;
+    let established = session
+        .client_id
+        .filter(|c| state.auth.established.contains(c));
     let slot = state
         .admission
-        .take(peer)
+        .take(peer, established)
         .map_err(crate::limits::slots::refusal)?;
     let wanted = declared.unwrap_or(limit);
     let first = wanted.min(FIRST_RESERVATION);
