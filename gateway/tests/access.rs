@@ -508,7 +508,7 @@ async fn a_members_change_takes_a_write_slot() {
         .map(|i| {
             let ip =
                 std::net::IpAddr::from((0x2001_0db8_u128 << 96 | (i as u128) << 72).to_be_bytes());
-            h.state.admission.take(ip).unwrap()
+            h.state.admission.take(ip, None).unwrap()
         })
         .collect();
     let busy = put_member(&h, &ta, ID, "user:carol", "read").await;
