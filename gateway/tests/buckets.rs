@@ -1,12 +1,13 @@
 //! The address bucket flags reach the limiters: a gateway started with
 //! `--ipv6-bucket-prefix 64` keys two /64s of one /56 apart (the default, 56, keys them
-//! together), and out-of-range prefixes are refused at start. Its own test binary: the
-//! prefixes are one setting of the process.
+//! together, with half of the bucket's rates per /64), and out-of-range prefixes are refused at
+//! start. Its own test binary: the prefixes are one setting of the process.
 
 mod support;
 
 use celeriant_gateway::config::Config;
 use celeriant_gateway::limits::ip::bucket;
+use celeriant_gateway::limits::nested::{AddressLimiter, nested};
 use clap::Parser;
 use support::app::{Harness, Store};
 
@@ -20,6 +21,13 @@ async fn the_flag_sets_the_buckets_of_every_limiter() {
         bucket(a),
         "2001:db8:0:1::".parse::<std::net::IpAddr>().unwrap()
     );
+    // At /64 the bucket is the /64: nothing is nested, a /64 has its bucket's whole budget.
+    assert_eq!(nested(a), None);
+    let limiter = AddressLimiter::new(0, 0, 4);
+    let held: Vec<_> = (0..4).map(|_| limiter.enter(a).unwrap()).collect();
+    assert!(limiter.enter(a).is_err());
+    assert!(limiter.enter(b).is_ok(), "another /64 is another bucket");
+    drop(held);
 }
 
 #[test]

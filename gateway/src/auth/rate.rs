@@ -4,7 +4,9 @@
 //! every accepted session takes a replay-cache entry, so `POST /v1/session` is limited per client
 //! address (GCRA from `governor`): `--session-burst` at once, then `--session-rate-per-minute`.
 //! Addresses count per bucket (IPv6 per /56 by default, the block one subscriber usually
-//! gets), so one host cannot dodge the limit by walking its own prefix (`crate::limits::ip`). The per-address memory is bounded: past
+//! gets), so one host cannot dodge the limit by walking its own prefix (`crate::limits::ip`),
+//! and each /64 of a bucket gets half of it (`crate::limits::nested`: one host cannot spend its
+//! whole /56's sessions). The per-address memory is bounded: past
 //! [`MAX_TRACKED`] addresses the idle ones are dropped, and while that many are all active, new
 //! addresses are refused too. Behind a reverse proxy every request has the proxy's address;
 //! size the limit for that (docs/protocol.md).
@@ -17,6 +19,7 @@ use governor::clock::Clock as _;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::limits::ip::bucket;
+use crate::limits::nested::{nested, nested_part};
 
 /// Most addresses tracked at once.
 pub const MAX_TRACKED: usize = 65_536;
@@ -24,23 +27,27 @@ pub const MAX_TRACKED: usize = 65_536;
 /// The session-creation limiter (`None` inside when the rate is 0: no limit).
 pub struct SessionLimiter {
     limiter: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    /// Half of it per nested IPv6 /64.
+    nested: Option<DefaultKeyedRateLimiter<IpAddr>>,
 }
 
 impl SessionLimiter {
     /// `per_minute` creations per address per minute after a burst of `burst` (0: no limit).
     pub fn new(per_minute: u32, burst: u32) -> Self {
-        let limiter = NonZeroU32::new(per_minute).map(|rate| {
-            let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
-            RateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst))
-        });
-        SessionLimiter { limiter }
+        let make = |per_minute: u32, burst: u32| {
+            NonZeroU32::new(per_minute).map(|rate| {
+                let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+                RateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst))
+            })
+        };
+        SessionLimiter {
+            limiter: make(per_minute, burst),
+            nested: make(nested_part(per_minute), nested_part(burst)),
+        }
     }
 
-    /// `Ok` when `ip` may create a session now; otherwise how long it should wait.
-    pub fn check(&self, ip: IpAddr) -> Result<(), Duration> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
+    /// Checks `key` in `limiter`, keeping the number of keys tracked bounded.
+    fn check_in(limiter: &DefaultKeyedRateLimiter<IpAddr>, key: IpAddr) -> Result<(), Duration> {
         if limiter.len() >= MAX_TRACKED {
             limiter.retain_recent();
             limiter.shrink_to_fit();
@@ -49,8 +56,20 @@ impl SessionLimiter {
             }
         }
         limiter
-            .check_key(&bucket(ip))
+            .check_key(&key)
             .map_err(|not_until| not_until.wait_time_from(limiter.clock().now()))
+    }
+
+    /// `Ok` when `ip` may create a session now; otherwise how long it should wait.
+    pub fn check(&self, ip: IpAddr) -> Result<(), Duration> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        // The /64's half first: a /64 refused by it spends nothing of its bucket's.
+        if let (Some(sub), Some(half)) = (nested(ip), &self.nested) {
+            Self::check_in(half, sub)?;
+        }
+        Self::check_in(limiter, bucket(ip))
     }
 }
 
@@ -77,19 +96,35 @@ mod tests {
     }
 
     #[test]
+    fn one_64_spends_half_of_its_56() {
+        let limiter = SessionLimiter::new(60, 4);
+        let a: IpAddr = "2001:db8:0:1::1".parse().unwrap();
+        assert!(limiter.check(a).is_ok() && limiter.check(a).is_ok());
+        assert!(limiter.check(a).is_err(), "the /64's half is spent");
+        let b: IpAddr = "2001:db8:0:2::1".parse().unwrap();
+        assert!(limiter.check(b).is_ok() && limiter.check(b).is_ok());
+        let c: IpAddr = "2001:db8:0:3::1".parse().unwrap();
+        assert!(limiter.check(c).is_err(), "the /56's whole is spent");
+    }
+
+    #[test]
     fn ipv6_counts_per_56_and_zero_means_no_limit() {
-        let limiter = SessionLimiter::new(60, 1);
+        let limiter = SessionLimiter::new(60, 2);
         assert!(limiter.check("2001:db8::1".parse().unwrap()).is_ok());
-        assert!(limiter.check("2001:db8::ffff:2".parse().unwrap()).is_err());
         assert!(
-            limiter.check("2001:db8:0:ff::1".parse().unwrap()).is_err(),
-            "another /64 of the same /56"
+            limiter.check("2001:db8:0:ff::1".parse().unwrap()).is_ok(),
+            "another /64 of the same /56: the bucket's second"
+        );
+        assert!(
+            limiter.check("2001:db8:0:fe::1".parse().unwrap()).is_err(),
+            "a third /64 of the same /56: the bucket is spent"
         );
         assert!(limiter.check("2001:db8:0:100::1".parse().unwrap()).is_ok());
         assert!(limiter.check("::ffff:192.0.2.9".parse().unwrap()).is_ok());
+        assert!(limiter.check("192.0.2.9".parse().unwrap()).is_ok());
         assert!(
             limiter.check("192.0.2.9".parse().unwrap()).is_err(),
-            "mapped is the same"
+            "mapped is the same, and IPv4 is not nested"
         );
         let open = SessionLimiter::new(0, 0);
         let ip: IpAddr = "192.0.2.3".parse().unwrap();

@@ -5,7 +5,7 @@
 //! They are cheap one at a time, but nothing else bounds them: a few thousand requests a
 //! second from one address made every write several times slower, and each refused `Host`
 //! was a log line. Each address bucket ([`crate::limits::ip`]) gets two budgets (GCRA,
-//! [`KeyedLimiter`]):
+//! [`AddressLimiter`]: an IPv6 /64 gets half of its bucket's):
 //!
 //! * [`CheapRate::statics`]: `/healthz`, static files and unknown `/v1/…` paths (their 404),
 //!   `--static-rate-per-ip` per second after a burst of `--static-burst-per-ip`;
@@ -33,15 +33,16 @@ use celeriant_sync_protocol::WriteOutcome;
 use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::outcome::{Failure, TRANSIENT_RETRY_AFTER_MS};
 
-use super::ip::{bucket, peer};
-use super::keyed::{KeyedLimiter, Refusal};
+use super::ip::peer;
+use super::keyed::Refusal;
+use super::nested::AddressLimiter;
 use super::notice::Throttle;
 use crate::config::LimitConfig;
 use crate::error::ApiError;
 
 /// One per-address budget of cheap requests.
 pub struct CheapRate {
-    limiter: Arc<KeyedLimiter<IpAddr>>,
+    limiter: AddressLimiter,
     throttle: Throttle,
     /// What the budget covers, for the message and the metric.
     what: &'static str,
@@ -54,7 +55,7 @@ impl CheapRate {
     /// `--static-burst-per-ip`).
     pub fn statics(limits: &LimitConfig) -> Arc<Self> {
         Arc::new(CheapRate {
-            limiter: KeyedLimiter::new(limits.static_rate_per_ip, limits.static_burst_per_ip, 0),
+            limiter: AddressLimiter::new(limits.static_rate_per_ip, limits.static_burst_per_ip, 0),
             throttle: Throttle::new(),
             what: "health checks or static files",
             close: false,
@@ -65,7 +66,11 @@ impl CheapRate {
     /// `--refusal-burst-per-ip`).
     pub fn refusals(limits: &LimitConfig) -> Arc<Self> {
         Arc::new(CheapRate {
-            limiter: KeyedLimiter::new(limits.refusal_rate_per_ip, limits.refusal_burst_per_ip, 0),
+            limiter: AddressLimiter::new(
+                limits.refusal_rate_per_ip,
+                limits.refusal_burst_per_ip,
+                0,
+            ),
             throttle: Throttle::new(),
             what: "preflights, wrong methods or refused host names",
             close: true,
@@ -74,7 +79,7 @@ impl CheapRate {
 
     /// Charges one request from `ip`; the 429 (42911) to answer instead when it is over.
     pub fn refused(&self, ip: IpAddr) -> Option<Response> {
-        let refusal = match self.limiter.enter(bucket(ip)) {
+        let refusal = match self.limiter.enter(ip) {
             // No concurrency cap: the guard holds nothing worth keeping.
             Ok(_admitted) => return None,
             Err(refusal) => refusal,

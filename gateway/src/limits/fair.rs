@@ -8,7 +8,8 @@
 //! budgets, so reading does not starve writing. A refusal is 429 `retry` with code 42910 and
 //! the wait in `retryAfterMs` / `Retry-After`: the time until the rate allows one more, or one
 //! second when the concurrency cap is full. The guards are held until the request is finished
-//! with (for a write, until the store answered).
+//! with (for a write, until the store answered). An IPv6 /64 gets half of its bucket's share
+//! (`crate::limits::nested`).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -18,8 +19,8 @@ use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::outcome::{Failure, TRANSIENT_RETRY_AFTER_MS};
 use uuid::Uuid;
 
-use super::ip::bucket;
 use super::keyed::{InFlight, KeyedLimiter, Refusal};
+use super::nested::{AddressLimiter, Admitted};
 use super::notice::Throttle;
 use crate::config::LimitConfig;
 use crate::error::ApiError;
@@ -51,14 +52,14 @@ impl Kind {
 
 /// The per-address and per-client limiters, one pair per [`Kind`].
 pub struct FairShare {
-    ip: [Arc<KeyedLimiter<IpAddr>>; 2],
+    ip: [AddressLimiter; 2],
     client: [Arc<KeyedLimiter<Uuid>>; 2],
     throttle: Throttle,
 }
 
 /// A request's place in its address's and client's shares, held until it is finished with.
 pub struct Share {
-    _ip: InFlight<IpAddr>,
+    _ip: Admitted,
     _client: Option<InFlight<Uuid>>,
 }
 
@@ -66,7 +67,7 @@ impl FairShare {
     /// The limiters of `limits`.
     pub fn new(limits: &LimitConfig) -> Self {
         let ip = || {
-            KeyedLimiter::new(
+            AddressLimiter::new(
                 limits.rate_per_ip,
                 limits.burst_per_ip,
                 limits.concurrency_per_ip,
@@ -87,9 +88,9 @@ impl FairShare {
     }
 
     /// Admits a request of `kind` from `ip` under the address's share.
-    pub fn address(&self, kind: Kind, ip: IpAddr) -> Result<InFlight<IpAddr>, ApiError> {
+    pub fn address(&self, kind: Kind, ip: IpAddr) -> Result<Admitted, ApiError> {
         self.ip[kind.index()]
-            .enter(bucket(ip))
+            .enter(ip)
             .map_err(|r| self.refuse(kind, "this address", &ip.to_string(), r))
     }
 
@@ -97,7 +98,7 @@ impl FairShare {
     pub fn client(
         &self,
         kind: Kind,
-        address: InFlight<IpAddr>,
+        address: Admitted,
         client: Option<Uuid>,
     ) -> Result<Share, ApiError> {
         let client = match client {
