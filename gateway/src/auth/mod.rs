@@ -293,7 +293,12 @@ fn check_proof(
     ) {
         proof::check_body(&checked.body_hash, b"")?;
     }
-    match state.auth.proof_replay.admit(client_id, &checked.jti, now) {
+    let established = state.auth.established.contains(&client_id);
+    match state
+        .auth
+        .proof_replay
+        .admit(client_id, &checked.jti, now, established)
+    {
         Admit::Fresh => Ok(checked.body_hash),
         Admit::Replayed => Err(ApiError::code(
             g::PROOF_REPLAYED,

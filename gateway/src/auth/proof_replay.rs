@@ -18,6 +18,13 @@
 //! since forgetting a `jti` would let its replay through. Only proofs whose signature verified
 //! are remembered, so nobody can fill another device's partition without its key.
 //!
+//! **A reserve for established devices.** Fresh devices (a session each: only a key pair) can
+//! still reach the ceiling together, and then every device is refused. So a further `capacity`
+//! ÷ 4 entries ([`reserve`]) are kept for established devices (`crate::auth::established`: a
+//! write of theirs landed): one the rules above refuse (but within `per_device`) is admitted
+//! into the reserve, at most [`RESERVE_PER_DEVICE`] live entries each there (about two requests
+//! a second). Fresh devices never enter it.
+//!
 //! **Fixed-size entries.** The `jti` (up to 128 bytes) is stored as the first 16 bytes of its
 //! SHA-256, in the device's set and in the expiry queue: a collision within one device's live
 //! entries (2^-128 per pair) would only refuse a fresh proof as a replay.
@@ -36,6 +43,14 @@ pub const KEEP_MS: u64 = (MAX_AGE_SECS + MAX_AHEAD_SECS + 1) * 1_000;
 /// How many of the total `capacity` may be live at most, as a multiple: room for devices within
 /// their fair share once the total is full, still bounded.
 pub const CEILING_FACTOR: usize = 2;
+
+/// Most live reserve entries one established device may hold.
+pub const RESERVE_PER_DEVICE: usize = 64;
+
+/// The entries kept for established devices beyond the ceiling: a quarter of `capacity`.
+pub fn reserve(capacity: usize) -> usize {
+    (capacity / 4).max(RESERVE_PER_DEVICE)
+}
 
 /// A stored `jti`: the first 16 bytes of its SHA-256.
 type JtiDigest = [u8; 16];
@@ -72,8 +87,10 @@ pub struct ProofReplay {
 struct Inner {
     /// Live entries per device.
     devices: HashMap<Uuid, Partition>,
-    /// Every live entry, oldest first: (expiry, device, jti).
-    order: VecDeque<(u64, Uuid, JtiDigest)>,
+    /// Every live entry, oldest first: (expiry, device, jti, in the reserve).
+    order: VecDeque<(u64, Uuid, JtiDigest, bool)>,
+    /// Live reserve entries in all.
+    in_reserve: usize,
     /// The latest clock reading seen, so expiries never go back.
     clock: u64,
 }
@@ -84,6 +101,8 @@ struct Partition {
     seen: HashSet<JtiDigest>,
     /// Their expiries, oldest first (the same order as `Inner::order`).
     expiries: VecDeque<u64>,
+    /// How many of them are in the reserve.
+    reserved: usize,
 }
 
 impl ProofReplay {
@@ -106,18 +125,21 @@ impl ProofReplay {
         inner.clock
     }
 
-    /// Remembers `jti` for `device` at `now_ms`, unless it is there already or there is no room.
-    pub fn admit(&self, device: Uuid, jti: &str, now_ms: u64) -> Admit {
+    /// Remembers `jti` for `device` at `now_ms`, unless it is there already or there is no room
+    /// (for an `established` device, in its part of the reserve either).
+    pub fn admit(&self, device: Uuid, jti: &str, now_ms: u64, established: bool) -> Admit {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let now = now_ms.max(inner.clock);
         inner.clock = now;
         while inner.order.front().is_some_and(|e| e.0 <= now) {
-            let Some((_, d, j)) = inner.order.pop_front() else {
+            let Some((_, d, j, reserved)) = inner.order.pop_front() else {
                 break;
             };
+            inner.in_reserve -= usize::from(reserved);
             if let Some(partition) = inner.devices.get_mut(&d) {
                 partition.seen.remove(&j);
                 partition.expiries.pop_front();
+                partition.reserved -= usize::from(reserved);
                 if partition.seen.is_empty() {
                     inner.devices.remove(&d);
                 }
@@ -134,23 +156,35 @@ impl ProofReplay {
         if let Some(p) = own.filter(|p| p.seen.len() >= self.per_device) {
             return retry(p.expiries.front().copied());
         }
-        let total = inner.order.len();
+        let total = inner.order.len() - inner.in_reserve;
+        let mut refused = None;
         if total >= self.capacity {
-            let held = own.map_or(0, |p| p.seen.len());
+            let held = own.map_or(0, |p| p.seen.len() - p.reserved);
             let partitions = inner.devices.len() + usize::from(own.is_none());
             let fair_share = (self.capacity / partitions.max(1)).max(1);
             if held >= fair_share {
-                return retry(own.and_then(|p| p.expiries.front().copied()));
+                refused = Some(retry(own.and_then(|p| p.expiries.front().copied())));
+            } else if total >= self.capacity.saturating_mul(CEILING_FACTOR) {
+                refused = Some(retry(inner.order.front().map(|e| e.0)));
             }
-            if total >= self.capacity.saturating_mul(CEILING_FACTOR) {
-                return retry(inner.order.front().map(|e| e.0));
+        }
+        let reserved = refused.is_some();
+        if let Some(refusal) = refused {
+            let mine = own.map_or(0, |p| p.reserved);
+            if !established
+                || mine >= RESERVE_PER_DEVICE
+                || inner.in_reserve >= reserve(self.capacity)
+            {
+                return refusal;
             }
+            inner.in_reserve += 1;
         }
         let expiry = now.saturating_add(KEEP_MS);
         let partition = inner.devices.entry(device).or_default();
         partition.seen.insert(jti);
         partition.expiries.push_back(expiry);
-        inner.order.push_back((expiry, device, jti));
+        partition.reserved += usize::from(reserved);
+        inner.order.push_back((expiry, device, jti, reserved));
         Admit::Fresh
     }
 
@@ -178,11 +212,18 @@ mod tests {
         let cache = ProofReplay::new(10, 100);
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let now = 1_000_000;
-        assert_eq!(cache.admit(a, "x", now), Admit::Fresh);
-        assert_eq!(cache.admit(a, "x", now + 5), Admit::Replayed);
-        assert_eq!(cache.admit(b, "x", now + 5), Admit::Fresh, "another device");
-        assert_eq!(cache.admit(a, "x", now + KEEP_MS - 1), Admit::Replayed);
-        assert_eq!(cache.admit(a, "x", now + KEEP_MS), Admit::Fresh);
+        assert_eq!(cache.admit(a, "x", now, false), Admit::Fresh);
+        assert_eq!(cache.admit(a, "x", now + 5, false), Admit::Replayed);
+        assert_eq!(
+            cache.admit(b, "x", now + 5, false),
+            Admit::Fresh,
+            "another device"
+        );
+        assert_eq!(
+            cache.admit(a, "x", now + KEEP_MS - 1, false),
+            Admit::Replayed
+        );
+        assert_eq!(cache.admit(a, "x", now + KEEP_MS, false), Admit::Fresh);
         assert_eq!(cache.len(), 2, "b's entry expired too, a's is new");
     }
 
@@ -192,37 +233,37 @@ mod tests {
         let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
         let now = 5_000_000;
         for (i, jti) in ["1", "2", "3"].into_iter().enumerate() {
-            assert_eq!(cache.admit(a, jti, now + i as u64), Admit::Fresh);
+            assert_eq!(cache.admit(a, jti, now + i as u64, false), Admit::Fresh);
         }
         assert_eq!(
-            cache.admit(a, "4", now + 10),
+            cache.admit(a, "4", now + 10, false),
             Admit::Full {
                 retry_after_ms: KEEP_MS - 10
             },
             "a's partition is full: refused, not forgotten"
         );
-        assert_eq!(cache.admit(a, "1", now + 10), Admit::Replayed);
+        assert_eq!(cache.admit(a, "1", now + 10, false), Admit::Replayed);
         assert_eq!(
-            cache.admit(b, "1", now + 10),
+            cache.admit(b, "1", now + 10, false),
             Admit::Fresh,
             "b is unaffected"
         );
-        assert_eq!(cache.admit(b, "2", now + 10), Admit::Fresh);
+        assert_eq!(cache.admit(b, "2", now + 10, false), Admit::Fresh);
         assert_eq!(cache.len(), 5, "the total is full");
         assert_eq!(
-            cache.admit(c, "1", now + 10),
+            cache.admit(c, "1", now + 10, false),
             Admit::Fresh,
             "c holds nothing, within its share (5 / 3 partitions = 1)"
         );
         assert_eq!(
-            cache.admit(c, "2", now + 10),
+            cache.admit(c, "2", now + 10, false),
             Admit::Full {
                 retry_after_ms: KEEP_MS
             },
             "c at its share, the total full: refused until its own oldest leaves"
         );
         assert_eq!(
-            cache.admit(b, "3", now + 10),
+            cache.admit(b, "3", now + 10, false),
             Admit::Full {
                 retry_after_ms: KEEP_MS
             },
@@ -230,12 +271,12 @@ mod tests {
         );
         assert_eq!(cache.len(), 6);
         assert_eq!(
-            cache.admit(a, "4", now + KEEP_MS),
+            cache.admit(a, "4", now + KEEP_MS, false),
             Admit::Full { retry_after_ms: 1 },
             "one of a's left, still 5 in all and a over its share"
         );
-        assert_eq!(cache.admit(a, "4", now + KEEP_MS + 20), Admit::Fresh);
-        assert_eq!(cache.admit(c, "2", now + KEEP_MS + 20), Admit::Fresh);
+        assert_eq!(cache.admit(a, "4", now + KEEP_MS + 20, false), Admit::Fresh);
+        assert_eq!(cache.admit(c, "2", now + KEEP_MS + 20, false), Admit::Fresh);
     }
 
     #[test]
@@ -247,34 +288,46 @@ mod tests {
         for d in 0..64u128 {
             for i in 0..per_device {
                 let jti = format!("flood-{i}");
-                assert_eq!(cache.admit(Uuid::from_u128(d), &jti, now), Admit::Fresh);
+                assert_eq!(
+                    cache.admit(Uuid::from_u128(d), &jti, now, false),
+                    Admit::Fresh
+                );
             }
         }
         assert_eq!(cache.len(), capacity);
         let flooder = Uuid::from_u128(0);
         assert!(
-            matches!(cache.admit(flooder, "more", now + 1), Admit::Full { .. }),
+            matches!(
+                cache.admit(flooder, "more", now + 1, false),
+                Admit::Full { .. }
+            ),
             "the per-device cap still refuses the flooder"
         );
         // A flooder's 65th device, over its share once it holds capacity / partitions.
         let idle = Uuid::from_u128(1_000);
         for i in 0..40 {
             assert_eq!(
-                cache.admit(idle, &format!("first-{i}"), now + 2),
+                cache.admit(idle, &format!("first-{i}"), now + 2, false),
                 Admit::Fresh,
                 "an idle device's first proofs are admitted although the total is full"
             );
         }
-        assert_eq!(cache.admit(idle, "first-0", now + 3), Admit::Replayed);
+        assert_eq!(
+            cache.admit(idle, "first-0", now + 3, false),
+            Admit::Replayed
+        );
         let fair = capacity / 65;
         for i in 40..fair {
             assert_eq!(
-                cache.admit(idle, &format!("first-{i}"), now + 3),
+                cache.admit(idle, &format!("first-{i}"), now + 3, false),
                 Admit::Fresh
             );
         }
         assert!(
-            matches!(cache.admit(idle, "over", now + 3), Admit::Full { .. }),
+            matches!(
+                cache.admit(idle, "over", now + 3, false),
+                Admit::Full { .. }
+            ),
             "past its fair share it is refused too"
         );
         assert_eq!(cache.len(), capacity + fair);
@@ -287,7 +340,7 @@ mod tests {
         let mut admitted = 0;
         for d in 0..100u128 {
             for i in 0..4 {
-                if cache.admit(Uuid::from_u128(d), &i.to_string(), now) == Admit::Fresh {
+                if cache.admit(Uuid::from_u128(d), &i.to_string(), now, false) == Admit::Fresh {
                     admitted += 1;
                 }
             }
@@ -308,10 +361,10 @@ mod tests {
         let t0 = 1_700_000_000_000;
         let iat = t0 / 1000;
         assert!(check_fresh(iat, cache.now_ms(t0)).is_ok());
-        assert_eq!(cache.admit(a, "x", t0), Admit::Fresh);
+        assert_eq!(cache.admit(a, "x", t0, false), Admit::Fresh);
         // The clock steps 60 s forward: "x" is forgotten.
         let later = t0 + 60_000;
-        assert_eq!(cache.admit(a, "y", later), Admit::Fresh);
+        assert_eq!(cache.admit(a, "y", later, false), Admit::Fresh);
         assert_eq!(cache.len(), 1, "x expired");
         // Then back to t0: by the raw clock, x's iat is fresh again and x is not remembered.
         assert!(
@@ -329,15 +382,62 @@ mod tests {
     fn a_clock_going_back_never_shortens_what_is_remembered() {
         let cache = ProofReplay::new(10, 10);
         let a = Uuid::from_u128(1);
-        assert_eq!(cache.admit(a, "x", 10_000_000), Admit::Fresh);
-        assert_eq!(cache.admit(a, "y", 1_000), Admit::Fresh);
+        assert_eq!(cache.admit(a, "x", 10_000_000, false), Admit::Fresh);
+        assert_eq!(cache.admit(a, "y", 1_000, false), Admit::Fresh);
         assert_eq!(
-            cache.admit(a, "x", 10_000_000 + KEEP_MS - 1),
+            cache.admit(a, "x", 10_000_000 + KEEP_MS - 1, false),
             Admit::Replayed
         );
         assert_eq!(
-            cache.admit(a, "y", 10_000_000 + KEEP_MS - 1),
+            cache.admit(a, "y", 10_000_000 + KEEP_MS - 1, false),
             Admit::Replayed
         );
+    }
+
+    #[test]
+    fn established_devices_have_a_reserve_fresh_devices_cannot_take() {
+        let cache = ProofReplay::new(1_000, 200);
+        let now = 20_000_000;
+        // Fresh devices, each within its share (one proof each), fill the ceiling (twice the
+        // capacity).
+        let mut n = 0u128;
+        while cache.len() < 400 {
+            let device = Uuid::from_u128(1_000 + n);
+            let _ = cache.admit(device, &format!("f{n}"), now, false);
+            n += 1;
+            assert!(n < 100_000, "the flood did not reach the ceiling");
+        }
+        let idle = Uuid::from_u128(7);
+        assert!(matches!(
+            cache.admit(idle, "a", now, false),
+            Admit::Full { .. }
+        ));
+        // An established device is admitted into the reserve, up to its part of it.
+        for i in 0..RESERVE_PER_DEVICE {
+            assert_eq!(cache.admit(idle, &format!("e{i}"), now, true), Admit::Fresh);
+        }
+        assert!(matches!(
+            cache.admit(idle, "over", now, true),
+            Admit::Full { .. }
+        ));
+        assert_eq!(cache.admit(idle, "e0", now, true), Admit::Replayed);
+        // The reserve is bounded in all (a quarter of the capacity, at least one device's part).
+        let mut others = 0;
+        for d in 0..10u128 {
+            for i in 0..RESERVE_PER_DEVICE {
+                if cache.admit(Uuid::from_u128(50 + d), &format!("o{i}"), now, true) == Admit::Fresh
+                {
+                    others += 1;
+                }
+            }
+        }
+        assert_eq!(RESERVE_PER_DEVICE + others, reserve(200));
+        assert_eq!(cache.len(), 400 + reserve(200));
+        // Reserve entries expire like the others.
+        assert_eq!(
+            cache.admit(idle, "later", now + KEEP_MS, false),
+            Admit::Fresh
+        );
+        assert_eq!(cache.len(), 1);
     }
 }
