@@ -1,10 +1,11 @@
 //! Which client ids are *established*: a device that has had a write land through this
 //! gateway process. Pools that a flood of self-made keys could fill keep room for them.
 //!
-//! Opening a session costs only a key pair anyone can make, so a pool shared by sessions (the
-//! session replay cache, `crate::auth::replay`) can be filled by fresh keys from enough
-//! addresses, each within its address's share. A device that has written before is not a
-//! fresh key: it got a session, passed its proofs, and its write was applied. Such a device
+//! Opening a session costs only a key pair anyone can make, so the pools sessions fill (the
+//! session replay cache, `crate::auth::replay`; the proof replay cache,
+//! `crate::auth::proof_replay`; the write slots, `crate::limits::slots`) can be filled by fresh
+//! keys from enough addresses, each within its share. A device that has written before is not
+//! a fresh key: it got a session, passed its proofs, and its write was applied. Such a device
 //! keeps a reserve in those pools that fresh keys cannot take (issue 26).
 //!
 //! **What counts.** A client id whose write this process answered `landed`. Not persisted:
