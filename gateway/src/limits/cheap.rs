@@ -44,8 +44,10 @@ use crate::error::ApiError;
 pub struct CheapRate {
     limiter: AddressLimiter,
     throttle: Throttle,
-    /// What the budget covers, for the message and the metric.
+    /// What the budget covers, for the message.
     what: &'static str,
+    /// The metric's `kind` label.
+    kind: &'static str,
     /// Whether a refusal closes the connection.
     close: bool,
 }
@@ -58,6 +60,7 @@ impl CheapRate {
             limiter: AddressLimiter::new(limits.static_rate_per_ip, limits.static_burst_per_ip, 0),
             throttle: Throttle::new(),
             what: "health checks or static files",
+            kind: "static",
             close: false,
         })
     }
@@ -73,6 +76,7 @@ impl CheapRate {
             ),
             throttle: Throttle::new(),
             what: "preflights, wrong methods or refused host names",
+            kind: "cheap refusals",
             close: true,
         })
     }
@@ -84,7 +88,7 @@ impl CheapRate {
             Ok(_admitted) => return None,
             Err(refusal) => refusal,
         };
-        crate::observe::budget_refused(self.what, "rate");
+        crate::observe::budget_refused(self.kind, "rate");
         let retry_after_ms = match refusal {
             Refusal::Rate(wait) => (wait.as_millis() as u64).max(1),
             Refusal::Concurrency(_) => TRANSIENT_RETRY_AFTER_MS,
