@@ -86,6 +86,18 @@ fn origin_host(origin: &str) -> Option<String> {
     Some(normalise(host))
 }
 
+/// Adds `serverTime` to an error of `POST /v1/session` (every answer there carries it).
+fn session_time(request: &Request) -> impl FnOnce(ApiError) -> ApiError + use<> {
+    let session = request.uri().path() == SESSION_PATH;
+    move |error| {
+        if session {
+            error.with_server_time(now_ms())
+        } else {
+            error
+        }
+    }
+}
+
 /// The middleware. Every refusal is charged to the address's refusal budget
 /// (`crate::limits::cheap`): past it, 429 (42911) instead, the connection closed.
 pub async fn check(
@@ -103,7 +115,9 @@ pub async fn check(
         .nth(1)
         .is_some()
     {
-        if let Some(over) = refusals.refused(peer(request.extensions())) {
+        if let Some(over) =
+            refusals.refused_with(peer(request.extensions()), session_time(&request))
+        {
             return over;
         }
         if let Some(suppressed) = REFUSED_LOG.allow() {
@@ -129,7 +143,9 @@ pub async fn check(
         .map(|h| h.to_str().unwrap_or("\u{fffd}"));
     match host {
         Some(host) if !policy.allows(host) => {
-            if let Some(over) = refusals.refused(peer(request.extensions())) {
+            if let Some(over) =
+                refusals.refused_with(peer(request.extensions()), session_time(&request))
+            {
                 return over;
             }
             let shown: String = host.chars().take(255).collect();

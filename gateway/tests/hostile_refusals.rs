@@ -65,6 +65,13 @@ fn a_flood_of_preflights_wrong_methods_and_foreign_hosts_is_refused_per_address(
         let r = cheap(n, flooder, &gw.addr);
         assert_eq!((r.status, r.code()), (429, 42911), "kind {n}: {r:?}");
     }
+    // On `/v1/session` the refusal carries `serverTime`, as every answer there does.
+    for host in ["127.0.0.1", "evil.example"] {
+        let request = format!("GET /v1/session HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let r = ask(flooder, &gw.addr, request.as_bytes(), WAIT);
+        assert_eq!((r.status, r.code()), (429, 42911), "{r:?}");
+        assert!(r.json()["serverTime"].as_u64().is_some(), "{r:?}");
+    }
     // Another address is unaffected, every kind.
     let other = Ipv4Addr::new(127, 0, 4, 11);
     for n in 0..6 {

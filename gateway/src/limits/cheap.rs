@@ -83,6 +83,16 @@ impl CheapRate {
 
     /// Charges one request from `ip`; the 429 (42911) to answer instead when it is over.
     pub fn refused(&self, ip: IpAddr) -> Option<Response> {
+        self.refused_with(ip, |error| error)
+    }
+
+    /// [`CheapRate::refused`], with `shape` applied to the error first (`POST /v1/session`
+    /// adds its `serverTime`).
+    pub fn refused_with(
+        &self,
+        ip: IpAddr,
+        shape: impl FnOnce(ApiError) -> ApiError,
+    ) -> Option<Response> {
         let refusal = match self.limiter.enter(ip) {
             // No concurrency cap: the guard holds nothing worth keeping.
             Ok(_admitted) => return None,
@@ -96,7 +106,7 @@ impl CheapRate {
         if let Some(suppressed) = self.throttle.allow() {
             tracing::info!(%ip, suppressed, what = self.what, "cheap request refused: over the address's rate");
         }
-        let mut response = ApiError(WriteOutcome::Retry(Failure {
+        let error = ApiError(WriteOutcome::Retry(Failure {
             retry_after_ms: Some(retry_after_ms),
             ..Failure::new(
                 g::STATIC_RATE_LIMITED,
@@ -105,8 +115,8 @@ impl CheapRate {
                     self.what
                 ),
             )
-        }))
-        .into_response();
+        }));
+        let mut response = shape(error).into_response();
         if self.close {
             response
                 .headers_mut()

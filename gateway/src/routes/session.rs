@@ -35,7 +35,9 @@ pub async fn session(State(state): State<AppState>, request: Request) -> Respons
     // Charged to the refusal budget (an `OPTIONS` was charged already, outside CORS).
     if wrong_method
         && request.method() != Method::OPTIONS
-        && let Some(refused) = state.refusals.refused(ip)
+        && let Some(refused) = state
+            .refusals
+            .refused_with(ip, |e| e.with_server_time(now_ms()))
     {
         return refused;
     }
