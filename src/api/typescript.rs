@@ -252,7 +252,11 @@ export type SyncErrorCode =
     | "TYPE_FORBIDDEN"
     | "UNAUTHORIZED"
     | "REQUEST_FAILED"
-    | "PROJECTION_FAILED";
+    | "PROJECTION_FAILED"
+    | "ENCRYPTION_FAILED"
+    | "IV_NOT_ALLOWED"
+    | "DECRYPT_FAILED"
+    | "KEY_UNAVAILABLE";
 
 /**
  * Everything the client throws or rejects with is an instance of this class
