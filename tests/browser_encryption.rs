@@ -367,3 +367,46 @@ async fn the_option_is_strict_and_null_means_not_encrypted() {
     );
     ok(client.close()).await;
 }
+
+#[wasm_bindgen_test]
+async fn parked_events_are_decrypted_or_flagged_too() {
+    set_faults(r#"{"rejectType":13}"#).await;
+    let db = db_name("enc-parked");
+    let client = open_encrypted(&db, aes_key().await).await;
+    let agg = aggregate(SHARED_TYPE, &uuid());
+    ok(client.append(agg.clone(), events(&[json_event(13, r#"{"p":1}"#)]))).await;
+    let e = within(client.flush(), 15_000, "flush")
+        .await
+        .expect_err("flush rejects while parked");
+    no_faults().await;
+    assert_eq!(string(&e, "code"), "PARKED", "{}", describe(&e));
+    let parked: Vec<JsValue> = ok(client.parked_events())
+        .await
+        .unchecked_into::<Array>()
+        .iter()
+        .collect();
+    assert_eq!(parked.len(), 1);
+    assert!(get(&parked[0], "decryptError").is_undefined());
+    assert_eq!(json_of(&parked[0]), r#"{"p":1}"#);
+    assert_eq!(
+        get(&parked[0], "iv")
+            .unchecked_into::<Uint8Array>()
+            .length(),
+        12
+    );
+    ok(client.close()).await;
+
+    // The same database reopened with another key: the parked event is flagged, not dropped.
+    let reopened = open_encrypted(&db, aes_key().await).await;
+    let parked: Vec<JsValue> = ok(reopened.parked_events())
+        .await
+        .unchecked_into::<Array>()
+        .iter()
+        .collect();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(
+        string(&get(&parked[0], "decryptError"), "code"),
+        "DECRYPT_FAILED"
+    );
+    ok(reopened.close()).await;
+}
