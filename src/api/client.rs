@@ -12,6 +12,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use web_sys::EventTarget;
 
+use super::encryption::Encryption;
 use super::errors::ClientError;
 use super::events::DomEvents;
 use super::options;
@@ -43,6 +44,8 @@ struct Inner {
     limits: Limits,
     persisted: Option<bool>,
     network: NetworkSwitch,
+    /// `open`'s `encryption`, if any.
+    encryption: Option<Rc<Encryption>>,
 }
 
 impl Inner {
@@ -194,6 +197,11 @@ impl SyncClient {
         let deleted = outbox.clone();
         let runtime = Runtime::start(config, outbox, sessions, events, counts)
             .map_err(|_| unsupported("cannot listen for the online event"))?;
+        let encryption = options.encryption.map(Rc::new);
+        if let Some(encryption) = &encryption {
+            // Before any view is built: views are built in tasks that run after this returns.
+            runtime.views.set_decryptor(encryption.clone().decryptor());
+        }
         // Deleted by another context (its `signOut`, `deleteDatabase`): close for good — the
         // drain lock released, the reader stopped, `status().state` "closed" — so the next
         // client on that name is not left following a drainer that can never write again.
@@ -211,6 +219,7 @@ impl SyncClient {
             limits: Limits::default(),
             persisted,
             network,
+            encryption,
         });
         Ok(SyncClient { inner })
     }
@@ -261,7 +270,13 @@ impl SyncClient {
             Ok((aggregate, events))
         });
         promise(async move {
-            let (aggregate, events) = parsed?;
+            let (aggregate, mut events) = parsed?;
+            // Encrypted before the append's transaction opens: a failure stores nothing, and
+            // the ciphertext is what the outbox stores, pins and resends.
+            if let Some(encryption) = &inner.encryption {
+                encryption.encrypt_all(&aggregate, &mut events).await?;
+                append::check(&events, &inner.limits)?;
+            }
             let receipts = inner.runtime.append(aggregate, events).await?;
             Ok(output::receipts(&receipts))
         })
@@ -330,6 +345,7 @@ impl SyncClient {
             inner.check_open()?;
             let out = Array::new();
             for record in inner.outbox().parked().await? {
+                let events = Array::new();
                 let batch = Batch {
                     aggregate: record.aggregate,
                     first_seq: record.first_seq,
@@ -337,7 +353,15 @@ impl SyncClient {
                     count: record.count,
                 };
                 for event in inner.outbox().read(&batch).await? {
-                    out.push(&output::parked_event(&event, &record));
+                    events.push(&output::parked_event(&event, &record));
+                }
+                if let Some(encryption) = &inner.encryption {
+                    encryption
+                        .decrypt_all(record.aggregate, events.clone())
+                        .await;
+                }
+                for event in events.iter() {
+                    out.push(&event);
                 }
             }
             Ok(out.into())

@@ -2,6 +2,7 @@
 //!
 //! * [`client`]: the `#[wasm_bindgen]` class; async methods clone an `Rc` and never hold a
 //!   borrow of `self` across an `await`;
+//! * [`encryption`]: the `encryption` option: AES-GCM of `data` on append, decryption in views;
 //! * [`options`]: parsing and checking `SyncClient.open`'s options;
 //! * [`input`]: parsing `append`'s aggregate and events from JS values;
 //! * [`output`]: receipts and parked events as plain objects;
@@ -18,6 +19,7 @@
 pub(crate) mod account;
 pub(crate) mod client;
 pub(crate) mod codes;
+pub(crate) mod encryption;
 pub(crate) mod errors;
 pub(crate) mod events;
 pub(crate) mod input;

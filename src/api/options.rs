@@ -32,6 +32,8 @@ pub(crate) struct Options {
     pub offline: bool,
     /// The app's user (its app token's `sub`): the database is bound to `user:<user>` at open.
     pub user: Option<String>,
+    /// End-to-end encryption of `data` (`encryption`).
+    pub encryption: Option<super::encryption::Encryption>,
 }
 
 /// Default IndexedDB database name.
@@ -40,7 +42,7 @@ pub(crate) const DEFAULT_DATABASE: &str = "celeriant-sync";
 pub(crate) const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 
 /// Every option's key.
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 12] = [
     "gatewayUrl",
     "databaseName",
     "requestTimeoutMs",
@@ -52,6 +54,7 @@ const KEYS: [&str; 11] = [
     "auth",
     "offline",
     "user",
+    "encryption",
 ];
 
 /// The longest `user` accepted (an app token's `sub` is an id, not a document).
@@ -208,7 +211,11 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
              this database's events are only ever sent under that user's sessions",
         ));
     }
+    let encryption = field(value, "encryption")
+        .map(super::encryption::parse)
+        .transpose()?;
     Ok(Options {
+        encryption,
         auth,
         user,
         gateway_url,

@@ -48,7 +48,20 @@ export interface SyncClientOptions {
      * `{ databaseName: "app-" + userId, user: userId }`.
      */
     user?: string;
+    /**
+     * End-to-end encryption of `data` (AES-GCM through WebCrypto, Celeriant's layout: `iv` the
+     * 12-byte nonce, `data` ciphertext + 16-byte tag): a key, a per-aggregate key function
+     * (`null`: that aggregate is not encrypted), or `{ key, types }` to encrypt only those event
+     * types. Views and projections decrypt; what does not decrypt has `decryptError`.
+     */
+    encryption?: EncryptionKey | { key: EncryptionKey; types?: number[] };
 }
+
+/** An AES-GCM `CryptoKey` (usages `encrypt` and `decrypt`), or a function giving one per
+ * aggregate (`null`/`undefined`: the aggregate is not encrypted). */
+export type EncryptionKey =
+    | CryptoKey
+    | ((aggregate: AggregateRef) => CryptoKey | null | undefined | Promise<CryptoKey | null | undefined>);
 
 /** An aggregate: its type id and id, both UUID strings. */
 export interface AggregateRef {
@@ -155,6 +168,12 @@ export interface ViewEvent {
     serverTimestamp?: number;
     /** Why it cannot sync (pending events of a parked aggregate) until discarded. */
     parked?: { code: number; message: string };
+    /** The AES-GCM nonce when `data` was stored encrypted (`null` otherwise). */
+    iv: Uint8Array | null;
+    /** With `encryption`: why this encrypted event could not be decrypted (`code`
+     * `DECRYPT_FAILED` or `KEY_UNAVAILABLE`); its `data` is then as stored and `json()` throws
+     * this error. Absent when it decrypted (or was not encrypted). */
+    decryptError?: CeleriantSyncError;
     /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
     json(): unknown;
 }
@@ -209,6 +228,8 @@ export interface ParkedEvent {
     message: string;
     parkedAt: number;
     mayHaveLanded: boolean;
+    /** As `ViewEvent.decryptError`. */
+    decryptError?: CeleriantSyncError;
     /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
     json(): unknown;
 }
@@ -252,7 +273,11 @@ export type SyncErrorCode =
     | "TYPE_FORBIDDEN"
     | "UNAUTHORIZED"
     | "REQUEST_FAILED"
-    | "PROJECTION_FAILED";
+    | "PROJECTION_FAILED"
+    | "ENCRYPTION_FAILED"
+    | "IV_NOT_ALLOWED"
+    | "DECRYPT_FAILED"
+    | "KEY_UNAVAILABLE";
 
 /**
  * Everything the client throws or rejects with is an instance of this class

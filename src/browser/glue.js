@@ -162,8 +162,12 @@ export function openWatch(url, token, proof, body, silenceMs, onChunk, onEnd) {
 
 // ---- View events built from stored batches and outbox records (browser/views.rs)
 
+// An event that could not be decrypted (api/encryption.rs) throws its `decryptError` from json().
 const proto = {
-  json() { return JSON.parse(new TextDecoder().decode(this.data)); },
+  json() {
+    if (this.decryptError) throw this.decryptError;
+    return JSON.parse(new TextDecoder().decode(this.data));
+  },
 };
 function bytes(b64) {
   if (b64 == null) return new Uint8Array(0);
@@ -181,6 +185,7 @@ function make(e, clientId, status, version) {
   v.minor = e.minor;
   v.timestamp = e.timestamp;
   v.data = bytes(e.data);
+  v.iv = e.iv == null ? null : bytes(e.iv);
   v.status = status;
   if (version !== undefined) v.version = version;
   return v;

@@ -67,6 +67,11 @@ pub(crate) struct Shape {
     pub version: u64,
 }
 
+/// Decrypts, in place, the view events of an aggregate that are encrypted (`open`'s
+/// `encryption`, in the API layer); never fails: an event it cannot decrypt is flagged on it.
+pub(crate) type Decryptor =
+    Rc<dyn Fn(AggregateRef, Array) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>;
+
 /// A native listener: the view and its shape.
 pub(crate) type NativeListener = Rc<dyn Fn(&JsValue, Shape)>;
 
@@ -111,9 +116,16 @@ pub(crate) struct Views {
     bases: Cell<u64>,
     /// Whether views are served from a cache that may be behind the server.
     from_cache: Box<dyn Fn() -> bool>,
+    /// Decrypts events as they are turned into JS objects (set once, at open).
+    decrypt: RefCell<Option<Decryptor>>,
 }
 
 impl Views {
+    /// Decrypts every view built from now on (set at open, before any view is built).
+    pub(crate) fn set_decryptor(&self, decrypt: Decryptor) {
+        *self.decrypt.borrow_mut() = Some(decrypt);
+    }
+
     /// The views of a context whose device writes as `me`.
     pub(crate) fn new(
         outbox: Rc<IdbOutbox>,
@@ -127,6 +139,7 @@ impl Views {
             next_id: Cell::new(1),
             bases: Cell::new(0),
             from_cache,
+            decrypt: RefCell::default(),
         })
     }
 
@@ -281,6 +294,12 @@ impl Views {
             message,
         )
         .map_err(unreadable)?;
+        // Decrypted once as they are made: confirmed events are kept (and so decrypted once).
+        let decrypt = self.decrypt.borrow().clone();
+        if let Some(decrypt) = decrypt {
+            decrypt(aggregate, confirmed.clone()).await;
+            decrypt(aggregate, pending.clone()).await;
+        }
         let seqs: Vec<u64> = pending
             .iter()
             .filter_map(|v| js::get_u64(&v, "clientSeq"))

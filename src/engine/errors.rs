@@ -104,6 +104,18 @@ codes! {
     /// A projection's `apply` threw (the thrown value is the error's `cause`); the projection
     /// keeps its last good state and folds again at the next change.
     ProjectionFailed = "PROJECTION_FAILED",
+    /// `append` with `encryption`: the key function threw or gave something that is not an
+    /// AES-GCM `CryptoKey`, or WebCrypto refused to encrypt; nothing was stored.
+    EncryptionFailed = "ENCRYPTION_FAILED",
+    /// `append` with `encryption`: an event the encryption applies to came with its own `iv`
+    /// (the client makes the nonce; nothing was stored).
+    IvNotAllowed = "IV_NOT_ALLOWED",
+    /// A view or parked event's `decryptError`: WebCrypto could not decrypt it (another key, or
+    /// the bytes were changed); its `data` is left as stored.
+    DecryptFailed = "DECRYPT_FAILED",
+    /// A view or parked event's `decryptError`: the event is encrypted and no key was had for
+    /// it (the key function gave null, threw, or gave something that is not a key).
+    KeyUnavailable = "KEY_UNAVAILABLE",
 }
 
 impl From<&StoreError> for ErrorCode {

@@ -84,6 +84,11 @@ export async function example(): Promise<void> {
   await SyncClient.open({ gatewayUrl: "x", retries: 3 });
   // @ts-expect-error durability is a closed set
   await SyncClient.open({ gatewayUrl: "x", durability: "fast" });
+  const aesKey: CryptoKey = await crypto.subtle.generateKey({ name: "AES-GCM", length: 256 }, false, ["encrypt", "decrypt"]);
+  await SyncClient.open({ gatewayUrl: "x", encryption: aesKey });
+  await SyncClient.open({ gatewayUrl: "x", encryption: { key: async (a) => (a.typeId ? aesKey : null), types: [1, 2] } });
+  // @ts-expect-error encrypted types are event type numbers
+  await SyncClient.open({ gatewayUrl: "x", encryption: { key: aesKey, types: ["a"] } });
   // @ts-expect-error an aggregate needs both ids
   await client.append({ typeId: "x" }, [{ type: 1, data: 1 }]);
   // @ts-expect-error type is required
