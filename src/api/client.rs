@@ -17,6 +17,7 @@ use super::errors::ClientError;
 use super::events::DomEvents;
 use super::options;
 use super::{input, output};
+use crate::browser::idb::db::Storage;
 use crate::browser::idb::outbox::IdbOutbox;
 use crate::browser::idb::principal::Binding;
 use crate::browser::identity::{self, Identity};
@@ -34,6 +35,17 @@ use celeriant_sync_protocol::validate::Limits;
 /// How long `open` waits for an answer to `persist: true` (Firefox asks the user).
 const PERSIST_WAIT_MS: u32 = 1_000;
 
+/// The error of every call after the database was deleted or evicted under the client.
+pub(super) fn storage_lost(pending: u64) -> ClientError {
+    ClientError::new(
+        ErrorCode::StorageLost,
+        format!(
+            "the database was deleted or evicted under the client: {pending} pending events \
+             are lost (client.storage.lost); open a new client deliberately"
+        ),
+    )
+}
+
 /// What a `SyncClient` holds: the runtime, where listeners are registered, and the limits it
 /// checks input against.
 struct Inner {
@@ -50,7 +62,9 @@ struct Inner {
 
 impl Inner {
     fn check_open(&self) -> Result<(), ClientError> {
-        if self.runtime.hub.is_closed() {
+        if let Some(lost) = self.runtime.storage.lost() {
+            Err(storage_lost(lost.pending))
+        } else if self.runtime.hub.is_closed() {
             Err(ClientError::closed())
         } else {
             Ok(())
@@ -194,7 +208,8 @@ impl SyncClient {
             network.clone(),
             outbox.clone(),
         );
-        let deleted = outbox.clone();
+        let watched = outbox.clone();
+        let dom = events.clone();
         let runtime = Runtime::start(config, outbox, sessions, events, counts)
             .map_err(|_| unsupported("cannot listen for the online event"))?;
         let encryption = options.encryption.map(Rc::new);
@@ -202,12 +217,20 @@ impl SyncClient {
             // Before any view is built: views are built in tasks that run after this returns.
             runtime.views.set_decryptor(encryption.clone().decryptor());
         }
-        // Deleted by another context (its `signOut`, `deleteDatabase`): close for good — the
-        // drain lock released, the reader stopped, `status().state` "closed" — so the next
-        // client on that name is not left following a drainer that can never write again.
+        // The connection closed under the client (reopening, then ok again) or the database
+        // gone (lost: deleted by another context's `signOut` or `deleteDatabase`, or evicted):
+        // reported as the `storage` event; lost also closes the client for good — the drain
+        // lock released, the reader stopped, `status().state` "closed" — so the next client on
+        // that name is not left following a drainer that can never write again.
         let weak = Rc::downgrade(&runtime);
-        deleted.on_deleted(move || {
-            if let Some(runtime) = weak.upgrade() {
+        watched.on_storage(move |state| {
+            let Some(runtime) = weak.upgrade() else {
+                return;
+            };
+            let lost =
+                (state == Storage::Lost).then(|| runtime.storage.lose(&runtime.hub.status()));
+            dom.dispatch("storage", super::storage::state_to_js(state, lost.as_ref()));
+            if lost.is_some() {
                 wasm_bindgen_futures::spawn_local(async move { runtime.close().await });
             }
         });
@@ -277,7 +300,11 @@ impl SyncClient {
                 encryption.encrypt_all(&aggregate, &mut events).await?;
                 append::check(&events, &inner.limits)?;
             }
-            let receipts = inner.runtime.append(aggregate, events).await?;
+            let receipts = inner.runtime.append(aggregate, events).await;
+            if let (Err(_), Some(lost)) = (&receipts, inner.runtime.storage.lost()) {
+                return Err(storage_lost(lost.pending));
+            }
+            let receipts = receipts?;
             Ok(output::receipts(&receipts))
         })
     }

@@ -16,7 +16,8 @@ pub(crate) struct DomEvents {
 }
 
 impl DomEvents {
-    fn dispatch(&self, kind: &str, detail: JsValue) {
+    /// Dispatches a `CustomEvent` of `kind` with `detail`.
+    pub(crate) fn dispatch(&self, kind: &str, detail: JsValue) {
         let init = CustomEventInit::new();
         init.set_detail(&detail);
         if let Ok(event) = CustomEvent::new_with_event_init_dict(kind, &init) {

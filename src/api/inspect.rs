@@ -103,6 +103,12 @@ export interface InspectSnapshot {
     /** This context's last outcomes (at most `outcomesKept`), oldest first; empty in a context that never drained. */
     outcomes: InspectOutcome[];
     outcomesKept: number;
+    /** The storage's state (as `client.storage`). */
+    storage: StorageState;
+    /** `navigator.storage.persisted()`: whether the origin's storage is persistent (null where the engine lacks it). */
+    persisted: boolean | null;
+    /** `navigator.storage.estimate()` (null where the engine lacks it). */
+    estimate: StorageEstimate | null;
 }
 "#;
 
@@ -250,11 +256,19 @@ impl SyncClient {
         promise(async move {
             let payloads = payloads?;
             let runtime = client.runtime();
+            if let Some(lost) = runtime.storage.lost() {
+                return Err(super::client::storage_lost(lost.pending));
+            }
             if runtime.hub.is_closed() {
                 return Err(ClientError::closed());
             }
             let inspection = inspect(&runtime).await?;
-            Ok(to_js(&client, &inspection, payloads))
+            let snapshot = to_js(&client, &inspection, payloads);
+            let o: &Object = snapshot.unchecked_ref();
+            js::set(o, "storage", client.storage());
+            js::set(o, "persisted", super::storage::persisted().await);
+            js::set(o, "estimate", super::storage::estimate().await);
+            Ok(snapshot)
         })
     }
 }

@@ -28,4 +28,5 @@ pub(crate) mod options;
 pub(crate) mod output;
 pub(crate) mod projection;
 pub(crate) mod share;
+pub(crate) mod storage;
 pub(crate) mod typescript;

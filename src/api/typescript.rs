@@ -257,6 +257,7 @@ export type SyncErrorCode =
     | "EVENT_TOO_LARGE"
     | "QUOTA_EXCEEDED"
     | "STORAGE_FAILED"
+    | "STORAGE_LOST"
     | "PARKED"
     | "DISCARDED"
     | "CLOSED"

@@ -10,6 +10,7 @@
 //! context's subscriptions, `read`'s waiters — is in [`reads`].
 
 mod reads;
+pub(crate) mod storage;
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -95,6 +96,8 @@ pub(crate) struct Runtime {
     waiters: RefCell<Vec<(AggregateRef, oneshot::Sender<bool>)>>,
     /// `share`, `unshare`, `members`.
     pub members: MembersApi,
+    /// What was appended here and not seen landed, and the loss if the storage went away.
+    pub storage: storage::StorageMemory,
 }
 
 fn now() -> u64 {
@@ -136,6 +139,7 @@ impl Observer for Relay {
     fn synced(&self, notice: &SyncedNotice) {
         self.app.synced(notice);
         if let Some(runtime) = self.runtime.upgrade() {
+            runtime.storage.synced(notice.aggregate, notice.last_seq);
             runtime.feed(Event::Changed(Message::Synced(notice.clone())));
             let reader = runtime.reader.borrow().clone();
             if let Some(reader) = reader {
@@ -217,6 +221,7 @@ impl Runtime {
                 subscriptions: RefCell::default(),
                 reader: RefCell::new(None),
                 waiters: RefCell::default(),
+                storage: storage::StorageMemory::default(),
             }
         });
         *runtime.online.borrow_mut() = Some(OnlineListener::new(&runtime.hub)?);
@@ -283,6 +288,7 @@ impl Runtime {
                 HubUpdate::Role(role) => self.hub.set_role(role),
                 HubUpdate::Mirror(status) => self.hub.mirror(&status),
                 HubUpdate::Synced(notice) => {
+                    self.storage.synced(notice.aggregate, notice.last_seq);
                     self.outbox
                         .landed_elsewhere(notice.aggregate, notice.last_seq);
                     self.hub.remote_synced(&notice)
@@ -409,7 +415,9 @@ impl Runtime {
         aggregate: AggregateRef,
         events: Vec<NewEvent>,
     ) -> Result<Vec<Receipt>, StoreError> {
-        self.appends.append(aggregate, events).await
+        let receipts = self.appends.append(aggregate, events).await?;
+        self.storage.appended(aggregate, &receipts);
+        Ok(receipts)
     }
 
     /// A group of appends committed: one status update, one refresh and one message per
@@ -443,6 +451,7 @@ impl Runtime {
 
     /// This context discarded an aggregate's parked events.
     pub(crate) fn discarded(self: &Rc<Self>, aggregate: AggregateRef, discarded: Discarded) {
+        self.storage.discarded(aggregate);
         self.feed(Event::Discarded {
             aggregate,
             removed: discarded.removed,

@@ -62,6 +62,9 @@ codes! {
     QuotaExceeded = "QUOTA_EXCEEDED",
     /// Any other storage failure.
     StorageFailed = "STORAGE_FAILED",
+    /// The database was deleted or evicted under the running client: what was pending is
+    /// lost (`client.storage.lost` says what), and the client never recreates it.
+    StorageLost = "STORAGE_LOST",
     /// An aggregate the call waits for is parked.
     Parked = "PARKED",
     /// The event was parked and then discarded.

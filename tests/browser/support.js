@@ -616,3 +616,34 @@ export async function sendRaw(method, url, headers, body) {
 export async function foreignProof(token, method, url, body) {
   return proofFor({ token, keyPair: await deviceKey(), clockOffsetMs: 0 }, method, url, body);
 }
+
+/** Collects a client's `storage` event details' states (and the last detail). */
+export function listenStorage(client) {
+  const seen = { states: [], last: null };
+  client.addEventListener("storage", (e) => { seen.states.push(e.detail.state); seen.last = e.detail; });
+  return seen;
+}
+
+/** Deletes a database from another connection, as another tab's `indexedDB.deleteDatabase`
+ *  (or the user clearing site data) would; resolves once it is gone. */
+export function deleteRaw(dbName) {
+  return new Promise((resolve, reject) => {
+    const req = indexedDB.deleteDatabase(dbName);
+    req.onerror = () => reject(req.error);
+    req.onsuccess = () => resolve(true);
+  });
+}
+
+/** Whether a database exists, without creating it (an open that finds none aborts its
+ *  upgrade, which leaves nothing behind). */
+export function existsRaw(dbName) {
+  return new Promise((resolve, reject) => {
+    let created = false;
+    const req = indexedDB.open(dbName);
+    req.onupgradeneeded = (e) => {
+      if (e.oldVersion === 0) { created = true; req.transaction.abort(); }
+    };
+    req.onerror = () => (created ? resolve(false) : reject(req.error));
+    req.onsuccess = () => { req.result.close(); resolve(!created); };
+  });
+}

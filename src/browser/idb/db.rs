@@ -6,7 +6,11 @@
 //! The connection is replaced when another context upgrades the database: on `versionchange`
 //! it is closed at once (so the upgrade is never blocked by this client) and the next
 //! operation reopens the database at whatever version it now has. Schema upgrades are
-//! additive ([`super::schema`]), so this client keeps working on a newer schema.
+//! additive ([`super::schema`]), so this client keeps working on a newer schema. The browser
+//! closing the connection abnormally (the `close` event) takes the same path
+//! ([`connection_lost`]). A reopen never creates the database: if it is gone (deleted or
+//! evicted), the storage is [`Storage::Lost`] and the connection closed for good, so a running
+//! client never starts over on an empty database with a new identity.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -91,19 +95,57 @@ fn factory() -> Result<IdbFactory, StoreError> {
         })
 }
 
-/// Opens `name` at `version`, running the upgrade when it is older (or new).
-async fn open_at(name: &str, version: Option<u32>) -> Result<IdbDatabase, StoreError> {
+/// The storage under a [`Db`], as the client last saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// The connection is open (or was never lost).
+    Ok,
+    /// The connection was closed under the client (the browser's `close` event, another
+    /// context's upgrade); the next operation reopens it.
+    Reopening,
+    /// The database is gone (deleted by another context, or evicted): never reopened.
+    Lost,
+}
+
+impl Storage {
+    /// As JavaScript sees it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Storage::Ok => "ok",
+            Storage::Reopening => "reopening",
+            Storage::Lost => "lost",
+        }
+    }
+}
+
+/// The error name of a reopen that found no database ([`open_at`] with `must_exist`).
+const GONE: &str = "NotFoundError";
+
+/// Opens `name` at `version`, running the upgrade when it is older (or new). With
+/// `must_exist`, a database that does not exist is not created: the upgrade is aborted (which
+/// leaves no database behind) and the open fails with [`GONE`].
+async fn open_at(
+    name: &str,
+    version: Option<u32>,
+    must_exist: bool,
+) -> Result<IdbDatabase, StoreError> {
     let factory = factory()?;
     let request: IdbOpenDbRequest = match version {
         Some(v) => factory.open_with_u32(name, v),
         None => factory.open(name),
     }
     .js()?;
+    let gone = Rc::new(Cell::new(false));
     let upgrade = Closure::<dyn FnMut(web_sys::IdbVersionChangeEvent)>::new({
-        let request = request.clone();
+        let (request, gone) = (request.clone(), gone.clone());
         move |event: web_sys::IdbVersionChangeEvent| {
             let old = event.old_version() as u32;
             if let (Ok(db), Some(tx)) = (request.result(), request.transaction()) {
+                if must_exist && old == 0 {
+                    gone.set(true);
+                    let _ = tx.abort();
+                    return;
+                }
                 // An error here aborts the upgrade; the open then fails with it.
                 if let Err(e) = schema::upgrade(&db.unchecked_into(), &tx, old) {
                     let _ = tx.abort();
@@ -116,6 +158,16 @@ async fn open_at(name: &str, version: Option<u32>) -> Result<IdbDatabase, StoreE
     let opened = request::result(Ok(request.clone().unchecked_into())).await;
     request.set_onupgradeneeded(None);
     drop(upgrade);
+    if gone.get() {
+        if let Ok(db) = opened {
+            db.unchecked_into::<IdbDatabase>().close();
+        }
+        return Err(StoreError::Failed {
+            name: GONE.into(),
+            message: format!("the database \"{name}\" is gone (deleted or evicted)"),
+            cause: Cause::NONE,
+        });
+    }
     Ok(opened.js()?.unchecked_into())
 }
 
@@ -128,47 +180,90 @@ pub async fn delete_database(name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Opens `name` at [`schema::VERSION`] (creating or upgrading it), or at its current version
-/// when a newer client already upgraded it.
-async fn open_database(name: &str) -> Result<IdbDatabase, StoreError> {
-    match open_at(name, Some(schema::VERSION)).await {
+/// Opens `name` at [`schema::VERSION`] (creating or upgrading it, unless `must_exist`), or at
+/// its current version when a newer client already upgraded it.
+async fn open_database(name: &str, must_exist: bool) -> Result<IdbDatabase, StoreError> {
+    match open_at(name, Some(schema::VERSION), must_exist).await {
         Err(StoreError::Failed { name: kind, .. }) if kind == "VersionError" => {
-            open_at(name, None).await
+            open_at(name, None, must_exist).await
         }
         other => other,
     }
 }
 
-/// Closes `db` as soon as another context asks to upgrade it, and marks it stale — or, when
-/// the other context deletes the database (`signOut`, `SyncClient.deleteDatabase`), closed for
-/// good: reopening would silently create an empty database under a client that still holds
-/// the deleted one's identity and user.
-fn watch_version_changes(
-    db: &IdbDatabase,
+/// What to tell of a change of [`Storage`].
+type Hook = Rc<RefCell<Option<Box<dyn Fn(Storage)>>>>;
+
+/// What a [`Db`] shares with its connections' event handlers.
+#[derive(Clone, Default)]
+struct Shared {
+    /// The connection was closed under the client: reopen before the next operation.
     stale: Rc<Cell<bool>>,
+    /// Closed by `close`, or the database is gone: never reopened.
     closed: Rc<Cell<bool>>,
-    deleted: OnDeleted,
-) {
-    let target = db.clone();
+    storage: Rc<Cell<Option<Storage>>>,
+    /// Told every change of [`Storage`].
+    hook: Hook,
+}
+
+impl Shared {
+    fn storage(&self) -> Storage {
+        self.storage.get().unwrap_or(Storage::Ok)
+    }
+
+    fn set(&self, storage: Storage) {
+        if self.storage() == storage || self.storage() == Storage::Lost {
+            return;
+        }
+        self.storage.set(Some(storage));
+        if let Some(hook) = self.hook.borrow().as_ref() {
+            hook(storage);
+        }
+    }
+}
+
+/// The one handling of a connection closed under the client: the browser's `close` event (an
+/// abnormal close: the disk failed, the storage was cleared or evicted) and `versionchange`
+/// (another context upgrades or deletes the database) both come here. Deleted (`deleted`):
+/// the storage is lost and the connection closed for good — reopening would silently create an
+/// empty database under a client that still holds the deleted one's identity and user.
+/// Otherwise the connection is marked stale and the next operation reopens it; if the
+/// database is gone by then, the reopen finds out ([`Db::connection`]).
+fn connection_lost(shared: &Shared, db: &IdbDatabase, deleted: bool) {
+    if shared.closed.get() {
+        return; // closed by this client, or already lost
+    }
+    if deleted {
+        shared.closed.set(true);
+        shared.set(Storage::Lost);
+    } else {
+        shared.stale.set(true);
+        shared.set(Storage::Reopening);
+    }
+    db.close();
+}
+
+/// Watches `db` for `versionchange` (closed at once, so another context's upgrade or delete is
+/// never blocked by this client) and `close`, both through [`connection_lost`].
+fn watch_connection(db: &IdbDatabase, shared: &Shared) {
+    let (target, on_change_shared) = (db.clone(), shared.clone());
     let on_change = Closure::<dyn FnMut(web_sys::IdbVersionChangeEvent)>::new(
         move |event: web_sys::IdbVersionChangeEvent| {
-            if event.new_version().is_none() {
-                closed.set(true);
-                if let Some(hook) = deleted.borrow().as_ref() {
-                    hook();
-                }
-            }
-            stale.set(true);
-            target.close();
+            connection_lost(&on_change_shared, &target, event.new_version().is_none());
         },
     );
     db.set_onversionchange(Some(on_change.as_ref().unchecked_ref()));
-    // Lives as long as the connection (closed connections fire nothing).
+    let (target, on_close_shared) = (db.clone(), shared.clone());
+    let on_close = Closure::<dyn FnMut()>::new(move || {
+        // The browser fires `close` only when it closed the connection itself, never after
+        // this client's own `close()`.
+        connection_lost(&on_close_shared, &target, false);
+    });
+    db.set_onclose(Some(on_close.as_ref().unchecked_ref()));
+    // Live as long as the connection (closed connections fire nothing more).
     on_change.forget();
+    on_close.forget();
 }
-
-/// What to do when another context deletes the database (the client closes itself).
-type OnDeleted = Rc<RefCell<Option<Box<dyn Fn()>>>>;
 
 /// When a write transaction commits (see [`Db::write`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,11 +278,7 @@ pub enum Commit {
 pub struct Db {
     name: String,
     db: RefCell<IdbDatabase>,
-    stale: Rc<Cell<bool>>,
-    /// Closed by `close`, or deleted by another context: never reopened.
-    closed: Rc<Cell<bool>>,
-    /// Called when another context deletes the database.
-    deleted: OnDeleted,
+    shared: Shared,
     /// `{ durability }` objects, made once.
     options: [JsValue; 3],
     /// Whether a request failing after `commit()` aborts the transaction in this engine
@@ -209,11 +300,9 @@ pub fn stores(names: &[&str]) -> JsValue {
 impl Db {
     /// Opens (creating or upgrading) the database `name`.
     pub async fn open(name: &str) -> Result<Db, StoreError> {
-        let db = open_database(name).await?;
-        let stale = Rc::new(Cell::new(false));
-        let closed = Rc::new(Cell::new(false));
-        let deleted = OnDeleted::default();
-        watch_version_changes(&db, stale.clone(), closed.clone(), deleted.clone());
+        let db = open_database(name, false).await?;
+        let shared = Shared::default();
+        watch_connection(&db, &shared);
         let options = [Durability::Strict, Durability::Relaxed, Durability::Default].map(|d| {
             let o = Object::new();
             let _ = Reflect::set(&o, &"durability".into(), &d.as_str().into());
@@ -222,31 +311,39 @@ impl Db {
         Ok(Db {
             name: name.to_owned(),
             db: RefCell::new(db),
-            stale,
-            closed,
-            deleted,
+            shared,
             options,
             early_commit_atomic: Cell::new(None),
             begun: Cell::new(0),
         })
     }
 
-    /// The current connection, reopened first if a version change closed it.
+    /// The current connection, reopened first if it was closed under the client — but never
+    /// recreated: a database gone meanwhile makes the storage [`Storage::Lost`].
     async fn connection(&self) -> Result<IdbDatabase, StoreError> {
-        if self.closed.get() {
+        let shared = &self.shared;
+        if shared.closed.get() {
             return Err(StoreError::Closed);
         }
-        if self.stale.get() {
-            let db = open_database(&self.name).await?;
-            if self.stale.get() {
-                self.stale.set(false);
-                watch_version_changes(
-                    &db,
-                    self.stale.clone(),
-                    self.closed.clone(),
-                    self.deleted.clone(),
-                );
+        if shared.stale.get() {
+            let db = match open_database(&self.name, true).await {
+                Ok(db) => db,
+                Err(StoreError::Failed { name, .. }) if name == GONE => {
+                    shared.closed.set(true);
+                    shared.set(Storage::Lost);
+                    return Err(StoreError::Closed);
+                }
+                Err(e) => return Err(e),
+            };
+            if shared.closed.get() {
+                db.close(); // closed or lost meanwhile
+                return Err(StoreError::Closed);
+            }
+            if shared.stale.get() {
+                shared.stale.set(false);
+                watch_connection(&db, shared);
                 *self.db.borrow_mut() = db;
+                shared.set(Storage::Ok);
             } else {
                 db.close(); // another operation reopened it meanwhile
             }
@@ -254,19 +351,24 @@ impl Db {
         Ok(self.db.borrow().clone())
     }
 
-    /// Whether the connection was lost to another context's upgrade (and not closed by us).
+    /// Whether the connection was lost under the client (and not closed by us).
     pub fn lost_to_upgrade(&self) -> bool {
-        self.stale.get() && !self.closed.get()
+        self.shared.stale.get() && !self.shared.closed.get()
     }
 
-    /// Calls `hook` when another context deletes the database (`signOut`, `deleteDatabase`).
-    pub fn on_deleted(&self, hook: impl Fn() + 'static) {
-        *self.deleted.borrow_mut() = Some(Box::new(hook));
+    /// Calls `hook` on every change of the storage's state ([`Storage`]).
+    pub fn on_storage(&self, hook: impl Fn(Storage) + 'static) {
+        *self.shared.hook.borrow_mut() = Some(Box::new(hook));
+    }
+
+    /// The storage's state now.
+    pub fn storage(&self) -> Storage {
+        self.shared.storage()
     }
 
     /// Closes the connection for good.
     pub fn close(&self) {
-        self.closed.set(true);
+        self.shared.closed.set(true);
         self.db.borrow().close();
     }
 

@@ -31,7 +31,7 @@ use wasm_bindgen::JsValue;
 use web_sys::{IdbObjectStore, IdbTransaction};
 
 use super::counters::Counters;
-use super::db::{Db, Durability, Js};
+use super::db::{Db, Durability, Js, Storage};
 use super::keys::Agg;
 use super::request::result;
 use super::watermarks::Watermarks;
@@ -95,9 +95,14 @@ impl IdbOutbox {
         self.db.close();
     }
 
-    /// Calls `hook` when another context deletes the database.
-    pub fn on_deleted(&self, hook: impl Fn() + 'static) {
-        self.db.on_deleted(hook);
+    /// Calls `hook` on every change of the storage's state (reopening, lost).
+    pub fn on_storage(&self, hook: impl Fn(Storage) + 'static) {
+        self.db.on_storage(hook);
+    }
+
+    /// The storage's state now.
+    pub fn storage(&self) -> Storage {
+        self.db.storage()
     }
 
     /// Whether this context's drain is the only writer of `landed` (it holds the device's Web

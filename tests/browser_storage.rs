@@ -1,0 +1,203 @@
+//! Storage that goes away under a running client, in the browser against the real gateway
+//! (issue 30): a connection closed under the client is reopened and nothing is lost or doubled,
+//! the `storage` event saying so while it happens; a database deleted (or gone when the client
+//! reopens it, as after an eviction) makes the storage `lost` — the pending events reported with
+//! their ranges, later calls refused with `STORAGE_LOST`, the database never recreated with a new
+//! identity; `inspect()` shows `persisted` and the storage estimate.
+//!
+//! The browser's abnormal `close` event cannot be fired on a real connection from a page; the
+//! tests provoke the same handling through another connection opening a higher version
+//! (`versionchange`), which the client handles with the same function as `close`
+//! (`connection_lost` in `src/browser/idb/db.rs`).
+#![cfg(target_arch = "wasm32")]
+
+mod browser;
+
+use browser::*;
+use js_sys::{Array, Promise};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(module = "/tests/browser/support.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = listenStorage)]
+    fn listen_storage(client: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = deleteRaw)]
+    fn delete_raw(db: &str) -> Promise;
+    #[wasm_bindgen(js_name = existsRaw)]
+    fn exists_raw(db: &str) -> Promise;
+}
+
+fn states(seen: &JsValue) -> Vec<String> {
+    get(seen, "states")
+        .unchecked_into::<Array>()
+        .iter()
+        .map(|s| s.as_string().unwrap())
+        .collect()
+}
+
+fn events(n: u8) -> JsValue {
+    let events: Array = (0..n).map(|i| bytes_event(4, &[i])).collect();
+    events.into()
+}
+
+async fn exists(db: &str) -> bool {
+    ok(exists_raw(db)).await.as_bool().unwrap()
+}
+
+async fn landed_seqs(t: &str, a: &str) -> Vec<f64> {
+    read_all(t, a)
+        .await
+        .iter()
+        .map(|e| num(e, "clientSeq"))
+        .collect()
+}
+
+#[wasm_bindgen_test]
+async fn a_connection_closed_under_the_client_is_reopened_and_every_event_lands_once() {
+    no_faults().await;
+    let db = db_name("storage-reopen");
+    let client = open(&db, r#"{"offline":true}"#).await;
+    let seen = listen_storage(&JsValue::from(client.clone()));
+    let (t, a) = (uuid(), uuid());
+    ok(client.append(aggregate(&t, &a), events(3))).await;
+    let client_id = client.client_id();
+
+    upgrade_raw(&db, 5_000).await;
+    until(5_000, "the storage event `reopening`", || {
+        states(&seen).first().map(String::as_str) == Some("reopening")
+    })
+    .await;
+    // The next operation reopens the connection.
+    let receipts = ok(client.append(aggregate(&t, &a), events(2))).await;
+    assert_eq!(seqs(&receipts), vec![4, 5]);
+    until(5_000, "the storage event `ok`", || {
+        states(&seen).last().map(String::as_str) == Some("ok")
+    })
+    .await;
+    assert_eq!(states(&seen), vec!["reopening", "ok"]);
+    assert_eq!(string(&client.storage(), "state"), "ok");
+
+    client.set_offline(false);
+    flush_within(&client, 10).await;
+    assert_eq!(landed_seqs(&t, &a).await, vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+    assert_eq!(client.client_id(), client_id);
+    assert_eq!(num(&client.status(), "pending"), 0.0);
+    ok(client.close()).await;
+}
+
+fn ranges(lost: &JsValue) -> Vec<(String, f64, f64, f64)> {
+    let mut out: Vec<_> = list(lost, "aggregates")
+        .iter()
+        .map(|r| {
+            (
+                string(&get(r, "aggregate"), "id"),
+                num(r, "firstSeq"),
+                num(r, "lastSeq"),
+                num(r, "count"),
+            )
+        })
+        .collect();
+    out.sort_by(|x, y| x.0.cmp(&y.0));
+    out
+}
+
+/// After the loss: `lost` with the pending counts and ranges, appends refused with
+/// `STORAGE_LOST`, the client closed, and the database not recreated.
+async fn assert_lost(
+    client: &celeriant_sync::SyncClient,
+    seen: &JsValue,
+    db: &str,
+    expected: Vec<(String, f64, f64, f64)>,
+) {
+    until(5_000, "the storage event `lost`", || {
+        states(seen).last().map(String::as_str) == Some("lost")
+    })
+    .await;
+    let detail = get(seen, "last");
+    let lost = get(&detail, "lost");
+    assert_eq!(string(&lost, "code"), "STORAGE_LOST");
+    assert_eq!(num(&lost, "pending"), 5.0);
+    assert_eq!(num(&lost, "parked"), 0.0);
+    assert_eq!(ranges(&lost), expected);
+    assert_eq!(string(&client.storage(), "state"), "lost");
+    assert_eq!(num(&get(&client.storage(), "lost"), "pending"), 5.0);
+
+    let (t, a) = (uuid(), uuid());
+    let e = err(client.append(aggregate(&t, &a), events(1))).await;
+    assert_eq!(string(&e, "code"), "STORAGE_LOST", "{}", describe(&e));
+    let e = err(client.inspect(None)).await;
+    assert_eq!(string(&e, "code"), "STORAGE_LOST", "{}", describe(&e));
+    until(5_000, "the client closed", || {
+        string(&client.status(), "state") == "closed"
+    })
+    .await;
+    sleep(300).await;
+    assert!(
+        !exists(db).await,
+        "the database was recreated under the client"
+    );
+}
+
+#[wasm_bindgen_test]
+async fn a_database_deleted_under_the_client_is_reported_lost_and_never_recreated() {
+    let db = db_name("storage-deleted");
+    let client = open(&db, r#"{"offline":true}"#).await;
+    let seen = listen_storage(&JsValue::from(client.clone()));
+    let (t, a, b) = (uuid(), uuid(), uuid());
+    ok(client.append(aggregate(&t, &a), events(2))).await;
+    ok(client.append(aggregate(&t, &b), events(3))).await;
+
+    within(delete_raw(&db), 5_000, "the delete").await.unwrap();
+    let mut expected = vec![(a, 1.0, 2.0, 2.0), (b, 1.0, 3.0, 3.0)];
+    expected.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_lost(&client, &seen, &db, expected).await;
+}
+
+#[wasm_bindgen_test]
+async fn a_database_gone_when_the_client_reopens_it_is_lost_not_recreated() {
+    // As after an eviction: the connection closed under the client, and the database gone
+    // before its next operation reopens it.
+    let db = db_name("storage-evicted");
+    let client = open(&db, r#"{"offline":true}"#).await;
+    let seen = listen_storage(&JsValue::from(client.clone()));
+    let (t, a) = (uuid(), uuid());
+    ok(client.append(aggregate(&t, &a), events(5))).await;
+
+    upgrade_raw(&db, 5_000).await;
+    until(5_000, "the storage event `reopening`", || {
+        states(&seen).first().map(String::as_str) == Some("reopening")
+    })
+    .await;
+    within(delete_raw(&db), 5_000, "the delete").await.unwrap();
+    // The next operation tries to reopen and finds nothing.
+    let e = err(client.append(aggregate(&t, &a), events(1))).await;
+    assert_eq!(string(&e, "code"), "STORAGE_LOST", "{}", describe(&e));
+    assert_lost(&client, &seen, &db, vec![(a, 1.0, 5.0, 5.0)]).await;
+    assert_eq!(states(&seen), vec!["reopening", "lost"]);
+}
+
+#[wasm_bindgen_test]
+async fn inspect_shows_persisted_and_the_storage_estimate() {
+    let client = open(&db_name("storage-inspect"), r#"{"offline":true}"#).await;
+    let snap = ok(client.inspect(None)).await;
+    let persisted = get(&snap, "persisted");
+    assert!(
+        persisted.is_null() || persisted.as_bool().is_some(),
+        "{persisted:?}"
+    );
+    let estimate = get(&snap, "estimate");
+    assert!(
+        estimate.is_object(),
+        "this engine has estimate(): {estimate:?}"
+    );
+    for key in ["usage", "quota"] {
+        let v = get(&estimate, key);
+        assert!(v.as_f64().is_some_and(|n| n >= 0.0), "{key}: {v:?}");
+    }
+    assert_eq!(string(&get(&snap, "storage"), "state"), "ok");
+    assert!(get(&get(&snap, "storage"), "lost").is_null());
+    ok(client.close()).await;
+}
