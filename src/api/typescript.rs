@@ -239,6 +239,8 @@ export interface SyncClientEventMap {
     status: CustomEvent<SyncStatus>;
     synced: CustomEvent<SyncedDetail>;
     parked: CustomEvent<ParkedDetail>;
+    /** The IndexedDB connection closed under the client or the database was lost. */
+    storage: CustomEvent<StorageState>;
 }
 
 /** Stable codes of `CeleriantSyncError`. */

@@ -55,6 +55,11 @@ export async function example(): Promise<void> {
     console.log(code, maybe);
   });
   client.addEventListener("status", (event) => console.log(event.detail.pending));
+  client.addEventListener("storage", (event) => {
+    const storageState: "ok" | "reopening" | "lost" = event.detail.state;
+    const lostPending: number | undefined = event.detail.lost?.pending;
+    console.log(storageState, lostPending, client.storage.lost?.aggregates[0]?.count);
+  });
   try {
     await client.flush();
   } catch (e) {
@@ -100,6 +105,11 @@ export async function example(): Promise<void> {
   client.addEventListener("synced", (event) => {
     // @ts-expect-error the detail is typed per event
     event.detail.code;
+  });
+  client.addEventListener("storage", (event) => {
+    // @ts-expect-error the storage state is a closed set
+    const bad: "gone" = event.detail.state;
+    console.log(bad);
   });
   // @ts-expect-error status is not a promise
   await client.status().then;
