@@ -3,7 +3,9 @@
 //! followed by its 16-byte tag, which an independent WebCrypto decrypt opens); views and
 //! projections show the plaintext; an event that does not decrypt (another key, a key function
 //! that throws) is flagged with a typed `decryptError`, never dropped; an append whose
-//! encryption fails (or that brings its own `iv`) stores nothing; the option is strict.
+//! encryption fails (or that brings its own `iv`) stores nothing; the option is strict; an
+//! event stored in the clear where the aggregate has a key is flagged `NOT_ENCRYPTED`; appends
+//! keep call order while they await WebCrypto.
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
@@ -273,6 +275,12 @@ async fn a_failed_encryption_stores_nothing() {
             key_function("return 'secret';"),
             "ENCRYPTION_FAILED",
         ),
+        // A cache miss or a forgotten return: never "send it in the clear" (that is null).
+        (
+            "undefined",
+            key_function("return undefined;"),
+            "ENCRYPTION_FAILED",
+        ),
     ];
     for (name, encryption, code) in cases {
         let db = db_name(&format!("enc-fail-{name}"));
@@ -409,4 +417,74 @@ async fn parked_events_are_decrypted_or_flagged_too() {
         "DECRYPT_FAILED"
     );
     ok(reopened.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn plaintext_where_the_aggregate_has_a_key_is_flagged_not_encrypted() {
+    no_faults().await;
+    // A writer without encryption (a forger, an old version of the app) puts plaintext in.
+    let agg = aggregate(SHARED_TYPE, &uuid());
+    let plain = open_with(&db_name("enc-forger"), &[])
+        .await
+        .unwrap_or_else(|e| panic!("open failed: {}", describe(&e)));
+    ok(plain.append(
+        agg.clone(),
+        events(&[json_event(1, r#"{"owner":"mallory"}"#)]),
+    ))
+    .await;
+    flush_within(&plain, 20).await;
+    ok(plain.close()).await;
+
+    let reader = open_encrypted(&db_name("enc-forged-reader"), aes_key().await).await;
+    let seen = view_events(&reader, &agg).await;
+    assert_eq!(seen.len(), 1, "flagged, not dropped");
+    let error = get(&seen[0], "decryptError");
+    assert_eq!(
+        string(&error, "code"),
+        "NOT_ENCRYPTED",
+        "{}",
+        describe(&error)
+    );
+    assert_eq!(
+        text(&get(&seen[0], "data")),
+        r#"{"owner":"mallory"}"#,
+        "its data is as stored"
+    );
+    let json = get(&seen[0], "json").unchecked_into::<Function>();
+    let thrown = json
+        .call0(&seen[0])
+        .expect_err("json() of unauthenticated data throws");
+    assert_eq!(string(&thrown, "code"), "NOT_ENCRYPTED");
+    ok(reader.close()).await;
+
+    // A key function that says the aggregate is not encrypted (null): clear data is expected.
+    let clear = open_encrypted(&db_name("enc-forged-null"), key_function("return null;")).await;
+    let seen = view_events(&clear, &agg).await;
+    assert!(get(&seen[0], "decryptError").is_undefined());
+    assert_eq!(json_of(&seen[0]), r#"{"owner":"mallory"}"#);
+    ok(clear.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn unawaited_appends_keep_call_order_while_encrypting() {
+    no_faults().await;
+    // Type 1 is encrypted (it awaits WebCrypto, with a large event), type 2 is not (no await):
+    // without the call order the second append would reach the outbox first.
+    let encryption = object(&[("key", aes_key().await), ("types", json("[1]"))]);
+    let client = open_encrypted(&db_name("enc-order"), encryption).await;
+    let agg = aggregate(SHARED_TYPE, &uuid());
+    let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(600_000));
+    let first = client.append(agg.clone(), events(&[json_event(1, &big)]));
+    let second = client.append(agg.clone(), events(&[json_event(2, r#"{"n":2}"#)]));
+    let third = client.append(agg.clone(), events(&[json_event(1, r#"{"n":3}"#)]));
+    let mut seqs = Vec::new();
+    for receipts in [first, second, third] {
+        let receipts = ok(receipts).await.unchecked_into::<Array>();
+        seqs.push(num(&receipts.get(0), "clientSeq"));
+    }
+    assert_eq!(seqs, vec![1.0, 2.0, 3.0], "sequences follow call order");
+    let seen = view_events(&client, &agg).await;
+    let types: Vec<f64> = seen.iter().map(|e| num(e, "type")).collect();
+    assert_eq!(types, vec![1.0, 2.0, 1.0]);
+    ok(client.close()).await;
 }

@@ -29,6 +29,7 @@ use crate::engine::append;
 use crate::engine::drain;
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, Batch};
+use crate::engine::order::CallOrder;
 use crate::engine::outbox::Outbox;
 use celeriant_sync_protocol::validate::Limits;
 
@@ -58,6 +59,9 @@ struct Inner {
     network: NetworkSwitch,
     /// `open`'s `encryption`, if any.
     encryption: Option<Rc<Encryption>>,
+    /// With `encryption`: appends reach group commit in call order although each awaits
+    /// WebCrypto first (see `engine::order`).
+    order: CallOrder,
 }
 
 impl Inner {
@@ -243,6 +247,7 @@ impl SyncClient {
             persisted,
             network,
             encryption,
+            order: CallOrder::default(),
         });
         Ok(SyncClient { inner })
     }
@@ -292,15 +297,30 @@ impl SyncClient {
             append::check(&events, &inner.limits)?;
             Ok((aggregate, events))
         });
+        // With encryption, the place in line is taken now, in call order (see `engine::order`).
+        let turn = inner.encryption.as_ref().map(|_| inner.order.take());
         promise(async move {
+            let held = match turn {
+                Some(turn) => Some(turn.wait().await),
+                None => None,
+            };
             let (aggregate, mut events) = parsed?;
             // Encrypted before the append's transaction opens: a failure stores nothing, and
             // the ciphertext is what the outbox stores, pins and resends.
             if let Some(encryption) = &inner.encryption {
                 encryption.encrypt_all(&aggregate, &mut events).await?;
+                // The tag makes each event 16 bytes longer: checked again against the limit.
                 append::check(&events, &inner.limits)?;
             }
-            let receipts = inner.runtime.append(aggregate, events).await;
+            // Polled once before the turn is released: that first poll queues the append in
+            // group commit, so the next append cannot reach the queue before this one.
+            let mut appended = std::pin::pin!(inner.runtime.append(aggregate, events));
+            let first = futures_util::poll!(appended.as_mut());
+            drop(held);
+            let receipts = match first {
+                std::task::Poll::Ready(receipts) => receipts,
+                std::task::Poll::Pending => appended.await,
+            };
             if let (Err(_), Some(lost)) = (&receipts, inner.runtime.storage.lost()) {
                 return Err(storage_lost(lost.pending));
             }

@@ -150,7 +150,7 @@ fn params(iv: &[u8]) -> AesGcmParams {
 
 /// Why no key was had for an aggregate.
 enum NoKey {
-    /// The function gave `null` or `undefined`: the aggregate is not encrypted.
+    /// The function gave `null`: the aggregate is not encrypted.
     None,
     /// It threw, rejected, or gave something that is not a `CryptoKey`.
     Failed(JsValue),
@@ -176,8 +176,15 @@ impl Encryption {
         let given = JsFuture::from(Promise::resolve(&given))
             .await
             .map_err(NoKey::Failed)?;
-        if given.is_null() || given.is_undefined() {
+        // Only an explicit null means "not encrypted": undefined is a cache miss or a
+        // forgotten return, which must not send plaintext by accident.
+        if given.is_null() {
             return Err(NoKey::None);
+        }
+        if given.is_undefined() {
+            return Err(NoKey::Failed(JsValue::from(js_sys::Error::new(
+                "the key function gave undefined (return null for \"not encrypted\")",
+            ))));
         }
         given.dyn_into::<CryptoKey>().map_err(|v| {
             NoKey::Failed(JsValue::from(js_sys::Error::new(&format!(
@@ -256,29 +263,29 @@ impl Encryption {
         Ok(())
     }
 
-    /// Decrypts, in place, the events (view or parked events of one aggregate) that carry an
-    /// `iv` and whose type is encrypted: `data` becomes the plaintext; one that cannot be
-    /// decrypted keeps its stored `data` and gets `decryptError`, a `CeleriantSyncError` with
-    /// code `DECRYPT_FAILED` or `KEY_UNAVAILABLE`. Never throws, never drops an event.
+    /// Decrypts, in place, the events (view or parked events of one aggregate) whose type is
+    /// encrypted: `data` becomes the plaintext; one that cannot be decrypted keeps its stored
+    /// `data` and gets `decryptError`, a `CeleriantSyncError` with code `DECRYPT_FAILED` or
+    /// `KEY_UNAVAILABLE`. An event of an encrypted type that arrives without an `iv` while the
+    /// aggregate has a key is flagged `NOT_ENCRYPTED`: without the check, anyone who can write
+    /// to the aggregate (a compromised gateway, another writer) could pass plaintext off as
+    /// authenticated data, bypassing the tag. Never throws, never drops an event.
     pub(crate) async fn decrypt_all(&self, aggregate: AggregateRef, events: Array) {
-        let mut key: Option<Result<CryptoKey, String>> = None;
+        let mut key: Option<Result<CryptoKey, Option<String>>> = None;
         let subtle = crypto().ok().map(|c| c.subtle());
         for event in events.iter() {
-            let iv = js::get(&event, "iv");
-            let Some(iv) = iv.dyn_ref::<Uint8Array>() else {
-                continue;
-            };
             let event_type = js::get(&event, "type").as_f64().unwrap_or(0.0) as u64;
             if !self.applies_to(event_type) || !js::get(&event, "decryptError").is_undefined() {
                 continue;
             }
             if key.is_none() {
+                // Err(None): the function gave no key, the aggregate is not encrypted.
                 key = Some(self.key(&aggregate).await.map_err(|e| match e {
-                    NoKey::None => "the key function gave no key for this aggregate".into(),
-                    NoKey::Failed(e) => format!(
+                    NoKey::None => None,
+                    NoKey::Failed(e) => Some(format!(
                         "the key function failed: {}",
                         crate::browser::fetch::error_text(&e)
-                    ),
+                    )),
                 }));
             }
             let flag = |code: ErrorCode, message: String, cause: Option<JsValue>| {
@@ -286,10 +293,29 @@ impl Encryption {
                 error.cause = cause;
                 js::set(event.unchecked_ref(), "decryptError", JsValue::from(error));
             };
+            let iv = js::get(&event, "iv");
+            let Some(iv) = iv.dyn_ref::<Uint8Array>() else {
+                // Plaintext where the aggregate has a key: flagged. With no key (or a key
+                // function that failed) the event cannot be told from a legitimately clear one.
+                if let Some(Ok(_)) = key {
+                    flag(
+                        ErrorCode::NotEncrypted,
+                        format!(
+                            "the event (type {event_type}) was stored without encryption \
+                             although its aggregate has a key: its data is unauthenticated"
+                        ),
+                        None,
+                    );
+                }
+                continue;
+            };
             let key = match key.as_ref() {
                 Some(Ok(key)) => key,
                 Some(Err(why)) => {
-                    flag(ErrorCode::KeyUnavailable, why.clone(), None);
+                    let why = why.clone().unwrap_or_else(|| {
+                        "the key function gave no key for this aggregate".into()
+                    });
+                    flag(ErrorCode::KeyUnavailable, why, None);
                     continue;
                 }
                 None => continue,

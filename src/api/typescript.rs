@@ -170,9 +170,11 @@ export interface ViewEvent {
     parked?: { code: number; message: string };
     /** The AES-GCM nonce when `data` was stored encrypted (`null` otherwise). */
     iv: Uint8Array | null;
-    /** With `encryption`: why this encrypted event could not be decrypted (`code`
-     * `DECRYPT_FAILED` or `KEY_UNAVAILABLE`); its `data` is then as stored and `json()` throws
-     * this error. Absent when it decrypted (or was not encrypted). */
+    /** With `encryption`: why this event of an encrypted type could not be decrypted (`code`
+     * `DECRYPT_FAILED` or `KEY_UNAVAILABLE`), or why its clear `data` is not to be trusted
+     * (`NOT_ENCRYPTED`: no `iv` although its aggregate has a key); its `data` is then as
+     * stored and `json()` throws this error. Absent when it decrypted (or its type or
+     * aggregate is not encrypted). */
     decryptError?: CeleriantSyncError;
     /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
     json(): unknown;
@@ -280,7 +282,8 @@ export type SyncErrorCode =
     | "ENCRYPTION_FAILED"
     | "IV_NOT_ALLOWED"
     | "DECRYPT_FAILED"
-    | "KEY_UNAVAILABLE";
+    | "KEY_UNAVAILABLE"
+    | "NOT_ENCRYPTED";
 
 /**
  * Everything the client throws or rejects with is an instance of this class

@@ -119,6 +119,11 @@ codes! {
     /// A view or parked event's `decryptError`: the event is encrypted and no key was had for
     /// it (the key function gave null, threw, or gave something that is not a key).
     KeyUnavailable = "KEY_UNAVAILABLE",
+    /// A view or parked event's `decryptError`: its type is encrypted and its aggregate has a
+    /// key, but it arrived without an `iv` (stored in the clear: before encryption was turned
+    /// on, by a context without it, or forged by a writer); its `data` is as stored and
+    /// unauthenticated.
+    NotEncrypted = "NOT_ENCRYPTED",
 }
 
 impl From<&StoreError> for ErrorCode {

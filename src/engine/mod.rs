@@ -6,7 +6,7 @@
 //!
 //! * [`model`]: events, batches, receipts and parked records;
 //! * [`append`]: the checks an `append` must pass before anything is written; [`group`]: group
-//!   commit of concurrent appends;
+//!   commit of concurrent appends; [`order`]: call order kept across the await of encryption;
 //! * [`outbox`]: the storage interface ([`outbox::Outbox`]) and its rules, with an in-memory
 //!   implementation ([`memory`]) and a conformance suite ([`conformance`]) that the IndexedDB
 //!   implementation in `browser/` must pass too;
@@ -43,6 +43,7 @@ pub mod inspect;
 pub mod members;
 pub mod memory;
 pub mod model;
+pub mod order;
 pub mod outbox;
 pub mod read;
 pub mod signal;

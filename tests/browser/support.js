@@ -647,3 +647,13 @@ export function existsRaw(dbName) {
     req.onsuccess = () => { req.result.close(); resolve(!created); };
   });
 }
+
+/** The engine's own `navigator.storage.estimate()`, or null where it lacks it or refuses. */
+export async function engineEstimate() {
+  try {
+    const e = await navigator.storage.estimate();
+    return e && typeof e === "object" ? e : null;
+  } catch {
+    return null;
+  }
+}
