@@ -13,8 +13,9 @@
 #   5. the benchmark's pipeline in smoke mode (one check; times are printed, never asserted)
 #   6. end to end: real tabs of one Chromium profile (playwright-core) against real gateway
 #      processes: the exactly-once chaos run, one sender, takeover, a hung drainer, a full
-#      disk, the demo page (and the demo offline: its switch, a reload from its service worker,
-#      the rejected event), and the fleet: three replicas behind nginx with TLS over a fake
+#      disk, the demo page (its balances, a projection; the demo offline: its switch, a reload
+#      from its service worker, the rejected event; its encryption switch: ciphertext on the
+#      gateway), and the fleet: three replicas behind nginx with TLS over a fake
 #      three-node Celeriant cluster (the `fake-celeriant` binary), a replica killed and a leader
 #      changed mid-drain
 #   7. the vite app: `npm pack` of pkg/ installed into tests/vite-app (React), `vite build`,

@@ -3,6 +3,8 @@ import init, { SyncClient } from "/pkg/celeriant_sync.js";
 import { read } from "./reader.js";
 import { inspector } from "./inspector.js";
 import { liveView } from "./live.js";
+import { balances } from "./balances.js";
+import { demoKey } from "./keys.js";
 
 // The app shell's service worker (sw.js): the page loads, and its events are stored, with no
 // network at all; they sync once the network is back.
@@ -48,10 +50,24 @@ const OFFLINE_KEY = `celeriant-sync-demo-offline-${DEVICE}`;
 const startOffline = localStorage.getItem(OFFLINE_KEY) === "1";
 $("offline").checked = startOffline;
 
+// The encryption switch is remembered too; switching it reloads the page, which opens the
+// client again with (or without) the device's key (keys.js).
+const ENCRYPT_KEY = `celeriant-sync-demo-encrypt-${DEVICE}`;
+const encrypted = localStorage.getItem(ENCRYPT_KEY) === "1";
+$("encrypt").checked = encrypted;
+$("encrypt").addEventListener("change", () => {
+  localStorage.setItem(ENCRYPT_KEY, $("encrypt").checked ? "1" : "0");
+  location.reload();
+});
+
 await init();
 const client = await SyncClient.open({
   gatewayUrl: gateway, databaseName: DATABASE, requestTimeoutMs: 2000, maxBatchEvents: 50, offline: startOffline,
+  ...(encrypted ? { encryption: await demoKey(`device-${DEVICE}`) } : {}),
 });
+$("encryptionState").textContent = encrypted
+  ? "on: what this device appends is stored and sent as AES-GCM ciphertext; this page decrypts it for the views and balances"
+  : "off: payloads are stored and sent as plain JSON (the server can read them)";
 window.client = client; // for the console and the end-to-end test
 $("gateway").textContent = gateway;
 const other = DEVICE === 1 ? 2 : 1;
@@ -88,9 +104,10 @@ for (const [label, id] of AGGREGATES) {
 
 async function append(count, type) {
   const id = $("aggregate").value;
+  const amount = Number($("amount").value) || 0;
   const events = Array.from({ length: count }, (_, i) => ({
     type,
-    data: { note: `demo event ${i + 1} of ${count}`, device: DEVICE, at: new Date().toISOString() },
+    data: { note: `demo event ${i + 1} of ${count}`, amount, device: DEVICE, at: new Date().toISOString() },
   }));
   try {
     const receipts = await client.append({ typeId: TYPE_ID, id }, events);
@@ -192,18 +209,22 @@ async function refreshServer() {
   const rows = [];
   for (const [label, id] of AGGREGATES) {
     const seqs = [];
+    let withIv = 0;
     let from = 1;
     for (;;) {
       const r = await read(gateway, `${gateway}/v1/aggregates/${TYPE_ID}/${id}/events?from=${from}`).catch(() => null);
       if (!r?.ok) break;
       const page = await r.json();
-      for (const b of page.batches) for (const e of b.events) seqs.push(e.clientSeq);
+      for (const b of page.batches) for (const e of b.events) {
+        seqs.push(e.clientSeq);
+        if (e.iv) withIv += 1;
+      }
       if (page.next === null) break;
       from = page.next;
     }
     const dups = seqs.length - new Set(seqs).size;
     const range = seqs.length ? `${seqs[0]}…${seqs.at(-1)}` : "—";
-    rows.push(`<tr><td>${label}</td><td>${seqs.length}</td><td>${range}</td><td>${dups}</td></tr>`);
+    rows.push(`<tr><td>${label}</td><td>${seqs.length}</td><td>${range}</td><td>${dups}</td><td>${withIv}</td></tr>`);
   }
   $("serverRows").innerHTML = rows.join("");
 }
@@ -229,6 +250,7 @@ async function refreshParked() {
 
 inspector(client);
 liveView(client, TYPE_ID, AGGREGATES, $("liveAggregates"));
+balances(client, TYPE_ID, AGGREGATES, $("balanceRows"));
 if (!client.offline) refreshServer();
 refreshParked();
 if (!client.offline) refreshFaults();

@@ -7,9 +7,11 @@ const SHOWN = 12; // the newest events of each aggregate; the counts cover all o
 const short = (clientId) => clientId.slice(0, 8);
 
 function describe(e) {
+  if (e.decryptError) return `encrypted, cannot decrypt here (${e.decryptError.code}), ${e.data.length} bytes`;
+  const lock = e.iv ? " (encrypted on the server)" : "";
   try {
     const data = e.json();
-    return data && typeof data === "object" ? `${data.device ? `device ${data.device}: ` : ""}${data.note ?? ""}` : String(data);
+    return (data && typeof data === "object" ? `${data.device ? `device ${data.device}: ` : ""}${data.note ?? ""}` : String(data)) + lock;
   } catch {
     return `${e.data.length} bytes`;
   }

@@ -5,7 +5,7 @@
 // the API (/v1/...) always goes to the network, as the client expects.
 const CACHE = "celeriant-sync-demo-v1";
 const SHELL = [
-  "./", "index.html", "app.js", "reader.js", "inspector.js", "live.js", "style.css",
+  "./", "index.html", "app.js", "reader.js", "inspector.js", "live.js", "balances.js", "keys.js", "style.css",
   "pkg/celeriant_sync.js", "pkg/celeriant_sync_bg.wasm",
 ];
 

@@ -1,9 +1,11 @@
 // The demo page as a newcomer uses it (www/, as `npm start` serves it): it loads with no error
 // in the console; its "Offline" switch (client.setOffline) really stops the client's traffic;
 // reloaded while the gateway is down it loads from its service worker, still offline, and
-// takes more appends; back online every event lands exactly once; and "Append a rejected
+// takes more appends; the balance (a projection) counts the events appended offline at once
+// and the same once they are confirmed; back online every event lands exactly once; and "Append a rejected
 // event" parks its aggregate on the first click, with the gateway started with `npm start`'s
-// own reject flag (read from scripts/start.sh, so the two cannot drift).
+// own reject flag (read from scripts/start.sh, so the two cannot drift), and leaves the balance
+// as it was.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Gateway, launchBrowser, sleep, ROOT } from "./lib.mjs";
@@ -61,6 +63,10 @@ export async function demoOffline() {
     await waitText(page, "state", "offline", 5_000);
     await sleep(1_000);
     assert((await gateway.readAll(TYPE_ID, ACCOUNT_A)).length === 0, "an event landed while the page said offline");
+    // The balance (a projection: this device's pending events folded on top) moved at once.
+    const balance = (cls) => page.textContent(`#balanceRows tr[data-account="${ACCOUNT_A}"] .${cls}`);
+    assert((await balance("balance")) === "100" && (await balance("pendingCount")) === "10" && (await balance("confirmed")).startsWith("0 "),
+      `offline, account A's balance row reads ${await balance("balance")}, ${await balance("pendingCount")} pending, confirmed ${await balance("confirmed")}`);
 
     // 3. Reloaded with no network at all (the gateway is down): the service worker serves the
     //    page and the package; it comes back offline, with its outbox, and takes more appends.
@@ -88,6 +94,12 @@ export async function demoOffline() {
       { timeout: 15_000 },
     );
 
+    await page.waitForFunction(
+      (a) => document.querySelector(`#balanceRows tr[data-account="${a}"] .confirmed`)?.textContent.startsWith("110 "),
+      ACCOUNT_A,
+      { timeout: 15_000 },
+    );
+
     // 5. "Append a rejected event" parks on the first click.
     await page.click("#poison");
     await waitText(page, "parked", "1", 15_000);
@@ -97,6 +109,9 @@ export async function demoOffline() {
       throw new Error(`the parked list says: ${await text(page, "parkedList")}`);
     }
     assert((await gateway.readAll(TYPE_ID, ACCOUNT_A)).length === 11, "the rejected event landed");
+    // A parked event never counts in the balance.
+    await sleep(500);
+    assert((await balance("balance")) === "110", `with the parked event, account A's balance reads ${await balance("balance")}`);
 
     const pageErrors = problems.filter((p) => p.startsWith("page error"));
     assert(pageErrors.length === 0, pageErrors.join("; "));

@@ -6,6 +6,7 @@
 //
 //   npm run soak -- --events 100000     # the long chaos run
 import { chaos } from "./chaos.mjs";
+import { demoEncrypted } from "./demo_encrypted.mjs";
 import { demoOffline } from "./demo_offline.mjs";
 import { fleet } from "./fleet.mjs";
 import { demo, demoLive, hungDrainer, oneSender, quota, readRestart, takeover } from "./scenarios.mjs";
@@ -39,6 +40,7 @@ const scenarios = {
   demo: () => demo(),
   "demo-live": () => demoLive(),
   "demo-offline": () => demoOffline(),
+  "demo-encrypted": () => demoEncrypted(),
   sessions: () => sessions({ seed: seed + 5 }),
   "read-restart": () => readRestart({ seed: seed + 6 }),
   fleet: () => fleet({ seed: seed + 7 }),

@@ -172,7 +172,11 @@ export async function quota({ seed }) {
   }
 }
 
-/** The demo page, used as an app would: append, watch the outbox sync. */
+// The demo's first account (www/app.js).
+const ACCOUNT_A = "a11ce000-0000-4000-8000-00000000000a";
+
+/** The demo page, used as an app would: append, watch the outbox sync, the balance (a
+ *  projection) follow. */
 export async function demo() {
   // The demo runs with the policy `npm start` ships.
   return withSetup({ www: join(ROOT, "www"), policy: join(ROOT, "scripts/demo-policy.toml") }, async (gateway, context) => {
@@ -195,6 +199,18 @@ export async function demo() {
       null,
       { timeout: 5_000 },
     );
+    // The balance is the account's projection (client.project, www/balances.js): ten events of
+    // the default amount 10, all confirmed; one more of 5 moves it at once (pending on top),
+    // then it is confirmed at the next version.
+    const balanceA = (cls) => page.textContent(`#balanceRows tr[data-account="${ACCOUNT_A}"] .${cls}`);
+    await waitFor("Account A's balance 100", 10_000, async () => (await balanceA("balance")) === "100" && (await balanceA("confirmed")).startsWith("100 "));
+    const versionBefore = Number(/\(v(\d+)\)/.exec(await balanceA("confirmed"))[1]);
+    await page.fill("#amount", "5");
+    await page.click("[data-append='1']");
+    await waitFor("Account A's balance 105", 5_000, async () => (await balanceA("balance")) === "105");
+    await waitFor("the 5 confirmed", 15_000, async () => (await balanceA("confirmed")).startsWith("105 ") && (await balanceA("pendingCount")) === "0");
+    const versionAfter = Number(/\(v(\d+)\)/.exec(await balanceA("confirmed"))[1]);
+    assert(versionAfter > versionBefore, `the projection's version went from ${versionBefore} to ${versionAfter}`);
     // The fault buttons: without the secret `npm start` puts in the fragment they change nothing;
     // with it, Chaos and No faults set the gateway's rates. The secret never travels in a URL.
     const urls = [];
@@ -213,7 +229,7 @@ export async function demo() {
     const leaked = urls.filter((u) => u.split("#")[0].includes(gateway.faultsSecret));
     assert(leaked.length === 0, `the secret in a request URL: ${leaked}`);
     assert(errors.length === 0, `page errors: ${errors}`);
-    return { synced: 10 };
+    return { synced: 11, balance: 105, versions: [versionBefore, versionAfter] };
   });
 }
 

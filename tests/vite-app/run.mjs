@@ -7,7 +7,9 @@
 // then landing; the gateway holds them. Once with `init()` (the .wasm where Vite put it), once
 // with the module's bytes handed to `init`. `useAggregate`'s live view over the real
 // `client.subscribe` is asserted too, and over a stand-in the test drives by hand (src/fake.jsx);
-// so is `useProjection`'s fold over the real `client.project`.
+// so is `useProjection`'s fold over the real `client.project` (App.jsx's EventCount): 0 at
+// first, the pending events folded while offline, all confirmed once landed, and one more
+// append online re-rendered.
 //
 //   node tests/vite-app/run.mjs            (after scripts/build.sh and cargo build -p celeriant-gateway)
 // Ends with a cargo-style "test result:" line that `npm test` counts.
@@ -96,6 +98,17 @@ function serve() {
 
 const outputText = (page) => page.evaluate(() => document.querySelector("output")?.textContent ?? "");
 
+/** Waits until the element `id` reads exactly `want`; the error says what it read instead. */
+async function waitForId(page, id, want, ms) {
+  try {
+    await page.waitForFunction(([id, want]) => document.getElementById(id)?.textContent === want, [id, want], { timeout: ms });
+  } catch {
+    const shown = await page.evaluate((id) => document.getElementById(id)?.textContent ?? "(no element)", id);
+    throw new Error(`timed out after ${ms} ms waiting for #${id} to read "${want}"; it reads "${shown}"`);
+  }
+  return want;
+}
+
 async function waitForText(page, what, ms, check) {
   const t0 = Date.now();
   let last = "";
@@ -121,6 +134,8 @@ async function appRun(context, gateway, site, mode, n = 5) {
     const appError = await page.evaluate(() => window.appError);
     assert(!appError, `the app failed to start: ${appError}`);
     await waitForText(page, "the first render", 10_000, (t) => /0 pending, 0 landed/.test(t));
+    // useProjection (App.jsx's EventCount over the real client.project): the empty fold first.
+    const projected = [await waitForId(page, "projection", "projected 0 events, 0 confirmed", 10_000)];
     // Every text the hook rendered, from now on.
     await page.evaluate(() => {
       window.rendered = [];
@@ -130,6 +145,8 @@ async function appRun(context, gateway, site, mode, n = 5) {
     await context.setOffline(true);
     for (let i = 0; i < n; i++) await page.click("button");
     const offline = await waitForText(page, `${n} pending`, 10_000, (t) => t.includes(`${n} pending, 0 landed`));
+    // The projection folds this device's pending events on top of the (empty) confirmed part.
+    projected.push(await waitForId(page, "projection", `projected ${n} events, 0 confirmed`, 10_000));
     await context.setOffline(false);
     const done = await waitForText(page, `0 pending, ${n} landed`, 30_000, (t) => t === `idle: 0 pending, ${n} landed`);
     const rendered = await page.evaluate(() => window.rendered);
@@ -163,16 +180,15 @@ async function appRun(context, gateway, site, mode, n = 5) {
       { timeout: 15_000 },
     );
     const view = await page.evaluate(() => document.getElementById("view").textContent);
-    // useProjection over the real client.project: the same events, folded.
-    await page.waitForFunction(
-      (n) => document.getElementById("projection")?.textContent === `projected ${n} events, ${n} confirmed`,
-      n,
-      { timeout: 15_000 },
-    );
-    const projection = await page.evaluate(() => document.getElementById("projection").textContent);
+    // useProjection: the same events, folded, now confirmed; one more append (online) updates
+    // the rendered fold, and it lands.
+    projected.push(await waitForId(page, "projection", `projected ${n} events, ${n} confirmed`, 15_000));
+    await page.click("button");
+    projected.push(await waitForId(page, "projection", `projected ${n + 1} events, ${n + 1} confirmed`, 15_000));
     assert(errors.length === 0, `page errors: ${errors.join("; ")}`);
-    return { offline, done, renders: rendered.length, landed: landed.length, fakeSubscribe: fake, useAggregate: view, useProjection: projection };
+    return { offline, done, renders: rendered.length, landed: landed.length, fakeSubscribe: fake, useAggregate: view, useProjection: projected };
   } finally {
+    await context.setOffline(false); // a failure while offline must not fail the next test too
     await page.close();
   }
 }

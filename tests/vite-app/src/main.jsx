@@ -3,9 +3,9 @@
 // run (tests/vite-app/run.mjs) reads `window.app` and the rendered text.
 import { StrictMode } from "react";
 import { createRoot } from "react-dom/client";
-import { useAggregate, useProjection } from "celeriant-sync/react";
+import { useAggregate } from "celeriant-sync/react";
 import wasmUrl from "celeriant-sync/celeriant_sync_bg.wasm?url";
-import { Outbox, openClient } from "./App.jsx";
+import { EventCount, Outbox, openClient } from "./App.jsx";
 import { FakeReadSide, fakeReader } from "./fake.jsx";
 
 function LiveView({ client, aggregate }) {
@@ -13,19 +13,6 @@ function LiveView({ client, aggregate }) {
   if (!view) return <p id="view">no view yet</p>;
   const confirmed = view.events.filter((e) => e.status === "confirmed").length;
   return <p id="view">version {view.version}: {view.events.length} events, {confirmed} confirmed</p>;
-}
-
-// A projection defined once, outside the component (a new object would start a new one).
-const counting = {
-  initial: { events: 0, confirmed: 0 },
-  apply: (s, e) => ({ events: s.events + 1, confirmed: s.confirmed + (e.status === "confirmed" ? 1 : 0) }),
-};
-
-function LiveCount({ client, aggregate }) {
-  const snapshot = useProjection(client, aggregate, counting);
-  if (!snapshot) return <p id="projection">no projection yet</p>;
-  const { events, confirmed } = snapshot.state;
-  return <p id="projection">projected {events} events, {confirmed} confirmed{snapshot.error ? ` (${snapshot.error.code})` : ""}</p>;
 }
 
 async function main() {
@@ -41,7 +28,7 @@ async function main() {
     <StrictMode>
       <Outbox client={client} aggregate={aggregate} />
       {subscribe && <LiveView client={client} aggregate={aggregate} />}
-      {subscribe && <LiveCount client={client} aggregate={aggregate} />}
+      {subscribe && <EventCount client={client} aggregate={aggregate} />}
       <FakeReadSide reader={reader} aggregate={aggregate} />
     </StrictMode>,
   );
