@@ -20,7 +20,7 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-#[wasm_bindgen(module = "/tests/browser/support.js")]
+#[wasm_bindgen(module = "/tests/browser/storage.js")]
 extern "C" {
     #[wasm_bindgen(js_name = listenStorage)]
     fn listen_storage(client: &JsValue) -> JsValue;
