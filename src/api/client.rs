@@ -61,7 +61,7 @@ struct Inner {
     encryption: Option<Rc<Encryption>>,
     /// With `encryption`: appends reach group commit in call order although each awaits
     /// WebCrypto first (see `engine::order`).
-    order: CallOrder,
+    order: CallOrder<AggregateRef>,
 }
 
 impl Inner {
@@ -297,14 +297,18 @@ impl SyncClient {
             append::check(&events, &inner.limits)?;
             Ok((aggregate, events))
         });
-        // With encryption, the place in line is taken now, in call order (see `engine::order`).
-        let turn = inner.encryption.as_ref().map(|_| inner.order.take());
+        // With encryption, the place in the aggregate's line is taken now, in call order (see
+        // `engine::order`); a call refused already (bad input, closed) takes none.
+        let turn = match (&parsed, &inner.encryption) {
+            (Ok((aggregate, _)), Some(_)) => Some(inner.order.take(*aggregate)),
+            _ => None,
+        };
         promise(async move {
+            let (aggregate, mut events) = parsed?;
             let held = match turn {
                 Some(turn) => Some(turn.wait().await),
                 None => None,
             };
-            let (aggregate, mut events) = parsed?;
             // Encrypted before the append's transaction opens: a failure stores nothing, and
             // the ciphertext is what the outbox stores, pins and resends.
             if let Some(encryption) = &inner.encryption {
@@ -321,7 +325,9 @@ impl SyncClient {
                 std::task::Poll::Ready(receipts) => receipts,
                 std::task::Poll::Pending => appended.await,
             };
-            if let (Err(_), Some(lost)) = (&receipts, inner.runtime.storage.lost()) {
+            // Lost meanwhile: rejected even if the transaction committed, as the database that
+            // held it is gone (the runtime added it to what `client.storage.lost` reports).
+            if let Some(lost) = inner.runtime.storage.lost() {
                 return Err(storage_lost(lost.pending));
             }
             let receipts = receipts?;
