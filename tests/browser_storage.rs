@@ -182,6 +182,37 @@ async fn a_database_gone_when_the_client_reopens_it_is_lost_not_recreated() {
 }
 
 #[wasm_bindgen_test]
+async fn a_database_recreated_before_the_client_reopens_it_is_lost_not_adopted() {
+    // The connection closed under the client, the database deleted, and another context
+    // opening a new client on the same name (a new database, a new identity) before this
+    // client's next operation reopens it: that database is not this client's.
+    let db = db_name("storage-recreated");
+    let client = open(&db, r#"{"offline":true}"#).await;
+    let seen = listen_storage(&JsValue::from(client.clone()));
+    let (t, a) = (uuid(), uuid());
+    ok(client.append(aggregate(&t, &a), events(2))).await;
+
+    upgrade_raw(&db, 5_000).await;
+    until(5_000, "the storage event `reopening`", || {
+        states(&seen).first().map(String::as_str) == Some("reopening")
+    })
+    .await;
+    within(delete_raw(&db), 5_000, "the delete").await.unwrap();
+    let other = open(&db, r#"{"offline":true}"#).await;
+    assert_ne!(other.client_id(), client.client_id(), "a new identity");
+
+    let e = err(client.append(aggregate(&t, &a), events(1))).await;
+    assert_eq!(string(&e, "code"), "STORAGE_LOST", "{}", describe(&e));
+    assert_eq!(states(&seen), vec!["reopening", "lost"]);
+    assert_eq!(
+        outbox_events(&db).await,
+        0,
+        "nothing written into the other database"
+    );
+    ok(other.close()).await;
+}
+
+#[wasm_bindgen_test]
 async fn inspect_shows_persisted_and_the_storage_estimate() {
     let client = open(&db_name("storage-inspect"), r#"{"offline":true}"#).await;
     let snap = ok(client.inspect(None)).await;

@@ -80,7 +80,7 @@ impl SyncClient {
 
     /// Deletes the database `name` (every user's data in it: pending events included), e.g.
     /// to clear a signed-out user's leftovers. Clients open on it, in any tab, close
-    /// themselves (their calls then reject with `CLOSED`).
+    /// themselves (their calls then reject with `STORAGE_LOST`).
     #[wasm_bindgen(js_name = deleteDatabase, unchecked_return_type = "Promise<void>")]
     pub fn delete_database_named(name: String) -> Promise {
         promise(async move {

@@ -88,6 +88,7 @@ fn identity_of(device: Device) -> Identity {
 /// another context stored one first, which is then used.
 pub(crate) async fn load_or_create(outbox: &IdbOutbox) -> Result<Identity, StoreError> {
     if let Some(device) = outbox.device().await? {
+        outbox.bind_incarnation(&device.client_id);
         return Ok(identity_of(device));
     }
     let key_pair = JsFuture::from(generate_device_key())
@@ -105,5 +106,6 @@ pub(crate) async fn load_or_create(outbox: &IdbOutbox) -> Result<Identity, Store
             client_id,
         })
         .await?;
+    outbox.bind_incarnation(&device.client_id);
     Ok(identity_of(device))
 }

@@ -95,8 +95,14 @@ export async function demoEncrypted() {
     assert(after.length === 2, `the gateway holds ${after.length} events of account B`);
     assert(after[1].iv === null, `the plain event has iv ${after[1].iv}`);
     assert(JSON.parse(bytes(after[1].data).toString("utf8")).amount === 3, "the plain event is the JSON appended");
+
+    // 5. On again: the encrypted event reads, and the plain one is flagged NOT_ENCRYPTED by the
+    // client (clear data where the aggregate has a key): counted, and shown as in the clear.
+    await toggle();
+    assert((await state()).startsWith("on"), `the page says: ${await state()}`);
+    await waitFor("the balance 10 with one event in the clear", 15_000, async () => (await cell("balance")) === "10" && (await cell("clear")) === "1" && (await cell("unreadable")) === "0", row);
     assert(errors.length === 0, `page errors: ${errors.join("; ")}`);
-    return { ciphertextBytes: data.length, ivBytes: bytes(secret.iv).length, balanceOn: 7, unreadableOff: 1, plainAfter: 3 };
+    return { ciphertextBytes: data.length, ivBytes: bytes(secret.iv).length, balanceOn: 7, unreadableOff: 1, plainAfter: 3, clearFlagged: 1 };
   } finally {
     await context.cleanup();
     await gateway.stop();

@@ -286,6 +286,9 @@ pub struct Db {
     early_commit_atomic: Cell<Option<bool>>,
     /// Transactions begun so far ([`Db::begun`]).
     begun: Cell<u64>,
+    /// The `meta` client id of the database this client opened ([`Db::bind_incarnation`]):
+    /// a reopen that finds another one (or none) found a database recreated meanwhile.
+    incarnation: RefCell<Option<JsValue>>,
 }
 
 /// The stores one transaction works on, as the JS array IndexedDB wants.
@@ -315,6 +318,7 @@ impl Db {
             options,
             early_commit_atomic: Cell::new(None),
             begun: Cell::new(0),
+            incarnation: RefCell::new(None),
         })
     }
 
@@ -335,6 +339,15 @@ impl Db {
                 }
                 Err(e) => return Err(e),
             };
+            if !self.same_incarnation(&db).await {
+                // Deleted and recreated (another context signed in again after the loss):
+                // adopting it would write and send another database's events under this
+                // client's identity and user, with sequences that start again at 1.
+                db.close();
+                shared.closed.set(true);
+                shared.set(Storage::Lost);
+                return Err(StoreError::Closed);
+            }
             if shared.closed.get() {
                 db.close(); // closed or lost meanwhile
                 return Err(StoreError::Closed);
@@ -349,6 +362,27 @@ impl Db {
             }
         }
         Ok(self.db.borrow().clone())
+    }
+
+    /// Records the client id in `meta` of the database opened (once its identity is known), so
+    /// that a reopen can tell that database from one recreated under the same name.
+    pub fn bind_incarnation(&self, client_id: JsValue) {
+        *self.incarnation.borrow_mut() = Some(client_id);
+    }
+
+    /// Whether `db` (just reopened) is the database this client opened: its `meta` client id is
+    /// the bound one (true when none is bound yet; false when it cannot be read).
+    async fn same_incarnation(&self, db: &IdbDatabase) -> bool {
+        let Some(expected) = self.incarnation.borrow().clone() else {
+            return true;
+        };
+        let found = async {
+            let tx = db.transaction_with_str(schema::META)?;
+            let meta = tx.object_store(schema::META)?;
+            request::result(meta.get(&schema::CLIENT_ID_KEY.into())).await
+        }
+        .await;
+        found.is_ok_and(|id| id == expected)
     }
 
     /// Whether the connection was lost under the client (and not closed by us).

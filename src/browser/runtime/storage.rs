@@ -38,7 +38,8 @@ pub(crate) struct StorageMemory {
 }
 
 impl StorageMemory {
-    /// This context's append of `receipts` to `aggregate` committed.
+    /// This context's append of `receipts` to `aggregate` committed. After a loss (an append
+    /// that committed just before the database was deleted), it is added to what was lost.
     pub(crate) fn appended(&self, aggregate: AggregateRef, receipts: &[Receipt]) {
         let (Some(lo), Some(hi)) = (
             receipts.iter().map(|r| r.client_seq).min(),
@@ -46,17 +47,10 @@ impl StorageMemory {
         ) else {
             return;
         };
-        let mut unsynced = self.unsynced.borrow_mut();
-        match unsynced.iter_mut().find(|r| r.aggregate == aggregate) {
-            Some(r) => {
-                r.first = r.first.min(lo);
-                r.last = r.last.max(hi);
-            }
-            None => unsynced.push(Range {
-                aggregate,
-                first: lo,
-                last: hi,
-            }),
+        widen(&mut self.unsynced.borrow_mut(), aggregate, lo, hi);
+        if let Some(lost) = self.lost.borrow_mut().as_mut() {
+            lost.pending += receipts.len() as u64;
+            widen(&mut lost.aggregates, aggregate, lo, hi);
         }
     }
 
@@ -91,5 +85,20 @@ impl StorageMemory {
     /// The loss, once it happened.
     pub(crate) fn lost(&self) -> Option<Lost> {
         self.lost.borrow().clone()
+    }
+}
+
+/// Widens `aggregate`'s range in `ranges` to cover `lo..=hi` (adds one if it has none).
+fn widen(ranges: &mut Vec<Range>, aggregate: AggregateRef, lo: u64, hi: u64) {
+    match ranges.iter_mut().find(|r| r.aggregate == aggregate) {
+        Some(r) => {
+            r.first = r.first.min(lo);
+            r.last = r.last.max(hi);
+        }
+        None => ranges.push(Range {
+            aggregate,
+            first: lo,
+            last: hi,
+        }),
     }
 }

@@ -64,6 +64,13 @@ impl IdbOutbox {
             .await
     }
 
+    /// Binds the connection to this database's identity: a reopen after the connection was
+    /// closed under the client refuses a database whose `meta` client id is not `client_id`
+    /// (one deleted and recreated meanwhile), and reports the storage lost instead.
+    pub fn bind_incarnation(&self, client_id: &Uuid) {
+        self.db.bind_incarnation(uuid_js(client_id));
+    }
+
     /// Stores `candidate` as the device's key pair and its client id as the database's — in
     /// one transaction, unless a key pair is stored already (another context was first), which
     /// is then returned instead.
