@@ -15,9 +15,9 @@
 #      processes: the exactly-once chaos run, one sender, takeover, a hung drainer, a full
 #      disk, the demo page (its balances, a projection; the demo offline: its switch, a reload
 #      from its service worker, the rejected event; its encryption switch: ciphertext on the
-#      gateway), and the fleet: three replicas behind nginx with TLS over a fake
-#      three-node Celeriant cluster (the `fake-celeriant` binary), a replica killed and a leader
-#      changed mid-drain
+#      gateway; at the fake Celeriant node: only ciphertext of an encrypting client's event), and
+#      the fleet: three replicas behind nginx with TLS over a fake three-node Celeriant cluster
+#      (the `fake-celeriant` binary), a replica killed and a leader changed mid-drain
 #   7. the vite app: `npm pack` of pkg/ installed into tests/vite-app (React), `vite build`,
 #      served on 127.0.0.1 and run in Chromium against a real gateway (tests/vite-app/run.mjs)
 #   8. the README's first example, type-checked and run in Chromium against a real gateway
@@ -118,7 +118,7 @@ else
 fi
 
 step "end to end: tabs of Debian's Chromium (playwright-core) against real gateways"
-# The fleet scenario runs the fake cluster as a process (`cargo test` builds no plain binary of it).
+# The fleet and celeriant-encrypted scenarios run the fake cluster as a process (`cargo test` builds no plain binary of it).
 cargo build -q -p fake-celeriant
 if [ -f pkg/celeriant_sync_bg.wasm ] && [ -x target/debug/celeriant-gateway ] && [ -x target/debug/fake-celeriant ]; then
   node tests/e2e/run.mjs 2>&1 | tee "$RUN_DIR/e2e.log"

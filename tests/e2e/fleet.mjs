@@ -49,12 +49,13 @@ process.on("exit", () => {
   }
 });
 
-/** The fake cluster as a process: one JSON line per command (testkit/fake-celeriant/src/main.rs). */
-class Cluster {
-  async start() {
+/** The fake cluster as a process: one JSON line per command (testkit/fake-celeriant/src/main.rs).
+ *  Also used by tests/e2e/celeriant_encrypted.mjs (one node). */
+export class Cluster {
+  async start({ nodes = 3 } = {}) {
     const bin = join(ROOT, "target/debug/fake-celeriant");
     if (!existsSync(bin)) throw new Error(`no ${bin}; build it with cargo build -p fake-celeriant`);
-    this.proc = spawn(bin, ["--nodes", "3"], { stdio: ["pipe", "pipe", "inherit"] });
+    this.proc = spawn(bin, ["--nodes", String(nodes)], { stdio: ["pipe", "pipe", "inherit"] });
     children.add(this.proc);
     this.waiting = [];
     createInterface({ input: this.proc.stdout }).on("line", (line) => this.waiting.shift()?.(JSON.parse(line)));

@@ -5,6 +5,7 @@
 // with a cargo-style "test result:" line that `npm test` counts.
 //
 //   npm run soak -- --events 100000     # the long chaos run
+import { celeriantEncrypted } from "./celeriant_encrypted.mjs";
 import { chaos } from "./chaos.mjs";
 import { demoEncrypted } from "./demo_encrypted.mjs";
 import { demoOffline } from "./demo_offline.mjs";
@@ -44,6 +45,7 @@ const scenarios = {
   sessions: () => sessions({ seed: seed + 5 }),
   "read-restart": () => readRestart({ seed: seed + 6 }),
   fleet: () => fleet({ seed: seed + 7 }),
+  "celeriant-encrypted": () => celeriantEncrypted({ seed: seed + 8 }),
 };
 
 let passed = 0;

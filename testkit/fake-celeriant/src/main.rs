@@ -14,6 +14,7 @@
 //! | `drop N` | node N closes every connection it holds |
 //! | `stats` | leader, changes, writes and 2011 answers per node, open watches |
 //! | `dump` | every stored aggregate: type, id, and per batch its version, client id and events (client sequence, event id) |
+//! | `dump data` | the same, each event also with its `data` and `iv` as the node received and stored them, in hex (`iv` null when absent) |
 //!
 //! It exits when stdin closes, so a test harness that dies takes it along.
 
@@ -100,7 +101,11 @@ fn command(cluster: &FakeCluster, words: &[&str]) -> Result<Value, String> {
             "notLeaderPerNode": cluster.not_leader_per_node(),
             "watches": cluster.watches(),
         })),
-        Some("dump") => Ok(dump(cluster)),
+        Some("dump") => match words.get(1).copied() {
+            None => Ok(dump(cluster, false)),
+            Some("data") => Ok(dump(cluster, true)),
+            Some(other) => Err(format!("unknown dump option {other}")),
+        },
         _ => Err(format!("unknown command {:?}", words.join(" "))),
     }
 }
@@ -118,7 +123,14 @@ fn uuid(v: u128) -> String {
     )
 }
 
-fn dump(cluster: &FakeCluster) -> Value {
+/// Bytes as lowercase hex: what the node holds, byte for byte, in a JSON line.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The store; with `data`, each event also carries its payload and nonce (test-only: the
+/// end-to-end scripts check that what reached the node is ciphertext).
+fn dump(cluster: &FakeCluster, data: bool) -> Value {
     let aggregates: Vec<Value> = cluster
         .dump()
         .into_iter()
@@ -129,7 +141,18 @@ fn dump(cluster: &FakeCluster) -> Value {
                     let events: Vec<Value> = b
                         .events
                         .iter()
-                        .map(|e| json!([e.client_seq, e.event_id.map(uuid)]))
+                        .map(|e| {
+                            if data {
+                                json!([
+                                    e.client_seq,
+                                    e.event_id.map(uuid),
+                                    hex(&e.event_value),
+                                    e.iv.map(|iv| hex(&iv)),
+                                ])
+                            } else {
+                                json!([e.client_seq, e.event_id.map(uuid)])
+                            }
+                        })
                         .collect();
                     json!({"v": b.aggregate_version, "clientId": uuid(b.client_id), "events": events})
                 })
