@@ -108,6 +108,16 @@ mod tests {
     }
 
     #[test]
+    fn an_address_in_subnet_0_spends_half_of_its_56() {
+        let limiter = SessionLimiter::new(60, 4);
+        let zero: IpAddr = "2001:db8::5".parse().unwrap();
+        assert!(limiter.check(zero).is_ok() && limiter.check(zero).is_ok());
+        assert!(limiter.check(zero).is_err(), "subnet 0's /64 has half too");
+        let b: IpAddr = "2001:db8:0:2::1".parse().unwrap();
+        assert!(limiter.check(b).is_ok() && limiter.check(b).is_ok());
+    }
+
+    #[test]
     fn ipv6_counts_per_56_and_zero_means_no_limit() {
         let limiter = SessionLimiter::new(60, 2);
         assert!(limiter.check("2001:db8::1".parse().unwrap()).is_ok());
