@@ -1,10 +1,13 @@
-//! One key's share: a rate (GCRA, `governor`) and a cap on requests in progress at once.
+//! One key's share: a rate (GCRA, `crate::limits::rates`) and a cap on requests in progress at once.
 //!
 //! Both parts keep per-key state, and both are bounded. The in-progress counts are a map of
 //! the keys with a request in flight, an entry removed when its count falls to zero. The rate
-//! limiter remembers keys until they are idle again; past [`MAX_TRACKED`] keys the idle ones are
-//! dropped, and while that many are all active, new keys are refused too (with a one-second
-//! wait) rather than tracked.
+//! (`crate::limits::rates`) remembers keys until they are idle again; past [`MAX_TRACKED`] keys
+//! the idle ones are dropped, and while that many are all active, new keys are refused (with a
+//! one-second wait) or, for a nested `/64`'s limiter, passed untracked ([`WhenFull`]); a key
+//! already tracked is never refused for the table being full. [`KeyedLimiter::enter_then`]
+//! admits a key only if a second limiter admits the request too, spending nothing of the first
+//! when the second refuses.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -12,8 +15,8 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use governor::clock::Clock as _;
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use super::rates::Rates;
+pub use super::rates::WhenFull;
 
 /// Most keys a rate limiter tracks at once.
 pub const MAX_TRACKED: usize = 65_536;
@@ -29,7 +32,7 @@ pub enum Refusal {
 
 /// A rate and a concurrency cap per key (either can be off).
 pub struct KeyedLimiter<K: Hash + Eq + Clone> {
-    rate: Option<DefaultKeyedRateLimiter<K>>,
+    rate: Option<Rates<K>>,
     concurrency: usize,
     in_flight: Mutex<HashMap<K, usize>>,
 }
@@ -44,9 +47,27 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// `per_second` requests per key per second after a burst of `burst` (0: no rate), and at
     /// most `concurrency` in progress per key (0: no cap).
     pub fn new(per_second: u32, burst: u32, concurrency: u32) -> Arc<Self> {
+        Self::bounded(
+            per_second,
+            burst,
+            concurrency,
+            MAX_TRACKED,
+            WhenFull::Refuse,
+        )
+    }
+
+    /// As [`KeyedLimiter::new`], with the rate tracking at most `capacity` keys and doing
+    /// `when_full` with a new key while that many are all recharging.
+    pub fn bounded(
+        per_second: u32,
+        burst: u32,
+        concurrency: u32,
+        capacity: usize,
+        when_full: WhenFull,
+    ) -> Arc<Self> {
         let rate = NonZeroU32::new(per_second).map(|rate| {
-            let burst = NonZeroU32::new(burst).unwrap_or(rate);
-            RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))
+            let burst = if burst == 0 { per_second } else { burst };
+            Rates::new(rate, Duration::from_secs(1), burst, capacity, when_full)
         });
         Arc::new(KeyedLimiter {
             rate,
@@ -62,6 +83,18 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// Admits one request of `key`, or says why not. A request refused for concurrency does not
     /// use up any of the key's rate.
     pub fn enter(self: &Arc<Self>, key: K) -> Result<InFlight<K>, Refusal> {
+        self.enter_then(key, || Ok(()))
+            .map(|(admitted, ())| admitted)
+    }
+
+    /// Admits one request of `key` if `then` (another limiter's admission, run once this one
+    /// would admit) admits it too. Nothing of `key`'s rate or concurrency is spent, and no key
+    /// is tracked, unless both admit.
+    pub fn enter_then<T>(
+        self: &Arc<Self>,
+        key: K,
+        then: impl FnOnce() -> Result<T, Refusal>,
+    ) -> Result<(InFlight<K>, T), Refusal> {
         let mut in_flight = self.lock();
         if self.concurrency > 0 {
             let n = in_flight.get(&key).copied().unwrap_or(0);
@@ -69,22 +102,25 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 return Err(Refusal::Concurrency(self.concurrency));
             }
         }
-        if let Some(rate) = &self.rate {
-            if rate.len() >= MAX_TRACKED {
-                rate.retain_recent();
-                rate.shrink_to_fit();
-                if rate.len() >= MAX_TRACKED {
-                    return Err(Refusal::Rate(Duration::from_secs(1)));
-                }
-            }
-            rate.check_key(&key)
-                .map_err(|not_until| Refusal::Rate(not_until.wait_time_from(rate.clock().now())))?;
+        let pass = match &self.rate {
+            Some(rate) => Some(rate.test(&key).map_err(Refusal::Rate)?),
+            None => None,
+        };
+        let then = then()?;
+        if let Some(pass) = pass {
+            pass.commit();
         }
         *in_flight.entry(key.clone()).or_insert(0) += 1;
-        Ok(InFlight {
+        let admitted = InFlight {
             owner: self.clone(),
             key,
-        })
+        };
+        Ok((admitted, then))
+    }
+
+    /// Keys the rate tracks now.
+    pub fn keys_tracked(&self) -> usize {
+        self.rate.as_ref().map_or(0, Rates::len)
     }
 
     /// Keys with a request in progress now.
