@@ -164,14 +164,16 @@ fn no_request_can_forge_a_log_line() {
     assert!(reached >= 10, "{reached} escaped inputs in the log:\n{log}");
 }
 
-/// Starts a gateway logging at info into a file: its base URL, the log file, the child.
-fn logging_gateway(dir: &std::path::Path) -> (String, std::path::PathBuf, std::process::Child) {
-    let port_file = dir.join("port");
-    let log_file = dir.join("gateway.log");
-    let child = command(&["--listen", "127.0.0.1:0", "--session-rate-per-minute", "0"])
+#[test]
+fn refusals_a_client_causes_at_will_do_not_flood_the_log() {
+    const FLOOD: usize = 300;
+    let dir = data_dir();
+    let port_file = dir.path().join("port");
+    let log_file = dir.path().join("gateway.log");
+    let mut child = command(&["--listen", "127.0.0.1:0", "--session-rate-per-minute", "0"])
         .env("RUST_LOG", "info")
         .arg("--data-dir")
-        .arg(dir.join("db"))
+        .arg(dir.path().join("db"))
         .arg("--port-file")
         .arg(&port_file)
         .stdout(std::fs::File::create(&log_file).unwrap())
@@ -179,22 +181,15 @@ fn logging_gateway(dir: &std::path::Path) -> (String, std::path::PathBuf, std::p
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let base = loop {
         if let Ok(addr) = std::fs::read_to_string(&port_file)
             && !addr.is_empty()
         {
-            return (format!("http://{addr}"), log_file, child);
+            break format!("http://{addr}");
         }
         assert!(Instant::now() < deadline, "the gateway did not start");
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-#[test]
-fn refusals_a_client_causes_at_will_do_not_flood_the_log() {
-    const FLOOD: usize = 300;
-    let dir = data_dir();
-    let (base, log_file, mut child) = logging_gateway(dir.path());
+    };
     let started = Instant::now();
     // Session refusals: a body with an unknown field (400), as fast as one client can send.
     let device = Device::a();

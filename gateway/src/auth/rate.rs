@@ -74,7 +74,7 @@ impl SessionLimiter {
     /// Buckets and /64s tracked now.
     #[cfg(test)]
     fn tracked(&self) -> (usize, usize) {
-        let len = |r: &Option<Rates<IpAddr>>| r.as_ref().map_or(0, Rates::len);
+        let len = |r: &Option<Rates<IpAddr>>| r.as_ref().map_or(0, Rates::tracked);
         (len(&self.limiter), len(&self.nested))
     }
 }

@@ -120,7 +120,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
 
     /// Keys the rate tracks now.
     pub fn keys_tracked(&self) -> usize {
-        self.rate.as_ref().map_or(0, Rates::len)
+        self.rate.as_ref().map_or(0, Rates::tracked)
     }
 
     /// Keys with a request in progress now.

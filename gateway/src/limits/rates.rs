@@ -87,7 +87,7 @@ impl<K: Hash + Eq + Clone> Rates<K> {
     }
 
     /// Keys tracked now.
-    pub fn len(&self) -> usize {
+    pub fn tracked(&self) -> usize {
         self.lock().len()
     }
 
@@ -151,7 +151,7 @@ mod tests {
         for _ in 0..100 {
             drop(r.test(&1).unwrap());
         }
-        assert_eq!(r.len(), 0, "a test never committed tracks nothing");
+        assert_eq!(r.tracked(), 0, "a test never committed tracks nothing");
         for _ in 0..3 {
             r.check(&1).unwrap();
         }
@@ -177,7 +177,7 @@ mod tests {
                 WhenFull::Refuse => assert_eq!(new, Err(Duration::from_secs(1))),
                 WhenFull::Pass => assert!(new.is_ok()),
             }
-            assert_eq!(r.len(), 2, "{when_full:?}: the new key is not tracked");
+            assert_eq!(r.tracked(), 2, "{when_full:?}: the new key is not tracked");
         }
     }
 }
