@@ -10,7 +10,8 @@
 //! [`Rates::test`] decides under the table's lock and [`Pass::commit`] spends, after the
 //! bucket has admitted.
 //!
-//! A full table ([`Rates::capacity`] keys, each still recharging) first drops its idle keys; a
+//! A full table ([`Rates::capacity`] keys, each still recharging) first drops its idle keys (at
+//! most every [`PURGE_EVERY`]: a flood of new keys must not buy a scan each); a
 //! key it tracks is always decided by its own rate, never refused for the table being full. A
 //! new key of a table still full is refused (a bucket: the address limit must not be dodged by
 //! being new) or passed without being tracked (a nested `/64`: its bucket's limit still applies,
@@ -19,6 +20,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,7 +44,13 @@ pub struct Rates<K: Hash + Eq + Clone> {
     when_full: WhenFull,
     /// Each key's theoretical arrival time, in nanoseconds since `start`.
     tats: Mutex<HashMap<K, u64>>,
+    /// When the idle keys were last dropped (nanoseconds since `start`; 0: never).
+    purged_at: AtomicU64,
 }
+
+/// How often a full table looks for idle keys at most: a scan of all its keys under its lock
+/// must not be something every request of a flood of new keys can buy.
+pub const PURGE_EVERY: Duration = Duration::from_millis(100);
 
 /// An admission decided but not yet spent; [`Pass::commit`] spends it. Holds the table's lock
 /// (other requests of the table wait) until it is committed or dropped.
@@ -78,6 +86,7 @@ impl<K: Hash + Eq + Clone> Rates<K> {
             capacity,
             when_full,
             tats: Mutex::new(HashMap::new()),
+            purged_at: AtomicU64::new(0),
         }
     }
 
@@ -103,10 +112,14 @@ impl<K: Hash + Eq + Clone> Rates<K> {
         let tat = match tats.get(key) {
             Some(&tat) => tat,
             None => {
-                if tats.len() >= self.capacity {
+                let purged_at = self.purged_at.load(Ordering::Relaxed);
+                if tats.len() >= self.capacity
+                    && (purged_at == 0 || now - purged_at >= PURGE_EVERY.as_nanos() as u64)
+                {
                     // Idle keys (fully recharged) lose nothing by being forgotten.
                     tats.retain(|_, tat| *tat > now);
                     tats.shrink_to_fit();
+                    self.purged_at.store(now.max(1), Ordering::Relaxed);
                 }
                 if tats.len() >= self.capacity {
                     return match self.when_full {
@@ -179,5 +192,30 @@ mod tests {
             }
             assert_eq!(r.tracked(), 2, "{when_full:?}: the new key is not tracked");
         }
+    }
+
+    #[test]
+    fn a_full_table_drops_its_idle_keys_but_scans_at_most_every_purge_interval() {
+        // One a millisecond: a key is idle 1 ms after its admission.
+        let r = rates(1000, 1, 2, WhenFull::Refuse);
+        r.check(&1).unwrap();
+        r.check(&2).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let scanned = Instant::now();
+        assert!(r.check(&3).is_ok(), "the idle keys were dropped");
+        r.check(&4).unwrap();
+        assert_eq!(r.tracked(), 2);
+        std::thread::sleep(Duration::from_millis(5));
+        let again = r.check(&5);
+        // (Only decidable when this machine was not stalled past the interval meanwhile.)
+        if scanned.elapsed() < PURGE_EVERY {
+            assert_eq!(
+                again,
+                Err(Duration::from_secs(1)),
+                "no second scan within the interval"
+            );
+        }
+        std::thread::sleep(PURGE_EVERY);
+        assert!(r.check(&5).is_ok(), "the next scan after it");
     }
 }
