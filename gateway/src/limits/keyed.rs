@@ -1,25 +1,91 @@
-//! One key's share: a rate (GCRA, `crate::limits::rates`) and a cap on requests in progress at once.
+//! One key's share: a rate (GCRA, `governor`) and a cap on requests in progress at once.
 //!
 //! Both parts keep per-key state, and both are bounded. The in-progress counts are a map of
 //! the keys with a request in flight, an entry removed when its count falls to zero. The rate
-//! (`crate::limits::rates`) remembers keys until they are idle again; past [`MAX_TRACKED`] keys
-//! the idle ones are dropped, and while that many are all active, new keys are refused (with a
-//! one-second wait) or, for a nested `/64`'s limiter, passed untracked ([`WhenFull`]); a key
-//! already tracked is never refused for the table being full. [`KeyedLimiter::enter_then`]
-//! admits a key only if a second limiter admits the request too, spending nothing of the first
-//! when the second refuses.
+//! limiter remembers keys until they are idle again; past [`MAX_TRACKED`] keys the idle ones are
+//! dropped (a sweep at most every [`SWEEP_EVERY`], so a full table does not buy every request a
+//! walk over 65,536 keys), and while that many are all active, a bucket limiter refuses new keys
+//! (with a one-second wait) rather than tracking them, while a nested `/64` limiter
+//! ([`Full::Pass`]) lets every request through under its bucket's limit alone: one `/48`
+//! walking its `/64`s must not get every IPv6 client refused.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::rates::Rates;
-pub use super::rates::WhenFull;
+use governor::clock::Clock as _;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 /// Most keys a rate limiter tracks at once.
 pub const MAX_TRACKED: usize = 65_536;
+
+/// Least time between two sweeps of a full table's idle keys.
+pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// What a full rate table (every key still recharging) does with a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// Refuse it (one second): the bucket level, whose keys are what is limited.
+    Refuse,
+    /// Let it through unchecked: the nested `/64` level, under a bucket that still limits.
+    Pass,
+}
+
+/// When a full table was last swept.
+pub struct Sweeps {
+    base: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Default for Sweeps {
+    fn default() -> Self {
+        Sweeps {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Sweeps {
+    /// Whether a sweep may run now (at most one per [`SWEEP_EVERY`]); claims it if so.
+    fn claim(&self) -> bool {
+        let now = self.base.elapsed().as_millis() as u64 + SWEEP_EVERY.as_millis() as u64;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        now >= last + SWEEP_EVERY.as_millis() as u64
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+/// Checks (and spends) `key` in `rate`, keeping the keys tracked at most `capacity`: past it
+/// the idle keys are swept (see [`Sweeps`]), and while it is still full `full` decides.
+pub fn check_bounded<K: Hash + Eq + Clone>(
+    rate: &DefaultKeyedRateLimiter<K>,
+    key: &K,
+    capacity: usize,
+    full: Full,
+    sweeps: &Sweeps,
+) -> Result<(), Duration> {
+    if rate.len() >= capacity {
+        if sweeps.claim() {
+            rate.retain_recent();
+            rate.shrink_to_fit();
+        }
+        if rate.len() >= capacity {
+            return match full {
+                Full::Refuse => Err(Duration::from_secs(1)),
+                Full::Pass => Ok(()),
+            };
+        }
+    }
+    rate.check_key(key)
+        .map_err(|not_until| not_until.wait_time_from(rate.clock().now()))
+}
 
 /// Why a key was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +98,12 @@ pub enum Refusal {
 
 /// A rate and a concurrency cap per key (either can be off).
 pub struct KeyedLimiter<K: Hash + Eq + Clone> {
-    rate: Option<Rates<K>>,
+    rate: Option<DefaultKeyedRateLimiter<K>>,
     concurrency: usize,
     in_flight: Mutex<HashMap<K, usize>>,
+    full: Full,
+    capacity: usize,
+    sweeps: Sweeps,
 }
 
 /// One admitted request of a key; gives its place back when dropped.
@@ -47,32 +116,28 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// `per_second` requests per key per second after a burst of `burst` (0: no rate), and at
     /// most `concurrency` in progress per key (0: no cap).
     pub fn new(per_second: u32, burst: u32, concurrency: u32) -> Arc<Self> {
-        Self::bounded(
-            per_second,
-            burst,
-            concurrency,
-            MAX_TRACKED,
-            WhenFull::Refuse,
-        )
+        Self::with(per_second, burst, concurrency, Full::Refuse, MAX_TRACKED)
     }
 
-    /// As [`KeyedLimiter::new`], with the rate tracking at most `capacity` keys and doing
-    /// `when_full` with a new key while that many are all recharging.
-    pub fn bounded(
+    /// As [`KeyedLimiter::new`], with what a full table does and its capacity.
+    pub fn with(
         per_second: u32,
         burst: u32,
         concurrency: u32,
+        full: Full,
         capacity: usize,
-        when_full: WhenFull,
     ) -> Arc<Self> {
         let rate = NonZeroU32::new(per_second).map(|rate| {
-            let burst = if burst == 0 { per_second } else { burst };
-            Rates::new(rate, Duration::from_secs(1), burst, capacity, when_full)
+            let burst = NonZeroU32::new(burst).unwrap_or(rate);
+            RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))
         });
         Arc::new(KeyedLimiter {
             rate,
             concurrency: concurrency as usize,
             in_flight: Mutex::new(HashMap::new()),
+            full,
+            capacity,
+            sweeps: Sweeps::default(),
         })
     }
 
@@ -83,18 +148,6 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// Admits one request of `key`, or says why not. A request refused for concurrency does not
     /// use up any of the key's rate.
     pub fn enter(self: &Arc<Self>, key: K) -> Result<InFlight<K>, Refusal> {
-        self.enter_then(key, || Ok(()))
-            .map(|(admitted, ())| admitted)
-    }
-
-    /// Admits one request of `key` if `then` (another limiter's admission, run once this one
-    /// would admit) admits it too. Nothing of `key`'s rate or concurrency is spent, and no key
-    /// is tracked, unless both admit.
-    pub fn enter_then<T>(
-        self: &Arc<Self>,
-        key: K,
-        then: impl FnOnce() -> Result<T, Refusal>,
-    ) -> Result<(InFlight<K>, T), Refusal> {
         let mut in_flight = self.lock();
         if self.concurrency > 0 {
             let n = in_flight.get(&key).copied().unwrap_or(0);
@@ -102,25 +155,15 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 return Err(Refusal::Concurrency(self.concurrency));
             }
         }
-        let pass = match &self.rate {
-            Some(rate) => Some(rate.test(&key).map_err(Refusal::Rate)?),
-            None => None,
-        };
-        let then = then()?;
-        if let Some(pass) = pass {
-            pass.commit();
+        if let Some(rate) = &self.rate {
+            check_bounded(rate, &key, self.capacity, self.full, &self.sweeps)
+                .map_err(Refusal::Rate)?;
         }
         *in_flight.entry(key.clone()).or_insert(0) += 1;
-        let admitted = InFlight {
+        Ok(InFlight {
             owner: self.clone(),
             key,
-        };
-        Ok((admitted, then))
-    }
-
-    /// Keys the rate tracks now.
-    pub fn keys_tracked(&self) -> usize {
-        self.rate.as_ref().map_or(0, Rates::tracked)
+        })
     }
 
     /// Keys with a request in progress now.
@@ -174,6 +217,37 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(l.enter(8).is_ok(), "another key has its own budget");
+    }
+
+    #[test]
+    fn a_full_table_refuses_new_keys_at_the_bucket_level_and_passes_them_nested() {
+        let (refusing, passing) = (
+            KeyedLimiter::with(1, 1, 0, Full::Refuse, 64),
+            KeyedLimiter::with(1, 1, 0, Full::Pass, 64),
+        );
+        for l in [&refusing, &passing] {
+            for k in 0..64u32 {
+                drop(l.enter(k).unwrap()); // 64 keys, all recharging for a second
+            }
+        }
+        assert!(
+            matches!(refusing.enter(1000).err(), Some(Refusal::Rate(w)) if w == Duration::from_secs(1))
+        );
+        for _ in 0..5 {
+            assert!(
+                passing.enter(1000).is_ok(),
+                "nested: passed under its bucket"
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_table_is_swept_at_most_every_100_ms() {
+        let sweeps = Sweeps::default();
+        assert!(sweeps.claim());
+        assert!(!sweeps.claim(), "not twice at once");
+        std::thread::sleep(SWEEP_EVERY + Duration::from_millis(20));
+        assert!(sweeps.claim());
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //!   `Host` refusals (429, 42911).
 //!
 //! Per-key state is bounded: concurrency entries exist only while a request of that key is in
-//! flight (so there are at most as many as open connections), and the rates ([`rates`]) drop
-//! idle keys once they track [`keyed::MAX_TRACKED`] of them. [`ip`] says which key an address counts
+//! flight (so there are at most as many as open connections), and the rate limiters drop idle
+//! keys once they track [`keyed::MAX_TRACKED`] of them. [`ip`] says which key an address counts
 //! under, [`nested`] gives each IPv6 /64 half of its bucket's rates and caps; [`notice`] keeps the refusal log lines from becoming a flood of their own.
 
 pub mod budget;
@@ -26,6 +26,5 @@ pub mod ip;
 pub mod keyed;
 pub mod nested;
 pub mod notice;
-pub mod rates;
 pub mod share_bytes;
 pub mod slots;

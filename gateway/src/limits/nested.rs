@@ -8,9 +8,9 @@
 //! half first and then under its bucket's whole: one `/64` (one host, usually) leaves at least
 //! half of every rate and every concurrency cap to the rest of its `/56`, and the `/56` as a
 //! whole still gets no more than one bucket's. A `/64` refused by its half spends nothing of
-//! the bucket's, and a request its bucket refuses spends and tracks nothing of its `/64`'s
-//! (`crate::limits::rates`); when the `/64`s' table is full of recharging `/64`s (a `/48`
-//! walking its 65,536), new ones are admitted under their bucket alone, never refused for it. Not nested: IPv4 (and mapped or NAT64 IPv4), and buckets of `/64` or finer
+//! the bucket's. At most [`MAX_TRACKED`] `/64`s are tracked: while that many are all recharging
+//! (one `/48` walking its `/64`s), a new `/64` is admitted under its bucket's limit alone, never
+//! refused for the table being full. Not nested: IPv4 (and mapped or NAT64 IPv4), and buckets of `/64` or finer
 //! (`--ipv6-bucket-prefix 64`), where the bucket is the `/64` already.
 //!
 //! Applied to the per-address rates and concurrency of writes and reads (`crate::limits::fair`)
@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use super::ip::{Prefixes, bucket, bucket_with, prefixes};
-use super::keyed::{InFlight, KeyedLimiter, MAX_TRACKED, Refusal, WhenFull};
+use super::keyed::{Full, InFlight, KeyedLimiter, MAX_TRACKED, Refusal};
 
 /// The prefix of the nested key.
 pub const NESTED_PREFIX: u8 = 64;
@@ -69,47 +69,29 @@ impl AddressLimiter {
     /// `per_second` per bucket after a burst of `burst` (0: no rate), `concurrency` in
     /// progress per bucket (0: no cap); half of each per nested `/64`.
     pub fn new(per_second: u32, burst: u32, concurrency: u32) -> Self {
-        Self::with_nested_capacity(per_second, burst, concurrency, MAX_TRACKED)
-    }
-
-    /// As [`AddressLimiter::new`], the `/64`s' rate tracking at most `capacity` of them.
-    pub fn with_nested_capacity(
-        per_second: u32,
-        burst: u32,
-        concurrency: u32,
-        capacity: usize,
-    ) -> Self {
         let burst = if burst == 0 { per_second } else { burst };
         AddressLimiter {
             bucket: KeyedLimiter::new(per_second, burst, concurrency),
-            nested: KeyedLimiter::bounded(
+            // A full /64 table passes new /64s under their bucket rather than refusing them.
+            nested: KeyedLimiter::with(
                 nested_part(per_second),
                 nested_part(burst),
                 nested_part(concurrency),
-                capacity,
-                WhenFull::Pass,
+                Full::Pass,
+                MAX_TRACKED,
             ),
         }
     }
 
-    /// Admits one request from `ip` under its `/64`'s part and its bucket's whole: the `/64`
-    /// is decided first and spent only once the bucket admits too, so a refusal by either
-    /// spends nothing of the other, and a request its bucket refuses tracks no `/64`. While the
-    /// `/64`s' table is full of recharging ones, a new `/64` is passed untracked (its bucket
-    /// still decides) rather than refused.
+    /// Admits one request from `ip` under its `/64`'s part, then its bucket's whole.
     pub fn enter(&self, ip: IpAddr) -> Result<Admitted, Refusal> {
-        let Some(sub) = nested(ip) else {
-            return Ok(Admitted {
-                _bucket: self.bucket.enter(bucket(ip))?,
-                _nested: None,
-            });
+        let nested = match nested(ip) {
+            Some(sub) => Some(self.nested.enter(sub)?),
+            None => None,
         };
-        let (nested, bucket) = self
-            .nested
-            .enter_then(sub, || self.bucket.enter(bucket(ip)))?;
         Ok(Admitted {
-            _bucket: bucket,
-            _nested: Some(nested),
+            _bucket: self.bucket.enter(bucket(ip))?,
+            _nested: nested,
         })
     }
 }
@@ -201,38 +183,5 @@ mod tests {
             l.enter(ip("2001:db8:0:3::1")).err(),
             Some(Refusal::Rate(_))
         ));
-    }
-
-    #[test]
-    fn a_request_its_bucket_refuses_tracks_no_64_and_a_full_table_refuses_nobody() {
-        let l = AddressLimiter::with_nested_capacity(1, 4, 0, 2);
-        let v6 = |a: u16, b: u16| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, a, b, 0, 0, 0, 1));
-        for b in 1..=4 {
-            drop(l.enter(v6(1, b)).unwrap());
-        }
-        assert_eq!(
-            l.nested.keys_tracked(),
-            2,
-            "the table holds 2: the others passed"
-        );
-        // The /56's burst is spent: its other /64s are refused and not tracked.
-        for b in 5..=50 {
-            assert!(matches!(l.enter(v6(1, b)).err(), Some(Refusal::Rate(_))));
-        }
-        assert_eq!(l.nested.keys_tracked(), 2);
-        // The table is full of recharging /64s: a tracked one is decided by its own half...
-        let fresh = AddressLimiter::with_nested_capacity(1, 8, 0, 2);
-        drop(fresh.enter(v6(2, 1)).unwrap());
-        drop(fresh.enter(v6(2, 2)).unwrap());
-        assert!(
-            fresh.enter(v6(2, 1)).is_ok(),
-            "tracked: never refused for being full"
-        );
-        // ...and a new one is admitted under its bucket alone.
-        for _ in 0..8 {
-            drop(fresh.enter(v6(3, 9)).unwrap());
-        }
-        assert!(fresh.enter(v6(3, 9)).is_err(), "its bucket still limits it");
-        assert_eq!(fresh.nested.keys_tracked(), 2);
     }
 }
