@@ -10,7 +10,7 @@
 mod support;
 
 use std::net::Ipv4Addr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::hostile::{Raw, ask};
 use support::process::{Process, data_dir};
@@ -44,6 +44,7 @@ fn a_flood_of_preflights_wrong_methods_and_foreign_hosts_is_refused_per_address(
     );
     let flooder = Ipv4Addr::new(127, 0, 4, 10);
     let (mut normal, mut limited) = (0, 0);
+    let started = Instant::now();
     for n in 0..60 {
         let r = cheap(n, flooder, &gw.addr);
         if r.status == 429 {
@@ -56,9 +57,19 @@ fn a_flood_of_preflights_wrong_methods_and_foreign_hosts_is_refused_per_address(
             normal += 1;
         }
     }
-    println!("flooding address: {normal} answered as usual, {limited} refused 429 (42911)");
-    // The burst, plus what the rate refilled during the flood (it takes well under 2 s).
-    assert!((12..=14).contains(&normal), "{normal} answered");
+    let elapsed = started.elapsed();
+    println!(
+        "flooding address: {normal} answered as usual, {limited} refused 429 (42911) in {elapsed:?}"
+    );
+    // The burst, plus what the rate (1 a second) refilled during the flood as measured: one
+    // more per second begun, and one for a refill landing between the clock reads. A loaded
+    // machine stretches the flood and the bound with it; no limit at all answers 60.
+    let refilled = elapsed.as_secs() as usize + 1;
+    assert!(
+        (12..=12 + refilled + 1).contains(&normal),
+        "{normal} answered in {elapsed:?}"
+    );
+    assert!(limited > 0, "the flood was never refused in {elapsed:?}");
     assert_eq!(normal + limited, 60);
     // Every kind is refused once over: the burst is spent.
     for n in 0..3 {

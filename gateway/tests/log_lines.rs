@@ -2,7 +2,8 @@
 //! request puts in it: a line break in a JSON key at `POST /v1/session`, in a write's body, in an
 //! app token's subject, in a query, in a `Host` header (where HTTP allows no line break, the
 //! other control characters) reaches the log escaped, and no line of the log starts with text
-//! a client chose.
+//! a client chose. Refusals a client can cause at will (session refusals, refused writes) are
+//! logged at most once per interval, with the number not logged.
 
 mod support;
 
@@ -83,6 +84,13 @@ fn no_request_can_forge_a_log_line() {
         )
         .unwrap()
     };
+    // Session refusals are logged once per interval: the first one carries every break at once
+    // (a JSON key at POST /v1/session holding all of them; refused: unknown field, named in the
+    // message).
+    let mut body = device.session_body(fresh_nonce());
+    body[breaks().concat().as_str()] = json!(1);
+    let r = post(&base, "/v1/session", Some(&app_token("u")), &body);
+    assert_eq!(r.status, 400, "{:?}", r.json);
     for text in breaks() {
         // A JSON key at POST /v1/session (refused: unknown field, named in the message).
         let mut body = device.session_body(fresh_nonce());
@@ -154,4 +162,70 @@ fn no_request_can_forge_a_log_line() {
     }
     // The inputs did reach the log (escaped): the session refusals and the subjects at least.
     assert!(reached >= 10, "{reached} escaped inputs in the log:\n{log}");
+}
+
+#[test]
+fn refusals_a_client_causes_at_will_do_not_flood_the_log() {
+    const FLOOD: usize = 300;
+    let dir = data_dir();
+    let port_file = dir.path().join("port");
+    let log_file = dir.path().join("gateway.log");
+    let mut child = command(&["--listen", "127.0.0.1:0", "--session-rate-per-minute", "0"])
+        .env("RUST_LOG", "info")
+        .arg("--data-dir")
+        .arg(dir.path().join("db"))
+        .arg("--port-file")
+        .arg(&port_file)
+        .stdout(std::fs::File::create(&log_file).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let base = loop {
+        if let Ok(addr) = std::fs::read_to_string(&port_file)
+            && !addr.is_empty()
+        {
+            break format!("http://{addr}");
+        }
+        assert!(Instant::now() < deadline, "the gateway did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let started = Instant::now();
+    // Session refusals: a body with an unknown field (400), as fast as one client can send.
+    let device = Device::a();
+    for _ in 0..FLOOD {
+        let mut body = device.session_body(fresh_nonce());
+        body["unknown"] = json!(1);
+        assert_eq!(post(&base, "/v1/session", None, &body).status, 400);
+    }
+    // Refused writes: a session of device A writing as device B (403).
+    let opened = post(
+        &base,
+        "/v1/session",
+        None,
+        &device.session_body(fresh_nonce()),
+    );
+    assert_eq!(opened.status, 200, "{:?}", opened.json);
+    let token = opened.json["token"].as_str().unwrap().to_owned();
+    let other = Device::b();
+    let write = json!({"clientId": other.client_id, "writes": []});
+    for _ in 0..FLOOD {
+        let r = post(&base, "/v1/write", Some(&token), &write);
+        assert_eq!(r.status, 403, "{:?}", r.json);
+    }
+    let elapsed = started.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log_file).unwrap();
+    // One line per 5 s interval at most (and at least the first).
+    let allowed = 1 + (elapsed.as_secs() / 5) as usize + 1;
+    for what in ["session refused", "write refused"] {
+        let lines = log.lines().filter(|l| l.contains(what)).count();
+        println!("{FLOOD} refusals in {elapsed:?}: {lines} \"{what}\" lines");
+        assert!(
+            (1..=allowed).contains(&lines),
+            "{lines} \"{what}\" lines for {FLOOD} refusals in {elapsed:?}"
+        );
+    }
+    assert!(log.contains("suppressed"), "{log}");
 }

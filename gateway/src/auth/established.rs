@@ -16,8 +16,11 @@
 //! established: read access costs the attacker nothing more than a session.
 //!
 //! **Bounded.** The set holds at most `capacity` ids in a `quick_cache` (CLOCK-Pro: an id
-//! seen again is kept over one seen once), and every landed write marks its id again, so a
-//! device that keeps writing stays while ids an attacker established once are the first to go.
+//! marked again is kept over one marked once), and only a landed write marks its id again: the
+//! question whether an id is established ([`Established::contains`], asked on every session,
+//! proof and write) peeks without touching, so an id an attacker established once does not stay
+//! by merely making requests. A device that keeps writing stays; ids established once and then
+//! only used are the first to go.
 //! An attacker can still make established ids of its own, each for a session and a landed
 //! write (both limited per address); the reserve is bounded per client id, so each such id
 //! takes only its own small part of it.
@@ -44,9 +47,10 @@ impl Established {
         }
     }
 
-    /// Whether `client` is established.
+    /// Whether `client` is established. Does not count as a use: only [`Established::mark`]
+    /// (a landed write) keeps an id in the set.
     pub fn contains(&self, client: &Uuid) -> bool {
-        self.ids.get(client).is_some()
+        self.ids.peek(client).is_some()
     }
 }
 
@@ -73,5 +77,31 @@ mod tests {
             .filter(|n| set.contains(&Uuid::from_u128(*n)))
             .count();
         assert!(kept <= 200, "{kept}");
+    }
+
+    #[test]
+    fn asking_does_not_keep_an_id_only_a_landed_write_does() {
+        let set = Established::new(1_000);
+        // Established ids the set is full of.
+        for n in 1_000..11_000u128 {
+            set.mark(Uuid::from_u128(n));
+        }
+        let asked = Uuid::from_u128(1);
+        let writing = Uuid::from_u128(2);
+        set.mark(asked);
+        set.mark(writing);
+        for n in 11_000..41_000u128 {
+            set.mark(Uuid::from_u128(n));
+            // The attacker's id makes requests (sessions, proofs, writes refused) all along.
+            set.contains(&asked);
+            if n % 10 == 0 {
+                set.mark(writing);
+            }
+        }
+        assert!(set.contains(&writing), "a device whose writes land stays");
+        assert!(
+            !set.contains(&asked),
+            "requests alone do not keep an id established"
+        );
     }
 }

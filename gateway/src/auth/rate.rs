@@ -15,20 +15,23 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use governor::clock::Clock as _;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::limits::ip::bucket;
+use crate::limits::keyed::{Full, Sweeps, check_bounded};
 use crate::limits::nested::{nested, nested_part};
 
 /// Most addresses tracked at once.
-pub const MAX_TRACKED: usize = 65_536;
+pub const MAX_TRACKED: usize = crate::limits::keyed::MAX_TRACKED;
 
 /// The session-creation limiter (`None` inside when the rate is 0: no limit).
 pub struct SessionLimiter {
     limiter: Option<DefaultKeyedRateLimiter<IpAddr>>,
     /// Half of it per nested IPv6 /64.
     nested: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    /// The /64 table's capacity ([`MAX_TRACKED`]; smaller in tests).
+    nested_capacity: usize,
+    sweeps: [Sweeps; 2],
 }
 
 impl SessionLimiter {
@@ -43,21 +46,9 @@ impl SessionLimiter {
         SessionLimiter {
             limiter: make(per_minute, burst),
             nested: make(nested_part(per_minute), nested_part(burst)),
+            nested_capacity: MAX_TRACKED,
+            sweeps: Default::default(),
         }
-    }
-
-    /// Checks `key` in `limiter`, keeping the number of keys tracked bounded.
-    fn check_in(limiter: &DefaultKeyedRateLimiter<IpAddr>, key: IpAddr) -> Result<(), Duration> {
-        if limiter.len() >= MAX_TRACKED {
-            limiter.retain_recent();
-            limiter.shrink_to_fit();
-            if limiter.len() >= MAX_TRACKED {
-                return Err(Duration::from_secs(1));
-            }
-        }
-        limiter
-            .check_key(&key)
-            .map_err(|not_until| not_until.wait_time_from(limiter.clock().now()))
     }
 
     /// `Ok` when `ip` may create a session now; otherwise how long it should wait.
@@ -65,17 +56,57 @@ impl SessionLimiter {
         let Some(limiter) = &self.limiter else {
             return Ok(());
         };
-        // The /64's half first: a /64 refused by it spends nothing of its bucket's.
+        // The /64's half first: a /64 refused by it spends nothing of its bucket's. A full /64
+        // table (one /48 walking its /64s) passes new /64s under their bucket alone: refusing
+        // them would refuse every IPv6 client.
         if let (Some(sub), Some(half)) = (nested(ip), &self.nested) {
-            Self::check_in(half, sub)?;
+            check_bounded(
+                half,
+                &sub,
+                self.nested_capacity,
+                Full::Pass,
+                &self.sweeps[0],
+            )?;
         }
-        Self::check_in(limiter, bucket(ip))
+        check_bounded(
+            limiter,
+            &bucket(ip),
+            MAX_TRACKED,
+            Full::Refuse,
+            &self.sweeps[1],
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_64_table_refuses_nobody_for_being_full() {
+        let mut limiter = SessionLimiter::new(60, 4);
+        limiter.nested_capacity = 512;
+        // One /48 walking 512 of its /64s (two /56 buckets): the /64 table fills.
+        for i in 0..512u32 {
+            let ip = IpAddr::from(std::net::Ipv6Addr::new(
+                0x2001, 0xdb8, 0, i as u16, 0, 0, 0, 1,
+            ));
+            let _ = limiter.check(ip);
+        }
+        assert!(limiter.nested.as_ref().unwrap().len() >= 512);
+        let fresh: IpAddr = "2001:db8:1::1".parse().unwrap();
+        assert!(
+            limiter.check(fresh).is_ok(),
+            "a new /64 of another /56 gets in"
+        );
+        assert!(limiter.check(fresh).is_ok());
+        assert!(limiter.check(fresh).is_ok());
+        assert!(limiter.check(fresh).is_ok());
+        assert!(
+            limiter.check(fresh).is_err(),
+            "under its bucket's limit (burst 4)"
+        );
+    }
 
     #[test]
     fn a_burst_then_a_wait_per_address() {
@@ -105,6 +136,16 @@ mod tests {
         assert!(limiter.check(b).is_ok() && limiter.check(b).is_ok());
         let c: IpAddr = "2001:db8:0:3::1".parse().unwrap();
         assert!(limiter.check(c).is_err(), "the /56's whole is spent");
+    }
+
+    #[test]
+    fn an_address_in_subnet_0_spends_half_of_its_56() {
+        let limiter = SessionLimiter::new(60, 4);
+        let zero: IpAddr = "2001:db8::5".parse().unwrap();
+        assert!(limiter.check(zero).is_ok() && limiter.check(zero).is_ok());
+        assert!(limiter.check(zero).is_err(), "subnet 0's /64 has half too");
+        let b: IpAddr = "2001:db8:0:2::1".parse().unwrap();
+        assert!(limiter.check(b).is_ok() && limiter.check(b).is_ok());
     }
 
     #[test]

@@ -61,9 +61,14 @@ pub fn configure(prefixes: Prefixes) -> Result<(), String> {
     }
 }
 
+/// The process's bucket prefixes (the defaults until [`configure`] sets them).
+pub fn prefixes() -> Prefixes {
+    PREFIXES.get().copied().unwrap_or_default()
+}
+
 /// The key `ip` counts under, with the process's prefixes.
 pub fn bucket(ip: IpAddr) -> IpAddr {
-    bucket_with(ip, PREFIXES.get().copied().unwrap_or_default())
+    bucket_with(ip, prefixes())
 }
 
 /// The key `ip` counts under with `prefixes`.

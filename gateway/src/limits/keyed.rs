@@ -3,20 +3,89 @@
 //! Both parts keep per-key state, and both are bounded. The in-progress counts are a map of
 //! the keys with a request in flight, an entry removed when its count falls to zero. The rate
 //! limiter remembers keys until they are idle again; past [`MAX_TRACKED`] keys the idle ones are
-//! dropped, and while that many are all active, new keys are refused too (with a one-second
-//! wait) rather than tracked.
+//! dropped (a sweep at most every [`SWEEP_EVERY`], so a full table does not buy every request a
+//! walk over 65,536 keys), and while that many are all active, a bucket limiter refuses new keys
+//! (with a one-second wait) rather than tracking them, while a nested `/64` limiter
+//! ([`Full::Pass`]) lets every request through under its bucket's limit alone: one `/48`
+//! walking its `/64`s must not get every IPv6 client refused.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use governor::clock::Clock as _;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 /// Most keys a rate limiter tracks at once.
 pub const MAX_TRACKED: usize = 65_536;
+
+/// Least time between two sweeps of a full table's idle keys.
+pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// What a full rate table (every key still recharging) does with a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// Refuse it (one second): the bucket level, whose keys are what is limited.
+    Refuse,
+    /// Let it through unchecked: the nested `/64` level, under a bucket that still limits.
+    Pass,
+}
+
+/// When a full table was last swept.
+pub struct Sweeps {
+    base: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Default for Sweeps {
+    fn default() -> Self {
+        Sweeps {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Sweeps {
+    /// Whether a sweep may run now (at most one per [`SWEEP_EVERY`]); claims it if so.
+    fn claim(&self) -> bool {
+        let now = self.base.elapsed().as_millis() as u64 + SWEEP_EVERY.as_millis() as u64;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        now >= last + SWEEP_EVERY.as_millis() as u64
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+/// Checks (and spends) `key` in `rate`, keeping the keys tracked at most `capacity`: past it
+/// the idle keys are swept (see [`Sweeps`]), and while it is still full `full` decides.
+pub fn check_bounded<K: Hash + Eq + Clone>(
+    rate: &DefaultKeyedRateLimiter<K>,
+    key: &K,
+    capacity: usize,
+    full: Full,
+    sweeps: &Sweeps,
+) -> Result<(), Duration> {
+    if rate.len() >= capacity {
+        if sweeps.claim() {
+            rate.retain_recent();
+            rate.shrink_to_fit();
+        }
+        if rate.len() >= capacity {
+            return match full {
+                Full::Refuse => Err(Duration::from_secs(1)),
+                Full::Pass => Ok(()),
+            };
+        }
+    }
+    rate.check_key(key)
+        .map_err(|not_until| not_until.wait_time_from(rate.clock().now()))
+}
 
 /// Why a key was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +101,9 @@ pub struct KeyedLimiter<K: Hash + Eq + Clone> {
     rate: Option<DefaultKeyedRateLimiter<K>>,
     concurrency: usize,
     in_flight: Mutex<HashMap<K, usize>>,
+    full: Full,
+    capacity: usize,
+    sweeps: Sweeps,
 }
 
 /// One admitted request of a key; gives its place back when dropped.
@@ -44,6 +116,17 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// `per_second` requests per key per second after a burst of `burst` (0: no rate), and at
     /// most `concurrency` in progress per key (0: no cap).
     pub fn new(per_second: u32, burst: u32, concurrency: u32) -> Arc<Self> {
+        Self::with(per_second, burst, concurrency, Full::Refuse, MAX_TRACKED)
+    }
+
+    /// As [`KeyedLimiter::new`], with what a full table does and its capacity.
+    pub fn with(
+        per_second: u32,
+        burst: u32,
+        concurrency: u32,
+        full: Full,
+        capacity: usize,
+    ) -> Arc<Self> {
         let rate = NonZeroU32::new(per_second).map(|rate| {
             let burst = NonZeroU32::new(burst).unwrap_or(rate);
             RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))
@@ -52,6 +135,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             rate,
             concurrency: concurrency as usize,
             in_flight: Mutex::new(HashMap::new()),
+            full,
+            capacity,
+            sweeps: Sweeps::default(),
         })
     }
 
@@ -70,15 +156,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             }
         }
         if let Some(rate) = &self.rate {
-            if rate.len() >= MAX_TRACKED {
-                rate.retain_recent();
-                rate.shrink_to_fit();
-                if rate.len() >= MAX_TRACKED {
-                    return Err(Refusal::Rate(Duration::from_secs(1)));
-                }
-            }
-            rate.check_key(&key)
-                .map_err(|not_until| Refusal::Rate(not_until.wait_time_from(rate.clock().now())))?;
+            check_bounded(rate, &key, self.capacity, self.full, &self.sweeps)
+                .map_err(Refusal::Rate)?;
         }
         *in_flight.entry(key.clone()).or_insert(0) += 1;
         Ok(InFlight {
@@ -138,6 +217,37 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(l.enter(8).is_ok(), "another key has its own budget");
+    }
+
+    #[test]
+    fn a_full_table_refuses_new_keys_at_the_bucket_level_and_passes_them_nested() {
+        let (refusing, passing) = (
+            KeyedLimiter::with(1, 1, 0, Full::Refuse, 64),
+            KeyedLimiter::with(1, 1, 0, Full::Pass, 64),
+        );
+        for l in [&refusing, &passing] {
+            for k in 0..64u32 {
+                drop(l.enter(k).unwrap()); // 64 keys, all recharging for a second
+            }
+        }
+        assert!(
+            matches!(refusing.enter(1000).err(), Some(Refusal::Rate(w)) if w == Duration::from_secs(1))
+        );
+        for _ in 0..5 {
+            assert!(
+                passing.enter(1000).is_ok(),
+                "nested: passed under its bucket"
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_table_is_swept_at_most_every_100_ms() {
+        let sweeps = Sweeps::default();
+        assert!(sweeps.claim());
+        assert!(!sweeps.claim(), "not twice at once");
+        std::thread::sleep(SWEEP_EVERY + Duration::from_millis(20));
+        assert!(sweeps.claim());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! half first and then under its bucket's whole: one `/64` (one host, usually) leaves at least
 //! half of every rate and every concurrency cap to the rest of its `/56`, and the `/56` as a
 //! whole still gets no more than one bucket's. A `/64` refused by its half spends nothing of
-//! the bucket's. Not nested: IPv4 (and mapped or NAT64 IPv4), and buckets of `/64` or finer
+//! the bucket's. At most [`MAX_TRACKED`] `/64`s are tracked: while that many are all recharging
+//! (one `/48` walking its `/64`s), a new `/64` is admitted under its bucket's limit alone, never
+//! refused for the table being full. Not nested: IPv4 (and mapped or NAT64 IPv4), and buckets of `/64` or finer
 //! (`--ipv6-bucket-prefix 64`), where the bucket is the `/64` already.
 //!
 //! Applied to the per-address rates and concurrency of writes and reads (`crate::limits::fair`)
@@ -18,8 +20,8 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
-use super::ip::bucket;
-use super::keyed::{InFlight, KeyedLimiter, Refusal};
+use super::ip::{Prefixes, bucket, bucket_with, prefixes};
+use super::keyed::{Full, InFlight, KeyedLimiter, MAX_TRACKED, Refusal};
 
 /// The prefix of the nested key.
 pub const NESTED_PREFIX: u8 = 64;
@@ -29,17 +31,26 @@ pub fn nested_part(budget: u32) -> u32 {
     if budget == 0 { 0 } else { (budget / 2).max(1) }
 }
 
-/// The `/64` `ip` counts under inside its bucket, when that bucket is coarser than a `/64`.
+/// The `/64` `ip` counts under inside its bucket, with the process's prefixes.
 pub fn nested(ip: IpAddr) -> Option<IpAddr> {
-    let IpAddr::V6(_) = bucket(ip) else {
+    nested_with(ip, prefixes())
+}
+
+/// The `/64` `ip` counts under inside its bucket with `prefixes`: for every IPv6 address
+/// (not mapped or NAT64 IPv4) when the IPv6 bucket is coarser than a `/64`, and never
+/// otherwise. Decided by the prefix length, not by comparing keys: the `/64` of subnet 0 has
+/// the same key as its `/56`, and is nested all the same.
+pub fn nested_with(ip: IpAddr, prefixes: Prefixes) -> Option<IpAddr> {
+    if prefixes.v6 >= NESTED_PREFIX {
         return None;
-    };
-    let IpAddr::V6(v6) = ip.to_canonical() else {
+    }
+    // The address itself, canonical, with mapped and NAT64 IPv4 as IPv4.
+    let whole = Prefixes { v4: 32, v6: 128 };
+    let IpAddr::V6(v6) = bucket_with(ip, whole) else {
         return None;
     };
     let keep = u128::MAX << (128 - u32::from(NESTED_PREFIX));
-    let sub = IpAddr::V6(Ipv6Addr::from(u128::from(v6) & keep));
-    (sub != bucket(ip)).then_some(sub)
+    Some(IpAddr::V6(Ipv6Addr::from(u128::from(v6) & keep)))
 }
 
 /// A rate and a concurrency cap per address bucket, with half of each per nested `/64`.
@@ -61,10 +72,13 @@ impl AddressLimiter {
         let burst = if burst == 0 { per_second } else { burst };
         AddressLimiter {
             bucket: KeyedLimiter::new(per_second, burst, concurrency),
-            nested: KeyedLimiter::new(
+            // A full /64 table passes new /64s under their bucket rather than refusing them.
+            nested: KeyedLimiter::with(
                 nested_part(per_second),
                 nested_part(burst),
                 nested_part(concurrency),
+                Full::Pass,
+                MAX_TRACKED,
             ),
         }
     }
@@ -96,6 +110,37 @@ mod tests {
         assert_eq!(nested(ip("192.0.2.1")), None);
         assert_eq!(nested(ip("::ffff:192.0.2.1")), None);
         assert_eq!(nested(ip("64:ff9b::192.0.2.1")), None);
+    }
+
+    #[test]
+    fn nesting_is_decided_by_the_prefix_length_not_by_the_key() {
+        let p = |v6| Prefixes { v4: 32, v6 };
+        // Subnet 0 of its /56: the same key as the bucket, nested all the same.
+        assert_eq!(
+            nested_with(ip("2001:db8::5"), p(56)),
+            Some(ip("2001:db8::"))
+        );
+        assert_eq!(nested(ip("2001:db8:0:0::5")), Some(ip("2001:db8::")));
+        assert_eq!(
+            nested_with(ip("2001:db8:7:ff00::1"), p(48)),
+            Some(ip("2001:db8:7:ff00::"))
+        );
+        // A bucket of a /64 or finer is the /64 already, or finer: never nested.
+        assert_eq!(nested_with(ip("2001:db8:0:1::5"), p(64)), None);
+        assert_eq!(nested_with(ip("2001:db8::5"), p(128)), None);
+        assert_eq!(nested_with(ip("2001:db8:0:1::5"), p(128)), None);
+    }
+
+    #[test]
+    fn an_address_in_subnet_0_takes_half_of_its_56() {
+        let l = AddressLimiter::new(0, 0, 8);
+        let zero = ip("2001:db8::5");
+        let held: Vec<Admitted> = (0..4).map(|_| l.enter(zero).unwrap()).collect();
+        assert_eq!(l.enter(zero).err(), Some(Refusal::Concurrency(4)));
+        let other: Vec<Admitted> = (0..4)
+            .map(|_| l.enter(ip("2001:db8:0:9::1")).unwrap())
+            .collect();
+        assert_eq!(held.len() + other.len(), 8);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::auth::token::{SESSION_AUDIENCE, SessionClaims};
 use crate::auth::{device, now_ms};
 use crate::error::ApiError;
 use crate::extract::read_json_paced;
+use crate::limits::notice::Throttle;
 use crate::state::AppState;
 
 /// The handler (routed for every method, so that a wrong method gets `serverTime` too).
@@ -52,8 +53,13 @@ pub async fn session(State(state): State<AppState>, request: Request) -> Respons
     match answer {
         Ok(session) => Json(session).into_response(),
         Err(error) => {
-            let message = error.0.failure().map_or("", |f| f.message.as_str());
-            tracing::info!(%ip, code = error.0.code(), message, "session refused");
+            // One line per interval, with how many were not logged: refusals cost a flooding
+            // address nothing, and the log's disk is a resource too (hostile review, issue 26).
+            static REFUSED_LOG: Throttle = Throttle::new();
+            if let Some(suppressed) = REFUSED_LOG.allow() {
+                let message = error.0.failure().map_or("", |f| f.message.as_str());
+                tracing::info!(%ip, code = error.0.code(), message, suppressed, "session refused");
+            }
             let mut response = error.with_server_time(now_ms()).into_response();
             if wrong_method {
                 response
@@ -116,7 +122,10 @@ async fn open(state: &AppState, ip: IpAddr, request: Request) -> Result<SessionR
             ));
         }
         Admit::Full { retry_after_ms } => {
-            tracing::warn!(%ip, "replay cache full for this address: refusing its new sessions for now");
+            static FULL_LOG: Throttle = Throttle::new();
+            if let Some(suppressed) = FULL_LOG.allow() {
+                tracing::warn!(%ip, suppressed, "replay cache full for this address: refusing its new sessions for now");
+            }
             return Err(ApiError(WriteOutcome::Retry(Failure {
                 retry_after_ms: Some(retry_after_ms),
                 ..Failure::new(

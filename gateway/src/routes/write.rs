@@ -43,6 +43,7 @@ use crate::limits::budget::Reserved;
 use crate::limits::connections::Slot as ConnSlot;
 use crate::limits::fair::{Kind, Share};
 use crate::limits::ip;
+use crate::limits::notice::Throttle;
 use crate::limits::share_bytes::SharedBytes;
 use crate::state::AppState;
 
@@ -191,7 +192,11 @@ pub async fn write(State(state): State<AppState>, request: Request) -> Response 
         Err(e) => return e.into_response(),
     };
     if let Err(e) = authorize(&session, &request) {
-        tracing::warn!(summary = %Summary::of(&request), session = ?session.client_id, code = e.0.code(), "write refused");
+        // Throttled: a session may send refused writes as fast as its rate allows.
+        static REFUSED_LOG: Throttle = Throttle::new();
+        if let Some(suppressed) = REFUSED_LOG.allow() {
+            tracing::warn!(summary = %Summary::of(&request), session = ?session.client_id, code = e.0.code(), suppressed, "write refused");
+        }
         return e.into_response();
     }
     if let Err(e) = validate_write(&request, &state.limits) {
