@@ -50,8 +50,8 @@ N.proof = SMOKE ? 50 : 500;
 // confirmed events, `reps` new events of each kind per page.
 N.projection = SMOKE ? { small: 100, large: 1000, reps: 3 } : { small: 100, large: 10000, reps: 20 };
 // The cost of one new event must not grow with the aggregate: ours at `large` over ours at
-// `small` (both fresh in this run) at most this (docs/benchmarks.md says why 2).
-const PROJECTION_MAX = 2.0;
+// `small` (both fresh in this run) at most this (docs/benchmarks.md says why 1.5).
+const PROJECTION_MAX = 1.5;
 const TMP = process.env.TMPDIR || tmpdir();
 const sh = (cmd) => execFileSync("sh", ["-c", cmd], { encoding: "utf8" }).trim();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -194,8 +194,9 @@ async function seed(gateway, n) {
   return aggregate;
 }
 
-/** Seeds one fresh aggregate with `n` confirmed events (200-byte payloads) in writes of up to
- *  2,500 events from one client id (each write lands as one batch: confirmed once answered). */
+/** Seeds one fresh aggregate with `n` confirmed events (about 200-byte JSON payloads,
+ *  `{"amount":1,"note":"<hex>"}`, as the projection line's balance reads them) in writes of up
+ *  to 2,500 events from one client id (each write lands as one batch: confirmed once answered). */
 async function seedLarge(gateway, n) {
   const aggregate = { typeId: randomUUID(), id: randomUUID() };
   const clientId = randomUUID();
@@ -203,7 +204,8 @@ async function seedLarge(gateway, n) {
   for (let first = 1; first <= n; first += PER_WRITE) {
     const events = [];
     for (let s = first; s < first + PER_WRITE && s <= n; s++) {
-      events.push({ clientSeq: s, eventId: randomUUID(), timestamp: Date.now(), type: 1, minor: 0, data: randomBytes(200).toString("base64"), iv: null });
+      const data = Buffer.from(JSON.stringify({ amount: 1, note: randomBytes(90).toString("hex") })).toString("base64");
+      events.push({ clientSeq: s, eventId: randomUUID(), timestamp: Date.now(), type: 1, minor: 0, data, iv: null });
     }
     const r = await fetch(`${gateway}/v1/write`, {
       method: "POST", headers: { "content-type": "application/json" },
@@ -370,12 +372,18 @@ try {
     const [ls, ss] = [at(l, "remoteMs"), at(s, "remoteMs")];
     const ratio = ls / ss;
     const [lp, sp] = [at(l, "pendingMs"), at(s, "pendingMs")];
+    // Incremental, counted rather than timed: another device's new event is one `apply` call
+    // (nothing is pending then), this device's is one when it shows pending and one more when
+    // it is folded into the confirmed part (2 in all). A refold of the confirmed part would be
+    // `large` calls: with a cheap `apply` it costs a few milliseconds, which the time ratio
+    // alone could miss (docs/benchmarks.md).
+    const incremental = most(l, "remoteApplies") === 1 && most(s, "remoteApplies") === 1 && most(l, "localApplies") <= 2 && most(s, "localApplies") <= 2;
     lines.push({
       name: `projection: one new event (another device's write) on an aggregate of ${large} confirmed events, until \`client.project\`'s subscriber sees it folded`,
       ours: `${fmt(ls, 1)} ms (min ${fmt(min(l.map((r) => r.remoteMinMs)), 1)}); \`apply\` ran ${most(l, "remoteApplies")}× for it`,
       baseline: `${small} confirmed events: ${fmt(ss, 1)} ms (min ${fmt(min(s.map((r) => r.remoteMinMs)), 1)}); \`apply\` ran ${most(s, "remoteApplies")}× for it`,
-      ratio, max: PROJECTION_MAX,
-      note: `ratio = ${large} / ${small} (lower is better; must not grow with the aggregate: ≤ ${PROJECTION_MAX}): ${ratio <= PROJECTION_MAX ? "yes" : "**no**"}. ` +
+      ratio, max: PROJECTION_MAX, also: { text: "`apply` once per new event", ok: incremental },
+      note: `ratio = ${large} / ${small} (lower is better; must not grow with the aggregate: ≤ ${PROJECTION_MAX}): ${ratio <= PROJECTION_MAX ? "yes" : "**no**"}; incremental (\`apply\` once for another device's event, at most twice for this device's): ${incremental ? "yes" : "**no**"}. ` +
         `Median of ${RUNS} pages × ${reps} events each. \`apply\` calls per new event (max over all): another device's event ${most(l, "remoteApplies")} at ${large}, ${most(s, "remoteApplies")} at ${small}; ` +
         `this device's append ${most(l, "pendingApplies")} when pending, ${most(l, "localApplies")} in all once confirmed at ${large} (${most(s, "pendingApplies")} and ${most(s, "localApplies")} at ${small}); ` +
         `the first fold called it ${at(l, "initialApplies")}× (once per confirmed event) in ${fmt(at(l, "firstFoldMs"), 0)} ms. ` +
@@ -406,9 +414,10 @@ const chromiumVersion = sh(`${CHROMIUM} --version 2>/dev/null || true`);
 const cpu = cpus()[0]?.model ?? "unknown CPU";
 const others = [...new Set(Object.values(engineVersions))].join("; ");
 const machine = `${cpus().length} × ${cpu}, ${fmt(totalmem() / 1073741824, 0)} GiB; ${chromiumVersion}${others ? `; ${others}` : ""}; ${sh("rustc --version")}; node ${process.version}`;
-// A line's bar: `target` (ratio at least, higher is better) or `max` (at most, lower is better).
+// A line's bar: `target` (ratio at least, higher is better) or `max` (at most, lower is better,
+// with `also`: a second condition that must hold, not a time).
 const targetCell = (l) => l.max !== undefined
-  ? `≤ ${Number(l.max.toFixed(2))}${l.ratio > l.max ? " **missed**" : ""}`
+  ? `≤ ${Number(l.max.toFixed(2))}${l.also ? `, ${l.also.text}` : ""}${l.ratio > l.max || (l.also && !l.also.ok) ? " **missed**" : ""}`
   : l.target === null ? "—" : `≥ ${Number(l.target.toFixed(2))}${l.ratio !== null && l.ratio < l.target ? " **missed**" : ""}`;
 const table = [
   "| measurement | celeriant-sync | baseline | ratio | target |",

@@ -315,8 +315,15 @@ async function proof() {
   return { ms, perRequestMs: ms / n, signMs, p256Ms };
 }
 
+/** A JSON payload of about 200 bytes: `{"amount":1,"note":"<180 hex digits>"}`. */
+function amountPayload() {
+  const note = Array.from(randomBytes(90), (b) => b.toString(16).padStart(2, "0")).join("");
+  return new TextEncoder().encode(JSON.stringify({ amount: 1, note }));
+}
+
 /** One new event on an aggregate of n confirmed events (seeded by bench/run.mjs, nothing else
- *  written to it), folded by a live projection (`client.project`) whose `apply` counts its calls.
+ *  written to it, each `{"amount":1,…}`), folded by a live projection (`client.project`): a
+ *  balance whose `apply` parses each event's JSON and counts its calls.
  *  After the first fold (all n confirmed, `apply` called n times), `reps` times each (after one
  *  untimed event of another device):
  *  - another device's event: the page POSTs one event to `/v1/write` under another client id;
@@ -336,8 +343,10 @@ async function projection() {
     if (performance.now() - t > 10_000) throw new Error("the client never became the drainer");
     await new Promise((r) => setTimeout(r, 5));
   }
+  // A balance, as an app would fold one (the demo's www/balances.js): each event's JSON
+  // `amount` (1 in every event here, so the state is also the count), and a counter of calls.
   let applied = 0;
-  const p = client.project(aggregate, { initial: 0, apply: (count) => { applied += 1; return count + 1; } });
+  const p = client.project(aggregate, { initial: 0, apply: (balance, e) => { applied += 1; return balance + e.json().amount; } });
   let latest = null;
   let waiter = null;
   p.subscribe((s) => {
@@ -370,7 +379,7 @@ async function projection() {
     applied = 0;
     count += 1;
     const expected = count;
-    const event = { clientSeq: i + 1, eventId: uuid(), timestamp: Date.now(), type: 1, minor: 0, data: b64(payloads[i % 256]), iv: null };
+    const event = { clientSeq: i + 1, eventId: uuid(), timestamp: Date.now(), type: 1, minor: 0, data: b64(amountPayload()), iv: null };
     const body = JSON.stringify({ clientId: otherDevice, writes: [{ aggregate, allowCreate: false, events: [event] }] });
     const start = performance.now();
     const seen = until((s) => s.state === expected && s.pending === 0, `another device's event ${i}`);
@@ -389,7 +398,7 @@ async function projection() {
     const expected = count;
     const start = performance.now();
     const pending = until((s) => s.state === expected && s.pending === 1, `this device's event ${i} pending`);
-    const appended = client.append(aggregate, [{ type: 1, data: payloads[i % 256] }]);
+    const appended = client.append(aggregate, [{ type: 1, data: amountPayload() }]);
     const pendingAt = await pending;
     const pendingApplies = applied;
     const confirmedAt = await until((s) => s.state === expected && s.pending === 0, `this device's event ${i} confirmed`);
