@@ -6,7 +6,8 @@
 // baseline measured in the same run. Then the drain once more in each other engine of
 // `--browser` (default: all), each as a ratio to Chromium's drain in the same run: Firefox and
 // WebKit through their WebDriver (bench/browsers.mjs), WebKit also with an on-disk profile.
-// Writes BENCHMARKS.md.
+// The projection line is the exception to "against a baseline": its reference is the same
+// measurement on an aggregate 100 times smaller, and lower is better. Writes BENCHMARKS.md.
 import { spawn, execFileSync } from "node:child_process";
 import { createServer } from "node:http";
 import { readFileSync, readdirSync, writeFileSync, statSync, existsSync, mkdtempSync, rmSync } from "node:fs";
