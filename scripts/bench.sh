@@ -3,7 +3,8 @@
 # the gateway (release), then runs bench/run.mjs, which measures each line against a
 # plain-JavaScript baseline in fresh headless Chromium processes, then the drain in each other
 # engine of --browser (default all: Firefox, WebKit through WebDriver, WebKit on disk) against
-# Chromium's, and writes BENCHMARKS.md (not in smoke mode, nor with --only).
+# Chromium's, and a projection's cost for one new event on a large aggregate against a small
+# one (--only projection), and writes BENCHMARKS.md (not in smoke mode, nor with --only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"

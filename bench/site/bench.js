@@ -2,8 +2,9 @@
 // orchestrator (bench/run.mjs), which launched this browser without any automation protocol
 // attached (DevTools slows fetch and IndexedDB noticeably).
 //
-//   ?m=append-serial|append-burst|drain|memory|catchup|proof &variant=ours|baseline &n=N &gateway=URL &report=URL &tag=T
-//   (catchup also: &typeId=T &id=I, the aggregate bench/run.mjs seeded with n confirmed events)
+//   ?m=append-serial|append-burst|drain|memory|catchup|proof|projection &variant=ours|baseline &n=N &gateway=URL &report=URL &tag=T
+//   (catchup and projection also: &typeId=T &id=I, the aggregate bench/run.mjs seeded with n
+//   confirmed events; projection also &reps=R, new events per kind)
 import init, { SyncClient } from "/pkg/celeriant_sync.js";
 
 const q = new URLSearchParams(location.search);
@@ -314,7 +315,111 @@ async function proof() {
   return { ms, perRequestMs: ms / n, signMs, p256Ms };
 }
 
-const runs = { "append-serial": appendSerial, "append-burst": appendBurst, drain, memory, catchup, proof };
+/** A JSON payload of about 200 bytes: `{"amount":1,"note":"<180 hex digits>"}`. */
+function amountPayload() {
+  const note = Array.from(randomBytes(90), (b) => b.toString(16).padStart(2, "0")).join("");
+  return new TextEncoder().encode(JSON.stringify({ amount: 1, note }));
+}
+
+/** One new event on an aggregate of n confirmed events (seeded by bench/run.mjs, nothing else
+ *  written to it, each `{"amount":1,…}`), folded by a live projection (`client.project`): a
+ *  balance whose `apply` parses each event's JSON and counts its calls.
+ *  After the first fold (all n confirmed, `apply` called n times), `reps` times each (after one
+ *  untimed event of another device):
+ *  - another device's event: the page POSTs one event to `/v1/write` under another client id;
+ *    timed from the POST until the subscriber gets the snapshot holding it (confirmed), which
+ *    includes the gateway's write, its change-stream notice, the client's catch-up read of the
+ *    new page into IndexedDB, the view's refresh and the fold;
+ *  - this device's append: `client.append` of one event, timed until the subscriber sees it
+ *    pending, then until it is confirmed (drained, landed, read back).
+ *  `apply`'s calls are counted per new event, 100 ms after its last snapshot, so a late extra
+ *  refresh would be counted too. Medians over the reps; the apply counts as their maximum. */
+async function projection() {
+  const aggregate = { typeId: q.get("typeId"), id: q.get("id") };
+  const reps = Number(q.get("reps"));
+  await init();
+  const client = await SyncClient.open({ gatewayUrl: gateway, databaseName: `ours-${tag}` });
+  for (const t = performance.now(); client.status().role !== "drainer"; ) {
+    if (performance.now() - t > 10_000) throw new Error("the client never became the drainer");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  // A balance, as an app would fold one (the demo's www/balances.js): each event's JSON
+  // `amount` (1 in every event here, so the state is also the count), and a counter of calls.
+  let applied = 0;
+  const p = client.project(aggregate, { initial: 0, apply: (balance, e) => { applied += 1; return balance + e.json().amount; } });
+  let latest = null;
+  let waiter = null;
+  p.subscribe((s) => {
+    latest = s;
+    if (waiter && (s.error || waiter.pred(s))) {
+      const w = waiter;
+      waiter = null;
+      if (s.error) w.reject(s.error);
+      else w.resolve(performance.now());
+    }
+  });
+  /** When the subscriber first sees a snapshot `pred` accepts (now, if the latest does). */
+  const until = (pred, what) => new Promise((resolve, reject) => {
+    if (latest && pred(latest)) return resolve(performance.now());
+    const timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}; latest ${JSON.stringify(latest)}`)), 30_000);
+    waiter = { pred, resolve: (t) => { clearTimeout(timer); resolve(t); }, reject: (e) => { clearTimeout(timer); reject(e); } };
+  });
+  const settle = () => new Promise((r) => setTimeout(r, 100));
+  const t0 = performance.now();
+  await until((s) => s.state === n && s.pending === 0, `the first fold of ${n} events`);
+  const firstFoldMs = performance.now() - t0;
+  await settle();
+  const initialApplies = applied;
+  let count = n;
+  // Another device's events, one per write; the first (not timed) warms the page's connection
+  // to the gateway and the code paths.
+  const otherDevice = uuid();
+  const remote = [];
+  for (let i = 0; i <= reps; i++) {
+    applied = 0;
+    count += 1;
+    const expected = count;
+    const event = { clientSeq: i + 1, eventId: uuid(), timestamp: Date.now(), type: 1, minor: 0, data: b64(amountPayload()), iv: null };
+    const body = JSON.stringify({ clientId: otherDevice, writes: [{ aggregate, allowCreate: false, events: [event] }] });
+    const start = performance.now();
+    const seen = until((s) => s.state === expected && s.pending === 0, `another device's event ${i}`);
+    const r = await fetch(`${gateway}/v1/write`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    const answer = await r.json();
+    if (answer.outcome !== "landed") throw new Error(`write: ${r.status} ${JSON.stringify(answer)}`);
+    const ms = (await seen) - start;
+    await settle();
+    if (i > 0) remote.push({ ms, applies: applied });
+  }
+  // This device's appends.
+  const local = [];
+  for (let i = 1; i <= reps; i++) {
+    applied = 0;
+    count += 1;
+    const expected = count;
+    const start = performance.now();
+    const pending = until((s) => s.state === expected && s.pending === 1, `this device's event ${i} pending`);
+    const appended = client.append(aggregate, [{ type: 1, data: amountPayload() }]);
+    const pendingAt = await pending;
+    const pendingApplies = applied;
+    const confirmedAt = await until((s) => s.state === expected && s.pending === 0, `this device's event ${i} confirmed`);
+    await appended;
+    await settle();
+    local.push({ pendingMs: pendingAt - start, confirmedMs: confirmedAt - start, pendingApplies, applies: applied });
+  }
+  p.close();
+  await client.close();
+  const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  return {
+    firstFoldMs, initialApplies,
+    remoteMs: med(remote.map((r) => r.ms)), remoteMinMs: Math.min(...remote.map((r) => r.ms)),
+    remoteApplies: Math.max(...remote.map((r) => r.applies)),
+    pendingMs: med(local.map((r) => r.pendingMs)), confirmedMs: med(local.map((r) => r.confirmedMs)),
+    pendingApplies: Math.max(...local.map((r) => r.pendingApplies)), localApplies: Math.max(...local.map((r) => r.applies)),
+    remoteAll: remote.map((r) => Math.round(r.ms)).join(" "),
+  };
+}
+
+const runs = { "append-serial": appendSerial, "append-burst": appendBurst, drain, memory, catchup, proof, projection };
 try {
   const result = await runs[m]();
   await post({ ok: true, m, variant, n, ...result });
