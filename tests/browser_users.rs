@@ -196,7 +196,8 @@ async fn deleting_a_database_closes_the_clients_still_open_on_it() {
     ok(first.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
     flush_within(&first, 30).await;
     ok(SyncClient::delete_database_named(db.clone())).await;
-    // Both close themselves: no zombie keeps the drain lock, and their calls reject CLOSED.
+    // Both close themselves: no zombie keeps the drain lock, and their calls reject
+    // STORAGE_LOST (the database went away under them; `client.storage` says what was pending).
     until(5_000, "both closed", || {
         string(&first.status(), "state") == "closed"
             && string(&second.status(), "state") == "closed"
@@ -204,7 +205,18 @@ async fn deleting_a_database_closes_the_clients_still_open_on_it() {
     .await;
     let closed =
         err(first.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[2])).into())).await;
-    assert_eq!(string(&closed, "code"), "CLOSED", "{}", describe(&closed));
+    assert_eq!(
+        string(&closed, "code"),
+        "STORAGE_LOST",
+        "{}",
+        describe(&closed)
+    );
+    assert_eq!(string(&first.storage(), "state"), "lost");
+    assert_eq!(
+        num(&get(&first.storage(), "lost"), "pending"),
+        0.0,
+        "it had synced"
+    );
     assert!(
         !store_names(&db).await.contains(&"outbox".to_owned()),
         "not re-created by the open clients"

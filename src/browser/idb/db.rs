@@ -339,7 +339,16 @@ impl Db {
                 }
                 Err(e) => return Err(e),
             };
-            if !self.same_incarnation(&db).await {
+            let same = match self.same_incarnation(&db).await {
+                Ok(same) => same,
+                Err(e) => {
+                    // Not readable now (a transient failure): not proof of another database.
+                    // The connection stays stale and the next operation tries again.
+                    db.close();
+                    return Err(e);
+                }
+            };
+            if !same {
                 // Deleted and recreated (another context signed in again after the loss):
                 // adopting it would write and send another database's events under this
                 // client's identity and user, with sequences that start again at 1.
@@ -371,10 +380,10 @@ impl Db {
     }
 
     /// Whether `db` (just reopened) is the database this client opened: its `meta` client id is
-    /// the bound one (true when none is bound yet; false when it cannot be read).
-    async fn same_incarnation(&self, db: &IdbDatabase) -> bool {
+    /// the bound one (true when none is bound yet; an error when it cannot be read).
+    async fn same_incarnation(&self, db: &IdbDatabase) -> Result<bool, StoreError> {
         let Some(expected) = self.incarnation.borrow().clone() else {
-            return true;
+            return Ok(true);
         };
         let found = async {
             let tx = db.transaction_with_str(schema::META)?;
@@ -382,7 +391,7 @@ impl Db {
             request::result(meta.get(&schema::CLIENT_ID_KEY.into())).await
         }
         .await;
-        found.is_ok_and(|id| id == expected)
+        Ok(found.js()? == expected)
     }
 
     /// Whether the connection was lost under the client (and not closed by us).
