@@ -7,13 +7,12 @@
 
 mod support;
 
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use support::device::{Device, fresh_nonce};
-use support::process::{command, data_dir, get, post, raw};
+use support::process::{Process, data_dir, get, post, raw};
 
 const FORGED: &str = "FORGED-LINE";
 const APP_SECRET: &str = "an app secret of at least thirty-two bytes";
@@ -34,42 +33,24 @@ fn no_request_can_forge_a_log_line() {
     let dir = data_dir();
     let key_file = dir.path().join("app-secret");
     std::fs::write(&key_file, APP_SECRET).unwrap();
-    let port_file = dir.path().join("port");
     let log_file = dir.path().join("gateway.log");
-    let mut child = command(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--session-rate-per-minute",
-        "0",
-        "--app-token-alg",
-        "hs256",
-        "--app-token-key-file",
-        key_file.to_str().unwrap(),
-        "--app-token-issuer",
-        "https://sign-in.example",
-        "--app-token-audience",
-        "celeriant-sync-tests",
-    ])
-    .env("RUST_LOG", "info")
-    .arg("--data-dir")
-    .arg(dir.path().join("db"))
-    .arg("--port-file")
-    .arg(&port_file)
-    .stdout(std::fs::File::create(&log_file).unwrap())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addr = loop {
-        if let Ok(addr) = std::fs::read_to_string(&port_file)
-            && !addr.is_empty()
-        {
-            break addr;
-        }
-        assert!(Instant::now() < deadline, "the gateway did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let base = format!("http://{addr}");
+    let gateway = Process::start_logged(
+        dir.path(),
+        &[
+            "--session-rate-per-minute",
+            "0",
+            "--app-token-alg",
+            "hs256",
+            "--app-token-key-file",
+            key_file.to_str().unwrap(),
+            "--app-token-issuer",
+            "https://sign-in.example",
+            "--app-token-audience",
+            "celeriant-sync-tests",
+        ],
+        &log_file,
+    );
+    let base = gateway.base.clone();
     let device = Device::a();
     let app_token = |sub: &str| {
         jsonwebtoken::encode(
@@ -143,13 +124,12 @@ fn no_request_can_forge_a_log_line() {
     }
     // A Host header cannot hold a line break, but it can hold other control bytes.
     let answer = raw(
-        &addr,
+        &gateway.addr,
         "GET /healthz HTTP/1.1\r\nHost: evil\x1b[2K\x08.example\r\nConnection: close\r\n\r\n",
     );
     assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
 
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(gateway); // killed and waited for: the log is complete
     let log = std::fs::read_to_string(&log_file).unwrap();
     let mut reached = 0;
     for line in log.split(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']) {
@@ -168,28 +148,9 @@ fn no_request_can_forge_a_log_line() {
 fn refusals_a_client_causes_at_will_do_not_flood_the_log() {
     const FLOOD: usize = 300;
     let dir = data_dir();
-    let port_file = dir.path().join("port");
     let log_file = dir.path().join("gateway.log");
-    let mut child = command(&["--listen", "127.0.0.1:0", "--session-rate-per-minute", "0"])
-        .env("RUST_LOG", "info")
-        .arg("--data-dir")
-        .arg(dir.path().join("db"))
-        .arg("--port-file")
-        .arg(&port_file)
-        .stdout(std::fs::File::create(&log_file).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let base = loop {
-        if let Ok(addr) = std::fs::read_to_string(&port_file)
-            && !addr.is_empty()
-        {
-            break format!("http://{addr}");
-        }
-        assert!(Instant::now() < deadline, "the gateway did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let gateway = Process::start_logged(dir.path(), &["--session-rate-per-minute", "0"], &log_file);
+    let base = gateway.base.clone();
     let started = Instant::now();
     // Session refusals: a body with an unknown field (400), as fast as one client can send.
     let device = Device::a();
@@ -214,8 +175,7 @@ fn refusals_a_client_causes_at_will_do_not_flood_the_log() {
         assert_eq!(r.status, 403, "{:?}", r.json);
     }
     let elapsed = started.elapsed();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(gateway); // killed and waited for: the log is complete
     let log = std::fs::read_to_string(&log_file).unwrap();
     // One line per 5 s interval at most (and at least the first).
     let allowed = 1 + (elapsed.as_secs() / 5) as usize + 1;

@@ -40,8 +40,17 @@ pub fn command(args: &[&str]) -> Command {
 impl Process {
     /// Starts the gateway on 127.0.0.1:0 with its data in `data` and the extra `args`.
     // The child is waited on by `Drop for Process` (or just below when it fails to start).
-    #[allow(clippy::zombie_processes)]
     pub fn start(data: &Path, args: &[&str]) -> Process {
+        Self::start_logging(data, args, None)
+    }
+
+    /// As [`Process::start`], with its log (`RUST_LOG=info`, standard output) written to `log`.
+    pub fn start_logged(data: &Path, args: &[&str], log: &Path) -> Process {
+        Self::start_logging(data, args, Some(log))
+    }
+
+    #[allow(clippy::zombie_processes)]
+    fn start_logging(data: &Path, args: &[&str], log: Option<&Path>) -> Process {
         let port_file = data.join("port");
         let _ = std::fs::remove_file(&port_file);
         // With --faults, the generated secret is written next to the port file (unless the
@@ -56,12 +65,17 @@ impl Process {
         if faults && given.is_none() {
             command.arg("--faults-secret-out").arg(&secret_file);
         }
+        match log {
+            Some(log) => command
+                .env("RUST_LOG", "info")
+                .stdout(std::fs::File::create(log).unwrap()),
+            None => command.stdout(Stdio::null()),
+        };
         let mut child = command
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data.join("db"))
             .arg("--port-file")
             .arg(&port_file)
-            .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
