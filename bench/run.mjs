@@ -8,6 +8,7 @@
 // WebKit through their WebDriver (bench/browsers.mjs), WebKit also with an on-disk profile.
 // The projection line is the exception to "against a baseline": its reference is the same
 // measurement on an aggregate 100 times smaller, and lower is better. Writes BENCHMARKS.md.
+// BENCH_BASELINE_GATEWAY (a gateway binary): the gateway line side by side with it (line 8).
 import { spawn, execFileSync } from "node:child_process";
 import { createServer } from "node:http";
 import { readFileSync, readdirSync, writeFileSync, statSync, existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -83,13 +84,13 @@ await new Promise((r) => server.listen(0, "127.0.0.1", r));
 const SITE = `http://127.0.0.1:${server.address().port}`;
 
 // ---- the gateway (release build, embedded store) ----
-function startGateway(auth = ["--auth", "none"]) {
+function startGateway(auth = ["--auth", "none"], binary = join(ROOT, "target/release/celeriant-gateway")) {
   const dir = mkdtempSync(join(TMP, "bench-gateway-"));
   const portFile = join(dir, "port");
   // --auth none: the baselines post without a session (and so does the load generator,
   // gateway/src/bin/loadgen.rs). The client still opens one (the endpoint answers either way),
   // so its side of every line includes that cost.
-  const proc = spawn(join(ROOT, "target/release/celeriant-gateway"), ["--listen", "127.0.0.1:0", "--port-file", portFile, "--data-dir", join(dir, "data"), ...auth], {
+  const proc = spawn(binary, ["--listen", "127.0.0.1:0", "--port-file", portFile, "--data-dir", join(dir, "data"), ...auth], {
     stdio: "ignore", env: { ...process.env, RUST_LOG: "warn" },
   });
   return { proc, dir, portFile };
@@ -395,18 +396,58 @@ try {
   await stopGateway(gateway);
 }
 
-// 8. the gateway under load, from a Rust load generator.
+// 8. the gateway under load, from a Rust load generator. With BENCH_BASELINE_GATEWAY naming
+// another gateway binary (e.g. one built at an older commit), both are measured side by side:
+// BENCH_GATEWAY_ROUNDS rounds (default 3, at most 10), each round both binaries once, the order
+// alternating between rounds, each on a fresh data directory; the line's ratio is ours' median
+// landed requests/s over the baseline's (the bar of issue 26: within 10 %, ratio ≥ 0.9).
 if (wanted("gateway")) {
-  const g = startGateway();
-  const url = await gatewayUrl(g);
-  const out = JSON.parse(sh(`${join(ROOT, "target/release/celeriant-loadgen")} --url ${url} --seconds ${N.loadSeconds} --concurrency 32 --events 10`));
-  await stopGateway(g);
-  lines.push({
-    name: `gateway: /v1/write, 10 events per request, 32 connections, ${N.loadSeconds} s`,
-    ours: `${fmt(out.requestsPerSecond, 0)} requests/s (${fmt(out.requestsPerSecond * 10, 0)} events/s), p50 ${fmt(out.p50Ms, 2)} ms, p99 ${fmt(out.p99Ms, 2)} ms`,
-    baseline: `${out.errors} errors, embedded store (fsync per commit group)`,
-    ratio: null, target: null,
-  });
+  const loadgen = join(ROOT, "target/release/celeriant-loadgen");
+  const loadOnce = async (binary) => {
+    const g = startGateway(["--auth", "none"], binary);
+    const url = await gatewayUrl(g);
+    const out = JSON.parse(sh(`${loadgen} --url ${url} --seconds ${N.loadSeconds} --concurrency 32 --events 10`));
+    await stopGateway(g);
+    // Refused requests are answered fast: only landed ones count as throughput.
+    out.landedPerSecond = out.requests ? (out.requestsPerSecond * (out.requests - out.errors)) / out.requests : 0;
+    return out;
+  };
+  const name = `gateway: /v1/write, 10 events per request, 32 connections, ${N.loadSeconds} s`;
+  const describe = (out) => `${fmt(out.landedPerSecond, 0)} requests/s (${fmt(out.landedPerSecond * 10, 0)} events/s), p50 ${fmt(out.p50Ms, 2)} ms, p99 ${fmt(out.p99Ms, 2)} ms, ${out.errors} errors`;
+  const baselineBinary = process.env.BENCH_BASELINE_GATEWAY;
+  if (!baselineBinary) {
+    const out = await loadOnce(undefined);
+    lines.push({
+      name,
+      ours: `${fmt(out.requestsPerSecond, 0)} requests/s (${fmt(out.requestsPerSecond * 10, 0)} events/s), p50 ${fmt(out.p50Ms, 2)} ms, p99 ${fmt(out.p99Ms, 2)} ms`,
+      baseline: `${out.errors} errors, embedded store (fsync per commit group)`,
+      ratio: null, target: null,
+    });
+  } else {
+    if (!existsSync(baselineBinary)) throw new Error(`BENCH_BASELINE_GATEWAY: no file ${baselineBinary}`);
+    const rounds = Math.min(10, Math.max(1, Number(process.env.BENCH_GATEWAY_ROUNDS) || 3));
+    const [ours, base] = [[], []];
+    for (let i = 0; i < rounds; i++) {
+      const order = i % 2 === 0 ? ["base", "ours"] : ["ours", "base"];
+      for (const which of order) {
+        const out = await loadOnce(which === "base" ? resolve(baselineBinary) : undefined);
+        (which === "base" ? base : ours).push(out);
+        console.log(`gateway round ${i + 1}/${rounds} ${which}: ${describe(out)}`);
+      }
+    }
+    const rate = (outs) => outs.map((o) => o.landedPerSecond);
+    const middle = (outs) => outs.find((o) => o.landedPerSecond === median(rate(outs)));
+    // Each round's ours / baseline too: on a shared machine the load moves between rounds
+    // more than between the two runs of one round.
+    const paired = ours.map((o, i) => o.landedPerSecond / base[i].landedPerSecond);
+    lines.push({
+      name: `${name}, side by side with ${baselineBinary}, ${rounds} rounds alternating`,
+      ours: `median ${describe(middle(ours))} (runs: ${rate(ours).map((x) => fmt(x, 0)).join(" · ")})`,
+      baseline: `median ${describe(middle(base))} (runs: ${rate(base).map((x) => fmt(x, 0)).join(" · ")})`,
+      ratio: median(rate(ours)) / median(rate(base)), target: 0.9,
+      note: `ratio of the medians; each round's own ratio: ${paired.map((r) => fmt(r, 2)).join(" · ")} (median ${fmt(median(paired), 2)})`,
+    });
+  }
 }
 server.close();
 

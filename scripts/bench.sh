@@ -5,6 +5,8 @@
 # engine of --browser (default all: Firefox, WebKit through WebDriver, WebKit on disk) against
 # Chromium's, and a projection's cost for one new event on a large aggregate against a small
 # one (--only projection), and writes BENCHMARKS.md (not in smoke mode, nor with --only).
+# BENCH_BASELINE_GATEWAY=<binary> [BENCH_GATEWAY_ROUNDS=n]: the gateway line measures that
+# binary side by side with this tree's, alternating rounds (docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
