@@ -16,9 +16,10 @@
 //! still fill the reserve, and a device behind a heavy address (a shared NAT) is refused with
 //! it. So a further sixteenth of `--max-inflight` ([`Slots::kept`]) is kept beyond it for
 //! established client ids (`crate::auth::established`: a write of theirs landed): one whose
-//! write the rules above refuse takes one of those, if it holds no slot already. Filling them
-//! takes that many established client ids each with a write in progress; fresh keys never
-//! take them.
+//! write the rules above refuse takes one of those, if it holds no slot already, and if its
+//! address bucket holds fewer than an eighth of them ([`kept_per_bucket`]). Filling them takes
+//! that many established client ids each with a write in progress, from eight buckets at least;
+//! fresh keys never take them.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -34,13 +35,27 @@ use crate::error::ApiError;
 /// An address holding fewer slots than this may take one from the reserve.
 pub const LIGHT: usize = 4;
 
+/// The places kept beyond a pool of `max` for established devices: a sixteenth, at least one
+/// (write slots here, change streams and their registrations in `crate::watch::hub`).
+pub fn kept_for(max: usize) -> usize {
+    (max / 16).max(1)
+}
+
+/// The most of `kept` kept places one address bucket may hold: an eighth, at least one, so
+/// one /24 or /56 full of established ids cannot take the whole reserve (filling it takes
+/// eight buckets).
+pub fn kept_per_bucket(kept: usize) -> usize {
+    (kept / 8).max(1)
+}
+
 #[derive(Debug, Default)]
 struct Held {
     /// Slots taken, the kept ones included.
     total: usize,
     per_ip: HashMap<IpAddr, usize>,
-    /// Kept slots taken.
+    /// Kept slots taken, and per address bucket.
     kept: usize,
+    kept_per_ip: HashMap<IpAddr, usize>,
     /// Slots held by each established client id.
     per_client: HashMap<Uuid, usize>,
 }
@@ -51,6 +66,7 @@ pub struct Slots {
     max: usize,
     reserve: usize,
     kept: usize,
+    kept_per_bucket: usize,
     held: Mutex<Held>,
 }
 
@@ -99,7 +115,8 @@ impl Slots {
         Arc::new(Slots {
             max,
             reserve: max / 4,
-            kept: (max / 16).max(1),
+            kept: kept_for(max),
+            kept_per_bucket: kept_per_bucket(kept_for(max)),
             held: Mutex::new(Held::default()),
         })
     }
@@ -130,11 +147,13 @@ impl Slots {
         let mut kept = false;
         if let Some(why) = refused {
             let theirs = established.map(|c| held.per_client.get(&c).copied().unwrap_or(0));
-            if theirs != Some(0) || held.kept >= self.kept {
+            let bucket_kept = held.kept_per_ip.get(&ip).copied().unwrap_or(0);
+            if theirs != Some(0) || held.kept >= self.kept || bucket_kept >= self.kept_per_bucket {
                 return Err(why);
             }
             kept = true;
             held.kept += 1;
+            *held.kept_per_ip.entry(ip).or_insert(0) += 1;
         }
         held.total += 1;
         *held.per_ip.entry(ip).or_insert(0) += 1;
@@ -165,7 +184,15 @@ impl Drop for Slot {
             }
         }
         if let Some((client, kept)) = self.client {
-            held.kept -= usize::from(kept);
+            if kept {
+                held.kept -= 1;
+                if let Some(n) = held.kept_per_ip.get_mut(&self.ip) {
+                    *n -= 1;
+                    if *n == 0 {
+                        held.kept_per_ip.remove(&self.ip);
+                    }
+                }
+            }
             if let Some(n) = held.per_client.get_mut(&client) {
                 *n -= 1;
                 if *n == 0 {
@@ -257,5 +284,23 @@ mod tests {
         let held = slots.lock();
         assert_eq!((held.total, held.kept), (0, 0));
         assert!(held.per_client.is_empty() && held.per_ip.is_empty());
+    }
+
+    #[test]
+    fn one_bucket_takes_at_most_an_eighth_of_the_kept_slots() {
+        let slots = Slots::new(256);
+        assert_eq!((slots.kept(), kept_per_bucket(slots.kept())), (16, 2));
+        let _fresh: Vec<Slot> = (0..=255u8)
+            .map(|n| slots.take(IpAddr::from([198, 51, n, 1]), None).unwrap())
+            .collect();
+        // Established ids of one address bucket take 2 kept slots, then are refused.
+        let one = |n: u128| slots.take(ip(1), Some(Uuid::from_u128(n)));
+        let held = [one(1).unwrap(), one(2).unwrap()];
+        assert_eq!(one(3).unwrap_err(), NoSlot::Full);
+        // Another bucket's established device still finds one.
+        let other = slots.take(ip(2), Some(Uuid::from_u128(4))).unwrap();
+        assert_eq!(slots.lock().kept_per_ip.len(), 2);
+        drop((held, other));
+        assert!(slots.lock().kept_per_ip.is_empty());
     }
 }

@@ -179,7 +179,12 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     if !refused.is_empty() {
         tracing::info!(client = ?session.client_id, refused = refused.len(), "watch: entries refused by the access policy");
     }
-    let registration = state.watch.register(session.client_id, peer, aggregates)?;
+    let established = session
+        .client_id
+        .is_some_and(|c| state.auth.established.contains(&c));
+    let registration = state
+        .watch
+        .register(session.client_id, established, peer, aggregates)?;
     let ready = if refused.is_empty() {
         json!({})
     } else {

@@ -57,11 +57,21 @@ struct Registry {
     by_ip: HashMap<IpAddr, usize>,
     /// Aggregates summed over the open streams.
     registrations: usize,
+    /// Kept streams open (counted in `streams` too), and their registrations.
+    kept: usize,
+    kept_registrations: usize,
+    /// Kept streams per address bucket (an entry only while it has one).
+    kept_by_ip: HashMap<IpAddr, usize>,
 }
 
 /// The registry of open streams.
 pub struct Hub {
     limits: WatchLimits,
+    /// Streams and registrations kept beyond the pool for established devices, and the most
+    /// kept streams one address bucket may hold (see [`Hub::register`]).
+    kept_streams: usize,
+    kept_registrations: usize,
+    kept_per_bucket: usize,
     org: Uuid,
     registry: Mutex<Registry>,
     next_id: AtomicU64,
@@ -75,11 +85,20 @@ pub struct Registration {
     pub slot: Arc<Slot>,
     /// The address bucket it counts under.
     bucket: IpAddr,
+    /// Whether it holds one of the places kept for established devices.
+    kept: bool,
+}
+
+impl Registration {
+    /// Whether the stream holds one of the places kept for established devices.
+    pub fn kept(&self) -> bool {
+        self.kept
+    }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.hub.unregister(&self.slot, self.bucket);
+        self.hub.unregister(&self.slot, self.bucket, self.kept);
     }
 }
 
@@ -94,8 +113,12 @@ fn retry(code: u32, message: String) -> ApiError {
 impl Hub {
     /// An empty hub for organisation `org` (changes of other organisations are ignored).
     pub fn new(limits: WatchLimits, org: Uuid) -> Arc<Self> {
+        let kept_streams = crate::limits::slots::kept_for(limits.max_streams);
         Arc::new(Hub {
             limits,
+            kept_streams,
+            kept_registrations: crate::limits::slots::kept_for(limits.max_registrations),
+            kept_per_bucket: crate::limits::slots::kept_per_bucket(kept_streams),
             org,
             registry: Mutex::new(Registry::default()),
             next_id: AtomicU64::new(1),
@@ -154,10 +177,10 @@ impl Hub {
         }
         let streams_left = limits
             .max_streams
-            .saturating_sub(registry.streams.len() + 1);
+            .saturating_sub(registry.streams.len() - registry.kept + 1);
         let registrations_left = limits
             .max_registrations
-            .saturating_sub(registry.registrations + adding);
+            .saturating_sub(registry.registrations - registry.kept_registrations + adding);
         if streams_left < limits.max_streams / 4
             || registrations_left < limits.max_registrations / 4
         {
@@ -179,12 +202,69 @@ impl Hub {
         self.check_bucket(&self.lock(), crate::limits::ip::bucket(ip))
     }
 
-    /// Registers a stream of `client`, from address `ip`, watching `aggregates`, under the
-    /// limits. Once this returns, every change the hub receives for them reaches the stream's
-    /// slot.
+    /// The pool's own rules: its size, its registrations and the reserve for light addresses.
+    fn check_pool(
+        &self,
+        registry: &Registry,
+        bucket: IpAddr,
+        adding: usize,
+    ) -> Result<(), ApiError> {
+        let limits = self.limits;
+        let open = registry.streams.len() - registry.kept;
+        if open >= limits.max_streams {
+            return Err(retry(
+                g::WATCH_STREAMS_FULL,
+                format!("the gateway has {open} change streams open, its limit; retry shortly"),
+            ));
+        }
+        let registrations = registry.registrations - registry.kept_registrations;
+        if registrations + adding > limits.max_registrations {
+            return Err(retry(
+                g::WATCH_STREAMS_FULL,
+                format!(
+                    "the gateway's change streams watch {registrations} aggregates in all, and \
+                     {adding} more would pass its limit of {}; retry shortly",
+                    limits.max_registrations
+                ),
+            ));
+        }
+        self.check_reserve(registry, bucket, adding)
+    }
+
+    /// Whether a stream the pool refused may take a kept place: its client id is established
+    /// and has no stream open, a kept place and its registrations are free, and its address
+    /// bucket holds fewer than its part of them.
+    fn may_keep(
+        &self,
+        registry: &Registry,
+        client: Option<Uuid>,
+        established: bool,
+        bucket: IpAddr,
+        adding: usize,
+    ) -> bool {
+        established
+            && client.is_some()
+            && !registry.by_client.contains_key(&client)
+            && registry.kept < self.kept_streams
+            && registry.kept_registrations + adding <= self.kept_registrations
+            && registry.kept_by_ip.get(&bucket).copied().unwrap_or(0) < self.kept_per_bucket
+    }
+
+    /// Registers a stream of `client` (`established`: `crate::auth::established`), from
+    /// address `ip`, watching `aggregates`, under the limits. Once this returns, every change
+    /// the hub receives for them reaches the stream's slot.
+    ///
+    /// **Established devices (issue 26).** Enough light addresses, each with fresh keys, still
+    /// fill the pool and its reserve. So a sixteenth of `--watch-max-streams` and of
+    /// `--watch-max-registrations` (at least one) is kept beyond them for established client
+    /// ids, one stream each (a client id with no stream open), taken only when the pool's rules
+    /// refuse; one address bucket may hold at most an eighth of the kept streams (at least
+    /// one), so one /24 or /56 of established ids cannot take them all. The per-address cap
+    /// (`--watch-max-streams-per-ip`) and the per-client cap apply to kept streams too.
     pub fn register(
         self: &Arc<Self>,
         client: Option<Uuid>,
+        established: bool,
         ip: IpAddr,
         aggregates: HashSet<AggregateRef>,
     ) -> Result<Registration, ApiError> {
@@ -195,28 +275,15 @@ impl Hub {
         // First: a bucket at its cap is refused whatever the pool holds, so its retries never
         // count as the gateway being full.
         self.check_bucket(&registry, bucket)?;
-        if registry.streams.len() >= limits.max_streams {
-            return Err(retry(
-                g::WATCH_STREAMS_FULL,
-                format!(
-                    "the gateway has {} change streams open, its limit; retry shortly",
-                    registry.streams.len()
-                ),
-            ));
-        }
-        if registry.registrations + aggregates.len() > limits.max_registrations {
-            return Err(retry(
-                g::WATCH_STREAMS_FULL,
-                format!(
-                    "the gateway's change streams watch {} aggregates in all, and {} more would \
-                     pass its limit of {}; retry shortly",
-                    registry.registrations,
-                    aggregates.len(),
-                    limits.max_registrations
-                ),
-            ));
-        }
-        self.check_reserve(&registry, bucket, aggregates.len())?;
+        let kept = match self.check_pool(&registry, bucket, aggregates.len()) {
+            Ok(()) => false,
+            Err(refused) => {
+                if !self.may_keep(&registry, client, established, bucket, aggregates.len()) {
+                    return Err(refused);
+                }
+                true
+            }
+        };
         let open = registry.by_client.get(&client).copied().unwrap_or(0);
         if client.is_some() && open >= limits.max_streams_per_client {
             return Err(retry(
@@ -226,6 +293,11 @@ impl Hub {
                      stream per device is enough) or retry shortly"
                 ),
             ));
+        }
+        if kept {
+            registry.kept += 1;
+            registry.kept_registrations += aggregates.len();
+            *registry.kept_by_ip.entry(bucket).or_insert(0) += 1;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(Slot::new(id, client, aggregates));
@@ -244,15 +316,26 @@ impl Hub {
             hub: self.clone(),
             slot,
             bucket,
+            kept,
         })
     }
 
-    fn unregister(&self, slot: &Slot, bucket: IpAddr) {
+    fn unregister(&self, slot: &Slot, bucket: IpAddr, kept: bool) {
         let mut registry = self.lock();
         if registry.streams.remove(&slot.id).is_none() {
             return;
         }
         registry.registrations -= slot.aggregates.len();
+        if kept {
+            registry.kept -= 1;
+            registry.kept_registrations -= slot.aggregates.len();
+            if let Some(n) = registry.kept_by_ip.get_mut(&bucket) {
+                *n -= 1;
+                if *n == 0 {
+                    registry.kept_by_ip.remove(&bucket);
+                }
+            }
+        }
         for aggregate in &slot.aggregates {
             if let Some(slots) = registry.by_aggregate.get_mut(aggregate) {
                 slots.remove(&slot.id);
@@ -379,7 +462,12 @@ mod tests {
         let mut held = Vec::new();
         let mut refused = 0;
         for n in 0..10u128 {
-            match hub.register(Some(Uuid::from_u128(n)), heavy, aggregates(n * 100, 50)) {
+            match hub.register(
+                Some(Uuid::from_u128(n)),
+                false,
+                heavy,
+                aggregates(n * 100, 50),
+            ) {
                 Ok(r) => held.push(r),
                 Err(_) => refused += 1,
             }
@@ -388,13 +476,28 @@ mod tests {
         assert_eq!((held.len(), refused), (6, 4));
         // A device on its own address watches, twice even (its second stream too).
         let light = IpAddr::from([192, 0, 2, 2]);
-        let a = hub.register(Some(Uuid::from_u128(100)), light, aggregates(5000, 50));
-        let b = hub.register(Some(Uuid::from_u128(101)), light, aggregates(6000, 40));
+        let a = hub.register(
+            Some(Uuid::from_u128(100)),
+            false,
+            light,
+            aggregates(5000, 50),
+        );
+        let b = hub.register(
+            Some(Uuid::from_u128(101)),
+            false,
+            light,
+            aggregates(6000, 40),
+        );
         assert!(a.is_ok() && b.is_ok());
         // Its third is over the reserve's share.
         assert!(
-            hub.register(Some(Uuid::from_u128(102)), light, aggregates(7000, 1))
-                .is_err()
+            hub.register(
+                Some(Uuid::from_u128(102)),
+                false,
+                light,
+                aggregates(7000, 1)
+            )
+            .is_err()
         );
     }
 
@@ -404,10 +507,78 @@ mod tests {
         let proxy = IpAddr::from([192, 0, 2, 9]);
         let held: Vec<Registration> = (0..8u128)
             .map(|n| {
-                hub.register(Some(Uuid::from_u128(n)), proxy, aggregates(n * 100, 50))
-                    .unwrap()
+                hub.register(
+                    Some(Uuid::from_u128(n)),
+                    false,
+                    proxy,
+                    aggregates(n * 100, 50),
+                )
+                .unwrap()
             })
             .collect();
         assert_eq!(held.len(), 8);
+    }
+
+    #[test]
+    fn established_devices_have_kept_streams_one_bucket_cannot_take_alone() {
+        // 32 streams: 2 kept, 1 per bucket.
+        let hub = Hub::new(
+            WatchLimits {
+                max_aggregates: 100,
+                max_streams_per_client: 4,
+                max_streams_per_ip: 4,
+                max_streams: 32,
+                max_registrations: 10_000,
+            },
+            Uuid::nil(),
+        );
+        assert_eq!((hub.kept_streams, hub.kept_per_bucket), (2, 1));
+        // Fresh keys from light addresses, one stream each, fill the pool, reserve included.
+        let fresh: Vec<Registration> = (0..32u8)
+            .map(|n| {
+                let ip = IpAddr::from([198, 51, 100, n]);
+                hub.register(
+                    Some(Uuid::from_u128(1000 + u128::from(n))),
+                    false,
+                    ip,
+                    aggregates(0, 1),
+                )
+                .unwrap()
+            })
+            .collect();
+        let home = IpAddr::from([192, 0, 2, 1]);
+        let fresh_key = hub.register(Some(Uuid::from_u128(1)), false, home, aggregates(0, 1));
+        assert!(fresh_key.is_err(), "a fresh key finds the pool full");
+        // An established device watches, from a flooding address too.
+        let a = hub
+            .register(Some(Uuid::from_u128(2)), true, home, aggregates(0, 1))
+            .unwrap();
+        assert!(a.kept());
+        // Its second stream is not kept (one each); nor a second one of its bucket.
+        assert!(
+            hub.register(Some(Uuid::from_u128(2)), true, home, aggregates(0, 1))
+                .is_err()
+        );
+        assert!(
+            hub.register(Some(Uuid::from_u128(3)), true, home, aggregates(0, 1))
+                .is_err()
+        );
+        // Another bucket's established device takes the last kept stream.
+        let other = IpAddr::from([192, 0, 2, 2]);
+        let b = hub
+            .register(Some(Uuid::from_u128(4)), true, other, aggregates(0, 1))
+            .unwrap();
+        assert!(b.kept());
+        drop((a, b, fresh));
+        let registry = hub.lock();
+        assert_eq!(
+            (
+                registry.streams.len(),
+                registry.kept,
+                registry.kept_registrations
+            ),
+            (0, 0, 0)
+        );
+        assert!(registry.kept_by_ip.is_empty());
     }
 }
