@@ -5,7 +5,7 @@
 //! themselves) and wrong methods get the protocol's JSON body too. Layers, outermost first:
 //! tracing, metrics (`crate::observe`), the deadline, the `Host` check (`crate::host`), CORS.
 //! `/healthz` and the static files are each behind a per-address rate (`crate::limits::cheap`);
-//! preflights, 405s and `Host` refusals behind another.
+//! 405s and `Host` refusals behind another, CORS preflights behind a third.
 //!
 //! **The deadline** covers every route, static files included: a request not answered within
 //! `--request-timeout-ms` (plus [`DEADLINE_GRACE`]) of reaching the router gets 504 (50400,
@@ -165,7 +165,7 @@ pub fn app(state: AppState) -> Router {
         .layer(cors::layer(&state.config))
         // Outside CORS, which answers preflights without calling what it wraps.
         .layer(axum::middleware::from_fn_with_state(
-            refusals.clone(),
+            CheapRate::preflights(&state.config.limits),
             cheap::preflight,
         ))
         .layer(axum::middleware::from_fn_with_state(

@@ -169,10 +169,11 @@ pub struct LimitConfig {
     )]
     pub static_burst_per_ip: u32,
 
-    /// CORS preflights (`OPTIONS`), requests with a wrong method (405) and requests for a
-    /// `Host` the gateway does not answer to (421 / 400) one client address may make per
-    /// second, together, after a burst of --refusal-burst-per-ip (per address bucket); past it
-    /// 429 (42911) with the wait in `Retry-After`, and the connection closed. 0: no limit.
+    /// Requests with a wrong method (405) and requests for a `Host` the gateway does not
+    /// answer to (421 / 400) one client address may make per second, together, after a burst
+    /// of --refusal-burst-per-ip (per address bucket); past it 429 (42911) with the wait in
+    /// `Retry-After`, and the connection closed. 0: no limit. CORS preflights have their own
+    /// budget (--preflight-rate-per-ip).
     #[arg(
         long,
         env = "CELERIANT_GATEWAY_REFUSAL_RATE_PER_IP",
@@ -180,14 +181,34 @@ pub struct LimitConfig {
     )]
     pub refusal_rate_per_ip: u32,
 
-    /// Preflights, 405s and `Host` refusals one client address may make in a burst (a
-    /// cross-origin app's first sync preflights each aggregate's URL once).
+    /// 405s and `Host` refusals one client address may make in a burst.
     #[arg(
         long,
         env = "CELERIANT_GATEWAY_REFUSAL_BURST_PER_IP",
         default_value_t = 1_000
     )]
     pub refusal_burst_per_ip: u32,
+
+    /// CORS preflights (`OPTIONS`) one client address may make per second after a burst of
+    /// --preflight-burst-per-ip (per address bucket); past it 429 (42911) with the wait in
+    /// `Retry-After`, and the connection closed. Apart from --refusal-rate-per-ip, so a flood
+    /// of wrong methods or foreign `Host`s does not refuse the same address's app its
+    /// preflights. 0: no limit.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_PREFLIGHT_RATE_PER_IP",
+        default_value_t = 100
+    )]
+    pub preflight_rate_per_ip: u32,
+
+    /// CORS preflights one client address may make in a burst (a cross-origin app's first
+    /// sync preflights each aggregate's URL once).
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_PREFLIGHT_BURST_PER_IP",
+        default_value_t = 1_000
+    )]
+    pub preflight_burst_per_ip: u32,
 
     /// Bits of a client's IPv4 address that make its bucket, the key of every per-address
     /// limit (32: each address on its own; carrier-grade NAT puts many subscribers behind one

@@ -4,18 +4,21 @@
 //!
 //! They are cheap one at a time, but nothing else bounds them: a few thousand requests a
 //! second from one address made every write several times slower, and each refused `Host`
-//! was a log line. Each address bucket ([`crate::limits::ip`]) gets two budgets (GCRA,
+//! was a log line. Each address bucket ([`crate::limits::ip`]) gets three budgets (GCRA,
 //! [`AddressLimiter`]: an IPv6 /64 gets half of its bucket's):
 //!
 //! * [`CheapRate::statics`]: `/healthz`, static files and unknown `/v1/…` paths (their 404),
 //!   `--static-rate-per-ip` per second after a burst of `--static-burst-per-ip`;
-//! * [`CheapRate::refusals`]: preflights, 405s and `Host` refusals,
-//!   `--refusal-rate-per-ip` per second after a burst of `--refusal-burst-per-ip`. Apart from
-//!   the first, so a cross-origin app's preflights (one per URL per ten minutes: an initial
-//!   sync of many aggregates sends many) do not use up its pages' budget, and a page's
-//!   reloads do not refuse its preflights.
+//! * [`CheapRate::refusals`]: 405s and `Host` refusals, `--refusal-rate-per-ip` per second
+//!   after a burst of `--refusal-burst-per-ip`;
+//! * [`CheapRate::preflights`]: CORS preflights, `--preflight-rate-per-ip` per second after a
+//!   burst of `--preflight-burst-per-ip`. Apart from the others, so a cross-origin app's
+//!   preflights (one per URL per ten minutes: an initial sync of many aggregates sends many)
+//!   do not use up its pages' budget, a page's reloads do not refuse its preflights, and a
+//!   flood of requests no app sends (wrong methods, foreign `Host`s) from an address does not
+//!   refuse the app on that address (a NAT's neighbours) its preflights.
 //!
-//! Past either the answer is 429 `retry`, code 42911, with the wait in `Retry-After`, decided
+//! Past any of them the answer is 429 `retry`, code 42911, with the wait in `Retry-After`, decided
 //! before the file system, the store or the CORS machinery is touched. A refused cheap refusal
 //! also closes its connection (`Connection: close`): a flood kept on one keep-alive connection
 //! must pay a new handshake per request, under the connection limits (`crate::serve`). The
@@ -65,7 +68,7 @@ impl CheapRate {
         })
     }
 
-    /// The budget of preflights, 405s and `Host` refusals (`--refusal-rate-per-ip`,
+    /// The budget of 405s and `Host` refusals (`--refusal-rate-per-ip`,
     /// `--refusal-burst-per-ip`).
     pub fn refusals(limits: &LimitConfig) -> Arc<Self> {
         Arc::new(CheapRate {
@@ -75,8 +78,23 @@ impl CheapRate {
                 0,
             ),
             throttle: Throttle::new(),
-            what: "preflights, wrong methods or refused host names",
+            what: "wrong methods or refused host names",
             kind: "cheap refusals",
+            close: true,
+        })
+    }
+
+    /// The budget of CORS preflights (`--preflight-rate-per-ip`, `--preflight-burst-per-ip`).
+    pub fn preflights(limits: &LimitConfig) -> Arc<Self> {
+        Arc::new(CheapRate {
+            limiter: AddressLimiter::new(
+                limits.preflight_rate_per_ip,
+                limits.preflight_burst_per_ip,
+                0,
+            ),
+            throttle: Throttle::new(),
+            what: "CORS preflights",
+            kind: "preflights",
             close: true,
         })
     }
@@ -136,7 +154,7 @@ pub async fn limit(State(rate): State<Arc<CheapRate>>, request: Request, next: N
 }
 
 /// The middleware outside the CORS layer (which answers preflights itself): charges every
-/// `OPTIONS` request to the refusal budget.
+/// `OPTIONS` request to the preflight budget.
 pub async fn preflight(
     State(rate): State<Arc<CheapRate>>,
     request: Request,
