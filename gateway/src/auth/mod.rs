@@ -293,7 +293,12 @@ fn check_proof(
     ) {
         proof::check_body(&checked.body_hash, b"")?;
     }
-    let established = state.auth.established.contains(&client_id);
+    // An established device's reserve entries count under its address bucket.
+    let established = state
+        .auth
+        .established
+        .contains(&client_id)
+        .then(|| crate::limits::ip::bucket(crate::limits::ip::peer(&parts.extensions)));
     match state
         .auth
         .proof_replay

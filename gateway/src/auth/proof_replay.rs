@@ -23,13 +23,16 @@
 //! ÷ 4 entries ([`reserve`]) are kept for established devices (`crate::auth::established`: a
 //! write of theirs landed): one the rules above refuse (but within `per_device`) is admitted
 //! into the reserve, at most [`RESERVE_PER_DEVICE`] live entries each there (about two requests
-//! a second). Fresh devices never enter it.
+//! a second), and at most [`reserve_per_bucket`] from one address bucket (an eighth of the
+//! reserve, never less than one device's part), so one /24 or /56 full of established devices
+//! cannot take all of it. Fresh devices never enter it.
 //!
 //! **Fixed-size entries.** The `jti` (up to 128 bytes) is stored as the first 16 bytes of its
 //! SHA-256, in the device's set and in the expiry queue: a collision within one device's live
 //! entries (2^-128 per pair) would only refuse a fresh proof as a replay.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
 use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
@@ -50,6 +53,12 @@ pub const RESERVE_PER_DEVICE: usize = 64;
 /// The entries kept for established devices beyond the ceiling: a quarter of `capacity`.
 pub fn reserve(capacity: usize) -> usize {
     (capacity / 4).max(RESERVE_PER_DEVICE)
+}
+
+/// The most live reserve entries the established devices of one address bucket may hold: an
+/// eighth of the reserve (`crate::limits::slots::kept_per_bucket`), at least one device's part.
+pub fn reserve_per_bucket(capacity: usize) -> usize {
+    crate::limits::slots::kept_per_bucket(reserve(capacity)).max(RESERVE_PER_DEVICE)
 }
 
 /// A stored `jti`: the first 16 bytes of its SHA-256.
@@ -87,10 +96,12 @@ pub struct ProofReplay {
 struct Inner {
     /// Live entries per device.
     devices: HashMap<Uuid, Partition>,
-    /// Every live entry, oldest first: (expiry, device, jti, in the reserve).
-    order: VecDeque<(u64, Uuid, JtiDigest, bool)>,
-    /// Live reserve entries in all.
+    /// Every live entry, oldest first: (expiry, device, jti, the address bucket of a reserve
+    /// entry).
+    order: VecDeque<(u64, Uuid, JtiDigest, Option<IpAddr>)>,
+    /// Live reserve entries in all, and per address bucket (an entry only while it has one).
     in_reserve: usize,
+    reserve_by_bucket: HashMap<IpAddr, usize>,
     /// The latest clock reading seen, so expiries never go back.
     clock: u64,
 }
@@ -126,16 +137,32 @@ impl ProofReplay {
     }
 
     /// Remembers `jti` for `device` at `now_ms`, unless it is there already or there is no room
-    /// (for an `established` device, in its part of the reserve either).
-    pub fn admit(&self, device: Uuid, jti: &str, now_ms: u64, established: bool) -> Admit {
+    /// (for an established device, `established` naming its address bucket, in its part of the
+    /// reserve and its bucket's either).
+    pub fn admit(
+        &self,
+        device: Uuid,
+        jti: &str,
+        now_ms: u64,
+        established: Option<IpAddr>,
+    ) -> Admit {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let now = now_ms.max(inner.clock);
         inner.clock = now;
         while inner.order.front().is_some_and(|e| e.0 <= now) {
-            let Some((_, d, j, reserved)) = inner.order.pop_front() else {
+            let Some((_, d, j, bucket)) = inner.order.pop_front() else {
                 break;
             };
+            let reserved = bucket.is_some();
             inner.in_reserve -= usize::from(reserved);
+            if let Some(b) = bucket
+                && let Some(n) = inner.reserve_by_bucket.get_mut(&b)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    inner.reserve_by_bucket.remove(&b);
+                }
+            }
             if let Some(partition) = inner.devices.get_mut(&d) {
                 partition.seen.remove(&j);
                 partition.expiries.pop_front();
@@ -169,22 +196,29 @@ impl ProofReplay {
             }
         }
         let reserved = refused.is_some();
+        let mut bucket = None;
         if let Some(refusal) = refused {
             let mine = own.map_or(0, |p| p.reserved);
-            if !established
-                || mine >= RESERVE_PER_DEVICE
+            let Some(b) = established else {
+                return refusal;
+            };
+            let theirs = inner.reserve_by_bucket.get(&b).copied().unwrap_or(0);
+            if mine >= RESERVE_PER_DEVICE
                 || inner.in_reserve >= reserve(self.capacity)
+                || theirs >= reserve_per_bucket(self.capacity)
             {
                 return refusal;
             }
             inner.in_reserve += 1;
+            *inner.reserve_by_bucket.entry(b).or_insert(0) += 1;
+            bucket = Some(b);
         }
         let expiry = now.saturating_add(KEEP_MS);
         let partition = inner.devices.entry(device).or_default();
         partition.seen.insert(jti);
         partition.expiries.push_back(expiry);
         partition.reserved += usize::from(reserved);
-        inner.order.push_back((expiry, device, jti, reserved));
+        inner.order.push_back((expiry, device, jti, bucket));
         Admit::Fresh
     }
 
@@ -207,23 +241,27 @@ impl ProofReplay {
 mod tests {
     use super::*;
 
+    fn home() -> IpAddr {
+        IpAddr::from([192, 0, 2, 1])
+    }
+
     #[test]
     fn a_jti_is_refused_within_the_window_per_device_and_forgotten_after() {
         let cache = ProofReplay::new(10, 100);
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let now = 1_000_000;
-        assert_eq!(cache.admit(a, "x", now, false), Admit::Fresh);
-        assert_eq!(cache.admit(a, "x", now + 5, false), Admit::Replayed);
+        assert_eq!(cache.admit(a, "x", now, None), Admit::Fresh);
+        assert_eq!(cache.admit(a, "x", now + 5, None), Admit::Replayed);
         assert_eq!(
-            cache.admit(b, "x", now + 5, false),
+            cache.admit(b, "x", now + 5, None),
             Admit::Fresh,
             "another device"
         );
         assert_eq!(
-            cache.admit(a, "x", now + KEEP_MS - 1, false),
+            cache.admit(a, "x", now + KEEP_MS - 1, None),
             Admit::Replayed
         );
-        assert_eq!(cache.admit(a, "x", now + KEEP_MS, false), Admit::Fresh);
+        assert_eq!(cache.admit(a, "x", now + KEEP_MS, None), Admit::Fresh);
         assert_eq!(cache.len(), 2, "b's entry expired too, a's is new");
     }
 
@@ -233,37 +271,37 @@ mod tests {
         let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
         let now = 5_000_000;
         for (i, jti) in ["1", "2", "3"].into_iter().enumerate() {
-            assert_eq!(cache.admit(a, jti, now + i as u64, false), Admit::Fresh);
+            assert_eq!(cache.admit(a, jti, now + i as u64, None), Admit::Fresh);
         }
         assert_eq!(
-            cache.admit(a, "4", now + 10, false),
+            cache.admit(a, "4", now + 10, None),
             Admit::Full {
                 retry_after_ms: KEEP_MS - 10
             },
             "a's partition is full: refused, not forgotten"
         );
-        assert_eq!(cache.admit(a, "1", now + 10, false), Admit::Replayed);
+        assert_eq!(cache.admit(a, "1", now + 10, None), Admit::Replayed);
         assert_eq!(
-            cache.admit(b, "1", now + 10, false),
+            cache.admit(b, "1", now + 10, None),
             Admit::Fresh,
             "b is unaffected"
         );
-        assert_eq!(cache.admit(b, "2", now + 10, false), Admit::Fresh);
+        assert_eq!(cache.admit(b, "2", now + 10, None), Admit::Fresh);
         assert_eq!(cache.len(), 5, "the total is full");
         assert_eq!(
-            cache.admit(c, "1", now + 10, false),
+            cache.admit(c, "1", now + 10, None),
             Admit::Fresh,
             "c holds nothing, within its share (5 / 3 partitions = 1)"
         );
         assert_eq!(
-            cache.admit(c, "2", now + 10, false),
+            cache.admit(c, "2", now + 10, None),
             Admit::Full {
                 retry_after_ms: KEEP_MS
             },
             "c at its share, the total full: refused until its own oldest leaves"
         );
         assert_eq!(
-            cache.admit(b, "3", now + 10, false),
+            cache.admit(b, "3", now + 10, None),
             Admit::Full {
                 retry_after_ms: KEEP_MS
             },
@@ -271,12 +309,12 @@ mod tests {
         );
         assert_eq!(cache.len(), 6);
         assert_eq!(
-            cache.admit(a, "4", now + KEEP_MS, false),
+            cache.admit(a, "4", now + KEEP_MS, None),
             Admit::Full { retry_after_ms: 1 },
             "one of a's left, still 5 in all and a over its share"
         );
-        assert_eq!(cache.admit(a, "4", now + KEEP_MS + 20, false), Admit::Fresh);
-        assert_eq!(cache.admit(c, "2", now + KEEP_MS + 20, false), Admit::Fresh);
+        assert_eq!(cache.admit(a, "4", now + KEEP_MS + 20, None), Admit::Fresh);
+        assert_eq!(cache.admit(c, "2", now + KEEP_MS + 20, None), Admit::Fresh);
     }
 
     #[test]
@@ -289,7 +327,7 @@ mod tests {
             for i in 0..per_device {
                 let jti = format!("flood-{i}");
                 assert_eq!(
-                    cache.admit(Uuid::from_u128(d), &jti, now, false),
+                    cache.admit(Uuid::from_u128(d), &jti, now, None),
                     Admit::Fresh
                 );
             }
@@ -298,7 +336,7 @@ mod tests {
         let flooder = Uuid::from_u128(0);
         assert!(
             matches!(
-                cache.admit(flooder, "more", now + 1, false),
+                cache.admit(flooder, "more", now + 1, None),
                 Admit::Full { .. }
             ),
             "the per-device cap still refuses the flooder"
@@ -307,27 +345,21 @@ mod tests {
         let idle = Uuid::from_u128(1_000);
         for i in 0..40 {
             assert_eq!(
-                cache.admit(idle, &format!("first-{i}"), now + 2, false),
+                cache.admit(idle, &format!("first-{i}"), now + 2, None),
                 Admit::Fresh,
                 "an idle device's first proofs are admitted although the total is full"
             );
         }
-        assert_eq!(
-            cache.admit(idle, "first-0", now + 3, false),
-            Admit::Replayed
-        );
+        assert_eq!(cache.admit(idle, "first-0", now + 3, None), Admit::Replayed);
         let fair = capacity / 65;
         for i in 40..fair {
             assert_eq!(
-                cache.admit(idle, &format!("first-{i}"), now + 3, false),
+                cache.admit(idle, &format!("first-{i}"), now + 3, None),
                 Admit::Fresh
             );
         }
         assert!(
-            matches!(
-                cache.admit(idle, "over", now + 3, false),
-                Admit::Full { .. }
-            ),
+            matches!(cache.admit(idle, "over", now + 3, None), Admit::Full { .. }),
             "past its fair share it is refused too"
         );
         assert_eq!(cache.len(), capacity + fair);
@@ -340,7 +372,7 @@ mod tests {
         let mut admitted = 0;
         for d in 0..100u128 {
             for i in 0..4 {
-                if cache.admit(Uuid::from_u128(d), &i.to_string(), now, false) == Admit::Fresh {
+                if cache.admit(Uuid::from_u128(d), &i.to_string(), now, None) == Admit::Fresh {
                     admitted += 1;
                 }
             }
@@ -361,10 +393,10 @@ mod tests {
         let t0 = 1_700_000_000_000;
         let iat = t0 / 1000;
         assert!(check_fresh(iat, cache.now_ms(t0)).is_ok());
-        assert_eq!(cache.admit(a, "x", t0, false), Admit::Fresh);
+        assert_eq!(cache.admit(a, "x", t0, None), Admit::Fresh);
         // The clock steps 60 s forward: "x" is forgotten.
         let later = t0 + 60_000;
-        assert_eq!(cache.admit(a, "y", later, false), Admit::Fresh);
+        assert_eq!(cache.admit(a, "y", later, None), Admit::Fresh);
         assert_eq!(cache.len(), 1, "x expired");
         // Then back to t0: by the raw clock, x's iat is fresh again and x is not remembered.
         assert!(
@@ -382,14 +414,14 @@ mod tests {
     fn a_clock_going_back_never_shortens_what_is_remembered() {
         let cache = ProofReplay::new(10, 10);
         let a = Uuid::from_u128(1);
-        assert_eq!(cache.admit(a, "x", 10_000_000, false), Admit::Fresh);
-        assert_eq!(cache.admit(a, "y", 1_000, false), Admit::Fresh);
+        assert_eq!(cache.admit(a, "x", 10_000_000, None), Admit::Fresh);
+        assert_eq!(cache.admit(a, "y", 1_000, None), Admit::Fresh);
         assert_eq!(
-            cache.admit(a, "x", 10_000_000 + KEEP_MS - 1, false),
+            cache.admit(a, "x", 10_000_000 + KEEP_MS - 1, None),
             Admit::Replayed
         );
         assert_eq!(
-            cache.admit(a, "y", 10_000_000 + KEEP_MS - 1, false),
+            cache.admit(a, "y", 10_000_000 + KEEP_MS - 1, None),
             Admit::Replayed
         );
     }
@@ -403,29 +435,33 @@ mod tests {
         let mut n = 0u128;
         while cache.len() < 400 {
             let device = Uuid::from_u128(1_000 + n);
-            let _ = cache.admit(device, &format!("f{n}"), now, false);
+            let _ = cache.admit(device, &format!("f{n}"), now, None);
             n += 1;
             assert!(n < 100_000, "the flood did not reach the ceiling");
         }
         let idle = Uuid::from_u128(7);
         assert!(matches!(
-            cache.admit(idle, "a", now, false),
+            cache.admit(idle, "a", now, None),
             Admit::Full { .. }
         ));
         // An established device is admitted into the reserve, up to its part of it.
         for i in 0..RESERVE_PER_DEVICE {
-            assert_eq!(cache.admit(idle, &format!("e{i}"), now, true), Admit::Fresh);
+            assert_eq!(
+                cache.admit(idle, &format!("e{i}"), now, Some(home())),
+                Admit::Fresh
+            );
         }
         assert!(matches!(
-            cache.admit(idle, "over", now, true),
+            cache.admit(idle, "over", now, Some(home())),
             Admit::Full { .. }
         ));
-        assert_eq!(cache.admit(idle, "e0", now, true), Admit::Replayed);
+        assert_eq!(cache.admit(idle, "e0", now, Some(home())), Admit::Replayed);
         // The reserve is bounded in all (a quarter of the capacity, at least one device's part).
         let mut others = 0;
         for d in 0..10u128 {
             for i in 0..RESERVE_PER_DEVICE {
-                if cache.admit(Uuid::from_u128(50 + d), &format!("o{i}"), now, true) == Admit::Fresh
+                if cache.admit(Uuid::from_u128(50 + d), &format!("o{i}"), now, Some(home()))
+                    == Admit::Fresh
                 {
                     others += 1;
                 }
@@ -435,9 +471,46 @@ mod tests {
         assert_eq!(cache.len(), 400 + reserve(200));
         // Reserve entries expire like the others.
         assert_eq!(
-            cache.admit(idle, "later", now + KEEP_MS, false),
+            cache.admit(idle, "later", now + KEEP_MS, None),
             Admit::Fresh
         );
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn one_bucket_takes_at_most_an_eighth_of_the_reserve() {
+        let cache = ProofReplay::new(1_000, 4_096);
+        assert_eq!((reserve(4_096), reserve_per_bucket(4_096)), (1_024, 128));
+        let now = 30_000_000;
+        let mut n = 0u128;
+        while cache.len() < 2 * 4_096 {
+            let _ = cache.admit(Uuid::from_u128(100_000 + n), &format!("f{n}"), now, None);
+            n += 1;
+            assert!(n < 1_000_000, "the flood did not reach the ceiling");
+        }
+        // Established devices of one bucket: two devices' parts (128), then refused.
+        let mut admitted = 0;
+        for d in 0..3u128 {
+            for i in 0..RESERVE_PER_DEVICE {
+                let jti = format!("e{i}");
+                if cache.admit(Uuid::from_u128(d), &jti, now, Some(home())) == Admit::Fresh {
+                    admitted += 1;
+                }
+            }
+        }
+        assert_eq!(admitted, 128);
+        // Another bucket's established device still has room.
+        let elsewhere = IpAddr::from([198, 51, 100, 1]);
+        assert_eq!(
+            cache.admit(Uuid::from_u128(9), "x", now, Some(elsewhere)),
+            Admit::Fresh
+        );
+        // Expired, the reserve's entries are forgotten, per bucket too.
+        assert_eq!(
+            cache.admit(Uuid::from_u128(2), "later", now + KEEP_MS, Some(home())),
+            Admit::Fresh
+        );
+        let inner = cache.inner.lock().unwrap();
+        assert_eq!((inner.in_reserve, inner.reserve_by_bucket.len()), (0, 0));
     }
 }

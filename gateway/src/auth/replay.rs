@@ -22,9 +22,10 @@
 //! that address's share. So a further `capacity` ÷ 4 entries ([`reserve`]) are kept for client
 //! ids that are established (`crate::auth::established`: a write of theirs landed): when the
 //! rules above refuse one of them, it is admitted into the reserve, at most
-//! [`RESERVE_PER_CLIENT`] live entries per client id there, so filling the reserve takes that
-//! many established client ids (each cost a session and a landed write). Fresh keys never
-//! enter the reserve.
+//! [`RESERVE_PER_CLIENT`] live entries per client id there, and at most
+//! [`reserve_per_bucket`] per address bucket (an eighth of the reserve), so filling the reserve
+//! takes that many established client ids (each cost a session and a landed write) in eight
+//! buckets at least. Fresh keys never enter the reserve.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -47,6 +48,13 @@ pub const RESERVE_PER_CLIENT: usize = 2;
 /// The entries kept for established client ids beyond the ceiling: a quarter of `capacity`.
 pub fn reserve(capacity: usize) -> usize {
     (capacity / 4).max(1)
+}
+
+/// The most live reserve entries the established client ids of one address bucket may hold:
+/// an eighth of the reserve (`crate::limits::slots::kept_per_bucket`), at least one client
+/// id's part.
+pub fn reserve_per_bucket(capacity: usize) -> usize {
+    crate::limits::slots::kept_per_bucket(reserve(capacity)).max(RESERVE_PER_CLIENT)
 }
 
 /// What the cache says about a pair.
@@ -76,8 +84,9 @@ struct Inner {
     by_expiry: BTreeSet<(u64, Uuid, u64, IpAddr, bool)>,
     /// Live entries outside the reserve, per address bucket.
     per_ip: HashMap<IpAddr, usize>,
-    /// Live reserve entries, per client id.
+    /// Live reserve entries, per client id and per address bucket.
     reserved: HashMap<Uuid, usize>,
+    reserved_per_ip: HashMap<IpAddr, usize>,
     /// Live reserve entries in all.
     in_reserve: usize,
 }
@@ -121,6 +130,7 @@ impl ReplayCache {
             inner.seen.remove(&(first.1, first.2));
             if first.4 {
                 decrement(&mut inner.reserved, &first.1);
+                decrement(&mut inner.reserved_per_ip, &first.3);
                 inner.in_reserve -= 1;
             } else {
                 decrement(&mut inner.per_ip, &first.3);
@@ -137,9 +147,11 @@ impl ReplayCache {
             let share = self.capacity / addresses.max(1);
             if mine >= share || live >= self.capacity.saturating_mul(CEILING_FACTOR) {
                 let held = inner.reserved.get(&client).copied().unwrap_or(0);
+                let bucket_held = inner.reserved_per_ip.get(&ip).copied().unwrap_or(0);
                 if established
                     && held < RESERVE_PER_CLIENT
                     && inner.in_reserve < reserve(self.capacity)
+                    && bucket_held < reserve_per_bucket(self.capacity)
                 {
                     reserved = true;
                 } else {
@@ -166,6 +178,7 @@ impl ReplayCache {
         ));
         if reserved {
             *inner.reserved.entry(client).or_insert(0) += 1;
+            *inner.reserved_per_ip.entry(ip).or_insert(0) += 1;
             inner.in_reserve += 1;
         } else {
             *inner.per_ip.entry(ip).or_insert(0) += 1;
@@ -358,5 +371,39 @@ mod tests {
             Admit::Fresh
         );
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn one_bucket_takes_at_most_an_eighth_of_the_reserve() {
+        let cache = ReplayCache::new(400);
+        assert_eq!((reserve(400), reserve_per_bucket(400)), (100, 12));
+        let now = 9_000_000;
+        let from = |n: u8| IpAddr::from([10, 0, 0, n]);
+        // Fresh keys from 4 addresses fill the cache; each is then over its share.
+        for n in 0..4u8 {
+            for k in 0..200u128 {
+                let id = Uuid::from_u128(u128::from(n) * 1_000 + k);
+                let _ = cache.admit(id, now, from(n), now, false);
+            }
+        }
+        // Established ids behind one flooding address: 12 reserve entries, then refused.
+        let admitted = (0..20u128)
+            .filter(|n| {
+                cache.admit(Uuid::from_u128(50_000 + n), now, from(0), now, true) == Admit::Fresh
+            })
+            .count();
+        assert_eq!(admitted, 12);
+        // Behind another flooding address, an established id still finds room.
+        let other = cache.admit(Uuid::from_u128(60_000), now, from(1), now, true);
+        assert_eq!(other, Admit::Fresh);
+        // Expired, they are forgotten per bucket too.
+        let _ = cache.admit(
+            Uuid::from_u128(1),
+            now + KEEP_MS,
+            from(9),
+            now + KEEP_MS,
+            false,
+        );
+        assert!(cache.inner.lock().unwrap().reserved_per_ip.is_empty());
     }
 }
