@@ -45,7 +45,8 @@ pub struct AppState {
     pub read_share: Arc<ByteShare>,
     /// Per-address and per-client rates and concurrency.
     pub fair: Arc<FairShare>,
-    /// Each address's rate of preflights, 405s and `Host` refusals (`--refusal-rate-per-ip`).
+    /// Each address's rate of 405s and `Host` refusals (`--refusal-rate-per-ip`; preflights have
+    /// their own, `crate::limits::cheap::CheapRate::preflights`).
     pub refusals: Arc<CheapRate>,
     /// Sessions: keys, app tokens, replay cache, rate limit.
     pub auth: Arc<Auth>,
