@@ -27,6 +27,7 @@ use super::stream::WatchStream;
 use crate::engine::backoff::Backoff;
 use crate::engine::env::Reply;
 use crate::engine::model::AggregateRef;
+use crate::engine::read::log::LocalLog;
 use crate::engine::read::machine::{Action, Input, PageEnd, Reader};
 use crate::engine::read::sse::{Parser, note};
 use crate::engine::signal::{Signal, first};
