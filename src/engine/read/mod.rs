@@ -7,6 +7,7 @@
 //! * [`machine`]: [`Reader`](machine::Reader), the decisions — the one change stream, catch-up
 //!   paging, resets, reconnects — with no I/O;
 //! * [`message`]: what the contexts of a device tell each other about it;
+//! * [`page`]: what a reply to a catch-up page or a probe means;
 //! * [`sse`]: the change stream's Server-Sent Events, parsed from text chunks;
 //! * [`subscriptions`]: the subscriptions of every context of the device, merged;
 //! * [`view`]: how the confirmed log and this device's pending events converge into one view.
@@ -18,6 +19,7 @@ pub mod log_conformance;
 pub mod machine;
 pub mod memory_log;
 pub mod message;
+pub mod page;
 pub mod sse;
 pub mod subscriptions;
 pub mod view;
