@@ -528,7 +528,7 @@ proptest! {
 /// not report (it was down, or it lagged) left the deleted versions in the log for good. The
 /// model finds that reading again.
 #[test]
-fn a_deletion_the_stream_missed_is_found_by_the_next_page() {
+fn pages_that_ignore_the_tip_lose_a_deletion_the_stream_missed() {
     let found = (0..2_000u64)
         .any(|seed| std::panic::catch_unwind(|| run(seed, 2, 200, 0.5, true)).is_err());
     assert!(

@@ -1,6 +1,6 @@
 //! How the local log's conformance suite ([`crate::engine::read::log_conformance`]) drives the
 //! IndexedDB log: its pages as the gateway's parsed JSON, its records read back, and the device
-//! side played through the outbox itself (append, pin, settle). Used by
+//! side played through the outbox itself (append, pin, settle, park). Used by
 //! `tests/browser_read_log.rs` only; nothing of it is exported to JavaScript.
 
 use js_sys::{Array, Object};
@@ -10,7 +10,7 @@ use super::outbox::IdbOutbox;
 use super::records::span;
 use crate::browser::js;
 use crate::engine::conformance::event;
-use crate::engine::model::{AggregateRef, Batch};
+use crate::engine::model::{AggregateRef, Batch, ParkRecord};
 use crate::engine::outbox::Outbox;
 use crate::engine::read::log_conformance::LogFixture;
 use crate::engine::read::memory_log::{LogBatch, LogEvent};
@@ -90,5 +90,15 @@ impl LogFixture for IdbOutbox {
             self.settle(&batch, through, None).await.expect("settle"),
             "settled"
         );
+    }
+
+    async fn park(&self, record: &ParkRecord) {
+        let batch = Batch {
+            aggregate: record.aggregate,
+            first_seq: record.first_seq,
+            last_seq: record.last_seq,
+            count: record.count,
+        };
+        Outbox::park(self, record, &batch).await.expect("park");
     }
 }

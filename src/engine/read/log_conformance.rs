@@ -11,7 +11,7 @@ use std::future::Future;
 
 use uuid::Uuid;
 
-use super::super::model::AggregateRef;
+use super::super::model::{AggregateRef, ParkRecord};
 use super::log::{Cursor, LocalLog};
 use super::memory_log::{LogBatch, LogEvent, MemoryLog};
 
@@ -27,6 +27,8 @@ pub trait LogFixture: LocalLog {
     fn assign(&self, aggregate: AggregateRef, n: u64) -> impl Future<Output = u64>;
     /// The drain landed `aggregate`'s events `1..=through` (all assigned, none landed yet).
     fn land(&self, aggregate: AggregateRef, through: u64) -> impl Future<Output = ()>;
+    /// The drain parks `record` (its events assigned, none landed or pinned).
+    fn park(&self, record: &ParkRecord) -> impl Future<Output = ()>;
 }
 
 impl LogFixture for MemoryLog {
@@ -44,6 +46,9 @@ impl LogFixture for MemoryLog {
     }
     async fn land(&self, aggregate: AggregateRef, through: u64) {
         MemoryLog::land(self, aggregate, through)
+    }
+    async fn park(&self, record: &ParkRecord) {
+        MemoryLog::park(self, record.aggregate, Some(record.clone()))
     }
 }
 
@@ -90,6 +95,7 @@ pub async fn run_all<L: LogFixture, F: Future<Output = L>>(mut make: impl FnMut(
     mine_follows_this_devices_confirmed_events(&make().await).await;
     a_trim_drops_only_what_is_below_the_minimum(&make().await).await;
     a_deleted_aggregate_restarts_at_zero(&make().await).await;
+    the_snapshot_carries_the_park_record(&make().await).await;
 }
 
 async fn versions<L: LogFixture>(log: &L, a: AggregateRef, kept: Option<(u64, u64)>) -> Vec<u64> {
@@ -284,4 +290,29 @@ async fn a_deleted_aggregate_restarts_at_zero<L: LogFixture>(log: &L) {
     );
     let after = store(log, a, &others(1, 1)).await.unwrap();
     assert_eq!(after.version, 1, "read again from the start");
+}
+
+async fn the_snapshot_carries_the_park_record<L: LogFixture>(log: &L) {
+    let (a, b) = (aggregate(1), aggregate(2));
+    log.ensure_cursor(a).await.unwrap();
+    log.assign(a, 2).await;
+    assert_eq!(log.snapshot(a, None).await.unwrap().parked, None, "rule 5");
+    let record = ParkRecord {
+        aggregate: a,
+        first_seq: 1,
+        last_seq: 2,
+        count: 2,
+        code: 2022,
+        message: "rejected".into(),
+        parked_at: 1_790_000_000_000,
+        may_have_landed: false,
+    };
+    log.park(&record).await;
+    let s = log.snapshot(a, None).await.unwrap();
+    assert_eq!(
+        s.parked,
+        Some(record),
+        "rule 5: the park record, read with the log"
+    );
+    assert_eq!(log.snapshot(b, None).await.unwrap().parked, None);
 }
