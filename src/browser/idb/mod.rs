@@ -20,7 +20,6 @@ mod counters;
 pub mod db;
 pub(crate) mod keys;
 pub(crate) mod log;
-#[doc(hidden)]
 mod log_fixture;
 pub mod outbox;
 pub mod principal;
