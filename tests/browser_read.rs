@@ -36,6 +36,8 @@ extern "C" {
     fn trim_js(gateway: &str, secret: &str, type_id: &str, id: &str, before: f64) -> Promise;
     #[wasm_bindgen(js_name = countFetches)]
     fn count_fetches() -> JsValue;
+    #[wasm_bindgen(js_name = deletedPages)]
+    fn deleted_pages(id: &str) -> JsValue;
 }
 
 fn call(object: &JsValue, method: &str, arg: &JsValue) {
@@ -236,6 +238,39 @@ async fn a_trimmed_aggregate_is_read_again_from_its_minimum_version() {
     assert_eq!(versions, [4.0, 5.0]);
     call(&log, "unsubscribe", &JsValue::UNDEFINED);
     ok(client.close()).await;
+}
+
+/// A deletion no `reset` announced (the stream was down, or lagged) is found by the next page:
+/// its tip is below the local cursor (`engine::read::page::shrunk`, found by
+/// `tests/read_model.rs`).
+#[wasm_bindgen_test]
+async fn a_deletion_the_stream_did_not_announce_is_found_by_the_next_page() {
+    no_faults().await;
+    let writer = open(&db_name("read-deleted-writer"), "{}").await;
+    let reader = open(&db_name("read-deleted-reader"), "{}").await;
+    let (t, id) = (uuid(), uuid());
+    let agg = aggregate(&t, &id);
+    for i in 0..2 {
+        append_json(&writer, &agg, &format!(r#"{{"i":{i}}}"#)).await;
+    }
+    flush_within(&writer, 20).await;
+    assert_eq!(converged(&reader, &t, &id, "before").await.len(), 2);
+    let deleted = deleted_pages(&id);
+    let view = ok(reader.read(agg.clone())).await;
+    call(&deleted, "restore", &JsValue::UNDEFINED);
+    assert!(
+        num(&deleted, "answered") >= 1.0,
+        "the page was answered as deleted"
+    );
+    assert_eq!(
+        view_keys(&view),
+        Vec::<String>::new(),
+        "the deleted log is dropped"
+    );
+    assert_eq!(num(&view, "version"), 0.0);
+    assert_eq!(count_store(&reader.database_name(), "log").await, 0);
+    ok(writer.close()).await;
+    ok(reader.close()).await;
 }
 
 #[wasm_bindgen_test]

@@ -27,7 +27,9 @@ use super::stream::WatchStream;
 use crate::engine::backoff::Backoff;
 use crate::engine::env::Reply;
 use crate::engine::model::AggregateRef;
+use crate::engine::read::log::LocalLog;
 use crate::engine::read::machine::{Action, Input, PageEnd, Reader};
+use crate::engine::read::page;
 use crate::engine::read::sse::{Parser, note};
 use crate::engine::signal::{Signal, first};
 use crate::engine::sorted::SortedSet;
@@ -446,15 +448,16 @@ impl ReaderRuntime {
                     return failed("a page without batches".into());
                 }
                 let batches = Array::from(&batches);
+                let tip = js::get_u64(&parsed, "tip");
                 if probe {
                     // Version 1 is still there (else 410): gone only if the aggregate was
                     // deleted or recreated below what the local log holds.
-                    let tip = js::get_u64(&parsed, "tip").unwrap_or(u64::MAX);
-                    return if tip < cursor.version {
-                        PageEnd::Gone
-                    } else {
-                        PageEnd::Stored { more: true }
-                    };
+                    return page::probed(tip, cursor);
+                }
+                if page::shrunk(tip, cursor) {
+                    // Deleted while no `reset` reached this device (the stream was down or
+                    // lagged): found by the page itself (tests/read_model.rs).
+                    return PageEnd::Gone;
                 }
                 let stored = match self
                     .outbox
@@ -464,26 +467,15 @@ impl ReaderRuntime {
                     Ok(stored) => stored,
                     Err(e) => return failed(e.to_string()),
                 };
-                let Some(after) = stored else {
-                    // The cursor moved meanwhile (a reset): read again from where it is now.
-                    return PageEnd::Stored { more: true };
-                };
-                if after.version > cursor.version {
+                if stored.is_some_and(|after| after.version > cursor.version) {
                     self.hub.logged(aggregate);
                     (self.news)(ReaderNews::LogChanged(aggregate));
                 }
                 let next = js::get(&parsed, "next");
-                PageEnd::Stored {
-                    // Read on only if this page moved the cursor (a server that keeps saying
-                    // "more" without giving any is not followed).
-                    more: !(next.is_null() || next.is_undefined())
-                        && after.version > cursor.version,
-                }
+                page::stored(cursor, stored, !(next.is_null() || next.is_undefined()))
             }
-            410 => match js::get_u64(&parsed, "minVersion") {
-                Some(min_version) if min_version > 1 => PageEnd::Trimmed { min_version },
-                _ => failed(format!("HTTP 410 without a usable minVersion: {body}")),
-            },
+            410 => page::trimmed(js::get_u64(&parsed, "minVersion"))
+                .unwrap_or_else(|| failed(format!("HTTP 410 without a usable minVersion: {body}"))),
             401 => {
                 self.sessions.refused(&token);
                 failed("HTTP 401: the session was refused".into())

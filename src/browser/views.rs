@@ -25,6 +25,7 @@ use super::idb::outbox::IdbOutbox;
 use super::js;
 use crate::engine::model::AggregateRef;
 use crate::engine::outbox::StoreError;
+use crate::engine::read::log::LocalLog;
 use crate::engine::sorted::SortedMap;
 
 #[wasm_bindgen(module = "/src/browser/glue.js")]

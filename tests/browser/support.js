@@ -508,6 +508,24 @@ export function spoilPages() {
   return log;
 }
 
+/** From now on every page of aggregate `id` (`GET …/events?`) is answered as the gateway answers
+ *  a deleted aggregate, `{"batches":[],"next":null,"tip":0}`, and no `reset` comes on the
+ *  change stream (as when the stream was down while it was deleted); `restore()` puts the real
+ *  `fetch` back, `answered` counts the pages faked. */
+export function deletedPages(id) {
+  const real = globalThis.fetch;
+  const log = { answered: 0 };
+  globalThis.fetch = async (input, init) => {
+    const url = input instanceof Request ? input.url : String(input);
+    if (!url.includes(`/${id}/events?`)) return real(input, init);
+    log.answered += 1;
+    const body = JSON.stringify({ batches: [], next: null, tip: 0 });
+    return new Response(body, { status: 200, headers: { "content-type": "application/json" } });
+  };
+  log.restore = () => { globalThis.fetch = real; };
+  return log;
+}
+
 /** Counts every `fetch` of this context from now on, by path (`/v1/write`, `/v1/session`,
  *  `/v1/watch`, `/v1/aggregates/…`), and how many change streams (`/v1/watch`) are still open
  *  (their request not aborted); `restore()` puts the real `fetch` back. */

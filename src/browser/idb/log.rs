@@ -1,5 +1,6 @@
-//! The local log: what the server confirmed, per aggregate, with a cursor — and the snapshot a
-//! view is built from.
+//! The local log in IndexedDB: [`LocalLog`] for [`IdbOutbox`] — what the server confirmed, per
+//! aggregate, with a cursor, and the snapshot a view is built from. The rules are the trait's
+//! (`engine::read::log`); this is how they are kept in the outbox's database.
 //!
 //! A page of batches and the aggregate's cursor move in **one** transaction, so a reload or
 //! another tab starts from the stored log, never from a half-stored page. The cursor also keeps
@@ -17,20 +18,17 @@ use super::outbox::{IdbOutbox, get, landed, park_of_record, store};
 use super::request::result;
 use super::schema::{COUNTERS, CURSORS, LANDED, LOG, OUTBOX, PARKED};
 use crate::browser::js;
-use crate::engine::model::{AggregateRef, ParkRecord};
+use crate::engine::model::AggregateRef;
 use crate::engine::outbox::StoreError;
+use crate::engine::read::log::{
+    self, Cursor, LocalLog, Place, after_reset, bad_page, is_base64, place, snapshot_from,
+};
 use crate::engine::read::view;
 
-/// How far an aggregate's local log reaches.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Cursor {
-    /// The highest version stored (0: none).
-    pub version: u64,
-    /// The highest of this device's sequences among the stored batches.
-    pub mine: u64,
-    /// How many times the log was reset (a view cached at another epoch is stale).
-    pub epoch: u64,
-}
+/// What a view of an aggregate is built from, read in one snapshot: batches and pending
+/// `outbox` records as stored (`super::records`: the first record may also hold events at or
+/// below `cursor.mine`, which are not pending).
+pub(crate) type Snapshot = log::Snapshot<JsValue, JsValue>;
 
 fn cursor_of(v: &JsValue) -> Cursor {
     Cursor {
@@ -52,40 +50,20 @@ fn cursor_record(c: Cursor) -> JsValue {
 fn well_formed(e: &JsValue) -> bool {
     let int = |k: &str| js::get_u64(e, k).is_some();
     let data = js::get(e, "data");
-    let base64 = |v: &JsValue| {
-        v.as_string().is_some_and(|s| {
-            s.len() % 4 == 0
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=')
-        })
-    };
     int("clientSeq")
         && int("type")
         && int("minor")
         && int("timestamp")
-        && (data.is_null() || base64(&data))
+        && (data.is_null() || data.as_string().is_some_and(|s| is_base64(&s)))
 }
 
-/// What a view of an aggregate is built from, read in one snapshot.
-pub struct Snapshot {
-    /// The version the batches start after: the one asked for if the log's epoch is the one
-    /// given, else 0 (the log was reset: everything).
-    pub from: u64,
-    /// Confirmed batches above `from`, in order (as the server sent them).
-    pub batches: Vec<JsValue>,
-    /// The log's cursor.
-    pub cursor: Cursor,
-    /// The `outbox` records holding this device's stored events not yet confirmed in the log,
-    /// in sequence order (`super::records`: the first may also hold events at or below
-    /// `cursor.mine`, which are not pending).
-    pub pending: Vec<JsValue>,
-    /// The aggregate's park record, if it is parked.
-    pub parked: Option<ParkRecord>,
-}
+impl LocalLog for IdbOutbox {
+    type Page = Array;
+    type Batch = JsValue;
+    type Pending = JsValue;
 
-impl IdbOutbox {
     /// The aggregate's cursor.
-    pub async fn cursor(&self, aggregate: AggregateRef) -> Result<Cursor, StoreError> {
+    async fn cursor(&self, aggregate: AggregateRef) -> Result<Cursor, StoreError> {
         self.db()
             .read(&super::db::stores(&[CURSORS]), async |tx| {
                 let v = get(&store(tx, CURSORS)?, &Agg::new(&aggregate).key()).await?;
@@ -97,7 +75,7 @@ impl IdbOutbox {
     /// Gives the aggregate a cursor if it has none, so from now on the drain keeps its landed
     /// events until the log holds them (a view that showed one as pending never loses it before
     /// its confirmed copy arrives). Returns the cursor.
-    pub async fn ensure_cursor(&self, aggregate: AggregateRef) -> Result<Cursor, StoreError> {
+    async fn ensure_cursor(&self, aggregate: AggregateRef) -> Result<Cursor, StoreError> {
         self.db()
             .write(
                 &super::db::stores(&[CURSORS]),
@@ -119,7 +97,7 @@ impl IdbOutbox {
     }
 
     /// Every aggregate with a local log.
-    pub async fn logged(&self) -> Result<Vec<AggregateRef>, StoreError> {
+    async fn logged(&self) -> Result<Vec<AggregateRef>, StoreError> {
         self.db()
             .read(&super::db::stores(&[CURSORS]), async |tx| {
                 let keys = result(store(tx, CURSORS)?.get_all_keys()).await.js()?;
@@ -138,7 +116,7 @@ impl IdbOutbox {
     /// be well formed, or nothing is stored (a broken or hostile page never enters the log).
     /// `me` is this device's client id, as the server writes it; `mine` never passes the
     /// highest sequence this device assigned for the aggregate.
-    pub async fn store_page(
+    async fn store_page(
         &self,
         aggregate: AggregateRef,
         batches: &Array,
@@ -161,17 +139,12 @@ impl IdbOutbox {
                     let assigned =
                         js::get_u64(&get(&store(tx, COUNTERS)?, &a.key()).await?, "last")
                             .unwrap_or(0);
-                    let bad = |why: &str| {
-                        StoreError::Corrupt(format!("the gateway sent a bad page: {why}"))
-                    };
+                    let bad = bad_page;
                     for batch in batches.iter() {
                         let version = js::get_u64(&batch, "version")
                             .ok_or_else(|| bad("a batch without a version"))?;
-                        if version <= cursor.version {
+                        if place(cursor.version, version)? == Place::Skip {
                             continue;
-                        }
-                        if version != cursor.version + 1 {
-                            return Err(bad("versions with a gap"));
                         }
                         let writer = js::get_string(&batch, "clientId")
                             .ok_or_else(|| bad("a batch without a clientId"))?;
@@ -206,7 +179,7 @@ impl IdbOutbox {
     /// raised to the landed watermark: an event of this device that landed but will never be
     /// read back stops being pending (and can be pruned). Versions kept stay: a trim never makes
     /// a confirmed event vanish and reappear.
-    pub async fn reset_log(
+    async fn reset_log(
         &self,
         aggregate: AggregateRef,
         min_version: u64,
@@ -223,18 +196,9 @@ impl IdbOutbox {
                     let old = cursor_of(&get(&cursors, &a.key()).await?);
                     let landed = landed(&store(tx, LANDED)?, &a).await?;
                     // Versions up to `through`, included, go.
-                    let (through, version) = if gone {
-                        (f64::INFINITY, 0)
-                    } else {
-                        let below = min_version.saturating_sub(1);
-                        (below as f64, old.version.max(below))
-                    };
+                    let (cursor, through) = after_reset(old, min_version, gone, landed);
+                    let through = through.map_or(f64::INFINITY, |v| v as f64);
                     log.delete(&a.seqs(0.0, true, through)?.into()).js()?;
-                    let cursor = Cursor {
-                        version,
-                        mine: old.mine.max(landed),
-                        epoch: old.epoch + 1,
-                    };
                     cursors
                         .put_with_key(&cursor_record(cursor), &a.key())
                         .js()?;
@@ -247,7 +211,7 @@ impl IdbOutbox {
     /// The snapshot of an aggregate's view: log batches above `kept`'s version (all of them when
     /// `kept` is `None` or of another epoch), its cursor, the pending events and the park record
     /// — one read-only transaction.
-    pub async fn snapshot(
+    async fn snapshot(
         &self,
         aggregate: AggregateRef,
         kept: Option<(u64, u64)>,
@@ -258,14 +222,7 @@ impl IdbOutbox {
                 async |tx| {
                     let a = Agg::new(&aggregate);
                     let cursor = cursor_of(&get(&store(tx, CURSORS)?, &a.key()).await?);
-                    let after = match kept {
-                        Some((epoch, version))
-                            if epoch == cursor.epoch && version <= cursor.version =>
-                        {
-                            version
-                        }
-                        _ => 0,
-                    };
+                    let after = snapshot_from(kept, cursor);
                     let batches = if cursor.version > after {
                         let range = a.seqs(after as f64, false, cursor.version as f64)?;
                         js::array(
@@ -287,7 +244,7 @@ impl IdbOutbox {
                     } else {
                         Some(park_of_record(&parked)?)
                     };
-                    Ok(Snapshot {
+                    Ok(log::Snapshot {
                         from: after,
                         batches,
                         cursor,

@@ -5,7 +5,9 @@
 //!   helper every operation goes through, with its error mapping;
 //! * [`request`]: requests and transactions as futures;
 //! * [`keys`]: keys and key ranges;
-//! * [`log`]: the local log of what the server confirmed, and the snapshot a view is built from;
+//! * [`log`]: the local log of what the server confirmed, and the snapshot a view is built from
+//!   ([`LocalLog`](crate::engine::read::log::LocalLog) for the outbox's database);
+//!   `log_fixture` drives it through the log's conformance suite (tests only);
 //! * [`records`]: how events are laid out in `outbox` records (runs of events, not one
 //!   record per event);
 //! * [`outbox`]: [`IdbOutbox`](outbox::IdbOutbox), the
@@ -18,6 +20,7 @@ mod counters;
 pub mod db;
 pub(crate) mod keys;
 pub(crate) mod log;
+mod log_fixture;
 pub mod outbox;
 pub mod principal;
 mod records;

@@ -15,6 +15,7 @@ use super::Runtime;
 use crate::engine::coord::Message;
 use crate::engine::model::AggregateRef;
 use crate::engine::outbox::StoreError;
+use crate::engine::read::log::LocalLog;
 use crate::engine::read::machine::Input as ReadInput;
 use crate::engine::read::message::ReadMessage;
 use crate::engine::read::subscriptions::Subscriptions;

@@ -1,16 +1,25 @@
 //! The read side: what the server confirmed, kept in a local log and watched live.
 //!
 //! * [`fold`]: a projection's cache rule — what of a new view must be folded again;
+//! * [`log`]: the local log's storage interface ([`log::LocalLog`]) and its rules, with an
+//!   in-memory implementation ([`memory_log`]) and a conformance suite ([`log_conformance`])
+//!   that the IndexedDB log in `browser/idb/log.rs` must pass too;
 //! * [`machine`]: [`Reader`](machine::Reader), the decisions — the one change stream, catch-up
 //!   paging, resets, reconnects — with no I/O;
 //! * [`message`]: what the contexts of a device tell each other about it;
+//! * [`page`]: what a reply to a catch-up page or a probe means;
 //! * [`sse`]: the change stream's Server-Sent Events, parsed from text chunks;
 //! * [`subscriptions`]: the subscriptions of every context of the device, merged;
 //! * [`view`]: how the confirmed log and this device's pending events converge into one view.
 
 pub mod fold;
+pub mod log;
+#[doc(hidden)]
+pub mod log_conformance;
 pub mod machine;
+pub mod memory_log;
 pub mod message;
+pub mod page;
 pub mod sse;
 pub mod subscriptions;
 pub mod view;
