@@ -86,7 +86,8 @@ impl Auth {
             keys: SessionKeys::new(&secret),
             ttl_secs: config.session_ttl_secs,
             app: AppTokens::from_config(config)?,
-            replay: ReplayCache::new(config.session_replay_capacity),
+            replay: ReplayCache::new(config.session_replay_capacity)
+                .bucket_cap(config.session_rate_per_minute > 0),
             established: established::Established::new(config.session_replay_capacity),
             limiter: SessionLimiter::new(config.session_rate_per_minute, config.session_burst),
             subjects: SubjectCaps::new(
@@ -104,7 +105,8 @@ impl Auth {
             proof_replay: ProofReplay::new(
                 config.proof_replay_per_device,
                 config.proof_replay_capacity,
-            ),
+            )
+            .bucket_cap(config.limits.rate_per_ip > 0),
         })
     }
 }
