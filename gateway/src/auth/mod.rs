@@ -363,3 +363,28 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reserves' bucket caps follow their per-address limits (docs/deploy.md: 0 behind a
+    /// reverse proxy not named with `--trusted-proxy`).
+    #[test]
+    fn the_replay_reserves_bucket_caps_are_off_with_their_per_address_limits() {
+        let mut config = Config::defaults();
+        config.session_secret = Some("s".repeat(64));
+        let auth = Auth::from_config(&config).unwrap();
+        assert_eq!(
+            (auth.replay.bucket_part(), auth.proof_replay.bucket_part()),
+            (3_125, 8_192)
+        );
+        config.session_rate_per_minute = 0;
+        config.limits.rate_per_ip = 0;
+        let auth = Auth::from_config(&config).unwrap();
+        assert_eq!(
+            (auth.replay.bucket_part(), auth.proof_replay.bucket_part()),
+            (usize::MAX, usize::MAX)
+        );
+    }
+}

@@ -142,6 +142,12 @@ impl ProofReplay {
         self
     }
 
+    /// The most live reserve entries one address bucket may hold.
+    #[cfg(test)]
+    pub(crate) fn bucket_part(&self) -> usize {
+        self.per_bucket
+    }
+
     /// The clock to check a proof's freshness against: `wall_ms`, or the latest reading this
     /// cache has seen if that is later. Entries expire by that latest reading, so checking
     /// freshness against a clock stepped back would accept again proofs already forgotten.

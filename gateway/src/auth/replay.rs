@@ -125,6 +125,12 @@ impl ReplayCache {
         self
     }
 
+    /// The most live reserve entries one address bucket may hold.
+    #[cfg(test)]
+    pub(crate) fn bucket_part(&self) -> usize {
+        self.per_bucket
+    }
+
     /// Remembers (client, nonce), asked from `ip` at `now_ms`, unless it is there already or
     /// the cache is full for that address (and, for an `established` client id, its part of
     /// the reserve is taken too).

@@ -135,6 +135,12 @@ impl Slots {
         })
     }
 
+    /// The pool `limits` asks for: `--max-inflight` slots, the kept slots' bucket cap off with
+    /// `--concurrency-per-ip 0`.
+    pub fn for_limits(limits: &crate::config::LimitConfig) -> Arc<Self> {
+        Slots::with_bucket_cap(limits.max_inflight, limits.concurrency_per_ip > 0)
+    }
+
     /// The slots kept for established client ids beyond `max`.
     pub fn kept(&self) -> usize {
         self.kept
@@ -334,5 +340,10 @@ mod tests {
                 .collect();
             assert_eq!(kept.len(), want, "bucket cap {cap}");
         }
+        // The flag switches it.
+        let mut limits = crate::config::Config::defaults().limits;
+        assert_eq!(Slots::for_limits(&limits).kept_per_bucket, 8);
+        limits.concurrency_per_ip = 0;
+        assert_eq!(Slots::for_limits(&limits).kept_per_bucket, usize::MAX);
     }
 }
