@@ -144,7 +144,7 @@ impl AppState {
         Ok(AppState {
             watch,
             backend,
-            admission: Slots::new(limits.max_inflight),
+            admission: Slots::for_limits(limits),
             write_bytes: Arc::new(Budget::new("write bodies", limits.write_buffer_bytes)),
             write_share: Arc::new(ByteShare::new(
                 "write-body",

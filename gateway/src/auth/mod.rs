@@ -86,7 +86,8 @@ impl Auth {
             keys: SessionKeys::new(&secret),
             ttl_secs: config.session_ttl_secs,
             app: AppTokens::from_config(config)?,
-            replay: ReplayCache::new(config.session_replay_capacity),
+            replay: ReplayCache::new(config.session_replay_capacity)
+                .bucket_cap(config.session_rate_per_minute > 0),
             established: established::Established::new(config.session_replay_capacity),
             limiter: SessionLimiter::new(config.session_rate_per_minute, config.session_burst),
             subjects: SubjectCaps::new(
@@ -104,7 +105,8 @@ impl Auth {
             proof_replay: ProofReplay::new(
                 config.proof_replay_per_device,
                 config.proof_replay_capacity,
-            ),
+            )
+            .bucket_cap(config.limits.rate_per_ip > 0),
         })
     }
 }
@@ -360,4 +362,29 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reserves' bucket caps follow their per-address limits (docs/deploy.md: 0 behind a
+    /// reverse proxy not named with `--trusted-proxy`).
+    #[test]
+    fn the_replay_reserves_bucket_caps_are_off_with_their_per_address_limits() {
+        let mut config = Config::defaults();
+        config.session_secret = Some("s".repeat(64));
+        let auth = Auth::from_config(&config).unwrap();
+        assert_eq!(
+            (auth.replay.bucket_part(), auth.proof_replay.bucket_part()),
+            (3_125, 8_192)
+        );
+        config.session_rate_per_minute = 0;
+        config.limits.rate_per_ip = 0;
+        let auth = Auth::from_config(&config).unwrap();
+        assert_eq!(
+            (auth.replay.bucket_part(), auth.proof_replay.bucket_part()),
+            (usize::MAX, usize::MAX)
+        );
+    }
 }

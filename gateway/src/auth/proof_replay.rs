@@ -24,8 +24,8 @@
 //! write of theirs landed): one the rules above refuse (but within `per_device`) is admitted
 //! into the reserve, at most [`RESERVE_PER_DEVICE`] live entries each there (about two requests
 //! a second), and at most [`reserve_per_bucket`] from one address bucket (an eighth of the
-//! reserve, never less than one device's part), so one /24 or /56 full of established devices
-//! cannot take all of it. Fresh devices never enter it.
+//! reserve, never less than one device's part; none with `--rate-per-ip 0`), so one address
+//! bucket full of established devices cannot take all of it. Fresh devices never enter it.
 //!
 //! **Fixed-size entries.** The `jti` (up to 128 bytes) is stored as the first 16 bytes of its
 //! SHA-256, in the device's set and in the expiry queue: a collision within one device's live
@@ -89,6 +89,9 @@ pub enum Admit {
 pub struct ProofReplay {
     per_device: usize,
     capacity: usize,
+    /// The most live reserve entries per address bucket ([`reserve_per_bucket`], or none:
+    /// [`ProofReplay::bucket_cap`]).
+    per_bucket: usize,
     inner: Mutex<Inner>,
 }
 
@@ -123,8 +126,26 @@ impl ProofReplay {
         ProofReplay {
             per_device,
             capacity,
+            per_bucket: reserve_per_bucket(capacity),
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// Whether the reserve is capped per address bucket: not without a per-address request
+    /// rate (`--rate-per-ip 0`, what docs/deploy.md has behind a reverse proxy not named with
+    /// `--trusted-proxy`, where every request comes from the proxy's bucket and the cap would
+    /// leave every device an eighth of the reserve).
+    pub fn bucket_cap(mut self, on: bool) -> Self {
+        if !on {
+            self.per_bucket = usize::MAX;
+        }
+        self
+    }
+
+    /// The most live reserve entries one address bucket may hold.
+    #[cfg(test)]
+    pub(crate) fn bucket_part(&self) -> usize {
+        self.per_bucket
     }
 
     /// The clock to check a proof's freshness against: `wall_ms`, or the latest reading this
@@ -205,7 +226,7 @@ impl ProofReplay {
             let theirs = inner.reserve_by_bucket.get(&b).copied().unwrap_or(0);
             if mine >= RESERVE_PER_DEVICE
                 || inner.in_reserve >= reserve(self.capacity)
-                || theirs >= reserve_per_bucket(self.capacity)
+                || theirs >= self.per_bucket
             {
                 return refusal;
             }
@@ -512,5 +533,31 @@ mod tests {
         );
         let inner = cache.inner.lock().unwrap();
         assert_eq!((inner.in_reserve, inner.reserve_by_bucket.len()), (0, 0));
+    }
+
+    #[test]
+    fn without_a_per_address_rate_the_reserve_has_no_bucket_cap() {
+        // Behind a proxy not named with `--trusted-proxy` every request comes from the proxy's
+        // bucket (`--rate-per-ip 0` there): established devices must find the whole reserve
+        // (1,024), not the proxy bucket's eighth (128).
+        let now = 30_000_000;
+        for (cap, want) in [(false, 1_024), (true, 128)] {
+            let cache = ProofReplay::new(1_000, 4_096).bucket_cap(cap);
+            let mut n = 0u128;
+            while cache.len() < 2 * 4_096 {
+                let _ = cache.admit(Uuid::from_u128(100_000 + n), &format!("f{n}"), now, None);
+                n += 1;
+            }
+            let mut admitted = 0;
+            for d in 0..20u128 {
+                for i in 0..RESERVE_PER_DEVICE {
+                    let jti = format!("e{i}");
+                    if cache.admit(Uuid::from_u128(d), &jti, now, Some(home())) == Admit::Fresh {
+                        admitted += 1;
+                    }
+                }
+            }
+            assert_eq!(admitted, want, "bucket cap {cap}");
+        }
     }
 }

@@ -25,7 +25,8 @@
 //! [`RESERVE_PER_CLIENT`] live entries per client id there, and at most
 //! [`reserve_per_bucket`] per address bucket (an eighth of the reserve), so filling the reserve
 //! takes that many established client ids (each cost a session and a landed write) in eight
-//! buckets at least. Fresh keys never enter the reserve.
+//! buckets at least (no bucket cap with `--session-rate-per-minute 0`: [`ReplayCache::bucket_cap`]).
+//! Fresh keys never enter the reserve.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -74,6 +75,9 @@ pub enum Admit {
 /// The bounded set of recently accepted pairs.
 pub struct ReplayCache {
     capacity: usize,
+    /// The most live reserve entries per address bucket ([`reserve_per_bucket`], or none:
+    /// [`ReplayCache::bucket_cap`]).
+    per_bucket: usize,
     inner: Mutex<Inner>,
 }
 
@@ -105,8 +109,26 @@ impl ReplayCache {
     pub fn new(capacity: usize) -> Self {
         ReplayCache {
             capacity,
+            per_bucket: reserve_per_bucket(capacity),
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// Whether the reserve is capped per address bucket: not without a per-address session
+    /// rate (`--session-rate-per-minute 0`, what docs/deploy.md has behind a reverse proxy not
+    /// named with `--trusted-proxy`, where every session comes from the proxy's bucket and the
+    /// cap would leave every device an eighth of the reserve).
+    pub fn bucket_cap(mut self, on: bool) -> Self {
+        if !on {
+            self.per_bucket = usize::MAX;
+        }
+        self
+    }
+
+    /// The most live reserve entries one address bucket may hold.
+    #[cfg(test)]
+    pub(crate) fn bucket_part(&self) -> usize {
+        self.per_bucket
     }
 
     /// Remembers (client, nonce), asked from `ip` at `now_ms`, unless it is there already or
@@ -151,7 +173,7 @@ impl ReplayCache {
                 if established
                     && held < RESERVE_PER_CLIENT
                     && inner.in_reserve < reserve(self.capacity)
-                    && bucket_held < reserve_per_bucket(self.capacity)
+                    && bucket_held < self.per_bucket
                 {
                     reserved = true;
                 } else {
@@ -405,5 +427,29 @@ mod tests {
             false,
         );
         assert!(cache.inner.lock().unwrap().reserved_per_ip.is_empty());
+    }
+
+    #[test]
+    fn without_a_per_address_session_rate_the_reserve_has_no_bucket_cap() {
+        // Behind a proxy not named with `--trusted-proxy` every session comes from the proxy's
+        // bucket (`--session-rate-per-minute 0` there): established devices must find the
+        // whole reserve (100), not the proxy bucket's eighth (12).
+        let proxy = IpAddr::from([10, 0, 0, 1]);
+        let now = 9_000_000;
+        for (cap, want) in [(false, 100), (true, 12)] {
+            let cache = ReplayCache::new(400).bucket_cap(cap);
+            for k in 0..400u128 {
+                assert_eq!(
+                    cache.admit(Uuid::from_u128(k), now, proxy, now, false),
+                    Admit::Fresh
+                );
+            }
+            let admitted = (0..200u128)
+                .filter(|n| {
+                    cache.admit(Uuid::from_u128(50_000 + n), now, proxy, now, true) == Admit::Fresh
+                })
+                .count();
+            assert_eq!(admitted, want, "bucket cap {cap}");
+        }
     }
 }

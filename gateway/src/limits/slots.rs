@@ -17,9 +17,10 @@
 //! it. So a further sixteenth of `--max-inflight` ([`Slots::kept`]) is kept beyond it for
 //! established client ids (`crate::auth::established`: a write of theirs landed): one whose
 //! write the rules above refuse takes one of those, if it holds no slot already, and if its
-//! address bucket holds fewer than an eighth of them ([`kept_per_bucket`]). Filling them takes
-//! that many established client ids each with a write in progress, from eight buckets at least;
-//! fresh keys never take them.
+//! address bucket holds fewer than an eighth of them ([`kept_per_bucket`]; no bucket cap with
+//! `--concurrency-per-ip 0`, [`Slots::with_bucket_cap`]). Filling them takes that many
+//! established client ids each with a write in progress, from eight buckets at least; fresh
+//! keys never take them.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -42,8 +43,9 @@ pub fn kept_for(max: usize) -> usize {
 }
 
 /// The most of `kept` kept places one address bucket may hold: an eighth, at least one, so
-/// one /24 or /56 full of established ids cannot take the whole reserve (filling it takes
-/// eight buckets).
+/// one address bucket (an IPv4 address or IPv6 /56 at the default prefixes) full of
+/// established ids cannot take the whole reserve (filling it takes eight buckets once `kept`
+/// is 8 or more; below that, `kept` buckets: one each).
 pub fn kept_per_bucket(kept: usize) -> usize {
     (kept / 8).max(1)
 }
@@ -112,13 +114,31 @@ impl Slots {
     /// `max` slots, the last quarter of them reserved for light addresses, and a sixteenth
     /// more kept for established client ids.
     pub fn new(max: usize) -> Arc<Self> {
+        Slots::with_bucket_cap(max, true)
+    }
+
+    /// As [`Slots::new`]; `bucket_cap` false: no address bucket's cap on the kept slots, as
+    /// with `--concurrency-per-ip 0` (what docs/deploy.md has behind a reverse proxy not named
+    /// with `--trusted-proxy`, where every write comes from the proxy's bucket and the cap
+    /// would leave every device an eighth of the kept slots).
+    pub fn with_bucket_cap(max: usize, bucket_cap: bool) -> Arc<Self> {
         Arc::new(Slots {
             max,
             reserve: max / 4,
             kept: kept_for(max),
-            kept_per_bucket: kept_per_bucket(kept_for(max)),
+            kept_per_bucket: if bucket_cap {
+                kept_per_bucket(kept_for(max))
+            } else {
+                usize::MAX
+            },
             held: Mutex::new(Held::default()),
         })
+    }
+
+    /// The pool `limits` asks for: `--max-inflight` slots, the kept slots' bucket cap off with
+    /// `--concurrency-per-ip 0`.
+    pub fn for_limits(limits: &crate::config::LimitConfig) -> Arc<Self> {
+        Slots::with_bucket_cap(limits.max_inflight, limits.concurrency_per_ip > 0)
     }
 
     /// The slots kept for established client ids beyond `max`.
@@ -302,5 +322,28 @@ mod tests {
         assert_eq!(slots.lock().kept_per_ip.len(), 2);
         drop((held, other));
         assert!(slots.lock().kept_per_ip.is_empty());
+    }
+
+    #[test]
+    fn without_a_per_address_concurrency_the_kept_slots_have_no_bucket_cap() {
+        // Behind a proxy not named with `--trusted-proxy` every write comes from the proxy's
+        // bucket (`--concurrency-per-ip 0` there): every established device must find all 16
+        // kept slots, not the proxy bucket's 2.
+        let proxy = ip(1);
+        for (cap, want) in [(false, 16), (true, 2)] {
+            let slots = Slots::with_bucket_cap(256, cap);
+            let _fresh: Vec<Slot> = (0..256)
+                .map_while(|_| slots.take(proxy, None).ok())
+                .collect();
+            let kept: Vec<Slot> = (0..40u128)
+                .filter_map(|n| slots.take(proxy, Some(Uuid::from_u128(n))).ok())
+                .collect();
+            assert_eq!(kept.len(), want, "bucket cap {cap}");
+        }
+        // The flag switches it.
+        let mut limits = crate::config::Config::defaults().limits;
+        assert_eq!(Slots::for_limits(&limits).kept_per_bucket, 8);
+        limits.concurrency_per_ip = 0;
+        assert_eq!(Slots::for_limits(&limits).kept_per_bucket, usize::MAX);
     }
 }

@@ -60,18 +60,23 @@ struct Registry {
     /// Kept streams open (counted in `streams` too), and their registrations.
     kept: usize,
     kept_registrations: usize,
-    /// Kept streams per address bucket (an entry only while it has one).
-    kept_by_ip: HashMap<IpAddr, usize>,
+    /// Kept streams and their registrations per address bucket (an entry only while it has a
+    /// kept stream).
+    kept_by_ip: HashMap<IpAddr, (usize, usize)>,
 }
 
 /// The registry of open streams.
 pub struct Hub {
     limits: WatchLimits,
-    /// Streams and registrations kept beyond the pool for established devices, and the most
-    /// kept streams one address bucket may hold (see [`Hub::register`]).
+    /// Streams and registrations kept beyond the pool for established devices (see
+    /// [`Hub::register`]), and their caps: the most aggregates one kept stream may name, the
+    /// most kept streams and kept registrations one address bucket may hold (`usize::MAX`
+    /// with `--watch-max-streams-per-ip 0`).
     kept_streams: usize,
     kept_registrations: usize,
+    kept_aggregates: usize,
     kept_per_bucket: usize,
+    kept_registrations_per_bucket: usize,
     org: Uuid,
     registry: Mutex<Registry>,
     next_id: AtomicU64,
@@ -113,12 +118,32 @@ fn retry(code: u32, message: String) -> ApiError {
 impl Hub {
     /// An empty hub for organisation `org` (changes of other organisations are ignored).
     pub fn new(limits: WatchLimits, org: Uuid) -> Arc<Self> {
-        let kept_streams = crate::limits::slots::kept_for(limits.max_streams);
+        use crate::limits::slots::{kept_for, kept_per_bucket};
+        let kept_streams = kept_for(limits.max_streams);
+        let kept_registrations = kept_for(limits.max_registrations);
+        let kept_aggregates = (kept_registrations / kept_streams).max(1);
+        // Behind a proxy not named with `--trusted-proxy` every stream is in the proxy's
+        // bucket: there (`--watch-max-streams-per-ip 0`) a bucket cap would cut every device
+        // to an eighth of the reserve.
+        let per_bucket = |cap: usize| {
+            if limits.max_streams_per_ip == 0 {
+                usize::MAX
+            } else {
+                cap
+            }
+        };
         Arc::new(Hub {
             limits,
             kept_streams,
-            kept_registrations: crate::limits::slots::kept_for(limits.max_registrations),
-            kept_per_bucket: crate::limits::slots::kept_per_bucket(kept_streams),
+            kept_registrations,
+            kept_aggregates,
+            kept_per_bucket: per_bucket(kept_per_bucket(kept_streams)),
+            // Implied by the two caps before it (a bucket's kept streams × a kept stream's
+            // part), and checked all the same, so the bound docs/protocol.md §15 states is the
+            // one the code enforces.
+            kept_registrations_per_bucket: per_bucket(
+                kept_per_bucket(kept_registrations).max(kept_aggregates),
+            ),
             org,
             registry: Mutex::new(Registry::default()),
             next_id: AtomicU64::new(1),
@@ -232,8 +257,9 @@ impl Hub {
     }
 
     /// Whether a stream the pool refused may take a kept place: its client id is established
-    /// and has no stream open, a kept place and its registrations are free, and its address
-    /// bucket holds fewer than its part of them.
+    /// and has no stream open, it names at most a kept stream's part of the kept registrations,
+    /// a kept place and its registrations are free, and its address bucket holds fewer than its
+    /// part of both.
     fn may_keep(
         &self,
         registry: &Registry,
@@ -242,12 +268,15 @@ impl Hub {
         bucket: IpAddr,
         adding: usize,
     ) -> bool {
+        let (streams, registrations) = registry.kept_by_ip.get(&bucket).copied().unwrap_or((0, 0));
         established
             && client.is_some()
             && !registry.by_client.contains_key(&client)
+            && adding <= self.kept_aggregates
             && registry.kept < self.kept_streams
             && registry.kept_registrations + adding <= self.kept_registrations
-            && registry.kept_by_ip.get(&bucket).copied().unwrap_or(0) < self.kept_per_bucket
+            && streams < self.kept_per_bucket
+            && registrations + adding <= self.kept_registrations_per_bucket
     }
 
     /// Registers a stream of `client` (`established`: `crate::auth::established`), from
@@ -258,9 +287,15 @@ impl Hub {
     /// fill the pool and its reserve. So a sixteenth of `--watch-max-streams` and of
     /// `--watch-max-registrations` (at least one) is kept beyond them for established client
     /// ids, one stream each (a client id with no stream open), taken only when the pool's rules
-    /// refuse; one address bucket may hold at most an eighth of the kept streams (at least
-    /// one), so one /24 or /56 of established ids cannot take them all. The per-address cap
-    /// (`--watch-max-streams-per-ip`) and the per-client cap apply to kept streams too.
+    /// refuse. A kept stream names at most the kept registrations ÷ the kept streams (20 at the
+    /// defaults): one stream could name `--watch-max-aggregates` (1,000), and 13 such streams
+    /// took all 12,500 kept registrations, so every other established device's watch was
+    /// refused; with that part, the kept registrations run out only when the kept streams do.
+    /// One address bucket may hold at most an eighth of the kept streams and an eighth of the
+    /// kept registrations (never less than one stream's part), so one /32 or /56 of
+    /// established ids cannot take them all; both bucket caps are off with
+    /// `--watch-max-streams-per-ip 0` (behind a proxy not named with `--trusted-proxy`). The
+    /// per-address cap and the per-client cap apply to kept streams too.
     pub fn register(
         self: &Arc<Self>,
         client: Option<Uuid>,
@@ -297,7 +332,9 @@ impl Hub {
         if kept {
             registry.kept += 1;
             registry.kept_registrations += aggregates.len();
-            *registry.kept_by_ip.entry(bucket).or_insert(0) += 1;
+            let mine = registry.kept_by_ip.entry(bucket).or_insert((0, 0));
+            mine.0 += 1;
+            mine.1 += aggregates.len();
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(Slot::new(id, client, aggregates));
@@ -329,9 +366,10 @@ impl Hub {
         if kept {
             registry.kept -= 1;
             registry.kept_registrations -= slot.aggregates.len();
-            if let Some(n) = registry.kept_by_ip.get_mut(&bucket) {
-                *n -= 1;
-                if *n == 0 {
+            if let Some(mine) = registry.kept_by_ip.get_mut(&bucket) {
+                mine.0 -= 1;
+                mine.1 -= slot.aggregates.len();
+                if mine.0 == 0 {
                     registry.kept_by_ip.remove(&bucket);
                 }
             }
@@ -430,155 +468,4 @@ impl Hub {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn aggregates(from: u128, n: u128) -> HashSet<AggregateRef> {
-        (from..from + n)
-            .map(|i| AggregateRef {
-                type_id: Uuid::from_u128(1),
-                id: Uuid::from_u128(i),
-            })
-            .collect()
-    }
-
-    fn hub(per_ip: usize) -> Arc<Hub> {
-        Hub::new(
-            WatchLimits {
-                max_aggregates: 100,
-                max_streams_per_client: 1000,
-                max_streams_per_ip: per_ip,
-                max_streams: 1000,
-                max_registrations: 400,
-            },
-            Uuid::nil(),
-        )
-    }
-
-    #[test]
-    fn heavy_addresses_leave_the_last_quarter_of_registrations_to_light_ones() {
-        let hub = hub(64);
-        let heavy = IpAddr::from([192, 0, 2, 1]);
-        let mut held = Vec::new();
-        let mut refused = 0;
-        for n in 0..10u128 {
-            match hub.register(
-                Some(Uuid::from_u128(n)),
-                false,
-                heavy,
-                aggregates(n * 100, 50),
-            ) {
-                Ok(r) => held.push(r),
-                Err(_) => refused += 1,
-            }
-        }
-        // 6 streams × 50 = 300: a seventh would leave less than 100 of 400.
-        assert_eq!((held.len(), refused), (6, 4));
-        // A device on its own address watches, twice even (its second stream too).
-        let light = IpAddr::from([192, 0, 2, 2]);
-        let a = hub.register(
-            Some(Uuid::from_u128(100)),
-            false,
-            light,
-            aggregates(5000, 50),
-        );
-        let b = hub.register(
-            Some(Uuid::from_u128(101)),
-            false,
-            light,
-            aggregates(6000, 40),
-        );
-        assert!(a.is_ok() && b.is_ok());
-        // Its third is over the reserve's share.
-        assert!(
-            hub.register(
-                Some(Uuid::from_u128(102)),
-                false,
-                light,
-                aggregates(7000, 1)
-            )
-            .is_err()
-        );
-    }
-
-    #[test]
-    fn without_a_per_address_cap_there_is_no_reserve() {
-        let hub = hub(0);
-        let proxy = IpAddr::from([192, 0, 2, 9]);
-        let held: Vec<Registration> = (0..8u128)
-            .map(|n| {
-                hub.register(
-                    Some(Uuid::from_u128(n)),
-                    false,
-                    proxy,
-                    aggregates(n * 100, 50),
-                )
-                .unwrap()
-            })
-            .collect();
-        assert_eq!(held.len(), 8);
-    }
-
-    #[test]
-    fn established_devices_have_kept_streams_one_bucket_cannot_take_alone() {
-        // 32 streams: 2 kept, 1 per bucket.
-        let hub = Hub::new(
-            WatchLimits {
-                max_aggregates: 100,
-                max_streams_per_client: 4,
-                max_streams_per_ip: 4,
-                max_streams: 32,
-                max_registrations: 10_000,
-            },
-            Uuid::nil(),
-        );
-        assert_eq!((hub.kept_streams, hub.kept_per_bucket), (2, 1));
-        // Fresh keys from light addresses, one stream each, fill the pool, reserve included.
-        let fresh: Vec<Registration> = (0..32u8)
-            .map(|n| {
-                let ip = IpAddr::from([198, 51, 100, n]);
-                hub.register(
-                    Some(Uuid::from_u128(1000 + u128::from(n))),
-                    false,
-                    ip,
-                    aggregates(0, 1),
-                )
-                .unwrap()
-            })
-            .collect();
-        let home = IpAddr::from([192, 0, 2, 1]);
-        let fresh_key = hub.register(Some(Uuid::from_u128(1)), false, home, aggregates(0, 1));
-        assert!(fresh_key.is_err(), "a fresh key finds the pool full");
-        // An established device watches, from a flooding address too.
-        let a = hub
-            .register(Some(Uuid::from_u128(2)), true, home, aggregates(0, 1))
-            .unwrap();
-        assert!(a.kept());
-        // Its second stream is not kept (one each); nor a second one of its bucket.
-        assert!(
-            hub.register(Some(Uuid::from_u128(2)), true, home, aggregates(0, 1))
-                .is_err()
-        );
-        assert!(
-            hub.register(Some(Uuid::from_u128(3)), true, home, aggregates(0, 1))
-                .is_err()
-        );
-        // Another bucket's established device takes the last kept stream.
-        let other = IpAddr::from([192, 0, 2, 2]);
-        let b = hub
-            .register(Some(Uuid::from_u128(4)), true, other, aggregates(0, 1))
-            .unwrap();
-        assert!(b.kept());
-        drop((a, b, fresh));
-        let registry = hub.lock();
-        assert_eq!(
-            (
-                registry.streams.len(),
-                registry.kept,
-                registry.kept_registrations
-            ),
-            (0, 0, 0)
-        );
-        assert!(registry.kept_by_ip.is_empty());
-    }
-}
+mod tests;
