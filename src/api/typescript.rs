@@ -83,6 +83,16 @@ export interface EventInput {
     iv?: Uint8Array;
 }
 
+/** `append`'s options. */
+export interface AppendOptions {
+    /** A conditional append: its events land, all together and alone (one request), only if the
+     * aggregate is then at exactly this version (an `AggregateView`'s `version`; `0`: only if it
+     * does not exist yet). Otherwise they are parked with code 2003
+     * (`ServerCode.OPTIMISTIC_CONCURRENCY_VIOLATION`) and `currentVersion`, and nothing of them
+     * is stored at the server. An integer 0 … 2^53 − 1; anything else is `INVALID_OPTIONS`. */
+    expectedVersion?: number;
+}
+
 /** `signOut`'s options. */
 export interface SignOutOptions {
     /** Delete pending and parked events unsent. Without it `signOut` rejects with `PENDING_EVENTS` while there are any. */
@@ -214,6 +224,8 @@ export interface ParkedDetail {
     parkedAt: number;
     /** An earlier attempt had an unknown outcome: these events may have landed before the rejection. */
     mayHaveLanded: boolean;
+    /** For a conditional append refused by its version guard (code 2003, confirmed by reading the aggregate back): the aggregate's version the server reported. */
+    currentVersion?: number;
 }
 
 /** One element of `parkedEvents()`. */
@@ -230,6 +242,8 @@ export interface ParkedEvent {
     message: string;
     parkedAt: number;
     mayHaveLanded: boolean;
+    /** As `ParkedDetail.currentVersion`. */
+    currentVersion?: number;
     /** As `ViewEvent.decryptError`. */
     decryptError?: CeleriantSyncError;
     /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
@@ -395,7 +409,7 @@ export interface TypedAggregateView<E extends EventTypes> extends Omit<Aggregate
 /** A `SyncClient` whose events are the app's types (what `SyncClient.open<E>` resolves with). */
 export interface TypedSyncClient<E extends EventTypes>
     extends Omit<SyncClient, "append" | "read" | "subscribe" | "parkedEvents" | "project"> {
-    append(aggregate: AggregateRef, events: TypedEventInput<E>[]): Promise<Receipt[]>;
+    append(aggregate: AggregateRef, events: TypedEventInput<E>[], options?: AppendOptions): Promise<Receipt[]>;
     read(aggregate: AggregateRef): Promise<TypedAggregateView<E>>;
     subscribe(aggregate: AggregateRef, listener: (view: TypedAggregateView<E>) => void): () => void;
     parkedEvents(): Promise<TypedParkedEvent<E>[]>;
@@ -413,6 +427,8 @@ export declare namespace SyncClient {
 }
 
 export interface SyncClient {
+    /** `append` without options (an unconditional append). */
+    append(aggregate: AggregateRef, events: EventInput[]): Promise<Receipt[]>;
     /**
      * A live projection of the aggregate: `projection.apply(state, event)` folded over its
      * view from `projection.initial` — the confirmed events once (a new page folds only its

@@ -16,11 +16,15 @@
 //! | `unknown` (network, timeout, 502/504)     | back off, resend identical                         |
 //! | `rejected`, several events                | isolate: re-pin the first event alone              |
 //! | `rejected`, one event                     | park the aggregate, tell the app                   |
+//! | 2003 on a conditional batch               | verify: read the aggregate back first              |
+//! | any other `rejected`, conditional batch   | park the whole batch (never isolated)              |
 //!
-//! A 2003 (a stale `expectedVersion`) is a `rejected` like any other for now; its
-//! [`Outcome::conflict`] carries the aggregate and its current version from the body, so the drain
-//! can later park a conditional write with them (`docs/protocol.md` 6.1, including the trap: after
-//! an ambiguous outcome a 2003 may be the write's own landing).
+//! A conditional batch (a conditional append, `expectedVersion`) is judged whole: its guard is
+//! about all of it, so it is never re-cut to isolate an event. A 2003 on it is never taken as a
+//! conflict before the aggregate was read back (`docs/protocol.md` 6.1, the trap: Celeriant checks
+//! the guard before idempotency, so a write that landed but whose answer was lost gets 2003 on its
+//! identical resend); the drain decides on what the read finds. A 2003 on an unconditional batch
+//! cannot happen (it carries no guard) and is a `rejected` like any other.
 //!
 //! Only `landed` settles. A rejection means nothing of the request was applied, so re-cutting
 //! it to find the offending event is safe; any other failure keeps the batch byte-identical.
@@ -247,15 +251,25 @@ pub enum Action {
         /// Why.
         message: String,
     },
+    /// A conditional batch got 2003: read the aggregate back to find out whether the batch
+    /// itself landed (its own earlier attempt) before taking it as a conflict.
+    Verify {
+        /// Why (the 2003's message).
+        message: String,
+        /// The aggregate's version the 2003 reported, if its body named it.
+        current_version: Option<u64>,
+    },
 }
 
 /// Code used when a server's answer contradicts itself (a 2002 below the batch).
 pub(crate) const PROTOCOL_VIOLATION: u32 = 0;
 
-/// Decides what an outcome means for `batch`. `delay_ms(retry_after)` computes the backoff;
-/// `attempt` counts the batch's failed attempts so far.
+/// Decides what an outcome means for `batch` (`conditional`: a conditional append's batch,
+/// carrying its version guard). `delay_ms(retry_after)` computes the backoff; `attempt` counts
+/// the batch's failed attempts so far.
 pub fn decide(
     batch: &Batch,
+    conditional: bool,
     outcome: Outcome,
     attempt: u32,
     delay_ms: impl FnOnce(Option<u64>) -> u64,
@@ -319,7 +333,15 @@ pub fn decide(
             code,
             message,
         },
-        // A 2003's conflict is not acted on yet: it is parked (or isolated) like any rejection.
+        Outcome::Rejected {
+            code: OPTIMISTIC_CONCURRENCY_VIOLATION,
+            message,
+            conflict,
+        } if conditional => Action::Verify {
+            message,
+            current_version: conflict.map(|c| c.current_version),
+        },
+        Outcome::Rejected { code, message, .. } if conditional => Action::Park { code, message },
         Outcome::Rejected { code, message, .. } if batch.count > 1 => {
             Action::Isolate { code, message }
         }
@@ -464,7 +486,7 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let d = |b: &Batch, o: Outcome| decide(b, o, 0, |ra| ra.unwrap_or(100));
+        let d = |b: &Batch, o: Outcome| decide(b, false, o, 0, |ra| ra.unwrap_or(100));
         let b = batch(5, 10, 6);
         let landed = |dup, last| Outcome::Landed {
             duplicate: dup,
@@ -585,7 +607,7 @@ mod tests {
             "renewed at once the first time"
         );
         assert!(matches!(
-            decide(&b, unauthorized, 3, |_| 700),
+            decide(&b, false, unauthorized, 3, |_| 700),
             Action::Reauthenticate { delay_ms: 700, .. }
         ));
         assert!(matches!(

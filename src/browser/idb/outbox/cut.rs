@@ -14,7 +14,7 @@ use super::super::schema::{LANDED, OUTBOX};
 use super::super::watermarks::{Marks, mark_of};
 use super::{IdbOutbox, landed, store};
 use crate::browser::js;
-use crate::engine::batch::take_within;
+use crate::engine::batch::{cut_at_guards, take_within};
 use crate::engine::model::{Batch, StoredEvent};
 use crate::engine::outbox::{CutQuery, StoreError};
 
@@ -153,7 +153,14 @@ async fn cut(
                 {
                     above = above.max(through);
                 }
-                let found = head(events, &a, above, query.max_events, query.max_bytes).await?;
+                let mut found = head(events, &a, above, query.max_events, query.max_bytes).await?;
+                if let Some(guard) = cut_at_guards(&mut found) {
+                    // A conditional append: all of its events, whatever the limits.
+                    if found.last().is_some_and(|e| e.client_seq < guard.last_seq) {
+                        found = events_between(events, &a, above, guard.last_seq).await?;
+                    }
+                    cut_at_guards(&mut found);
+                }
                 if !found.is_empty() {
                     return Ok(Some(found));
                 }
