@@ -8,6 +8,7 @@
 mod browser;
 
 use browser::*;
+use celeriant_sync::SyncClient;
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
@@ -178,4 +179,130 @@ async fn the_trap_a_dropped_answer_then_2003_settles_as_landed_exactly_once() {
     assert_eq!(ids, 2, "synced told once per event");
     assert!(list(&seen, "parked").is_empty());
     ok(client.close()).await;
+}
+
+/// A decide function: reads the view's version `v` and appends the counter's next value,
+/// `v + 1`, as the event's data (its decimal digits); counts its calls.
+fn next_counter(calls: std::rc::Rc<std::cell::Cell<u32>>) -> js_sys::Function {
+    Closure::<dyn FnMut(JsValue) -> JsValue>::new(move |view: JsValue| {
+        calls.set(calls.get() + 1);
+        let next = num(&view, "version") as u64 + 1;
+        Array::of1(&bytes_event(1, next.to_string().as_bytes())).into()
+    })
+    .into_js_value()
+    .unchecked_into()
+}
+
+#[wasm_bindgen_test]
+async fn decide_from_two_devices_on_one_counter_yields_1_to_n_with_no_gap_and_no_repeat() {
+    no_faults().await;
+    // Two devices: two databases, two device keys, two client ids.
+    let options = r#"{"requestTimeoutMs":2000}"#;
+    let one = open(&db_name("cond-decide-1"), options).await;
+    let two = open(&db_name("cond-decide-2"), options).await;
+    let id = uuid();
+    let a = aggregate(SHARED_TYPE, &id);
+    // Some answers are dropped after the write committed: the trap under contention.
+    set_faults(r#"{"dropAfterCommit":0.25}"#).await;
+    let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+    let per_device = 6;
+    let run = |client: SyncClient| {
+        let (a, calls) = (a.clone(), calls.clone());
+        async move {
+            let mut attempts = 0.0;
+            for _ in 0..per_device {
+                let decided = ok(client.decide(
+                    a.clone(),
+                    next_counter(calls.clone()),
+                    json(r#"{"maxAttempts":50}"#),
+                ))
+                .await;
+                assert_eq!(list(&decided, "receipts").len(), 1);
+                attempts += num(&decided, "attempts");
+            }
+            attempts
+        }
+    };
+    let (attempts_one, attempts_two) =
+        futures_util::future::join(run(one.clone()), run(two.clone())).await;
+    no_faults().await;
+    let stored = read_all(SHARED_TYPE, &id).await;
+    let values: Vec<String> = stored.iter().map(|e| string(e, "data")).collect();
+    let expected: Vec<String> = (1..=2 * per_device)
+        .map(|n| base64(n.to_string().as_bytes()))
+        .collect();
+    assert_eq!(values, expected, "1..=N in order, no gap, no repeat");
+    assert_eq!(
+        attempts_one + attempts_two,
+        f64::from(calls.get()),
+        "every call of decide was one attempt"
+    );
+    for client in [one, two] {
+        assert_eq!(num(&client.status(), "parked"), 0.0);
+        assert_eq!(num(&client.status(), "pending"), 0.0);
+        ok(client.close()).await;
+    }
+}
+
+#[wasm_bindgen_test]
+async fn decide_offline_rejects_at_once_and_contention_is_surfaced() {
+    no_faults().await;
+    let db = db_name("cond-decide-offline");
+    let one = open(&db, "{}").await;
+    let a = aggregate(SHARED_TYPE, &uuid());
+    let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+    one.set_offline(true);
+    let e = err(one.decide(a.clone(), next_counter(calls.clone()), JsValue::UNDEFINED)).await;
+    assert_eq!(code(&e), "OFFLINE", "{}", describe(&e));
+    assert_eq!(calls.get(), 0, "decide not called");
+    assert_eq!(outbox_events(&db).await, 0, "nothing stored");
+    one.set_offline(false);
+    let e = err(one.decide(
+        a.clone(),
+        next_counter(calls.clone()),
+        json(r#"{"maxAttempts":0}"#),
+    ))
+    .await;
+    assert_eq!(code(&e), "INVALID_OPTIONS");
+    // Nothing to do: resolves without a write.
+    let none: js_sys::Function = Closure::<dyn FnMut(JsValue) -> JsValue>::new(|_| JsValue::NULL)
+        .into_js_value()
+        .unchecked_into();
+    let decided = ok(one.decide(a.clone(), none, JsValue::UNDEFINED)).await;
+    assert!(list(&decided, "receipts").is_empty());
+    // Another device writes while each attempt decides: every attempt conflicts.
+    let two = open(&db_name("cond-decide-rival"), "{}").await;
+    let rival = {
+        let (two, a, calls) = (two.clone(), a.clone(), calls.clone());
+        Closure::<dyn FnMut(JsValue) -> JsValue>::new(move |view: JsValue| {
+            calls.set(calls.get() + 1);
+            let (two, a) = (two.clone(), a.clone());
+            let next = num(&view, "version") as u64 + 1;
+            wasm_bindgen_futures::future_to_promise(async move {
+                wait(two.append(a, Array::of1(&bytes_event(2, b"rival")).into())).await?;
+                wait(two.flush()).await?;
+                Ok(Array::of1(&bytes_event(1, next.to_string().as_bytes())).into())
+            })
+            .into()
+        })
+        .into_js_value()
+        .unchecked_into::<js_sys::Function>()
+    };
+    calls.set(0);
+    let e = err(one.decide(a.clone(), rival, json(r#"{"maxAttempts":3}"#))).await;
+    assert_eq!(code(&e), "CONTENTION", "{}", describe(&e));
+    assert_eq!(num(&e, "attempts"), 3.0);
+    assert_eq!(calls.get(), 3);
+    let stored = read_all(SHARED_TYPE, &string(&a, "id")).await;
+    assert_eq!(stored.len(), 3, "only the rival's events");
+    assert!(stored.iter().all(|e| num(e, "type") == 2.0));
+    assert_eq!(
+        num(&one.status(), "parked"),
+        0.0,
+        "each conflict was discarded"
+    );
+    assert_eq!(outbox_events(&db).await, 0);
+    for client in [one, two] {
+        ok(client.close()).await;
+    }
 }

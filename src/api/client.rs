@@ -106,6 +106,11 @@ impl SyncClient {
         self.append_with(aggregate, events, JsValue::UNDEFINED)
     }
 
+    /// Whether this client may reach the network: not switched off, and the platform online.
+    pub(super) fn online(&self) -> bool {
+        self.inner.network.online()
+    }
+
     /// The runtime (for the API's other files, e.g. `inspect`).
     pub(super) fn runtime(&self) -> Rc<Runtime> {
         self.inner.runtime.clone()

@@ -93,6 +93,22 @@ export interface AppendOptions {
     expectedVersion?: number;
 }
 
+/** `decide`'s options. */
+export interface DecideOptions {
+    /** How many conflicts (2003) to go through before rejecting with `CONTENTION`: an integer 1 … 100, default 5. */
+    maxAttempts?: number;
+}
+
+/** What `decide` resolves with. */
+export interface DecideResult {
+    /** The attempt that settled it (1: no conflict). */
+    attempts: number;
+    /** The aggregate's version after the write (the view's, when there was nothing to do). */
+    version: number;
+    /** The written events' receipts (empty: `decide` returned nothing to do). */
+    receipts: Receipt[];
+}
+
 /** `signOut`'s options. */
 export interface SignOutOptions {
     /** Delete pending and parked events unsent. Without it `signOut` rejects with `PENDING_EVENTS` while there are any. */
@@ -297,7 +313,8 @@ export type SyncErrorCode =
     | "IV_NOT_ALLOWED"
     | "DECRYPT_FAILED"
     | "KEY_UNAVAILABLE"
-    | "NOT_ENCRYPTED";
+    | "NOT_ENCRYPTED"
+    | "CONTENTION";
 
 /**
  * Everything the client throws or rejects with is an instance of this class
@@ -427,6 +444,11 @@ export declare namespace SyncClient {
 }
 
 export interface SyncClient {
+    /** `decide` with the default options. */
+    decide(
+        aggregate: AggregateRef,
+        decide: (view: AggregateView) => EventInput[] | null | undefined | Promise<EventInput[] | null | undefined>,
+    ): Promise<DecideResult>;
     /** `append` without options (an unconditional append). */
     append(aggregate: AggregateRef, events: EventInput[]): Promise<Receipt[]>;
     /**
