@@ -108,8 +108,9 @@ async fn head(
         }
         range = a.above(last.client_seq)?;
         let seen: usize = out.iter().map(StoredEvent::encoded_len).sum();
-        let by_bytes = max_bytes.saturating_sub(seen) * records / seen.max(1);
-        let by_count = (max_events - out.len()) * records / out.len();
+        // Saturating: `usize` is 32 bits here, and a budget may be "unlimited" (`usize::MAX`).
+        let by_bytes = max_bytes.saturating_sub(seen).saturating_mul(records) / seen.max(1);
+        let by_count = (max_events - out.len()).saturating_mul(records) / out.len();
         chunk = (by_bytes.min(by_count) + 1).clamp(1, 4096) as u32;
     }
 }
