@@ -181,6 +181,40 @@ async fn the_trap_a_dropped_answer_then_2003_settles_as_landed_exactly_once() {
     ok(client.close()).await;
 }
 
+#[wasm_bindgen_test]
+async fn the_trap_across_a_reload_settles_as_landed_once() {
+    no_faults().await;
+    let db = db_name("cond-trap-reload");
+    let client = open(&db, r#"{"requestTimeoutMs":2000}"#).await;
+    let (t, id) = (uuid(), uuid());
+    let a = aggregate(&t, &id);
+    set_faults(r#"{"dropAfterCommit":1.0}"#).await;
+    ok(client.append_with(a.clone(), events(&[1, 2, 3]), guard(0))).await;
+    let mut waited = 0;
+    while read_all(&t, &id).await.is_empty() {
+        assert!(waited < 20_000, "the conditional write never landed");
+        sleep(100).await;
+        waited += 100;
+    }
+    // The tab goes away with the answer lost; the next one finds the batch pinned.
+    ok(client.close()).await;
+    no_faults().await;
+    let log = record_writes();
+    let client = open(&db, "{}").await;
+    flush_within(&client, 30).await;
+    restore(&log);
+    let bodies = raw_bodies(&log);
+    assert!(!bodies.is_empty(), "resent after the reload");
+    assert!(bodies.iter().all(|b| b.contains(r#""expectedVersion":0,"#)));
+    assert_eq!(read_all(&t, &id).await.len(), 3, "landed once, not twice");
+    assert_eq!(num(&client.status(), "parked"), 0.0, "never a conflict");
+    assert_eq!(
+        js_sys::Array::from(&ok(client.parked_events()).await).length(),
+        0
+    );
+    ok(client.close()).await;
+}
+
 /// A decide function: reads the view's version `v` and appends the counter's next value,
 /// `v + 1`, as the event's data (its decimal digits); counts its calls.
 fn next_counter(calls: std::rc::Rc<std::cell::Cell<u32>>) -> js_sys::Function {
