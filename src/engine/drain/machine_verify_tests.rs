@@ -89,7 +89,6 @@ fn another_write_at_that_version_or_none_is_a_real_conflict() {
         written(5, 0xBEEF, &[1, 2, 3]),
         written(5, 0xC1, &[7]),
         written(6, 0xC1, &[1, 2, 3]),
-        ReadBack::Found(None),
     ] {
         let mut d = drain();
         let a = guarded(1..=3);
@@ -104,6 +103,31 @@ fn another_write_at_that_version_or_none_is_a_real_conflict() {
             "{found:?}: {parked:?}"
         );
     }
+}
+
+#[test]
+fn a_read_back_that_contradicts_the_2003_is_never_a_proven_conflict() {
+    // The 2003 reported version 6, the read shows nothing at version 5: it cannot be trusted.
+    let mut d = drain();
+    let a = guarded(1..=2);
+    conflicted(&mut d, &a);
+    d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
+            if record.may_have_landed && record.code == 2003),);
+    // Without a reported version, an empty read is a conflict (the aggregate is not past it).
+    let mut d = drain();
+    sending(&mut d, &a);
+    d.handle(
+        Input::Replied(body(
+            422,
+            r#"{"outcome":"rejected","code":2003,"message":"stale"}"#,
+        )),
+        AT,
+    );
+    assert!(matches!(doing(&mut d)[..], [Action::ReadBack { .. }]));
+    d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
+            if !record.may_have_landed && record.current_version.is_none()),);
 }
 
 #[test]

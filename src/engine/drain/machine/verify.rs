@@ -6,8 +6,11 @@
 //! * the batch at the guard's version + 1 (the only one such a write can have created: it lands
 //!   only on exactly its expected version) was written by this client id and holds the batch's
 //!   first sequence → it **landed**: settled like a 2002;
-//! * another batch is there, or none → a real **conflict**: parked with 2003 and the current
-//!   version, never resent unchanged;
+//! * another batch is there, or none (and the 2003 did not report the aggregate past the
+//!   expected version) → a real **conflict**: parked with 2003 and the current version, never
+//!   resent unchanged;
+//! * none, although the 2003 reported a version past the expected one → the read does not show
+//!   everything (a policy that hides it): parked with 2003, flagged as possibly landed;
 //! * the version was trimmed away → nobody can tell: parked with 2003, flagged as possibly
 //!   landed;
 //! * the read failed → back off and resend the same pinned batch (a new 2003 reads again):
@@ -91,6 +94,26 @@ impl Drain {
                     },
                     now,
                 );
+            }
+            // The 2003 said the version exists, the read does not show it: the read is not the
+            // whole truth (this session may not read the aggregate, a policy changed). Cannot
+            // tell: parked as possibly landed, never as a proven conflict.
+            ReadBack::Found(None)
+                if conflict
+                    .current_version
+                    .is_some_and(|v| v > guard.expected_version) =>
+            {
+                park(
+                    format!(
+                        "{} (the read-back did not see version {} although the server reported \
+                         version {}: whether this write landed cannot be told; check the \
+                         aggregate, then discard or append again)",
+                        conflict.message,
+                        guard.expected_version + 1,
+                        conflict.current_version.unwrap_or_default()
+                    ),
+                    true,
+                )
             }
             ReadBack::Found(other) => park(
                 format!(
