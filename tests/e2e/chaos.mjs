@@ -111,7 +111,8 @@ export async function chaos({
       cond.decideFailed[msg.code] = (cond.decideFailed[msg.code] ?? 0) + 1;
       if (msg.code === "CONTENTION" && msg.payload) attemptsBefore(msg.payload, true);
     }
-    if (msg.kind === "status" && msg.status.role === "drainer" && lastDrainer !== msg.tab) {
+    // (The second device drains its own database: not a change of this one's drainer.)
+    if (msg.kind === "status" && msg.tab !== "device2" && msg.status.role === "drainer" && lastDrainer !== msg.tab) {
       lastDrainer = msg.tab;
       drainerChanges += 1;
     }
@@ -127,7 +128,7 @@ export async function chaos({
   const start = async (page) => {
     const loadId = `${seed}.${loads++}`;
     await page.evaluate((a) => harness.startAppending(a), { typeId, aggregates: ids, loadId });
-    if (conditional) await page.evaluate((a) => harness.startConditional(a), { typeId: condType, guarded, counter, loadId });
+    if (conditional) await page.evaluate((a) => harness.startConditional(a), { typeId: condType, guarded, counter, loadId, pauseMs: 200 });
   };
   const pages = [];
   for (let i = 0; i < tabs; i++) {
@@ -143,7 +144,7 @@ export async function chaos({
   let device2 = null;
   if (conditional) {
     device2 = await openTab(context, gateway, "device2", db2, options);
-    await device2.evaluate((a) => harness.startConditional(a), { typeId: condType, guarded, counter, loadId: `${seed}.device2`, pauseMs: 300 });
+    await device2.evaluate((a) => harness.startConditional(a), { typeId: condType, guarded, counter, loadId: `${seed}.device2`, pauseMs: 500 });
   }
 
   // The chaos timeline, by progress towards the target.
@@ -217,6 +218,8 @@ export async function chaos({
   // time: the appending above fills the outbox faster than the faults let it empty), then stop,
   // and what they left drains too.
   const everyPage = device2 ? [...pages, device2] : pages;
+  const at = () => Number(((Date.now() - started) / 1000).toFixed(1));
+  const phases = { appended: at() };
   await Promise.all(pages.map((p) => p.evaluate(() => harness.stop())));
   // It must keep landing events: a minute with none is a failure, and so is taking longer
   // than the whole run may (a 2 s backoff cap makes a minute about 30 failed attempts in a row).
@@ -225,8 +228,11 @@ export async function chaos({
     // A conflict whose tab was reloaded is still parked: drain() reports and discards it.
     const sweep = [...guarded.map((id) => ({ typeId: condType, id })), counter];
     for (const page of pages) await page.evaluate(({ b, sweep }) => harness.drain(b, sweep), { b: bound, sweep });
+    phases.drained = at();
     await Promise.all(everyPage.map((p) => p.evaluate(() => harness.stop({ conditional: true }))));
+    phases.conditionalStopped = at();
     for (const page of everyPage) await page.evaluate(({ b, sweep }) => harness.drain(b, sweep), { b: bound, sweep });
+    phases.allDrained = at();
   } catch (e) {
     // Every tab's inspect(), the drainer's among them: why the drain did not finish.
     const all = await Promise.all(everyPage.map((p) => p.evaluate(async () => JSON.stringify(await harness.client.inspect())).catch((x) => String(x))));
@@ -244,6 +250,7 @@ export async function chaos({
     await sleep(250);
   }
 
+  phases.pruned = at();
   // Verify through the read endpoint.
   const problems = [];
   const seen = new Map();
@@ -290,6 +297,7 @@ export async function chaos({
     proofsRequired: figures.proofsRequired === true,
     maxInFlightPerClient: report.counts.maxInFlightPerClient, duplicates, losses, elapsedSeconds: Number(elapsed),
     ...(conditionalFigures ? { conditional: conditionalFigures } : {}),
+    phaseSeconds: phases,
   };
   log(`chaos figures: ${JSON.stringify(result)}`);
   await context.cleanup();
