@@ -3,7 +3,7 @@ import init, { SyncClient } from "/pkg/celeriant_sync.js";
 import { read } from "./reader.js";
 import { inspector } from "./inspector.js";
 import { liveView } from "./live.js";
-import { balances } from "./balances.js";
+import { balance, balances } from "./balances.js";
 import { demoKey } from "./keys.js";
 
 // The app shell's service worker (sw.js): the page loads, and its events are stored, with no
@@ -90,7 +90,8 @@ client.addEventListener("synced", (e) => {
 });
 client.addEventListener("parked", (e) => {
   const d = e.detail;
-  log(`parked ${name(d.aggregate)} #${d.firstSeq}–${d.lastSeq}: ${d.code} ${d.message}`);
+  const current = d.currentVersion === undefined ? "" : ` (currentVersion ${d.currentVersion})`;
+  log(`parked ${name(d.aggregate)} #${d.firstSeq}–${d.lastSeq}: ${d.code}${current} ${d.message}`);
   refreshParked();
 });
 
@@ -130,6 +131,59 @@ $("flush").addEventListener("click", async () => {
     log("flush: everything appended before it has landed");
   } catch (e) {
     log(`flush: ${e.code} ${e.message}`);
+  }
+});
+
+// Withdrawals (Balances panel). `decide` reads the account's confirmed balance from the
+// server's current state and appends the withdrawal only if the account is still at the version
+// it decided on; a conflict is discarded and decided again by the client.
+const withdrawal = (amount) => ({
+  type: Number($("type").value) || 3,
+  data: { note: `withdrawal of ${amount}`, amount: -amount, device: DEVICE, at: new Date().toISOString() },
+});
+const conflictNote = (text) => {
+  $("conflictNote").textContent = text;
+  log(text);
+};
+
+$("withdraw").addEventListener("click", async () => {
+  const id = $("aggregate").value;
+  const amount = Math.abs(Number($("amount").value) || 0);
+  let seen = 0;
+  try {
+    const result = await client.decide({ typeId: TYPE_ID, id }, (view) => {
+      seen = view.events.filter((e) => e.status === "confirmed").reduce(balance.apply, balance.initial).balance;
+      return amount > seen ? null : [withdrawal(amount)];
+    }, { maxAttempts: 5 });
+    conflictNote(result.receipts.length
+      ? `withdrew ${amount} from ${name({ id })} (balance was ${seen}): landed at version ${result.version} after ${result.attempts} attempt(s)`
+      : `refused: ${name({ id })}'s balance is ${seen}, less than ${amount}; nothing written (version ${result.version})`);
+  } catch (e) {
+    conflictNote(`withdraw: ${e.code}: ${e.message}`);
+  }
+});
+
+$("conflict").addEventListener("click", async () => {
+  const aggregate = { typeId: TYPE_ID, id: $("aggregate").value };
+  const amount = Math.abs(Number($("amount").value) || 0);
+  try {
+    const view = await client.read(aggregate);
+    if (view.fromCache) return conflictNote("conflict: offline — a stale guard is only found out by the server");
+    if (view.version === 0) return conflictNote(`conflict: ${name(aggregate)} has no version yet; append to it first`);
+    const expectedVersion = view.version - 1;
+    conflictNote(`appending a withdrawal of ${amount} to ${name(aggregate)} with expectedVersion ${expectedVersion} (the account is at version ${view.version})…`);
+    const [receipt] = await client.append(aggregate, [withdrawal(amount)], { expectedVersion });
+    try {
+      await client.whenSynced(receipt.eventId);
+      conflictNote(`the withdrawal with expectedVersion ${expectedVersion} landed: another write must have gone first`);
+    } catch (e) {
+      const parked = (await client.parkedEvents()).find((p) => p.eventId === receipt.eventId);
+      conflictNote(parked
+        ? `conflict: parked with ${parked.code}, expectedVersion ${expectedVersion}, currentVersion ${parked.currentVersion}; nothing was stored at the server — discard it in the Outbox panel`
+        : `conflict: ${e.code} ${e.message}`);
+    }
+  } catch (e) {
+    conflictNote(`conflict: ${e.code}: ${e.message}`);
   }
 });
 
@@ -235,7 +289,8 @@ async function refreshParked() {
   for (const e of parked) {
     const div = document.createElement("div");
     div.className = "parked";
-    div.textContent = `${name(e.aggregate)} #${e.clientSeq} (type ${e.type}) rejected ${e.code}: ${e.message} `;
+    const current = e.currentVersion === undefined ? "" : ` (currentVersion ${e.currentVersion})`;
+    div.textContent = `${name(e.aggregate)} #${e.clientSeq} (type ${e.type}) rejected ${e.code}${current}: ${e.message} `;
     const discard = document.createElement("button");
     discard.textContent = "Discard";
     discard.addEventListener("click", async () => {

@@ -100,6 +100,17 @@ impl SyncClient {
         }
     }
 
+    /// `append` without options, an unconditional append (what JavaScript's `append(a, e)`
+    /// is; for Rust callers, which cannot leave an argument out).
+    pub fn append(&self, aggregate: JsValue, events: JsValue) -> Promise {
+        self.append_with(aggregate, events, JsValue::UNDEFINED)
+    }
+
+    /// Whether this client may reach the network: not switched off, and the platform online.
+    pub(super) fn online(&self) -> bool {
+        self.inner.network.online()
+    }
+
     /// The runtime (for the API's other files, e.g. `inspect`).
     pub(super) fn runtime(&self) -> Rc<Runtime> {
         self.inner.runtime.clone()
@@ -281,30 +292,46 @@ impl SyncClient {
     /// Stores events for an aggregate, each with its next sequence, in one IndexedDB
     /// transaction. Resolves once that transaction committed (before any network attempt) with
     /// one receipt per event; rejects with a `CeleriantSyncError` and stores nothing when any
-    /// event is invalid or storage fails.
-    #[wasm_bindgen(unchecked_return_type = "Promise<Receipt[]>")]
-    pub fn append(
+    /// event is invalid or storage fails. With `{ expectedVersion }` it is a conditional
+    /// append: its events land, all together, only if the aggregate is then at exactly that
+    /// version (`0`: only if it does not exist yet); otherwise they are parked with code 2003.
+    #[wasm_bindgen(js_name = append, unchecked_return_type = "Promise<Receipt[]>")]
+    pub fn append_with(
         &self,
         #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
         #[wasm_bindgen(unchecked_param_type = "EventInput[]")] events: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "AppendOptions | undefined")] options: JsValue,
     ) -> Promise {
         let inner = self.inner.clone();
         // Parse synchronously: the caller's objects are read now, not after an await.
         let parsed = inner.check_open().and_then(|()| {
             let now = js_sys::Date::now() as u64;
             let aggregate = input::aggregate(&aggregate)?;
+            let expected_version = input::append_options(&options)?;
             let events = input::events(&events, inner.limits.max_events, now)?;
             append::check(&events, &inner.limits)?;
-            Ok((aggregate, events))
+            // A conditional append is one request, whole: it must fit one.
+            let data: usize = events.iter().map(|e| e.data.len()).sum();
+            if expected_version.is_some() && data > inner.limits.max_request_bytes {
+                return Err(ClientError::new(
+                    ErrorCode::TooManyEvents,
+                    format!(
+                        "a conditional append is sent as one request: {data} bytes of data, at \
+                         most {} are accepted",
+                        inner.limits.max_request_bytes
+                    ),
+                ));
+            }
+            Ok((aggregate, events, expected_version))
         });
         // With encryption, the place in the aggregate's line is taken now, in call order (see
         // `engine::order`); a call refused already (bad input, closed) takes none.
         let turn = match (&parsed, &inner.encryption) {
-            (Ok((aggregate, _)), Some(_)) => Some(inner.order.take(*aggregate)),
+            (Ok((aggregate, _, _)), Some(_)) => Some(inner.order.take(*aggregate)),
             _ => None,
         };
         promise(async move {
-            let (aggregate, mut events) = parsed?;
+            let (aggregate, mut events, expected_version) = parsed?;
             let held = match turn {
                 Some(turn) => Some(turn.wait().await),
                 None => None,
@@ -318,7 +345,8 @@ impl SyncClient {
             }
             // Polled once before the turn is released: that first poll queues the append in
             // group commit, so the next append cannot reach the queue before this one.
-            let mut appended = std::pin::pin!(inner.runtime.append(aggregate, events));
+            let mut appended =
+                std::pin::pin!(inner.runtime.append(aggregate, events, expected_version));
             let first = futures_util::poll!(appended.as_mut());
             drop(held);
             let receipts = match first {

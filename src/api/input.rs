@@ -201,3 +201,45 @@ pub(crate) fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEve
         .map(|(i, v)| event(&v, i, now))
         .collect()
 }
+
+/// The options of `append`: `undefined`/`null` (none), or `{ expectedVersion }` with a safe
+/// integer ≥ 0 (`undefined` or `null` in it: no guard). Any other key, type or value is
+/// `INVALID_OPTIONS`, before anything is stored.
+pub(crate) fn append_options(value: &JsValue) -> Result<Option<u64>, ClientError> {
+    let bad = |message: String| ClientError::new(ErrorCode::InvalidOptions, message);
+    if value.is_undefined() || value.is_null() {
+        return Ok(None);
+    }
+    if !value.is_object() || js_sys::Array::is_array(value) {
+        return Err(bad(
+            "append's options must be an object: { expectedVersion }".into(),
+        ));
+    }
+    for key in js_sys::Object::keys(value.unchecked_ref::<js_sys::Object>()).iter() {
+        let key = key.as_string().unwrap_or_default();
+        if key != "expectedVersion" {
+            return Err(bad(format!(
+                "unknown append option \"{key}\" (options: expectedVersion)"
+            )));
+        }
+    }
+    let expected = get(value, "expectedVersion");
+    if expected.is_undefined() || expected.is_null() {
+        return Ok(None);
+    }
+    safe_integer(&expected).map(Some).ok_or_else(|| {
+        bad(format!(
+            "expectedVersion must be an integer in 0..=9007199254740991 (the aggregate's \
+             version, 0: only if it does not exist yet), got {}",
+            describe_value(&expected)
+        ))
+    })
+}
+
+/// A value as the app would recognise it in a message.
+fn describe_value(value: &JsValue) -> String {
+    js_sys::JSON::stringify(value)
+        .ok()
+        .and_then(|s| s.as_string())
+        .unwrap_or_else(|| format!("{value:?}"))
+}

@@ -19,6 +19,7 @@
 pub(crate) mod account;
 pub(crate) mod client;
 pub(crate) mod codes;
+pub(crate) mod decide;
 pub(crate) mod encryption;
 pub(crate) mod errors;
 pub(crate) mod events;

@@ -52,5 +52,8 @@ pub(crate) fn parked_event(e: &StoredEvent, r: &ParkRecord) -> JsValue {
     js::set(&o, "message", r.message.as_str());
     js::set(&o, "parkedAt", r.parked_at as f64);
     js::set(&o, "mayHaveLanded", r.may_have_landed);
+    if let Some(version) = r.current_version {
+        js::set(&o, "currentVersion", version as f64);
+    }
     o.into()
 }

@@ -83,6 +83,32 @@ export interface EventInput {
     iv?: Uint8Array;
 }
 
+/** `append`'s options. */
+export interface AppendOptions {
+    /** A conditional append: its events land, all together and alone (one request), only if the
+     * aggregate is then at exactly this version (an `AggregateView`'s `version`; `0`: only if it
+     * does not exist yet). Otherwise they are parked with code 2003
+     * (`ServerCode.OPTIMISTIC_CONCURRENCY_VIOLATION`) and `currentVersion`, and nothing of them
+     * is stored at the server. An integer 0 … 2^53 − 1; anything else is `INVALID_OPTIONS`. */
+    expectedVersion?: number;
+}
+
+/** `decide`'s options. */
+export interface DecideOptions {
+    /** How many conflicts (2003) to go through before rejecting with `CONTENTION`: an integer 1 … 100, default 5. */
+    maxAttempts?: number;
+}
+
+/** What `decide` resolves with. */
+export interface DecideResult {
+    /** The attempt that settled it (1: no conflict). */
+    attempts: number;
+    /** The aggregate's version after the write (the view's, when there was nothing to do). */
+    version: number;
+    /** The written events' receipts (empty: `decide` returned nothing to do). */
+    receipts: Receipt[];
+}
+
 /** `signOut`'s options. */
 export interface SignOutOptions {
     /** Delete pending and parked events unsent. Without it `signOut` rejects with `PENDING_EVENTS` while there are any. */
@@ -214,6 +240,8 @@ export interface ParkedDetail {
     parkedAt: number;
     /** An earlier attempt had an unknown outcome: these events may have landed before the rejection. */
     mayHaveLanded: boolean;
+    /** For a conditional append refused by its version guard (code 2003, confirmed by reading the aggregate back): the aggregate's version the server reported. */
+    currentVersion?: number;
 }
 
 /** One element of `parkedEvents()`. */
@@ -230,6 +258,8 @@ export interface ParkedEvent {
     message: string;
     parkedAt: number;
     mayHaveLanded: boolean;
+    /** As `ParkedDetail.currentVersion`. */
+    currentVersion?: number;
     /** As `ViewEvent.decryptError`. */
     decryptError?: CeleriantSyncError;
     /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
@@ -283,7 +313,8 @@ export type SyncErrorCode =
     | "IV_NOT_ALLOWED"
     | "DECRYPT_FAILED"
     | "KEY_UNAVAILABLE"
-    | "NOT_ENCRYPTED";
+    | "NOT_ENCRYPTED"
+    | "CONTENTION";
 
 /**
  * Everything the client throws or rejects with is an instance of this class
@@ -395,7 +426,7 @@ export interface TypedAggregateView<E extends EventTypes> extends Omit<Aggregate
 /** A `SyncClient` whose events are the app's types (what `SyncClient.open<E>` resolves with). */
 export interface TypedSyncClient<E extends EventTypes>
     extends Omit<SyncClient, "append" | "read" | "subscribe" | "parkedEvents" | "project"> {
-    append(aggregate: AggregateRef, events: TypedEventInput<E>[]): Promise<Receipt[]>;
+    append(aggregate: AggregateRef, events: TypedEventInput<E>[], options?: AppendOptions): Promise<Receipt[]>;
     read(aggregate: AggregateRef): Promise<TypedAggregateView<E>>;
     subscribe(aggregate: AggregateRef, listener: (view: TypedAggregateView<E>) => void): () => void;
     parkedEvents(): Promise<TypedParkedEvent<E>[]>;
@@ -413,6 +444,13 @@ export declare namespace SyncClient {
 }
 
 export interface SyncClient {
+    /** `decide` with the default options. */
+    decide(
+        aggregate: AggregateRef,
+        decide: (view: AggregateView) => EventInput[] | null | undefined | Promise<EventInput[] | null | undefined>,
+    ): Promise<DecideResult>;
+    /** `append` without options (an unconditional append). */
+    append(aggregate: AggregateRef, events: EventInput[]): Promise<Receipt[]>;
     /**
      * A live projection of the aggregate: `projection.apply(state, event)` folded over its
      * view from `projection.initial` — the confirmed events once (a new page folds only its

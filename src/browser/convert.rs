@@ -192,6 +192,9 @@ pub(crate) fn parked_to_js(r: &ParkRecord) -> JsValue {
     js::set(&o, "message", r.message.as_str());
     js::set(&o, "parkedAt", r.parked_at as f64);
     js::set(&o, "mayHaveLanded", r.may_have_landed);
+    if let Some(version) = r.current_version {
+        js::set(&o, "currentVersion", version as f64);
+    }
     o.into()
 }
 
@@ -206,5 +209,6 @@ pub(crate) fn parked_from_js(v: &JsValue) -> Option<ParkRecord> {
         message: js::get_string(v, "message")?,
         parked_at: js::get_u64(v, "parkedAt")?,
         may_have_landed: js::get_bool(v, "mayHaveLanded")?,
+        current_version: js::get_u64(v, "currentVersion"),
     })
 }

@@ -15,9 +15,11 @@ use web_sys::{AbortController, Request, RequestInit, Response};
 use std::rc::Rc;
 
 use super::global::fetch_with_request;
+use super::js;
 use super::network::{NetworkSwitch, SWITCHED_OFF};
 use super::session::GatewaySessions;
-use crate::engine::env::{Reply, Transport};
+use crate::engine::env::{ReadBack, Reply, Transport, WrittenBatch};
+use crate::engine::model::AggregateRef;
 use crate::engine::signal::first;
 
 /// Aborts the request when dropped (after completion, aborting is a no-op).
@@ -147,6 +149,8 @@ async fn request(
 pub(crate) struct FetchTransport {
     /// `{gateway}/v1/write`.
     pub url: String,
+    /// The gateway's base URL (for read-backs).
+    pub gateway_url: String,
     /// How long one request may take, headers and body together.
     pub timeout_ms: u32,
     /// The client's network switch: off, nothing is sent (a network error at once).
@@ -155,7 +159,67 @@ pub(crate) struct FetchTransport {
     pub sessions: Rc<GatewaySessions>,
 }
 
+impl FetchTransport {
+    /// `GET url` under the session, with a fresh proof.
+    async fn get_signed(&self, url: &str, token: &str) -> Reply {
+        let proof = match self.sessions.proof("GET", url, "", token).await {
+            Ok(proof) => proof,
+            Err(message) => return Reply::network(message),
+        };
+        get(url, Some(token), Some(&proof), self.timeout_ms).await
+    }
+}
+
+/// The first batch of a read page's body, as a read-back reports it.
+fn first_batch(body: &str) -> Result<Option<WrittenBatch>, String> {
+    let parsed = js_sys::JSON::parse(body).map_err(|e| error_text(&e))?;
+    let batches = js::get(&parsed, "batches");
+    if !js_sys::Array::is_array(&batches) {
+        return Err("a page without batches".into());
+    }
+    let Some(first) = js::array(&batches).into_iter().next() else {
+        return Ok(None);
+    };
+    let bad = || "a batch without version, clientId or events".to_owned();
+    let version = js::get_u64(&first, "version").ok_or_else(bad)?;
+    let client_id = js::get_string(&first, "clientId")
+        .and_then(|s| uuid::Uuid::parse_str(&s).ok())
+        .ok_or_else(bad)?;
+    let client_seqs = js::array(&js::get(&first, "events"))
+        .iter()
+        .map(|e| js::get_u64(e, "clientSeq"))
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(bad)?;
+    Ok(Some(WrittenBatch {
+        version,
+        client_id,
+        client_seqs,
+    }))
+}
+
 impl Transport for FetchTransport {
+    async fn read_back(&self, aggregate: AggregateRef, version: u64, token: String) -> ReadBack {
+        if self.network.is_off() {
+            return ReadBack::Failed(SWITCHED_OFF.into());
+        }
+        let url = format!(
+            "{}/v1/aggregates/{}/{}/events?from={version}&limit=1",
+            self.gateway_url, aggregate.type_id, aggregate.id
+        );
+        match self.get_signed(&url, &token).await {
+            Reply::Http {
+                status: 200,
+                body: Ok(body),
+                ..
+            } => first_batch(&body).map_or_else(ReadBack::Failed, ReadBack::Found),
+            Reply::Http { status: 410, .. } => ReadBack::Trimmed,
+            Reply::Http { status, body, .. } => {
+                ReadBack::Failed(format!("HTTP {status}: {}", body.unwrap_or_else(|e| e)))
+            }
+            Reply::Failed { message, .. } => ReadBack::Failed(message),
+        }
+    }
+
     async fn send(&self, body: String, token: String) -> Reply {
         if self.network.is_off() {
             return Reply::network(SWITCHED_OFF);

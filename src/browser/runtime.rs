@@ -377,6 +377,7 @@ impl Runtime {
         self.hub.resume();
         let transport = FetchTransport {
             url: self.config.write_url.clone(),
+            gateway_url: self.config.gateway_url.clone(),
             timeout_ms: self.config.request_timeout_ms,
             network: self.config.network.clone(),
             sessions: self.sessions.clone(),
@@ -414,8 +415,12 @@ impl Runtime {
         self: &Rc<Self>,
         aggregate: AggregateRef,
         events: Vec<NewEvent>,
+        expected_version: Option<u64>,
     ) -> Result<Vec<Receipt>, StoreError> {
-        let receipts = self.appends.append(aggregate, events).await?;
+        let receipts = self
+            .appends
+            .append_guarded(aggregate, events, expected_version)
+            .await?;
         self.storage.appended(aggregate, &receipts);
         Ok(receipts)
     }

@@ -3,6 +3,9 @@
 //! A request carries a run of consecutive pending events of **one** aggregate (a 2002 or 2013
 //! does not say which aggregate it is about, so a multi-aggregate request could not be settled
 //! safely). The run is cut by a count and a byte budget and always holds at least one event.
+//! A conditional append (one carrying a [`Guard`](super::model::Guard)) is always a request of its
+//! own, exactly its events, whatever the limits ([`cut_at_guards`]): its guard judges the whole
+//! request, so nothing else may ride with it.
 //! Encoding is deterministic: the same events always give the same bytes, which is what makes a
 //! resend of a pinned batch byte-identical, also after a reload.
 
@@ -41,9 +44,31 @@ pub(crate) fn batch_of(events: &[StoredEvent]) -> Option<Batch> {
     })
 }
 
+/// Cuts `head` (an aggregate's lowest pending events, in order, as far as they were read) at
+/// guard boundaries: when the first event belongs to a conditional append, the batch is that
+/// append's events and nothing else (`rest` then reads any of them `head` lacks: a conditional
+/// append is never split by the count or byte limits); otherwise the unconditional events before
+/// the first conditional one.
+pub(crate) fn cut_at_guards(head: &mut Vec<StoredEvent>) -> Option<super::model::Guard> {
+    let first = head.first()?.guard;
+    match first {
+        Some(g) => head.retain(|e| e.guard == Some(g)),
+        None => {
+            let end = head
+                .iter()
+                .position(|e| e.guard.is_some())
+                .unwrap_or(head.len());
+            head.truncate(end);
+        }
+    }
+    first
+}
+
 /// The request body for `events`, sent by `client_id`: the stored wire fragments joined into
 /// the protocol's `WriteRequest` (field for field what serde would write for it, as a test
-/// checks), so the same events always give the same bytes.
+/// checks), so the same events always give the same bytes. The events of a conditional append
+/// carry its guard, written as the write's `expectedVersion` (left out otherwise, so an
+/// unconditional batch keeps its bytes).
 pub fn encode(client_id: Uuid, aggregate: AggregateRef, events: &[StoredEvent]) -> String {
     let size = WRITE_JSON_OVERHEAD + events.iter().map(StoredEvent::encoded_len).sum::<usize>();
     let mut body = String::with_capacity(size);
@@ -54,7 +79,13 @@ pub fn encode(client_id: Uuid, aggregate: AggregateRef, events: &[StoredEvent]) 
     body.push_str(aggregate.type_id.hyphenated().encode_lower(&mut buffer));
     body.push_str(r#"","id":""#);
     body.push_str(aggregate.id.hyphenated().encode_lower(&mut buffer));
-    body.push_str(r#""},"allowCreate":true,"events":["#);
+    body.push_str(r#""},"allowCreate":true,"#);
+    if let Some(guard) = events.first().and_then(|e| e.guard) {
+        body.push_str(r#""expectedVersion":"#);
+        body.push_str(&guard.expected_version.to_string());
+        body.push(',');
+    }
+    body.push_str(r#""events":["#);
     for (i, event) in events.iter().enumerate() {
         if i > 0 {
             body.push(',');

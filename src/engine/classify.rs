@@ -16,11 +16,15 @@
 //! | `unknown` (network, timeout, 502/504)     | back off, resend identical                         |
 //! | `rejected`, several events                | isolate: re-pin the first event alone              |
 //! | `rejected`, one event                     | park the aggregate, tell the app                   |
+//! | 2003 on a conditional batch               | verify: read the aggregate back first              |
+//! | any other `rejected`, conditional batch   | park the whole batch (never isolated)              |
 //!
-//! A 2003 (a stale `expectedVersion`) is a `rejected` like any other for now; its
-//! [`Outcome::conflict`] carries the aggregate and its current version from the body, so the drain
-//! can later park a conditional write with them (`docs/protocol.md` 6.1, including the trap: after
-//! an ambiguous outcome a 2003 may be the write's own landing).
+//! A conditional batch (a conditional append, `expectedVersion`) is judged whole: its guard is
+//! about all of it, so it is never re-cut to isolate an event. A 2003 on it is never taken as a
+//! conflict before the aggregate was read back (`docs/protocol.md` 6.1, the trap: Celeriant checks
+//! the guard before idempotency, so a write that landed but whose answer was lost gets 2003 on its
+//! identical resend); the drain decides on what the read finds. A 2003 on an unconditional batch
+//! cannot happen (it carries no guard) and is a `rejected` like any other.
 //!
 //! Only `landed` settles. A rejection means nothing of the request was applied, so re-cutting
 //! it to find the offending event is safe; any other failure keeps the batch byte-identical.
@@ -247,15 +251,25 @@ pub enum Action {
         /// Why.
         message: String,
     },
+    /// A conditional batch got 2003: read the aggregate back to find out whether the batch
+    /// itself landed (its own earlier attempt) before taking it as a conflict.
+    Verify {
+        /// Why (the 2003's message).
+        message: String,
+        /// The aggregate's version the 2003 reported, if its body named it.
+        current_version: Option<u64>,
+    },
 }
 
 /// Code used when a server's answer contradicts itself (a 2002 below the batch).
 pub(crate) const PROTOCOL_VIOLATION: u32 = 0;
 
-/// Decides what an outcome means for `batch`. `delay_ms(retry_after)` computes the backoff;
-/// `attempt` counts the batch's failed attempts so far.
+/// Decides what an outcome means for `batch` (`conditional`: a conditional append's batch,
+/// carrying its version guard). `delay_ms(retry_after)` computes the backoff; `attempt` counts
+/// the batch's failed attempts so far.
 pub fn decide(
     batch: &Batch,
+    conditional: bool,
     outcome: Outcome,
     attempt: u32,
     delay_ms: impl FnOnce(Option<u64>) -> u64,
@@ -319,7 +333,15 @@ pub fn decide(
             code,
             message,
         },
-        // A 2003's conflict is not acted on yet: it is parked (or isolated) like any rejection.
+        Outcome::Rejected {
+            code: OPTIMISTIC_CONCURRENCY_VIOLATION,
+            message,
+            conflict,
+        } if conditional => Action::Verify {
+            message,
+            current_version: conflict.map(|c| c.current_version),
+        },
+        Outcome::Rejected { code, message, .. } if conditional => Action::Park { code, message },
         Outcome::Rejected { code, message, .. } if batch.count > 1 => {
             Action::Isolate { code, message }
         }
@@ -328,285 +350,8 @@ pub fn decide(
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
-mod tests {
-    use super::*;
-    use uuid::Uuid;
-
-    fn http(status: u16, body: &str) -> Reply {
-        Reply::Http {
-            status,
-            retry_after: None,
-            body: Ok(body.into()),
-        }
-    }
-
-    fn batch(first: u64, last: u64, count: u32) -> Batch {
-        let aggregate = celeriant_sync_protocol::AggregateRef {
-            type_id: Uuid::nil(),
-            id: Uuid::nil(),
-        };
-        Batch {
-            aggregate,
-            first_seq: first,
-            last_seq: last,
-            count,
-        }
-    }
-
-    #[test]
-    fn protocol_bodies() {
-        assert_eq!(
-            classify(&http(
-                200,
-                r#"{"outcome":"landed","duplicate":false,"aggregateVersion":3}"#
-            )),
-            Outcome::Landed {
-                duplicate: false,
-                last_client_seq: None
-            }
-        );
-        assert_eq!(
-            classify(&http(
-                200,
-                r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":7,"attemptedClientSeq":5}"#
-            )),
-            Outcome::Landed {
-                duplicate: true,
-                last_client_seq: Some(7)
-            }
-        );
-        let retry = Reply::Http {
-            status: 503,
-            retry_after: Some("3".into()),
-            body: Ok(r#"{"outcome":"retry","code":2013,"message":"m"}"#.into()),
-        };
-        assert_eq!(
-            classify(&retry),
-            Outcome::Retry {
-                code: Some(2013),
-                message: "m".into(),
-                retry_after_ms: Some(3000)
-            }
-        );
-        assert_eq!(
-            classify(&http(
-                422,
-                r#"{"outcome":"rejected","code":2022,"message":"schema"}"#
-            )),
-            Outcome::Rejected {
-                code: 2022,
-                message: "schema".into(),
-                conflict: None,
-            }
-        );
-        assert!(matches!(
-            classify(&http(
-                504,
-                r#"{"outcome":"unknown","code":50400,"message":"t"}"#
-            )),
-            Outcome::Unknown {
-                code: Some(50400),
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn nothing_unproven_is_landed_or_rejected() {
-        for reply in [
-            http(200, ""),
-            http(200, "<html>ok</html>"),
-            http(500, "Internal Server Error"),
-            http(502, ""),
-            http(504, "Gateway Timeout"),
-            http(500, r#"{"outcome":"landed","duplicate":false}"#),
-            http(502, r#"{"outcome":"rejected","code":2022,"message":"x"}"#),
-            Reply::Http {
-                status: 200,
-                retry_after: None,
-                body: Err("reset".into()),
-            },
-            Reply::network("TypeError: Failed to fetch"),
-            Reply::timeout(),
-        ] {
-            assert!(
-                matches!(classify(&reply), Outcome::Unknown { .. }),
-                "{reply:?}"
-            );
-        }
-        for reply in [
-            http(401, ""),
-            http(403, "forbidden"),
-            http(404, "nope"),
-            http(301, ""),
-        ] {
-            assert!(
-                matches!(classify(&reply), Outcome::Retry { .. }),
-                "{reply:?}"
-            );
-        }
-        assert!(matches!(
-            classify(&Reply::Http {
-                status: 429,
-                retry_after: Some("2".into()),
-                body: Ok(String::new())
-            }),
-            Outcome::Retry {
-                retry_after_ms: Some(2000),
-                ..
-            }
-        ));
-        assert!(matches!(
-            classify(&http(413, "too big")),
-            Outcome::Rejected { code: 41300, .. }
-        ));
-    }
-
-    #[test]
-    fn decisions() {
-        let d = |b: &Batch, o: Outcome| decide(b, o, 0, |ra| ra.unwrap_or(100));
-        let b = batch(5, 10, 6);
-        let landed = |dup, last| Outcome::Landed {
-            duplicate: dup,
-            last_client_seq: last,
-        };
-        assert_eq!(
-            d(&b, landed(false, None)),
-            Action::Settle {
-                through: 10,
-                duplicate: false
-            }
-        );
-        assert_eq!(
-            d(&b, landed(true, Some(10))),
-            Action::Settle {
-                through: 10,
-                duplicate: true
-            }
-        );
-        assert_eq!(
-            d(&b, landed(true, Some(12))),
-            Action::Settle {
-                through: 10,
-                duplicate: true
-            }
-        );
-        assert_eq!(
-            d(&b, landed(true, Some(7))),
-            Action::Settle {
-                through: 7,
-                duplicate: true
-            }
-        );
-        assert_eq!(
-            d(&b, landed(true, Some(5))),
-            Action::Settle {
-                through: 5,
-                duplicate: true
-            }
-        );
-        assert_eq!(
-            d(&b, landed(true, None)),
-            Action::Settle {
-                through: 5,
-                duplicate: true
-            }
-        );
-        assert!(matches!(
-            d(&b, landed(true, Some(4))),
-            Action::Park {
-                code: PROTOCOL_VIOLATION,
-                ..
-            }
-        ));
-        let retry = Outcome::Retry {
-            code: Some(2013),
-            message: "m".into(),
-            retry_after_ms: Some(900),
-        };
-        assert!(matches!(
-            d(&b, retry),
-            Action::Resend {
-                delay_ms: 900,
-                network: false,
-                ..
-            }
-        ));
-        let net = classify(&Reply::network("Failed to fetch"));
-        assert!(matches!(
-            d(&b, net),
-            Action::Resend {
-                delay_ms: 100,
-                network: true,
-                ..
-            }
-        ));
-        assert!(matches!(
-            d(&b, classify(&Reply::timeout())),
-            Action::Resend { network: false, .. }
-        ));
-        // A message that merely reads like a network error is not one.
-        assert!(matches!(
-            d(
-                &b,
-                Outcome::Unknown {
-                    code: None,
-                    message: "network error: made up".into(),
-                    cause: None,
-                }
-            ),
-            Action::Resend { network: false, .. }
-        ));
-        let rejected = Outcome::Rejected {
-            code: 2022,
-            message: "bad".into(),
-            conflict: None,
-        };
-        assert!(matches!(
-            d(&b, rejected.clone()),
-            Action::Isolate { code: 2022, .. }
-        ));
-        assert!(matches!(
-            d(&batch(5, 5, 1), rejected),
-            Action::Park { code: 2022, .. }
-        ));
-        // A refused session is never a rejection of the events.
-        let unauthorized = classify(&http(
-            401,
-            r#"{"outcome":"unauthorized","code":40102,"message":"expired"}"#,
-        ));
-        assert_eq!(
-            d(&b, unauthorized.clone()),
-            Action::Reauthenticate {
-                delay_ms: 0,
-                code: 40102,
-                message: "expired".into()
-            },
-            "renewed at once the first time"
-        );
-        assert!(matches!(
-            decide(&b, unauthorized, 3, |_| 700),
-            Action::Reauthenticate { delay_ms: 700, .. }
-        ));
-        assert!(matches!(
-            classify(&http(
-                401,
-                r#"{"outcome":"unauthorized","code":40100,"message":"x"}"#
-            )),
-            Outcome::Unauthorized { code: 40100, .. }
-        ));
-        assert!(
-            matches!(
-                classify(&http(
-                    200,
-                    r#"{"outcome":"unauthorized","code":40100,"message":"x"}"#
-                )),
-                Outcome::Unknown { .. }
-            ),
-            "an unauthorized body on another status proves nothing"
-        );
-    }
-}
+#[path = "classify_tests.rs"]
+mod tests;
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
 #[path = "classify_conflict_tests.rs"]

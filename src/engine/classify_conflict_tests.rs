@@ -1,7 +1,7 @@
 //! The 2003-with-version shape in the classifier: carried on `Outcome::Rejected` so the drain can
-//! later park a conditional write with the aggregate's current version; trusted only on a 2003
-//! with a rejecting status; and not acted on yet (`decide` parks or isolates it like any
-//! rejection).
+//! park a conditional write with the aggregate's current version; trusted only on a 2003
+//! with a rejecting status; on a conditional batch it asks for a read-back (never a conflict at
+//! once, never an isolation), on an unconditional one it is a rejection like any other.
 
 use super::*;
 use celeriant_sync_protocol::AggregateRef;
@@ -120,7 +120,7 @@ fn conflict_fields_count_only_on_a_2003_that_the_status_agrees_with() {
 }
 
 #[test]
-fn decide_treats_a_2003_as_any_rejection_for_now() {
+fn decide_verifies_a_2003_on_a_conditional_batch_and_never_isolates_one() {
     let aggregate = AggregateRef {
         type_id: Uuid::nil(),
         id: Uuid::nil(),
@@ -137,13 +137,44 @@ fn decide_treats_a_2003_as_any_rejection_for_now() {
         message: "stale".into(),
         conflict: None,
     };
+    // Unconditional: any rejection.
     for count in [1, 3] {
-        let with = decide(&batch(count), outcome.clone(), 0, |_| 0);
-        let without = decide(&batch(count), plain.clone(), 0, |_| 0);
+        let with = decide(&batch(count), false, outcome.clone(), 0, |_| 0);
+        let without = decide(&batch(count), false, plain.clone(), 0, |_| 0);
         assert_eq!(with, without, "{count}");
     }
     assert!(matches!(
-        decide(&batch(1), outcome, 0, |_| 0),
+        decide(&batch(1), false, outcome.clone(), 0, |_| 0),
         Action::Park { code: 2003, .. }
     ));
+    // Conditional: read back first, with the version the body named, whatever the count.
+    for count in [1, 3] {
+        assert!(
+            matches!(
+                decide(&batch(count), true, outcome.clone(), 0, |_| 0),
+                Action::Verify {
+                    current_version: Some(4),
+                    ..
+                }
+            ),
+            "{count}"
+        );
+        assert!(matches!(
+            decide(&batch(count), true, plain.clone(), 0, |_| 0),
+            Action::Verify {
+                current_version: None,
+                ..
+            }
+        ));
+        // Another rejection parks the whole conditional batch: never re-cut.
+        let schema = Outcome::Rejected {
+            code: 2022,
+            message: "schema".into(),
+            conflict: None,
+        };
+        assert!(matches!(
+            decide(&batch(count), true, schema, 0, |_| 0),
+            Action::Park { code: 2022, .. }
+        ));
+    }
 }

@@ -31,7 +31,7 @@ pub fn event(tag: u8, len: usize) -> NewEvent {
     }
 }
 
-fn events(tags: std::ops::Range<u8>) -> Vec<NewEvent> {
+pub(crate) fn events(tags: std::ops::Range<u8>) -> Vec<NewEvent> {
     tags.map(|t| event(t, 10)).collect()
 }
 
@@ -51,12 +51,17 @@ pub async fn run_all<O: Outbox, F: Future<Output = O>>(mut make: impl FnMut() ->
     event_ids_survive_pruning_a_large_backlog(&make().await).await;
     batches_settles_prunes_and_discards_cut_through_appends(&make().await).await;
     counts_see_exactly_the_writes_begun_before_them(&make().await).await;
+    guards::a_conditional_append_is_a_batch_of_its_own(&make().await).await;
+    guards::guards_survive_settles_prunes_and_discards(&make().await).await;
 }
+
+#[path = "conformance_guards.rs"]
+mod guards;
 
 const NOTHING: &[AggregateRef] = &[];
 
 /// A cut from the start with no limits.
-fn all(after: Option<AggregateRef>) -> CutQuery<'static> {
+pub(crate) fn all(after: Option<AggregateRef>) -> CutQuery<'static> {
     CutQuery {
         after,
         skip: NOTHING,
@@ -66,12 +71,12 @@ fn all(after: Option<AggregateRef>) -> CutQuery<'static> {
     }
 }
 
-fn seqs(events: &[StoredEvent]) -> Vec<u64> {
+pub(crate) fn seqs(events: &[StoredEvent]) -> Vec<u64> {
     events.iter().map(|e| e.client_seq).collect()
 }
 
 /// The park record of a schema rejection (2022) of `b`.
-fn rejected(b: &Batch, may_have_landed: bool) -> ParkRecord {
+pub(crate) fn rejected(b: &Batch, may_have_landed: bool) -> ParkRecord {
     ParkRecord {
         aggregate: b.aggregate,
         first_seq: b.first_seq,
@@ -81,10 +86,11 @@ fn rejected(b: &Batch, may_have_landed: bool) -> ParkRecord {
         message: "schema".into(),
         parked_at: 1,
         may_have_landed,
+        current_version: None,
     }
 }
 
-fn batch(n: u128, first_seq: u64, last_seq: u64) -> Batch {
+pub(crate) fn batch(n: u128, first_seq: u64, last_seq: u64) -> Batch {
     Batch {
         aggregate: aggregate(n),
         first_seq,
@@ -133,7 +139,11 @@ pub async fn sequences_start_at_one_and_are_per_aggregate(o: &impl Outbox) {
 pub async fn a_group_commit_assigns_in_order(o: &impl Outbox) {
     let (a, b, c) = (events(0..2), events(2..3), events(3..6));
     let receipts = o
-        .append_group(&[(aggregate(1), &a), (aggregate(2), &b), (aggregate(1), &c)])
+        .append_group(&[
+            (aggregate(1), &a, None),
+            (aggregate(2), &b, None),
+            (aggregate(1), &c, None),
+        ])
         .await
         .unwrap()
         .receipts;
@@ -539,9 +549,9 @@ pub async fn batches_settles_prunes_and_discards_cut_through_appends(o: &impl Ou
     let r = o.append(aggregate(1), first).await.unwrap();
     let g = o
         .append_group(&[
-            (aggregate(1), &one),
-            (aggregate(2), &one),
-            (aggregate(1), &more),
+            (aggregate(1), &one, None),
+            (aggregate(2), &one, None),
+            (aggregate(1), &more, None),
         ])
         .await
         .unwrap()
@@ -636,7 +646,7 @@ fn seqs_of(receipts: &[Receipt]) -> Vec<u64> {
 /// writes of this context that began before it — also when they overlap (both orders).
 pub async fn counts_see_exactly_the_writes_begun_before_them(o: &impl Outbox) {
     let first = o
-        .append_group(&[(aggregate(1), &events(0..3))])
+        .append_group(&[(aggregate(1), &events(0..3), None)])
         .await
         .unwrap();
     let counted = o.counts().await.unwrap();
@@ -647,7 +657,10 @@ pub async fn counts_see_exactly_the_writes_begun_before_them(o: &impl Outbox) {
     // append's transaction begins on its first poll because the early-commit probe's answer
     // is cached by the first append above; uncached, the probe would go first.)
     let (two, one) = (events(3..5), events(5..6));
-    let (group, later) = ([(aggregate(2), &two[..])], [(aggregate(1), &one[..])]);
+    let (group, later) = (
+        [(aggregate(2), &two[..], None)],
+        [(aggregate(1), &one[..], None)],
+    );
     let (appended, counted) = futures_util::join!(o.append_group(&group), o.counts());
     let (appended, counted) = (appended.unwrap(), counted.unwrap());
     assert_eq!(

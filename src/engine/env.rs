@@ -4,6 +4,10 @@
 
 use std::future::Future;
 
+use uuid::Uuid;
+
+use super::model::AggregateRef;
+
 /// Clock, timers, connectivity and randomness.
 pub trait Env {
     /// Unix milliseconds now.
@@ -69,8 +73,39 @@ impl Reply {
     }
 }
 
-/// Sends one request body to the gateway's write endpoint.
+/// A batch of an aggregate's log, as a read-back found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenBatch {
+    /// The aggregate version it created.
+    pub version: u64,
+    /// The client id that wrote it.
+    pub client_id: Uuid,
+    /// Its events' sequences.
+    pub client_seqs: Vec<u64>,
+}
+
+/// What reading an aggregate back at one version found (after a 2003 on a conditional batch,
+/// `docs/protocol.md` 6.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadBack {
+    /// The first batch at or after the version asked for (`None`: the log ends before it).
+    Found(Option<WrittenBatch>),
+    /// The version was trimmed away (410): nobody can tell any more.
+    Trimmed,
+    /// No usable answer (network, timeout, 5xx, a refused session, a body that did not parse).
+    Failed(String),
+}
+
+/// Sends one request body to the gateway's write endpoint, and reads an aggregate back.
 pub trait Transport {
     /// Posts `body` with the session's bearer `token`; dropping the future aborts the request.
     fn send(&self, body: String, token: String) -> impl Future<Output = Reply>;
+    /// Reads `aggregate`'s first batch at or after `version` (`GET …/events?from=version&limit=1`)
+    /// under the session's bearer `token`.
+    fn read_back(
+        &self,
+        aggregate: AggregateRef,
+        version: u64,
+        token: String,
+    ) -> impl Future<Output = ReadBack>;
 }

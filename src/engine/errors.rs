@@ -124,6 +124,9 @@ codes! {
     /// on, by a context without it, or forged by a writer); its `data` is as stored and
     /// unauthenticated.
     NotEncrypted = "NOT_ENCRYPTED",
+    /// `decide`: the aggregate changed under every attempt (`maxAttempts` conflicts, 2003):
+    /// contention, surfaced; nothing of the attempts was written.
+    Contention = "CONTENTION",
 }
 
 impl From<&StoreError> for ErrorCode {

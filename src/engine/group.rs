@@ -19,7 +19,7 @@ use std::rc::Rc;
 use futures_channel::oneshot;
 
 use super::model::{AggregateRef, NewEvent, Receipt};
-use super::outbox::{Appended, Begun, Outbox, StoreError};
+use super::outbox::{Appended, Begun, GroupItem, Outbox, StoreError};
 use super::sorted::SortedSet;
 
 /// Most appends written in one transaction.
@@ -36,6 +36,8 @@ pub type Committed = Box<dyn Fn(u64, &[AggregateRef], Begun)>;
 struct Queued {
     aggregate: AggregateRef,
     events: Vec<NewEvent>,
+    /// The version guard of a conditional append.
+    expected_version: Option<u64>,
     reply: oneshot::Sender<Result<Vec<Receipt>, StoreError>>,
 }
 
@@ -67,10 +69,21 @@ impl<O: Outbox + 'static> GroupCommit<O> {
         aggregate: AggregateRef,
         events: Vec<NewEvent>,
     ) -> impl Future<Output = Result<Vec<Receipt>, StoreError>> + 'static {
+        self.append_guarded(aggregate, events, None)
+    }
+
+    /// [`GroupCommit::append`] with a version guard (`Some`: a conditional append).
+    pub fn append_guarded(
+        self: &Rc<Self>,
+        aggregate: AggregateRef,
+        events: Vec<NewEvent>,
+        expected_version: Option<u64>,
+    ) -> impl Future<Output = Result<Vec<Receipt>, StoreError>> + 'static {
         let (reply, receipt) = oneshot::channel();
         self.queued.borrow_mut().push(Queued {
             aggregate,
             events,
+            expected_version,
             reply,
         });
         if !self.writing.replace(true) {
@@ -91,9 +104,9 @@ impl<O: Outbox + 'static> GroupCommit<O> {
                 self.writing.set(false);
                 return;
             }
-            let items: Vec<(AggregateRef, &[NewEvent])> = group
+            let items: Vec<GroupItem<'_>> = group
                 .iter()
-                .map(|q| (q.aggregate, q.events.as_slice()))
+                .map(|q| (q.aggregate, q.events.as_slice(), q.expected_version))
                 .collect();
             match self.outbox.append_group(&items).await {
                 Ok(Appended { receipts, begun }) => {

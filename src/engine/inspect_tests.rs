@@ -107,6 +107,7 @@ fn per_aggregate_counts_split_pending_and_parked() {
         message: "no".into(),
         parked_at: 9,
         may_have_landed: false,
+        current_version: None,
     };
     let only_parked = ParkRecord {
         aggregate: agg(3),

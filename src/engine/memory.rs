@@ -7,10 +7,11 @@ use std::ops::Bound;
 
 use uuid::Uuid;
 
-use super::batch::take_within;
-use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
+use super::batch::{cut_at_guards, take_within};
+use super::model::{AggregateRef, Batch, Guard, ParkRecord, Receipt, StoredEvent};
 use super::outbox::{
-    Appended, Begun, Counted, CutQuery, Discarded, EventState, Outbox, Pruned, StoreError,
+    Appended, Begun, Counted, CutQuery, Discarded, EventState, GroupItem, Outbox, Pruned,
+    StoreError,
 };
 
 type Key = (AggregateRef, u64);
@@ -94,15 +95,17 @@ impl Outbox for MemoryOutbox {
         Ok(*self.state.borrow_mut().client_id.get_or_insert(fresh))
     }
 
-    async fn append_group(
-        &self,
-        group: &[(AggregateRef, &[NewEvent])],
-    ) -> Result<Appended, StoreError> {
+    async fn append_group(&self, group: &[GroupItem<'_>]) -> Result<Appended, StoreError> {
         let mut state = self.state.borrow_mut();
         let begun = state.begin();
         let mut all = Vec::with_capacity(group.len());
-        for (aggregate, events) in group {
+        for (aggregate, events, expected) in group {
             let mut seq = state.counters.get(aggregate).copied().unwrap_or(0);
+            let guard = expected.map(|expected_version| Guard {
+                expected_version,
+                first_seq: seq + 1,
+                last_seq: seq + events.len() as u64,
+            });
             let mut receipts = Vec::with_capacity(events.len());
             for event in events.iter() {
                 seq += 1;
@@ -110,9 +113,10 @@ impl Outbox for MemoryOutbox {
                     event_id: event.event_id,
                     client_seq: seq,
                 });
-                state
-                    .events
-                    .insert((*aggregate, seq), StoredEvent::new(*aggregate, seq, event));
+                state.events.insert(
+                    (*aggregate, seq),
+                    StoredEvent::new(*aggregate, seq, event).guarded(guard),
+                );
             }
             state.counters.insert(*aggregate, seq);
             all.push(receipts);
@@ -152,19 +156,29 @@ impl Outbox for MemoryOutbox {
                 Some((a, through)) if a == *aggregate => through,
                 _ => 0,
             };
-            let head: Vec<&StoredEvent> = state
-                .pending_above(*aggregate, above)
-                .take(query.max_events.max(1))
-                .collect();
-            if head.is_empty() {
+            let mut pending = state.pending_above(*aggregate, above).peekable();
+            let Some(first) = pending.peek() else {
                 continue;
+            };
+            if let Some(guard) = first.guard {
+                // A conditional append: all of its events, whatever the limits.
+                let mut head: Vec<StoredEvent> = pending
+                    .take_while(|e| e.client_seq <= guard.last_seq)
+                    .cloned()
+                    .collect();
+                cut_at_guards(&mut head);
+                return Ok(Some(head));
             }
+            let mut head: Vec<StoredEvent> =
+                pending.take(query.max_events.max(1)).cloned().collect();
+            cut_at_guards(&mut head);
             let n = take_within(
                 head.iter().map(|e| e.encoded_len()),
                 query.max_events,
                 query.max_bytes,
             );
-            return Ok(Some(head.into_iter().take(n).cloned().collect()));
+            head.truncate(n);
+            return Ok(Some(head));
         }
         Ok(None)
     }

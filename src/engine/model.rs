@@ -45,6 +45,23 @@ pub struct StoredEvent {
     pub event_id: Uuid,
     /// The event as it travels (`{"clientSeq":…,"eventId":…,…}`).
     pub wire: String,
+    /// The version guard of the conditional append it belongs to (`None`: unconditional).
+    pub guard: Option<Guard>,
+}
+
+/// The version guard of a conditional append (`append(…, { expectedVersion })`), stored with
+/// each of its events: the append lands only if the aggregate is at exactly `expected_version`.
+/// Its events are always one batch of their own, exactly `first_seq..=last_seq`, never mixed
+/// with the aggregate's events before or after it ([`super::batch::cut_at_guards`]), so the
+/// request and its every resend carry the guard and nothing else is judged by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guard {
+    /// The aggregate version the append expects (`0`: only if the aggregate does not exist).
+    pub expected_version: u64,
+    /// The append's first sequence.
+    pub first_seq: u64,
+    /// The append's last sequence.
+    pub last_seq: u64,
 }
 
 impl StoredEvent {
@@ -72,7 +89,13 @@ impl StoredEvent {
             client_seq,
             event_id: e.event_id,
             wire,
+            guard: None,
         }
+    }
+
+    /// The same event, stored as part of the conditional append `guard`.
+    pub fn guarded(self, guard: Option<Guard>) -> Self {
+        StoredEvent { guard, ..self }
     }
 
     /// The event decoded from its wire form (native tests; the browser decodes with the
@@ -138,4 +161,7 @@ pub struct ParkRecord {
     /// restart), so they may have landed before the rejection: Celeriant checks some things
     /// (a deleted aggregate, 2006) before idempotency, and a gateway's limits can change.
     pub may_have_landed: bool,
+    /// For a conditional append refused by its version guard (code 2003, confirmed by reading
+    /// the aggregate back): the aggregate's version the server reported.
+    pub current_version: Option<u64>,
 }

@@ -7,12 +7,17 @@
 //! 1. `append_group` assigns each aggregate's next sequences and stores the events **and** the
 //!    bumped counters atomically: all of the group or none of it. Sequences start at 1, strictly
 //!    increase per aggregate and are never reused — the counter outlives the events.
+//!    An append may carry a version guard (`expectedVersion`): its events are stored with it
+//!    ([`super::model::Guard`]: the expected version and the append's sequence span).
 //! 2. An event is **pending** until it is settled; settling records a per-aggregate *landed
 //!    watermark* (every sequence at or below it landed). Landed events may stay stored until
 //!    [`Outbox::prune`] deletes them, but no read that serves the drain, `flush` or
 //!    `whenSynced` ever returns or counts them.
 //! 3. Pending events are read per aggregate in sequence order; aggregates are visited in key
-//!    order ([`Outbox::next_batch`]).
+//!    order ([`Outbox::next_batch`]). A batch never mixes a conditional append with other
+//!    events: it is exactly that append's pending events, whatever the limits, or the
+//!    unconditional events before the next conditional append
+//!    ([`super::batch::cut_at_guards`]).
 //! 4. At most one batch is pinned. Its boundaries are persisted before its first send and read
 //!    back on every resend, also after a restart. The pin changes only by compare-and-set.
 //! 5. Only [`Outbox::settle`] (after `landed`) and [`Outbox::discard_parked`] (the app's
@@ -203,6 +208,10 @@ pub struct Discarded {
     pub begun: Begun,
 }
 
+/// One append of a group: its aggregate, its events, and its version guard (`Some(v)`: a
+/// conditional append, `append(…, { expectedVersion: v })`).
+pub type GroupItem<'a> = (AggregateRef, &'a [NewEvent], Option<u64>);
+
 /// The outbox's storage.
 pub trait Outbox {
     /// Loads the device's client id, storing `fresh` first if none exists yet.
@@ -214,7 +223,7 @@ pub trait Outbox {
     /// back per append, in order.
     fn append_group(
         &self,
-        group: &[(AggregateRef, &[NewEvent])],
+        group: &[GroupItem<'_>],
     ) -> impl Future<Output = Result<Appended, StoreError>>;
 
     /// One append: [`Outbox::append_group`] of one.
@@ -224,7 +233,7 @@ pub trait Outbox {
         events: Vec<NewEvent>,
     ) -> impl Future<Output = Result<Vec<Receipt>, StoreError>> {
         async move {
-            let mut appended = self.append_group(&[(aggregate, &events)]).await?;
+            let mut appended = self.append_group(&[(aggregate, &events, None)]).await?;
             Ok(appended.receipts.pop().unwrap_or_default())
         }
     }

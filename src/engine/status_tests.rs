@@ -37,6 +37,7 @@ fn park(count: u32) -> ParkRecord {
         message: "schema".into(),
         parked_at: 1,
         may_have_landed: false,
+        current_version: None,
     }
 }
 

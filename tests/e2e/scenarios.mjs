@@ -43,6 +43,9 @@ export async function oneSender({ seed }) {
     faults: { dropAfterCommit: 0.3, timeout: 0, inflight: 0.1, busy: 0.1, resetBeforeCommit: 0.05, delayMs: 1500, retryAfterMs: 300 },
     log: () => {},
     verifyConcurrency: true,
+    // Only writes of the outbox here: the conditional part's read-backs and catch-ups are
+    // requests of the same client too.
+    conditional: false,
   });
   return result;
 }
@@ -172,7 +175,8 @@ export async function quota({ seed }) {
   }
 }
 
-// The demo's first account (www/app.js).
+// The demo's account type and first account (www/app.js).
+const DEMO_TYPE = "5e0d9e1a-7c41-4b8e-9f2a-0c6b3d1e2f01";
 const ACCOUNT_A = "a11ce000-0000-4000-8000-00000000000a";
 
 /** The demo page, used as an app would: append, watch the outbox sync, the balance (a
@@ -211,6 +215,7 @@ export async function demo() {
     await waitFor("the 5 confirmed", 15_000, async () => (await balanceA("confirmed")).startsWith("105 ") && (await balanceA("pendingCount")) === "0");
     const versionAfter = Number(/\(v(\d+)\)/.exec(await balanceA("confirmed"))[1]);
     assert(versionAfter > versionBefore, `the projection's version went from ${versionBefore} to ${versionAfter}`);
+    const conflict = await demoConflict(page, balanceA, versionAfter, gateway);
     // The fault buttons: without the secret `npm start` puts in the fragment they change nothing;
     // with it, Chaos and No faults set the gateway's rates. The secret never travels in a URL.
     const urls = [];
@@ -229,8 +234,46 @@ export async function demo() {
     const leaked = urls.filter((u) => u.split("#")[0].includes(gateway.faultsSecret));
     assert(leaked.length === 0, `the secret in a request URL: ${leaked}`);
     assert(errors.length === 0, `page errors: ${errors}`);
-    return { synced: 11, balance: 105, versions: [versionBefore, versionAfter] };
+    return { synced: 11, balance: 105, versions: [versionBefore, versionAfter], ...conflict };
   });
+}
+
+/** The demo's conflict and withdrawals on Account A (at `version`, balance 105, 11 events):
+ *  "Provoke a conflict" parks a withdrawal appended with a stale expectedVersion with 2003 and
+ *  the server's current version, never counted and never stored; its Discard drops it; then
+ *  "Withdraw (decide)" takes 30 (landing at version + 1, balance 75) and refuses 1000 (more
+ *  than the balance: nothing written). */
+async function demoConflict(page, balanceA, version, gateway) {
+  const note = () => page.textContent("#conflictNote");
+  const serverAmounts = async () => (await gateway.readAll(DEMO_TYPE, ACCOUNT_A)).map((e) => JSON.parse(Buffer.from(e.data, "base64")).amount);
+  await page.fill("#amount", "7");
+  await page.click("#conflict");
+  await waitFor("the conflict parked", 20_000, async () => (await note()).startsWith("conflict: parked"));
+  const text = await note();
+  assert(text.includes("parked with 2003") && text.includes(`expectedVersion ${version - 1}`) && text.includes(`currentVersion ${version}`), `conflict note: ${text}`);
+  const parkedRow = await page.textContent("#parkedList");
+  assert(parkedRow.includes("rejected 2003") && parkedRow.includes(`(currentVersion ${version})`), `parked list: ${parkedRow}`);
+  assert((await page.textContent("#parked")) === "1", `parked count ${await page.textContent("#parked")}`);
+  assert((await balanceA("balance")) === "105", `a parked withdrawal counted: balance ${await balanceA("balance")}`);
+  let amounts = await serverAmounts();
+  assert(amounts.length === 11 && !amounts.includes(-7), `the server holds ${amounts}`);
+  await page.click("#parkedList button");
+  await waitFor("the discard", 10_000, async () => (await page.textContent("#parked")) === "0" && (await page.textContent("#parkedList")) === "");
+  const logged = await page.textContent("#events");
+  assert(logged.includes("discarded 1 parked event(s) of Account A"), "the discard is not in the page's log");
+  // decide: the withdrawal lands at the next version; an overdraft is refused.
+  await page.fill("#amount", "30");
+  await page.click("#withdraw");
+  await waitFor("the withdrawal", 20_000, async () => (await note()).startsWith("withdrew") || (await note()).startsWith("withdraw:"));
+  assert((await note()).startsWith(`withdrew 30 from Account A (balance was 105): landed at version ${version + 1} after 1 attempt(s)`), `withdraw note: ${await note()}`);
+  await waitFor("balance 75 confirmed", 10_000, async () => (await balanceA("balance")) === "75" && (await balanceA("confirmed")).startsWith(`75 (v${version + 1})`));
+  await page.fill("#amount", "1000");
+  await page.click("#withdraw");
+  await waitFor("the refusal", 20_000, async () => (await note()).startsWith("refused") || (await note()).startsWith("withdraw:"));
+  assert((await note()).startsWith("refused: Account A's balance is 75, less than 1000; nothing written"), `overdraft note: ${await note()}`);
+  amounts = await serverAmounts();
+  assert(amounts.length === 12 && amounts.at(-1) === -30 && !amounts.includes(-7) && !amounts.includes(-1000), `the server holds ${amounts}`);
+  return { conflictCurrentVersion: version, withdrawnAtVersion: version + 1, balanceAfterWithdrawal: 75 };
 }
 
 /** The read side across a gateway crash: two devices (two databases in one profile) watch the

@@ -10,10 +10,11 @@ use std::pin::Pin;
 use std::rc::Rc;
 
 use celeriant_sync::engine::auth::{AuthFailure, Authenticator, Session};
-use celeriant_sync::engine::env::{Env, Reply, Transport};
+use celeriant_sync::engine::env::{Env, ReadBack, Reply, Transport, WrittenBatch};
 use celeriant_sync::engine::model::AggregateRef;
 use celeriant_sync::protocol::outcome::{Failure, WriteOutcome};
 use celeriant_sync::protocol::{Event, WriteRequest};
+use uuid::Uuid;
 
 /// A small deterministic generator (xorshift64*), so a failing seed replays exactly.
 pub struct Rng(Cell<u64>);
@@ -95,12 +96,53 @@ pub struct SimServer {
     pub highest: RefCell<BTreeMap<AggregateRef, u64>>,
     /// The session tokens' generation: a token of an older one is refused (401).
     pub session: Cell<u64>,
+    /// Every batch written per aggregate, by anyone (version = index + 1): its client id and
+    /// sequences.
+    pub batches: RefCell<BTreeMap<AggregateRef, Vec<Written>>>,
 }
+
+/// One batch of an aggregate's log: who wrote it, its sequences.
+pub type Written = (Uuid, Vec<u64>);
 
 /// Event type the server refuses (as a schema validation failure, 2022).
 pub const POISON: u64 = 99;
 
 impl SimServer {
+    /// The aggregate's version (its batch count).
+    pub fn version(&self, aggregate: &AggregateRef) -> u64 {
+        self.batches
+            .borrow()
+            .get(aggregate)
+            .map_or(0, |b| b.len() as u64)
+    }
+
+    /// Another device writes a batch to `aggregate` (under its own client id).
+    pub fn foreign_write(&self, aggregate: AggregateRef) {
+        self.batches
+            .borrow_mut()
+            .entry(aggregate)
+            .or_default()
+            .push((Uuid::from_u128(0xF0E1), vec![1]));
+    }
+
+    /// Celeriant's checks before anything is appended, in its order: the version guard (2003),
+    /// then idempotency (2002).
+    pub fn precheck(&self, request: &WriteRequest) -> Option<WriteOutcome> {
+        let write = &request.writes[0];
+        let current = self.version(&write.aggregate);
+        if let Some(expected) = write.expected_version
+            && expected != current
+        {
+            return Some(WriteOutcome::conflict(
+                "version guard failed",
+                write.aggregate,
+                expected,
+                current,
+            ));
+        }
+        self.duplicate_of(request)
+    }
+
     /// Applies one request as Celeriant would; returns the protocol outcome.
     pub fn apply(&self, request: &WriteRequest) -> WriteOutcome {
         assert_eq!(request.writes.len(), 1, "one aggregate per request");
@@ -114,14 +156,9 @@ impl SimServer {
             );
             previous = e.client_seq;
         }
-        let highest = self
-            .highest
-            .borrow()
-            .get(&write.aggregate)
-            .copied()
-            .unwrap_or(0);
-        if lowest <= highest {
-            return WriteOutcome::duplicate(highest, lowest);
+        let _ = lowest;
+        if let Some(refused) = self.precheck(request) {
+            return refused;
         }
         if write.events.iter().any(|e| e.event_type == POISON) {
             return WriteOutcome::Rejected(Failure::new(2022, "schema validation failed"));
@@ -132,7 +169,13 @@ impl SimServer {
             .or_default()
             .extend(write.events.iter().cloned());
         self.highest.borrow_mut().insert(write.aggregate, previous);
-        WriteOutcome::landed(Some(1))
+        let mut batches = self.batches.borrow_mut();
+        let batches = batches.entry(write.aggregate).or_default();
+        batches.push((
+            request.client_id,
+            write.events.iter().map(|e| e.client_seq).collect(),
+        ));
+        WriteOutcome::landed(Some(batches.len() as u64))
     }
 
     /// Lands events `..= through` of a request on their own, as an earlier attempt with other
@@ -212,6 +255,10 @@ pub struct SimTransport {
     /// The body the next request must repeat byte for byte (after an ambiguous failure or a
     /// retry), shared across restarts.
     pub must_repeat: Rc<RefCell<Option<String>>>,
+    /// Whether a read-back fails (the harness decides, per read).
+    pub read_back_fails: Box<dyn Fn() -> bool>,
+    /// How many read-backs were made.
+    pub read_backs: Cell<usize>,
 }
 
 impl SimTransport {
@@ -223,6 +270,8 @@ impl SimTransport {
             crash: Box::new(|| {}),
             sent: RefCell::new(Vec::new()),
             must_repeat,
+            read_back_fails: Box::new(|| false),
+            read_backs: Cell::new(0),
         }
     }
 }
@@ -240,6 +289,33 @@ fn http(outcome: &WriteOutcome) -> Reply {
 }
 
 impl Transport for SimTransport {
+    fn read_back(
+        &self,
+        aggregate: AggregateRef,
+        version: u64,
+        token: String,
+    ) -> impl Future<Output = ReadBack> {
+        let found = if token != format!("session-{}", self.server.session.get()) {
+            ReadBack::Failed("401".into())
+        } else if (self.read_back_fails)() {
+            ReadBack::Failed("network".into())
+        } else {
+            let batches = self.server.batches.borrow();
+            ReadBack::Found(
+                batches
+                    .get(&aggregate)
+                    .and_then(|b| b.get(version.max(1) as usize - 1))
+                    .map(|(client_id, seqs)| WrittenBatch {
+                        version: version.max(1),
+                        client_id: *client_id,
+                        client_seqs: seqs.clone(),
+                    }),
+            )
+        };
+        self.read_backs.set(self.read_backs.get() + 1);
+        std::future::ready(found)
+    }
+
     fn send(&self, body: String, token: String) -> impl Future<Output = Reply> {
         (self.before)();
         let request: WriteRequest =
@@ -286,6 +362,10 @@ impl Transport for SimTransport {
                 retry_after_ms: Some(1500),
                 ..Failure::new(2012, "busy")
             }))),
+            // A conditional append is always sent whole: no earlier attempt had other bounds.
+            Fault::PrefixLanded if request.writes[0].expected_version.is_some() => {
+                Some(http(&self.server.apply(&request)))
+            }
             Fault::PrefixLanded => {
                 let events = &request.writes[0].events;
                 let pick = events[(events.len() - 1) / 2].client_seq;
@@ -294,7 +374,7 @@ impl Transport for SimTransport {
             }
             // A rejection like schema validation (2022) comes after Celeriant's idempotency check:
             // a batch that already landed gets its 2002 instead.
-            Fault::Rejected => Some(http(&match self.server.duplicate_of(&request) {
+            Fault::Rejected => Some(http(&match self.server.precheck(&request) {
                 Some(duplicate) => duplicate,
                 None => WriteOutcome::from_code(2022, "rejected by chance"),
             })),

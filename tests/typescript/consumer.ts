@@ -14,6 +14,7 @@ import init, {
   type AggregateRef,
   type AggregateView,
   type CeleriantSyncError,
+  type DecideResult,
   type InspectSnapshot,
   type MemberAccess,
   type Members,
@@ -98,6 +99,17 @@ export async function example(): Promise<void> {
   await client.append({ typeId: "x" }, [{ type: 1, data: 1 }]);
   // @ts-expect-error type is required
   await client.append(account, [{ data: 1 }]);
+  const guarded: Receipt[] = await client.append(account, [{ type: 1, data: 1 }], { expectedVersion: 0 });
+  // @ts-expect-error expectedVersion is the only append option
+  await client.append(account, [{ type: 1, data: 1 }], { expected: 0 });
+  const decided: DecideResult = await client.decide(account, (view) =>
+    view.version < 3 ? [{ type: 1, data: { n: view.version + 1 } }] : null,
+  );
+  await client.decide(account, async () => [], { maxAttempts: 3 });
+  const attempts: number = decided.attempts;
+  // @ts-expect-error decide's only option is maxAttempts
+  await client.decide(account, () => null, { retries: 3 });
+  console.log(guarded, attempts);
   // @ts-expect-error receipts are typed
   receipts[0]!.sequence;
   // @ts-expect-error only known events can be listened to

@@ -12,6 +12,10 @@
 //! | one | `[t, a, seq]` | `{ s, e, w }`: sequence, event id, wire encoding (as since version 2) |
 //! | `n` ≥ 2 | `[t, a, last, n]` | `{ s, e: [ids], w: [wires] }`: `s` is the first sequence, `last = s + n − 1` |
 //!
+//! The events of a conditional append carry its guard as `g: [expectedVersion, first, last]` in
+//! every record holding them; a run never mixes events of different guards (nor guarded with
+//! unguarded ones), so the guard is one field per record.
+//!
 //! Keying a run by its *last* sequence keeps every "events above x" read one key range (the
 //! records whose last event is above x; the first may start at or below x and is filtered), and
 //! `n` in the key lets counts and prunes work from keys alone. A batch may end inside a run;
@@ -27,7 +31,7 @@ use super::keys::{Agg, parse_uuid, uuid_js};
 use super::request::record;
 use crate::browser::js;
 use crate::engine::batch::take_within;
-use crate::engine::model::{AggregateRef, StoredEvent};
+use crate::engine::model::{AggregateRef, Guard, StoredEvent};
 use crate::engine::outbox::StoreError;
 
 /// Most events in one record.
@@ -45,8 +49,13 @@ pub(super) fn add_runs(
 ) -> Result<(), StoreError> {
     let mut rest = events;
     while !rest.is_empty() {
+        // A run holds events of one guard only.
+        let same = rest
+            .iter()
+            .position(|e| e.guard != rest[0].guard)
+            .unwrap_or(rest.len());
         let n = take_within(
-            rest.iter().map(StoredEvent::encoded_len),
+            rest[..same].iter().map(StoredEvent::encoded_len),
             RUN_MAX_EVENTS,
             RUN_MAX_BYTES,
         );
@@ -89,6 +98,14 @@ pub(super) fn put_run(
             record(first.client_seq as f64, &ids, &wires),
         )
     };
+    if let Some(g) = first.guard {
+        let parts = Array::of3(
+            &(g.expected_version as f64).into(),
+            &(g.first_seq as f64).into(),
+            &(g.last_seq as f64).into(),
+        );
+        js::set(value.unchecked_ref::<js_sys::Object>(), "g", parts);
+    }
     if replace {
         store.put_with_key(&value, &key).js()?;
     } else {
@@ -140,6 +157,7 @@ pub(super) fn events_of(
 ) -> Result<(), StoreError> {
     let (first, last) = span(value)?;
     let (ids, wires) = (js::get(value, "e"), js::get(value, "w"));
+    let guard = guard_of(value)?;
     if ids.is_string() {
         if first > above && first <= through && out.len() < max {
             out.push(StoredEvent {
@@ -147,6 +165,7 @@ pub(super) fn events_of(
                 client_seq: first,
                 event_id: parse_uuid(&ids)?,
                 wire: wires.as_string().ok_or_else(bad)?,
+                guard,
             });
         }
         return Ok(());
@@ -167,9 +186,36 @@ pub(super) fn events_of(
             client_seq: seq,
             event_id: parse_uuid(&ids.get(i))?,
             wire: wires.get(i).as_string().ok_or_else(bad)?,
+            guard,
         });
     }
     Ok(())
+}
+
+/// The guard a record's events carry (`g`), if any.
+fn guard_of(value: &JsValue) -> Result<Option<Guard>, StoreError> {
+    let g = js::get(value, "g");
+    if g.is_undefined() {
+        return Ok(None);
+    }
+    let parts = g.dyn_ref::<Array>().ok_or_else(bad_guard)?;
+    let part = |i| {
+        parts
+            .get(i)
+            .as_f64()
+            .filter(|v| *v >= 0.0 && v.fract() == 0.0)
+            .map(|v| v as u64)
+            .ok_or_else(bad_guard)
+    };
+    Ok(Some(Guard {
+        expected_version: part(0)?,
+        first_seq: part(1)?,
+        last_seq: part(2)?,
+    }))
+}
+
+fn bad_guard() -> StoreError {
+    StoreError::Corrupt("an outbox record has a bad guard (g)".into())
 }
 
 /// Every event of record `value` (of `aggregate`).

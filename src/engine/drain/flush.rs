@@ -37,8 +37,27 @@ pub enum FlushError {
 /// Resolves once every event appended before the call has landed (or was discarded); fails as
 /// soon as one of their aggregates is parked.
 pub async fn flush<O: Outbox>(outbox: &O, hub: &Hub) -> Result<(), FlushError> {
+    flush_some(outbox, hub, None).await
+}
+
+/// [`flush`] of one aggregate: resolves once its events appended before the call have landed;
+/// fails as soon as it is parked (`decide` waits so for this device's own pending events).
+pub async fn flush_aggregate<O: Outbox>(
+    outbox: &O,
+    hub: &Hub,
+    aggregate: AggregateRef,
+) -> Result<(), FlushError> {
+    flush_some(outbox, hub, Some(aggregate)).await
+}
+
+async fn flush_some<O: Outbox>(
+    outbox: &O,
+    hub: &Hub,
+    only: Option<AggregateRef>,
+) -> Result<(), FlushError> {
     // Targets: every aggregate with pending events, up to its highest sequence now.
     let mut targets = outbox.pending_aggregates().await?;
+    targets.retain(|(a, _)| only.is_none_or(|only| *a == only));
     loop {
         let progress = hub.progress.generation();
         let mut remaining = Vec::with_capacity(targets.len());

@@ -12,6 +12,10 @@
 //!   the same events, encoded to the same bytes, also after a restart (read back from the pin).
 //! * Only `landed` settles events; a rejection parks them (after isolating the offending
 //!   event), other aggregates go on, and nothing is ever dropped without the app asking.
+//! * A conditional batch (a conditional append's events, alone) is never re-cut; a 2003 on it
+//!   settles it only if reading the aggregate back finds its own `(clientId, clientSeq)` at
+//!   the version it expected + 1, parks it as a conflict only if the read finds another batch
+//!   there or none, and retries the batch if the read fails.
 //!
 //! What makes it fast without weakening any of that:
 //!
@@ -23,13 +27,15 @@
 //!   deleting (costly in some engines) is never on the path of a request.
 //!
 //! The machine's files: [`types`] (policy, inputs, actions, reports), [`batch`] (cutting and the
-//! read-ahead), [`reply`] (the send and reply path), [`settle`] (settle, prune, storage failures);
+//! read-ahead), [`reply`] (the send and reply path), [`verify`] (a conditional batch's 2003:
+//! landed or a conflict), [`settle`] (settle, prune, storage failures);
 //! this one holds the state and [`Drain::handle`], which dispatches each input.
 
 mod batch;
 mod reply;
 mod settle;
 mod types;
+mod verify;
 
 use std::collections::VecDeque;
 
@@ -63,6 +69,8 @@ enum Phase {
     Sending(Loaded),
     Settling(Settling),
     Parking(ParkRecord),
+    /// A conditional batch got 2003: its aggregate is being read back.
+    Verifying(Loaded, Conflict),
     Waiting(Loaded),
     StorageWait,
     Idle,
@@ -80,6 +88,13 @@ struct Settling {
     /// The lock check asked for with the settle, when `then` is to be sent next: `None` while
     /// it is out, then its answer ([`Drain::ready`]).
     lock: Option<Option<bool>>,
+}
+
+/// The 2003 a conditional batch got, kept while the aggregate is read back.
+#[derive(Debug)]
+struct Conflict {
+    message: String,
+    current_version: Option<u64>,
 }
 
 /// What a start has read so far: the counts, the aggregates with landed events left to prune,
@@ -246,6 +261,7 @@ impl Drain {
             | Phase::Checking((batch, _))
             | Phase::Waiting((batch, _)) => (*batch, false),
             Phase::Settling(s) => (s.batch, false),
+            Phase::Verifying((batch, _), _) => (*batch, false),
             _ => return None,
         };
         Some(Held {
@@ -435,6 +451,9 @@ impl Drain {
                 }
                 Err(e) => self.storage_failed(e, now),
             },
+            (Phase::Verifying(loaded, conflict), Input::ReadBack(found)) => {
+                self.verified(loaded, conflict, found, now)
+            }
             (Phase::Waiting(loaded), Input::TimerFired | Input::Woken) => self.ready(loaded, now),
             (Phase::Idle, Input::TimerFired | Input::Woken) => self.next_batch(),
             (Phase::StorageWait, Input::TimerFired | Input::Woken) => {

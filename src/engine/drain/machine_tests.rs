@@ -864,3 +864,6 @@ fn each_reply_leaves_an_outcome_for_the_inspector_and_the_held_batch_is_visible(
         (2, OutcomeKind::Landed, None)
     );
 }
+
+#[path = "machine_verify_tests.rs"]
+mod verify;

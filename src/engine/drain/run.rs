@@ -172,6 +172,14 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
                 } => ops.push(Box::pin(async move {
                     Input::Settled(outbox.settle(&batch, through, then.as_ref()).await)
                 })),
+                Action::ReadBack {
+                    aggregate,
+                    version,
+                    token,
+                } => {
+                    let found = transport.read_back(aggregate, version, token);
+                    ops.push(Box::pin(async move { Input::ReadBack(found.await) }))
+                }
                 Action::Park { record, batch } => ops.push(Box::pin(async move {
                     Input::Parked(outbox.park(&record, &batch).await)
                 })),

@@ -15,6 +15,11 @@ const harness = {
   async open(options) {
     this.client = await SyncClient.open({ gatewayUrl: location.origin, ...options });
     this.client.addEventListener("status", (e) => report("status", { status: e.detail }));
+    // A duplicate is what a conditional write whose answer was lost settles as, once its
+    // resend's 2003 was read back and found to be its own (the trap).
+    this.client.addEventListener("synced", (e) => {
+      if (e.detail.duplicate) report("duplicateSynced", { id: e.detail.aggregate.id, firstSeq: e.detail.firstSeq });
+    });
     return this.client.clientId;
   },
 
@@ -53,9 +58,117 @@ const harness = {
     this.loop = run();
   },
 
-  async stop() {
+  /**
+   * Conditional writes alongside `startAppending`, until `stop()`: in turn a conditional append
+   * to one of `guarded` (the aggregate's version read first; one time in four a stale guard, one
+   * version behind, so conflicts happen in every run) and, with `counter`, a `decide` that
+   * appends the counter's next value (`{ n, p }`: the last confirmed `n` + 1). Reports each
+   * append before it is stored (awaited, as in startAppending) and what the client said of it:
+   * landed (`whenSynced`/`decide` resolved) or not. A parked append (conflict) is reported with
+   * its code and `currentVersion`, then discarded (`sweep`): one left behind by a reload would
+   * otherwise hold the aggregate's later conditional appends.
+   */
+  startConditional({ typeId, guarded = [], counter = null, loadId, pauseMs = 50 }) {
+    this.conditional = true;
+    let n = 0;
+    const one = async () => {
+      if (guarded.length && (!counter || Math.random() < 0.5)) {
+        const aggregate = { typeId, id: guarded[Math.floor(Math.random() * guarded.length)] };
+        const view = await this.client.read(aggregate);
+        if (view.fromCache) return;
+        const stale = view.version > 0 && Math.random() < 0.25;
+        const expectedVersion = view.version - (stale ? 1 : 0);
+        const count = 1 + Math.floor(Math.random() * 2);
+        const payloads = Array.from({ length: count }, () => `${loadId}:c${n++}`);
+        await report("condAppending", { id: aggregate.id, payloads, expectedVersion, stale });
+        let receipts;
+        try {
+          receipts = await this.client.append(aggregate, payloads.map((p) => ({ type: 6, data: new TextEncoder().encode(p) })), { expectedVersion });
+        } catch (e) {
+          report("condFailed", { id: aggregate.id, payloads, code: e.code, message: e.message });
+          return;
+        }
+        try {
+          await Promise.all(receipts.map((r) => this.client.whenSynced(r.eventId)));
+          report("condLanded", { id: aggregate.id, payloads, expectedVersion, stale });
+        } catch (e) {
+          report("condNotLanded", { id: aggregate.id, payloads, expectedVersion, stale, code: e.code });
+          await this.sweep([aggregate]);
+        }
+      } else if (counter) {
+        // Each attempt its own payload: a conflicting attempt must appear nowhere, the one
+        // decide resolved with exactly once.
+        const base = `${loadId}:d${n++}`;
+        let payload = null;
+        let attempt = 0;
+        try {
+          const result = await this.client.decide(counter, async (view) => {
+            const confirmed = view.events.filter((e) => e.status === "confirmed");
+            const last = confirmed.length ? confirmed[confirmed.length - 1].json().n : 0;
+            payload = `${base}.${++attempt}`;
+            await report("decideAttempting", { payload });
+            return [{ type: 7, data: { n: last + 1, p: payload } }];
+          }, { maxAttempts: 20 });
+          report("decided", { payload, attempts: result.attempts, version: result.version });
+        } catch (e) {
+          report("decideFailed", { payload, attempts: e.attempts, code: e.code, message: e.message });
+          // PARKED: an attempt a reload left behind conflicted and holds the counter.
+          if (e.code === "PARKED") await this.sweep([counter]);
+        }
+      }
+    };
+    const run = async () => {
+      while (this.conditional) {
+        try {
+          await one();
+        } catch (e) {
+          report("condError", { message: String(e?.message ?? e) });
+        }
+        await new Promise((r) => setTimeout(r, pauseMs));
+      }
+    };
+    this.conditionalLoop = run();
+  },
+
+  /** Reports the parked events of `aggregates` (payload, code, currentVersion, mayHaveLanded),
+   *  then discards them. */
+  async sweep(aggregates) {
+    const parked = await this.client.parkedEvents();
+    for (const aggregate of aggregates) {
+      const mine = parked.filter((e) => e.aggregate.id === aggregate.id);
+      if (!mine.length) continue;
+      await report("swept", {
+        id: aggregate.id,
+        events: mine.map((e) => ({
+          payload: e.type === 7 ? e.json().p : new TextDecoder().decode(e.data),
+          code: e.code, currentVersion: e.currentVersion ?? null, mayHaveLanded: e.mayHaveLanded,
+        })),
+      });
+      await this.client.discardParked(aggregate);
+    }
+  },
+
+  /** `flush(bound)` until nothing is pending; a PARKED (a conflict no loop is left to discard)
+   *  is swept from `aggregates` and the flush goes again. */
+  async drain(bound, aggregates) {
+    for (let round = 0; ; round++) {
+      try {
+        return await this.flush(bound);
+      } catch (e) {
+        if (e.code !== "PARKED" || round >= 50) throw e;
+        await this.sweep(aggregates);
+      }
+    }
+  },
+
+  /** Stops `startAppending`'s loop; `{ conditional: true }` stops `startConditional`'s too. */
+  async stop({ conditional = false } = {}) {
     this.appending = false;
     await this.loop;
+    if (conditional) {
+      this.conditional = false;
+      await this.conditionalLoop;
+    }
   },
 
   /**

@@ -16,8 +16,8 @@ use super::super::request::result;
 use super::super::schema::{COUNTERS, IDS, OUTBOX};
 use super::{IdbOutbox, get, store};
 use crate::browser::js;
-use crate::engine::model::{AggregateRef, NewEvent, Receipt, StoredEvent};
-use crate::engine::outbox::{Appended, Cause, StoreError};
+use crate::engine::model::{AggregateRef, Guard, Receipt, StoredEvent};
+use crate::engine::outbox::{Appended, Cause, GroupItem, StoreError};
 use crate::engine::sorted::SortedMap;
 
 impl IdbOutbox {
@@ -27,7 +27,7 @@ impl IdbOutbox {
     /// `wrong` and aborts the transaction before anything is committed.
     async fn append_group_once(
         &self,
-        group: &[(AggregateRef, &[NewEvent])],
+        group: &[GroupItem<'_>],
         wrong: &Cell<bool>,
     ) -> Result<Appended, StoreError> {
         // An `add` over an existing key fails its request: committing early is only right
@@ -50,7 +50,7 @@ impl IdbOutbox {
                     // sequence order, stored as runs (`idb::records`).
                     let mut last: SortedMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)> =
                         SortedMap::new();
-                    for (aggregate, _) in group {
+                    for (aggregate, _, _) in group {
                         last.get_or_insert_with(*aggregate, || {
                             (Agg::new(aggregate), 0, Vec::new())
                         });
@@ -121,13 +121,18 @@ async fn counter_answers(
 /// writes (the `ids` records, the runs, the counters); returns each append's receipts.
 fn write_group(
     tx: &IdbTransaction,
-    group: &[(AggregateRef, &[NewEvent])],
+    group: &[GroupItem<'_>],
     last: &mut SortedMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)>,
 ) -> Result<Vec<Vec<Receipt>>, StoreError> {
     let (events, ids, counters) = (store(tx, OUTBOX)?, store(tx, IDS)?, store(tx, COUNTERS)?);
     let mut all = Vec::with_capacity(group.len());
-    for (aggregate, batch) in group {
+    for (aggregate, batch, expected) in group {
         let (a, seq, runs) = last.get_mut(aggregate).expect("one entry per aggregate");
+        let guard = expected.map(|expected_version| Guard {
+            expected_version,
+            first_seq: *seq + 1,
+            last_seq: *seq + batch.len() as u64,
+        });
         let mut receipts = Vec::with_capacity(batch.len());
         for event in batch.iter() {
             *seq += 1;
@@ -137,7 +142,7 @@ fn write_group(
             });
             ids.put_with_key(&a.event(*seq as f64), &uuid_js(&event.event_id))
                 .js()?;
-            runs.push(StoredEvent::new(*aggregate, *seq, event));
+            runs.push(StoredEvent::new(*aggregate, *seq, event).guarded(guard));
         }
         all.push(receipts);
     }
@@ -158,7 +163,7 @@ fn write_group(
 /// [`Outbox::append_group`](crate::engine::outbox::Outbox::append_group): one try, and one more after a wrong guess or an upgrade.
 pub(super) async fn append_group(
     this: &IdbOutbox,
-    group: &[(AggregateRef, &[NewEvent])],
+    group: &[GroupItem<'_>],
 ) -> Result<Appended, StoreError> {
     let wrong = Cell::new(false);
     match this.append_group_once(group, &wrong).await {

@@ -52,6 +52,9 @@ pub(super) fn parked_record(r: &ParkRecord) -> JsValue {
     js::set(&o, "message", r.message.as_str());
     js::set(&o, "at", r.parked_at as f64);
     js::set(&o, "may_have_landed", r.may_have_landed);
+    if let Some(version) = r.current_version {
+        js::set(&o, "current_version", version as f64);
+    }
     o.into()
 }
 
@@ -71,5 +74,6 @@ pub(in crate::browser::idb) fn park_of_record(v: &JsValue) -> Result<ParkRecord,
         message: js::get_string(v, "message").unwrap_or_default(),
         parked_at: js::get_u64(v, "at").unwrap_or(0),
         may_have_landed: js::get_bool(v, "may_have_landed").unwrap_or(false),
+        current_version: js::get_u64(v, "current_version"),
     })
 }

@@ -14,7 +14,7 @@ use super::super::schema::{LANDED, OUTBOX};
 use super::super::watermarks::{Marks, mark_of};
 use super::{IdbOutbox, landed, store};
 use crate::browser::js;
-use crate::engine::batch::take_within;
+use crate::engine::batch::{cut_at_guards, take_within};
 use crate::engine::model::{Batch, StoredEvent};
 use crate::engine::outbox::{CutQuery, StoreError};
 
@@ -108,8 +108,9 @@ async fn head(
         }
         range = a.above(last.client_seq)?;
         let seen: usize = out.iter().map(StoredEvent::encoded_len).sum();
-        let by_bytes = max_bytes.saturating_sub(seen) * records / seen.max(1);
-        let by_count = (max_events - out.len()) * records / out.len();
+        // Saturating: `usize` is 32 bits here, and a budget may be "unlimited" (`usize::MAX`).
+        let by_bytes = max_bytes.saturating_sub(seen).saturating_mul(records) / seen.max(1);
+        let by_count = (max_events - out.len()).saturating_mul(records) / out.len();
         chunk = (by_bytes.min(by_count) + 1).clamp(1, 4096) as u32;
     }
 }
@@ -153,7 +154,14 @@ async fn cut(
                 {
                     above = above.max(through);
                 }
-                let found = head(events, &a, above, query.max_events, query.max_bytes).await?;
+                let mut found = head(events, &a, above, query.max_events, query.max_bytes).await?;
+                if let Some(guard) = cut_at_guards(&mut found) {
+                    // A conditional append: all of its events, whatever the limits.
+                    if found.last().is_some_and(|e| e.client_seq < guard.last_seq) {
+                        found = events_between(events, &a, above, guard.last_seq).await?;
+                    }
+                    cut_at_guards(&mut found);
+                }
                 if !found.is_empty() {
                     return Ok(Some(found));
                 }

@@ -122,6 +122,7 @@ impl IdbOutbox {
                             ),
                             parked_at: js_sys::Date::now() as u64,
                             may_have_landed: true,
+                            current_version: None,
                         };
                         store(tx, PARKED)?.put(&parked_record(&record)).js()?;
                         meta.delete(&PIN_KEY.into()).js()?;

@@ -35,9 +35,9 @@ use super::db::{Db, Durability, Js, Storage};
 use super::keys::Agg;
 use super::request::result;
 use super::watermarks::Watermarks;
-use crate::engine::model::{AggregateRef, Batch, NewEvent, ParkRecord, StoredEvent};
+use crate::engine::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
 use crate::engine::outbox::{
-    Appended, Counted, CutQuery, Discarded, EventState, Outbox, Pruned, StoreError,
+    Appended, Counted, CutQuery, Discarded, EventState, GroupItem, Outbox, Pruned, StoreError,
 };
 use compaction::ORPHANS_BEFORE_COMPACTING;
 
@@ -131,10 +131,7 @@ impl Outbox for IdbOutbox {
         identity::client_id(self, fresh).await
     }
 
-    async fn append_group(
-        &self,
-        group: &[(AggregateRef, &[NewEvent])],
-    ) -> Result<Appended, StoreError> {
+    async fn append_group(&self, group: &[GroupItem<'_>]) -> Result<Appended, StoreError> {
         append::append_group(self, group).await
     }
 

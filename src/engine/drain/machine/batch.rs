@@ -49,7 +49,9 @@ impl Drain {
             return events;
         };
         if let Some(&(until, _)) = self.isolating.get(&first.aggregate) {
-            if first.client_seq <= until {
+            // A conditional append is never re-cut (nor can it be in a rejected batch being
+            // isolated: it is always a batch of its own).
+            if first.client_seq <= until && first.guard.is_none() {
                 events.truncate(1);
             } else {
                 self.isolating.remove(&first.aggregate);

@@ -100,7 +100,8 @@ impl Drain {
             next_attempt_at: None,
         });
         let (attempt, backoff) = (self.attempt, self.policy.backoff);
-        let decision = decide(&batch, outcome, attempt, |retry_after| {
+        let conditional = events.first().is_some_and(|e| e.guard.is_some());
+        let decision = decide(&batch, conditional, outcome, attempt, |retry_after| {
             backoff.delay_ms(attempt, now.random, retry_after)
         });
         match decision {
@@ -213,10 +214,15 @@ impl Drain {
                     message,
                     parked_at: now.ms,
                     may_have_landed: self.ambiguous,
+                    current_version: None,
                 };
                 self.phase = Phase::Parking(record.clone());
                 self.emit(Action::Park { record, batch });
             }
+            Decision::Verify {
+                message,
+                current_version,
+            } => self.verify((batch, events), message, current_version),
         }
     }
 

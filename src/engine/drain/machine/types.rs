@@ -4,7 +4,7 @@
 
 use super::super::super::auth::{AuthFailure, Session};
 use super::super::super::backoff::Backoff;
-use super::super::super::env::Reply;
+use super::super::super::env::{ReadBack, Reply};
 use super::super::super::model::{AggregateRef, Batch, ParkRecord, StoredEvent};
 use super::super::super::outbox::{Pruned, StoreError};
 use super::super::super::status::{SyncState, SyncedNotice};
@@ -100,6 +100,8 @@ pub enum Input {
     Settled(Result<bool, StoreError>),
     /// [`Action::Park`]'s answer.
     Parked(Result<(), StoreError>),
+    /// [`Action::ReadBack`]'s answer.
+    ReadBack(ReadBack),
     /// [`Action::Prune`]'s answer.
     Pruned(Result<Pruned, StoreError>),
     /// The current [`Action::Wait`] ran out.
@@ -162,6 +164,16 @@ pub enum Action {
         through: u64,
         /// The next pin: the rest of `batch`, or the batch read ahead.
         then: Option<Batch>,
+    },
+    /// Read the aggregate's batch at `version` back (a conditional batch got 2003: did it land
+    /// in an earlier attempt?).
+    ReadBack {
+        /// Whose.
+        aggregate: AggregateRef,
+        /// The version the batch would have created: its guard's expected version + 1.
+        version: u64,
+        /// The session's bearer token.
+        token: String,
     },
     /// Park an aggregate's rejected events and unpin.
     Park {

@@ -1,0 +1,174 @@
+//! `client.decide(aggregate, decide, { maxAttempts })`: the read-decide-write loop for online
+//! decisions that must hold against every other writer ("only if nothing changed").
+//!
+//! Each attempt: wait for this device's pending events on the aggregate to land (so the view
+//! is the server's, not a guess over our own unsent writes), catch the aggregate up, call
+//! `decide(view)`, append what it returns with `expectedVersion = view.version`, and wait
+//! until that lands. A conflict (2003, confirmed by the drain's read-back, so never our own
+//! write's lost answer) discards that attempt's parked events and goes again; after
+//! `maxAttempts` conflicts it rejects with `CONTENTION`. Offline it rejects with `OFFLINE` at
+//! once and stores nothing: a decision needs the server's current state.
+
+use js_sys::{Array, Function, Object, Promise};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::{JsFuture, future_to_promise};
+
+use super::client::SyncClient;
+use super::errors::ClientError;
+use super::input;
+use crate::browser::convert::aggregate_to_js;
+use crate::browser::js;
+use crate::engine::drain::{self, FlushError};
+use crate::engine::errors::ErrorCode;
+use crate::engine::outbox::Outbox;
+
+/// Attempts when `maxAttempts` is not given.
+const DEFAULT_ATTEMPTS: u64 = 5;
+/// The most attempts accepted.
+const MAX_ATTEMPTS: u64 = 100;
+/// The code of a version-guard conflict.
+const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
+
+/// `decide`'s options: `undefined`/`null`, or `{ maxAttempts }` (an integer 1..=100).
+fn attempts(value: &JsValue) -> Result<u64, ClientError> {
+    let bad = |message: String| ClientError::new(ErrorCode::InvalidOptions, message);
+    if value.is_undefined() || value.is_null() {
+        return Ok(DEFAULT_ATTEMPTS);
+    }
+    if !value.is_object() || Array::is_array(value) {
+        return Err(bad(
+            "decide's options must be an object: { maxAttempts }".into()
+        ));
+    }
+    for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
+        let key = key.as_string().unwrap_or_default();
+        if key != "maxAttempts" {
+            return Err(bad(format!(
+                "unknown decide option \"{key}\" (options: maxAttempts)"
+            )));
+        }
+    }
+    let given = js::get(value, "maxAttempts");
+    if given.is_undefined() {
+        return Ok(DEFAULT_ATTEMPTS);
+    }
+    given
+        .as_f64()
+        .filter(|v| v.fract() == 0.0 && *v >= 1.0 && *v <= MAX_ATTEMPTS as f64)
+        .map(|v| v as u64)
+        .ok_or_else(|| {
+            bad(format!(
+                "maxAttempts must be an integer in 1..={MAX_ATTEMPTS}"
+            ))
+        })
+}
+
+/// What `decide` resolves with.
+fn outcome(attempts: u64, version: u64, receipts: JsValue) -> JsValue {
+    let o = Object::new();
+    js::set(&o, "attempts", attempts as f64);
+    js::set(&o, "version", version as f64);
+    js::set(&o, "receipts", receipts);
+    o.into()
+}
+
+/// Whether `decide` said there is nothing to do.
+fn nothing(events: &JsValue) -> bool {
+    events.is_undefined()
+        || events.is_null()
+        || events.dyn_ref::<Array>().is_some_and(|a| a.length() == 0)
+}
+
+#[wasm_bindgen]
+impl SyncClient {
+    /// Decides online against the server's current state, and writes only if nothing changed
+    /// meanwhile: catch up, `decide(view)` (events to append, or nothing to do), append them
+    /// with `expectedVersion = view.version`, wait until landed; on a conflict discard that
+    /// attempt and go again. Resolves with `{ attempts, version, receipts }` (`receipts` empty
+    /// when there was nothing to do). Rejects with `OFFLINE` at once when offline (nothing
+    /// stored), `CONTENTION` after `maxAttempts` (default 5) conflicts, `PARKED` if the write
+    /// is rejected for another reason, and with what `decide` threw if it threw.
+    #[wasm_bindgen(unchecked_return_type = "Promise<DecideResult>")]
+    pub fn decide(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
+        #[wasm_bindgen(
+            unchecked_param_type = "(view: AggregateView) => EventInput[] | null | undefined | Promise<EventInput[] | null | undefined>"
+        )]
+        decide: Function,
+        #[wasm_bindgen(unchecked_param_type = "DecideOptions | undefined")] options: JsValue,
+    ) -> Promise {
+        let client = self.clone();
+        let runtime = self.runtime();
+        let parsed = input::aggregate(&aggregate).and_then(|a| Ok((a, attempts(&options)?)));
+        future_to_promise(async move {
+            let (aggregate, max) = parsed?;
+            let js_aggregate = aggregate_to_js(&aggregate);
+            for attempt in 1..=max {
+                if runtime.hub.is_closed() {
+                    return Err(ClientError::closed().into());
+                }
+                if !client.online() {
+                    return Err(offline().into());
+                }
+                // This device's own pending events on it land first: the view is the server's.
+                drain::flush_aggregate(&*runtime.outbox, &runtime.hub, aggregate)
+                    .await
+                    .map_err(ClientError::from)?;
+                let view = runtime.read(aggregate).await.map_err(ClientError::from)?;
+                if js::get_bool(&view, "fromCache") == Some(true) {
+                    return Err(offline().into());
+                }
+                let version = js::get_u64(&view, "version").unwrap_or(0);
+                let mut events = decide.call1(&JsValue::NULL, &view)?;
+                if let Some(promise) = events.dyn_ref::<Promise>() {
+                    events = JsFuture::from(promise.clone()).await?;
+                }
+                if nothing(&events) {
+                    return Ok(outcome(attempt, version, Array::new().into()));
+                }
+                let guard = Object::new();
+                js::set(&guard, "expectedVersion", version as f64);
+                let receipts =
+                    JsFuture::from(client.append_with(js_aggregate.clone(), events, guard.into()))
+                        .await?;
+                let last = receipts
+                    .dyn_ref::<Array>()
+                    .and_then(|r| js::get_string(&r.get(r.length().saturating_sub(1)), "eventId"))
+                    .and_then(|id| uuid::Uuid::parse_str(&id).ok());
+                let Some(last) = last else {
+                    return Ok(outcome(attempt, version, receipts));
+                };
+                match drain::when_synced(&*runtime.outbox, &runtime.hub, last).await {
+                    Ok(()) => return Ok(outcome(attempt, version + 1, receipts)),
+                    Err(FlushError::Parked { code, .. }) if code == CONFLICT => {
+                        // Someone else wrote first: this attempt is dropped, decide again.
+                        let discarded = runtime
+                            .outbox
+                            .discard_parked(aggregate)
+                            .await
+                            .map_err(ClientError::from)?;
+                        runtime.discarded(aggregate, discarded);
+                    }
+                    Err(e) => return Err(ClientError::from(e).into()),
+                }
+            }
+            Err(ClientError::new(
+                ErrorCode::Contention,
+                format!(
+                    "the aggregate changed under each of {max} attempts (another writer won \
+                     every time); nothing of them was written"
+                ),
+            )
+            .with("attempts", max as f64)
+            .into())
+        })
+    }
+}
+
+fn offline() -> ClientError {
+    ClientError::new(
+        ErrorCode::Offline,
+        "decide needs the server's current state: the client is offline; nothing was stored",
+    )
+}

@@ -1,0 +1,166 @@
+//! A 2003 on a conditional batch, and the trap of `docs/protocol.md` 6.1: Celeriant checks the
+//! version guard before idempotency, so a conditional write that landed but whose answer was
+//! lost gets 2003 on its identical resend. A 2003 is therefore never taken as a conflict before
+//! the aggregate was read back:
+//!
+//! * the batch at the guard's version + 1 (the only one such a write can have created: it lands
+//!   only on exactly its expected version) was written by this client id and holds the batch's
+//!   first sequence → it **landed**: settled like a 2002;
+//! * another batch is there, or none (and the 2003 did not report the aggregate past the
+//!   expected version) → a real **conflict**: parked with 2003 and the current version, never
+//!   resent unchanged;
+//! * none, although the 2003 reported a version past the expected one → the read does not show
+//!   everything (a policy that hides it): parked with 2003, flagged as possibly landed;
+//! * the version was trimmed away → nobody can tell: parked with 2003, flagged as possibly
+//!   landed;
+//! * the read failed → back off and resend the same pinned batch (a new 2003 reads again):
+//!   never a guess.
+//!
+//! The machine reads back on every 2003 of a conditional batch, ambiguous earlier attempts or
+//! not: one read per conflict is cheap, and the rule needs no bookkeeping to be right.
+
+use super::super::super::env::ReadBack;
+use super::super::super::model::ParkRecord;
+use super::super::super::status::SyncState;
+use super::{Action, Conflict, Drain, Loaded, Now, Phase, Report, Settling};
+
+/// The code of a version-guard conflict.
+const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
+
+impl Drain {
+    /// A conditional batch got 2003: read its aggregate back at the version it would have made.
+    pub(super) fn verify(&mut self, loaded: Loaded, message: String, current_version: Option<u64>) {
+        let Some(guard) = loaded.1.first().and_then(|e| e.guard) else {
+            return; // only a conditional batch is verified
+        };
+        let token = self
+            .session
+            .as_ref()
+            .map(|s| s.token.clone())
+            .unwrap_or_default();
+        self.emit(Action::ReadBack {
+            aggregate: loaded.0.aggregate,
+            version: guard.expected_version + 1,
+            token,
+        });
+        self.phase = Phase::Verifying(
+            loaded,
+            Conflict {
+                message,
+                current_version,
+            },
+        );
+    }
+
+    /// What the read-back found decides: landed, conflict, or try again.
+    pub(super) fn verified(
+        &mut self,
+        (batch, events): Loaded,
+        conflict: Conflict,
+        found: ReadBack,
+        now: Now,
+    ) {
+        let Some(guard) = events.first().and_then(|e| e.guard) else {
+            return self.next_batch();
+        };
+        let first_seq = events[0].client_seq;
+        let park = |message: String, may_have_landed: bool| ParkRecord {
+            aggregate: batch.aggregate,
+            first_seq,
+            last_seq: events[events.len() - 1].client_seq,
+            count: events.len() as u32,
+            code: CONFLICT,
+            message,
+            parked_at: now.ms,
+            may_have_landed,
+            current_version: conflict.current_version,
+        };
+        let record = match found {
+            ReadBack::Found(Some(b))
+                if b.version == guard.expected_version + 1
+                    && b.client_id == self.client_id
+                    && b.client_seqs.contains(&first_seq) =>
+            {
+                // Its own earlier attempt: it landed.
+                let then = self.take_read_ahead_for(&batch);
+                return self.settle(
+                    Settling {
+                        batch,
+                        landed: events,
+                        through: batch.last_seq,
+                        duplicate: true,
+                        then,
+                        lock: None,
+                    },
+                    now,
+                );
+            }
+            // The 2003 said the version exists, the read does not show it: the read is not the
+            // whole truth (this session may not read the aggregate, a policy changed). Cannot
+            // tell: parked as possibly landed, never as a proven conflict.
+            ReadBack::Found(None)
+                if conflict
+                    .current_version
+                    .is_some_and(|v| v > guard.expected_version) =>
+            {
+                park(
+                    format!(
+                        "{} (the read-back did not see version {} although the server reported \
+                         version {}: whether this write landed cannot be told; check the \
+                         aggregate, then discard or append again)",
+                        conflict.message,
+                        guard.expected_version + 1,
+                        conflict.current_version.unwrap_or_default()
+                    ),
+                    true,
+                )
+            }
+            ReadBack::Found(other) => park(
+                format!(
+                    "{} (read back: {}; this write did not land)",
+                    conflict.message,
+                    match other {
+                        Some(b) if b.version == guard.expected_version + 1 =>
+                            format!("version {} was written by another write", b.version),
+                        _ => format!("there is no version {}", guard.expected_version + 1),
+                    }
+                ),
+                false,
+            ),
+            ReadBack::Trimmed => park(
+                format!(
+                    "{} (version {} was trimmed, so whether this write landed cannot be read \
+                     back: check the aggregate, then discard or append again)",
+                    conflict.message,
+                    guard.expected_version + 1
+                ),
+                true,
+            ),
+            ReadBack::Failed(why) => {
+                // Never a guess: the same pinned batch again after a backoff.
+                let delay = self.policy.backoff.delay_ms(self.attempt, now.random, None);
+                self.attempt = self.attempt.saturating_add(1);
+                self.report(Report::Error {
+                    code: Some(CONFLICT),
+                    message: format!(
+                        "a conditional write got 2003 and reading its aggregate back failed \
+                         ({why}); it is resent to find out"
+                    ),
+                    at: now.ms,
+                });
+                self.due_again(now.ms + delay);
+                self.phase = Phase::Waiting((batch, events));
+                self.report(Report::State(SyncState::Backoff));
+                self.emit(Action::Wait {
+                    ms: delay,
+                    work: false,
+                    network: true,
+                });
+                return;
+            }
+        };
+        self.read_ahead = None;
+        self.phase = Phase::Parking(record.clone());
+        self.emit(Action::Park { record, batch });
+    }
+}

@@ -1,0 +1,174 @@
+//! Unit tests of a conditional batch's 2003 (`machine/verify.rs`): the aggregate is read back at
+//! the guard's version + 1 before anything is decided, and only what the read finds settles or
+//! parks the batch.
+
+use super::*;
+use crate::engine::env::{ReadBack, WrittenBatch};
+use crate::engine::model::Guard;
+
+/// A conditional append of `seqs` on aggregate 1, expecting version 4.
+fn guarded(seqs: std::ops::RangeInclusive<u64>) -> Vec<StoredEvent> {
+    let guard = Guard {
+        expected_version: 4,
+        first_seq: *seqs.start(),
+        last_seq: *seqs.end(),
+    };
+    events(1, seqs)
+        .into_iter()
+        .map(|e| e.guarded(Some(guard)))
+        .collect()
+}
+
+fn conflict() -> Reply {
+    body(
+        422,
+        r#"{"outcome":"rejected","code":2003,"message":"stale","aggregateTypeId":"00000000-0000-0000-0000-000000000007","aggregateId":"00000000-0000-0000-0000-000000000001","expectedVersion":4,"currentVersion":6}"#,
+    )
+}
+
+fn written(version: u64, client: u128, seqs: &[u64]) -> ReadBack {
+    ReadBack::Found(Some(WrittenBatch {
+        version,
+        client_id: Uuid::from_u128(client),
+        client_seqs: seqs.to_vec(),
+    }))
+}
+
+/// Sends `a` (conditional), answers 2003, and checks the read-back it asks for.
+fn conflicted(d: &mut Drain, a: &[StoredEvent]) {
+    sending(d, a);
+    d.handle(Input::Replied(conflict()), AT);
+    assert_eq!(
+        doing(d),
+        [Action::ReadBack {
+            aggregate: agg(1),
+            version: 5,
+            token: "t1".into()
+        }],
+        "a 2003 on a conditional batch is read back first, never parked at once"
+    );
+}
+
+#[test]
+fn a_conditional_batch_carries_its_guard_on_the_wire() {
+    let a = guarded(1..=2);
+    let Action::Send { body, .. } = send_of(1, &a) else {
+        unreachable!()
+    };
+    assert!(body.contains(r#""expectedVersion":4,"#), "{body}");
+}
+
+#[test]
+fn its_own_write_found_at_the_expected_version_settles_it_as_landed() {
+    let mut d = drain();
+    let a = guarded(1..=3);
+    conflicted(&mut d, &a);
+    d.handle(Input::ReadBack(written(5, 0xC1, &[1, 2, 3])), AT);
+    assert_eq!(
+        doing(&mut d)[0],
+        Action::Settle {
+            batch: batch(&a),
+            through: 3,
+            then: None
+        }
+    );
+    d.handle(Input::Settled(Ok(true)), AT);
+    let after = take(&mut d);
+    assert!(
+        after.iter().any(
+            |x| matches!(x, Action::Report(Report::Synced { notice, removed: 3 })
+            if notice.duplicate && notice.event_ids.len() == 3)
+        ),
+        "{after:?}"
+    );
+}
+
+#[test]
+fn another_write_at_that_version_or_none_is_a_real_conflict() {
+    for found in [
+        written(5, 0xBEEF, &[1, 2, 3]),
+        written(5, 0xC1, &[7]),
+        written(6, 0xC1, &[1, 2, 3]),
+    ] {
+        let mut d = drain();
+        let a = guarded(1..=3);
+        conflicted(&mut d, &a);
+        d.handle(Input::ReadBack(found.clone()), AT);
+        let parked = doing(&mut d);
+        assert!(
+            matches!(&parked[..], [Action::Park { record, batch: b }]
+                if *b == batch(&a) && record.code == 2003 && record.first_seq == 1
+                    && record.last_seq == 3 && record.current_version == Some(6)
+                    && !record.may_have_landed),
+            "{found:?}: {parked:?}"
+        );
+    }
+}
+
+#[test]
+fn a_read_back_that_contradicts_the_2003_is_never_a_proven_conflict() {
+    // The 2003 reported version 6, the read shows nothing at version 5: it cannot be trusted.
+    let mut d = drain();
+    let a = guarded(1..=2);
+    conflicted(&mut d, &a);
+    d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
+            if record.may_have_landed && record.code == 2003),);
+    // Without a reported version, an empty read is a conflict (the aggregate is not past it).
+    let mut d = drain();
+    sending(&mut d, &a);
+    d.handle(
+        Input::Replied(body(
+            422,
+            r#"{"outcome":"rejected","code":2003,"message":"stale"}"#,
+        )),
+        AT,
+    );
+    assert!(matches!(doing(&mut d)[..], [Action::ReadBack { .. }]));
+    d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
+            if !record.may_have_landed && record.current_version.is_none()),);
+}
+
+#[test]
+fn a_failed_read_back_resends_the_same_batch_and_reads_again() {
+    let mut d = drain();
+    let a = guarded(1..=2);
+    conflicted(&mut d, &a);
+    d.handle(Input::ReadBack(ReadBack::Failed("offline".into())), AT);
+    let after = doing(&mut d);
+    assert!(
+        matches!(after[..], [Action::Wait { network: true, .. }]),
+        "{after:?}"
+    );
+    d.handle(Input::TimerFired, AT);
+    assert_eq!(doing(&mut d), [Action::CheckLock]);
+    d.handle(Input::MaySend(true), AT);
+    assert_eq!(doing(&mut d)[0], send_of(1, &a), "identical");
+    d.handle(Input::Replied(conflict()), AT);
+    assert!(matches!(
+        doing(&mut d)[..],
+        [Action::ReadBack { version: 5, .. }]
+    ));
+    d.handle(Input::ReadBack(ReadBack::Trimmed), AT);
+    assert!(
+        matches!(&doing(&mut d)[..], [Action::Park { record, .. }] if record.may_have_landed),
+        "trimmed: cannot tell, so flagged as possibly landed"
+    );
+}
+
+#[test]
+fn a_rejected_conditional_batch_is_parked_whole_never_isolated() {
+    let mut d = drain();
+    let a = guarded(1..=3);
+    sending(&mut d, &a);
+    d.handle(
+        Input::Replied(body(
+            422,
+            r#"{"outcome":"rejected","code":2022,"message":"schema"}"#,
+        )),
+        AT,
+    );
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
+            if record.first_seq == 1 && record.last_seq == 3 && record.code == 2022),);
+}
