@@ -107,13 +107,47 @@ fn another_write_at_that_version_or_none_is_a_real_conflict() {
 
 #[test]
 fn a_read_back_that_contradicts_the_2003_is_never_a_proven_conflict() {
-    // The 2003 reported version 6, the read shows nothing at version 5: it cannot be trusted.
+    // The 2003 reported version 6, the read shows nothing at version 5: it lags (or hides).
+    // Resent and read again, as a failed read is; only after MAX_LAGGING_READS in a row is it
+    // parked, and then as possibly landed.
     let mut d = drain();
     let a = guarded(1..=2);
     conflicted(&mut d, &a);
+    for _ in 1..super::super::verify::MAX_LAGGING_READS {
+        d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+        let after = doing(&mut d);
+        assert!(
+            matches!(after[..], [Action::Wait { network: true, .. }]),
+            "a lagging read is read again, never parked at once: {after:?}"
+        );
+        d.handle(Input::TimerFired, AT);
+        assert_eq!(doing(&mut d), [Action::CheckLock]);
+        d.handle(Input::MaySend(true), AT);
+        assert_eq!(doing(&mut d)[0], send_of(1, &a), "identical");
+        d.handle(Input::Replied(conflict()), AT);
+        assert!(matches!(
+            doing(&mut d)[..],
+            [Action::ReadBack { version: 5, .. }]
+        ));
+    }
     d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
     assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
             if record.may_have_landed && record.code == 2003),);
+    // A lagging read that catches up settles it as landed.
+    let mut d = drain();
+    conflicted(&mut d, &a);
+    d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+    assert!(matches!(doing(&mut d)[..], [Action::Wait { .. }]));
+    d.handle(Input::TimerFired, AT);
+    d.handle(Input::MaySend(true), AT);
+    take(&mut d);
+    d.handle(Input::Replied(conflict()), AT);
+    take(&mut d);
+    d.handle(Input::ReadBack(written(5, 0xC1, &[1, 2])), AT);
+    assert!(matches!(
+        doing(&mut d)[0],
+        Action::Settle { through: 2, .. }
+    ));
     // Without a reported version, an empty read is a conflict (the aggregate is not past it).
     let mut d = drain();
     sending(&mut d, &a);

@@ -9,8 +9,10 @@
 //! * another batch is there, or none (and the 2003 did not report the aggregate past the
 //!   expected version) → a real **conflict**: parked with 2003 and the current version, never
 //!   resent unchanged;
-//! * none, although the 2003 reported a version past the expected one → the read does not show
-//!   everything (a policy that hides it): parked with 2003, flagged as possibly landed;
+//! * none, although the 2003 reported a version past the expected one → the read lags the
+//!   write (a read replica behind this very write) or does not show everything (a policy that
+//!   hides it): like a failed read, back off, resend the same batch and read again; only after
+//!   [`MAX_LAGGING_READS`] such reads in a row parked with 2003, flagged as possibly landed;
 //! * the version was trimmed away → nobody can tell: parked with 2003, flagged as possibly
 //!   landed;
 //! * the read failed → back off and resend the same pinned batch (a new 2003 reads again):
@@ -23,6 +25,10 @@ use super::super::super::env::ReadBack;
 use super::super::super::model::ParkRecord;
 use super::super::super::status::SyncState;
 use super::{Action, Conflict, Drain, Loaded, Now, Phase, Report, Settling};
+
+/// Read-backs in a row that show nothing where the 2003 said a version is, before the batch is
+/// parked as possibly landed (a lagging read usually catches up within a retry or two).
+pub(super) const MAX_LAGGING_READS: u32 = 5;
 
 /// The code of a version-guard conflict.
 const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
@@ -82,6 +88,7 @@ impl Drain {
                     && b.client_seqs.contains(&first_seq) =>
             {
                 // Its own earlier attempt: it landed.
+                self.lagging = None;
                 let then = self.take_read_ahead_for(&batch);
                 return self.settle(
                     Settling {
@@ -95,19 +102,33 @@ impl Drain {
                     now,
                 );
             }
-            // The 2003 said the version exists, the read does not show it: the read is not the
-            // whole truth (this session may not read the aggregate, a policy changed). Cannot
-            // tell: parked as possibly landed, never as a proven conflict.
+            // The 2003 said the version exists, the read does not show it: it lags this very
+            // write, or does not show everything (a policy hides it). Read again a few times
+            // (after resending the same batch); then parked as possibly landed, never as a
+            // proven conflict.
             ReadBack::Found(None)
                 if conflict
                     .current_version
                     .is_some_and(|v| v > guard.expected_version) =>
             {
+                let lagged = match self.lagging.take() {
+                    Some((b, n)) if b == batch => n + 1,
+                    _ => 1,
+                };
+                if lagged < MAX_LAGGING_READS {
+                    self.lagging = Some((batch, lagged));
+                    let why = format!(
+                        "version {} not visible yet although the server reported version {}",
+                        guard.expected_version + 1,
+                        conflict.current_version.unwrap_or_default()
+                    );
+                    return self.read_again((batch, events), why, now);
+                }
                 park(
                     format!(
                         "{} (the read-back did not see version {} although the server reported \
-                         version {}: whether this write landed cannot be told; check the \
-                         aggregate, then discard or append again)",
+                         version {}, {lagged} times: whether this write landed cannot be told; \
+                         check the aggregate, then discard or append again)",
                         conflict.message,
                         guard.expected_version + 1,
                         conflict.current_version.unwrap_or_default()
@@ -136,31 +157,33 @@ impl Drain {
                 ),
                 true,
             ),
-            ReadBack::Failed(why) => {
-                // Never a guess: the same pinned batch again after a backoff.
-                let delay = self.policy.backoff.delay_ms(self.attempt, now.random, None);
-                self.attempt = self.attempt.saturating_add(1);
-                self.report(Report::Error {
-                    code: Some(CONFLICT),
-                    message: format!(
-                        "a conditional write got 2003 and reading its aggregate back failed \
-                         ({why}); it is resent to find out"
-                    ),
-                    at: now.ms,
-                });
-                self.due_again(now.ms + delay);
-                self.phase = Phase::Waiting((batch, events));
-                self.report(Report::State(SyncState::Backoff));
-                self.emit(Action::Wait {
-                    ms: delay,
-                    work: false,
-                    network: true,
-                });
-                return;
-            }
+            ReadBack::Failed(why) => return self.read_again((batch, events), why, now),
         };
+        self.lagging = None;
         self.read_ahead = None;
         self.phase = Phase::Parking(record.clone());
         self.emit(Action::Park { record, batch });
+    }
+
+    /// Never a guess: the same pinned batch again after a backoff (its new 2003 is read back).
+    fn read_again(&mut self, (batch, events): Loaded, why: String, now: Now) {
+        let delay = self.policy.backoff.delay_ms(self.attempt, now.random, None);
+        self.attempt = self.attempt.saturating_add(1);
+        self.report(Report::Error {
+            code: Some(CONFLICT),
+            message: format!(
+                "a conditional write got 2003 and reading its aggregate back did not tell \
+                 ({why}); it is resent to find out"
+            ),
+            at: now.ms,
+        });
+        self.due_again(now.ms + delay);
+        self.phase = Phase::Waiting((batch, events));
+        self.report(Report::State(SyncState::Backoff));
+        self.emit(Action::Wait {
+            ms: delay,
+            work: false,
+            network: true,
+        });
     }
 }
