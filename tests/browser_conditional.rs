@@ -41,6 +41,8 @@ async fn bad_append_options_are_refused_and_nothing_is_stored() {
         json(r#"{"expectedVersion":1.5}"#),
         json(r#"{"expectedVersion":"3"}"#),
         json(r#"{"expectedVersion":9007199254740992}"#),
+        // expected + 1 must stay a safe integer (it is read back after a 2003).
+        json(r#"{"expectedVersion":9007199254740991}"#),
         json(r#"{"expectedVersionn":3}"#),
         json(r#"{"expectedVersion":1,"force":true}"#),
         json("[]"),

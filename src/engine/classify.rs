@@ -34,7 +34,7 @@ use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::outcome::{GuardConflict, WriteOutcome};
 
 use super::env::{NoAnswer, Reply};
-use super::model::Batch;
+use super::model::{AggregateRef, Batch};
 
 /// What one attempt established.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,6 +258,9 @@ pub enum Action {
         message: String,
         /// The aggregate's version the 2003 reported, if its body named it.
         current_version: Option<u64>,
+        /// The aggregate and the expected version the 2003 named, if its body did (checked
+        /// against the batch before its `current_version` is trusted).
+        named: Option<(AggregateRef, u64)>,
     },
 }
 
@@ -339,7 +342,8 @@ pub fn decide(
             conflict,
         } if conditional => Action::Verify {
             message,
-            current_version: conflict.map(|c| c.current_version),
+            current_version: conflict.as_ref().map(|c| c.current_version),
+            named: conflict.map(|c| (c.aggregate(), c.expected_version)),
         },
         Outcome::Rejected { code, message, .. } if conditional => Action::Park { code, message },
         Outcome::Rejected { code, message, .. } if batch.count > 1 => {

@@ -20,9 +20,16 @@ fn guarded(seqs: std::ops::RangeInclusive<u64>) -> Vec<StoredEvent> {
 }
 
 fn conflict() -> Reply {
+    conflict_naming("00000000-0000-0000-0000-000000000001", 4, 6)
+}
+
+/// A 2003 naming aggregate `id` (of type 7), `expected` and `current` versions.
+fn conflict_naming(id: &str, expected: u64, current: u64) -> Reply {
     body(
         422,
-        r#"{"outcome":"rejected","code":2003,"message":"stale","aggregateTypeId":"00000000-0000-0000-0000-000000000007","aggregateId":"00000000-0000-0000-0000-000000000001","expectedVersion":4,"currentVersion":6}"#,
+        &format!(
+            r#"{{"outcome":"rejected","code":2003,"message":"stale","aggregateTypeId":"00000000-0000-0000-0000-000000000007","aggregateId":"{id}","expectedVersion":{expected},"currentVersion":{current}}}"#
+        ),
     )
 }
 
@@ -60,10 +67,20 @@ fn a_conditional_batch_carries_its_guard_on_the_wire() {
 
 #[test]
 fn its_own_write_found_at_the_expected_version_settles_it_as_landed() {
+    its_own_write_found_settles_it_as_landed(5);
+}
+
+#[test]
+fn its_own_write_found_at_another_version_is_landed_too() {
+    // Our (client id, first sequence) in the log is our events: landed, wherever they are.
+    its_own_write_found_settles_it_as_landed(6);
+}
+
+fn its_own_write_found_settles_it_as_landed(version: u64) {
     let mut d = drain();
     let a = guarded(1..=3);
     conflicted(&mut d, &a);
-    d.handle(Input::ReadBack(written(5, 0xC1, &[1, 2, 3])), AT);
+    d.handle(Input::ReadBack(written(version, 0xC1, &[1, 2, 3])), AT);
     assert_eq!(
         doing(&mut d)[0],
         Action::Settle {
@@ -88,7 +105,7 @@ fn another_write_at_that_version_or_none_is_a_real_conflict() {
     for found in [
         written(5, 0xBEEF, &[1, 2, 3]),
         written(5, 0xC1, &[7]),
-        written(6, 0xC1, &[1, 2, 3]),
+        written(6, 0xBEEF, &[1, 2, 3]),
     ] {
         let mut d = drain();
         let a = guarded(1..=3);
@@ -189,6 +206,62 @@ fn a_failed_read_back_resends_the_same_batch_and_reads_again() {
         matches!(&doing(&mut d)[..], [Action::Park { record, .. }] if record.may_have_landed),
         "trimmed: cannot tell, so flagged as possibly landed"
     );
+}
+
+#[test]
+fn a_refused_read_back_parks_as_possibly_landed_instead_of_reading_for_ever() {
+    let mut d = drain();
+    let a = guarded(1..=2);
+    conflicted(&mut d, &a);
+    d.handle(Input::ReadBack(ReadBack::Refused("HTTP 403".into())), AT);
+    assert!(
+        matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
+            if record.may_have_landed && record.code == 2003),
+        "a permanent refusal cannot improve: parked, flagged as possibly landed"
+    );
+}
+
+#[test]
+fn a_2003_at_or_below_the_expected_version_is_a_conflict_without_reading() {
+    // The write would have made version 5; the aggregate is not past 4: it did not land.
+    for current in [0, 3, 4] {
+        let mut d = drain();
+        let a = guarded(1..=2);
+        sending(&mut d, &a);
+        d.handle(
+            Input::Replied(conflict_naming(
+                "00000000-0000-0000-0000-000000000001",
+                4,
+                current,
+            )),
+            AT,
+        );
+        let parked = doing(&mut d);
+        assert!(
+            matches!(&parked[..], [Action::Park { record, .. }]
+                if !record.may_have_landed && record.current_version == Some(current)),
+            "{current}: {parked:?}"
+        );
+    }
+}
+
+#[test]
+fn a_2003_naming_another_aggregate_or_version_is_not_trusted() {
+    for reply in [
+        conflict_naming("00000000-0000-0000-0000-000000000002", 4, 6),
+        conflict_naming("00000000-0000-0000-0000-000000000001", 3, 6),
+    ] {
+        let mut d = drain();
+        let a = guarded(1..=2);
+        sending(&mut d, &a);
+        d.handle(Input::Replied(reply), AT);
+        let parked = doing(&mut d);
+        assert!(
+            matches!(&parked[..], [Action::Park { record, .. }]
+                if record.may_have_landed && record.code == 2003),
+            "{parked:?}"
+        );
+    }
 }
 
 #[test]

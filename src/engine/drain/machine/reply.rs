@@ -222,7 +222,8 @@ impl Drain {
             Decision::Verify {
                 message,
                 current_version,
-            } => self.verify((batch, events), message, current_version),
+                named,
+            } => self.verify((batch, events), message, current_version, named, now),
         }
     }
 

@@ -22,7 +22,7 @@
 //! not: one read per conflict is cheap, and the rule needs no bookkeeping to be right.
 
 use super::super::super::env::ReadBack;
-use super::super::super::model::ParkRecord;
+use super::super::super::model::{AggregateRef, ParkRecord};
 use super::super::super::status::SyncState;
 use super::{Action, Conflict, Drain, Loaded, Now, Phase, Report, Settling};
 
@@ -35,10 +35,48 @@ const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONC
 
 impl Drain {
     /// A conditional batch got 2003: read its aggregate back at the version it would have made.
-    pub(super) fn verify(&mut self, loaded: Loaded, message: String, current_version: Option<u64>) {
+    /// Not when the 2003 itself settles it: one that names another aggregate or expected
+    /// version cannot be trusted (possibly landed), and one that reports the aggregate at or
+    /// below the expected version proves the write did not land (it would have made
+    /// `expected + 1`).
+    pub(super) fn verify(
+        &mut self,
+        loaded: Loaded,
+        message: String,
+        current_version: Option<u64>,
+        named: Option<(AggregateRef, u64)>,
+        now: Now,
+    ) {
         let Some(guard) = loaded.1.first().and_then(|e| e.guard) else {
             return; // only a conditional batch is verified
         };
+        let conflict = Conflict {
+            message,
+            current_version,
+        };
+        if let Some((aggregate, expected)) = named
+            && (aggregate != loaded.0.aggregate || expected != guard.expected_version)
+        {
+            let why = format!(
+                "{} (the 2003 names aggregate {}/{} at expected version {expected}, not this \
+                 write's {}/{} at {}: its answer cannot be trusted, so whether this write landed \
+                 cannot be told; check the aggregate, then discard or append again)",
+                conflict.message,
+                aggregate.type_id,
+                aggregate.id,
+                loaded.0.aggregate.type_id,
+                loaded.0.aggregate.id,
+                guard.expected_version
+            );
+            return self.park_conditional(loaded, &conflict, why, true, now);
+        }
+        if let Some(v) = current_version.filter(|v| *v <= guard.expected_version) {
+            let why = format!(
+                "{} (the aggregate is at version {v}, not past {}: this write did not land)",
+                conflict.message, guard.expected_version
+            );
+            return self.park_conditional(loaded, &conflict, why, false, now);
+        }
         let token = self
             .session
             .as_ref()
@@ -49,13 +87,7 @@ impl Drain {
             version: guard.expected_version + 1,
             token,
         });
-        self.phase = Phase::Verifying(
-            loaded,
-            Conflict {
-                message,
-                current_version,
-            },
-        );
+        self.phase = Phase::Verifying(loaded, conflict);
     }
 
     /// What the read-back found decides: landed, conflict, or try again.
@@ -70,24 +102,12 @@ impl Drain {
             return self.next_batch();
         };
         let first_seq = events[0].client_seq;
-        let park = |message: String, may_have_landed: bool| ParkRecord {
-            aggregate: batch.aggregate,
-            first_seq,
-            last_seq: events[events.len() - 1].client_seq,
-            count: events.len() as u32,
-            code: CONFLICT,
-            message,
-            parked_at: now.ms,
-            may_have_landed,
-            current_version: conflict.current_version,
-        };
-        let record = match found {
+        let (message, may_have_landed) = match found {
+            // Its own earlier attempt: it landed. At whatever version the read shows it: our
+            // (client id, sequence) in the log is our events, landed.
             ReadBack::Found(Some(b))
-                if b.version == guard.expected_version + 1
-                    && b.client_id == self.client_id
-                    && b.client_seqs.contains(&first_seq) =>
+                if b.client_id == self.client_id && b.client_seqs.contains(&first_seq) =>
             {
-                // Its own earlier attempt: it landed.
                 self.lagging = None;
                 let then = self.take_read_ahead_for(&batch);
                 return self.settle(
@@ -124,7 +144,7 @@ impl Drain {
                     );
                     return self.read_again((batch, events), why, now);
                 }
-                park(
+                (
                     format!(
                         "{} (the read-back did not see version {} although the server reported \
                          version {}, {lagged} times: whether this write landed cannot be told; \
@@ -136,7 +156,7 @@ impl Drain {
                     true,
                 )
             }
-            ReadBack::Found(other) => park(
+            ReadBack::Found(other) => (
                 format!(
                     "{} (read back: {}; this write did not land)",
                     conflict.message,
@@ -148,7 +168,7 @@ impl Drain {
                 ),
                 false,
             ),
-            ReadBack::Trimmed => park(
+            ReadBack::Trimmed => (
                 format!(
                     "{} (version {} was trimmed, so whether this write landed cannot be read \
                      back: check the aggregate, then discard or append again)",
@@ -157,7 +177,38 @@ impl Drain {
                 ),
                 true,
             ),
+            ReadBack::Refused(why) => (
+                format!(
+                    "{} (reading the aggregate back was refused: {why}; whether this write \
+                     landed cannot be told: check the aggregate, then discard or append again)",
+                    conflict.message
+                ),
+                true,
+            ),
             ReadBack::Failed(why) => return self.read_again((batch, events), why, now),
+        };
+        self.park_conditional((batch, events), &conflict, message, may_have_landed, now);
+    }
+
+    /// Parks a conditional batch with 2003 and the current version the 2003 reported.
+    fn park_conditional(
+        &mut self,
+        (batch, events): Loaded,
+        conflict: &Conflict,
+        message: String,
+        may_have_landed: bool,
+        now: Now,
+    ) {
+        let record = ParkRecord {
+            aggregate: batch.aggregate,
+            first_seq: events[0].client_seq,
+            last_seq: events[events.len() - 1].client_seq,
+            count: events.len() as u32,
+            code: CONFLICT,
+            message,
+            parked_at: now.ms,
+            may_have_landed,
+            current_version: conflict.current_version,
         };
         self.lagging = None;
         self.read_ahead = None;
