@@ -217,6 +217,39 @@ async fn the_trap_across_a_reload_settles_as_landed_once() {
     ok(client.close()).await;
 }
 
+#[wasm_bindgen_test]
+async fn a_conditional_appends_records_hide_their_wires_from_older_releases() {
+    no_faults().await;
+    let db = db_name("cond-gw");
+    let client = open(&db, "{}").await;
+    client.set_offline(true);
+    let (t, id) = (uuid(), uuid());
+    let a = aggregate(&t, &id);
+    ok(client.append_with(a.clone(), events(&[1, 2]), guard(0))).await;
+    ok(client.append(a.clone(), events(&[3]))).await;
+    // The guarded run (sequences 1..=2, key [t, a, last, n]) keeps its wires under `gw`: a
+    // release that ignores `g` finds no `w` and sends nothing rather than an unguarded write.
+    let run = get_raw(&db, "outbox", &json(&format!(r#"["{t}","{id}",2,2]"#))).await;
+    assert!(get(&run, "w").is_undefined(), "no w: {}", describe(&run));
+    assert_eq!(js_sys::Array::from(&get(&run, "gw")).length(), 2);
+    assert_eq!(js_sys::Array::from(&get(&run, "g")).length(), 3);
+    let plain = get_raw(&db, "outbox", &json(&format!(r#"["{t}","{id}",3]"#))).await;
+    assert!(get(&plain, "w").is_string(), "{}", describe(&plain));
+    assert!(get(&plain, "gw").is_undefined());
+    // This release reads both: everything lands, the guarded run with its guard.
+    let log = record_writes();
+    client.set_offline(false);
+    flush_within(&client, 30).await;
+    restore(&log);
+    assert_eq!(read_all(&t, &id).await.len(), 3);
+    let bodies = raw_bodies(&log);
+    assert!(
+        bodies.iter().any(|b| b.contains(r#""expectedVersion":0,"#)),
+        "{bodies:?}"
+    );
+    ok(client.close()).await;
+}
+
 /// A decide function: reads the view's version `v` and appends the counter's next value,
 /// `v + 1`, as the event's data (its decimal digits); counts its calls.
 fn next_counter(calls: std::rc::Rc<std::cell::Cell<u32>>) -> js_sys::Function {

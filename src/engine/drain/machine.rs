@@ -428,7 +428,7 @@ impl Drain {
             },
             (Phase::Checking(loaded), Input::MaySend(may)) => {
                 if may {
-                    self.send(loaded);
+                    self.send(loaded, now);
                 } else {
                     self.stop(RunEnd::Superseded);
                 }

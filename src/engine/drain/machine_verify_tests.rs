@@ -279,3 +279,46 @@ fn a_rejected_conditional_batch_is_parked_whole_never_isolated() {
     assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
             if record.first_seq == 1 && record.last_seq == 3 && record.code == 2022),);
 }
+
+#[test]
+fn a_batch_breaking_the_guard_rules_is_parked_never_sent() {
+    let whole = guarded(1..=3);
+    let mut mixed = whole.clone();
+    mixed[1].guard = None;
+    let mut other = whole.clone();
+    other[2].guard = Some(Guard {
+        expected_version: 9,
+        first_seq: 3,
+        last_seq: 3,
+    });
+    let mut unguarded_first = whole.clone();
+    unguarded_first[0].guard = None;
+    for a in [
+        mixed,
+        other,
+        unguarded_first,
+        whole[..2].to_vec(), // part of its append (guard 1..=3)
+        whole[1..].to_vec(),
+    ] {
+        let mut d = drain();
+        d.start();
+        d.handle(Input::Recounted(Ok(())), AT);
+        d.handle(Input::Unpruned(Ok(vec![])), AT);
+        d.handle(Input::PinRead(Ok(None)), AT);
+        d.handle(Input::Cut(Ok(Some(a.clone()))), AT);
+        d.handle(Input::Pinned(Ok(true)), AT);
+        d.handle(Input::SessionOpened(Ok(session())), AT);
+        d.handle(Input::MaySend(true), AT);
+        let done = doing(&mut d);
+        assert!(
+            !done.iter().any(|x| matches!(x, Action::Send { .. })),
+            "never encoded and sent: {done:?}"
+        );
+        assert!(
+            done.iter().any(|x| matches!(x, Action::Park { record, .. }
+                if record.code == crate::engine::model::MISGUARDED && record.may_have_landed
+                    && record.first_seq == a[0].client_seq)),
+            "{done:?}"
+        );
+    }
+}

@@ -46,7 +46,7 @@ impl Drain {
         // Confirm this context still drains (another may have taken over, e.g. from a frozen
         // tab) right before sending.
         match lock {
-            Some(Some(true)) => self.send(loaded),
+            Some(Some(true)) => self.send(loaded, now),
             Some(Some(false)) => self.stop(RunEnd::Superseded),
             // Its answer comes in `Checking`.
             Some(None) => self.phase = Phase::Checking(loaded),
@@ -67,7 +67,10 @@ impl Drain {
         });
     }
 
-    pub(super) fn send(&mut self, loaded: Loaded) {
+    pub(super) fn send(&mut self, loaded: Loaded, now: Now) {
+        if let Some(why) = super::verify::misguarded(&loaded.1) {
+            return self.park_misguarded(loaded, why, now);
+        }
         let (batch, events) = &loaded;
         self.report(Report::State(SyncState::Syncing));
         let body = match self.encoded.take() {

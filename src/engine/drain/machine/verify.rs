@@ -18,11 +18,15 @@
 //! * the read failed → back off and resend the same pinned batch (a new 2003 reads again):
 //!   never a guess.
 //!
+//! Before any batch is encoded, [`misguarded`] checks it keeps the conditional-append rules
+//! (all its events carry the first one's guard, and a guarded batch is exactly its guard's
+//! sequences); one that does not is parked, flagged as possibly landed, never sent.
+//!
 //! The machine reads back on every 2003 of a conditional batch, ambiguous earlier attempts or
 //! not: one read per conflict is cheap, and the rule needs no bookkeeping to be right.
 
 use super::super::super::env::ReadBack;
-use super::super::super::model::{AggregateRef, ParkRecord};
+use super::super::super::model::{AggregateRef, MISGUARDED, ParkRecord, StoredEvent};
 use super::super::super::status::SyncState;
 use super::{Action, Conflict, Drain, Loaded, Now, Phase, Report, Settling};
 
@@ -33,7 +37,46 @@ pub(super) const MAX_LAGGING_READS: u32 = 5;
 /// The code of a version-guard conflict.
 const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
 
+/// Why `events` (a batch about to be encoded) breaks the conditional-append rules, if it does.
+pub(super) fn misguarded(events: &[StoredEvent]) -> Option<String> {
+    let (first, last) = (events.first()?, events.last()?);
+    if events.iter().any(|e| e.guard != first.guard) {
+        return Some("its events do not all carry the same version guard".into());
+    }
+    let g = first.guard?;
+    (first.client_seq != g.first_seq || last.client_seq != g.last_seq).then(|| {
+        format!(
+            "it holds sequences {}..={}, but its version guard covers {}..={}",
+            first.client_seq, last.client_seq, g.first_seq, g.last_seq
+        )
+    })
+}
+
 impl Drain {
+    /// A batch [`misguarded`] refused: parked, flagged as possibly landed (it was pinned, and
+    /// whoever wrote it may have sent it), never sent.
+    pub(super) fn park_misguarded(&mut self, (batch, events): Loaded, why: String, now: Now) {
+        let record = ParkRecord {
+            aggregate: batch.aggregate,
+            first_seq: events[0].client_seq,
+            last_seq: events[events.len() - 1].client_seq,
+            count: events.len() as u32,
+            code: MISGUARDED,
+            message: format!(
+                "a batch that breaks the conditional-append rules was not sent ({why}): the \
+                 outbox was written by something that does not keep them; check the aggregate, \
+                 then discard or append again"
+            ),
+            parked_at: now.ms,
+            may_have_landed: true,
+            current_version: None,
+        };
+        self.lagging = None;
+        self.read_ahead = None;
+        self.phase = Phase::Parking(record.clone());
+        self.emit(Action::Park { record, batch });
+    }
+
     /// A conditional batch got 2003: read its aggregate back at the version it would have made.
     /// Not when the 2003 itself settles it: one that names another aggregate or expected
     /// version cannot be trusted (possibly landed), and one that reports the aggregate at or
