@@ -322,3 +322,40 @@ fn a_batch_breaking_the_guard_rules_is_parked_never_sent() {
         );
     }
 }
+
+#[test]
+fn a_2002_short_of_a_conditional_batch_parks_it_whole_as_possibly_landed() {
+    // A guarded write lands whole or not at all: a prefix is never settled and the rest re-pinned
+    // (resent under the same guard), whether lastClientSeq stops inside it or is missing.
+    for answer in [
+        r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":2,"attemptedClientSeq":1}"#,
+        r#"{"outcome":"landed","duplicate":true,"code":2002,"attemptedClientSeq":1}"#,
+    ] {
+        let mut d = drain();
+        let a = guarded(1..=3);
+        sending(&mut d, &a);
+        d.handle(Input::Replied(body(200, answer)), AT);
+        let done = doing(&mut d);
+        assert!(
+            matches!(&done[..], [Action::Park { record, batch: b }]
+                if *b == batch(&a) && record.first_seq == 1 && record.last_seq == 3
+                    && record.may_have_landed),
+            "{answer}: {done:?}"
+        );
+    }
+    // All of it proven landed: settled.
+    let mut d = drain();
+    let a = guarded(1..=3);
+    sending(&mut d, &a);
+    d.handle(
+        Input::Replied(body(
+            200,
+            r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":3,"attemptedClientSeq":1}"#,
+        )),
+        AT,
+    );
+    assert!(matches!(
+        doing(&mut d)[0],
+        Action::Settle { through: 3, .. }
+    ));
+}

@@ -107,6 +107,7 @@ impl Drain {
         let decision = decide(&batch, conditional, outcome, attempt, |retry_after| {
             backoff.delay_ms(attempt, now.random, retry_after)
         });
+        let park_landed = matches!(decision, Decision::ParkLanded { .. });
         match decision {
             Decision::Settle { through, duplicate } => {
                 let (landed, rest): (Vec<_>, Vec<_>) =
@@ -206,7 +207,7 @@ impl Drain {
                     replacing: Some(batch),
                 });
             }
-            Decision::Park { code, message } => {
+            Decision::Park { code, message } | Decision::ParkLanded { code, message } => {
                 self.read_ahead = None;
                 let record = ParkRecord {
                     aggregate: batch.aggregate,
@@ -216,7 +217,7 @@ impl Drain {
                     code,
                     message,
                     parked_at: now.ms,
-                    may_have_landed: self.ambiguous,
+                    may_have_landed: self.ambiguous || park_landed,
                     current_version: None,
                 };
                 self.phase = Phase::Parking(record.clone());
