@@ -250,6 +250,44 @@ async fn a_conditional_appends_records_hide_their_wires_from_older_releases() {
     ok(client.close()).await;
 }
 
+#[wasm_bindgen_test]
+async fn decide_rejects_with_parked_when_another_append_is_parked_ahead_of_its_write() {
+    no_faults().await;
+    let db = db_name("cond-decide-behind");
+    let client = open(&db, "{}").await;
+    let a = aggregate(&uuid(), &uuid());
+    // Events of type 13 are refused (2022) by the gateway.
+    set_faults(r#"{"rejectType":13}"#).await;
+    // decide itself appends a refused event first: it is parked ahead of decide's own write,
+    // which waits behind it until the app discards it. decide must not wait for ever.
+    let ahead = {
+        let (client, a) = (client.clone(), a.clone());
+        Closure::<dyn FnMut(JsValue) -> JsValue>::new(move |_view: JsValue| {
+            let (client, a) = (client.clone(), a.clone());
+            wasm_bindgen_futures::future_to_promise(async move {
+                wait(client.append(a, Array::of1(&bytes_event(13, b"refused")).into())).await?;
+                Ok(Array::of1(&bytes_event(1, b"decided")).into())
+            })
+            .into()
+        })
+        .into_js_value()
+        .unchecked_into::<js_sys::Function>()
+    };
+    let e = within(
+        client.decide(a.clone(), ahead, JsValue::UNDEFINED),
+        20_000,
+        "decide behind a park",
+    )
+    .await
+    .expect_err("decide must reject");
+    no_faults().await;
+    assert_eq!(code(&e), "PARKED", "{}", describe(&e));
+    assert_eq!(num(&e, "parkCode"), 2022.0);
+    // Left for the app: the refused event is parked, decide's own one pending behind it.
+    assert_eq!(outbox_events(&db).await, 2);
+    ok(client.close()).await;
+}
+
 /// A decide function: reads the view's version `v` and appends the counter's next value,
 /// `v + 1`, as the event's data (its decimal digits); counts its calls.
 fn next_counter(calls: std::rc::Rc<std::cell::Cell<u32>>) -> js_sys::Function {

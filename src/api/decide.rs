@@ -143,7 +143,7 @@ impl SyncClient {
                 let Ok(last) = uuid::Uuid::parse_str(&last) else {
                     return Ok(outcome(attempt, version, receipts));
                 };
-                match drain::when_synced(&*runtime.outbox, &runtime.hub, last).await {
+                match drain::when_synced_unblocked(&*runtime.outbox, &runtime.hub, last).await {
                     Ok(()) => return Ok(outcome(attempt, version + 1, receipts)),
                     // Someone else wrote first (proven by the read-back) and the park holds
                     // exactly this attempt: dropped, decide again. A park that may have landed,

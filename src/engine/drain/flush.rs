@@ -125,6 +125,26 @@ pub async fn when_synced<O: Outbox>(
     hub: &Hub,
     event_id: Uuid,
 ) -> Result<(), FlushError> {
+    synced(outbox, hub, event_id, false).await
+}
+
+/// [`when_synced`] that also fails as soon as any park of the event's aggregate starts at or
+/// below its sequence: the event waits behind that park until the app discards it, so
+/// `decide` rejects instead of waiting for ever behind another append's rejection.
+pub async fn when_synced_unblocked<O: Outbox>(
+    outbox: &O,
+    hub: &Hub,
+    event_id: Uuid,
+) -> Result<(), FlushError> {
+    synced(outbox, hub, event_id, true).await
+}
+
+async fn synced<O: Outbox>(
+    outbox: &O,
+    hub: &Hub,
+    event_id: Uuid,
+    behind: bool,
+) -> Result<(), FlushError> {
     loop {
         let progress = hub.progress.generation();
         match outbox.event_state(event_id).await? {
@@ -135,7 +155,8 @@ pub async fn when_synced<O: Outbox>(
                 client_seq,
             } => {
                 if let Some(record) = hub.park_record(&aggregate)
-                    && (record.first_seq..=record.last_seq).contains(&client_seq)
+                    && (record.first_seq <= client_seq)
+                    && (behind || client_seq <= record.last_seq)
                 {
                     return Err(FlushError::parked(aggregate, record));
                 }
