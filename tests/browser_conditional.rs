@@ -15,6 +15,17 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
+#[wasm_bindgen(inline_js = r#"
+export function encryptedOptions(db, gateway) {
+  return crypto.subtle.generateKey({ name: "AES-GCM", length: 256 }, false, ["encrypt", "decrypt"])
+    .then((key) => ({ gatewayUrl: gateway, databaseName: db, encryption: key }));
+}
+"#)]
+extern "C" {
+    #[wasm_bindgen(js_name = encryptedOptions)]
+    fn encrypted_options(db: &str, gateway: &str) -> js_sys::Promise;
+}
+
 fn events(tags: &[u8]) -> JsValue {
     tags.iter()
         .map(|t| bytes_event(1, &[*t; 8]))
@@ -285,6 +296,23 @@ async fn decide_rejects_with_parked_when_another_append_is_parked_ahead_of_its_w
     assert_eq!(num(&e, "parkCode"), 2022.0);
     // Left for the app: the refused event is parked, decide's own one pending behind it.
     assert_eq!(outbox_events(&db).await, 2);
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn a_conditional_append_that_encryption_pushes_past_one_request_is_refused() {
+    no_faults().await;
+    let db = db_name("cond-encrypted-size");
+    let options = ok(encrypted_options(&db, gateway())).await;
+    let client = SyncClient::open(options).await.expect("open");
+    let a = aggregate(&uuid(), &uuid());
+    // Five events of 838,856 bytes: 4,194,280 bytes of data, within one 4 MiB request; the
+    // 16-byte tag of each takes it to 4,194,360, past it.
+    let big = |n: u8| bytes_event(1, &vec![n; 838_856]);
+    let five: JsValue = (1..=5).map(big).collect::<Array>().into();
+    let e = err(client.append_with(a.clone(), five, guard(0))).await;
+    assert_eq!(code(&e), "TOO_MANY_EVENTS", "{}", describe(&e));
+    assert_eq!(outbox_events(&db).await, 0, "nothing stored");
     ok(client.close()).await;
 }
 
