@@ -262,6 +262,8 @@ pub struct SimTransport {
     pub read_back_lags: Box<dyn Fn() -> bool>,
     /// Whether a read-back finds the version trimmed away (410).
     pub read_back_trimmed: Box<dyn Fn() -> bool>,
+    /// Whether a read-back is refused for good (a 403: the policy changed).
+    pub read_back_refused: Box<dyn Fn() -> bool>,
     /// How many read-backs were made.
     pub read_backs: Cell<usize>,
 }
@@ -278,6 +280,7 @@ impl SimTransport {
             read_back_fails: Box::new(|| false),
             read_back_lags: Box::new(|| false),
             read_back_trimmed: Box::new(|| false),
+            read_back_refused: Box::new(|| false),
             read_backs: Cell::new(0),
         }
     }
@@ -308,6 +311,8 @@ impl Transport for SimTransport {
             ReadBack::Failed("network".into())
         } else if (self.read_back_trimmed)() {
             ReadBack::Trimmed
+        } else if (self.read_back_refused)() {
+            ReadBack::Refused("HTTP 403".into())
         } else if (self.read_back_lags)() {
             ReadBack::Found(None)
         } else {
