@@ -151,8 +151,8 @@ pub struct Drain {
     actions: VecDeque<Action>,
     /// The last reply's outcome, for the inspector ([`Drain::take_outcome`]).
     outcome: Option<OutcomeRecord>,
-    /// The conditional batch whose read-backs lag its 2003, and how many did in a row
-    /// (`machine/verify.rs`): reset when another batch is read back.
+    /// The conditional batch whose read-backs lag its 2003, and how many did so far
+    /// (`machine/verify.rs`): reset when it settles or parks, or another batch is read back.
     lagging: Option<(Batch, u32)>,
 }
 
