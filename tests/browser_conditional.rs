@@ -15,6 +15,17 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
+#[wasm_bindgen(inline_js = r#"
+export function encryptedOptions(db, gateway) {
+  return crypto.subtle.generateKey({ name: "AES-GCM", length: 256 }, false, ["encrypt", "decrypt"])
+    .then((key) => ({ gatewayUrl: gateway, databaseName: db, encryption: key }));
+}
+"#)]
+extern "C" {
+    #[wasm_bindgen(js_name = encryptedOptions)]
+    fn encrypted_options(db: &str, gateway: &str) -> js_sys::Promise;
+}
+
 fn events(tags: &[u8]) -> JsValue {
     tags.iter()
         .map(|t| bytes_event(1, &[*t; 8]))
@@ -41,6 +52,8 @@ async fn bad_append_options_are_refused_and_nothing_is_stored() {
         json(r#"{"expectedVersion":1.5}"#),
         json(r#"{"expectedVersion":"3"}"#),
         json(r#"{"expectedVersion":9007199254740992}"#),
+        // expected + 1 must stay a safe integer (it is read back after a 2003).
+        json(r#"{"expectedVersion":9007199254740991}"#),
         json(r#"{"expectedVersionn":3}"#),
         json(r#"{"expectedVersion":1,"force":true}"#),
         json("[]"),
@@ -212,6 +225,94 @@ async fn the_trap_across_a_reload_settles_as_landed_once() {
         js_sys::Array::from(&ok(client.parked_events()).await).length(),
         0
     );
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn a_conditional_appends_records_hide_their_wires_from_older_releases() {
+    no_faults().await;
+    let db = db_name("cond-gw");
+    let client = open(&db, "{}").await;
+    client.set_offline(true);
+    let (t, id) = (uuid(), uuid());
+    let a = aggregate(&t, &id);
+    ok(client.append_with(a.clone(), events(&[1, 2]), guard(0))).await;
+    ok(client.append(a.clone(), events(&[3]))).await;
+    // The guarded run (sequences 1..=2, key [t, a, last, n]) keeps its wires under `gw`: a
+    // release that ignores `g` finds no `w` and sends nothing rather than an unguarded write.
+    let run = get_raw(&db, "outbox", &json(&format!(r#"["{t}","{id}",2,2]"#))).await;
+    assert!(get(&run, "w").is_undefined(), "no w: {}", describe(&run));
+    assert_eq!(js_sys::Array::from(&get(&run, "gw")).length(), 2);
+    assert_eq!(js_sys::Array::from(&get(&run, "g")).length(), 3);
+    let plain = get_raw(&db, "outbox", &json(&format!(r#"["{t}","{id}",3]"#))).await;
+    assert!(get(&plain, "w").is_string(), "{}", describe(&plain));
+    assert!(get(&plain, "gw").is_undefined());
+    // This release reads both: everything lands, the guarded run with its guard.
+    let log = record_writes();
+    client.set_offline(false);
+    flush_within(&client, 30).await;
+    restore(&log);
+    assert_eq!(read_all(&t, &id).await.len(), 3);
+    let bodies = raw_bodies(&log);
+    assert!(
+        bodies.iter().any(|b| b.contains(r#""expectedVersion":0,"#)),
+        "{bodies:?}"
+    );
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn decide_rejects_with_parked_when_another_append_is_parked_ahead_of_its_write() {
+    no_faults().await;
+    let db = db_name("cond-decide-behind");
+    let client = open(&db, "{}").await;
+    let a = aggregate(&uuid(), &uuid());
+    // Events of type 13 are refused (2022) by the gateway.
+    set_faults(r#"{"rejectType":13}"#).await;
+    // decide itself appends a refused event first: it is parked ahead of decide's own write,
+    // which waits behind it until the app discards it. decide must not wait for ever.
+    let ahead = {
+        let (client, a) = (client.clone(), a.clone());
+        Closure::<dyn FnMut(JsValue) -> JsValue>::new(move |_view: JsValue| {
+            let (client, a) = (client.clone(), a.clone());
+            wasm_bindgen_futures::future_to_promise(async move {
+                wait(client.append(a, Array::of1(&bytes_event(13, b"refused")).into())).await?;
+                Ok(Array::of1(&bytes_event(1, b"decided")).into())
+            })
+            .into()
+        })
+        .into_js_value()
+        .unchecked_into::<js_sys::Function>()
+    };
+    let e = within(
+        client.decide(a.clone(), ahead, JsValue::UNDEFINED),
+        20_000,
+        "decide behind a park",
+    )
+    .await
+    .expect_err("decide must reject");
+    no_faults().await;
+    assert_eq!(code(&e), "PARKED", "{}", describe(&e));
+    assert_eq!(num(&e, "parkCode"), 2022.0);
+    // Left for the app: the refused event is parked, decide's own one pending behind it.
+    assert_eq!(outbox_events(&db).await, 2);
+    ok(client.close()).await;
+}
+
+#[wasm_bindgen_test]
+async fn a_conditional_append_that_encryption_pushes_past_one_request_is_refused() {
+    no_faults().await;
+    let db = db_name("cond-encrypted-size");
+    let options = ok(encrypted_options(&db, gateway())).await;
+    let client = SyncClient::open(options).await.expect("open");
+    let a = aggregate(&uuid(), &uuid());
+    // Five events of 838,856 bytes: 4,194,280 bytes of data, within one 4 MiB request; the
+    // 16-byte tag of each takes it to 4,194,360, past it.
+    let big = |n: u8| bytes_event(1, &vec![n; 838_856]);
+    let five: JsValue = (1..=5).map(big).collect::<Array>().into();
+    let e = err(client.append_with(a.clone(), five, guard(0))).await;
+    assert_eq!(code(&e), "TOO_MANY_EVENTS", "{}", describe(&e));
+    assert_eq!(outbox_events(&db).await, 0, "nothing stored");
     ok(client.close()).await;
 }
 

@@ -186,6 +186,18 @@ fn run(p: Params) {
             let (rng, rate) = (rng.clone(), p.fault_rate);
             Box::new(move || rng.chance(rate * 0.3))
         };
+        transport.read_back_lags = {
+            let (rng, rate) = (rng.clone(), p.fault_rate);
+            Box::new(move || rng.chance(rate * 0.4))
+        };
+        transport.read_back_trimmed = {
+            let (rng, rate) = (rng.clone(), p.fault_rate);
+            Box::new(move || rng.chance(rate * 0.02))
+        };
+        transport.read_back_refused = {
+            let (rng, rate) = (rng.clone(), p.fault_rate);
+            Box::new(move || rng.chance(rate * 0.01))
+        };
         transport.before = {
             let (rng, append_next, hub) = (rng.clone(), append_next.clone(), Rc::downgrade(&hub));
             let (server, foreign, aggregates) = (server.clone(), p.foreign_rate, p.aggregates);

@@ -310,18 +310,7 @@ impl SyncClient {
             let expected_version = input::append_options(&options)?;
             let events = input::events(&events, inner.limits.max_events, now)?;
             append::check(&events, &inner.limits)?;
-            // A conditional append is one request, whole: it must fit one.
-            let data: usize = events.iter().map(|e| e.data.len()).sum();
-            if expected_version.is_some() && data > inner.limits.max_request_bytes {
-                return Err(ClientError::new(
-                    ErrorCode::TooManyEvents,
-                    format!(
-                        "a conditional append is sent as one request: {data} bytes of data, at \
-                         most {} are accepted",
-                        inner.limits.max_request_bytes
-                    ),
-                ));
-            }
+            conditional_fits(&events, expected_version, &inner.limits)?;
             Ok((aggregate, events, expected_version))
         });
         // With encryption, the place in the aggregate's line is taken now, in call order (see
@@ -340,8 +329,9 @@ impl SyncClient {
             // the ciphertext is what the outbox stores, pins and resends.
             if let Some(encryption) = &inner.encryption {
                 encryption.encrypt_all(&aggregate, &mut events).await?;
-                // The tag makes each event 16 bytes longer: checked again against the limit.
+                // The tag makes each event 16 bytes longer: checked again against the limits.
                 append::check(&events, &inner.limits)?;
+                conditional_fits(&events, expected_version, &inner.limits)?;
             }
             // Polled once before the turn is released: that first poll queues the append in
             // group commit, so the next append cannot reach the queue before this one.
@@ -575,4 +565,26 @@ impl SyncClient {
             .target
             .remove_event_listener_with_callback(kind, listener)
     }
+}
+
+/// A conditional append is one request, whole: its data must fit one. Checked at `append` and
+/// again after encryption (the tag makes each event longer), so an append that cannot be sent
+/// is refused, not stored.
+fn conditional_fits(
+    events: &[crate::engine::model::NewEvent],
+    expected_version: Option<u64>,
+    limits: &Limits,
+) -> Result<(), ClientError> {
+    let data: usize = events.iter().map(|e| e.data.len()).sum();
+    if expected_version.is_none() || data <= limits.max_request_bytes {
+        return Ok(());
+    }
+    Err(ClientError::new(
+        ErrorCode::TooManyEvents,
+        format!(
+            "a conditional append is sent as one request: {data} bytes of data, at most {} are \
+             accepted",
+            limits.max_request_bytes
+        ),
+    ))
 }

@@ -5,7 +5,9 @@
 //! is the server's, not a guess over our own unsent writes), catch the aggregate up, call
 //! `decide(view)`, append what it returns with `expectedVersion = view.version`, and wait
 //! until that lands. A conflict (2003, confirmed by the drain's read-back, so never our own
-//! write's lost answer) discards that attempt's parked events and goes again; after
+//! write's lost answer) whose park holds exactly that attempt's events discards them and goes
+//! again; a park flagged as possibly landed, or holding other events, rejects with `PARKED`
+//! and stays for the app (discarding it and deciding again could write one decision twice). After
 //! `maxAttempts` conflicts it rejects with `CONTENTION`. Offline it rejects with `OFFLINE` at
 //! once and stores nothing: a decision needs the server's current state.
 
@@ -18,7 +20,7 @@ use super::errors::ClientError;
 use super::input;
 use crate::browser::convert::aggregate_to_js;
 use crate::browser::js;
-use crate::engine::drain::{self, FlushError};
+use crate::engine::drain;
 use crate::engine::errors::ErrorCode;
 use crate::engine::outbox::Outbox;
 
@@ -26,8 +28,6 @@ use crate::engine::outbox::Outbox;
 const DEFAULT_ATTEMPTS: u64 = 5;
 /// The most attempts accepted.
 const MAX_ATTEMPTS: u64 = 100;
-/// The code of a version-guard conflict.
-const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
 
 /// `decide`'s options: `undefined`/`null`, or `{ maxAttempts }` (an integer 1..=100).
 fn attempts(value: &JsValue) -> Result<u64, ClientError> {
@@ -132,17 +132,23 @@ impl SyncClient {
                 let receipts =
                     JsFuture::from(client.append_with(js_aggregate.clone(), events, guard.into()))
                         .await?;
-                let last = receipts
-                    .dyn_ref::<Array>()
-                    .and_then(|r| js::get_string(&r.get(r.length().saturating_sub(1)), "eventId"))
-                    .and_then(|id| uuid::Uuid::parse_str(&id).ok());
-                let Some(last) = last else {
+                let seqs = receipts.dyn_ref::<Array>().map(|r| {
+                    let at = |i: u32| js::get_u64(&r.get(i), "clientSeq");
+                    let id = js::get_string(&r.get(r.length().saturating_sub(1)), "eventId");
+                    (at(0), at(r.length().saturating_sub(1)), id)
+                });
+                let Some((Some(first_seq), Some(last_seq), Some(last))) = seqs else {
                     return Ok(outcome(attempt, version, receipts));
                 };
-                match drain::when_synced(&*runtime.outbox, &runtime.hub, last).await {
+                let Ok(last) = uuid::Uuid::parse_str(&last) else {
+                    return Ok(outcome(attempt, version, receipts));
+                };
+                match drain::when_synced_unblocked(&*runtime.outbox, &runtime.hub, last).await {
                     Ok(()) => return Ok(outcome(attempt, version + 1, receipts)),
-                    Err(FlushError::Parked { code, .. }) if code == CONFLICT => {
-                        // Someone else wrote first: this attempt is dropped, decide again.
+                    // Someone else wrote first (proven by the read-back) and the park holds
+                    // exactly this attempt: dropped, decide again. A park that may have landed,
+                    // or holds other events, stays for the app: retrying could write twice.
+                    Err(e) if e.is_proven_conflict_of(first_seq, last_seq) => {
                         let discarded = runtime
                             .outbox
                             .discard_parked(aggregate)

@@ -156,10 +156,14 @@ impl From<FlushError> for ClientError {
         match e {
             FlushError::Store(e) => e.into(),
             FlushError::Parked {
-                aggregate, code, ..
+                aggregate,
+                code,
+                may_have_landed,
+                ..
             } => ClientError::new(ErrorCode::Parked, e.to_string())
                 .with("aggregate", aggregate_to_js(&aggregate))
-                .with("parkCode", code),
+                .with("parkCode", code)
+                .with("mayHaveLanded", may_have_landed),
             other => ClientError::new(ErrorCode::from(&other), other.to_string()),
         }
     }

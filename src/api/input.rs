@@ -227,13 +227,19 @@ pub(crate) fn append_options(value: &JsValue) -> Result<Option<u64>, ClientError
     if expected.is_undefined() || expected.is_null() {
         return Ok(None);
     }
-    safe_integer(&expected).map(Some).ok_or_else(|| {
-        bad(format!(
-            "expectedVersion must be an integer in 0..=9007199254740991 (the aggregate's \
+    // At most 2^53 − 2: the version the write would make, expected + 1, is read back after a
+    // 2003 and must stay a safe integer on the wire.
+    const MAX_EXPECTED: u64 = (1 << 53) - 2;
+    safe_integer(&expected)
+        .filter(|v| *v <= MAX_EXPECTED)
+        .map(Some)
+        .ok_or_else(|| {
+            bad(format!(
+                "expectedVersion must be an integer in 0..={MAX_EXPECTED} (the aggregate's \
              version, 0: only if it does not exist yet), got {}",
-            describe_value(&expected)
-        ))
-    })
+                describe_value(&expected)
+            ))
+        })
 }
 
 /// A value as the app would recognise it in a message.

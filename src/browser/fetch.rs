@@ -213,6 +213,11 @@ impl Transport for FetchTransport {
                 ..
             } => first_batch(&body).map_or_else(ReadBack::Failed, ReadBack::Found),
             Reply::Http { status: 410, .. } => ReadBack::Trimmed,
+            Reply::Http { status, body, .. }
+                if (400..500).contains(&status) && ![401, 408, 429].contains(&status) =>
+            {
+                ReadBack::Refused(format!("HTTP {status}: {}", body.unwrap_or_else(|e| e)))
+            }
             Reply::Http { status, body, .. } => {
                 ReadBack::Failed(format!("HTTP {status}: {}", body.unwrap_or_else(|e| e)))
             }

@@ -200,7 +200,8 @@ export function pushConfirmed(out, batches) {
   }
 }
 // `records` are outbox records (browser/idb/records.rs): `{ s, e, w }` holds one event,
-// `{ s, e: [ids], w: [wires] }` the run from sequence `s`. Only sequences above `above` are shown.
+// `{ s, e: [ids], w: [wires] }` the run from sequence `s`; a conditional append's records keep
+// their wires under `gw` instead of `w`. Only sequences above `above` are shown.
 export function pushPending(out, records, above, clientId, parkedFrom, parkedCode, parkedMessage) {
   const push = (s, w) => {
     if (s <= above) return;
@@ -209,8 +210,9 @@ export function pushPending(out, records, above, clientId, parkedFrom, parkedCod
     out.push(v);
   };
   for (const r of records) {
-    if (typeof r.w === "string") push(r.s, r.w);
-    else for (let i = 0; i < r.w.length; i++) push(r.s + i, r.w[i]);
+    const w = r.w ?? r.gw;
+    if (typeof w === "string") push(r.s, w);
+    else for (let i = 0; i < w.length; i++) push(r.s + i, w[i]);
   }
 }
 

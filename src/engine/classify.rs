@@ -12,6 +12,7 @@
 //! | 2002 with `first <= lastClientSeq < last` | settle that prefix, re-pin the rest                |
 //! | 2002 without `lastClientSeq`              | settle the first event only (all a 2002 proves)    |
 //! | 2002 with `lastClientSeq < first`         | impossible answer: park, never settle              |
+//! | 2002 short of `last` on a conditional batch | impossible (a guarded write is atomic): park, flagged as possibly landed |
 //! | `retry` (2013, 503, 429, ...)             | back off (honouring Retry-After), resend identical |
 //! | `unknown` (network, timeout, 502/504)     | back off, resend identical                         |
 //! | `rejected`, several events                | isolate: re-pin the first event alone              |
@@ -34,7 +35,7 @@ use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::outcome::{GuardConflict, WriteOutcome};
 
 use super::env::{NoAnswer, Reply};
-use super::model::Batch;
+use super::model::{AggregateRef, Batch};
 
 /// What one attempt established.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,6 +252,14 @@ pub enum Action {
         /// Why.
         message: String,
     },
+    /// Stop the aggregate and surface the batch to the app, flagged as possibly landed: an
+    /// answer says part of a conditional batch landed, which an atomic guarded write cannot.
+    ParkLanded {
+        /// The code it is parked with.
+        code: u32,
+        /// Why.
+        message: String,
+    },
     /// A conditional batch got 2003: read the aggregate back to find out whether the batch
     /// itself landed (its own earlier attempt) before taking it as a conflict.
     Verify {
@@ -258,6 +267,9 @@ pub enum Action {
         message: String,
         /// The aggregate's version the 2003 reported, if its body named it.
         current_version: Option<u64>,
+        /// The aggregate and the expected version the 2003 named, if its body did (checked
+        /// against the batch before its `current_version` is trusted).
+        named: Option<(AggregateRef, u64)>,
     },
 }
 
@@ -281,6 +293,24 @@ pub fn decide(
             through: batch.last_seq,
             duplicate: false,
         },
+        // A guarded write lands whole or not at all: a 2002 that proves less than all of a
+        // conditional batch contradicts that. Never settle a prefix and re-pin the rest (that
+        // would resend part of it under the same guard): park it, possibly landed.
+        Outcome::Landed {
+            duplicate: true,
+            last_client_seq,
+        } if conditional && last_client_seq.is_none_or(|l| l < batch.last_seq) => {
+            Action::ParkLanded {
+                code: PROTOCOL_VIOLATION,
+                message: format!(
+                    "the server answered 2002 on a conditional write with lastClientSeq {}, \
+                     short of its last sequence {}: a guarded write lands whole or not at all; \
+                     check the aggregate, then discard or append again",
+                    last_client_seq.map_or_else(|| "missing".into(), |l| l.to_string()),
+                    batch.last_seq
+                ),
+            }
+        }
         Outcome::Landed {
             duplicate: true,
             last_client_seq: None,
@@ -339,7 +369,8 @@ pub fn decide(
             conflict,
         } if conditional => Action::Verify {
             message,
-            current_version: conflict.map(|c| c.current_version),
+            current_version: conflict.as_ref().map(|c| c.current_version),
+            named: conflict.map(|c| (c.aggregate(), c.expected_version)),
         },
         Outcome::Rejected { code, message, .. } if conditional => Action::Park { code, message },
         Outcome::Rejected { code, message, .. } if batch.count > 1 => {

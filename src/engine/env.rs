@@ -92,8 +92,12 @@ pub enum ReadBack {
     Found(Option<WrittenBatch>),
     /// The version was trimmed away (410): nobody can tell any more.
     Trimmed,
-    /// No usable answer (network, timeout, 5xx, a refused session, a body that did not parse).
+    /// No usable answer (network, timeout, 5xx, 429, an expired session (401), a body that did
+    /// not parse): worth trying again.
     Failed(String),
+    /// A permanent refusal (a 4xx other than 401, 408, 410 and 429: forbidden, not found, a bad
+    /// request): reading again would get the same.
+    Refused(String),
 }
 
 /// Sends one request body to the gateway's write endpoint, and reads an aggregate back.

@@ -136,9 +136,15 @@ pub struct Batch {
 /// Park code of a batch that was pinned when this database moved from a random client id to its
 /// device key: it may have landed under the old id, which no key proves any more, so it is not
 /// resent under the new one (that could land it twice); the app decides. (Code 0 is a server
-/// answer that contradicts itself, [`super::classify::PROTOCOL_VIOLATION`]; every other park
-/// code is the server's.)
+/// answer that contradicts itself, [`super::classify::PROTOCOL_VIOLATION`]; 2 is
+/// [`MISGUARDED`]; every other park code is the server's.)
 pub const IDENTITY_CHANGED: u32 = 1;
+
+/// Park code of a batch whose events do not all carry the first one's guard, or that does not
+/// span exactly its guard's sequences (storage written by something that does not keep the
+/// conditional-append rules, e.g. an older release): never encoded and sent, since it could
+/// be written without its version guard or cut apart; it may have landed (it was pinned).
+pub const MISGUARDED: u32 = 2;
 
 /// An aggregate stopped by a permanent rejection, and the events that were rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -257,6 +257,13 @@ pub struct SimTransport {
     pub must_repeat: Rc<RefCell<Option<String>>>,
     /// Whether a read-back fails (the harness decides, per read).
     pub read_back_fails: Box<dyn Fn() -> bool>,
+    /// Whether a read-back lags (shows nothing at or after the version, as a replica behind
+    /// the write would).
+    pub read_back_lags: Box<dyn Fn() -> bool>,
+    /// Whether a read-back finds the version trimmed away (410).
+    pub read_back_trimmed: Box<dyn Fn() -> bool>,
+    /// Whether a read-back is refused for good (a 403: the policy changed).
+    pub read_back_refused: Box<dyn Fn() -> bool>,
     /// How many read-backs were made.
     pub read_backs: Cell<usize>,
 }
@@ -271,6 +278,9 @@ impl SimTransport {
             sent: RefCell::new(Vec::new()),
             must_repeat,
             read_back_fails: Box::new(|| false),
+            read_back_lags: Box::new(|| false),
+            read_back_trimmed: Box::new(|| false),
+            read_back_refused: Box::new(|| false),
             read_backs: Cell::new(0),
         }
     }
@@ -299,6 +309,12 @@ impl Transport for SimTransport {
             ReadBack::Failed("401".into())
         } else if (self.read_back_fails)() {
             ReadBack::Failed("network".into())
+        } else if (self.read_back_trimmed)() {
+            ReadBack::Trimmed
+        } else if (self.read_back_refused)() {
+            ReadBack::Refused("HTTP 403".into())
+        } else if (self.read_back_lags)() {
+            ReadBack::Found(None)
         } else {
             let batches = self.server.batches.borrow();
             ReadBack::Found(

@@ -14,7 +14,11 @@
 //!
 //! The events of a conditional append carry its guard as `g: [expectedVersion, first, last]` in
 //! every record holding them; a run never mixes events of different guards (nor guarded with
-//! unguarded ones), so the guard is one field per record.
+//! unguarded ones), so the guard is one field per record. Such a record keeps its wire
+//! encoding(s) under `gw`, not `w` (schema version 5): a release before conditional appends
+//! ignores `g` and would send the events without their guard, or cut them together with
+//! others; finding no `w`, it takes the record as corrupt and sends nothing instead. Readers
+//! of this release read either field.
 //!
 //! Keying a run by its *last* sequence keeps every "events above x" read one key range (the
 //! records whose last event is above x; the first may start at or below x and is filtered), and
@@ -33,6 +37,9 @@ use crate::browser::js;
 use crate::engine::batch::take_within;
 use crate::engine::model::{AggregateRef, Guard, StoredEvent};
 use crate::engine::outbox::StoreError;
+
+/// The field a guarded record keeps its wire encoding(s) under, in place of `w`.
+const GUARDED_WIRES: &str = "gw";
 
 /// Most events in one record.
 pub(super) const RUN_MAX_EVENTS: usize = 256;
@@ -104,7 +111,11 @@ pub(super) fn put_run(
             &(g.first_seq as f64).into(),
             &(g.last_seq as f64).into(),
         );
-        js::set(value.unchecked_ref::<js_sys::Object>(), "g", parts);
+        let object = value.unchecked_ref::<js_sys::Object>();
+        js::set(object, "g", parts);
+        // Hidden from releases that do not know guards (see the module's header).
+        js::set(object, GUARDED_WIRES, js::get(&value, "w"));
+        js_sys::Reflect::delete_property(object, &JsValue::from_str("w")).js()?;
     }
     if replace {
         store.put_with_key(&value, &key).js()?;
@@ -156,7 +167,11 @@ pub(super) fn events_of(
     out: &mut Vec<StoredEvent>,
 ) -> Result<(), StoreError> {
     let (first, last) = span(value)?;
-    let (ids, wires) = (js::get(value, "e"), js::get(value, "w"));
+    let wires = match js::get(value, "w") {
+        w if w.is_undefined() => js::get(value, GUARDED_WIRES),
+        w => w,
+    };
+    let ids = js::get(value, "e");
     let guard = guard_of(value)?;
     if ids.is_string() {
         if first > above && first <= through && out.len() < max {

@@ -2,7 +2,7 @@
 //!
 //! | store       | key                       | value                                                  | since |
 //! |-------------|---------------------------|--------------------------------------------------------|-------|
-//! | `outbox`    | out of line: `[t, a, s]` or `[t, a, last, n]` | pending (or landed, not yet pruned) events: `{ s, e, w }` one event (sequence `s`, event id `e`, wire encoding `w`); `{ s, e: [ids], w: [wires] }` a run of `n` from `s` to `last` ([`super::records`]) | 2 (runs: 4) |
+//! | `outbox`    | out of line: `[t, a, s]` or `[t, a, last, n]` | pending (or landed, not yet pruned) events: `{ s, e, w }` one event (sequence `s`, event id `e`, wire encoding `w`); `{ s, e: [ids], w: [wires] }` a run of `n` from `s` to `last`; a conditional append's records add its guard `g` and keep the wires under `gw` instead of `w` ([`super::records`]) | 2 (runs: 4, `g`/`gw`: 5) |
 //! | `ids`       | out of line: event id     | `[t, a, s]`: where an event was stored; written with the event, deleted in bulk (below) | 2 |
 //! | `counters`  | key path `["t", "a"]`     | `{ t, a, last }`: the highest sequence ever assigned in the aggregate (never deleted) | 1 |
 //! | `parked`    | key path `["t", "a"]`     | a parked aggregate: rejected range, code, message      | 1 |
@@ -28,6 +28,14 @@
 //! migrated; the version number only makes tabs still running version 3, which cannot read a
 //! run, close their connection (`versionchange`) instead of misreading it.
 //!
+//! Version 5 adds no store either: a conditional append's records keep their wire encodings
+//! under `gw` instead of `w` (with the guard in `g`). A release before conditional appends
+//! ignores `g`, so it would send such events without their version guard, or cut them
+//! together with other events; finding no `w`, it takes the record as corrupt and, like
+//! version 3's code on a run, retries and sends nothing. Its readers read both fields; the
+//! version number makes tabs still running version 4 close their connection
+//! (`versionchange`).
+//!
 //! Version 1 kept events in `events` (key path `["t","a","s"]`, index `eventId`); the upgrade to
 //! 2 copies them into `outbox` and `ids` and deletes `events`, so a tab still running version 1
 //! fails loudly (its transactions name a store that is gone) instead of writing where nobody
@@ -37,7 +45,7 @@ use wasm_bindgen::prelude::*;
 use web_sys::{IdbDatabase, IdbObjectStoreParameters, IdbTransaction};
 
 /// The current schema version.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Pending (and landed, not yet pruned) events, keyed by aggregate and sequence.
 pub const OUTBOX: &str = "outbox";

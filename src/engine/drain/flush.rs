@@ -6,7 +6,7 @@
 
 use uuid::Uuid;
 
-use crate::engine::model::AggregateRef;
+use crate::engine::model::{AggregateRef, ParkRecord};
 use crate::engine::outbox::{EventState, Outbox, StoreError};
 use crate::engine::status::Hub;
 
@@ -22,6 +22,12 @@ pub enum FlushError {
         code: u32,
         /// The rejection's message.
         message: String,
+        /// The park's lowest sequence.
+        first_seq: u64,
+        /// The park's highest sequence.
+        last_seq: u64,
+        /// Whether the parked events may have landed (see [`ParkRecord::may_have_landed`]).
+        may_have_landed: bool,
     },
     /// The event was parked and then discarded by the app: it will never land.
     #[error("event {0} was discarded after a permanent rejection")]
@@ -33,6 +39,32 @@ pub enum FlushError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+impl FlushError {
+    fn parked(aggregate: AggregateRef, record: ParkRecord) -> Self {
+        FlushError::Parked {
+            aggregate,
+            code: record.code,
+            message: record.message,
+            first_seq: record.first_seq,
+            last_seq: record.last_seq,
+            may_have_landed: record.may_have_landed,
+        }
+    }
+
+    /// Whether this is a proven version-guard conflict of exactly the conditional write of
+    /// sequences `first..=last`: code 2003, confirmed by the read-back (not flagged as possibly
+    /// landed), and the park covers exactly those events. Only then did that write certainly
+    /// not land, so `decide` may discard it and decide again; any other park (one that may have
+    /// landed, or that holds other events too) is left for the app.
+    pub fn is_proven_conflict_of(&self, first: u64, last: u64) -> bool {
+        matches!(self, FlushError::Parked { code, first_seq, last_seq, may_have_landed, .. }
+            if *code == CONFLICT && !*may_have_landed && *first_seq == first && *last_seq == last)
+    }
+}
+
+/// The code of a version-guard conflict.
+const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
 
 /// Resolves once every event appended before the call has landed (or was discarded); fails as
 /// soon as one of their aggregates is parked.
@@ -67,11 +99,7 @@ async fn flush_some<O: Outbox>(
             match lowest {
                 Some(lowest) if lowest <= target => {
                     if let Some(record) = hub.park_record(&aggregate) {
-                        return Err(FlushError::Parked {
-                            aggregate,
-                            code: record.code,
-                            message: record.message,
-                        });
+                        return Err(FlushError::parked(aggregate, record));
                     }
                     remaining.push((aggregate, target));
                 }
@@ -97,6 +125,26 @@ pub async fn when_synced<O: Outbox>(
     hub: &Hub,
     event_id: Uuid,
 ) -> Result<(), FlushError> {
+    synced(outbox, hub, event_id, false).await
+}
+
+/// [`when_synced`] that also fails as soon as any park of the event's aggregate starts at or
+/// below its sequence: the event waits behind that park until the app discards it, so
+/// `decide` rejects instead of waiting for ever behind another append's rejection.
+pub async fn when_synced_unblocked<O: Outbox>(
+    outbox: &O,
+    hub: &Hub,
+    event_id: Uuid,
+) -> Result<(), FlushError> {
+    synced(outbox, hub, event_id, true).await
+}
+
+async fn synced<O: Outbox>(
+    outbox: &O,
+    hub: &Hub,
+    event_id: Uuid,
+    behind: bool,
+) -> Result<(), FlushError> {
     loop {
         let progress = hub.progress.generation();
         match outbox.event_state(event_id).await? {
@@ -107,13 +155,10 @@ pub async fn when_synced<O: Outbox>(
                 client_seq,
             } => {
                 if let Some(record) = hub.park_record(&aggregate)
-                    && (record.first_seq..=record.last_seq).contains(&client_seq)
+                    && (record.first_seq <= client_seq)
+                    && (behind || client_seq <= record.last_seq)
                 {
-                    return Err(FlushError::Parked {
-                        aggregate,
-                        code: record.code,
-                        message: record.message,
-                    });
+                    return Err(FlushError::parked(aggregate, record));
                 }
             }
         }
@@ -121,5 +166,38 @@ pub async fn when_synced<O: Outbox>(
             return Err(FlushError::Closed);
         }
         hub.progress.changed_since(progress).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parked(code: u32, may_have_landed: bool, first_seq: u64, last_seq: u64) -> FlushError {
+        FlushError::Parked {
+            aggregate: AggregateRef {
+                type_id: Uuid::nil(),
+                id: Uuid::nil(),
+            },
+            code,
+            message: String::new(),
+            first_seq,
+            last_seq,
+            may_have_landed,
+        }
+    }
+
+    #[test]
+    fn only_a_proven_conflict_of_exactly_the_attempt_may_be_discarded_and_retried() {
+        assert!(parked(CONFLICT, false, 4, 5).is_proven_conflict_of(4, 5));
+        // Possibly landed: discarding and deciding again could write the decision twice.
+        assert!(!parked(CONFLICT, true, 4, 5).is_proven_conflict_of(4, 5));
+        // Another park (other events, or more than the attempt's): not this attempt's conflict.
+        assert!(!parked(CONFLICT, false, 3, 5).is_proven_conflict_of(4, 5));
+        assert!(!parked(CONFLICT, false, 4, 6).is_proven_conflict_of(4, 5));
+        assert!(!parked(CONFLICT, false, 1, 1).is_proven_conflict_of(4, 5));
+        // Another rejection.
+        assert!(!parked(2022, false, 4, 5).is_proven_conflict_of(4, 5));
+        assert!(!FlushError::Closed.is_proven_conflict_of(4, 5));
     }
 }

@@ -151,6 +151,9 @@ pub struct Drain {
     actions: VecDeque<Action>,
     /// The last reply's outcome, for the inspector ([`Drain::take_outcome`]).
     outcome: Option<OutcomeRecord>,
+    /// The conditional batch whose read-backs lag its 2003, and how many did so far
+    /// (`machine/verify.rs`): reset when it settles or parks, or another batch is read back.
+    lagging: Option<(Batch, u32)>,
 }
 
 impl Drain {
@@ -175,6 +178,7 @@ impl Drain {
             pruning: None,
             actions: VecDeque::new(),
             outcome: None,
+            lagging: None,
         }
     }
 
@@ -424,7 +428,7 @@ impl Drain {
             },
             (Phase::Checking(loaded), Input::MaySend(may)) => {
                 if may {
-                    self.send(loaded);
+                    self.send(loaded, now);
                 } else {
                     self.stop(RunEnd::Superseded);
                 }

@@ -20,9 +20,16 @@ fn guarded(seqs: std::ops::RangeInclusive<u64>) -> Vec<StoredEvent> {
 }
 
 fn conflict() -> Reply {
+    conflict_naming("00000000-0000-0000-0000-000000000001", 4, 6)
+}
+
+/// A 2003 naming aggregate `id` (of type 7), `expected` and `current` versions.
+fn conflict_naming(id: &str, expected: u64, current: u64) -> Reply {
     body(
         422,
-        r#"{"outcome":"rejected","code":2003,"message":"stale","aggregateTypeId":"00000000-0000-0000-0000-000000000007","aggregateId":"00000000-0000-0000-0000-000000000001","expectedVersion":4,"currentVersion":6}"#,
+        &format!(
+            r#"{{"outcome":"rejected","code":2003,"message":"stale","aggregateTypeId":"00000000-0000-0000-0000-000000000007","aggregateId":"{id}","expectedVersion":{expected},"currentVersion":{current}}}"#
+        ),
     )
 }
 
@@ -60,10 +67,20 @@ fn a_conditional_batch_carries_its_guard_on_the_wire() {
 
 #[test]
 fn its_own_write_found_at_the_expected_version_settles_it_as_landed() {
+    its_own_write_found_settles_it_as_landed(5);
+}
+
+#[test]
+fn its_own_write_found_at_another_version_is_landed_too() {
+    // Our (client id, first sequence) in the log is our events: landed, wherever they are.
+    its_own_write_found_settles_it_as_landed(6);
+}
+
+fn its_own_write_found_settles_it_as_landed(version: u64) {
     let mut d = drain();
     let a = guarded(1..=3);
     conflicted(&mut d, &a);
-    d.handle(Input::ReadBack(written(5, 0xC1, &[1, 2, 3])), AT);
+    d.handle(Input::ReadBack(written(version, 0xC1, &[1, 2, 3])), AT);
     assert_eq!(
         doing(&mut d)[0],
         Action::Settle {
@@ -88,7 +105,7 @@ fn another_write_at_that_version_or_none_is_a_real_conflict() {
     for found in [
         written(5, 0xBEEF, &[1, 2, 3]),
         written(5, 0xC1, &[7]),
-        written(6, 0xC1, &[1, 2, 3]),
+        written(6, 0xBEEF, &[1, 2, 3]),
     ] {
         let mut d = drain();
         let a = guarded(1..=3);
@@ -107,13 +124,47 @@ fn another_write_at_that_version_or_none_is_a_real_conflict() {
 
 #[test]
 fn a_read_back_that_contradicts_the_2003_is_never_a_proven_conflict() {
-    // The 2003 reported version 6, the read shows nothing at version 5: it cannot be trusted.
+    // The 2003 reported version 6, the read shows nothing at version 5: it lags (or hides).
+    // Resent and read again, as a failed read is; only after MAX_LAGGING_READS in a row is it
+    // parked, and then as possibly landed.
     let mut d = drain();
     let a = guarded(1..=2);
     conflicted(&mut d, &a);
+    for _ in 1..super::super::verify::MAX_LAGGING_READS {
+        d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+        let after = doing(&mut d);
+        assert!(
+            matches!(after[..], [Action::Wait { network: true, .. }]),
+            "a lagging read is read again, never parked at once: {after:?}"
+        );
+        d.handle(Input::TimerFired, AT);
+        assert_eq!(doing(&mut d), [Action::CheckLock]);
+        d.handle(Input::MaySend(true), AT);
+        assert_eq!(doing(&mut d)[0], send_of(1, &a), "identical");
+        d.handle(Input::Replied(conflict()), AT);
+        assert!(matches!(
+            doing(&mut d)[..],
+            [Action::ReadBack { version: 5, .. }]
+        ));
+    }
     d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
     assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
             if record.may_have_landed && record.code == 2003),);
+    // A lagging read that catches up settles it as landed.
+    let mut d = drain();
+    conflicted(&mut d, &a);
+    d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+    assert!(matches!(doing(&mut d)[..], [Action::Wait { .. }]));
+    d.handle(Input::TimerFired, AT);
+    d.handle(Input::MaySend(true), AT);
+    take(&mut d);
+    d.handle(Input::Replied(conflict()), AT);
+    take(&mut d);
+    d.handle(Input::ReadBack(written(5, 0xC1, &[1, 2])), AT);
+    assert!(matches!(
+        doing(&mut d)[0],
+        Action::Settle { through: 2, .. }
+    ));
     // Without a reported version, an empty read is a conflict (the aggregate is not past it).
     let mut d = drain();
     sending(&mut d, &a);
@@ -158,6 +209,62 @@ fn a_failed_read_back_resends_the_same_batch_and_reads_again() {
 }
 
 #[test]
+fn a_refused_read_back_parks_as_possibly_landed_instead_of_reading_for_ever() {
+    let mut d = drain();
+    let a = guarded(1..=2);
+    conflicted(&mut d, &a);
+    d.handle(Input::ReadBack(ReadBack::Refused("HTTP 403".into())), AT);
+    assert!(
+        matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
+            if record.may_have_landed && record.code == 2003),
+        "a permanent refusal cannot improve: parked, flagged as possibly landed"
+    );
+}
+
+#[test]
+fn a_2003_at_or_below_the_expected_version_is_a_conflict_without_reading() {
+    // The write would have made version 5; the aggregate is not past 4: it did not land.
+    for current in [0, 3, 4] {
+        let mut d = drain();
+        let a = guarded(1..=2);
+        sending(&mut d, &a);
+        d.handle(
+            Input::Replied(conflict_naming(
+                "00000000-0000-0000-0000-000000000001",
+                4,
+                current,
+            )),
+            AT,
+        );
+        let parked = doing(&mut d);
+        assert!(
+            matches!(&parked[..], [Action::Park { record, .. }]
+                if !record.may_have_landed && record.current_version == Some(current)),
+            "{current}: {parked:?}"
+        );
+    }
+}
+
+#[test]
+fn a_2003_naming_another_aggregate_or_version_is_not_trusted() {
+    for reply in [
+        conflict_naming("00000000-0000-0000-0000-000000000002", 4, 6),
+        conflict_naming("00000000-0000-0000-0000-000000000001", 3, 6),
+    ] {
+        let mut d = drain();
+        let a = guarded(1..=2);
+        sending(&mut d, &a);
+        d.handle(Input::Replied(reply), AT);
+        let parked = doing(&mut d);
+        assert!(
+            matches!(&parked[..], [Action::Park { record, .. }]
+                if record.may_have_landed && record.code == 2003),
+            "{parked:?}"
+        );
+    }
+}
+
+#[test]
 fn a_rejected_conditional_batch_is_parked_whole_never_isolated() {
     let mut d = drain();
     let a = guarded(1..=3);
@@ -171,4 +278,84 @@ fn a_rejected_conditional_batch_is_parked_whole_never_isolated() {
     );
     assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
             if record.first_seq == 1 && record.last_seq == 3 && record.code == 2022),);
+}
+
+#[test]
+fn a_batch_breaking_the_guard_rules_is_parked_never_sent() {
+    let whole = guarded(1..=3);
+    let mut mixed = whole.clone();
+    mixed[1].guard = None;
+    let mut other = whole.clone();
+    other[2].guard = Some(Guard {
+        expected_version: 9,
+        first_seq: 3,
+        last_seq: 3,
+    });
+    let mut unguarded_first = whole.clone();
+    unguarded_first[0].guard = None;
+    for a in [
+        mixed,
+        other,
+        unguarded_first,
+        whole[..2].to_vec(), // part of its append (guard 1..=3)
+        whole[1..].to_vec(),
+    ] {
+        let mut d = drain();
+        d.start();
+        d.handle(Input::Recounted(Ok(())), AT);
+        d.handle(Input::Unpruned(Ok(vec![])), AT);
+        d.handle(Input::PinRead(Ok(None)), AT);
+        d.handle(Input::Cut(Ok(Some(a.clone()))), AT);
+        d.handle(Input::Pinned(Ok(true)), AT);
+        d.handle(Input::SessionOpened(Ok(session())), AT);
+        d.handle(Input::MaySend(true), AT);
+        let done = doing(&mut d);
+        assert!(
+            !done.iter().any(|x| matches!(x, Action::Send { .. })),
+            "never encoded and sent: {done:?}"
+        );
+        assert!(
+            done.iter().any(|x| matches!(x, Action::Park { record, .. }
+                if record.code == crate::engine::model::MISGUARDED && record.may_have_landed
+                    && record.first_seq == a[0].client_seq)),
+            "{done:?}"
+        );
+    }
+}
+
+#[test]
+fn a_2002_short_of_a_conditional_batch_parks_it_whole_as_possibly_landed() {
+    // A guarded write lands whole or not at all: a prefix is never settled and the rest re-pinned
+    // (resent under the same guard), whether lastClientSeq stops inside it or is missing.
+    for answer in [
+        r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":2,"attemptedClientSeq":1}"#,
+        r#"{"outcome":"landed","duplicate":true,"code":2002,"attemptedClientSeq":1}"#,
+    ] {
+        let mut d = drain();
+        let a = guarded(1..=3);
+        sending(&mut d, &a);
+        d.handle(Input::Replied(body(200, answer)), AT);
+        let done = doing(&mut d);
+        assert!(
+            matches!(&done[..], [Action::Park { record, batch: b }]
+                if *b == batch(&a) && record.first_seq == 1 && record.last_seq == 3
+                    && record.may_have_landed),
+            "{answer}: {done:?}"
+        );
+    }
+    // All of it proven landed: settled.
+    let mut d = drain();
+    let a = guarded(1..=3);
+    sending(&mut d, &a);
+    d.handle(
+        Input::Replied(body(
+            200,
+            r#"{"outcome":"landed","duplicate":true,"code":2002,"lastClientSeq":3,"attemptedClientSeq":1}"#,
+        )),
+        AT,
+    );
+    assert!(matches!(
+        doing(&mut d)[0],
+        Action::Settle { through: 3, .. }
+    ));
 }

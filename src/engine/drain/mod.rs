@@ -10,6 +10,6 @@ pub mod flush;
 pub mod machine;
 pub mod run;
 
-pub use flush::{FlushError, flush, flush_aggregate, when_synced};
+pub use flush::{FlushError, flush, flush_aggregate, when_synced, when_synced_unblocked};
 pub use machine::{Drain, Policy, RunEnd};
 pub use run::{Edge, run, run_inspected};

@@ -46,7 +46,7 @@ impl Drain {
         // Confirm this context still drains (another may have taken over, e.g. from a frozen
         // tab) right before sending.
         match lock {
-            Some(Some(true)) => self.send(loaded),
+            Some(Some(true)) => self.send(loaded, now),
             Some(Some(false)) => self.stop(RunEnd::Superseded),
             // Its answer comes in `Checking`.
             Some(None) => self.phase = Phase::Checking(loaded),
@@ -67,7 +67,10 @@ impl Drain {
         });
     }
 
-    pub(super) fn send(&mut self, loaded: Loaded) {
+    pub(super) fn send(&mut self, loaded: Loaded, now: Now) {
+        if let Some(why) = super::verify::misguarded(&loaded.1) {
+            return self.park_misguarded(loaded, why, now);
+        }
         let (batch, events) = &loaded;
         self.report(Report::State(SyncState::Syncing));
         let body = match self.encoded.take() {
@@ -104,6 +107,7 @@ impl Drain {
         let decision = decide(&batch, conditional, outcome, attempt, |retry_after| {
             backoff.delay_ms(attempt, now.random, retry_after)
         });
+        let park_landed = matches!(decision, Decision::ParkLanded { .. });
         match decision {
             Decision::Settle { through, duplicate } => {
                 let (landed, rest): (Vec<_>, Vec<_>) =
@@ -203,7 +207,7 @@ impl Drain {
                     replacing: Some(batch),
                 });
             }
-            Decision::Park { code, message } => {
+            Decision::Park { code, message } | Decision::ParkLanded { code, message } => {
                 self.read_ahead = None;
                 let record = ParkRecord {
                     aggregate: batch.aggregate,
@@ -213,7 +217,7 @@ impl Drain {
                     code,
                     message,
                     parked_at: now.ms,
-                    may_have_landed: self.ambiguous,
+                    may_have_landed: self.ambiguous || park_landed,
                     current_version: None,
                 };
                 self.phase = Phase::Parking(record.clone());
@@ -222,7 +226,8 @@ impl Drain {
             Decision::Verify {
                 message,
                 current_version,
-            } => self.verify((batch, events), message, current_version),
+                named,
+            } => self.verify((batch, events), message, current_version, named, now),
         }
     }
 

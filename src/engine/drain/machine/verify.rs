@@ -9,30 +9,117 @@
 //! * another batch is there, or none (and the 2003 did not report the aggregate past the
 //!   expected version) → a real **conflict**: parked with 2003 and the current version, never
 //!   resent unchanged;
-//! * none, although the 2003 reported a version past the expected one → the read does not show
-//!   everything (a policy that hides it): parked with 2003, flagged as possibly landed;
+//! * none, although the 2003 reported a version past the expected one → the read lags the
+//!   write (a read replica behind this very write) or does not show everything (a policy that
+//!   hides it): like a failed read, back off, resend the same batch and read again; only after
+//!   [`MAX_LAGGING_READS`] such reads in a row parked with 2003, flagged as possibly landed;
 //! * the version was trimmed away → nobody can tell: parked with 2003, flagged as possibly
 //!   landed;
 //! * the read failed → back off and resend the same pinned batch (a new 2003 reads again):
 //!   never a guess.
 //!
+//! Before any batch is encoded, [`misguarded`] checks it keeps the conditional-append rules
+//! (all its events carry the first one's guard, and a guarded batch is exactly its guard's
+//! sequences); one that does not is parked, flagged as possibly landed, never sent.
+//!
 //! The machine reads back on every 2003 of a conditional batch, ambiguous earlier attempts or
 //! not: one read per conflict is cheap, and the rule needs no bookkeeping to be right.
 
 use super::super::super::env::ReadBack;
-use super::super::super::model::ParkRecord;
+use super::super::super::model::{AggregateRef, MISGUARDED, ParkRecord, StoredEvent};
 use super::super::super::status::SyncState;
 use super::{Action, Conflict, Drain, Loaded, Now, Phase, Report, Settling};
+
+/// Read-backs in a row that show nothing where the 2003 said a version is, before the batch is
+/// parked as possibly landed (a lagging read usually catches up within a retry or two).
+pub(super) const MAX_LAGGING_READS: u32 = 5;
 
 /// The code of a version-guard conflict.
 const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
 
+/// Why `events` (a batch about to be encoded) breaks the conditional-append rules, if it does.
+pub(super) fn misguarded(events: &[StoredEvent]) -> Option<String> {
+    let (first, last) = (events.first()?, events.last()?);
+    if events.iter().any(|e| e.guard != first.guard) {
+        return Some("its events do not all carry the same version guard".into());
+    }
+    let g = first.guard?;
+    (first.client_seq != g.first_seq || last.client_seq != g.last_seq).then(|| {
+        format!(
+            "it holds sequences {}..={}, but its version guard covers {}..={}",
+            first.client_seq, last.client_seq, g.first_seq, g.last_seq
+        )
+    })
+}
+
 impl Drain {
+    /// A batch [`misguarded`] refused: parked, flagged as possibly landed (it was pinned, and
+    /// whoever wrote it may have sent it), never sent.
+    pub(super) fn park_misguarded(&mut self, (batch, events): Loaded, why: String, now: Now) {
+        let record = ParkRecord {
+            aggregate: batch.aggregate,
+            first_seq: events[0].client_seq,
+            last_seq: events[events.len() - 1].client_seq,
+            count: events.len() as u32,
+            code: MISGUARDED,
+            message: format!(
+                "a batch that breaks the conditional-append rules was not sent ({why}): the \
+                 outbox was written by something that does not keep them; check the aggregate, \
+                 then discard or append again"
+            ),
+            parked_at: now.ms,
+            may_have_landed: true,
+            current_version: None,
+        };
+        self.lagging = None;
+        self.read_ahead = None;
+        self.phase = Phase::Parking(record.clone());
+        self.emit(Action::Park { record, batch });
+    }
+
     /// A conditional batch got 2003: read its aggregate back at the version it would have made.
-    pub(super) fn verify(&mut self, loaded: Loaded, message: String, current_version: Option<u64>) {
+    /// Not when the 2003 itself settles it: one that names another aggregate or expected
+    /// version cannot be trusted (possibly landed), and one that reports the aggregate at or
+    /// below the expected version proves the write did not land (it would have made
+    /// `expected + 1`).
+    pub(super) fn verify(
+        &mut self,
+        loaded: Loaded,
+        message: String,
+        current_version: Option<u64>,
+        named: Option<(AggregateRef, u64)>,
+        now: Now,
+    ) {
         let Some(guard) = loaded.1.first().and_then(|e| e.guard) else {
             return; // only a conditional batch is verified
         };
+        let conflict = Conflict {
+            message,
+            current_version,
+        };
+        if let Some((aggregate, expected)) = named
+            && (aggregate != loaded.0.aggregate || expected != guard.expected_version)
+        {
+            let why = format!(
+                "{} (the 2003 names aggregate {}/{} at expected version {expected}, not this \
+                 write's {}/{} at {}: its answer cannot be trusted, so whether this write landed \
+                 cannot be told; check the aggregate, then discard or append again)",
+                conflict.message,
+                aggregate.type_id,
+                aggregate.id,
+                loaded.0.aggregate.type_id,
+                loaded.0.aggregate.id,
+                guard.expected_version
+            );
+            return self.park_conditional(loaded, &conflict, why, true, now);
+        }
+        if let Some(v) = current_version.filter(|v| *v <= guard.expected_version) {
+            let why = format!(
+                "{} (the aggregate is at version {v}, not past {}: this write did not land)",
+                conflict.message, guard.expected_version
+            );
+            return self.park_conditional(loaded, &conflict, why, false, now);
+        }
         let token = self
             .session
             .as_ref()
@@ -43,13 +130,7 @@ impl Drain {
             version: guard.expected_version + 1,
             token,
         });
-        self.phase = Phase::Verifying(
-            loaded,
-            Conflict {
-                message,
-                current_version,
-            },
-        );
+        self.phase = Phase::Verifying(loaded, conflict);
     }
 
     /// What the read-back found decides: landed, conflict, or try again.
@@ -64,24 +145,13 @@ impl Drain {
             return self.next_batch();
         };
         let first_seq = events[0].client_seq;
-        let park = |message: String, may_have_landed: bool| ParkRecord {
-            aggregate: batch.aggregate,
-            first_seq,
-            last_seq: events[events.len() - 1].client_seq,
-            count: events.len() as u32,
-            code: CONFLICT,
-            message,
-            parked_at: now.ms,
-            may_have_landed,
-            current_version: conflict.current_version,
-        };
-        let record = match found {
+        let (message, may_have_landed) = match found {
+            // Its own earlier attempt: it landed. At whatever version the read shows it: our
+            // (client id, sequence) in the log is our events, landed.
             ReadBack::Found(Some(b))
-                if b.version == guard.expected_version + 1
-                    && b.client_id == self.client_id
-                    && b.client_seqs.contains(&first_seq) =>
+                if b.client_id == self.client_id && b.client_seqs.contains(&first_seq) =>
             {
-                // Its own earlier attempt: it landed.
+                self.lagging = None;
                 let then = self.take_read_ahead_for(&batch);
                 return self.settle(
                     Settling {
@@ -95,19 +165,33 @@ impl Drain {
                     now,
                 );
             }
-            // The 2003 said the version exists, the read does not show it: the read is not the
-            // whole truth (this session may not read the aggregate, a policy changed). Cannot
-            // tell: parked as possibly landed, never as a proven conflict.
+            // The 2003 said the version exists, the read does not show it: it lags this very
+            // write, or does not show everything (a policy hides it). Read again a few times
+            // (after resending the same batch); then parked as possibly landed, never as a
+            // proven conflict.
             ReadBack::Found(None)
                 if conflict
                     .current_version
                     .is_some_and(|v| v > guard.expected_version) =>
             {
-                park(
+                let lagged = match self.lagging.take() {
+                    Some((b, n)) if b == batch => n + 1,
+                    _ => 1,
+                };
+                if lagged < MAX_LAGGING_READS {
+                    self.lagging = Some((batch, lagged));
+                    let why = format!(
+                        "version {} not visible yet although the server reported version {}",
+                        guard.expected_version + 1,
+                        conflict.current_version.unwrap_or_default()
+                    );
+                    return self.read_again((batch, events), why, now);
+                }
+                (
                     format!(
                         "{} (the read-back did not see version {} although the server reported \
-                         version {}: whether this write landed cannot be told; check the \
-                         aggregate, then discard or append again)",
+                         version {}, {lagged} times: whether this write landed cannot be told; \
+                         check the aggregate, then discard or append again)",
                         conflict.message,
                         guard.expected_version + 1,
                         conflict.current_version.unwrap_or_default()
@@ -115,7 +199,7 @@ impl Drain {
                     true,
                 )
             }
-            ReadBack::Found(other) => park(
+            ReadBack::Found(other) => (
                 format!(
                     "{} (read back: {}; this write did not land)",
                     conflict.message,
@@ -127,7 +211,7 @@ impl Drain {
                 ),
                 false,
             ),
-            ReadBack::Trimmed => park(
+            ReadBack::Trimmed => (
                 format!(
                     "{} (version {} was trimmed, so whether this write landed cannot be read \
                      back: check the aggregate, then discard or append again)",
@@ -136,31 +220,64 @@ impl Drain {
                 ),
                 true,
             ),
-            ReadBack::Failed(why) => {
-                // Never a guess: the same pinned batch again after a backoff.
-                let delay = self.policy.backoff.delay_ms(self.attempt, now.random, None);
-                self.attempt = self.attempt.saturating_add(1);
-                self.report(Report::Error {
-                    code: Some(CONFLICT),
-                    message: format!(
-                        "a conditional write got 2003 and reading its aggregate back failed \
-                         ({why}); it is resent to find out"
-                    ),
-                    at: now.ms,
-                });
-                self.due_again(now.ms + delay);
-                self.phase = Phase::Waiting((batch, events));
-                self.report(Report::State(SyncState::Backoff));
-                self.emit(Action::Wait {
-                    ms: delay,
-                    work: false,
-                    network: true,
-                });
-                return;
-            }
+            ReadBack::Refused(why) => (
+                format!(
+                    "{} (reading the aggregate back was refused: {why}; whether this write \
+                     landed cannot be told: check the aggregate, then discard or append again)",
+                    conflict.message
+                ),
+                true,
+            ),
+            ReadBack::Failed(why) => return self.read_again((batch, events), why, now),
         };
+        self.park_conditional((batch, events), &conflict, message, may_have_landed, now);
+    }
+
+    /// Parks a conditional batch with 2003 and the current version the 2003 reported.
+    fn park_conditional(
+        &mut self,
+        (batch, events): Loaded,
+        conflict: &Conflict,
+        message: String,
+        may_have_landed: bool,
+        now: Now,
+    ) {
+        let record = ParkRecord {
+            aggregate: batch.aggregate,
+            first_seq: events[0].client_seq,
+            last_seq: events[events.len() - 1].client_seq,
+            count: events.len() as u32,
+            code: CONFLICT,
+            message,
+            parked_at: now.ms,
+            may_have_landed,
+            current_version: conflict.current_version,
+        };
+        self.lagging = None;
         self.read_ahead = None;
         self.phase = Phase::Parking(record.clone());
         self.emit(Action::Park { record, batch });
+    }
+
+    /// Never a guess: the same pinned batch again after a backoff (its new 2003 is read back).
+    fn read_again(&mut self, (batch, events): Loaded, why: String, now: Now) {
+        let delay = self.policy.backoff.delay_ms(self.attempt, now.random, None);
+        self.attempt = self.attempt.saturating_add(1);
+        self.report(Report::Error {
+            code: Some(CONFLICT),
+            message: format!(
+                "a conditional write got 2003 and reading its aggregate back did not tell \
+                 ({why}); it is resent to find out"
+            ),
+            at: now.ms,
+        });
+        self.due_again(now.ms + delay);
+        self.phase = Phase::Waiting((batch, events));
+        self.report(Report::State(SyncState::Backoff));
+        self.emit(Action::Wait {
+            ms: delay,
+            work: false,
+            network: true,
+        });
     }
 }
