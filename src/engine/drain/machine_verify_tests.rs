@@ -165,18 +165,53 @@ fn a_read_back_that_contradicts_the_2003_is_never_a_proven_conflict() {
         doing(&mut d)[0],
         Action::Settle { through: 2, .. }
     ));
-    // Without a reported version, an empty read is a conflict (the aggregate is not past it).
-    let mut d = drain();
-    sending(&mut d, &a);
-    d.handle(
-        Input::Replied(body(
+}
+
+#[test]
+fn a_bare_2003_with_an_empty_read_back_is_never_a_proven_conflict() {
+    // No current version (the gateway's answer when Celeriant's conflict list names none of the
+    // request's aggregates): the 2003 proves nothing about this aggregate, and an empty read
+    // may lag this very write. Read again like a lagging read; then possibly landed.
+    let bare = || {
+        body(
             422,
             r#"{"outcome":"rejected","code":2003,"message":"stale"}"#,
-        )),
-        AT,
-    );
-    assert!(matches!(doing(&mut d)[..], [Action::ReadBack { .. }]));
+        )
+    };
+    let mut d = drain();
+    let a = guarded(1..=2);
+    sending(&mut d, &a);
+    d.handle(Input::Replied(bare()), AT);
+    assert!(matches!(
+        doing(&mut d)[..],
+        [Action::ReadBack { version: 5, .. }]
+    ));
+    for _ in 1..super::super::verify::MAX_LAGGING_READS {
+        d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+        let after = doing(&mut d);
+        assert!(
+            matches!(after[..], [Action::Wait { network: true, .. }]),
+            "an empty read after a bare 2003 is read again, never parked at once: {after:?}"
+        );
+        d.handle(Input::TimerFired, AT);
+        assert_eq!(doing(&mut d), [Action::CheckLock]);
+        d.handle(Input::MaySend(true), AT);
+        assert_eq!(doing(&mut d)[0], send_of(1, &a), "identical");
+        d.handle(Input::Replied(bare()), AT);
+        assert!(matches!(
+            doing(&mut d)[..],
+            [Action::ReadBack { version: 5, .. }]
+        ));
+    }
     d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
+            if record.may_have_landed && record.code == 2003 && record.current_version.is_none()),);
+    // Another write read at that version after a bare 2003 is still a proven conflict.
+    let mut d = drain();
+    sending(&mut d, &a);
+    d.handle(Input::Replied(bare()), AT);
+    take(&mut d);
+    d.handle(Input::ReadBack(written(5, 0xBEEF, &[1, 2])), AT);
     assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
             if !record.may_have_landed && record.current_version.is_none()),);
 }

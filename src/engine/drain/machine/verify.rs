@@ -168,12 +168,18 @@ impl Drain {
             // The 2003 said the version exists, the read does not show it: it lags this very
             // write, or does not show everything (a policy hides it). Read again a few times
             // (after resending the same batch); then parked as possibly landed, never as a
-            // proven conflict.
+            // proven conflict. A bare 2003 (no current version: Celeriant's conflict list named
+            // none of the request's aggregates) proves nothing about this aggregate either, so
+            // an empty read after it is treated the same way.
             ReadBack::Found(None)
                 if conflict
                     .current_version
-                    .is_some_and(|v| v > guard.expected_version) =>
+                    .is_none_or(|v| v > guard.expected_version) =>
             {
+                let reported = match conflict.current_version {
+                    Some(v) => format!("the server reported version {v}"),
+                    None => "the server reported a conflict without a version".to_string(),
+                };
                 let lagged = match self.lagging.take() {
                     Some((b, n)) if b == batch => n + 1,
                     _ => 1,
@@ -181,20 +187,18 @@ impl Drain {
                 if lagged < MAX_LAGGING_READS {
                     self.lagging = Some((batch, lagged));
                     let why = format!(
-                        "version {} not visible yet although the server reported version {}",
+                        "version {} not visible yet although {reported}",
                         guard.expected_version + 1,
-                        conflict.current_version.unwrap_or_default()
                     );
                     return self.read_again((batch, events), why, now);
                 }
                 (
                     format!(
-                        "{} (the read-back did not see version {} although the server reported \
-                         version {}, {lagged} times: whether this write landed cannot be told; \
-                         check the aggregate, then discard or append again)",
+                        "{} (the read-back did not see version {} although {reported}, \
+                         {lagged} times: whether this write landed cannot be told; check the \
+                         aggregate, then discard or append again)",
                         conflict.message,
                         guard.expected_version + 1,
-                        conflict.current_version.unwrap_or_default()
                     ),
                     true,
                 )
