@@ -266,7 +266,8 @@ async fn decide_rejects_with_parked_when_another_append_is_parked_ahead_of_its_w
     no_faults().await;
     let db = db_name("cond-decide-behind");
     let client = open(&db, "{}").await;
-    let a = aggregate(&uuid(), &uuid());
+    let (t, agg_id) = (uuid(), uuid());
+    let a = aggregate(&t, &agg_id);
     // Events of type 13 are refused (2022) by the gateway.
     set_faults(r#"{"rejectType":13}"#).await;
     // decide itself appends a refused event first: it is parked ahead of decide's own write,
@@ -294,8 +295,28 @@ async fn decide_rejects_with_parked_when_another_append_is_parked_ahead_of_its_w
     no_faults().await;
     assert_eq!(code(&e), "PARKED", "{}", describe(&e));
     assert_eq!(num(&e, "parkCode"), 2022.0);
+    // The rejection describes decide's own write, still pending behind the other park: it may
+    // land, so the app must track it, never decide again.
+    assert_eq!(get(&e, "mayHaveLanded"), JsValue::TRUE, "{}", describe(&e));
+    assert_eq!(get(&e, "pendingBehindPark"), JsValue::TRUE);
+    let ids = list(&e, "eventIds");
+    assert_eq!(ids.len(), 1, "{}", describe(&e));
+    assert_eq!(seqs(&get(&e, "receipts")), [2]);
+    assert_eq!((num(&e, "firstSeq"), num(&e, "lastSeq")), (2.0, 2.0));
     // Left for the app: the refused event is parked, decide's own one pending behind it.
     assert_eq!(outbox_events(&db).await, 2);
+    // Once the blocking park is discarded, the attempt is sent and lands, exactly once.
+    assert_eq!(
+        ok(client.discard_parked(a.clone())).await.as_f64(),
+        Some(1.0)
+    );
+    let id = ids[0].as_string().expect("an event id");
+    within(client.when_synced(&id), 20_000, "the attempt lands")
+        .await
+        .expect("the pending attempt lands once the park ahead is discarded");
+    let stored = read_all(&t, &agg_id).await;
+    assert_eq!(stored.len(), 1, "landed exactly once");
+    assert_eq!(outbox_events(&db).await, 0);
     ok(client.close()).await;
 }
 

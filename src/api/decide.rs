@@ -7,7 +7,10 @@
 //! until that lands. A conflict (2003, confirmed by the drain's read-back, so never our own
 //! write's lost answer) whose park holds exactly that attempt's events discards them and goes
 //! again; a park flagged as possibly landed, or holding other events, rejects with `PARKED`
-//! and stays for the app (discarding it and deciding again could write one decision twice). After
+//! and stays for the app (discarding it and deciding again could write one decision twice); the
+//! rejection carries the attempt (`receipts`, `eventIds`), and when the attempt is still pending
+//! behind another append's park it says `mayHaveLanded: true` (it will be sent once that park is
+//! discarded: the app tracks it, never decides again). After
 //! `maxAttempts` conflicts it rejects with `CONTENTION`. Offline it rejects with `OFFLINE` at
 //! once and stores nothing: a decision needs the server's current state.
 
@@ -87,7 +90,9 @@ impl SyncClient {
     /// attempt and go again. Resolves with `{ attempts, version, receipts }` (`receipts` empty
     /// when there was nothing to do). Rejects with `OFFLINE` at once when offline (nothing
     /// stored), `CONTENTION` after `maxAttempts` (default 5) conflicts, `PARKED` if the write
-    /// is rejected for another reason, and with what `decide` threw if it threw.
+    /// is rejected for another reason or waits behind another append's park (then with
+    /// `mayHaveLanded: true` and the attempt's `eventIds`: track it, do not decide again), and
+    /// with what `decide` threw if it threw.
     #[wasm_bindgen(unchecked_return_type = "Promise<DecideResult>")]
     pub fn decide(
         &self,
@@ -156,7 +161,7 @@ impl SyncClient {
                             .map_err(ClientError::from)?;
                         runtime.discarded(aggregate, discarded);
                     }
-                    Err(e) => return Err(ClientError::from(e).into()),
+                    Err(e) => return Err(rejection(e, (first_seq, last_seq), &receipts).into()),
                 }
             }
             Err(ClientError::new(
@@ -170,6 +175,58 @@ impl SyncClient {
             .into())
         })
     }
+}
+
+/// `decide`'s rejection when waiting for its attempt stopped on anything but a proven conflict
+/// of exactly that attempt. It always carries the attempt (`receipts`, `eventIds`, `firstSeq`,
+/// `lastSeq`) so the app can track it. When some of the attempt is not in the park that stopped
+/// the wait (it waits behind another append's park, or the client closed, or storage failed), the
+/// attempt is still pending and will be sent later: `PARKED`/the error with `mayHaveLanded: true`
+/// and `pendingBehindPark`, never the other park's flag (a `false` there would invite deciding
+/// again, and both decisions could land).
+fn rejection(e: drain::FlushError, (first, last): (u64, u64), receipts: &JsValue) -> ClientError {
+    let ids: Array = receipts
+        .dyn_ref::<Array>()
+        .map(|r| r.iter().map(|x| js::get(&x, "eventId")).collect())
+        .unwrap_or_default();
+    let error = match e {
+        // The whole attempt is in the park: it describes the attempt (discarding it drops it).
+        drain::FlushError::Parked {
+            first_seq,
+            last_seq,
+            ..
+        } if first_seq <= first && last <= last_seq => ClientError::from(e),
+        drain::FlushError::Parked {
+            aggregate,
+            code,
+            message,
+            first_seq,
+            last_seq,
+            may_have_landed,
+        } => ClientError::new(
+            ErrorCode::Parked,
+            format!(
+                "this decision's write (sequences {first}..={last}) waits behind another parked \
+                 append on aggregate {}/{} (sequences {first_seq}..={last_seq}, code {code}: \
+                 {message}); it is still pending and will be sent once that park is discarded, \
+                 so it may land: do not decide again, track it (whenSynced on its eventIds)",
+                aggregate.type_id, aggregate.id
+            ),
+        )
+        .with("aggregate", aggregate_to_js(&aggregate))
+        .with("parkCode", code)
+        .with("mayHaveLanded", true)
+        .with("pendingBehindPark", true)
+        .with("blockingParkMayHaveLanded", may_have_landed),
+        drain::FlushError::Discarded(_) => ClientError::from(e),
+        // Closed or storage failed: the attempt is stored and will still be sent.
+        other => ClientError::from(other).with("mayHaveLanded", true),
+    };
+    error
+        .with("receipts", receipts.clone())
+        .with("eventIds", ids)
+        .with("firstSeq", first as f64)
+        .with("lastSeq", last as f64)
 }
 
 fn offline() -> ClientError {

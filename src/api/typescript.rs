@@ -234,11 +234,11 @@ export interface ParkedDetail {
     firstSeq: number;
     lastSeq: number;
     count: number;
-    /** Celeriant's or the gateway's code (0: the server contradicted itself; 1: pinned when the database moved to its device key, may have landed under the old client id). */
+    /** Celeriant's or the gateway's code, or the client's own: 0, the server contradicted itself (also a 2002 short of a conditional batch's last event, or missing it: a guarded write lands whole or not at all); 1, pinned when the database moved to its device key, may have landed under the old client id; 2 (`MISGUARDED`), a conditional batch whose stored guard does not match its events, never sent. */
     code: number;
     message: string;
     parkedAt: number;
-    /** An earlier attempt had an unknown outcome: these events may have landed before the rejection. */
+    /** These events may have landed before the rejection: an earlier attempt had an unknown outcome; or the batch was misguarded (code 2); or, for a conditional append's 2003, reading the aggregate back was refused, found the version trimmed, kept lagging the 2003, or the 2003 named another aggregate; or a 2002 fell short of a conditional batch (code 0). `false` only when none of these holds. */
     mayHaveLanded: boolean;
     /** For a conditional append refused by its version guard (code 2003, confirmed by reading the aggregate back): the aggregate's version the server reported. */
     currentVersion?: number;
@@ -330,6 +330,24 @@ export class CeleriantSyncError extends Error {
     /** For `PARKED`: the parked aggregate and its rejection code. */
     aggregate?: AggregateRef;
     parkCode?: number;
+    /** For `PARKED` (as `ParkedDetail.mayHaveLanded`), and for `decide`'s rejections while
+     * its write was pending: `true` when that write may still land (it waits behind another
+     * parked append, or the client closed or storage failed after it was stored). Never decide
+     * again then: track the write (`whenSynced` on `eventIds`). */
+    mayHaveLanded?: boolean;
+    /** For `decide`'s `PARKED`: its write is still pending behind another append's park (whose
+     * code is `parkCode`); it will be sent once that park is discarded. */
+    pendingBehindPark?: boolean;
+    /** With `pendingBehindPark`: the blocking park's own `mayHaveLanded`. */
+    blockingParkMayHaveLanded?: boolean;
+    /** For `decide`'s rejections after it appended its write: that write's receipts, event ids
+     * and sequence range, so the app can track it. */
+    receipts?: Receipt[];
+    eventIds?: string[];
+    firstSeq?: number;
+    lastSeq?: number;
+    /** For `CONTENTION`: how many attempts were made. */
+    attempts?: number;
     /** For `PROJECTION_FAILED`: the event `apply` threw on. */
     event?: ViewEvent;
     /** For `share`, `unshare`, `acceptShare`, `members`: the gateway's code, when it answered

@@ -110,6 +110,18 @@ export async function example(): Promise<void> {
   // @ts-expect-error decide's only option is maxAttempts
   await client.decide(account, () => null, { retries: 3 });
   console.log(guarded, attempts);
+  try {
+    await client.decide(account, () => [{ type: 1, data: 1 }]);
+  } catch (e) {
+    // A rejection that may still land carries the attempt: track it, never decide again.
+    if (isCeleriantSyncError(e) && e.mayHaveLanded === true && e.eventIds) {
+      const pending: boolean | undefined = e.pendingBehindPark;
+      const range: [number | undefined, number | undefined] = [e.firstSeq, e.lastSeq];
+      const tracked: Receipt[] | undefined = e.receipts;
+      console.log(pending, range, tracked, e.blockingParkMayHaveLanded);
+      await client.whenSynced(e.eventIds[0]!);
+    }
+  }
   // @ts-expect-error receipts are typed
   receipts[0]!.sequence;
   // @ts-expect-error only known events can be listened to
