@@ -306,6 +306,7 @@ async fn the_snapshot_carries_the_park_record<L: LogFixture>(log: &L) {
         message: "rejected".into(),
         parked_at: 1_790_000_000_000,
         may_have_landed: false,
+        current_version: None,
     };
     log.park(&record).await;
     let s = log.snapshot(a, None).await.unwrap();
