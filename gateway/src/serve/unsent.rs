@@ -157,3 +157,91 @@ fn send_queue(socket: i32) -> usize {
 fn send_queue(_socket: i32) -> usize {
     0
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use tokio::io::AsyncReadExt;
+
+    /// Sets its flag when dropped: the reservation given back.
+    struct Given(Arc<AtomicBool>);
+
+    impl Drop for Given {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_page_is_held_until_the_client_has_read_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        client.set_recv_buffer_size(1024).unwrap();
+        client
+            .connect(&listener.local_addr().unwrap().into())
+            .unwrap();
+        client.set_nonblocking(true).unwrap();
+        let mut client = tokio::net::TcpStream::from_std(client.into()).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        socket2::SockRef::from(&server)
+            .set_send_buffer_size(SEND_BUFFER)
+            .unwrap();
+
+        let unsent = Unsent::default();
+        unsent.attach(server.as_raw_fd());
+        // As much as the kernel takes at once of a 32 KiB page, for a client that does not read.
+        let page = vec![7u8; 32 << 10];
+        let mut sent = 0;
+        while sent < page.len() {
+            match server.try_write(&page[sent..]) {
+                Ok(n) => {
+                    sent += n;
+                    unsent.wrote(n);
+                }
+                Err(_) => break,
+            }
+        }
+        assert!(sent > 8 << 10, "the kernel took {sent} bytes");
+        let given = Arc::new(AtomicBool::new(false));
+        unsent.hold_until(unsent.written(), Box::new(Given(given.clone())));
+        let not_yet_written = Arc::new(AtomicBool::new(false));
+        unsent.hold_until(
+            unsent.written() + 1,
+            Box::new(Given(not_yet_written.clone())),
+        );
+
+        tokio::time::sleep(POLL * 4).await;
+        assert!(
+            unsent.settle() > 0,
+            "the client read nothing: bytes are queued"
+        );
+        assert!(!given.load(Ordering::SeqCst), "held while queued");
+
+        let drain = unsent.drain(|| {});
+        let read = async {
+            let mut back = vec![0u8; sent];
+            client.read_exact(&mut back).await.unwrap();
+            for _ in 0..200 {
+                if given.load(Ordering::SeqCst) {
+                    break;
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        };
+        tokio::select! {
+            () = drain => unreachable!("drain runs for the connection's life"),
+            () = read => {}
+        }
+        assert!(given.load(Ordering::SeqCst), "given back once read");
+        assert!(
+            !not_yet_written.load(Ordering::SeqCst),
+            "a page not all written yet stays held"
+        );
+        unsent.release();
+        assert!(not_yet_written.load(Ordering::SeqCst));
+    }
+}
