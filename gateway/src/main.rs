@@ -13,6 +13,18 @@ use celeriant_gateway::serve::{ServeOptions, fit_to_open_file_limit, serve};
 use celeriant_gateway::{AppState, app};
 use clap::Parser;
 
+/// jemalloc rather than the system allocator: after a burst of large pages (each page is one
+/// buffer of up to a batch's size) glibc's malloc kept the memory (200 pages of 5.6 MB took
+/// the resident size from 25 to 206 MB, and it stayed), jemalloc gives it back.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options: freed pages go back to the system about a second after they were freed
+/// (`dirty_decay_ms`, without the intermediate "muzzy" stage), and a background thread does it
+/// even when the gateway is idle after the burst (no allocation left to trigger the decay).
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 #[tokio::main]
 async fn main() {
     celeriant_gateway::log::init();

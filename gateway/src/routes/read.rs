@@ -38,6 +38,7 @@ use crate::limits::fair::Kind;
 use crate::limits::ip;
 use crate::limits::share_bytes::SharedBytes;
 use crate::routes::members::readable;
+use crate::serve::activity::Activity;
 use crate::state::AppState;
 
 /// Most batches in a page.
@@ -91,6 +92,12 @@ pub async fn events(State(state): State<AppState>, request: Request) -> Response
 async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let (mut parts, _) = request.into_parts();
     let peer = ip::peer(&parts.extensions);
+    let connection = parts.extensions.get::<Activity>().cloned();
+    // Pages this connection served before and that have left its socket since are given back
+    // first (on a keep-alive connection the client has read them before it asks again).
+    if let Some(connection) = &connection {
+        connection.unsent().settle();
+    }
     let address = state.fair.address(Kind::Read, peer)?;
     let session = Session::from_request_parts(&mut parts, state).await?;
     let aggregate = aggregate_of(&mut parts, state).await?;
@@ -153,7 +160,7 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
     }
     reserved.shrink_to(body.len());
     let share = state.read_share.take(peer, session.client_id, body.len())?;
-    let mut response = Response::new(held(Bytes::from(body), reserved, share));
+    let mut response = Response::new(held(Bytes::from(body), reserved, share, connection));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -189,14 +196,20 @@ fn trimmed(min_version: u64) -> Response {
 /// Size of the frames a page is handed to the connection in.
 const FRAME_BYTES: usize = 64 << 10;
 
-/// A body that keeps its reservation until the connection has taken the last of its bytes (or
-/// dropped the body): memory the budget accounts for stays accounted for while it is held.
-/// The page goes out in [`FRAME_BYTES`] slices of the one buffer, so hyper cannot take it all
-/// in one frame, see the end of the stream and drop the body (giving the reservation back)
-/// while the page still sits in its write buffer for a reader that does not read.
+/// A body that keeps its reservation until its bytes have left the connection's socket (or
+/// the connection is gone): memory the budget accounts for stays accounted for while it is
+/// held, in the gateway or in the kernel. The page goes out in [`FRAME_BYTES`] slices of the
+/// one buffer, so hyper cannot take it all in one frame, see the end of the stream and drop
+/// the body while the page still sits in its write buffer for a reader that does not read.
+/// When the last frame is taken, the reservation passes to the connection's
+/// [`crate::serve::unsent::Unsent`], which gives it back once the connection has written the
+/// page's bytes and the socket's send queue is empty.
 struct Held {
     bytes: Bytes,
     reserved: Option<(Reserved, SharedBytes)>,
+    /// The connection, and the count of its written bytes once the whole page is written
+    /// (known at the first frame).
+    connection: Option<(Activity, Option<u64>)>,
 }
 
 impl http_body::Body for Held {
@@ -208,14 +221,19 @@ impl http_body::Body for Held {
         _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         if self.bytes.is_empty() {
-            self.reserved = None;
+            self.let_go();
             return std::task::Poll::Ready(None);
+        }
+        let total = self.bytes.len() as u64;
+        if let Some((connection, until @ None)) = &mut self.connection {
+            *until = Some(connection.unsent().written() + total);
         }
         let n = self.bytes.len().min(FRAME_BYTES);
         let frame = self.bytes.split_to(n);
         if self.bytes.is_empty() {
-            // The last frame is taken: hyper holds no more than one frame of it now.
-            self.reserved = None;
+            // The last frame is taken: hyper holds no more than one frame of it now, the
+            // kernel the rest of what the client has not acknowledged.
+            self.let_go();
         }
         std::task::Poll::Ready(Some(Ok(http_body::Frame::data(frame))))
     }
@@ -229,9 +247,28 @@ impl http_body::Body for Held {
     }
 }
 
-fn held(bytes: Bytes, reserved: Reserved, share: SharedBytes) -> Body {
+impl Held {
+    /// The body is done with its bytes: the reservation passes to the connection until they
+    /// have left its socket (or is given back, without a socket to ask).
+    fn let_go(&mut self) {
+        let Some(reserved) = self.reserved.take() else {
+            return;
+        };
+        if let Some((connection, Some(until))) = &self.connection {
+            connection.unsent().hold_until(*until, Box::new(reserved));
+        }
+    }
+}
+
+fn held(
+    bytes: Bytes,
+    reserved: Reserved,
+    share: SharedBytes,
+    connection: Option<Activity>,
+) -> Body {
     Body::new(Held {
         bytes,
         reserved: Some((reserved, share)),
+        connection: connection.map(|c| (c, None)),
     })
 }

@@ -29,6 +29,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::unsent::Unsent;
+
 /// The send buffer asked for a connection that carries a change stream (the kernel doubles
 /// it for its bookkeeping): room for hundreds of notifications, so a reader that keeps up never
 /// waits, yet full soon once a client stops reading.
@@ -53,6 +55,8 @@ struct Stamp {
     send_buffer: AtomicUsize,
     /// Woken when a stream starts on the connection.
     stream_started: Notify,
+    /// What the connection holds until its bytes have left the socket.
+    unsent: Unsent,
 }
 
 /// When a connection last moved a byte.
@@ -70,7 +74,20 @@ impl Activity {
             write_timeout_ms: AtomicU64::new(u64::MAX),
             send_buffer: AtomicUsize::new(0),
             stream_started: Notify::new(),
+            unsent: Unsent::default(),
         }))
+    }
+
+    /// What the connection holds until its bytes have left the socket.
+    pub fn unsent(&self) -> &Unsent {
+        &self.0.unsent
+    }
+
+    /// Runs for the connection's life: gives back what the connection held once its bytes
+    /// have left the socket, and counts a send queue that shrinks (the client reads) as
+    /// movement ([`Unsent::drain`]).
+    pub async fn drain(&self) {
+        self.0.unsent.drain(|| self.touch()).await
     }
 
     /// The connection now carries a change stream whose writes must find room within
@@ -240,7 +257,10 @@ impl<S: SendBuffer> Tracked<S> {
     /// continues) a wait.
     fn stamp(&self, result: &Poll<io::Result<usize>>) {
         match result {
-            Poll::Ready(Ok(n)) if *n > 0 => self.activity.moved(),
+            Poll::Ready(Ok(n)) if *n > 0 => {
+                self.activity.0.unsent.wrote(*n);
+                self.activity.moved()
+            }
             Poll::Pending => self.activity.blocked(),
             _ => {}
         }

@@ -22,6 +22,10 @@
 //!   a write has waited for room in its (small) send buffer for the stream's write timeout,
 //!   which frees the stream's slots; each request finds the connection's [`Activity`] in its
 //!   extensions for that.
+//! * **Kernel memory** ([`unsent`]): every connection's send buffer is capped at
+//!   [`unsent::SEND_BUFFER`], and a read page's reservation is held until its bytes have left
+//!   the socket, so what the kernel holds for a client that does not read is inside the read
+//!   budget.
 //! * **Bounded buffers**: a request's headers may take at most [`MAX_HEADER_BYTES`] (431 past
 //!   it; 100 headers at most, hyper's default), and hyper buffers at most [`MAX_BUF_BYTES`] per
 //!   connection.
@@ -38,6 +42,7 @@
 //! per request, in the routes and the router's layers.
 
 pub mod activity;
+pub mod unsent;
 
 use std::future::Future;
 use std::sync::LazyLock;
@@ -205,8 +210,15 @@ pub async fn serve(
             }
         }
         let _ = stream.set_nodelay(true);
+        let capped = socket2::SockRef::from(&stream).set_send_buffer_size(unsent::SEND_BUFFER);
+        if let Err(e) = capped {
+            tracing::debug!(%peer, error = %e, "could not cap a connection's send buffer");
+        }
         crate::observe::connection_accepted();
         let activity = Activity::new();
+        activity
+            .unsent()
+            .attach(std::os::fd::AsRawFd::as_raw_fd(&stream));
         let io = TokioIo::new(Tracked::new(stream, activity.clone()));
         let slot = place.slot();
         let service = router.clone().map_request({
@@ -239,7 +251,10 @@ pub async fn serve(
                     crate::observe::budget_refused("change streams", "stalled");
                     tracing::debug!(%peer, "change stream closed: its client stopped reading");
                 }
+                () = activity.drain() => {}
             }
+            // The socket is closed: what it held is gone with it.
+            activity.unsent().release();
         });
     }
     drop(listener);
