@@ -64,6 +64,11 @@ fi
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   packages+=(nginx)
 fi
+# The gateway's allocator (tikv-jemallocator) builds jemalloc from its C sources: make and a C
+# compiler (gcc also builds the other crates with C in them).
+for tool in make gcc; do
+  command -v "$tool" >/dev/null || packages+=("$tool")
+done
 # What the nginx and deployment-file tests call: curl (the TLS client), openssl (the test
 # certificate, scripts/proof.sh) and systemd-analyze (the unit file check, in Debian's systemd).
 for tool in curl openssl; do
