@@ -25,10 +25,11 @@ mod support;
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::hostile::{aggregate, connect_from, healthz, memory_kib, read_all, read_answer};
+use support::hostile::{
+    PeakSampler, aggregate, connect_from, healthz, memory_kib, read_all, read_answer,
+};
 use support::process::{Process, data_dir};
 
 const CONNECTIONS: u64 = 128;
@@ -58,17 +59,7 @@ fn many_connections_with_large_bodies_stay_within_the_memory_bound() {
     ));
 
     // Sample the resident memory while the bodies arrive.
-    let done = Arc::new(AtomicBool::new(false));
-    let sampled = Arc::new(AtomicU64::new(0));
-    let sampler = {
-        let (done, sampled) = (done.clone(), sampled.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                sampled.fetch_max(memory_kib(pid, "VmRSS"), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let sampler = PeakSampler::start(Duration::from_millis(20), move || memory_kib(pid, "VmRSS"));
 
     let started = Instant::now();
     let clients: Vec<_> = (0..CONNECTIONS)
@@ -89,8 +80,7 @@ fn many_connections_with_large_bodies_stay_within_the_memory_bound() {
         }
     }
     let elapsed = started.elapsed();
-    done.store(true, Ordering::Relaxed);
-    sampler.join().unwrap();
+    let sampled = sampler.stop();
     let peak = memory_kib(pid, "VmHWM");
     println!(
         "memory bound: {CONNECTIONS} connections × {:.1} MB bodies in {elapsed:.1?}: resident \
@@ -100,7 +90,7 @@ fn many_connections_with_large_bodies_stay_within_the_memory_bound() {
          raced the upload)",
         (EVENTS as usize * payload.len()) as f64 / 1e6,
         at_rest / 1024,
-        sampled.load(Ordering::Relaxed) / 1024,
+        sampled / 1024,
         peak / 1024,
         tally.landed.len(),
         tally.unknown.len(),

@@ -13,11 +13,9 @@
 mod support;
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::hostile::{aggregate, ask, exchange, memory_kib, write_request};
+use support::hostile::{PeakSampler, aggregate, ask, exchange, memory_kib, write_request};
 use support::process::{Process, data_dir};
 
 const READERS: u8 = 20;
@@ -39,17 +37,7 @@ fn memory_taken_by_a_burst_of_large_pages_is_given_back() {
     std::thread::sleep(Duration::from_secs(3));
     let before = memory_kib(pid, "VmRSS");
 
-    let done = Arc::new(AtomicBool::new(false));
-    let peak = Arc::new(AtomicU64::new(0));
-    let sampler = {
-        let (done, peak) = (done.clone(), peak.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(memory_kib(pid, "VmRSS"), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let sampler = PeakSampler::start(Duration::from_millis(20), move || memory_kib(pid, "VmRSS"));
     let started = Instant::now();
     let readers: Vec<_> = (1..=READERS)
         .map(|n| {
@@ -85,9 +73,7 @@ fn memory_taken_by_a_burst_of_large_pages_is_given_back() {
         refused += r;
     }
     let burst = started.elapsed();
-    done.store(true, Ordering::Relaxed);
-    sampler.join().unwrap();
-    let during = peak.load(Ordering::Relaxed);
+    let during = sampler.stop();
 
     // Given back within a bounded wait.
     let ended = Instant::now();

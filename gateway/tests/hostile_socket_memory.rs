@@ -27,11 +27,11 @@ mod support;
 
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::hostile::{aggregate, ask, connect_from, exchange, small_buffer_from, write_request};
+use support::hostile::{
+    PeakSampler, aggregate, ask, connect_from, exchange, small_buffer_from, write_request,
+};
 use support::process::{Process, data_dir};
 
 const ATTACKERS: usize = 250;
@@ -111,17 +111,7 @@ fn pages_nobody_reads_stay_inside_the_budget_in_the_kernel_too() {
         attack.push(stream);
     }
 
-    let done = Arc::new(AtomicBool::new(false));
-    let peak = Arc::new(AtomicU64::new(0));
-    let sampler = {
-        let (done, peak) = (done.clone(), peak.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(tcp_memory(), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
+    let sampler = PeakSampler::start(Duration::from_millis(50), tcp_memory);
 
     // The device, meanwhile: a write, a read of the page and a health check, every 300 ms.
     let device = Ipv4Addr::new(127, 0, 3, 2);
@@ -152,9 +142,7 @@ fn pages_nobody_reads_stay_inside_the_budget_in_the_kernel_too() {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
-    done.store(true, Ordering::Relaxed);
-    sampler.join().unwrap();
-    let during = peak.load(Ordering::Relaxed);
+    let during = sampler.stop();
     let attack_time = started.elapsed();
 
     // What the attackers got: a page on a few connections (their share), 429 on the rest.

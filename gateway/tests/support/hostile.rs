@@ -8,6 +8,9 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -368,4 +371,36 @@ pub fn read_all(addr: &str, id: &str, extra: &str) -> Vec<Value> {
 /// A unique aggregate id for test number `n`.
 pub fn aggregate(n: u64) -> String {
     format!("00000000-0000-4000-8000-{n:012}")
+}
+
+/// The highest value of a measurement (resident memory, kernel socket memory) while an attack
+/// runs: `measure` is sampled every `every` on a thread of its own until [`PeakSampler::stop`].
+pub struct PeakSampler {
+    done: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    thread: JoinHandle<()>,
+}
+
+impl PeakSampler {
+    pub fn start(every: Duration, measure: impl Fn() -> u64 + Send + 'static) -> Self {
+        let done = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (done, peak) = (done.clone(), peak.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    peak.fetch_max(measure(), Ordering::Relaxed);
+                    std::thread::sleep(every);
+                }
+            })
+        };
+        PeakSampler { done, peak, thread }
+    }
+
+    /// Stops sampling; the highest value seen.
+    pub fn stop(self) -> u64 {
+        self.done.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        self.peak.load(Ordering::Relaxed)
+    }
 }

@@ -208,20 +208,8 @@ impl Drain {
                 });
             }
             Decision::Park { code, message } | Decision::ParkLanded { code, message } => {
-                self.read_ahead = None;
-                let record = ParkRecord {
-                    aggregate: batch.aggregate,
-                    first_seq: events[0].client_seq,
-                    last_seq: events[events.len() - 1].client_seq,
-                    count: events.len() as u32,
-                    code,
-                    message,
-                    parked_at: now.ms,
-                    may_have_landed: self.ambiguous || park_landed,
-                    current_version: None,
-                };
-                self.phase = Phase::Parking(record.clone());
-                self.emit(Action::Park { record, batch });
+                let may_have_landed = self.ambiguous || park_landed;
+                self.park((batch, events), code, message, may_have_landed, None, now);
             }
             Decision::Verify {
                 message,
@@ -236,5 +224,34 @@ impl Drain {
         if let Some(outcome) = self.outcome.as_mut() {
             outcome.next_attempt_at = Some(at);
         }
+    }
+
+    /// Parks `loaded` (a rejection, a conflict, a batch that breaks the guard rules): the record
+    /// names exactly its events, and the pin is dropped with it ([`Action::Park`]). Nothing read
+    /// ahead or counted for its read-back survives it.
+    pub(super) fn park(
+        &mut self,
+        (batch, events): Loaded,
+        code: u32,
+        message: String,
+        may_have_landed: bool,
+        current_version: Option<u64>,
+        now: Now,
+    ) {
+        let record = ParkRecord {
+            aggregate: batch.aggregate,
+            first_seq: events[0].client_seq,
+            last_seq: events[events.len() - 1].client_seq,
+            count: events.len() as u32,
+            code,
+            message,
+            parked_at: now.ms,
+            may_have_landed,
+            current_version,
+        };
+        self.lagging = None;
+        self.read_ahead = None;
+        self.phase = Phase::Parking(record.clone());
+        self.emit(Action::Park { record, batch });
     }
 }

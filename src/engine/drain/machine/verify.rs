@@ -26,7 +26,7 @@
 //! not: one read per conflict is cheap, and the rule needs no bookkeeping to be right.
 
 use super::super::super::env::ReadBack;
-use super::super::super::model::{AggregateRef, MISGUARDED, ParkRecord, StoredEvent};
+use super::super::super::model::{AggregateRef, MISGUARDED, StoredEvent};
 use super::super::super::status::SyncState;
 use super::{Action, Conflict, Drain, Loaded, Now, Phase, Report, Settling};
 
@@ -55,26 +55,13 @@ pub(super) fn misguarded(events: &[StoredEvent]) -> Option<String> {
 impl Drain {
     /// A batch [`misguarded`] refused: parked, flagged as possibly landed (it was pinned, and
     /// whoever wrote it may have sent it), never sent.
-    pub(super) fn park_misguarded(&mut self, (batch, events): Loaded, why: String, now: Now) {
-        let record = ParkRecord {
-            aggregate: batch.aggregate,
-            first_seq: events[0].client_seq,
-            last_seq: events[events.len() - 1].client_seq,
-            count: events.len() as u32,
-            code: MISGUARDED,
-            message: format!(
-                "a batch that breaks the conditional-append rules was not sent ({why}): the \
-                 outbox was written by something that does not keep them; check the aggregate, \
-                 then discard or append again"
-            ),
-            parked_at: now.ms,
-            may_have_landed: true,
-            current_version: None,
-        };
-        self.lagging = None;
-        self.read_ahead = None;
-        self.phase = Phase::Parking(record.clone());
-        self.emit(Action::Park { record, batch });
+    pub(super) fn park_misguarded(&mut self, loaded: Loaded, why: String, now: Now) {
+        let message = format!(
+            "a batch that breaks the conditional-append rules was not sent ({why}): the \
+             outbox was written by something that does not keep them; check the aggregate, \
+             then discard or append again"
+        );
+        self.park(loaded, MISGUARDED, message, true, None, now);
     }
 
     /// A conditional batch got 2003: read its aggregate back at the version it would have made.
@@ -240,27 +227,14 @@ impl Drain {
     /// Parks a conditional batch with 2003 and the current version the 2003 reported.
     fn park_conditional(
         &mut self,
-        (batch, events): Loaded,
+        loaded: Loaded,
         conflict: &Conflict,
         message: String,
         may_have_landed: bool,
         now: Now,
     ) {
-        let record = ParkRecord {
-            aggregate: batch.aggregate,
-            first_seq: events[0].client_seq,
-            last_seq: events[events.len() - 1].client_seq,
-            count: events.len() as u32,
-            code: CONFLICT,
-            message,
-            parked_at: now.ms,
-            may_have_landed,
-            current_version: conflict.current_version,
-        };
-        self.lagging = None;
-        self.read_ahead = None;
-        self.phase = Phase::Parking(record.clone());
-        self.emit(Action::Park { record, batch });
+        let current = conflict.current_version;
+        self.park(loaded, CONFLICT, message, may_have_landed, current, now);
     }
 
     /// Never a guess: the same pinned batch again after a backoff (its new 2003 is read back).
