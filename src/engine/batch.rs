@@ -6,6 +6,9 @@
 //! A conditional append (one carrying a [`Guard`](super::model::Guard)) is always a request of its
 //! own, exactly its events, whatever the limits ([`cut_at_guards`]): its guard judges the whole
 //! request, so nothing else may ride with it.
+//! An atomic write (`appendAtomic`) is the one request that names several aggregates: always
+//! exactly its legs, whole, never cut by the limits nor joined with anything else, so a 2002 or
+//! 2013 on it can only be about it ([`encode_atomic`]; `docs/client.md`, "Atomic writes").
 //! Encoding is deterministic: the same events always give the same bytes, which is what makes a
 //! resend of a pinned batch byte-identical, also after a reload.
 
@@ -33,35 +36,80 @@ pub fn take_within(
     taken
 }
 
-/// The batch covering `events` (consecutive pending events of one aggregate, in order).
+/// The batch covering `events` (consecutive pending events of one aggregate, in order; or an
+/// atomic write's events, whole: then the batch is that write).
 pub(crate) fn batch_of(events: &[StoredEvent]) -> Option<Batch> {
     let (first, last) = (events.first()?, events.last()?);
-    Some(Batch {
-        aggregate: first.aggregate,
-        first_seq: first.client_seq,
-        last_seq: last.client_seq,
-        count: events.len() as u32,
-    })
+    if let Some(legs) = &first.atomic {
+        return Batch::of_atomic(legs);
+    }
+    Some(Batch::plain(
+        first.aggregate,
+        first.client_seq,
+        last.client_seq,
+        events.len() as u32,
+    ))
 }
 
 /// Cuts `head` (an aggregate's lowest pending events, in order, as far as they were read) at
 /// guard boundaries: when the first event belongs to a conditional append, the batch is that
 /// append's events and nothing else (`rest` then reads any of them `head` lacks: a conditional
 /// append is never split by the count or byte limits); otherwise the unconditional events before
-/// the first conditional one.
+/// the first conditional one or the first leg of an atomic write. (A head that starts with an
+/// atomic write's leg is not cut here: the whole write is read across its aggregates.)
 pub(crate) fn cut_at_guards(head: &mut Vec<StoredEvent>) -> Option<super::model::Guard> {
     let first = head.first()?.guard;
     match first {
-        Some(g) => head.retain(|e| e.guard == Some(g)),
+        Some(g) => head.retain(|e| e.guard == Some(g) && e.atomic.is_none()),
         None => {
             let end = head
                 .iter()
-                .position(|e| e.guard.is_some())
+                .position(|e| e.guard.is_some() || e.atomic.is_some())
                 .unwrap_or(head.len());
             head.truncate(end);
         }
     }
     first
+}
+
+/// The request body for `events` (an atomic write's events, every leg's in the order of its
+/// legs), sent by `client_id`: one `AggregateWrite` per leg, each with its guard if it has one.
+/// `None` when the events are not exactly the write's legs, whole (never sent then: a part of
+/// an atomic write must never travel alone).
+pub fn encode_atomic(client_id: Uuid, events: &[StoredEvent]) -> Option<String> {
+    let legs = events.first()?.atomic.clone()?;
+    let mut at = 0;
+    let mut writes = Vec::with_capacity(legs.len());
+    for leg in legs.iter() {
+        let n = (leg.last_seq - leg.first_seq + 1) as usize;
+        let part = events.get(at..at + n)?;
+        let exact = part.iter().zip(leg.first_seq..).all(|(e, seq)| {
+            e.aggregate == leg.aggregate && e.client_seq == seq && e.atomic.as_ref() == Some(&legs)
+        });
+        if !exact || part.iter().any(|e| e.guard != part[0].guard) {
+            return None;
+        }
+        writes.push(part);
+        at += n;
+    }
+    if at != events.len() {
+        return None;
+    }
+    let size = WRITE_JSON_OVERHEAD * legs.len()
+        + events.iter().map(StoredEvent::encoded_len).sum::<usize>();
+    let mut body = String::with_capacity(size);
+    let mut buffer = Uuid::encode_buffer();
+    body.push_str(r#"{"clientId":""#);
+    body.push_str(client_id.hyphenated().encode_lower(&mut buffer));
+    body.push_str(r#"","writes":["#);
+    for (i, part) in writes.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        push_write(&mut body, part[0].aggregate, part);
+    }
+    body.push_str("]}");
+    Some(body)
 }
 
 /// The request body for `events`, sent by `client_id`: the stored wire fragments joined into
@@ -75,7 +123,16 @@ pub fn encode(client_id: Uuid, aggregate: AggregateRef, events: &[StoredEvent]) 
     let mut buffer = Uuid::encode_buffer();
     body.push_str(r#"{"clientId":""#);
     body.push_str(client_id.hyphenated().encode_lower(&mut buffer));
-    body.push_str(r#"","writes":[{"aggregate":{"typeId":""#);
+    body.push_str(r#"","writes":["#);
+    push_write(&mut body, aggregate, events);
+    body.push_str("]}");
+    body
+}
+
+/// One `AggregateWrite` of `events` (one aggregate's, in order) onto `body`.
+fn push_write(body: &mut String, aggregate: AggregateRef, events: &[StoredEvent]) {
+    let mut buffer = Uuid::encode_buffer();
+    body.push_str(r#"{"aggregate":{"typeId":""#);
     body.push_str(aggregate.type_id.hyphenated().encode_lower(&mut buffer));
     body.push_str(r#"","id":""#);
     body.push_str(aggregate.id.hyphenated().encode_lower(&mut buffer));
@@ -92,8 +149,7 @@ pub fn encode(client_id: Uuid, aggregate: AggregateRef, events: &[StoredEvent]) 
         }
         body.push_str(&event.wire);
     }
-    body.push_str("]}]}");
-    body
+    body.push_str("]}");
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]

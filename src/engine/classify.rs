@@ -19,6 +19,9 @@
 //! | `rejected`, one event                     | park the aggregate, tell the app                   |
 //! | 2003 on a conditional batch               | verify: read the aggregate back first              |
 //! | any other `rejected`, conditional batch   | park the whole batch (never isolated)              |
+//! | `landed` (fresh or 2002) on an atomic write | settle every leg (it is atomic, and pinned: only it could have advanced these sequences) |
+//! | 2002 with `lastClientSeq` below every leg of an atomic write | impossible answer: park |
+//! | any `rejected` on an atomic write         | park every leg (never isolated); 2003 with a guarded leg: verify first; 9001 names the routing rule |
 //!
 //! A conditional batch (a conditional append, `expectedVersion`) is judged whole: its guard is
 //! about all of it, so it is never re-cut to isolate an event. A 2003 on it is never taken as a
@@ -276,8 +279,20 @@ pub enum Action {
 /// Code used when a server's answer contradicts itself (a 2002 below the batch).
 pub(crate) const PROTOCOL_VIOLATION: u32 = 0;
 
+/// The message a 9001 parks an atomic write with: what the cluster's rule is and what to do.
+pub(crate) fn shard_message(message: &str) -> String {
+    format!(
+        "{message} (the aggregates of this atomic write live on different shards of the \
+         Celeriant cluster, so they can never be written together there: a cluster routes each \
+         aggregate to shard `routing_id % num_shards`, where `routing_id` is its org id, \
+         aggregate type id or aggregate id as fixed when the cluster was initialised; co-locate \
+         aggregates that must change together, e.g. ids with equal `id % num_shards`, then \
+         discard this write and append it again)"
+    )
+}
+
 /// Decides what an outcome means for `batch` (`conditional`: a conditional append's batch,
-/// carrying its version guard). `delay_ms(retry_after)` computes the backoff; `attempt` counts
+/// carrying its version guard, or an atomic write with a guarded leg). `delay_ms(retry_after)` computes the backoff; `attempt` counts
 /// the batch's failed attempts so far.
 pub fn decide(
     batch: &Batch,
@@ -286,6 +301,9 @@ pub fn decide(
     attempt: u32,
     delay_ms: impl FnOnce(Option<u64>) -> u64,
 ) -> Action {
+    if batch.atomic.is_some() {
+        return decide_atomic(batch, conditional, outcome, attempt, delay_ms);
+    }
     match outcome {
         Outcome::Landed {
             duplicate: false, ..
@@ -377,6 +395,66 @@ pub fn decide(
             Action::Isolate { code, message }
         }
         Outcome::Rejected { code, message, .. } => Action::Park { code, message },
+    }
+}
+
+/// [`decide`] for an atomic write (`docs/client.md`, "Atomic writes"): it lands whole or not at
+/// all and is never re-cut. A 2002 on it says some leg's lowest sequence is already held by this
+/// client id; since the write is pinned, resent only identically, and heads each of its
+/// aggregates (nothing of this client id after it was sent before it), only this very write
+/// can have put it there: the whole write landed.
+fn decide_atomic(
+    batch: &Batch,
+    conditional: bool,
+    outcome: Outcome,
+    attempt: u32,
+    delay_ms: impl FnOnce(Option<u64>) -> u64,
+) -> Action {
+    let lowest = batch
+        .spans()
+        .iter()
+        .map(|(_, first, _)| *first)
+        .min()
+        .unwrap_or(batch.first_seq);
+    match outcome {
+        Outcome::Landed {
+            duplicate: true,
+            last_client_seq: Some(last),
+        } if last < lowest => Action::Park {
+            code: PROTOCOL_VIOLATION,
+            message: format!(
+                "the server answered 2002 on an atomic write with lastClientSeq {last}, below \
+                 every leg's lowest sequence (at least {lowest}): another writer may be using \
+                 this client id"
+            ),
+        },
+        Outcome::Landed { duplicate, .. } => Action::Settle {
+            through: batch.last_seq,
+            duplicate,
+        },
+        Outcome::Rejected {
+            code: OPTIMISTIC_CONCURRENCY_VIOLATION,
+            message,
+            conflict,
+        } if conditional => Action::Verify {
+            message,
+            current_version: conflict.as_ref().map(|c| c.current_version),
+            named: conflict.map(|c| (c.aggregate(), c.expected_version)),
+        },
+        Outcome::Rejected {
+            code: celeriant_sync_protocol::codes::celeriant::SHARD_ROUTING_MULTIPLE_SHARDS,
+            message,
+            ..
+        } => Action::Park {
+            code: celeriant_sync_protocol::codes::celeriant::SHARD_ROUTING_MULTIPLE_SHARDS,
+            message: shard_message(&message),
+        },
+        Outcome::Rejected { code, message, .. } => Action::Park { code, message },
+        // Retry, unknown, unauthorized: as for any batch (identical resend).
+        other => {
+            let plain = Batch::plain(batch.aggregate, batch.first_seq, batch.last_seq, 1);
+            decide(&plain, false, other, attempt, delay_ms)
+        }
     }
 }
 

@@ -87,16 +87,17 @@ pub(crate) fn rejected(b: &Batch, may_have_landed: bool) -> ParkRecord {
         parked_at: 1,
         may_have_landed,
         current_version: None,
+        atomic: None,
     }
 }
 
 pub(crate) fn batch(n: u128, first_seq: u64, last_seq: u64) -> Batch {
-    Batch {
-        aggregate: aggregate(n),
+    Batch::plain(
+        aggregate(n),
         first_seq,
         last_seq,
-        count: (last_seq - first_seq + 1) as u32,
-    }
+        (last_seq - first_seq + 1) as u32,
+    )
 }
 
 /// Rule 1: sequences start at 1, are consecutive per aggregate and independent across them.
@@ -300,12 +301,12 @@ pub async fn pins_persist_and_settle_moves_them(o: &impl Outbox) {
     o.append(aggregate(1), events(0..6)).await.unwrap();
     let b = batch(1, 1, 5);
     assert!(o.pin(&b, None).await.unwrap());
-    assert_eq!(o.pinned().await.unwrap(), Some(b));
+    assert_eq!(o.pinned().await.unwrap(), Some(b.clone()));
     let rest = batch(1, 3, 5);
     assert!(o.settle(&b, 2, Some(&rest)).await.unwrap(), "a 2002 prefix");
     assert_eq!(
         o.pinned().await.unwrap(),
-        Some(rest),
+        Some(rest.clone()),
         "the rest stays pinned"
     );
     assert_eq!(seqs(&o.read(&rest).await.unwrap()), [3, 4, 5]);
@@ -314,7 +315,7 @@ pub async fn pins_persist_and_settle_moves_them(o: &impl Outbox) {
     assert!(o.settle(&rest, 5, Some(&next)).await.unwrap());
     assert_eq!(
         o.pinned().await.unwrap(),
-        Some(next),
+        Some(next.clone()),
         "the next batch, read ahead"
     );
     assert_eq!(
@@ -323,7 +324,7 @@ pub async fn pins_persist_and_settle_moves_them(o: &impl Outbox) {
     );
     let stale = Batch {
         last_seq: 7,
-        ..next
+        ..next.clone()
     };
     assert!(
         !o.pin(&stale, None).await.unwrap(),
@@ -337,12 +338,12 @@ pub async fn pins_persist_and_settle_moves_them(o: &impl Outbox) {
         !o.settle(&b, 5, None).await.unwrap(),
         "compare-and-set: settling a batch that is not pinned"
     );
-    assert_eq!(o.pinned().await.unwrap(), Some(next));
+    assert_eq!(o.pinned().await.unwrap(), Some(next.clone()));
     assert!(
         o.pin(&stale, Some(&next)).await.unwrap(),
         "replaces the expected pin"
     );
-    assert_eq!(o.pinned().await.unwrap(), Some(stale));
+    assert_eq!(o.pinned().await.unwrap(), Some(stale.clone()));
     assert!(o.settle(&stale, 6, None).await.unwrap());
     assert_eq!(o.pinned().await.unwrap(), None, "all landed: unpinned");
 }
@@ -418,7 +419,7 @@ pub async fn parking_and_discarding(o: &impl Outbox) {
     let b = batch(1, 2, 3);
     assert!(o.pin(&b, None).await.unwrap());
     let record = rejected(&batch(1, 2, 3), true);
-    o.park(&record, &b).await.unwrap();
+    o.park(std::slice::from_ref(&record), &b).await.unwrap();
     assert_eq!(o.pinned().await.unwrap(), None, "park unpins");
     assert_eq!(o.parked().await.unwrap(), vec![record.clone()]);
     assert_eq!(o.count().await.unwrap(), 4, "parked events are kept");
@@ -475,7 +476,7 @@ pub async fn event_states_follow_the_event(o: &impl Outbox) {
         "landed"
     );
     let record = rejected(&batch(1, 2, 2), false);
-    o.park(&record, &batch(1, 2, 2)).await.unwrap();
+    o.park(std::slice::from_ref(&record), &batch(1, 2, 2)).await.unwrap();
     assert!(
         matches!(
             o.event_state(r[1].event_id).await.unwrap(),
@@ -583,7 +584,7 @@ pub async fn batches_settles_prunes_and_discards_cut_through_appends(o: &impl Ou
     let b = batch(1, 5, 7);
     assert!(o.pin(&b, None).await.unwrap());
     let record = rejected(&batch(1, 5, 7), false);
-    o.park(&record, &b).await.unwrap();
+    o.park(std::slice::from_ref(&record), &b).await.unwrap();
     assert_eq!(o.discard_parked(aggregate(1)).await.unwrap().removed, 3);
     assert_eq!(o.count().await.unwrap(), 10);
     let state = |i: usize| o.event_state(r[i].event_id);
@@ -683,7 +684,7 @@ pub async fn counts_see_exactly_the_writes_begun_before_them(o: &impl Outbox) {
     let b = batch(1, 1, 4);
     assert!(o.pin(&b, None).await.unwrap());
     let record = rejected(&batch(1, 1, 4), false);
-    o.park(&record, &b).await.unwrap();
+    o.park(std::slice::from_ref(&record), &b).await.unwrap();
     let counted = o.counts().await.unwrap();
     assert_eq!((counted.events, counted.parked), (6, vec![record]));
     let (counted, discarded) = futures_util::join!(o.counts(), o.discard_parked(aggregate(1)));

@@ -118,7 +118,7 @@ pub(super) async fn guards_survive_settles_prunes_and_discards(o: &impl Outbox) 
     let mut record = rejected(&rest, false);
     record.code = 2003;
     record.current_version = Some(9);
-    o.park(&record, &rest).await.unwrap();
+    o.park(std::slice::from_ref(&record), &rest).await.unwrap();
     assert_eq!(
         o.parked().await.unwrap(),
         [record],

@@ -103,7 +103,7 @@ pub struct OutcomeRecord {
 }
 
 /// What the drain holds now, as the machine reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     /// The batch (pinned, being pinned, in flight or waiting to be resent).
     pub batch: Batch,
@@ -179,12 +179,12 @@ impl Inspector {
             (_, None) => None,
             (Some(info), Some(held)) if same_batch(&info.held.batch, &held.batch) => {
                 Some(HeldInfo {
-                    held,
                     next_attempt_at: if held.in_flight {
                         None
                     } else {
                         info.next_attempt_at
                     },
+                    held,
                     last: info.last,
                 })
             }
@@ -335,12 +335,12 @@ pub async fn snapshot<O: Outbox>(
     });
     let mut parked = Vec::with_capacity(records.len());
     for record in &records {
-        let batch = Batch {
-            aggregate: record.aggregate,
-            first_seq: record.first_seq,
-            last_seq: record.last_seq,
-            count: record.count,
-        };
+        let batch = Batch::plain(
+            record.aggregate,
+            record.first_seq,
+            record.last_seq,
+            record.count,
+        );
         let events = outbox.read(&batch).await?;
         parked.push(ParkedInfo {
             record: record.clone(),

@@ -8,7 +8,7 @@ use std::ops::Bound;
 use uuid::Uuid;
 
 use super::batch::{cut_at_guards, take_within};
-use super::model::{AggregateRef, Batch, Guard, ParkRecord, Receipt, StoredEvent};
+use super::model::{AggregateRef, Batch, Guard, Leg, Legs, ParkRecord, Receipt, StoredEvent};
 use super::outbox::{
     Appended, Begun, Counted, CutQuery, Discarded, EventState, GroupItem, Outbox, Pruned,
     StoreError,
@@ -70,6 +70,41 @@ impl State {
     fn is_pending(&self, e: &StoredEvent) -> bool {
         e.client_seq > self.landed(&e.aggregate)
     }
+
+    /// The atomic write `legs`, every leg's pending events in order, if it heads each of its
+    /// aggregates (rule 3) and none of them is skipped.
+    fn atomic_ready(&self, legs: &Legs, query: &CutQuery<'_>) -> Option<Vec<StoredEvent>> {
+        let mut events = Vec::new();
+        for leg in legs.iter() {
+            if query.skip.binary_search(&leg.aggregate).is_ok() {
+                return None;
+            }
+            let above = match query.assume_landed {
+                Some((a, through)) if a == leg.aggregate => through,
+                _ => 0,
+            };
+            let mut pending = self.pending_above(leg.aggregate, above).peekable();
+            if pending.peek().map(|e| e.client_seq) != Some(leg.first_seq) {
+                return None;
+            }
+            events.extend(
+                pending
+                    .take_while(|e| e.client_seq <= leg.last_seq)
+                    .cloned(),
+            );
+        }
+        Some(events)
+    }
+
+    /// The pending events of `aggregate` in `first..=last`, in order.
+    fn pending_in(&self, aggregate: AggregateRef, first: u64, last: u64) -> Vec<StoredEvent> {
+        self.events
+            .range((aggregate, first)..=(aggregate, last))
+            .map(|(_, e)| e)
+            .filter(|e| self.is_pending(e))
+            .cloned()
+            .collect()
+    }
 }
 
 /// The in-memory outbox.
@@ -84,20 +119,24 @@ impl MemoryOutbox {
         Self::default()
     }
 
-    /// How many events are stored, landed ones not yet pruned included (tests).
-    pub fn stored(&self) -> usize {
-        self.state.borrow().events.len()
-    }
-}
-
-impl Outbox for MemoryOutbox {
-    async fn client_id(&self, fresh: Uuid) -> Result<Uuid, StoreError> {
-        Ok(*self.state.borrow_mut().client_id.get_or_insert(fresh))
-    }
-
-    async fn append_group(&self, group: &[GroupItem<'_>]) -> Result<Appended, StoreError> {
+    /// Stores a group of appends in one step (rule 1); `atomic`: they are one atomic write,
+    /// each event carrying every leg.
+    fn store(&self, group: &[GroupItem<'_>], atomic: bool) -> Appended {
         let mut state = self.state.borrow_mut();
         let begun = state.begin();
+        let legs: Option<Legs> = atomic.then(|| {
+            group
+                .iter()
+                .map(|(aggregate, events, _)| {
+                    let last = state.counters.get(aggregate).copied().unwrap_or(0);
+                    Leg {
+                        aggregate: *aggregate,
+                        first_seq: last + 1,
+                        last_seq: last + events.len() as u64,
+                    }
+                })
+                .collect()
+        });
         let mut all = Vec::with_capacity(group.len());
         for (aggregate, events, expected) in group {
             let mut seq = state.counters.get(aggregate).copied().unwrap_or(0);
@@ -115,16 +154,37 @@ impl Outbox for MemoryOutbox {
                 });
                 state.events.insert(
                     (*aggregate, seq),
-                    StoredEvent::new(*aggregate, seq, event).guarded(guard),
+                    StoredEvent::new(*aggregate, seq, event)
+                        .guarded(guard)
+                        .in_atomic(legs.clone()),
                 );
             }
             state.counters.insert(*aggregate, seq);
             all.push(receipts);
         }
-        Ok(Appended {
+        Appended {
             receipts: all,
             begun,
-        })
+        }
+    }
+
+    /// How many events are stored, landed ones not yet pruned included (tests).
+    pub fn stored(&self) -> usize {
+        self.state.borrow().events.len()
+    }
+}
+
+impl Outbox for MemoryOutbox {
+    async fn client_id(&self, fresh: Uuid) -> Result<Uuid, StoreError> {
+        Ok(*self.state.borrow_mut().client_id.get_or_insert(fresh))
+    }
+
+    async fn append_group(&self, group: &[GroupItem<'_>]) -> Result<Appended, StoreError> {
+        Ok(self.store(group, false))
+    }
+
+    async fn append_atomic(&self, writes: &[GroupItem<'_>]) -> Result<Appended, StoreError> {
+        Ok(self.store(writes, true))
     }
 
     async fn last_assigned(&self, aggregate: AggregateRef) -> Result<u64, StoreError> {
@@ -160,6 +220,13 @@ impl Outbox for MemoryOutbox {
             let Some(first) = pending.peek() else {
                 continue;
             };
+            if let Some(legs) = first.atomic.clone() {
+                // An atomic write: whole, once it heads every one of its aggregates.
+                match state.atomic_ready(&legs, &query) {
+                    Some(events) => return Ok(Some(events)),
+                    None => continue,
+                }
+            }
             if let Some(guard) = first.guard {
                 // A conditional append: all of its events, whatever the limits.
                 let mut head: Vec<StoredEvent> = pending
@@ -185,17 +252,15 @@ impl Outbox for MemoryOutbox {
 
     async fn read(&self, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
         let state = self.state.borrow();
-        Ok(state
-            .events
-            .range((batch.aggregate, batch.first_seq)..=(batch.aggregate, batch.last_seq))
-            .map(|(_, e)| e)
-            .filter(|e| state.is_pending(e))
-            .cloned()
+        Ok(batch
+            .spans()
+            .into_iter()
+            .flat_map(|(aggregate, first, last)| state.pending_in(aggregate, first, last))
             .collect())
     }
 
     async fn pinned(&self) -> Result<Option<Batch>, StoreError> {
-        Ok(self.state.borrow().pin)
+        Ok(self.state.borrow().pin.clone())
     }
 
     async fn pin(&self, batch: &Batch, replacing: Option<&Batch>) -> Result<bool, StoreError> {
@@ -203,7 +268,7 @@ impl Outbox for MemoryOutbox {
         if state.pin.as_ref() != replacing {
             return Ok(false);
         }
-        state.pin = Some(*batch);
+        state.pin = Some(batch.clone());
         Ok(true)
     }
 
@@ -214,12 +279,20 @@ impl Outbox for MemoryOutbox {
         then: Option<&Batch>,
     ) -> Result<bool, StoreError> {
         let mut state = self.state.borrow_mut();
-        if state.pin != Some(*batch) {
+        if state.pin.as_ref() != Some(batch) {
             return Ok(false);
         }
-        let landed = state.landed(&batch.aggregate).max(through);
-        state.landed.insert(batch.aggregate, landed);
-        state.pin = then.copied();
+        if batch.atomic.is_some() {
+            // Landed whole: every leg.
+            for (aggregate, _, last) in batch.spans() {
+                let landed = state.landed(&aggregate).max(last);
+                state.landed.insert(aggregate, landed);
+            }
+        } else {
+            let landed = state.landed(&batch.aggregate).max(through);
+            state.landed.insert(batch.aggregate, landed);
+        }
+        state.pin = then.cloned();
         Ok(true)
     }
 
@@ -267,10 +340,12 @@ impl Outbox for MemoryOutbox {
             .collect())
     }
 
-    async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
+    async fn park(&self, records: &[ParkRecord], batch: &Batch) -> Result<(), StoreError> {
         let mut state = self.state.borrow_mut();
-        state.parked.insert(record.aggregate, record.clone());
-        if state.pin == Some(*batch) {
+        for record in records {
+            state.parked.insert(record.aggregate, record.clone());
+        }
+        if state.pin.as_ref() == Some(batch) {
             state.pin = None;
         }
         Ok(())
@@ -286,18 +361,31 @@ impl Outbox for MemoryOutbox {
         let Some(record) = state.parked.remove(&aggregate) else {
             return Ok(Discarded { removed: 0, begun });
         };
-        let keys: Vec<Key> = state
-            .events
-            .range((aggregate, record.first_seq)..=(aggregate, record.last_seq))
-            .map(|(k, _)| *k)
-            .collect();
-        let mut removed = 0;
-        for key in &keys {
-            if let Some(event) = state.events.remove(key)
-                && event.client_seq > state.landed(&aggregate)
+        // A parked atomic write goes whole: every leg's record and events.
+        let mut records = vec![record];
+        for leg in records[0].atomic.clone().iter().flat_map(|l| l.iter()) {
+            if leg.aggregate != aggregate
+                && let Some(other) = state.parked.remove(&leg.aggregate)
             {
-                state.discarded.insert(event.event_id);
-                removed += 1;
+                records.push(other);
+            }
+        }
+        let mut removed = 0;
+        for record in &records {
+            let keys: Vec<Key> = state
+                .events
+                .range(
+                    (record.aggregate, record.first_seq)..=(record.aggregate, record.last_seq),
+                )
+                .map(|(k, _)| *k)
+                .collect();
+            for key in &keys {
+                if let Some(event) = state.events.remove(key)
+                    && event.client_seq > state.landed(&record.aggregate)
+                {
+                    state.discarded.insert(event.event_id);
+                    removed += 1;
+                }
             }
         }
         Ok(Discarded { removed, begun })

@@ -45,9 +45,30 @@ pub struct StoredEvent {
     pub event_id: Uuid,
     /// The event as it travels (`{"clientSeq":…,"eventId":…,…}`).
     pub wire: String,
-    /// The version guard of the conditional append it belongs to (`None`: unconditional).
+    /// The version guard of the conditional append it belongs to (`None`: unconditional). On
+    /// an atomic write's leg, that leg's guard.
     pub guard: Option<Guard>,
+    /// The atomic write (`appendAtomic`) it belongs to: every leg of it, the same on each of its
+    /// events (`None`: a plain or conditional append).
+    pub atomic: Option<Legs>,
 }
+
+/// One aggregate's part of an atomic write (`appendAtomic`): its aggregate and the sequences
+/// it was given, in one group commit with the other legs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Leg {
+    /// The aggregate.
+    pub aggregate: AggregateRef,
+    /// The leg's first sequence.
+    pub first_seq: u64,
+    /// The leg's last sequence (its events are `first_seq..=last_seq`, no gaps: a leg is never
+    /// cut, and only a whole write is ever discarded).
+    pub last_seq: u64,
+}
+
+/// Every leg of one atomic write, in the order the app gave them (the request's order). Shared:
+/// each of the write's events, its batch and its park records hold the same list.
+pub type Legs = std::rc::Rc<[Leg]>;
 
 /// The version guard of a conditional append (`append(…, { expectedVersion })`), stored with
 /// each of its events: the append lands only if the aggregate is at exactly `expected_version`.
@@ -90,12 +111,21 @@ impl StoredEvent {
             event_id: e.event_id,
             wire,
             guard: None,
+            atomic: None,
         }
     }
 
     /// The same event, stored as part of the conditional append `guard`.
     pub fn guarded(self, guard: Option<Guard>) -> Self {
         StoredEvent { guard, ..self }
+    }
+
+    /// The same event, stored as part of the atomic write `legs`.
+    pub fn in_atomic(self, legs: Option<Legs>) -> Self {
+        StoredEvent {
+            atomic: legs,
+            ..self
+        }
     }
 
     /// The event decoded from its wire form (native tests; the browser decodes with the
@@ -120,8 +150,9 @@ pub struct Receipt {
     pub client_seq: u64,
 }
 
-/// The boundaries of one request: a run of consecutive pending events of one aggregate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The boundaries of one request: a run of consecutive pending events of one aggregate, or an
+/// atomic write (then the fields name its first leg, and `atomic` every leg).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
     /// The aggregate.
     pub aggregate: AggregateRef,
@@ -131,6 +162,52 @@ pub struct Batch {
     pub last_seq: u64,
     /// How many events (sequences may have gaps after a discard).
     pub count: u32,
+    /// The atomic write this batch is, whole (`None`: one aggregate's events).
+    pub atomic: Option<Legs>,
+}
+
+impl Batch {
+    /// A batch of one aggregate's events.
+    pub fn plain(aggregate: AggregateRef, first_seq: u64, last_seq: u64, count: u32) -> Self {
+        Batch {
+            aggregate,
+            first_seq,
+            last_seq,
+            count,
+            atomic: None,
+        }
+    }
+
+    /// The batch that is the atomic write `legs`, whole.
+    pub fn of_atomic(legs: &Legs) -> Option<Self> {
+        let first = legs.first()?;
+        Some(Batch {
+            aggregate: first.aggregate,
+            first_seq: first.first_seq,
+            last_seq: first.last_seq,
+            count: (first.last_seq - first.first_seq + 1) as u32,
+            atomic: Some(legs.clone()),
+        })
+    }
+
+    /// Each aggregate the batch writes, with its sequence span.
+    pub fn spans(&self) -> Vec<(AggregateRef, u64, u64)> {
+        match &self.atomic {
+            Some(legs) => legs
+                .iter()
+                .map(|l| (l.aggregate, l.first_seq, l.last_seq))
+                .collect(),
+            None => vec![(self.aggregate, self.first_seq, self.last_seq)],
+        }
+    }
+
+    /// How many events the batch holds, over every leg.
+    pub fn events(&self) -> u64 {
+        match &self.atomic {
+            Some(legs) => legs.iter().map(|l| l.last_seq - l.first_seq + 1).sum(),
+            None => u64::from(self.count),
+        }
+    }
 }
 
 /// Park code of a batch that was pinned when this database moved from a random client id to its
@@ -170,4 +247,7 @@ pub struct ParkRecord {
     /// For a conditional append refused by its version guard (code 2003, confirmed by reading
     /// the aggregate back): the aggregate's version the server reported.
     pub current_version: Option<u64>,
+    /// For a part of an atomic write: every leg of it (each leg's aggregate is parked with the
+    /// same code; discarding one discards them all, since a part alone may never be sent).
+    pub atomic: Option<Legs>,
 }

@@ -9,6 +9,8 @@
 //!    increase per aggregate and are never reused — the counter outlives the events.
 //!    An append may carry a version guard (`expectedVersion`): its events are stored with it
 //!    ([`super::model::Guard`]: the expected version and the append's sequence span).
+//!    `append_atomic` stores an atomic write (`appendAtomic`): several aggregates' appends in one
+//!    such group commit, each event carrying every leg ([`super::model::Legs`]).
 //! 2. An event is **pending** until it is settled; settling records a per-aggregate *landed
 //!    watermark* (every sequence at or below it landed). Landed events may stay stored until
 //!    [`Outbox::prune`] deletes them, but no read that serves the drain, `flush` or
@@ -17,11 +19,17 @@
 //!    order ([`Outbox::next_batch`]). A batch never mixes a conditional append with other
 //!    events: it is exactly that append's pending events, whatever the limits, or the
 //!    unconditional events before the next conditional append
-//!    ([`super::batch::cut_at_guards`]).
+//!    ([`super::batch::cut_at_guards`]). An atomic write is one batch, whole, across its
+//!    aggregates, and only once it is at the head of **every** one of them (each leg's first
+//!    sequence is its aggregate's lowest pending one, and none of them is skipped); until then
+//!    the aggregate whose head it is is passed over. Since an atomic write was committed after
+//!    everything before it on each of its aggregates, the oldest pending write is always
+//!    sendable: this never deadlocks.
 //! 4. At most one batch is pinned. Its boundaries are persisted before its first send and read
 //!    back on every resend, also after a restart. The pin changes only by compare-and-set.
 //! 5. Only [`Outbox::settle`] (after `landed`) and [`Outbox::discard_parked`] (the app's
 //!    explicit choice) end an event's life; [`Outbox::prune`] only deletes what was settled.
+//!    An atomic write is settled, parked and discarded whole: every leg or none.
 //! 6. Writes that change the counts (`append_group`, `discard_parked`) say when they began
 //!    ([`Begun`]), and [`Outbox::counts`] says which of them it saw: exactly those that began
 //!    before it. The status counts stay exact while appends and a recount overlap
@@ -226,6 +234,14 @@ pub trait Outbox {
         group: &[GroupItem<'_>],
     ) -> impl Future<Output = Result<Appended, StoreError>>;
 
+    /// Stores one atomic write: like [`Outbox::append_group`] of `writes` (each aggregate at most
+    /// once), and every event also carries the write's legs, so it is only ever cut, sent,
+    /// settled, parked and discarded whole.
+    fn append_atomic(
+        &self,
+        writes: &[GroupItem<'_>],
+    ) -> impl Future<Output = Result<Appended, StoreError>>;
+
     /// One append: [`Outbox::append_group`] of one.
     fn append(
         &self,
@@ -252,7 +268,8 @@ pub trait Outbox {
         query: CutQuery<'_>,
     ) -> impl Future<Output = Result<Option<Vec<StoredEvent>>, StoreError>>;
 
-    /// The pending events within a batch's boundaries, in sequence order.
+    /// The pending events within a batch's boundaries, in sequence order (an atomic batch's:
+    /// every leg's, in the order of its legs).
     fn read(&self, batch: &Batch) -> impl Future<Output = Result<Vec<StoredEvent>, StoreError>>;
 
     /// The pinned batch, if any.
@@ -267,7 +284,8 @@ pub trait Outbox {
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
     /// After `landed`, in one atomic compare-and-set on the pin (still `batch`): raises the
-    /// aggregate's landed watermark to `through` and pins `then` — the rest of `batch` when only
+    /// aggregate's landed watermark to `through` (an atomic batch's: every leg's to its last
+    /// sequence; it lands whole) and pins `then` — the rest of `batch` when only
     /// a prefix landed, or the next batch, read ahead — or unpins. `false` (and nothing
     /// written) when another drainer changed the pin meanwhile.
     fn settle(
@@ -292,11 +310,11 @@ pub trait Outbox {
     /// drain wrote (the IndexedDB outbox keeps the landed watermarks) drops it here.
     fn unpruned(&self) -> impl Future<Output = Result<Vec<AggregateRef>, StoreError>>;
 
-    /// After `rejected`: records the parked events and unpins `batch` (if it is still pinned),
-    /// atomically.
+    /// After `rejected`: records the parked events (one record per aggregate: an atomic batch
+    /// parks every leg) and unpins `batch` (if it is still pinned), atomically.
     fn park(
         &self,
-        record: &ParkRecord,
+        records: &[ParkRecord],
         batch: &Batch,
     ) -> impl Future<Output = Result<(), StoreError>>;
 
@@ -304,8 +322,8 @@ pub trait Outbox {
     fn parked(&self) -> impl Future<Output = Result<Vec<ParkRecord>, StoreError>>;
 
     /// Drops the aggregate's parked events and its park record, and records the dropped events'
-    /// ids as discarded, atomically. Says how many events were dropped (0 when it was not
-    /// parked).
+    /// ids as discarded, atomically. Parked legs of an atomic write go together: every leg's
+    /// events and record. Says how many events were dropped (0 when it was not parked).
     fn discard_parked(
         &self,
         aggregate: AggregateRef,

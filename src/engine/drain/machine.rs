@@ -68,7 +68,8 @@ enum Phase {
     Checking(Loaded),
     Sending(Loaded),
     Settling(Settling),
-    Parking(ParkRecord),
+    /// One record per aggregate (every leg of an atomic write).
+    Parking(Vec<ParkRecord>),
     /// A conditional batch got 2003: its aggregate is being read back.
     Verifying(Loaded, Conflict),
     Waiting(Loaded),
@@ -95,6 +96,8 @@ struct Settling {
 struct Conflict {
     message: String,
     current_version: Option<u64>,
+    /// The guarded aggregate it is about, and its guard (an atomic write's leg the 2003 names).
+    leg: (AggregateRef, super::super::model::Guard),
 }
 
 /// What a start has read so far: the counts, the aggregates with landed events left to prune,
@@ -220,8 +223,8 @@ impl Drain {
             Ok(Some(batch)) => {
                 // Pinned before a send that may have happened.
                 self.ambiguous = true;
-                self.phase = Phase::Reading(batch);
-                self.emit(Action::Read(batch));
+                self.phase = Phase::Reading(batch.clone());
+                self.emit(Action::Read(batch.clone()));
                 // The next batch is read while this one is read back, a session opened and
                 // the lock checked, not only once it is sent: after a small pinned batch
                 // (an earlier session's), the next one is ready when it lands.
@@ -257,17 +260,18 @@ impl Drain {
     /// for the inspector.
     pub fn held(&self) -> Option<Held> {
         let (batch, in_flight) = match &self.phase {
-            Phase::Reading(batch) => (*batch, false),
-            Phase::Sending((batch, _)) => (*batch, true),
+            Phase::Reading(batch) => (batch, false),
+            Phase::Sending((batch, _)) => (batch, true),
             Phase::Pinning((batch, _))
             | Phase::Isolating((batch, _))
             | Phase::Authenticating((batch, _))
             | Phase::Checking((batch, _))
-            | Phase::Waiting((batch, _)) => (*batch, false),
-            Phase::Settling(s) => (s.batch, false),
-            Phase::Verifying((batch, _), _) => (*batch, false),
+            | Phase::Waiting((batch, _)) => (batch, false),
+            Phase::Settling(s) => (&s.batch, false),
+            Phase::Verifying((batch, _), _) => (batch, false),
             _ => return None,
         };
+        let batch = batch.clone();
         Some(Held {
             batch,
             failed_attempts: self.attempt,
@@ -347,11 +351,12 @@ impl Drain {
             (Phase::Reading(batch), Input::Read(result)) => match result {
                 Ok(events) if events.is_empty() => {
                     // Its events are gone (settled by another drainer): nothing to send.
+                    let through = batch.last_seq;
                     self.settle(
                         Settling {
                             batch,
                             landed: Vec::new(),
-                            through: batch.last_seq,
+                            through,
                             duplicate: false,
                             then: None,
                             lock: None,
@@ -445,12 +450,14 @@ impl Drain {
                 Ok(false) => self.stop(RunEnd::Superseded),
                 Err(e) => self.storage_failed(e, now),
             },
-            (Phase::Parking(record), Input::Parked(result)) => match result {
+            (Phase::Parking(records), Input::Parked(result)) => match result {
                 Ok(()) => {
-                    self.isolating.remove(&record.aggregate);
                     self.attempt = 0;
                     self.ambiguous = false;
-                    self.report(Report::Parked(record));
+                    for record in records {
+                        self.isolating.remove(&record.aggregate);
+                        self.report(Report::Parked(record));
+                    }
                     self.next_batch();
                 }
                 Err(e) => self.storage_failed(e, now),

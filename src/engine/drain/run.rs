@@ -180,8 +180,8 @@ pub async fn run_inspected<O: Outbox, T: Transport, A: Authenticator, E: Env>(
                     let found = transport.read_back(aggregate, version, token);
                     ops.push(Box::pin(async move { Input::ReadBack(found.await) }))
                 }
-                Action::Park { record, batch } => ops.push(Box::pin(async move {
-                    Input::Parked(outbox.park(&record, &batch).await)
+                Action::Park { records, batch } => ops.push(Box::pin(async move {
+                    Input::Parked(outbox.park(&records, &batch).await)
                 })),
                 Action::Prune { aggregate, idle } => ops.push(Box::pin(async move {
                     Input::Pruned(outbox.prune(aggregate, policy.prune_chunk, idle).await)

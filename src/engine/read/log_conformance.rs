@@ -307,6 +307,7 @@ async fn the_snapshot_carries_the_park_record<L: LogFixture>(log: &L) {
         parked_at: 1_790_000_000_000,
         may_have_landed: false,
         current_version: None,
+        atomic: None,
     };
     log.park(&record).await;
     let s = log.snapshot(a, None).await.unwrap();

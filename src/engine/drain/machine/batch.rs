@@ -2,7 +2,7 @@
 //! the policy's budgets), and the batch read while another is in flight, kept only while it
 //! still follows what landed.
 
-use super::super::super::batch::{batch_of, encode};
+use super::super::super::batch::{batch_of, encode, encode_atomic};
 use super::super::super::model::{Batch, StoredEvent};
 use super::super::super::outbox::StoreError;
 use super::{Action, Drain, Loaded, Phase, ReadAhead};
@@ -10,9 +10,9 @@ use super::{Action, Drain, Loaded, Phase, ReadAhead};
 impl Drain {
     /// The next batch: the one read ahead for the batch that just landed whole, or a new cut.
     pub(super) fn next_batch(&mut self) {
-        let good = |r: &ReadAhead, whole: Option<Batch>| Some(r.in_flight) == whole;
+        let good = |r: &ReadAhead, whole: &Option<Batch>| whole.as_ref() == Some(&r.in_flight);
         match self.read_ahead.take() {
-            Some(r) if good(&r, self.settled_whole) => match r.result {
+            Some(r) if good(&r, &self.settled_whole) => match r.result {
                 Some(Some(events)) => return self.cut(events),
                 Some(None) => {}
                 None => {
@@ -35,7 +35,7 @@ impl Drain {
         };
         self.cursor = Some(batch.aggregate);
         self.settled_whole = None;
-        self.phase = Phase::Pinning((batch, events));
+        self.phase = Phase::Pinning((batch.clone(), events));
         self.emit(Action::Pin {
             batch,
             replacing: None,
@@ -49,9 +49,9 @@ impl Drain {
             return events;
         };
         if let Some(&(until, _)) = self.isolating.get(&first.aggregate) {
-            // A conditional append is never re-cut (nor can it be in a rejected batch being
-            // isolated: it is always a batch of its own).
-            if first.client_seq <= until && first.guard.is_none() {
+            // A conditional append or an atomic write is never re-cut (nor can it be in a
+            // rejected batch being isolated: each is always a batch of its own).
+            if first.client_seq <= until && first.guard.is_none() && first.atomic.is_none() {
                 events.truncate(1);
             } else {
                 self.isolating.remove(&first.aggregate);
@@ -76,7 +76,8 @@ impl Drain {
                 // Encoded now, while the batch in flight is out, not after it settles.
                 self.encoded = found.as_deref().and_then(|events| {
                     let batch = batch_of(events)?;
-                    Some((batch, encode(self.client_id, batch.aggregate, events)))
+                    let body = encode_loaded(self.client_id, &batch, events)?;
+                    Some((batch, body))
                 });
                 r.result = Some(found)
             }
@@ -89,18 +90,22 @@ impl Drain {
     }
 
     /// Reads the batch after `batch` while `batch` is being readied and sent (once per batch).
+    /// Not past an atomic write: what follows it on several aggregates is read after it lands.
     pub(super) fn read_ahead_past(&mut self, batch: &Batch) {
         if self.policy.read_ahead
+            && batch.atomic.is_none()
             && self
                 .read_ahead
                 .as_ref()
                 .is_none_or(|r| r.in_flight != *batch)
         {
             self.read_ahead = Some(ReadAhead {
-                in_flight: *batch,
+                in_flight: batch.clone(),
                 result: None,
             });
-            self.emit(Action::ReadAhead { in_flight: *batch });
+            self.emit(Action::ReadAhead {
+                in_flight: batch.clone(),
+            });
         }
     }
 
@@ -117,5 +122,18 @@ impl Drain {
         let events = self.shape(events);
         let batch = batch_of(&events)?;
         Some((batch, events))
+    }
+}
+
+/// The request body of `events`, the loaded `batch` (`None`: an atomic write's events that are
+/// not exactly its legs, whole; never sent).
+pub(super) fn encode_loaded(
+    client_id: uuid::Uuid,
+    batch: &Batch,
+    events: &[StoredEvent],
+) -> Option<String> {
+    match batch.atomic {
+        Some(_) => encode_atomic(client_id, events),
+        None => Some(encode(client_id, batch.aggregate, events)),
     }
 }

@@ -2,12 +2,13 @@
 //! its reply classified into land, retry, wait, isolate or park.
 
 use super::super::super::auth::RENEW_BEFORE_MS;
-use super::super::super::batch::{batch_of, encode};
+use super::super::super::batch::batch_of;
 use super::super::super::classify::{Action as Decision, Outcome, classify, decide};
 use super::super::super::env::Reply;
 use super::super::super::inspect::{OutcomeKind, OutcomeRecord};
-use super::super::super::model::{Batch, ParkRecord};
+use super::super::super::model::{AggregateRef, Batch, ParkRecord};
 use super::super::super::status::SyncState;
+use super::batch::encode_loaded;
 use super::{Action, Drain, Loaded, Now, Phase, Report, RunEnd, Settling};
 
 impl Drain {
@@ -71,14 +72,19 @@ impl Drain {
         if let Some(why) = super::verify::misguarded(&loaded.1) {
             return self.park_misguarded(loaded, why, now);
         }
-        let (batch, events) = &loaded;
-        self.report(Report::State(SyncState::Syncing));
         let body = match self.encoded.take() {
             // The same batch means the same stored events: the same bytes.
-            Some((encoded, body)) if encoded == *batch => body,
-            _ => encode(self.client_id, batch.aggregate, events),
+            Some((encoded, body)) if encoded == loaded.0 => body,
+            _ => match encode_loaded(self.client_id, &loaded.0, &loaded.1) {
+                Some(body) => body,
+                None => {
+                    let why = "its events are not exactly its atomic write's legs, whole".into();
+                    return self.park_misguarded(loaded, why, now);
+                }
+            },
         };
-        self.read_ahead_past(batch);
+        self.report(Report::State(SyncState::Syncing));
+        self.read_ahead_past(&loaded.0);
         let token = self
             .session
             .as_ref()
@@ -95,7 +101,7 @@ impl Drain {
         let (kind, code, message) = OutcomeKind::of(&outcome);
         self.outcome = Some(OutcomeRecord {
             at: now.ms,
-            batch,
+            batch: batch.clone(),
             attempt: self.attempt.saturating_add(1),
             kind,
             code,
@@ -103,15 +109,18 @@ impl Drain {
             next_attempt_at: None,
         });
         let (attempt, backoff) = (self.attempt, self.policy.backoff);
-        let conditional = events.first().is_some_and(|e| e.guard.is_some());
+        let conditional = events.iter().any(|e| e.guard.is_some());
         let decision = decide(&batch, conditional, outcome, attempt, |retry_after| {
             backoff.delay_ms(attempt, now.random, retry_after)
         });
         let park_landed = matches!(decision, Decision::ParkLanded { .. });
         match decision {
             Decision::Settle { through, duplicate } => {
-                let (landed, rest): (Vec<_>, Vec<_>) =
-                    events.into_iter().partition(|e| e.client_seq <= through);
+                let (landed, rest): (Vec<_>, Vec<_>) = if batch.atomic.is_some() {
+                    (events, Vec::new()) // whole
+                } else {
+                    events.into_iter().partition(|e| e.client_seq <= through)
+                };
                 let then = match batch_of(&rest) {
                     Some(rest_batch) => Some((rest_batch, rest)),
                     None => self.take_read_ahead_for(&batch),
@@ -193,7 +202,7 @@ impl Drain {
                 let head = Batch {
                     last_seq: batch.first_seq,
                     count: 1,
-                    ..batch
+                    ..batch.clone()
                 };
                 let first = events.into_iter().take(1).collect();
                 self.report(Report::Error {
@@ -201,7 +210,7 @@ impl Drain {
                     message: format!("rejected ({message}); retrying its events one by one"),
                     at: now.ms,
                 });
-                self.phase = Phase::Isolating((head, first));
+                self.phase = Phase::Isolating((head.clone(), first));
                 self.emit(Action::Pin {
                     batch: head,
                     replacing: Some(batch),
@@ -227,31 +236,44 @@ impl Drain {
     }
 
     /// Parks `loaded` (a rejection, a conflict, a batch that breaks the guard rules): the record
-    /// names exactly its events, and the pin is dropped with it ([`Action::Park`]). Nothing read
-    /// ahead or counted for its read-back survives it.
+    /// names exactly its events — one record per aggregate, every leg of an atomic write — and
+    /// the pin is dropped with it ([`Action::Park`]). `current`: the version a 2003 reported,
+    /// and of which aggregate. Nothing read ahead or counted for its read-back survives it.
     pub(super) fn park(
         &mut self,
         (batch, events): Loaded,
         code: u32,
         message: String,
         may_have_landed: bool,
-        current_version: Option<u64>,
+        current: Option<(AggregateRef, u64)>,
         now: Now,
     ) {
-        let record = ParkRecord {
-            aggregate: batch.aggregate,
-            first_seq: events[0].client_seq,
-            last_seq: events[events.len() - 1].client_seq,
-            count: events.len() as u32,
-            code,
-            message,
-            parked_at: now.ms,
-            may_have_landed,
-            current_version,
-        };
+        let mut records: Vec<ParkRecord> = Vec::new();
+        for e in &events {
+            match records.last_mut() {
+                Some(r) if r.aggregate == e.aggregate => {
+                    r.last_seq = e.client_seq;
+                    r.count += 1;
+                }
+                _ => records.push(ParkRecord {
+                    aggregate: e.aggregate,
+                    first_seq: e.client_seq,
+                    last_seq: e.client_seq,
+                    count: 1,
+                    code,
+                    message: message.clone(),
+                    parked_at: now.ms,
+                    may_have_landed,
+                    current_version: current
+                        .filter(|(a, _)| *a == e.aggregate)
+                        .map(|(_, v)| v),
+                    atomic: batch.atomic.clone(),
+                }),
+            }
+        }
         self.lagging = None;
         self.read_ahead = None;
-        self.phase = Phase::Parking(record.clone());
-        self.emit(Action::Park { record, batch });
+        self.phase = Phase::Parking(records.clone());
+        self.emit(Action::Park { records, batch });
     }
 }

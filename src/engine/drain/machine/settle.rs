@@ -8,9 +8,9 @@ use super::{Action, Drain, Now, Phase, Report, Settling};
 impl Drain {
     pub(super) fn settle(&mut self, mut settling: Settling, _now: Now) {
         self.emit(Action::Settle {
-            batch: settling.batch,
+            batch: settling.batch.clone(),
             through: settling.through,
-            then: settling.then.as_ref().map(|(b, _)| *b),
+            then: settling.then.as_ref().map(|(b, _)| b.clone()),
         });
         if settling.then.is_some() {
             // The batch pinned by this settle goes out next: confirm the lock meanwhile, not
@@ -26,20 +26,22 @@ impl Drain {
         self.ambiguous = false;
         self.next_probe_at = 0;
         let whole = s.through >= s.batch.last_seq;
-        self.settled_whole = whole.then_some(s.batch);
-        if let (Some(first), Some(last)) = (s.landed.first(), s.landed.last()) {
+        self.settled_whole = whole.then(|| s.batch.clone());
+        // One notice per aggregate (an atomic write's legs each get theirs).
+        for landed in s.landed.chunk_by(|a, b| a.aggregate == b.aggregate) {
+            let (first, last) = (&landed[0], &landed[landed.len() - 1]);
             let notice = SyncedNotice {
-                aggregate: s.batch.aggregate,
+                aggregate: first.aggregate,
                 first_seq: first.client_seq,
                 last_seq: last.client_seq,
-                event_ids: s.landed.iter().map(|e| e.event_id).collect(),
+                event_ids: landed.iter().map(|e| e.event_id).collect(),
                 duplicate: s.duplicate,
             };
-            self.unpruned.insert(s.batch.aggregate);
-            self.unpruned_events += s.landed.len() as u64;
+            self.unpruned.insert(first.aggregate);
+            self.unpruned_events += landed.len() as u64;
             self.report(Report::Synced {
                 notice,
-                removed: s.landed.len() as u32,
+                removed: landed.len() as u32,
             });
         }
         match s.then {

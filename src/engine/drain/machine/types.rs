@@ -175,10 +175,10 @@ pub enum Action {
         /// The session's bearer token.
         token: String,
     },
-    /// Park an aggregate's rejected events and unpin.
+    /// Park the rejected events and unpin.
     Park {
-        /// What was rejected.
-        record: ParkRecord,
+        /// What was rejected: one record per aggregate (every leg of an atomic write).
+        records: Vec<ParkRecord>,
         /// The pinned batch.
         batch: Batch,
     },

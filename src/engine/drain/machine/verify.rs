@@ -26,7 +26,7 @@
 //! not: one read per conflict is cheap, and the rule needs no bookkeeping to be right.
 
 use super::super::super::env::ReadBack;
-use super::super::super::model::{AggregateRef, MISGUARDED, StoredEvent};
+use super::super::super::model::{AggregateRef, Guard, MISGUARDED, StoredEvent};
 use super::super::super::status::SyncState;
 use super::{Action, Conflict, Drain, Loaded, Now, Phase, Report, Settling};
 
@@ -38,7 +38,19 @@ pub(super) const MAX_LAGGING_READS: u32 = 5;
 const CONFLICT: u32 = celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
 
 /// Why `events` (a batch about to be encoded) breaks the conditional-append rules, if it does.
+/// An atomic write's events are checked leg by leg (each leg alone is held to the rules of a
+/// conditional append; that the legs are whole is [`super::batch::encode_loaded`]'s check).
 pub(super) fn misguarded(events: &[StoredEvent]) -> Option<String> {
+    if events.first()?.atomic.is_some() {
+        return events
+            .chunk_by(|a, b| a.aggregate == b.aggregate)
+            .find_map(misguarded_run);
+    }
+    misguarded_run(events)
+}
+
+/// [`misguarded`] for one aggregate's events.
+fn misguarded_run(events: &[StoredEvent]) -> Option<String> {
     let (first, last) = (events.first()?, events.last()?);
     if events.iter().any(|e| e.guard != first.guard) {
         return Some("its events do not all carry the same version guard".into());
@@ -64,6 +76,24 @@ impl Drain {
         self.park(loaded, MISGUARDED, message, true, None, now);
     }
 
+    /// The guarded part of `loaded` a 2003 is about: the leg it names (`named`), or the first
+    /// guarded one when it names none; with that leg's aggregate. `None` when the 2003 names an
+    /// aggregate and expected version no leg of it has.
+    fn judged_leg(
+        loaded: &Loaded,
+        named: Option<(AggregateRef, u64)>,
+    ) -> Option<(AggregateRef, Guard)> {
+        let mut guarded = loaded
+            .1
+            .iter()
+            .filter_map(|e| Some((e.aggregate, e.guard?)));
+        match named {
+            Some((aggregate, expected)) => guarded
+                .find(|(a, g)| *a == aggregate && g.expected_version == expected),
+            None => guarded.next(),
+        }
+    }
+
     /// A conditional batch got 2003: read its aggregate back at the version it would have made.
     /// Not when the 2003 itself settles it: one that names another aggregate or expected
     /// version cannot be trusted (possibly landed), and one that reports the aggregate at or
@@ -77,29 +107,28 @@ impl Drain {
         named: Option<(AggregateRef, u64)>,
         now: Now,
     ) {
-        let Some(guard) = loaded.1.first().and_then(|e| e.guard) else {
+        let Some((_, first_guard)) = Self::judged_leg(&loaded, None) else {
             return; // only a conditional batch is verified
         };
+        let judged = Self::judged_leg(&loaded, named);
         let conflict = Conflict {
             message,
             current_version,
+            leg: judged.unwrap_or((loaded.0.aggregate, first_guard)),
         };
         if let Some((aggregate, expected)) = named
-            && (aggregate != loaded.0.aggregate || expected != guard.expected_version)
+            && judged.is_none()
         {
             let why = format!(
-                "{} (the 2003 names aggregate {}/{} at expected version {expected}, not this \
-                 write's {}/{} at {}: its answer cannot be trusted, so whether this write landed \
-                 cannot be told; check the aggregate, then discard or append again)",
-                conflict.message,
-                aggregate.type_id,
-                aggregate.id,
-                loaded.0.aggregate.type_id,
-                loaded.0.aggregate.id,
-                guard.expected_version
+                "{} (the 2003 names aggregate {}/{} at expected version {expected}, not a \
+                 guarded aggregate of this write with that expected version: its answer cannot \
+                 be trusted, so whether this write landed cannot be told; check the aggregate, \
+                 then discard or append again)",
+                conflict.message, aggregate.type_id, aggregate.id,
             );
             return self.park_conditional(loaded, &conflict, why, true, now);
         }
+        let (aggregate, guard) = conflict.leg;
         if let Some(v) = current_version.filter(|v| *v <= guard.expected_version) {
             let why = format!(
                 "{} (the aggregate is at version {v}, not past {}: this write did not land)",
@@ -113,7 +142,7 @@ impl Drain {
             .map(|s| s.token.clone())
             .unwrap_or_default();
         self.emit(Action::ReadBack {
-            aggregate: loaded.0.aggregate,
+            aggregate,
             version: guard.expected_version + 1,
             token,
         });
@@ -128,10 +157,9 @@ impl Drain {
         found: ReadBack,
         now: Now,
     ) {
-        let Some(guard) = events.first().and_then(|e| e.guard) else {
-            return self.next_batch();
-        };
-        let first_seq = events[0].client_seq;
+        let (_, guard) = conflict.leg;
+        // The leg's first sequence: a guard spans exactly its append's (or leg's) events.
+        let first_seq = guard.first_seq;
         let (message, may_have_landed) = match found {
             // Its own earlier attempt: it landed. At whatever version the read shows it: our
             // (client id, sequence) in the log is our events, landed.
@@ -140,11 +168,12 @@ impl Drain {
             {
                 self.lagging = None;
                 let then = self.take_read_ahead_for(&batch);
+                let through = batch.last_seq;
                 return self.settle(
                     Settling {
                         batch,
                         landed: events,
-                        through: batch.last_seq,
+                        through,
                         duplicate: true,
                         then,
                         lock: None,
@@ -172,7 +201,7 @@ impl Drain {
                     _ => 1,
                 };
                 if lagged < MAX_LAGGING_READS {
-                    self.lagging = Some((batch, lagged));
+                    self.lagging = Some((batch.clone(), lagged));
                     let why = format!(
                         "version {} not visible yet although {reported}",
                         guard.expected_version + 1,
@@ -233,7 +262,7 @@ impl Drain {
         may_have_landed: bool,
         now: Now,
     ) {
-        let current = conflict.current_version;
+        let current = conflict.current_version.map(|v| (conflict.leg.0, v));
         self.park(loaded, CONFLICT, message, may_have_landed, current, now);
     }
 
