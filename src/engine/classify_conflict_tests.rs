@@ -130,6 +130,7 @@ fn decide_verifies_a_2003_on_a_conditional_batch_and_never_isolates_one() {
         first_seq: 5,
         last_seq: 4 + u64::from(count),
         count,
+        atomic: None,
     };
     let outcome = classify(&http(422, &body(2003, 1, 4)));
     let plain = Outcome::Rejected {

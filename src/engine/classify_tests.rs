@@ -16,12 +16,7 @@ fn batch(first: u64, last: u64, count: u32) -> Batch {
         type_id: Uuid::nil(),
         id: Uuid::nil(),
     };
-    Batch {
-        aggregate,
-        first_seq: first,
-        last_seq: last,
-        count,
-    }
+    Batch::plain(aggregate, first, last, count)
 }
 
 #[test]

@@ -53,10 +53,15 @@ pub async fn run_all<O: Outbox, F: Future<Output = O>>(mut make: impl FnMut() ->
     counts_see_exactly_the_writes_begun_before_them(&make().await).await;
     guards::a_conditional_append_is_a_batch_of_its_own(&make().await).await;
     guards::guards_survive_settles_prunes_and_discards(&make().await).await;
+    atomic::an_atomic_write_is_cut_whole_once_it_heads_every_aggregate(&make().await).await;
+    atomic::an_atomic_write_is_parked_and_discarded_whole(&make().await).await;
 }
 
 #[path = "conformance_guards.rs"]
 mod guards;
+
+#[path = "conformance_atomic.rs"]
+mod atomic;
 
 const NOTHING: &[AggregateRef] = &[];
 

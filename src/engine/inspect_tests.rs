@@ -15,12 +15,7 @@ fn agg(n: u128) -> AggregateRef {
 }
 
 fn batch(a: u128, first: u64, last: u64) -> Batch {
-    Batch {
-        aggregate: agg(a),
-        first_seq: first,
-        last_seq: last,
-        count: (last - first + 1) as u32,
-    }
+    Batch::plain(agg(a), first, last, (last - first + 1) as u32)
 }
 
 fn outcome(b: Batch, attempt: u32, kind: OutcomeKind, next: Option<u64>) -> OutcomeRecord {
@@ -69,20 +64,20 @@ fn the_ring_keeps_the_last_outcomes_oldest_first() {
 fn the_held_batch_carries_its_last_outcome_until_another_batch_is_held() {
     let inspector = Inspector::default();
     let b = batch(1, 1, 3);
-    inspector.observe(held(b, 0, true));
-    inspector.record(outcome(b, 1, OutcomeKind::Retry, Some(5_000)));
-    inspector.observe(held(b, 1, false));
+    inspector.observe(held(b.clone(), 0, true));
+    inspector.record(outcome(b.clone(), 1, OutcomeKind::Retry, Some(5_000)));
+    inspector.observe(held(b.clone(), 1, false));
     let info = inspector.held().unwrap();
     assert_eq!(info.held.failed_attempts, 1);
     assert_eq!(info.next_attempt_at, Some(5_000));
     assert_eq!(info.last.as_ref().unwrap().kind, OutcomeKind::Retry);
     // Resent: in flight, no next attempt time, the last outcome stays.
-    inspector.observe(held(b, 1, true));
+    inspector.observe(held(b.clone(), 1, true));
     let info = inspector.held().unwrap();
     assert_eq!(info.next_attempt_at, None);
     assert_eq!(info.last.as_ref().unwrap().attempt, 1);
     // Isolated: its first event alone is the same batch for the inspector.
-    inspector.record(outcome(b, 2, OutcomeKind::Rejected, None));
+    inspector.record(outcome(b.clone(), 2, OutcomeKind::Rejected, None));
     inspector.observe(held(batch(1, 1, 1), 2, false));
     assert_eq!(
         inspector.held().unwrap().last.unwrap().kind,
@@ -108,6 +103,7 @@ fn per_aggregate_counts_split_pending_and_parked() {
         parked_at: 9,
         may_have_landed: false,
         current_version: None,
+        atomic: None,
     };
     let only_parked = ParkRecord {
         aggregate: agg(3),
@@ -156,12 +152,12 @@ fn a_snapshot_reads_storage_and_adds_what_the_drain_knows() {
         let pin = snap.pinned.clone().unwrap();
         assert_eq!(
             (pin.batch, pin.attempts, pin.last.clone()),
-            (pinned, None, None)
+            (pinned.clone(), None, None)
         );
         // This context drains it: one failed attempt, resent at 5000.
-        inspector.observe(held(pinned, 0, true));
-        inspector.record(outcome(pinned, 1, OutcomeKind::Unknown, Some(5_000)));
-        inspector.observe(held(pinned, 1, false));
+        inspector.observe(held(pinned.clone(), 0, true));
+        inspector.record(outcome(pinned.clone(), 1, OutcomeKind::Unknown, Some(5_000)));
+        inspector.observe(held(pinned.clone(), 1, false));
         let snap = snapshot(&outbox, &inspector).await.unwrap();
         let pin = snap.pinned.unwrap();
         assert_eq!(pin.attempts, Some(1));

@@ -38,6 +38,7 @@ fn park(count: u32) -> ParkRecord {
         parked_at: 1,
         may_have_landed: false,
         current_version: None,
+        atomic: None,
     }
 }
 

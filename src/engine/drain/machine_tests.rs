@@ -400,8 +400,8 @@ fn a_rejection_isolates_the_offending_event_then_parks_it() {
     d.handle(Input::Replied(rejected), AT);
     let parked = doing(&mut d);
     assert!(
-        matches!(&parked[..], [Action::Park { record, batch: b }]
-            if *b == batch(&head) && record.first_seq == 1 && record.last_seq == 1 && record.code == 2022),
+        matches!(&parked[..], [Action::Park { records, batch: b }]
+            if records.len() == 1 && *b == batch(&head) && records[0].first_seq == 1 && records[0].last_seq == 1 && records[0].code == 2022),
         "{parked:?}"
     );
     d.handle(Input::Parked(Ok(())), AT);
@@ -610,7 +610,7 @@ fn a_pin_found_at_start_is_resent_first_and_may_have_landed() {
     );
     let parked = doing(&mut d);
     assert!(
-        matches!(parked.last(), Some(Action::Park { record, .. }) if record.may_have_landed),
+        matches!(parked.last(), Some(Action::Park { records, .. }) if records[0].may_have_landed),
         "{parked:?}"
     );
 }

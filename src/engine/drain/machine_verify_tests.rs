@@ -113,10 +113,10 @@ fn another_write_at_that_version_or_none_is_a_real_conflict() {
         d.handle(Input::ReadBack(found.clone()), AT);
         let parked = doing(&mut d);
         assert!(
-            matches!(&parked[..], [Action::Park { record, batch: b }]
-                if *b == batch(&a) && record.code == 2003 && record.first_seq == 1
-                    && record.last_seq == 3 && record.current_version == Some(6)
-                    && !record.may_have_landed),
+            matches!(&parked[..], [Action::Park { records, batch: b }]
+                if records.len() == 1 && *b == batch(&a) && records[0].code == 2003 && records[0].first_seq == 1
+                    && records[0].last_seq == 3 && records[0].current_version == Some(6)
+                    && !records[0].may_have_landed),
             "{found:?}: {parked:?}"
         );
     }
@@ -148,8 +148,8 @@ fn a_read_back_that_contradicts_the_2003_is_never_a_proven_conflict() {
         ));
     }
     d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
-    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
-            if record.may_have_landed && record.code == 2003),);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { records, .. }]
+            if records.len() == 1 && records[0].may_have_landed && records[0].code == 2003),);
     // A lagging read that catches up settles it as landed.
     let mut d = drain();
     conflicted(&mut d, &a);
@@ -204,16 +204,16 @@ fn a_bare_2003_with_an_empty_read_back_is_never_a_proven_conflict() {
         ));
     }
     d.handle(Input::ReadBack(ReadBack::Found(None)), AT);
-    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
-            if record.may_have_landed && record.code == 2003 && record.current_version.is_none()),);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { records, .. }]
+            if records.len() == 1 && records[0].may_have_landed && records[0].code == 2003 && records[0].current_version.is_none()),);
     // Another write read at that version after a bare 2003 is still a proven conflict.
     let mut d = drain();
     sending(&mut d, &a);
     d.handle(Input::Replied(bare()), AT);
     take(&mut d);
     d.handle(Input::ReadBack(written(5, 0xBEEF, &[1, 2])), AT);
-    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
-            if !record.may_have_landed && record.current_version.is_none()),);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { records, .. }]
+            if !records[0].may_have_landed && records[0].current_version.is_none()),);
 }
 
 #[test]
@@ -238,7 +238,7 @@ fn a_failed_read_back_resends_the_same_batch_and_reads_again() {
     ));
     d.handle(Input::ReadBack(ReadBack::Trimmed), AT);
     assert!(
-        matches!(&doing(&mut d)[..], [Action::Park { record, .. }] if record.may_have_landed),
+        matches!(&doing(&mut d)[..], [Action::Park { records, .. }] if records.len() == 1 && records[0].may_have_landed),
         "trimmed: cannot tell, so flagged as possibly landed"
     );
 }
@@ -250,8 +250,8 @@ fn a_refused_read_back_parks_as_possibly_landed_instead_of_reading_for_ever() {
     conflicted(&mut d, &a);
     d.handle(Input::ReadBack(ReadBack::Refused("HTTP 403".into())), AT);
     assert!(
-        matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
-            if record.may_have_landed && record.code == 2003),
+        matches!(&doing(&mut d)[..], [Action::Park { records, .. }]
+            if records.len() == 1 && records[0].may_have_landed && records[0].code == 2003),
         "a permanent refusal cannot improve: parked, flagged as possibly landed"
     );
 }
@@ -273,8 +273,8 @@ fn a_2003_at_or_below_the_expected_version_is_a_conflict_without_reading() {
         );
         let parked = doing(&mut d);
         assert!(
-            matches!(&parked[..], [Action::Park { record, .. }]
-                if !record.may_have_landed && record.current_version == Some(current)),
+            matches!(&parked[..], [Action::Park { records, .. }]
+                if !records[0].may_have_landed && records[0].current_version == Some(current)),
             "{current}: {parked:?}"
         );
     }
@@ -292,8 +292,8 @@ fn a_2003_naming_another_aggregate_or_version_is_not_trusted() {
         d.handle(Input::Replied(reply), AT);
         let parked = doing(&mut d);
         assert!(
-            matches!(&parked[..], [Action::Park { record, .. }]
-                if record.may_have_landed && record.code == 2003),
+            matches!(&parked[..], [Action::Park { records, .. }]
+                if records.len() == 1 && records[0].may_have_landed && records[0].code == 2003),
             "{parked:?}"
         );
     }
@@ -311,8 +311,8 @@ fn a_rejected_conditional_batch_is_parked_whole_never_isolated() {
         )),
         AT,
     );
-    assert!(matches!(&doing(&mut d)[..], [Action::Park { record, .. }]
-            if record.first_seq == 1 && record.last_seq == 3 && record.code == 2022),);
+    assert!(matches!(&doing(&mut d)[..], [Action::Park { records, .. }]
+            if records.len() == 1 && records[0].first_seq == 1 && records[0].last_seq == 3 && records[0].code == 2022),);
 }
 
 #[test]
@@ -350,9 +350,9 @@ fn a_batch_breaking_the_guard_rules_is_parked_never_sent() {
             "never encoded and sent: {done:?}"
         );
         assert!(
-            done.iter().any(|x| matches!(x, Action::Park { record, .. }
-                if record.code == crate::engine::model::MISGUARDED && record.may_have_landed
-                    && record.first_seq == a[0].client_seq)),
+            done.iter().any(|x| matches!(x, Action::Park { records, .. }
+                if records.len() == 1 && records[0].code == crate::engine::model::MISGUARDED && records[0].may_have_landed
+                    && records[0].first_seq == a[0].client_seq)),
             "{done:?}"
         );
     }
@@ -372,9 +372,9 @@ fn a_2002_short_of_a_conditional_batch_parks_it_whole_as_possibly_landed() {
         d.handle(Input::Replied(body(200, answer)), AT);
         let done = doing(&mut d);
         assert!(
-            matches!(&done[..], [Action::Park { record, batch: b }]
-                if *b == batch(&a) && record.first_seq == 1 && record.last_seq == 3
-                    && record.may_have_landed),
+            matches!(&done[..], [Action::Park { records, batch: b }]
+                if records.len() == 1 && *b == batch(&a) && records[0].first_seq == 1 && records[0].last_seq == 3
+                    && records[0].may_have_landed),
             "{answer}: {done:?}"
         );
     }
