@@ -49,6 +49,9 @@ impl Observer for Recorder {
 /// A conditional append: aggregate, first and last sequence, expected version.
 type Conditional = (AggregateRef, u64, u64, u64);
 
+/// An atomic write: per leg, its aggregate, first and last sequence, and expected version.
+type AtomicWrite = Vec<(AggregateRef, u64, u64, Option<u64>)>;
+
 #[derive(Debug, Clone, Copy)]
 struct Params {
     seed: u64,
@@ -60,6 +63,8 @@ struct Params {
     conditional_rate: f64,
     /// Chance, per request, that another device writes to an aggregate first.
     foreign_rate: f64,
+    /// Share of appends that are atomic writes across 2 or 3 aggregates (`appendAtomic`).
+    atomic_rate: f64,
 }
 
 fn pick_fault(rng: &Rng, rate: f64) -> Fault {
@@ -95,59 +100,92 @@ fn run(p: Params) {
         id: Uuid::from_u128(u128::from(n)),
     };
 
-    // The script: which aggregate each append goes to and its events.
+    // The script: per append, each aggregate it writes and its events (one: an append; more:
+    // an atomic write).
+    let event = |i: usize, j: usize| NewEvent {
+        event_id: Uuid::from_u128((i * 10 + j) as u128 + 1),
+        timestamp: 1_790_000_000_000 + i as u64,
+        event_type: if rng.chance(0.02) {
+            POISON
+        } else {
+            1 + rng.below(5)
+        },
+        minor: 0,
+        data: format!("append {i} event {j}").into_bytes(),
+        iv: None,
+    };
     let mut script = VecDeque::new();
     for i in 0..p.appends {
-        let agg = aggregate(rng.below(p.aggregates as u64));
-        let n = 1 + rng.below(4) as usize;
-        let events: Vec<NewEvent> = (0..n)
-            .map(|j| NewEvent {
-                event_id: Uuid::from_u128((i * 10 + j) as u128 + 1),
-                timestamp: 1_790_000_000_000 + i as u64,
-                event_type: if rng.chance(0.02) {
-                    POISON
-                } else {
-                    1 + rng.below(5)
-                },
-                minor: 0,
-                data: format!("append {i} event {j}").into_bytes(),
-                iv: None,
-            })
-            .collect();
-        script.push_back((agg, events));
+        let mut writes: Vec<(AggregateRef, Vec<NewEvent>)> = Vec::new();
+        if p.aggregates >= 2 && rng.chance(p.atomic_rate) {
+            let legs = 2 + rng.below(2.min(p.aggregates as u64 - 1)) as usize;
+            while writes.len() < legs {
+                let agg = aggregate(rng.below(p.aggregates as u64));
+                if writes.iter().all(|(a, _)| *a != agg) {
+                    let at = writes.len() * 3;
+                    let n = 1 + rng.below(3) as usize;
+                    writes.push((agg, (0..n).map(|j| event(i, at + j)).collect()));
+                }
+            }
+        } else {
+            let agg = aggregate(rng.below(p.aggregates as u64));
+            let n = 1 + rng.below(4) as usize;
+            writes.push((agg, (0..n).map(|j| event(i, j)).collect()));
+        }
+        script.push_back(writes);
     }
     let script = Rc::new(RefCell::new(script));
     // Every appended event, by (aggregate, seq).
     let appended: Rc<RefCell<BTreeMap<(AggregateRef, u64), NewEvent>>> = Rc::default();
     // Every conditional append: aggregate, first and last sequence, expected version.
     let conditional: Rc<RefCell<Vec<Conditional>>> = Rc::default();
+    // Every atomic write.
+    let atomics: Rc<RefCell<Vec<AtomicWrite>>> = Rc::default();
 
     let append_next = {
         let (outbox, script, appended) = (outbox.clone(), script.clone(), appended.clone());
         let (rng, server, conditional) = (rng.clone(), server.clone(), conditional.clone());
+        let atomics = atomics.clone();
         let rate = p.conditional_rate;
         move |hub: Option<&Hub>| -> bool {
-            let Some((agg, events)) = script.borrow_mut().pop_front() else {
+            let Some(writes) = script.borrow_mut().pop_front() else {
                 return false;
             };
-            let guard = rng.chance(rate).then(|| server.version(&agg));
-            let Appended { receipts, begun } = outbox
-                .append_group(&[(agg, &events, guard)])
-                .now_or_never()
-                .unwrap()
-                .unwrap();
+            let guards: Vec<Option<u64>> = writes
+                .iter()
+                .map(|(agg, _)| rng.chance(rate).then(|| server.version(agg)))
+                .collect();
+            let items: Vec<_> = writes
+                .iter()
+                .zip(&guards)
+                .map(|((agg, events), guard)| (*agg, &events[..], *guard))
+                .collect();
+            let stored = if writes.len() > 1 {
+                outbox.append_atomic(&items).now_or_never()
+            } else {
+                outbox.append_group(&items).now_or_never()
+            };
+            let Appended { receipts, begun } = stored.unwrap().unwrap();
+            let spans: AtomicWrite = writes
+                .iter()
+                .zip(&receipts)
+                .zip(&guards)
+                .map(|(((agg, _), r), guard)| {
+                    (*agg, r[0].client_seq, r[r.len() - 1].client_seq, *guard)
+                })
+                .collect();
+            if writes.len() > 1 {
+                atomics.borrow_mut().push(spans);
+            } else if let [(agg, first, last, Some(expected))] = spans[..] {
+                conditional.borrow_mut().push((agg, first, last, expected));
+            }
+            for ((agg, events), r) in writes.iter().zip(&receipts) {
+                for (r, e) in r.iter().zip(events) {
+                    assert_eq!(r.event_id, e.event_id);
+                    appended.borrow_mut().insert((*agg, r.client_seq), e.clone());
+                }
+            }
             let receipts = receipts.concat();
-            if let (Some(expected), Some(first), Some(last)) =
-                (guard, receipts.first(), receipts.last())
-            {
-                conditional
-                    .borrow_mut()
-                    .push((agg, first.client_seq, last.client_seq, expected));
-            }
-            for (r, e) in receipts.iter().zip(events) {
-                assert_eq!(r.event_id, e.event_id);
-                appended.borrow_mut().insert((agg, r.client_seq), e);
-            }
             if let Some(hub) = hub {
                 hub.appended(receipts.len() as u64, Some(begun));
             }
@@ -371,13 +409,55 @@ fn run(p: Params) {
             _ => panic!("a conditional append of {agg:?} landed twice: {ours:?}"),
         }
     }
+    // Atomic writes: landed whole, in one request of exactly their legs, at most once, each
+    // guarded leg on exactly its expected version; or not at all.
+    let requests = server.requests.borrow();
+    for write in atomics.borrow().iter() {
+        let legs: Vec<(AggregateRef, Vec<u64>)> = write
+            .iter()
+            .map(|&(agg, first, last, _)| (agg, (first..=last).collect()))
+            .collect();
+        let touching: Vec<_> = requests
+            .iter()
+            .filter(|r| {
+                r.iter().any(|(agg, seqs)| {
+                    write.iter().any(|&(a, first, last, _)| {
+                        a == *agg && seqs.iter().any(|s| (first..=last).contains(s))
+                    })
+                })
+            })
+            .collect();
+        match &touching[..] {
+            [] => {}
+            [request] => assert_eq!(**request, legs, "an atomic write landed whole, alone"),
+            _ => panic!("an atomic write landed more than once, or in parts: {touching:?}"),
+        }
+        for &(agg, first, _, expected) in write {
+            let index = batches
+                .get(&agg)
+                .into_iter()
+                .flatten()
+                .position(|(c, seqs)| *c == client_id && seqs.first() == Some(&first));
+            if let (Some(index), Some(expected)) = (index, expected) {
+                assert_eq!(index as u64, expected, "a guarded leg off its version");
+            }
+        }
+    }
     for record in &seen.borrow().parked {
         if record.code == 2003 && !record.may_have_landed {
             let landed = log
                 .get(&record.aggregate)
                 .is_some_and(|v| v.iter().any(|e| e.client_seq == record.first_seq));
             assert!(!landed, "a false conflict: {record:?} landed");
-            assert!(record.current_version.is_some(), "{record:?}");
+            // The version is the guarded aggregate's: on an atomic write, the leg the 2003 named.
+            let parked = seen.borrow();
+            let with_version = parked.parked.iter().any(|r| {
+                r.code == 2003 && r.atomic == record.atomic && r.current_version.is_some()
+            });
+            assert!(
+                record.current_version.is_some() || (record.atomic.is_some() && with_version),
+                "{record:?}"
+            );
         }
     }
 }
@@ -394,8 +474,9 @@ proptest! {
         max_batch_events in 1usize..12,
         conditional_rate in prop_oneof![Just(0.0), 0.1f64..0.6],
         foreign_rate in prop_oneof![Just(0.0), 0.01f64..0.2],
+        atomic_rate in prop_oneof![Just(0.0), 0.1f64..0.5],
     ) {
-        run(Params { seed, aggregates, appends, fault_rate, max_batch_events, conditional_rate, foreign_rate });
+        run(Params { seed, aggregates, appends, fault_rate, max_batch_events, conditional_rate, foreign_rate, atomic_rate });
     }
 }
 
@@ -410,6 +491,7 @@ fn a_long_run_under_heavy_faults() {
             max_batch_events: 8,
             conditional_rate: 0.3,
             foreign_rate: 0.05,
+            atomic_rate: 0.25,
         });
     }
 }

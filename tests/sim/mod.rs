@@ -99,6 +99,8 @@ pub struct SimServer {
     /// Every batch written per aggregate, by anyone (version = index + 1): its client id and
     /// sequences.
     pub batches: RefCell<BTreeMap<AggregateRef, Vec<Written>>>,
+    /// Every request applied, in order: each aggregate it wrote, with its sequences.
+    pub requests: RefCell<Vec<Vec<(AggregateRef, Vec<u64>)>>>,
 }
 
 /// One batch of an aggregate's log: who wrote it, its sequences.
@@ -125,61 +127,71 @@ impl SimServer {
             .push((Uuid::from_u128(0xF0E1), vec![1]));
     }
 
-    /// Celeriant's checks before anything is appended, in its order: the version guard (2003),
-    /// then idempotency (2002).
+    /// Celeriant's checks before anything is appended, in its order: every aggregate's version
+    /// guard (2003), then idempotency (2002).
     pub fn precheck(&self, request: &WriteRequest) -> Option<WriteOutcome> {
-        let write = &request.writes[0];
-        let current = self.version(&write.aggregate);
-        if let Some(expected) = write.expected_version
-            && expected != current
-        {
-            return Some(WriteOutcome::conflict(
-                "version guard failed",
-                write.aggregate,
-                expected,
-                current,
-            ));
+        for write in &request.writes {
+            let current = self.version(&write.aggregate);
+            if let Some(expected) = write.expected_version
+                && expected != current
+            {
+                return Some(WriteOutcome::conflict(
+                    "version guard failed",
+                    write.aggregate,
+                    expected,
+                    current,
+                ));
+            }
         }
         self.duplicate_of(request)
     }
 
-    /// Applies one request as Celeriant would; returns the protocol outcome.
+    /// Applies one request as Celeriant would, atomically across its aggregates; returns the
+    /// protocol outcome.
     pub fn apply(&self, request: &WriteRequest) -> WriteOutcome {
-        assert_eq!(request.writes.len(), 1, "one aggregate per request");
-        let write = &request.writes[0];
-        let lowest = write.events[0].client_seq;
-        let mut previous = 0;
-        for e in &write.events {
-            assert!(
-                e.client_seq > previous,
-                "sequences strictly increasing inside a request"
-            );
-            previous = e.client_seq;
+        for write in &request.writes {
+            let mut previous = 0;
+            for e in &write.events {
+                assert!(
+                    e.client_seq > previous,
+                    "sequences strictly increasing inside a request"
+                );
+                previous = e.client_seq;
+            }
         }
-        let _ = lowest;
         if let Some(refused) = self.precheck(request) {
             return refused;
         }
-        if write.events.iter().any(|e| e.event_type == POISON) {
+        let poisoned = request
+            .writes
+            .iter()
+            .any(|w| w.events.iter().any(|e| e.event_type == POISON));
+        if poisoned {
             return WriteOutcome::Rejected(Failure::new(2022, "schema validation failed"));
         }
-        self.log
-            .borrow_mut()
-            .entry(write.aggregate)
-            .or_default()
-            .extend(write.events.iter().cloned());
-        self.highest.borrow_mut().insert(write.aggregate, previous);
-        let mut batches = self.batches.borrow_mut();
-        let batches = batches.entry(write.aggregate).or_default();
-        batches.push((
-            request.client_id,
-            write.events.iter().map(|e| e.client_seq).collect(),
-        ));
-        WriteOutcome::landed(Some(batches.len() as u64))
+        let mut applied = Vec::new();
+        let mut version = None;
+        for write in &request.writes {
+            self.log
+                .borrow_mut()
+                .entry(write.aggregate)
+                .or_default()
+                .extend(write.events.iter().cloned());
+            let last = write.events.last().map_or(0, |e| e.client_seq);
+            self.highest.borrow_mut().insert(write.aggregate, last);
+            let seqs: Vec<u64> = write.events.iter().map(|e| e.client_seq).collect();
+            let mut batches = self.batches.borrow_mut();
+            let batches = batches.entry(write.aggregate).or_default();
+            batches.push((request.client_id, seqs.clone()));
+            version = Some(batches.len() as u64);
+            applied.push((write.aggregate, seqs));
+        }
+        self.requests.borrow_mut().push(applied);
+        WriteOutcome::landed(version.filter(|_| request.writes.len() == 1))
     }
 
-    /// Lands events `..= through` of a request on their own, as an earlier attempt with other
-    /// boundaries would have.
+    /// Lands events `..= through` of a one-aggregate request on their own, as an earlier
+    /// attempt with other boundaries would have.
     pub fn land_prefix(&self, request: &WriteRequest, through: u64) {
         let mut prefix = request.clone();
         prefix.writes[0].events.retain(|e| e.client_seq <= through);
@@ -193,17 +205,19 @@ impl SimServer {
         }
     }
 
-    /// The 2002 this request would get, if its lowest sequence already landed.
+    /// The 2002 this request would get: the first aggregate whose lowest sequence already
+    /// landed (a 2002 names no aggregate).
     pub fn duplicate_of(&self, request: &WriteRequest) -> Option<WriteOutcome> {
-        let write = &request.writes[0];
-        let lowest = write.events[0].client_seq;
-        let highest = self
-            .highest
-            .borrow()
-            .get(&write.aggregate)
-            .copied()
-            .unwrap_or(0);
-        (lowest <= highest).then(|| WriteOutcome::duplicate(highest, lowest))
+        request.writes.iter().find_map(|write| {
+            let lowest = write.events[0].client_seq;
+            let highest = self
+                .highest
+                .borrow()
+                .get(&write.aggregate)
+                .copied()
+                .unwrap_or(0);
+            (lowest <= highest).then(|| WriteOutcome::duplicate(highest, lowest))
+        })
     }
 
     pub fn seqs(&self, aggregate: &AggregateRef) -> Vec<u64> {
@@ -378,8 +392,11 @@ impl Transport for SimTransport {
                 retry_after_ms: Some(1500),
                 ..Failure::new(2012, "busy")
             }))),
-            // A conditional append is always sent whole: no earlier attempt had other bounds.
-            Fault::PrefixLanded if request.writes[0].expected_version.is_some() => {
+            // A conditional append or an atomic write is always sent whole: no earlier attempt
+            // had other bounds.
+            Fault::PrefixLanded
+                if request.writes.len() > 1 || request.writes[0].expected_version.is_some() =>
+            {
                 Some(http(&self.server.apply(&request)))
             }
             Fault::PrefixLanded => {
