@@ -182,7 +182,9 @@ fn run(p: Params) {
             for ((agg, events), r) in writes.iter().zip(&receipts) {
                 for (r, e) in r.iter().zip(events) {
                     assert_eq!(r.event_id, e.event_id);
-                    appended.borrow_mut().insert((*agg, r.client_seq), e.clone());
+                    appended
+                        .borrow_mut()
+                        .insert((*agg, r.client_seq), e.clone());
                 }
             }
             let receipts = receipts.concat();

@@ -481,7 +481,9 @@ pub async fn event_states_follow_the_event(o: &impl Outbox) {
         "landed"
     );
     let record = rejected(&batch(1, 2, 2), false);
-    o.park(std::slice::from_ref(&record), &batch(1, 2, 2)).await.unwrap();
+    o.park(std::slice::from_ref(&record), &batch(1, 2, 2))
+        .await
+        .unwrap();
     assert!(
         matches!(
             o.event_state(r[1].event_id).await.unwrap(),

@@ -29,7 +29,10 @@ pub(super) async fn an_atomic_write_is_cut_whole_once_it_heads_every_aggregate(o
     o.append(aggregate(2), b_before).await.unwrap();
     let (a_leg, b_leg) = (events(3..5), events(5..8));
     let written = o
-        .append_atomic(&[(aggregate(2), &b_leg, Some(4)), (aggregate(1), &a_leg, None)])
+        .append_atomic(&[
+            (aggregate(2), &b_leg, Some(4)),
+            (aggregate(1), &a_leg, None),
+        ])
         .await
         .unwrap();
     assert_eq!(
@@ -48,7 +51,10 @@ pub(super) async fn an_atomic_write_is_cut_whole_once_it_heads_every_aggregate(o
 
     // Aggregate 1 first: its plain head, stopping before the write.
     let first = o.next_batch(all(None)).await.unwrap().unwrap();
-    assert_eq!((first[0].aggregate, seqs(&first)), (aggregate(1), vec![1, 2]));
+    assert_eq!(
+        (first[0].aggregate, seqs(&first)),
+        (aggregate(1), vec![1, 2])
+    );
     // While aggregate 2's event 1 is pending, the write does not head aggregate 2: passed over
     // on aggregate 1 (which has nothing else before it) — aggregate 2's plain head comes.
     let past_1 = CutQuery {
@@ -103,8 +109,15 @@ pub(super) async fn an_atomic_write_is_cut_whole_once_it_heads_every_aggregate(o
         write.iter().all(|e| e.atomic.as_ref() == Some(&the_write)),
         "rule 1: every event carries the write's legs"
     );
-    let guards: Vec<_> = write.iter().map(|e| e.guard.map(|g| g.expected_version)).collect();
-    assert_eq!(guards, [Some(4), Some(4), Some(4), None, None], "a leg's guard");
+    let guards: Vec<_> = write
+        .iter()
+        .map(|e| e.guard.map(|g| g.expected_version))
+        .collect();
+    assert_eq!(
+        guards,
+        [Some(4), Some(4), Some(4), None, None],
+        "a leg's guard"
+    );
     let skipping_1 = CutQuery {
         skip: &[aggregate(1)],
         ..all(None)
@@ -124,11 +137,17 @@ pub(super) async fn an_atomic_write_is_cut_whole_once_it_heads_every_aggregate(o
 
     // Pinned, read back, settled: every leg lands.
     assert!(o.pin(&whole, None).await.unwrap());
-    assert_eq!(o.pinned().await.unwrap(), Some(whole.clone()), "the pin keeps its legs");
+    assert_eq!(
+        o.pinned().await.unwrap(),
+        Some(whole.clone()),
+        "the pin keeps its legs"
+    );
     assert_eq!(o.read(&whole).await.unwrap(), write, "read back whole");
     assert!(o.settle(&whole, whole.last_seq, None).await.unwrap());
     assert_eq!(
-        o.lowest_pending_of(&[aggregate(1), aggregate(2)]).await.unwrap(),
+        o.lowest_pending_of(&[aggregate(1), aggregate(2)])
+            .await
+            .unwrap(),
         [Some(5), Some(5)],
         "rule 5: both legs landed with it"
     );
@@ -176,5 +195,9 @@ pub(super) async fn an_atomic_write_is_parked_and_discarded_whole(o: &impl Outbo
     let next = o.next_batch(all(None)).await.unwrap().unwrap();
     assert_eq!((next[0].aggregate, seqs(&next)), (aggregate(1), vec![3]));
     assert_eq!(o.count().await.unwrap(), 1);
-    assert_eq!(o.last_assigned(aggregate(1)).await.unwrap(), 3, "never reused");
+    assert_eq!(
+        o.last_assigned(aggregate(1)).await.unwrap(),
+        3,
+        "never reused"
+    );
 }

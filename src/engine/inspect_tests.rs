@@ -156,7 +156,12 @@ fn a_snapshot_reads_storage_and_adds_what_the_drain_knows() {
         );
         // This context drains it: one failed attempt, resent at 5000.
         inspector.observe(held(pinned.clone(), 0, true));
-        inspector.record(outcome(pinned.clone(), 1, OutcomeKind::Unknown, Some(5_000)));
+        inspector.record(outcome(
+            pinned.clone(),
+            1,
+            OutcomeKind::Unknown,
+            Some(5_000),
+        ));
         inspector.observe(held(pinned.clone(), 1, false));
         let snap = snapshot(&outbox, &inspector).await.unwrap();
         let pin = snap.pinned.unwrap();

@@ -374,9 +374,7 @@ impl Outbox for MemoryOutbox {
         for record in &records {
             let keys: Vec<Key> = state
                 .events
-                .range(
-                    (record.aggregate, record.first_seq)..=(record.aggregate, record.last_seq),
-                )
+                .range((record.aggregate, record.first_seq)..=(record.aggregate, record.last_seq))
                 .map(|(k, _)| *k)
                 .collect();
             for key in &keys {

@@ -100,11 +100,14 @@ pub struct SimServer {
     /// sequences.
     pub batches: RefCell<BTreeMap<AggregateRef, Vec<Written>>>,
     /// Every request applied, in order: each aggregate it wrote, with its sequences.
-    pub requests: RefCell<Vec<Vec<(AggregateRef, Vec<u64>)>>>,
+    pub requests: RefCell<Vec<Applied>>,
 }
 
 /// One batch of an aggregate's log: who wrote it, its sequences.
 pub type Written = (Uuid, Vec<u64>);
+
+/// One request applied: each aggregate it wrote, with its sequences.
+pub type Applied = Vec<(AggregateRef, Vec<u64>)>;
 
 /// Event type the server refuses (as a schema validation failure, 2022).
 pub const POISON: u64 = 99;

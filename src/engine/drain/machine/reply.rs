@@ -264,9 +264,7 @@ impl Drain {
                     message: message.clone(),
                     parked_at: now.ms,
                     may_have_landed,
-                    current_version: current
-                        .filter(|(a, _)| *a == e.aggregate)
-                        .map(|(_, v)| v),
+                    current_version: current.filter(|(a, _)| *a == e.aggregate).map(|(_, v)| v),
                     atomic: batch.atomic.clone(),
                 }),
             }

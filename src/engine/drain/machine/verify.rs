@@ -88,8 +88,9 @@ impl Drain {
             .iter()
             .filter_map(|e| Some((e.aggregate, e.guard?)));
         match named {
-            Some((aggregate, expected)) => guarded
-                .find(|(a, g)| *a == aggregate && g.expected_version == expected),
+            Some((aggregate, expected)) => {
+                guarded.find(|(a, g)| *a == aggregate && g.expected_version == expected)
+            }
             None => guarded.next(),
         }
     }
