@@ -465,3 +465,7 @@ mod tests;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 #[path = "classify_conflict_tests.rs"]
 mod conflict_tests;
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[path = "classify_atomic_tests.rs"]
+mod atomic_tests;

@@ -867,3 +867,6 @@ fn each_reply_leaves_an_outcome_for_the_inspector_and_the_held_batch_is_visible(
 
 #[path = "machine_verify_tests.rs"]
 mod verify;
+
+#[path = "machine_atomic_tests.rs"]
+mod atomic;

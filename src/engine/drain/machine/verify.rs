@@ -115,7 +115,8 @@ impl Drain {
         let conflict = Conflict {
             message,
             current_version,
-            leg: judged.unwrap_or((loaded.0.aggregate, first_guard)),
+            // An untrusted 2003 keeps what it said on the aggregate it named, if it is a leg.
+            leg: judged.unwrap_or((named.map_or(loaded.0.aggregate, |n| n.0), first_guard)),
         };
         if let Some((aggregate, expected)) = named
             && judged.is_none()
