@@ -49,23 +49,23 @@ pub(super) fn storage_lost(pending: u64) -> ClientError {
 
 /// What a `SyncClient` holds: the runtime, where listeners are registered, and the limits it
 /// checks input against.
-struct Inner {
-    runtime: Rc<Runtime>,
+pub(super) struct Inner {
+    pub(super) runtime: Rc<Runtime>,
     identity: Identity,
     target: EventTarget,
     database_name: String,
-    limits: Limits,
+    pub(super) limits: Limits,
     persisted: Option<bool>,
     network: NetworkSwitch,
     /// `open`'s `encryption`, if any.
-    encryption: Option<Rc<Encryption>>,
+    pub(super) encryption: Option<Rc<Encryption>>,
     /// With `encryption`: appends reach group commit in call order although each awaits
     /// WebCrypto first (see `engine::order`).
-    order: CallOrder<AggregateRef>,
+    pub(super) order: CallOrder<AggregateRef>,
 }
 
 impl Inner {
-    fn check_open(&self) -> Result<(), ClientError> {
+    pub(super) fn check_open(&self) -> Result<(), ClientError> {
         if let Some(lost) = self.runtime.storage.lost() {
             Err(storage_lost(lost.pending))
         } else if self.runtime.hub.is_closed() {
@@ -114,6 +114,11 @@ impl SyncClient {
     /// The runtime (for the API's other files, e.g. `inspect`).
     pub(super) fn runtime(&self) -> Rc<Runtime> {
         self.inner.runtime.clone()
+    }
+
+    /// What the client holds (for the API's other files that append, e.g. `atomic`).
+    pub(super) fn inner(&self) -> Rc<Inner> {
+        self.inner.clone()
     }
 }
 
@@ -417,12 +422,12 @@ impl SyncClient {
             let out = Array::new();
             for record in inner.outbox().parked().await? {
                 let events = Array::new();
-                let batch = Batch {
-                    aggregate: record.aggregate,
-                    first_seq: record.first_seq,
-                    last_seq: record.last_seq,
-                    count: record.count,
-                };
+                let batch = Batch::plain(
+                    record.aggregate,
+                    record.first_seq,
+                    record.last_seq,
+                    record.count,
+                );
                 for event in inner.outbox().read(&batch).await? {
                     events.push(&output::parked_event(&event, &record));
                 }
@@ -570,7 +575,7 @@ impl SyncClient {
 /// A conditional append is one request, whole: its data must fit one. Checked at `append` and
 /// again after encryption (the tag makes each event longer), so an append that cannot be sent
 /// is refused, not stored.
-fn conditional_fits(
+pub(super) fn conditional_fits(
     events: &[crate::engine::model::NewEvent],
     expected_version: Option<u64>,
     limits: &Limits,

@@ -18,7 +18,7 @@ use crate::engine::model::{AggregateRef, NewEvent};
 
 const EVENT_KEYS: [&str; 5] = ["type", "minor", "data", "eventId", "iv"];
 
-fn get(object: &JsValue, key: &str) -> JsValue {
+pub(crate) fn get(object: &JsValue, key: &str) -> JsValue {
     Reflect::get(object, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
@@ -223,21 +223,27 @@ pub(crate) fn append_options(value: &JsValue) -> Result<Option<u64>, ClientError
             )));
         }
     }
-    let expected = get(value, "expectedVersion");
+    expected_version(&get(value, "expectedVersion"))
+}
+
+/// An `expectedVersion` (of `append`'s options or of an `appendAtomic` write): `undefined` or
+/// `null` (no guard), or a safe integer in `0..=2^53 − 2`; anything else is `INVALID_OPTIONS`.
+pub(crate) fn expected_version(expected: &JsValue) -> Result<Option<u64>, ClientError> {
+    let bad = |message: String| ClientError::new(ErrorCode::InvalidOptions, message);
     if expected.is_undefined() || expected.is_null() {
         return Ok(None);
     }
     // At most 2^53 − 2: the version the write would make, expected + 1, is read back after a
     // 2003 and must stay a safe integer on the wire.
     const MAX_EXPECTED: u64 = (1 << 53) - 2;
-    safe_integer(&expected)
+    safe_integer(expected)
         .filter(|v| *v <= MAX_EXPECTED)
         .map(Some)
         .ok_or_else(|| {
             bad(format!(
                 "expectedVersion must be an integer in 0..={MAX_EXPECTED} (the aggregate's \
              version, 0: only if it does not exist yet), got {}",
-                describe_value(&expected)
+                describe_value(expected)
             ))
         })
 }

@@ -15,8 +15,10 @@
 //! * [`inspect`]: `client.inspect()` and its types (a second `impl SyncClient` block);
 //! * [`account`]: `signOut` and `SyncClient.deleteDatabase` (one browser, many users).
 //! * [`share`]: `share`, `unshare` and `members` (the gateway's members endpoint, typed).
+//! * [`atomic`]: `appendAtomic`, several aggregates' events landing together or not at all.
 
 pub(crate) mod account;
+pub(crate) mod atomic;
 pub(crate) mod client;
 pub(crate) mod codes;
 pub(crate) mod decide;

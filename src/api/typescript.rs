@@ -93,6 +93,14 @@ export interface AppendOptions {
     expectedVersion?: number;
 }
 
+/** One write of `appendAtomic`: an aggregate (each at most once per call), its events, and
+ * optionally a version guard (as `AppendOptions.expectedVersion`) on that aggregate. */
+export interface AtomicWrite {
+    aggregate: AggregateRef;
+    events: EventInput[];
+    expectedVersion?: number;
+}
+
 /** `decide`'s options. */
 export interface DecideOptions {
     /** How many conflicts (2003) to go through before rejecting with `CONTENTION`: an integer 1 … 100, default 5. */
@@ -242,6 +250,8 @@ export interface ParkedDetail {
     mayHaveLanded: boolean;
     /** For a conditional append refused by its version guard (code 2003, confirmed by reading the aggregate back): the aggregate's version the server reported. */
     currentVersion?: number;
+    /** Part of an atomic write (`appendAtomic`): its other aggregates, each parked with the same code (one `parked` event each). Discarding any of them discards the whole write. */
+    atomicWith?: AggregateRef[];
 }
 
 /** One element of `parkedEvents()`. */
@@ -260,6 +270,9 @@ export interface ParkedEvent {
     mayHaveLanded: boolean;
     /** As `ParkedDetail.currentVersion`. */
     currentVersion?: number;
+    /** Part of an atomic write (`appendAtomic`): its other aggregates, parked with it for the
+     * same reason. Discarding any of them discards the whole write. */
+    atomicWith?: AggregateRef[];
     /** As `ViewEvent.decryptError`. */
     decryptError?: CeleriantSyncError;
     /** `data` decoded as UTF-8 JSON (for events appended with a JSON value). */
@@ -279,6 +292,7 @@ export interface SyncClientEventMap {
 export type SyncErrorCode =
     | "INVALID_OPTIONS"
     | "INVALID_AGGREGATE"
+    | "INVALID_WRITES"
     | "INVALID_EVENTS"
     | "EMPTY_EVENTS"
     | "TOO_MANY_EVENTS"

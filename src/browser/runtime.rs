@@ -35,7 +35,7 @@ use crate::engine::coord::{
     Coordinator, Effect, Event, HEARTBEAT_MS, Hold, HubUpdate, Message, Outgoing,
 };
 use crate::engine::drain::{Drain, Edge, Policy, run_inspected};
-use crate::engine::group::{GroupCommit, Spawn};
+use crate::engine::group::{AtomicWrites, GroupCommit, Spawn};
 use crate::engine::inspect::Inspector;
 use crate::engine::model::{AggregateRef, NewEvent, ParkRecord, Receipt};
 use crate::engine::outbox::{Begun, Counted, Discarded, StoreError};
@@ -422,6 +422,19 @@ impl Runtime {
             .append_guarded(aggregate, events, expected_version)
             .await?;
         self.storage.appended(aggregate, &receipts);
+        Ok(receipts)
+    }
+
+    /// Stores an atomic write through group commit, in call order, in a transaction of its own.
+    pub(crate) async fn append_atomic(
+        self: &Rc<Self>,
+        writes: AtomicWrites,
+    ) -> Result<Vec<Vec<Receipt>>, StoreError> {
+        let aggregates: Vec<AggregateRef> = writes.iter().map(|w| w.0).collect();
+        let receipts = self.appends.append_atomic(writes).await?;
+        for (aggregate, receipts) in aggregates.into_iter().zip(&receipts) {
+            self.storage.appended(aggregate, receipts);
+        }
         Ok(receipts)
     }
 

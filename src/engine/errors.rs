@@ -38,6 +38,9 @@ codes! {
     InvalidOptions = "INVALID_OPTIONS",
     /// The aggregate is not `{ typeId, id }` with UUID strings.
     InvalidAggregate = "INVALID_AGGREGATE",
+    /// `appendAtomic`'s writes are not an array of 2 to 16 `{ aggregate, events,
+    /// expectedVersion? }` naming each aggregate at most once.
+    InvalidWrites = "INVALID_WRITES",
     /// `events` is not an array.
     InvalidEvents = "INVALID_EVENTS",
     /// `events` is empty.

@@ -10,6 +10,10 @@
 //!
 //! What follows a commit (status counts, views, the message to other contexts) is told once per
 //! group, not once per append: under load a group holds hundreds of appends.
+//!
+//! An atomic write (`appendAtomic`) takes its place in the same queue, in call order, but is
+//! written in a transaction of its own ([`Outbox::append_atomic`]): the appends queued before it
+//! go in the group before, those after it in the next.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -41,12 +45,24 @@ struct Queued {
     reply: oneshot::Sender<Result<Vec<Receipt>, StoreError>>,
 }
 
+/// One atomic write's legs: each aggregate, its events and its version guard.
+pub type AtomicWrites = Vec<(AggregateRef, Vec<NewEvent>, Option<u64>)>;
+
+/// What waits in the queue: an append, or an atomic write (written alone).
+enum Job {
+    Append(Queued),
+    Atomic {
+        writes: AtomicWrites,
+        reply: oneshot::Sender<Result<Vec<Vec<Receipt>>, StoreError>>,
+    },
+}
+
 /// The queue of appends waiting for the next group.
 pub struct GroupCommit<O> {
     outbox: Rc<O>,
     spawn: Spawn,
     committed: Committed,
-    queued: RefCell<Vec<Queued>>,
+    queued: RefCell<Vec<Job>>,
     writing: Cell<bool>,
 }
 
@@ -80,25 +96,82 @@ impl<O: Outbox + 'static> GroupCommit<O> {
         expected_version: Option<u64>,
     ) -> impl Future<Output = Result<Vec<Receipt>, StoreError>> + 'static {
         let (reply, receipt) = oneshot::channel();
-        self.queued.borrow_mut().push(Queued {
+        self.enqueue(Job::Append(Queued {
             aggregate,
             events,
             expected_version,
             reply,
-        });
+        }));
+        async move { receipt.await.unwrap_or(Err(StoreError::Closed)) }
+    }
+
+    /// Stores an atomic write (each aggregate at most once) after every append queued before
+    /// it, in a transaction of its own; resolves with its receipts per write once it committed.
+    pub fn append_atomic(
+        self: &Rc<Self>,
+        writes: AtomicWrites,
+    ) -> impl Future<Output = Result<Vec<Vec<Receipt>>, StoreError>> + 'static {
+        let (reply, receipt) = oneshot::channel();
+        self.enqueue(Job::Atomic { writes, reply });
+        async move { receipt.await.unwrap_or(Err(StoreError::Closed)) }
+    }
+
+    fn enqueue(self: &Rc<Self>, job: Job) {
+        self.queued.borrow_mut().push(job);
         if !self.writing.replace(true) {
             let this = self.clone();
             (self.spawn)(Box::pin(async move { this.write_queued().await }));
         }
-        async move { receipt.await.unwrap_or(Err(StoreError::Closed)) }
+    }
+
+    /// Tells what a committed transaction stored: its event count and each aggregate once.
+    fn tell(&self, receipts: &[Vec<Receipt>], aggregates: &[AggregateRef], begun: Begun) {
+        let stored: usize = receipts.iter().map(Vec::len).sum();
+        let mut seen = SortedSet::new();
+        let touched: Vec<AggregateRef> = aggregates
+            .iter()
+            .copied()
+            .filter(|a| seen.insert(*a))
+            .collect();
+        (self.committed)(stored as u64, &touched, begun);
     }
 
     async fn write_queued(&self) {
         loop {
+            let first_atomic = {
+                let mut queued = self.queued.borrow_mut();
+                match queued.first() {
+                    Some(Job::Atomic { .. }) => Some(queued.remove(0)),
+                    _ => None,
+                }
+            };
+            if let Some(Job::Atomic { writes, reply }) = first_atomic {
+                let items: Vec<GroupItem<'_>> = writes
+                    .iter()
+                    .map(|(a, events, expected)| (*a, events.as_slice(), *expected))
+                    .collect();
+                let result = self.outbox.append_atomic(&items).await;
+                if let Ok(Appended { receipts, begun }) = &result {
+                    let aggregates: Vec<AggregateRef> = writes.iter().map(|w| w.0).collect();
+                    self.tell(receipts, &aggregates, *begun);
+                }
+                let _ = reply.send(result.map(|a| a.receipts));
+                continue;
+            }
             let group: Vec<Queued> = {
                 let mut queued = self.queued.borrow_mut();
-                let n = queued.len().min(MAX_GROUP);
-                queued.drain(..n).collect()
+                let n = queued
+                    .iter()
+                    .take(MAX_GROUP)
+                    .take_while(|j| matches!(j, Job::Append(_)))
+                    .count();
+                queued
+                    .drain(..n)
+                    .filter_map(|j| match j {
+                        Job::Append(q) => Some(q),
+                        Job::Atomic { .. } => None,
+                    })
+                    .collect()
             };
             if group.is_empty() {
                 self.writing.set(false);
@@ -110,14 +183,8 @@ impl<O: Outbox + 'static> GroupCommit<O> {
                 .collect();
             match self.outbox.append_group(&items).await {
                 Ok(Appended { receipts, begun }) => {
-                    let stored: usize = receipts.iter().map(Vec::len).sum();
-                    let mut seen = SortedSet::new();
-                    let touched: Vec<AggregateRef> = group
-                        .iter()
-                        .map(|q| q.aggregate)
-                        .filter(|a| seen.insert(*a))
-                        .collect();
-                    (self.committed)(stored as u64, &touched, begun);
+                    let aggregates: Vec<AggregateRef> = group.iter().map(|q| q.aggregate).collect();
+                    self.tell(&receipts, &aggregates, begun);
                     for (queued, receipts) in group.into_iter().zip(receipts) {
                         let _ = queued.reply.send(Ok(receipts));
                     }
@@ -196,5 +263,48 @@ mod tests {
             );
             assert!(touched.len() <= 3);
         }
+    }
+
+    #[test]
+    fn an_atomic_write_keeps_its_place_in_call_order_in_a_transaction_of_its_own() {
+        let mut pool = LocalPool::new();
+        let spawner = pool.spawner();
+        let spawn: Spawn = Rc::new(move |f| spawner.spawn_local(f).unwrap());
+        let outbox = Rc::new(MemoryOutbox::new());
+        let told: Rc<RefCell<Vec<(u64, Vec<AggregateRef>)>>> = Rc::default();
+        let log = told.clone();
+        let committed: Committed =
+            Box::new(move |n, touched, _| log.borrow_mut().push((n, touched.to_vec())));
+        let group = GroupCommit::new(outbox.clone(), spawn, committed);
+        let (a, b) = (aggregate(1), aggregate(2));
+        let before = group.append(a, vec![event(1, 4)]);
+        let atomic = group.append_atomic(vec![
+            (b, vec![event(2, 4), event(3, 4)], Some(0)),
+            (a, vec![event(4, 4)], None),
+        ]);
+        let after = group.append(a, vec![event(5, 4)]);
+        let (before, atomic, after) =
+            pool.run_until(futures_util::future::join3(before, atomic, after));
+        assert_eq!(before.unwrap()[0].client_seq, 1);
+        let atomic = atomic.unwrap();
+        assert_eq!(
+            atomic
+                .iter()
+                .map(|r| r.iter().map(|r| r.client_seq).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+            [vec![1, 2], vec![2]],
+            "receipts per write, in call order on each aggregate"
+        );
+        assert_eq!(after.unwrap()[0].client_seq, 3);
+        assert_eq!(
+            *told.borrow(),
+            [(1, vec![a]), (3, vec![b, a]), (1, vec![a])],
+            "three transactions: before, the atomic write alone, after"
+        );
+        let write = pool
+            .run_until(outbox.next_batch(crate::engine::conformance::all(None)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(write.len(), 1, "the append before it is cut alone");
     }
 }

@@ -1,0 +1,181 @@
+//! `client.appendAtomic(writes)`: events for several aggregates that land all together or not
+//! at all (a transfer: debit one account, credit another).
+//!
+//! Parsed and checked synchronously, whole, before anything is stored: any bad write refuses
+//! the call with a typed error naming it (`writes[i]: …`, `write: i`) and nothing is written.
+//! Stored in one IndexedDB transaction, in call order with every other append
+//! ([`crate::engine::group`]); sent as one request, whole, once it heads each of its aggregates;
+//! settled, parked and discarded whole (`docs/client.md`, "Atomic writes").
+
+use js_sys::{Array, Object, Promise};
+use wasm_bindgen::prelude::*;
+
+use super::client::{SyncClient, conditional_fits, promise, storage_lost};
+use super::errors::ClientError;
+use super::{input, output};
+use crate::engine::append;
+use crate::engine::errors::ErrorCode;
+use crate::engine::group::AtomicWrites;
+use crate::engine::model::NewEvent;
+use celeriant_sync_protocol::validate::Limits;
+
+/// The keys of one write.
+const WRITE_KEYS: [&str; 3] = ["aggregate", "events", "expectedVersion"];
+
+/// Error of the writes as a whole.
+fn bad(message: String) -> ClientError {
+    ClientError::new(ErrorCode::InvalidWrites, message)
+}
+
+/// `error`, said of `writes[index]`.
+fn of_write(mut error: ClientError, index: usize) -> ClientError {
+    error.message = format!("writes[{index}]: {}", error.message);
+    error.with("write", index as u32)
+}
+
+/// Parses and checks the writes, all of them, before anything is stored.
+fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, ClientError> {
+    if !Array::is_array(value) {
+        return Err(bad(
+            "appendAtomic's writes must be an array of { aggregate, events, expectedVersion? }"
+                .into(),
+        ));
+    }
+    let array: &Array = value.unchecked_ref();
+    let n = array.length() as usize;
+    if n < 2 || n > limits.max_aggregates {
+        return Err(bad(format!(
+            "{n} writes: an atomic write names 2 to {} aggregates (one alone is `append`)",
+            limits.max_aggregates
+        )));
+    }
+    let mut writes: AtomicWrites = Vec::with_capacity(n);
+    for (i, write) in array.iter().enumerate() {
+        let parsed = parse_one(&write, limits, now).map_err(|e| of_write(e, i))?;
+        if let Some(j) = writes.iter().position(|w| w.0 == parsed.0) {
+            return Err(of_write(
+                bad(format!(
+                    "names the aggregate of writes[{j}]: each aggregate at most once"
+                )),
+                i,
+            ));
+        }
+        writes.push(parsed);
+    }
+    fits(&writes, limits)?;
+    Ok(writes)
+}
+
+/// One `{ aggregate, events, expectedVersion? }`.
+fn parse_one(
+    write: &JsValue,
+    limits: &Limits,
+    now: u64,
+) -> Result<
+    (
+        crate::engine::model::AggregateRef,
+        Vec<NewEvent>,
+        Option<u64>,
+    ),
+    ClientError,
+> {
+    if !write.is_object() || Array::is_array(write) {
+        return Err(bad(
+            "must be an object { aggregate, events, expectedVersion? }".into(),
+        ));
+    }
+    for key in Object::keys(write.unchecked_ref::<Object>()).iter() {
+        let key = key.as_string().unwrap_or_default();
+        if !WRITE_KEYS.contains(&key.as_str()) {
+            return Err(bad(format!(
+                "unknown field \"{key}\" (fields: {})",
+                WRITE_KEYS.join(", ")
+            )));
+        }
+    }
+    let aggregate = input::aggregate(&input::get(write, "aggregate"))?;
+    let events = input::events(&input::get(write, "events"), limits.max_events, now)?;
+    append::check(&events, limits)?;
+    let expected = input::expected_version(&input::get(write, "expectedVersion"))?;
+    Ok((aggregate, events, expected))
+}
+
+/// The whole write is one request: its events and data must fit one.
+fn fits(writes: &AtomicWrites, limits: &Limits) -> Result<(), ClientError> {
+    let events: usize = writes.iter().map(|w| w.1.len()).sum();
+    if events > limits.max_events {
+        return Err(ClientError::new(
+            ErrorCode::TooManyEvents,
+            format!(
+                "an atomic write is sent as one request: {events} events in all, at most {} \
+                 are accepted",
+                limits.max_events
+            ),
+        ));
+    }
+    let all: Vec<NewEvent> = writes.iter().flat_map(|w| w.1.iter().cloned()).collect();
+    conditional_fits(&all, Some(0), limits).map_err(|mut e| {
+        e.message = e.message.replace("a conditional append", "an atomic write");
+        e
+    })
+}
+
+#[wasm_bindgen]
+impl SyncClient {
+    /// Stores events for several aggregates (2 to 16, each at most once), each write with its
+    /// aggregate's next sequences and an optional `expectedVersion`, in one IndexedDB
+    /// transaction; resolves once it committed with the receipts per write. They are sent as
+    /// one request and land all together or not at all, after every earlier event of each
+    /// aggregate and before every later one; a rejection parks every aggregate of the write
+    /// (discarding one discards the whole write). Bad input rejects with a typed error naming
+    /// the write (`write`) and stores nothing.
+    #[wasm_bindgen(js_name = appendAtomic, unchecked_return_type = "Promise<Receipt[][]>")]
+    pub fn append_atomic(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AtomicWrite[]")] writes: JsValue,
+    ) -> Promise {
+        let inner = self.inner();
+        // Parsed now: the caller's objects are read before any await.
+        let parsed = inner
+            .check_open()
+            .and_then(|()| parse(&writes, &inner.limits, js_sys::Date::now() as u64));
+        // With encryption, the place in each aggregate's line is taken now, in call order.
+        let turns: Vec<_> = match (&parsed, &inner.encryption) {
+            (Ok(writes), Some(_)) => writes.iter().map(|w| inner.order.take(w.0)).collect(),
+            _ => Vec::new(),
+        };
+        promise(async move {
+            let mut writes = parsed?;
+            let mut held = Vec::with_capacity(turns.len());
+            for turn in turns {
+                held.push(turn.wait().await);
+            }
+            if let Some(encryption) = &inner.encryption {
+                for (aggregate, events, _) in writes.iter_mut() {
+                    encryption.encrypt_all(aggregate, events).await?;
+                }
+                for (i, (_, events, _)) in writes.iter().enumerate() {
+                    append::check(events, &inner.limits)
+                        .map_err(|e| of_write(ClientError::from(e), i))?;
+                }
+                fits(&writes, &inner.limits)?;
+            }
+            let mut stored = std::pin::pin!(inner.runtime.append_atomic(writes));
+            let first = futures_util::poll!(stored.as_mut());
+            drop(held);
+            let receipts = match first {
+                std::task::Poll::Ready(receipts) => receipts,
+                std::task::Poll::Pending => stored.await,
+            };
+            if let Some(lost) = inner.runtime.storage.lost() {
+                return Err(storage_lost(lost.pending));
+            }
+            let receipts = receipts?;
+            Ok(receipts
+                .iter()
+                .map(|r| output::receipts(r))
+                .collect::<Array>()
+                .into())
+        })
+    }
+}
