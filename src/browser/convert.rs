@@ -210,5 +210,8 @@ pub(crate) fn parked_from_js(v: &JsValue) -> Option<ParkRecord> {
         parked_at: js::get_u64(v, "parkedAt")?,
         may_have_landed: js::get_bool(v, "mayHaveLanded")?,
         current_version: js::get_u64(v, "currentVersion"),
+        // Not in the detail (the app's `parked` event, and other tabs' copy of it): the legs
+        // stay in the stored record, which every discard reads.
+        atomic: None,
     })
 }

@@ -201,7 +201,8 @@ export function pushConfirmed(out, batches) {
 }
 // `records` are outbox records (browser/idb/records.rs): `{ s, e, w }` holds one event,
 // `{ s, e: [ids], w: [wires] }` the run from sequence `s`; a conditional append's records keep
-// their wires under `gw` instead of `w`. Only sequences above `above` are shown.
+// their wires under `gw` instead of `w`, an atomic write's under `aw`. Only sequences above
+// `above` are shown.
 export function pushPending(out, records, above, clientId, parkedFrom, parkedCode, parkedMessage) {
   const push = (s, w) => {
     if (s <= above) return;
@@ -210,7 +211,7 @@ export function pushPending(out, records, above, clientId, parkedFrom, parkedCod
     out.push(v);
   };
   for (const r of records) {
-    const w = r.w ?? r.gw;
+    const w = r.w ?? r.gw ?? r.aw;
     if (typeof w === "string") push(r.s, w);
     else for (let i = 0; i < w.length; i++) push(r.s + i, w[i]);
   }

@@ -79,12 +79,7 @@ impl LogFixture for IdbOutbox {
     }
 
     async fn land(&self, aggregate: AggregateRef, through: u64) {
-        let batch = Batch {
-            aggregate,
-            first_seq: 1,
-            last_seq: through,
-            count: through as u32,
-        };
+        let batch = Batch::plain(aggregate, 1, through, through as u32);
         assert!(self.pin(&batch, None).await.expect("pin"), "pinned");
         assert!(
             self.settle(&batch, through, None).await.expect("settle"),
@@ -93,12 +88,14 @@ impl LogFixture for IdbOutbox {
     }
 
     async fn park(&self, record: &ParkRecord) {
-        let batch = Batch {
-            aggregate: record.aggregate,
-            first_seq: record.first_seq,
-            last_seq: record.last_seq,
-            count: record.count,
-        };
-        Outbox::park(self, record, &batch).await.expect("park");
+        let batch = Batch::plain(
+            record.aggregate,
+            record.first_seq,
+            record.last_seq,
+            record.count,
+        );
+        Outbox::park(self, std::slice::from_ref(record), &batch)
+            .await
+            .expect("park");
     }
 }

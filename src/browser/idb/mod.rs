@@ -10,6 +10,7 @@
 //!   `log_fixture` drives it through the log's conformance suite (tests only);
 //! * [`records`]: how events are laid out in `outbox` records (runs of events, not one
 //!   record per event);
+//! * [`legs`]: an atomic write's legs as the outbox, pin and park records store them;
 //! * [`outbox`]: [`IdbOutbox`](outbox::IdbOutbox), the
 //!   [`Outbox`](crate::engine::outbox::Outbox) implementation, one transaction per operation;
 //! * [`principal`]: which user the database belongs to (one browser, many users);
@@ -19,6 +20,7 @@
 mod counters;
 pub mod db;
 pub(crate) mod keys;
+mod legs;
 pub(crate) mod log;
 mod log_fixture;
 pub mod outbox;

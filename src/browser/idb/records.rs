@@ -20,6 +20,14 @@
 //! others; finding no `w`, it takes the record as corrupt and sends nothing instead. Readers
 //! of this release read either field.
 //!
+//! The events of an atomic write (`appendAtomic`) carry every leg of it as
+//! `a: [[typeId, id, first, last], …]` (in the write's order, [`super::legs`]) in every record
+//! holding them, and keep their wire encoding(s) under `aw` (schema version 6), whether or not
+//! the leg also carries a guard `g`: a release before atomic writes ignores `a`, and would cut
+//! a leg into a batch of its own and send it alone; finding neither `w` nor `gw`, it takes the
+//! record as corrupt and sends nothing. A run holds one leg's events only (an aggregate is in a
+//! write once), so such a record is never merged with its neighbours.
+//!
 //! Keying a run by its *last* sequence keeps every "events above x" read one key range (the
 //! records whose last event is above x; the first may start at or below x and is filtered), and
 //! `n` in the key lets counts and prunes work from keys alone. A batch may end inside a run;
@@ -32,14 +40,18 @@ use web_sys::IdbObjectStore;
 
 use super::db::Js;
 use super::keys::{Agg, parse_uuid, uuid_js};
+use super::legs::{leg_of, legs_js, legs_of};
 use super::request::record;
 use crate::browser::js;
 use crate::engine::batch::take_within;
-use crate::engine::model::{AggregateRef, Guard, StoredEvent};
+use crate::engine::model::{AggregateRef, Guard, Legs, StoredEvent};
 use crate::engine::outbox::StoreError;
 
 /// The field a guarded record keeps its wire encoding(s) under, in place of `w`.
 const GUARDED_WIRES: &str = "gw";
+/// The field an atomic write's record keeps its wire encoding(s) under, in place of `w` (and
+/// of `gw` on a guarded leg).
+const ATOMIC_WIRES: &str = "aw";
 
 /// Most events in one record.
 pub(super) const RUN_MAX_EVENTS: usize = 256;
@@ -56,10 +68,10 @@ pub(super) fn add_runs(
 ) -> Result<(), StoreError> {
     let mut rest = events;
     while !rest.is_empty() {
-        // A run holds events of one guard only.
+        // A run holds events of one guard and one atomic write only.
         let same = rest
             .iter()
-            .position(|e| e.guard != rest[0].guard)
+            .position(|e| e.guard != rest[0].guard || e.atomic != rest[0].atomic)
             .unwrap_or(rest.len());
         let n = take_within(
             rest[..same].iter().map(StoredEvent::encoded_len),
@@ -105,16 +117,26 @@ pub(super) fn put_run(
             record(first.client_seq as f64, &ids, &wires),
         )
     };
+    let object = value.unchecked_ref::<js_sys::Object>();
     if let Some(g) = first.guard {
         let parts = Array::of3(
             &(g.expected_version as f64).into(),
             &(g.first_seq as f64).into(),
             &(g.last_seq as f64).into(),
         );
-        let object = value.unchecked_ref::<js_sys::Object>();
         js::set(object, "g", parts);
-        // Hidden from releases that do not know guards (see the module's header).
-        js::set(object, GUARDED_WIRES, js::get(&value, "w"));
+    }
+    // Hidden from releases that do not know guards or atomic writes (the module's header).
+    let hidden = match (&first.atomic, first.guard) {
+        (Some(legs), _) => {
+            js::set(object, "a", legs_js(legs));
+            Some(ATOMIC_WIRES)
+        }
+        (None, Some(_)) => Some(GUARDED_WIRES),
+        (None, None) => None,
+    };
+    if let Some(field) = hidden {
+        js::set(object, field, js::get(&value, "w"));
         js_sys::Reflect::delete_property(object, &JsValue::from_str("w")).js()?;
     }
     if replace {
@@ -167,12 +189,19 @@ pub(super) fn events_of(
     out: &mut Vec<StoredEvent>,
 ) -> Result<(), StoreError> {
     let (first, last) = span(value)?;
-    let wires = match js::get(value, "w") {
-        w if w.is_undefined() => js::get(value, GUARDED_WIRES),
-        w => w,
-    };
+    let wires = [GUARDED_WIRES, ATOMIC_WIRES]
+        .into_iter()
+        .fold(js::get(value, "w"), |w, field| {
+            if w.is_undefined() {
+                js::get(value, field)
+            } else {
+                w
+            }
+        });
     let ids = js::get(value, "e");
     let guard = guard_of(value)?;
+    // Decoded once per record: its events share one list.
+    let atomic = atomic_of(aggregate, value, first, last)?;
     if ids.is_string() {
         if first > above && first <= through && out.len() < max {
             out.push(StoredEvent {
@@ -181,6 +210,7 @@ pub(super) fn events_of(
                 event_id: parse_uuid(&ids)?,
                 wire: wires.as_string().ok_or_else(bad)?,
                 guard,
+                atomic,
             });
         }
         return Ok(());
@@ -202,6 +232,7 @@ pub(super) fn events_of(
             event_id: parse_uuid(&ids.get(i))?,
             wire: wires.get(i).as_string().ok_or_else(bad)?,
             guard,
+            atomic: atomic.clone(),
         });
     }
     Ok(())
@@ -227,6 +258,25 @@ fn guard_of(value: &JsValue) -> Result<Option<Guard>, StoreError> {
         first_seq: part(1)?,
         last_seq: part(2)?,
     }))
+}
+
+/// The legs a record's events carry (`a`), if any: a list in which the record's own aggregate
+/// has a leg spanning the record's events (anything else is corrupt).
+fn atomic_of(
+    aggregate: AggregateRef,
+    value: &JsValue,
+    first: u64,
+    last: u64,
+) -> Result<Option<Legs>, StoreError> {
+    let Some(legs) = legs_of(&js::get(value, "a"), "an outbox record")? else {
+        return Ok(None);
+    };
+    match leg_of(&legs, &aggregate) {
+        Some(leg) if leg.first_seq <= first && last <= leg.last_seq => Ok(Some(legs)),
+        _ => Err(StoreError::Corrupt(
+            "an outbox record's atomic legs do not hold it".into(),
+        )),
+    }
 }
 
 fn bad_guard() -> StoreError {

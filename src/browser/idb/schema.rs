@@ -2,11 +2,11 @@
 //!
 //! | store       | key                       | value                                                  | since |
 //! |-------------|---------------------------|--------------------------------------------------------|-------|
-//! | `outbox`    | out of line: `[t, a, s]` or `[t, a, last, n]` | pending (or landed, not yet pruned) events: `{ s, e, w }` one event (sequence `s`, event id `e`, wire encoding `w`); `{ s, e: [ids], w: [wires] }` a run of `n` from `s` to `last`; a conditional append's records add its guard `g` and keep the wires under `gw` instead of `w` ([`super::records`]) | 2 (runs: 4, `g`/`gw`: 5) |
+//! | `outbox`    | out of line: `[t, a, s]` or `[t, a, last, n]` | pending (or landed, not yet pruned) events: `{ s, e, w }` one event (sequence `s`, event id `e`, wire encoding `w`); `{ s, e: [ids], w: [wires] }` a run of `n` from `s` to `last`; a conditional append's records add its guard `g` and keep the wires under `gw` instead of `w`; an atomic write's records add its legs `a` and keep the wires under `aw` ([`super::records`]) | 2 (runs: 4, `g`/`gw`: 5, `a`/`aw`: 6) |
 //! | `ids`       | out of line: event id     | `[t, a, s]`: where an event was stored; written with the event, deleted in bulk (below) | 2 |
 //! | `counters`  | key path `["t", "a"]`     | `{ t, a, last }`: the highest sequence ever assigned in the aggregate (never deleted) | 1 |
-//! | `parked`    | key path `["t", "a"]`     | a parked aggregate: rejected range, code, message      | 1 |
-//! | `meta`      | out of line               | `"clientId"` (the device's id), `"pin"` (the pinned batch) | 1 |
+//! | `parked`    | key path `["t", "a"]`     | a parked aggregate: rejected range, code, message; a parked atomic write's legs (`legs`) | 1 (`legs`: 6) |
+//! | `meta`      | out of line               | `"clientId"` (the device's id), `"pin"` (the pinned batch; an atomic write's adds its `legs`) | 1 (`legs`: 6) |
 //! | `discarded` | out of line: event id     | when a parked event was discarded (`whenSynced` rejects for it) | 1 |
 //! | `landed`    | out of line: `[t, a]`     | the landed watermark: every sequence at or below it landed; kept only while landed events of the aggregate are still stored | 2 |
 //! | `log`       | out of line: `[t, a, version]` | a batch the server confirmed, as it reads it (`{ version, clientId, serverTimestamp, events }`) | 3 |
@@ -36,6 +36,16 @@
 //! version number makes tabs still running version 4 close their connection
 //! (`versionchange`).
 //!
+//! Version 6 adds no store either: an atomic write's records (`appendAtomic`) carry its legs in
+//! `a` and keep their wire encodings under `aw` (instead of `w`, or `gw` on a guarded leg);
+//! its pin and park records carry the legs in `legs`. It must change the version for the same
+//! reason as 5: a release before atomic writes ignores `a` and would cut one leg as a batch of
+//! its own and send it alone — half of an atomic write landing. Finding neither `w` nor `gw`,
+//! it takes the record as corrupt and sends nothing; the version number makes tabs still
+//! running version 5 close their connection (`versionchange`). Records without `a` (every
+//! record version 5 wrote) read as plain or conditional appends, as before: nothing is
+//! migrated.
+//!
 //! Version 1 kept events in `events` (key path `["t","a","s"]`, index `eventId`); the upgrade to
 //! 2 copies them into `outbox` and `ids` and deletes `events`, so a tab still running version 1
 //! fails loudly (its transactions name a store that is gone) instead of writing where nobody
@@ -45,7 +55,7 @@ use wasm_bindgen::prelude::*;
 use web_sys::{IdbDatabase, IdbObjectStoreParameters, IdbTransaction};
 
 /// The current schema version.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// Pending (and landed, not yet pruned) events, keyed by aggregate and sequence.
 pub const OUTBOX: &str = "outbox";

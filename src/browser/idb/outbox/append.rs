@@ -1,7 +1,8 @@
 //! Sequence assignment: an append group reads each aggregate's counter, gives its events the
 //! next sequences, and writes the runs, the `ids` records and the counters in one transaction —
 //! with guessed counters (`idb::counters`) the writes go out with the reads, and a wrong guess
-//! aborts the transaction and is retried once.
+//! aborts the transaction and is retried once. An atomic write (`append_atomic`) is the same
+//! group commit, its events carrying every leg (`idb::records` stores them on its runs).
 
 use std::cell::Cell;
 
@@ -16,7 +17,7 @@ use super::super::request::result;
 use super::super::schema::{COUNTERS, IDS, OUTBOX};
 use super::{IdbOutbox, get, store};
 use crate::browser::js;
-use crate::engine::model::{AggregateRef, Guard, Receipt, StoredEvent};
+use crate::engine::model::{AggregateRef, Guard, Leg, Legs, Receipt, StoredEvent};
 use crate::engine::outbox::{Appended, Cause, GroupItem, StoreError};
 use crate::engine::sorted::SortedMap;
 
@@ -24,10 +25,12 @@ impl IdbOutbox {
     /// One try at [`Outbox::append_group`](crate::engine::outbox::Outbox::append_group): the counters are read and the events written in
     /// one transaction. With every counter of the group guessed (`idb::counters`), the writes
     /// are issued with the reads instead of after them; a guess the read contradicts sets
-    /// `wrong` and aborts the transaction before anything is committed.
+    /// `wrong` and aborts the transaction before anything is committed. `atomic`: the group is
+    /// one atomic write (each aggregate at most once), every event carrying its legs.
     async fn append_group_once(
         &self,
         group: &[GroupItem<'_>],
+        atomic: bool,
         wrong: &Cell<bool>,
     ) -> Result<Appended, StoreError> {
         // An `add` over an existing key fails its request: committing early is only right
@@ -69,7 +72,7 @@ impl IdbOutbox {
                     for ((_, seq, _), base) in last.values_mut().zip(&bases) {
                         *seq = *base;
                     }
-                    let receipts = write_group(tx, group, &mut last)?;
+                    let receipts = write_group(tx, group, atomic, &mut last)?;
                     // Checked once the last answer arrived, in its own success event, before
                     // any write's: a wrong guess aborts.
                     let checked = match unchecked {
@@ -119,12 +122,29 @@ async fn counter_answers(
 
 /// Assigns the group's events their sequences after each aggregate's `last`, and issues their
 /// writes (the `ids` records, the runs, the counters); returns each append's receipts.
+/// `atomic`: the group is one atomic write, and every event carries all of its legs.
 fn write_group(
     tx: &IdbTransaction,
     group: &[GroupItem<'_>],
+    atomic: bool,
     last: &mut SortedMap<AggregateRef, (Agg, u64, Vec<StoredEvent>)>,
 ) -> Result<Vec<Vec<Receipt>>, StoreError> {
     let (events, ids, counters) = (store(tx, OUTBOX)?, store(tx, IDS)?, store(tx, COUNTERS)?);
+    // One list for every event of the write (each aggregate is in it once: its leg follows
+    // its counter).
+    let legs: Option<Legs> = atomic.then(|| {
+        group
+            .iter()
+            .map(|(aggregate, batch, _)| {
+                let base = last.get(aggregate).map_or(0, |(_, seq, _)| *seq);
+                Leg {
+                    aggregate: *aggregate,
+                    first_seq: base + 1,
+                    last_seq: base + batch.len() as u64,
+                }
+            })
+            .collect()
+    });
     let mut all = Vec::with_capacity(group.len());
     for (aggregate, batch, expected) in group {
         let (a, seq, runs) = last.get_mut(aggregate).expect("one entry per aggregate");
@@ -142,7 +162,11 @@ fn write_group(
             });
             ids.put_with_key(&a.event(*seq as f64), &uuid_js(&event.event_id))
                 .js()?;
-            runs.push(StoredEvent::new(*aggregate, *seq, event).guarded(guard));
+            runs.push(
+                StoredEvent::new(*aggregate, *seq, event)
+                    .guarded(guard)
+                    .in_atomic(legs.clone()),
+            );
         }
         all.push(receipts);
     }
@@ -165,13 +189,30 @@ pub(super) async fn append_group(
     this: &IdbOutbox,
     group: &[GroupItem<'_>],
 ) -> Result<Appended, StoreError> {
+    append(this, group, false).await
+}
+
+/// [`Outbox::append_atomic`](crate::engine::outbox::Outbox::append_atomic): the group commit of
+/// [`append_group`], its events carrying the write's legs.
+pub(super) async fn append_atomic(
+    this: &IdbOutbox,
+    writes: &[GroupItem<'_>],
+) -> Result<Appended, StoreError> {
+    append(this, writes, true).await
+}
+
+async fn append(
+    this: &IdbOutbox,
+    group: &[GroupItem<'_>],
+    atomic: bool,
+) -> Result<Appended, StoreError> {
     let wrong = Cell::new(false);
-    match this.append_group_once(group, &wrong).await {
+    match this.append_group_once(group, atomic, &wrong).await {
         // A guessed counter was wrong (another context appended), or another context
         // upgraded the database mid-append: nothing was written (the transaction aborted);
         // try once more, reading the counters first (every guess is forgotten).
         Err(_) if wrong.get() || this.db.lost_to_upgrade() => {
-            this.append_group_once(group, &wrong).await
+            this.append_group_once(group, atomic, &wrong).await
         }
         result => result,
     }

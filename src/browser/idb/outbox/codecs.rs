@@ -1,10 +1,14 @@
 //! How the drain's bookkeeping records are laid out in IndexedDB: the pin (in `meta`) and the
 //! park records (`parked`), written and read back, refusing a record that does not parse.
+//! Both keep an atomic write's legs (`legs`, [`super::super::legs`]), so a reload resends the
+//! identical write and a discard finds every leg; a record without them is a plain one (as
+//! every record before atomic writes is).
 
 use js_sys::Object;
 use wasm_bindgen::JsValue;
 
 use super::super::keys::{Agg, parse_uuid};
+use super::super::legs::{legs_js, legs_of};
 use crate::browser::js;
 use crate::engine::model::{AggregateRef, Batch, ParkRecord};
 use crate::engine::outbox::StoreError;
@@ -17,6 +21,9 @@ pub(super) fn pin_record(b: &Batch) -> JsValue {
     js::set(&o, "first", b.first_seq as f64);
     js::set(&o, "last", b.last_seq as f64);
     js::set(&o, "count", b.count);
+    if let Some(legs) = &b.atomic {
+        js::set(&o, "legs", legs_js(legs));
+    }
     o.into()
 }
 
@@ -37,6 +44,7 @@ pub(super) fn batch_of_record(v: &JsValue) -> Result<Option<Batch>, StoreError> 
         first_seq: js::get_u64(v, "first").ok_or_else(bad)?,
         last_seq: js::get_u64(v, "last").ok_or_else(bad)?,
         count: js::get_u64(v, "count").ok_or_else(bad)? as u32,
+        atomic: legs_of(&js::get(v, "legs"), "the pin record")?,
     }))
 }
 
@@ -54,6 +62,9 @@ pub(super) fn parked_record(r: &ParkRecord) -> JsValue {
     js::set(&o, "may_have_landed", r.may_have_landed);
     if let Some(version) = r.current_version {
         js::set(&o, "current_version", version as f64);
+    }
+    if let Some(legs) = &r.atomic {
+        js::set(&o, "legs", legs_js(legs));
     }
     o.into()
 }
@@ -75,5 +86,6 @@ pub(in crate::browser::idb) fn park_of_record(v: &JsValue) -> Result<ParkRecord,
         parked_at: js::get_u64(v, "at").unwrap_or(0),
         may_have_landed: js::get_bool(v, "may_have_landed").unwrap_or(false),
         current_version: js::get_u64(v, "current_version"),
+        atomic: legs_of(&js::get(v, "legs"), "a parked record")?,
     })
 }

@@ -1,13 +1,15 @@
 //! Batch cutting and reading: the next batch, round robin over aggregates above their landed
 //! watermarks and within the request's budgets, read in growing chunks of records; and the
-//! events of a pinned batch read back for a resend.
+//! events of a pinned batch read back for a resend. An atomic write is cut whole, across its
+//! aggregates, and only once it heads every one of them (rule 3 of `engine::outbox`), all in
+//! the cut's one read transaction.
 
 use js_sys::Array;
 use wasm_bindgen::JsValue;
 use web_sys::{IdbKeyRange, IdbObjectStore};
 
 use super::super::db::{Js, stores};
-use super::super::keys::{Agg, after_aggregate, aggregate_of};
+use super::super::keys::{Agg, after_aggregate, aggregate_of, span_of};
 use super::super::records::{events_of, span};
 use super::super::request::result;
 use super::super::schema::{LANDED, OUTBOX};
@@ -15,7 +17,7 @@ use super::super::watermarks::{Marks, mark_of};
 use super::{IdbOutbox, landed, store};
 use crate::browser::js;
 use crate::engine::batch::{cut_at_guards, take_within};
-use crate::engine::model::{Batch, StoredEvent};
+use crate::engine::model::{AggregateRef, Batch, Legs, StoredEvent};
 use crate::engine::outbox::{CutQuery, StoreError};
 
 /// The first key in `range` (every array key when `None`).
@@ -148,13 +150,17 @@ async fn cut(
             }
             let a = Agg::new(&aggregate);
             if query.skip.binary_search(&aggregate).is_err() {
-                let mut above = mark_of(marks, &aggregate);
-                if let Some((x, through)) = query.assume_landed
-                    && x == aggregate
-                {
-                    above = above.max(through);
-                }
+                let above = above_of(marks, query, &aggregate);
                 let mut found = head(events, &a, above, query.max_events, query.max_bytes).await?;
+                if let Some(legs) = found.first().and_then(|e| e.atomic.clone()) {
+                    // An atomic write: whole, once it heads every one of its aggregates;
+                    // until then this aggregate is passed over.
+                    if let Some(write) = atomic_ready(events, marks, query, &legs).await? {
+                        return Ok(Some(write));
+                    }
+                    lower = after_aggregate(Some(&a))?;
+                    continue;
+                }
                 if let Some(guard) = cut_at_guards(&mut found) {
                     // A conditional append: all of its events, whatever the limits.
                     if found.last().is_some_and(|e| e.client_seq < guard.last_seq) {
@@ -173,6 +179,60 @@ async fn cut(
         }
     }
     Ok(None)
+}
+
+/// The sequence above which `aggregate`'s events are pending for the cut `query`: its
+/// watermark in `marks`, or `query.assume_landed`'s when that is higher.
+fn above_of(marks: &Marks, query: &CutQuery<'_>, aggregate: &AggregateRef) -> u64 {
+    let above = mark_of(marks, aggregate);
+    match query.assume_landed {
+        Some((x, through)) if x == *aggregate => above.max(through),
+        _ => above,
+    }
+}
+
+/// The atomic write `legs`, every leg's pending events in the order of its legs, if none of its
+/// aggregates is skipped and each leg's first sequence is its aggregate's lowest pending one
+/// (the lowest pending of every leg read together, then every leg's events).
+async fn atomic_ready(
+    events: &IdbObjectStore,
+    marks: &Marks,
+    query: &CutQuery<'_>,
+    legs: &Legs,
+) -> Result<Option<Vec<StoredEvent>>, StoreError> {
+    if legs
+        .iter()
+        .any(|leg| query.skip.binary_search(&leg.aggregate).is_ok())
+    {
+        return Ok(None);
+    }
+    let mut lowest = Vec::with_capacity(legs.len());
+    for leg in legs.iter() {
+        let a = Agg::new(&leg.aggregate);
+        let above = above_of(marks, query, &leg.aggregate);
+        lowest.push((events.get_key(&a.above(above)?.into()), a, above));
+    }
+    let mut heads = Vec::with_capacity(lowest.len());
+    for (key, a, above) in lowest {
+        let key = result(key).await.js()?;
+        // The first record above the watermark may start at or below it.
+        let first = if key.is_undefined() {
+            None
+        } else {
+            Some(span_of(&key)?.0.max(above + 1))
+        };
+        heads.push((first, a));
+    }
+    let mut out = Vec::new();
+    for (leg, (first, a)) in legs.iter().zip(heads) {
+        if first != Some(leg.first_seq) {
+            return Ok(None);
+        }
+        if leg.last_seq >= leg.first_seq {
+            out.extend(events_between(events, &a, leg.first_seq - 1, leg.last_seq).await?);
+        }
+    }
+    Ok(Some(out))
 }
 
 /// [`Outbox::next_batch`](crate::engine::outbox::Outbox::next_batch).
@@ -205,18 +265,21 @@ pub(super) async fn next_batch(
     Ok(found)
 }
 
-/// [`Outbox::read`](crate::engine::outbox::Outbox::read).
+/// [`Outbox::read`](crate::engine::outbox::Outbox::read): an atomic batch's every leg, in the
+/// order of its legs, in one transaction.
 pub(super) async fn read(this: &IdbOutbox, batch: &Batch) -> Result<Vec<StoredEvent>, StoreError> {
     this.db
         .read(&stores(&[OUTBOX, LANDED]), async |tx| {
-            let a = Agg::new(&batch.aggregate);
-            let above = landed(&store(tx, LANDED)?, &a)
-                .await?
-                .max(batch.first_seq.saturating_sub(1));
-            if above >= batch.last_seq {
-                return Ok(Vec::new());
+            let (events, watermarks) = (store(tx, OUTBOX)?, store(tx, LANDED)?);
+            let mut out = Vec::new();
+            for (aggregate, first, last) in batch.spans() {
+                let a = Agg::new(&aggregate);
+                let above = landed(&watermarks, &a).await?.max(first.saturating_sub(1));
+                if above < last {
+                    out.extend(events_between(&events, &a, above, last).await?);
+                }
             }
-            events_between(&store(tx, OUTBOX)?, &a, above, batch.last_seq).await
+            Ok(out)
         })
         .await
 }

@@ -103,28 +103,36 @@ impl IdbOutbox {
                     meta.put_with_key(&previous, &PREVIOUS_CLIENT_ID_KEY.into())
                         .js()?;
                     if let Some(pin) = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)? {
-                        let a = Agg::new(&pin.aggregate);
-                        let above = pin.first_seq.saturating_sub(1);
-                        let stored = events_between(&store(tx, OUTBOX)?, &a, above, pin.last_seq)
-                            .await?
-                            .len() as u32;
-                        let record = ParkRecord {
-                            aggregate: pin.aggregate,
-                            first_seq: pin.first_seq,
-                            last_seq: pin.last_seq,
-                            count: stored,
-                            code: IDENTITY_CHANGED,
-                            message: format!(
-                                "this batch was pinned when the database moved from client id \
-                                 {} to its device key; it may have landed under the old id: \
-                                 check the aggregate, then discard it or append it again",
-                                previous.as_string().unwrap_or_default()
-                            ),
-                            parked_at: js_sys::Date::now() as u64,
-                            may_have_landed: true,
-                            current_version: None,
-                        };
-                        store(tx, PARKED)?.put(&parked_record(&record)).js()?;
+                        // One record per aggregate: every leg of a pinned atomic write.
+                        let (events, parked) = (store(tx, OUTBOX)?, store(tx, PARKED)?);
+                        let message = format!(
+                            "this batch was pinned when the database moved from client id {} \
+                             to its device key; it may have landed under the old id: check the \
+                             aggregate, then discard it or append it again",
+                            previous.as_string().unwrap_or_default()
+                        );
+                        for (aggregate, first_seq, last_seq) in pin.spans() {
+                            let a = Agg::new(&aggregate);
+                            let above = first_seq.saturating_sub(1);
+                            let stored = if above < last_seq {
+                                events_between(&events, &a, above, last_seq).await?.len()
+                            } else {
+                                0
+                            };
+                            let record = ParkRecord {
+                                aggregate,
+                                first_seq,
+                                last_seq,
+                                count: stored as u32,
+                                code: IDENTITY_CHANGED,
+                                message: message.clone(),
+                                parked_at: js_sys::Date::now() as u64,
+                                may_have_landed: true,
+                                current_version: None,
+                                atomic: pin.atomic.clone(),
+                            };
+                            parked.put(&parked_record(&record)).js()?;
+                        }
                         meta.delete(&PIN_KEY.into()).js()?;
                     }
                     Ok(candidate)

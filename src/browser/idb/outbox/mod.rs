@@ -135,6 +135,10 @@ impl Outbox for IdbOutbox {
         append::append_group(self, group).await
     }
 
+    async fn append_atomic(&self, writes: &[GroupItem<'_>]) -> Result<Appended, StoreError> {
+        append::append_atomic(self, writes).await
+    }
+
     async fn last_assigned(&self, aggregate: AggregateRef) -> Result<u64, StoreError> {
         append::last_assigned(self, aggregate).await
     }
@@ -180,8 +184,8 @@ impl Outbox for IdbOutbox {
         compaction::unpruned(self).await
     }
 
-    async fn park(&self, record: &ParkRecord, batch: &Batch) -> Result<(), StoreError> {
-        settle::park(self, record, batch).await
+    async fn park(&self, records: &[ParkRecord], batch: &Batch) -> Result<(), StoreError> {
+        settle::park(self, records, batch).await
     }
 
     async fn parked(&self) -> Result<Vec<ParkRecord>, StoreError> {

@@ -1,9 +1,11 @@
 //! The drain's bookkeeping around one batch: the pin (which batch is in flight), the settle
 //! (landed watermark raised and pin moved in one transaction), and parking — a rejected batch
 //! set aside, listed, and discarded at the app's word (with the ids remembered, so `whenSynced`
-//! can tell "discarded" from "landed").
+//! can tell "discarded" from "landed"). An atomic write is settled, parked and discarded whole:
+//! every leg's watermark, park record and events in one transaction.
 
 use wasm_bindgen::JsValue;
+use web_sys::IdbObjectStore;
 
 use super::super::db::{Commit, Js, stores};
 use super::super::keys::{Agg, uuid_js};
@@ -45,13 +47,21 @@ pub(super) async fn pin(
         .await
 }
 
-/// [`Outbox::settle`](crate::engine::outbox::Outbox::settle).
+/// [`Outbox::settle`](crate::engine::outbox::Outbox::settle): an atomic batch raises every
+/// leg's watermark to the leg's last sequence (it landed whole), in the same transaction.
 pub(super) async fn settle(
     this: &IdbOutbox,
     batch: &Batch,
     through: u64,
     then: Option<&Batch>,
 ) -> Result<bool, StoreError> {
+    let targets: Vec<(Agg, u64)> = match &batch.atomic {
+        Some(legs) => legs
+            .iter()
+            .map(|leg| (Agg::new(&leg.aggregate), leg.last_seq))
+            .collect(),
+        None => vec![(Agg::new(&batch.aggregate), through)],
+    };
     this.db
         .write(
             &stores(&[META, LANDED]),
@@ -60,42 +70,52 @@ pub(super) async fn settle(
             async |tx| {
                 let meta = store(tx, META)?;
                 let watermarks = store(tx, LANDED)?;
-                let a = Agg::new(&batch.aggregate);
-                // The pin and the watermark are read together (one round trip, not two:
+                // The pin and the watermarks are read together (one round trip, not two:
                 // this transaction stands between a batch's answer and the next request),
                 // awaited in the order issued (`idb::request`).
                 let pin = meta.get(&PIN_KEY.into());
-                let mark = watermarks.get(&a.key());
+                let marks: Vec<_> = targets
+                    .iter()
+                    .map(|(a, _)| watermarks.get(&a.key()))
+                    .collect();
                 let current = batch_of_record(&result(pin).await.js()?)?;
-                let stored = result(mark).await.js()?.as_f64().unwrap_or(0.0) as u64;
+                let mut stored = Vec::with_capacity(marks.len());
+                for mark in marks {
+                    stored.push(result(mark).await.js()?.as_f64().unwrap_or(0.0) as u64);
+                }
                 if current.as_ref() != Some(batch) {
                     return Ok(None); // another drainer moved the pin: nothing written
                 }
-                let landed = stored.max(through);
-                watermarks
-                    .put_with_key(&JsValue::from_f64(landed as f64), &a.key())
-                    .js()?;
+                let mut raised = Vec::with_capacity(targets.len());
+                for ((a, through), stored) in targets.iter().zip(stored) {
+                    let landed = stored.max(*through);
+                    watermarks
+                        .put_with_key(&JsValue::from_f64(landed as f64), &a.key())
+                        .js()?;
+                    raised.push((a.aggregate, landed));
+                }
                 match then {
                     Some(next) => meta.put_with_key(&pin_record(next), &PIN_KEY.into()),
                     None => meta.delete(&PIN_KEY.into()),
                 }
                 .js()?;
-                Ok(Some(landed))
+                Ok(Some(raised))
             },
         )
         .await
         .map(|written| {
-            if let Some(landed) = written {
-                this.watermarks.raised(batch.aggregate, landed);
+            for (aggregate, landed) in written.iter().flatten() {
+                this.watermarks.raised(*aggregate, *landed);
             }
             written.is_some()
         })
 }
 
-/// [`Outbox::park`](crate::engine::outbox::Outbox::park).
+/// [`Outbox::park`](crate::engine::outbox::Outbox::park): one record per aggregate (every leg
+/// of an atomic write), all in one transaction.
 pub(super) async fn park(
     this: &IdbOutbox,
-    record: &ParkRecord,
+    records: &[ParkRecord],
     batch: &Batch,
 ) -> Result<(), StoreError> {
     this.db
@@ -105,7 +125,10 @@ pub(super) async fn park(
             Commit::Early,
             async |tx| {
                 let meta = store(tx, META)?;
-                store(tx, PARKED)?.put(&parked_record(record)).js()?;
+                let parked = store(tx, PARKED)?;
+                for record in records {
+                    parked.put(&parked_record(record)).js()?;
+                }
                 let current = batch_of_record(&get(&meta, &PIN_KEY.into()).await?)?;
                 if current.as_ref() == Some(batch) {
                     meta.delete(&PIN_KEY.into()).js()?;
@@ -145,27 +168,29 @@ pub(super) async fn discard_parked(
                 if found.is_undefined() {
                     return Ok(Discarded { removed: 0, begun });
                 }
-                let record = park_of_record(&found)?;
-                let (f, l) = (record.first_seq, record.last_seq);
-                // Each record holding any of `f..=l` loses exactly those events (rewritten
-                // as what is left on either side), and their ids are remembered, so
-                // `whenSynced` can tell "discarded" from "landed".
+                // A parked atomic write goes whole: every leg's record and events (a part
+                // of it may never be sent alone).
+                let mut records = vec![park_of_record(&found)?];
+                if let Some(legs) = records[0].atomic.clone() {
+                    let others: Vec<_> = legs
+                        .iter()
+                        .filter(|leg| leg.aggregate != aggregate)
+                        .map(|leg| parked.get(&Agg::new(&leg.aggregate).key()))
+                        .collect();
+                    for other in others {
+                        let other = result(other).await.js()?;
+                        if !other.is_undefined() {
+                            records.push(park_of_record(&other)?);
+                        }
+                    }
+                }
                 let now = JsValue::from_f64(js_sys::Date::now());
                 let mut dropped = 0u32;
-                for value in records_holding(&events, &a, f.saturating_sub(1), l).await? {
-                    let all = all_events_of(aggregate, &value)?;
-                    events.delete(&key_of(&a, &value)?).js()?;
-                    // `all` is in sequence order: what is below `f`, in it, above `l`.
-                    let from = all.iter().take_while(|e| e.client_seq < f).count();
-                    let to = from + all[from..].iter().take_while(|e| e.client_seq <= l).count();
-                    for e in &all[from..to] {
-                        discarded.put_with_key(&now, &uuid_js(&e.event_id)).js()?;
-                    }
-                    dropped += (to - from) as u32;
-                    put_run(&events, &a, &all[..from], true)?;
-                    put_run(&events, &a, &all[to..], true)?;
+                for record in &records {
+                    let a = Agg::new(&record.aggregate);
+                    dropped += drop_parked(&events, &discarded, &a, record, &now).await?;
+                    parked.delete(&a.key()).js()?;
                 }
-                parked.delete(&a.key()).js()?;
                 Ok(Discarded {
                     removed: dropped,
                     begun,
@@ -173,4 +198,32 @@ pub(super) async fn discard_parked(
             },
         )
         .await
+}
+
+/// Drops the events `record` parked (of `a`) and remembers their ids as discarded, so
+/// `whenSynced` can tell "discarded" from "landed"; says how many it dropped. Each stored
+/// record holding any of them loses exactly those (rewritten as what is left on either side).
+async fn drop_parked(
+    events: &IdbObjectStore,
+    discarded: &IdbObjectStore,
+    a: &Agg,
+    record: &ParkRecord,
+    now: &JsValue,
+) -> Result<u32, StoreError> {
+    let (f, l) = (record.first_seq, record.last_seq);
+    let mut dropped = 0u32;
+    for value in records_holding(events, a, f.saturating_sub(1), l).await? {
+        let all = all_events_of(a.aggregate, &value)?;
+        events.delete(&key_of(a, &value)?).js()?;
+        // `all` is in sequence order: what is below `f`, in it, above `l`.
+        let from = all.iter().take_while(|e| e.client_seq < f).count();
+        let to = from + all[from..].iter().take_while(|e| e.client_seq <= l).count();
+        for e in &all[from..to] {
+            discarded.put_with_key(now, &uuid_js(&e.event_id)).js()?;
+        }
+        dropped += (to - from) as u32;
+        put_run(events, a, &all[..from], true)?;
+        put_run(events, a, &all[to..], true)?;
+    }
+    Ok(dropped)
 }
