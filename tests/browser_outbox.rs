@@ -57,12 +57,7 @@ async fn ids_are_compacted_only_by_an_idle_prune() {
             .collect()
     };
     let settle = async |first: u64, last: u64| {
-        let b = Batch {
-            aggregate: a,
-            first_seq: first,
-            last_seq: last,
-            count: (last - first + 1) as u32,
-        };
+        let b = Batch::plain(a, first, last, (last - first + 1) as u32);
         assert!(o.pin(&b, None).await.unwrap());
         assert!(o.settle(&b, last, None).await.unwrap());
     };
@@ -274,12 +269,7 @@ async fn rule1_appends_from_two_contexts_never_share_a_sequence() {
         "x guessed 2; the read said 4"
     );
     // Everything so far lands and is pruned: sequences 1..=5 are free keys again.
-    let b = Batch {
-        aggregate: a,
-        first_seq: 1,
-        last_seq: 5,
-        count: 5,
-    };
+    let b = Batch::plain(a, 1, 5, 5);
     assert!(y.pin(&b, None).await.unwrap());
     assert!(y.settle(&b, 5, None).await.unwrap());
     assert_eq!(y.prune(a, 100, true).await.unwrap().removed, 5);
