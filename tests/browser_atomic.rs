@@ -284,7 +284,11 @@ async fn a_stale_guarded_leg_parks_every_leg_and_a_discard_drops_the_whole_write
             assert!(version.is_undefined());
         }
     }
-    assert_eq!(list(&seen, "parked").len(), 2, "one parked event per leg");
+    let told = list(&seen, "parked");
+    assert_eq!(told.len(), 2, "one parked event per leg");
+    for detail in &told {
+        assert_eq!(list(detail, "atomicWith").len(), 1, "{}", describe(detail));
+    }
     assert!(
         read_all(&t, &ida).await.is_empty(),
         "nothing of it at the server"

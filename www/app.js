@@ -101,7 +101,9 @@ function name(aggregate) {
 
 for (const [label, id] of AGGREGATES) {
   $("aggregate").append(new Option(label, id));
+  $("transferTo").append(new Option(label, id));
 }
+$("transferTo").selectedIndex = Math.min(1, AGGREGATES.length - 1);
 
 async function append(count, type) {
   const id = $("aggregate").value;
@@ -186,6 +188,52 @@ $("conflict").addEventListener("click", async () => {
     conflictNote(`conflict: ${e.code}: ${e.message}`);
   }
 });
+
+// Transfers (Balances panel): `appendAtomic` writes both accounts in one request that lands
+// whole or not at all. The stale variant guards the source account one version behind: the
+// whole transfer is refused with 2003 and both legs are parked.
+const transferNote = (text) => {
+  $("transferNote").textContent = text;
+  log(text);
+};
+async function transfer(stale) {
+  const from = { typeId: TYPE_ID, id: $("aggregate").value };
+  const to = { typeId: TYPE_ID, id: $("transferTo").value };
+  const amount = Math.abs(Number($("amount").value) || 0);
+  if (from.id === to.id) return transferNote("transfer: choose two different accounts");
+  const leg = (sign, other) => ({
+    type: Number($("type").value) || 3,
+    data: { note: `transfer ${sign < 0 ? "to" : "from"} ${name(other)}`, amount: sign * amount, device: DEVICE, at: new Date().toISOString() },
+  });
+  try {
+    let expectedVersion;
+    if (stale) {
+      const view = await client.read(from);
+      if (view.fromCache) return transferNote("transfer: offline — a stale guard is only found out by the server");
+      if (view.version === 0) return transferNote(`transfer: ${name(from)} has no version yet; append to it first`);
+      expectedVersion = view.version - 1;
+    }
+    const [out] = await client.appendAtomic([
+      { aggregate: from, events: [leg(-1, to)], ...(stale ? { expectedVersion } : {}) },
+      { aggregate: to, events: [leg(1, from)] },
+    ]);
+    transferNote(`transfer of ${amount} from ${name(from)} to ${name(to)} stored (one transaction)${stale ? `, guarded on ${name(from)} at version ${expectedVersion}` : ""}…`);
+    try {
+      await client.whenSynced(out[0].eventId);
+      transferNote(`transfer of ${amount} from ${name(from)} to ${name(to)} landed on both, in one request`);
+    } catch (e) {
+      const parked = (await client.parkedEvents()).filter((p) => p.atomicWith);
+      const mine = parked.find((p) => p.eventId === out[0].eventId);
+      transferNote(mine
+        ? `transfer refused whole: parked with ${mine.code} (currentVersion ${mine.currentVersion ?? "—"}) on ${parked.length} events of ${new Set(parked.map((p) => p.aggregate.id)).size} accounts; nothing was stored — discard either leg in the Outbox panel and the whole transfer goes`
+        : `transfer: ${e.code} ${e.message}`);
+    }
+  } catch (e) {
+    transferNote(`transfer: ${e.code}: ${e.message}`);
+  }
+}
+$("transfer").addEventListener("click", () => transfer(false));
+$("transferStale").addEventListener("click", () => transfer(true));
 
 // Offline: the client's network switch (client.setOffline) stops every request it makes —
 // writes, the offline probe, sessions, catch-up reads, the change stream — and this page stops

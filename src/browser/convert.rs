@@ -195,6 +195,15 @@ pub(crate) fn parked_to_js(r: &ParkRecord) -> JsValue {
     if let Some(version) = r.current_version {
         js::set(&o, "currentVersion", version as f64);
     }
+    if let Some(legs) = &r.atomic {
+        // Part of an atomic write: the other aggregates parked with it (discarded with it).
+        let others: Array = legs
+            .iter()
+            .filter(|l| l.aggregate != r.aggregate)
+            .map(|l| aggregate_to_js(&l.aggregate))
+            .collect();
+        js::set(&o, "atomicWith", others);
+    }
     o.into()
 }
 

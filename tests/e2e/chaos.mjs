@@ -12,6 +12,12 @@
 // outcome a reload hid: at expectedVersion + 1 or nowhere); every one parked with 2003 is
 // nowhere; the counter reads 1..N, each value at its version, each decide that resolved at
 // the version it reported.
+//
+// Also mixed in (`transfers`, on by default): one append in ten of the main load is a transfer,
+// `appendAtomic` across two of the aggregates. Its legs are checked like every append (each
+// event once, at the sequence its receipt gave, per aggregate 1..N with no gap), and besides:
+// both legs landed, each as exactly one batch of the gateway's log (the write was one request,
+// never split, never resent as a part).
 import { rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { Gateway, launchBrowser, openTab, rng, uuid, sleep, decode, tempDir } from "./lib.mjs";
@@ -36,7 +42,7 @@ function faultFlags(f) {
 export async function chaos({
   events = 3000, tabs = 3, aggregates = 20, seed = Date.now() % 1e9, faults = FAULTS,
   reloads = 2, closeDrainer = true, kill9 = true, log = console.log, verifyConcurrency = false,
-  conditional = true,
+  conditional = true, transfers = true,
 } = {}) {
   const started = Date.now();
   const random = rng(seed);
@@ -71,6 +77,7 @@ export async function chaos({
     traps: new Set(), // device:aggregate:firstSeq of conditional writes settled as duplicates
   };
   const attempted = new Map(); // payload -> aggregate id
+  const transfersAppended = []; // [{ id, payloads }, { id, payloads }]
   const reported = new Map(); // payload -> { id, seq, eventId }
   let drainerChanges = 0;
   let lastDrainer = null;
@@ -82,6 +89,7 @@ export async function chaos({
       msg.payloads.forEach((p, i) => reported.set(p, { id: msg.id, seq: msg.receipts[i].clientSeq, eventId: msg.receipts[i].eventId }));
     }
     if (msg.kind === "appendFailed") figures.appendFailures += 1;
+    if (msg.kind === "transferAppended") transfersAppended.push(msg.legs);
     if (msg.kind === "condAppending") for (const p of msg.payloads) cond.attempted.set(p, { id: msg.id, expectedVersion: msg.expectedVersion, payloads: msg.payloads, stale: msg.stale });
     if (msg.kind === "condLanded") {
       cond.landed.add(msg.payloads[0]);
@@ -127,7 +135,7 @@ export async function chaos({
   let loads = 0;
   const start = async (page) => {
     const loadId = `${seed}.${loads++}`;
-    await page.evaluate((a) => harness.startAppending(a), { typeId, aggregates: ids, loadId });
+    await page.evaluate((a) => harness.startAppending(a), { typeId, aggregates: ids, loadId, transferRate: transfers ? 0.1 : 0 });
     if (conditional) await page.evaluate((a) => harness.startConditional(a), { typeId: condType, guarded, counter, loadId, pauseMs: 200 });
   };
   const pages = [];
@@ -263,7 +271,7 @@ export async function chaos({
       if (e.clientSeq !== i + 1) problems.push(`aggregate ${id}: position ${i + 1} holds sequence ${e.clientSeq}`);
       const payload = decode(e.data);
       if (seen.has(payload)) duplicates += 1;
-      seen.set(payload, { id, seq: e.clientSeq, eventId: e.eventId });
+      seen.set(payload, { id, seq: e.clientSeq, eventId: e.eventId, version: e.version });
       if (attempted.get(payload) !== id) problems.push(`aggregate ${id}: unexpected event ${payload}`);
     });
   }
@@ -278,6 +286,19 @@ export async function chaos({
     }
   }
   if (duplicates) problems.push(`${duplicates} duplicates`);
+  // Transfers: both legs there, each one batch of its aggregate's log.
+  for (const legs of transfersAppended) {
+    for (const leg of legs) {
+      const versions = new Set(leg.payloads.map((p) => seen.get(p)?.version));
+      if (versions.has(undefined)) problems.push(`transfer leg ${leg.payloads} on ${leg.id}: not all landed`);
+      else if (versions.size !== 1) problems.push(`transfer leg ${leg.payloads} on ${leg.id}: split over versions ${[...versions]}`);
+      else {
+        const [version] = versions;
+        const batch = [...seen.values()].filter((e) => e.id === leg.id && e.version === version).length;
+        if (batch !== leg.payloads.length) problems.push(`transfer leg ${leg.payloads} on ${leg.id}: its batch holds ${batch} events`);
+      }
+    }
+  }
   if (outboxes.some((n) => n !== 0)) problems.push(`outboxes not empty: ${outboxes}`);
   if (verifyConcurrency && report.counts.maxInFlightPerClient !== 1) {
     problems.push(`the gateway saw ${report.counts.maxInFlightPerClient} requests of one client at once`);
@@ -288,6 +309,7 @@ export async function chaos({
   const elapsed = ((Date.now() - started) / 1000).toFixed(1);
   const result = {
     seed, events: total, appendsReported: reported.size, appendedButUnreported: total - reported.size,
+    transfers: transfersAppended.length,
     faults: {
       requests: counts.requests, dropAfterCommit: counts.dropAfterCommit, timeout: counts.timeout,
       inflight: counts.inflight, busy: counts.busy, resetBeforeCommit: counts.resetBeforeCommit,

@@ -217,7 +217,8 @@ export class Gateway {
       const r = await this.read(url);
       if (!r.ok) throw new Error(`read ${id}: ${r.status} ${await r.text()}`);
       const page = await r.json();
-      for (const b of page.batches) events.push(...b.events);
+      // Each event with the version of its batch (a transfer's leg is one batch).
+      for (const b of page.batches) events.push(...b.events.map((e) => ({ ...e, version: b.version })));
       if (page.next === null) return events;
       from = page.next;
     }

@@ -216,6 +216,7 @@ export async function demo() {
     const versionAfter = Number(/\(v(\d+)\)/.exec(await balanceA("confirmed"))[1]);
     assert(versionAfter > versionBefore, `the projection's version went from ${versionBefore} to ${versionAfter}`);
     const conflict = await demoConflict(page, balanceA, versionAfter, gateway);
+    const transfer = await demoTransfer(page, balanceA, gateway);
     // The fault buttons: without the secret `npm start` puts in the fragment they change nothing;
     // with it, Chaos and No faults set the gateway's rates. The secret never travels in a URL.
     const urls = [];
@@ -234,7 +235,7 @@ export async function demo() {
     const leaked = urls.filter((u) => u.split("#")[0].includes(gateway.faultsSecret));
     assert(leaked.length === 0, `the secret in a request URL: ${leaked}`);
     assert(errors.length === 0, `page errors: ${errors}`);
-    return { synced: 11, balance: 105, versions: [versionBefore, versionAfter], ...conflict };
+    return { synced: 11, balance: 105, versions: [versionBefore, versionAfter], ...conflict, ...transfer };
   });
 }
 
@@ -274,6 +275,36 @@ async function demoConflict(page, balanceA, version, gateway) {
   amounts = await serverAmounts();
   assert(amounts.length === 12 && amounts.at(-1) === -30 && !amounts.includes(-7) && !amounts.includes(-1000), `the server holds ${amounts}`);
   return { conflictCurrentVersion: version, withdrawnAtVersion: version + 1, balanceAfterWithdrawal: 75 };
+}
+
+/** The demo's transfers (Account A at balance 75, Account B empty): "Transfer" moves 20 from A
+ *  to B with appendAtomic, landing on both in one request; "Transfer with a stale guard" is
+ *  refused whole (2003): both legs parked, neither counted nor stored, and discarding one leg
+ *  discards both. */
+async function demoTransfer(page, balanceA, gateway) {
+  const ACCOUNT_B = "b0b00000-0000-4000-8000-00000000000b";
+  const note = () => page.textContent("#transferNote");
+  const balanceB = (cls) => page.textContent(`#balanceRows tr[data-account="${ACCOUNT_B}"] .${cls}`);
+  const serverCount = async (id) => (await gateway.readAll(DEMO_TYPE, id)).length;
+  const [beforeA, beforeB] = [await serverCount(ACCOUNT_A), await serverCount(ACCOUNT_B)];
+  await page.selectOption("#transferTo", ACCOUNT_B);
+  await page.fill("#amount", "20");
+  await page.click("#transfer");
+  await waitFor("the transfer", 20_000, async () => / landed on both|^transfer:/.test(await note()));
+  assert((await note()).includes("from Account A to Account B landed on both, in one request"), `transfer note: ${await note()}`);
+  await waitFor("balances 55 and 20", 10_000, async () => (await balanceA("balance")) === "55" && (await balanceB("balance")) === "20");
+  const [afterA, afterB] = [await serverCount(ACCOUNT_A), await serverCount(ACCOUNT_B)];
+  assert(afterA === beforeA + 1 && afterB === beforeB + 1, `the server holds ${afterA} and ${afterB} events`);
+  await page.click("#transferStale");
+  await waitFor("the stale transfer parked", 20_000, async () => /refused whole|^transfer:/.test(await note()));
+  const text = await note();
+  assert(text.includes("parked with 2003") && text.includes("of 2 accounts"), `stale transfer note: ${text}`);
+  assert((await page.textContent("#parked")) === "2", `parked count ${await page.textContent("#parked")}`);
+  assert((await balanceA("balance")) === "55" && (await balanceB("balance")) === "20", "a parked transfer counted");
+  await page.click("#parkedList button");
+  await waitFor("both legs discarded", 10_000, async () => (await page.textContent("#parked")) === "0" && (await page.textContent("#parkedList")) === "");
+  assert((await serverCount(ACCOUNT_A)) === afterA && (await serverCount(ACCOUNT_B)) === afterB, "nothing of the stale transfer stored");
+  return { transferredAtomically: 20, staleTransferParkedLegs: 2 };
 }
 
 /** The read side across a gateway crash: two devices (two databases in one profile) watch the

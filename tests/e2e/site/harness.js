@@ -32,12 +32,40 @@ const harness = {
   },
 
   /** Appends continuously: random aggregate of `aggregates`, 1–3 events, each with a unique
-   *  payload; reports each append before it starts and once it resolved. Runs until `stop()`. */
-  startAppending({ typeId, aggregates, loadId, pauseMs = 5 }) {
+   *  payload; reports each append before it starts and once it resolved. One time in
+   *  `1 / transferRate` a transfer instead (`appendAtomic`, two aggregates, 1–2 events each),
+   *  reported per leg as appends are, and as `transferAppended` with its legs. Runs until
+   *  `stop()`. */
+  startAppending({ typeId, aggregates, loadId, pauseMs = 5, transferRate = 0 }) {
     this.appending = true;
     let n = 0;
+    const transfer = async () => {
+      const a = aggregates[Math.floor(Math.random() * aggregates.length)];
+      let b = a;
+      while (b === a) b = aggregates[Math.floor(Math.random() * aggregates.length)];
+      const legs = [a, b].map((id) => ({ id, payloads: Array.from({ length: 1 + Math.floor(Math.random() * 2) }, () => `${loadId}:${n++}`) }));
+      for (const leg of legs) await report("appending", leg);
+      try {
+        const receipts = await this.client.appendAtomic(legs.map((leg) => ({
+          aggregate: { typeId, id: leg.id },
+          events: leg.payloads.map((p) => ({ type: 5, data: new TextEncoder().encode(p) })),
+        })));
+        legs.forEach((leg, i) => {
+          this.appended += leg.payloads.length;
+          report("appended", { ...leg, receipts: receipts[i] });
+        });
+        report("transferAppended", { legs });
+      } catch (e) {
+        report("appendFailed", { id: a, payloads: legs.flatMap((l) => l.payloads), code: e.code, message: e.message });
+      }
+    };
     const run = async () => {
       while (this.appending) {
+        if (Math.random() < transferRate) {
+          await transfer();
+          await new Promise((r) => setTimeout(r, pauseMs));
+          continue;
+        }
         const id = aggregates[Math.floor(Math.random() * aggregates.length)];
         const count = 1 + Math.floor(Math.random() * 3);
         const payloads = Array.from({ length: count }, () => `${loadId}:${n++}`);
