@@ -13,9 +13,10 @@ use super::convert::{
     aggregate_from_js, aggregate_to_js, parked_from_js, parked_to_js, status_from_js, status_to_js,
     synced_from_js, synced_to_js,
 };
+use super::idb::legs::{legs_js, legs_of};
 use super::js;
 use crate::engine::coord::Message;
-use crate::engine::model::AggregateRef;
+use crate::engine::model::{AggregateRef, ParkRecord};
 use crate::engine::read::message::ReadMessage;
 
 fn tagged(kind: &str, fields: &[(&str, JsValue)]) -> JsValue {
@@ -32,7 +33,15 @@ pub(crate) fn encode(message: &Message) -> JsValue {
     match message {
         Message::Status(s) => tagged("status", &[("value", status_to_js(s))]),
         Message::Synced(n) => tagged("synced", &[("value", synced_to_js(n))]),
-        Message::Parked(r) => tagged("parked", &[("value", parked_to_js(r))]),
+        Message::Parked(r) => match &r.atomic {
+            // The legs too (not in the app's detail): every context's hub then knows the whole
+            // write, which a discard of any leg drops (`Runtime::discarded`).
+            Some(legs) => tagged(
+                "parked",
+                &[("value", parked_to_js(r)), ("legs", legs_js(legs))],
+            ),
+            None => tagged("parked", &[("value", parked_to_js(r))]),
+        },
         Message::Appended { n } => tagged("appended", &[("n", JsValue::from_f64(*n as f64))]),
         Message::Discarded { aggregate, removed } => tagged(
             "discarded",
@@ -111,7 +120,10 @@ pub(crate) fn decode(value: &JsValue) -> Option<Message> {
     Some(match js::get_string(value, "kind")?.as_str() {
         "status" => Message::Status(status_from_js(&inner())?),
         "synced" => Message::Synced(synced_from_js(&inner())?),
-        "parked" => Message::Parked(parked_from_js(&inner())?),
+        "parked" => Message::Parked(ParkRecord {
+            atomic: legs_of(&js::get(value, "legs"), "a parked message").ok()?,
+            ..parked_from_js(&inner())?
+        }),
         "appended" => Message::Appended {
             n: js::get_u64(value, "n")?,
         },

@@ -467,15 +467,29 @@ impl Runtime {
         self.hub.network.notify();
     }
 
-    /// This context discarded an aggregate's parked events.
+    /// This context discarded an aggregate's parked events. A parked atomic write was
+    /// discarded whole (the outbox dropped every leg's events and record): every leg's
+    /// aggregate leaves the parked set — the named one with the count of what was dropped,
+    /// the others with none — or the drain would go on skipping the other legs' aggregates.
     pub(crate) fn discarded(self: &Rc<Self>, aggregate: AggregateRef, discarded: Discarded) {
-        self.storage.discarded(aggregate);
-        self.feed(Event::Discarded {
-            aggregate,
-            removed: discarded.removed,
-            begun: discarded.begun,
-        });
-        self.touched(aggregate);
+        let legs = self.hub.park_record(&aggregate).and_then(|r| r.atomic);
+        let others = legs
+            .iter()
+            .flat_map(|legs| legs.iter())
+            .map(|leg| leg.aggregate)
+            .filter(|a| *a != aggregate);
+        let all: Vec<(AggregateRef, u32)> = std::iter::once((aggregate, discarded.removed))
+            .chain(others.map(|a| (a, 0)))
+            .collect();
+        for (aggregate, removed) in all {
+            self.storage.discarded(aggregate);
+            self.feed(Event::Discarded {
+                aggregate,
+                removed,
+                begun: discarded.begun,
+            });
+            self.touched(aggregate);
+        }
     }
 
     /// Stops the drain (if this context drains), releases the lock, closes channel and

@@ -1,6 +1,7 @@
 //! An atomic write's legs as IndexedDB stores them: `[[typeId, id, first, last], …]`, in the
 //! write's order (the order of its request's writes), on every `outbox` record of the write
-//! (`a`, [`super::records`]), on its pin (`legs`) and on each of its park records (`legs`).
+//! (`a`, [`super::records`]), on its pin (`legs`) and on each of its park records (`legs`);
+//! also on a park record posted to the other contexts (`crate::browser::channel`).
 //!
 //! One encoding for the three, and one decoder that refuses anything else: a record whose legs
 //! do not parse is corrupt, never read as a plain append (which could send a part of an atomic
@@ -14,7 +15,7 @@ use crate::engine::model::{AggregateRef, Leg, Legs};
 use crate::engine::outbox::StoreError;
 
 /// `legs` as stored.
-pub(super) fn legs_js(legs: &Legs) -> JsValue {
+pub(crate) fn legs_js(legs: &Legs) -> JsValue {
     legs.iter()
         .map(|leg| {
             let a = Agg::new(&leg.aggregate);
@@ -33,7 +34,7 @@ pub(super) fn legs_js(legs: &Legs) -> JsValue {
 /// The legs stored in `value` (`undefined`: none, a plain or conditional append's record).
 /// Anything but a non-empty list of `[typeId, id, first, last]` with `1 <= first` and
 /// `first - 1 <= last` is [`StoreError::Corrupt`] (`what` names the record).
-pub(super) fn legs_of(value: &JsValue, what: &str) -> Result<Option<Legs>, StoreError> {
+pub(crate) fn legs_of(value: &JsValue, what: &str) -> Result<Option<Legs>, StoreError> {
     if value.is_undefined() {
         return Ok(None);
     }

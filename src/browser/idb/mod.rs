@@ -20,7 +20,7 @@
 mod counters;
 pub mod db;
 pub(crate) mod keys;
-mod legs;
+pub(crate) mod legs;
 pub(crate) mod log;
 mod log_fixture;
 pub mod outbox;
