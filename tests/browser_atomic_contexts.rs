@@ -1,0 +1,84 @@
+//! Atomic writes across the contexts of one database (tabs, workers; here two clients on one
+//! page): a parked write is parked in every context's parked set with all of its legs (the
+//! park message carries them), and a discard in any context, naming any leg, unparks every
+//! leg everywhere — or the drain would go on skipping the other legs' aggregates, and their
+//! later events would never go (`src/browser/runtime.rs`, `Runtime::discarded`).
+#![cfg(target_arch = "wasm32")]
+
+mod browser;
+
+use browser::*;
+use js_sys::Array;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn events(tags: &[u8]) -> JsValue {
+    tags.iter()
+        .map(|t| bytes_event(1, &[*t; 8]))
+        .collect::<Array>()
+        .into()
+}
+
+/// One write of `appendAtomic`.
+fn write(aggregate: &JsValue, tags: &[u8], expected: Option<u64>) -> JsValue {
+    let mut fields = vec![("aggregate", aggregate.clone()), ("events", events(tags))];
+    if let Some(v) = expected {
+        fields.push(("expectedVersion", (v as f64).into()));
+    }
+    object(&fields)
+}
+
+#[wasm_bindgen_test]
+async fn a_discard_in_another_context_unparks_every_leg_everywhere() {
+    no_faults().await;
+    let db = db_name("atomic-contexts");
+    let options = r#"{"requestTimeoutMs":2000}"#;
+    let x = open(&db, options).await;
+    until(10_000, "x drains", || {
+        string(&x.status(), "role") == "drainer"
+    })
+    .await;
+    let y = open(&db, options).await;
+    let (t, ida, idb) = (uuid(), uuid(), uuid());
+    let (a, b) = (aggregate(&t, &ida), aggregate(&t, &idb));
+    // B exists: the write's guard on B ("only if B does not exist yet") is stale, so the
+    // server names B; the app then discards the write by naming A, in the other context.
+    ok(x.append(b.clone(), events(&[1]))).await;
+    flush_within(&x, 30).await;
+    let write = Array::of2(&write(&a, &[2, 3], None), &write(&b, &[4], Some(0)));
+    ok(x.append_atomic(write.into())).await;
+    ok(x.append(a.clone(), events(&[5]))).await;
+    ok(x.append(b.clone(), events(&[6]))).await;
+    let e = err(x.flush()).await;
+    assert_eq!(string(&e, "code"), "PARKED", "{}", describe(&e));
+    assert_eq!(string(&y.status(), "role"), "follower", "y does not drain");
+    until(10_000, "y sees both legs parked", || {
+        num(&y.status(), "parked") == 3.0
+    })
+    .await;
+    assert_eq!(ok(y.discard_parked(a.clone())).await.as_f64(), Some(3.0));
+    // The drainer (x) sends both aggregates' later events: neither is skipped any more.
+    flush_within(&x, 30).await;
+    flush_within(&y, 30).await;
+    for client in [&x, &y] {
+        until(
+            10_000,
+            "nothing parked or pending in either context",
+            || {
+                let s = client.status();
+                num(&s, "parked") == 0.0 && num(&s, "pending") == 0.0
+            },
+        )
+        .await;
+    }
+    assert_eq!(read_all(&t, &ida).await.len(), 1, "A: only its later event");
+    assert_eq!(
+        read_all(&t, &idb).await.len(),
+        2,
+        "B: its first and its later event"
+    );
+    ok(y.close()).await;
+    ok(x.close()).await;
+}
