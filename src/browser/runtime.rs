@@ -467,15 +467,20 @@ impl Runtime {
         self.hub.network.notify();
     }
 
-    /// This context discarded an aggregate's parked events.
+    /// This context discarded an aggregate's parked events (with the other legs of a parked
+    /// atomic write: their parks went too, their events are in `removed`).
     pub(crate) fn discarded(self: &Rc<Self>, aggregate: AggregateRef, discarded: Discarded) {
-        self.storage.discarded(aggregate);
-        self.feed(Event::Discarded {
-            aggregate,
-            removed: discarded.removed,
-            begun: discarded.begun,
-        });
-        self.touched(aggregate);
+        let legs = std::iter::once((aggregate, discarded.removed))
+            .chain(discarded.also.iter().map(|other| (*other, 0)));
+        for (aggregate, removed) in legs {
+            self.storage.discarded(aggregate);
+            self.feed(Event::Discarded {
+                aggregate,
+                removed,
+                begun: discarded.begun,
+            });
+            self.touched(aggregate);
+        }
     }
 
     /// Stops the drain (if this context drains), releases the lock, closes channel and
