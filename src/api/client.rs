@@ -457,8 +457,9 @@ impl SyncClient {
             inner.check_open()?;
             let aggregate = aggregate?;
             let discarded = inner.outbox().discard_parked(aggregate).await?;
+            let removed = discarded.removed;
             inner.runtime.discarded(aggregate, discarded);
-            Ok(JsValue::from(discarded.removed))
+            Ok(JsValue::from(removed))
         })
     }
 

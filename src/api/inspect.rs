@@ -32,6 +32,8 @@ export interface InspectOutcome {
     firstSeq: number;
     lastSeq: number;
     count: number;
+    /** An atomic write (`appendAtomic`): every leg, in the write's order (the fields above are its first). */
+    atomic?: { aggregate: AggregateRef; firstSeq: number; lastSeq: number }[];
     /** Which attempt of this batch (1 for the first). */
     attempt: number;
     outcome: "landed" | "duplicate" | "retry" | "unknown" | "unauthorized" | "rejected";
@@ -48,6 +50,8 @@ export interface InspectPinned {
     firstSeq: number;
     lastSeq: number;
     count: number;
+    /** An atomic write (`appendAtomic`): every leg, in the write's order (the fields above are its first). */
+    atomic?: { aggregate: AggregateRef; firstSeq: number; lastSeq: number }[];
     /** Attempts so far (failed ones, plus one in flight); null when another context drains it. */
     attempts: number | null;
     /** A request with it is out now (this context). */
@@ -117,6 +121,20 @@ fn batch_fields(o: &Object, b: &Batch) {
     js::set(o, "firstSeq", b.first_seq as f64);
     js::set(o, "lastSeq", b.last_seq as f64);
     js::set(o, "count", b.count);
+    if let Some(legs) = &b.atomic {
+        // An atomic write: the fields above are its first leg; every leg here.
+        let all: Array = legs
+            .iter()
+            .map(|l| {
+                let x = Object::new();
+                js::set(&x, "aggregate", aggregate_to_js(&l.aggregate));
+                js::set(&x, "firstSeq", l.first_seq as f64);
+                js::set(&x, "lastSeq", l.last_seq as f64);
+                JsValue::from(x)
+            })
+            .collect();
+        js::set(o, "atomic", all);
+    }
 }
 
 fn time(t: Option<u64>) -> JsValue {

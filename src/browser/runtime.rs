@@ -467,21 +467,12 @@ impl Runtime {
         self.hub.network.notify();
     }
 
-    /// This context discarded an aggregate's parked events. A parked atomic write was
-    /// discarded whole (the outbox dropped every leg's events and record): every leg's
-    /// aggregate leaves the parked set — the named one with the count of what was dropped,
-    /// the others with none — or the drain would go on skipping the other legs' aggregates.
+    /// This context discarded an aggregate's parked events (with the other legs of a parked
+    /// atomic write: their parks went too, their events are in `removed`).
     pub(crate) fn discarded(self: &Rc<Self>, aggregate: AggregateRef, discarded: Discarded) {
-        let legs = self.hub.park_record(&aggregate).and_then(|r| r.atomic);
-        let others = legs
-            .iter()
-            .flat_map(|legs| legs.iter())
-            .map(|leg| leg.aggregate)
-            .filter(|a| *a != aggregate);
-        let all: Vec<(AggregateRef, u32)> = std::iter::once((aggregate, discarded.removed))
-            .chain(others.map(|a| (a, 0)))
-            .collect();
-        for (aggregate, removed) in all {
+        let legs = std::iter::once((aggregate, discarded.removed))
+            .chain(discarded.also.iter().map(|other| (*other, 0)));
+        for (aggregate, removed) in legs {
             self.storage.discarded(aggregate);
             self.feed(Event::Discarded {
                 aggregate,

@@ -185,6 +185,11 @@ pub(super) async fn an_atomic_write_is_parked_and_discarded_whole(o: &impl Outbo
     assert_eq!(o.count().await.unwrap(), 4, "parked events still count");
     let discarded = o.discard_parked(aggregate(2)).await.unwrap();
     assert_eq!(discarded.removed, 3, "rule 5: every leg's events");
+    assert_eq!(
+        discarded.also,
+        [aggregate(1)],
+        "and says whose parks went with it"
+    );
     assert!(o.parked().await.unwrap().is_empty(), "every leg's record");
     for e in write {
         assert_eq!(

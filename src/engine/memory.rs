@@ -359,7 +359,11 @@ impl Outbox for MemoryOutbox {
         let mut state = self.state.borrow_mut();
         let begun = state.begin();
         let Some(record) = state.parked.remove(&aggregate) else {
-            return Ok(Discarded { removed: 0, begun });
+            return Ok(Discarded {
+                removed: 0,
+                begun,
+                also: Vec::new(),
+            });
         };
         // A parked atomic write goes whole: every leg's record and events.
         let mut records = vec![record];
@@ -386,7 +390,12 @@ impl Outbox for MemoryOutbox {
                 }
             }
         }
-        Ok(Discarded { removed, begun })
+        let also = records[1..].iter().map(|r| r.aggregate).collect();
+        Ok(Discarded {
+            removed,
+            begun,
+            also,
+        })
     }
 
     async fn counts(&self) -> Result<Counted, StoreError> {

@@ -208,12 +208,15 @@ pub struct Appended {
 }
 
 /// What [`Outbox::discard_parked`] dropped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Discarded {
-    /// Events dropped (0 when the aggregate was not parked).
+    /// Events dropped (0 when the aggregate was not parked), every leg's for an atomic write.
     pub removed: u32,
     /// When the transaction that dropped them began.
     pub begun: Begun,
+    /// The other aggregates whose park records went with it (the other legs of a parked atomic
+    /// write), in the write's order.
+    pub also: Vec<AggregateRef>,
 }
 
 /// One append of a group: its aggregate, its events, and its version guard (`Some(v)`: a

@@ -13,6 +13,7 @@ import init, {
   type TypedViewEvent,
   type AggregateRef,
   type AggregateView,
+  type AtomicWrite,
   type CeleriantSyncError,
   type DecideResult,
   type InspectSnapshot,
@@ -109,7 +110,21 @@ export async function example(): Promise<void> {
   const attempts: number = decided.attempts;
   // @ts-expect-error decide's only option is maxAttempts
   await client.decide(account, () => null, { retries: 3 });
-  console.log(guarded, attempts);
+  // An atomic write: receipts per write; each write names its aggregate, events and guard.
+  const moved: Receipt[][] = await client.appendAtomic([
+    { aggregate: account, events: [{ type: 1, data: { amount: -5 } }], expectedVersion: 3 },
+    { aggregate: { typeId: "t", id: "b" }, events: [{ type: 1, data: { amount: 5 } }] },
+  ]);
+  const legs: AtomicWrite[] = [{ aggregate: account, events: [] }];
+  // @ts-expect-error a write's only fields are aggregate, events and expectedVersion
+  await client.appendAtomic([{ aggregate: account, events: [], force: true }]);
+  // @ts-expect-error appendAtomic takes an array of writes
+  await client.appendAtomic({ aggregate: account, events: [] });
+  for (const p of await client.parkedEvents()) {
+    const others: AggregateRef[] | undefined = p.atomicWith;
+    console.log(others);
+  }
+  console.log(guarded, attempts, moved, legs);
   try {
     await client.decide(account, () => [{ type: 1, data: 1 }]);
   } catch (e) {

@@ -166,7 +166,11 @@ pub(super) async fn discard_parked(
                 let a = Agg::new(&aggregate);
                 let found = get(&parked, &a.key()).await?;
                 if found.is_undefined() {
-                    return Ok(Discarded { removed: 0, begun });
+                    return Ok(Discarded {
+                        removed: 0,
+                        begun,
+                        also: Vec::new(),
+                    });
                 }
                 // A parked atomic write goes whole: every leg's record and events (a part
                 // of it may never be sent alone).
@@ -194,6 +198,7 @@ pub(super) async fn discard_parked(
                 Ok(Discarded {
                     removed: dropped,
                     begun,
+                    also: records[1..].iter().map(|r| r.aggregate).collect(),
                 })
             },
         )
