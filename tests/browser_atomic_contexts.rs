@@ -1,8 +1,9 @@
 //! Atomic writes across the contexts of one database (tabs, workers; here two clients on one
-//! page): a parked write is parked in every context's parked set with all of its legs (the
-//! park message carries them), and a discard in any context, naming any leg, unparks every
-//! leg everywhere — or the drain would go on skipping the other legs' aggregates, and their
-//! later events would never go (`src/browser/runtime.rs`, `Runtime::discarded`).
+//! page): a parked write reaches every context with all of its legs (the park message carries
+//! them: another context's `parked` event names the aggregates parked with it, `atomicWith`),
+//! and a discard in any context, naming any leg, unparks every leg everywhere — or the drain
+//! would go on skipping the other legs' aggregates, and their later events would never go
+//! (`Discarded::also`, `src/browser/runtime.rs`).
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
@@ -41,6 +42,7 @@ async fn a_discard_in_another_context_unparks_every_leg_everywhere() {
     })
     .await;
     let y = open(&db, options).await;
+    let seen_by_y = listened(&y);
     let (t, ida, idb) = (uuid(), uuid(), uuid());
     let (a, b) = (aggregate(&t, &ida), aggregate(&t, &idb));
     // B exists: the write's guard on B ("only if B does not exist yet") is stale, so the
@@ -58,6 +60,21 @@ async fn a_discard_in_another_context_unparks_every_leg_everywhere() {
         num(&y.status(), "parked") == 3.0
     })
     .await;
+    let told = list(&seen_by_y, "parked");
+    assert_eq!(
+        told.len(),
+        2,
+        "one parked event per leg in the other context too"
+    );
+    for detail in &told {
+        let with = list(detail, "atomicWith");
+        let (mine, other) = (
+            string(&get(detail, "aggregate"), "id"),
+            string(&with[0], "id"),
+        );
+        assert_eq!(with.len(), 1, "{}", describe(detail));
+        assert!(mine != other && [&ida, &idb].contains(&&other));
+    }
     assert_eq!(ok(y.discard_parked(a.clone())).await.as_f64(), Some(3.0));
     // The drainer (x) sends both aggregates' later events: neither is skipped any more.
     flush_within(&x, 30).await;

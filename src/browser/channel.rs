@@ -34,8 +34,9 @@ pub(crate) fn encode(message: &Message) -> JsValue {
         Message::Status(s) => tagged("status", &[("value", status_to_js(s))]),
         Message::Synced(n) => tagged("synced", &[("value", synced_to_js(n))]),
         Message::Parked(r) => match &r.atomic {
-            // The legs too (not in the app's detail): every context's hub then knows the whole
-            // write, which a discard of any leg drops (`Runtime::discarded`).
+            // The legs too (the detail names only the other aggregates, `atomicWith`): every
+            // context's hub then holds the record as the drainer's does, and tells its app's
+            // `parked` listeners which aggregates were parked with it.
             Some(legs) => tagged(
                 "parked",
                 &[("value", parked_to_js(r)), ("legs", legs_js(legs))],
