@@ -67,6 +67,13 @@ async fn a_discard_in_another_context_unparks_every_leg_everywhere() {
         "one parked event per leg in the other context too"
     );
     for detail in &told {
+        assert!(
+            Array::is_array(&get(detail, "atomicWith")),
+            "the other context's detail names the legs parked with it: {}",
+            js_sys::JSON::stringify(detail)
+                .map(String::from)
+                .unwrap_or_default()
+        );
         let with = list(detail, "atomicWith");
         let (mine, other) = (
             string(&get(detail, "aggregate"), "id"),
