@@ -3,12 +3,18 @@
 //! them: another context's `parked` event names the aggregates parked with it, `atomicWith`),
 //! and a discard in any context, naming any leg, unparks every leg everywhere — or the drain
 //! would go on skipping the other legs' aggregates, and their later events would never go
-//! (`Discarded::also`, `src/browser/runtime.rs`).
+//! (`Discarded::also`, `src/browser/runtime.rs`). And across a database's move from a random
+//! client id to its device key: a pinned atomic write is parked whole, every leg.
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
 
 use browser::*;
+use celeriant_sync::browser::idb::db::Durability;
+use celeriant_sync::browser::idb::outbox::IdbOutbox;
+use celeriant_sync::engine::conformance::event;
+use celeriant_sync::engine::model::{AggregateRef, Batch, NewEvent};
+use celeriant_sync::engine::outbox::Outbox;
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
@@ -105,4 +111,68 @@ async fn a_discard_in_another_context_unparks_every_leg_everywhere() {
     );
     ok(y.close()).await;
     ok(x.close()).await;
+}
+
+/// A database from before device keys whose pinned batch is an atomic write: the move to the
+/// device key parks every leg (`IDENTITY_CHANGED`, may have landed), each naming the other, and
+/// a discard of either drops the whole write; what followed it then lands under the new id.
+#[wasm_bindgen_test]
+async fn a_pinned_atomic_write_is_parked_whole_when_the_identity_changes() {
+    no_faults().await;
+    let db = db_name("atomic-identity");
+    let (t, ida, idb) = (uuid(), uuid(), uuid());
+    let agg = |id: &str| AggregateRef {
+        type_id: t.parse().unwrap(),
+        id: id.parse().unwrap(),
+    };
+    let fresh = |tag: u8| NewEvent {
+        event_id: uuid().parse().unwrap(),
+        iv: None,
+        ..event(tag, 8)
+    };
+    let old = IdbOutbox::open(&db, Durability::Strict).await.unwrap();
+    old.client_id(uuid().parse().unwrap()).await.unwrap();
+    let (leg_a, leg_b) = (vec![fresh(1), fresh(2)], vec![fresh(3)]);
+    old.append_atomic(&[(agg(&ida), &leg_a, None), (agg(&idb), &leg_b, None)])
+        .await
+        .unwrap();
+    old.append(agg(&ida), vec![fresh(4)]).await.unwrap();
+    let write = old.next_batch(everything()).await.unwrap().unwrap();
+    let legs = write[0]
+        .atomic
+        .clone()
+        .expect("the atomic write heads both");
+    assert!(
+        old.pin(&Batch::of_atomic(&legs).unwrap(), None)
+            .await
+            .unwrap()
+    );
+    old.close();
+
+    let client = open(&db, "{}").await;
+    let parked = Array::from(&ok(client.parked_events()).await);
+    assert_eq!(parked.length(), 3, "every leg's events, nothing else");
+    for p in parked.iter() {
+        assert_eq!(num(&p, "code"), 1.0, "IDENTITY_CHANGED");
+        assert_eq!(get(&p, "mayHaveLanded"), JsValue::TRUE);
+        assert_eq!(list(&p, "atomicWith").len(), 1, "names the other leg");
+    }
+    assert_eq!(num(&client.status(), "pending"), 1.0);
+    let dropped = ok(client.discard_parked(aggregate(&t, &idb))).await;
+    assert_eq!(dropped.as_f64(), Some(3.0), "the whole write");
+    assert_eq!(Array::from(&ok(client.parked_events()).await).length(), 0);
+    flush_within(&client, 30).await;
+    assert_eq!(read_all(&t, &ida).await.len(), 1, "A's later event only");
+    assert!(read_all(&t, &idb).await.is_empty());
+    ok(client.close()).await;
+}
+
+fn everything() -> celeriant_sync::engine::outbox::CutQuery<'static> {
+    celeriant_sync::engine::outbox::CutQuery {
+        after: None,
+        skip: &[],
+        assume_landed: None,
+        max_events: 100,
+        max_bytes: usize::MAX,
+    }
 }
