@@ -306,3 +306,53 @@ async fn a_stale_guarded_leg_parks_every_leg_and_a_discard_drops_the_whole_write
     pruned_within(&db, 20_000).await;
     ok(client.close()).await;
 }
+
+#[wasm_bindgen_test]
+async fn a_park_on_one_leg_holds_the_other_aggregate_and_decide_says_so() {
+    let (_db, client) = opened("atomic-held").await;
+    let (t, ida, idb) = (uuid(), uuid(), uuid());
+    let (a, b) = (aggregate(&t, &ida), aggregate(&t, &idb));
+    // Events of type 13 are refused (2022): A's first event parks A.
+    set_faults(r#"{"rejectType":13}"#).await;
+    ok(client.append(a.clone(), Array::of1(&bytes_event(13, b"refused")).into())).await;
+    ok(client.append_atomic(writes(&[write(&a, &[1], None), write(&b, &[2], None)]))).await;
+    let e = err(client.flush()).await;
+    assert_eq!(string(&e, "code"), "PARKED", "{}", describe(&e));
+    // B is not parked, but its only event is the transfer, which waits for A's park: decide on
+    // B says so at once (it would otherwise wait for ever), naming A, and stores nothing.
+    let decided = Closure::<dyn FnMut(JsValue) -> JsValue>::new(|_view: JsValue| {
+        JsValue::from(Array::of1(&bytes_event(1, b"decided")))
+    })
+    .into_js_value()
+    .unchecked_into::<js_sys::Function>();
+    let e = within(
+        client.decide(b.clone(), decided, JsValue::UNDEFINED),
+        20_000,
+        "decide on B",
+    )
+    .await
+    .expect_err("decide must reject");
+    no_faults().await;
+    assert_eq!(string(&e, "code"), "PARKED", "{}", describe(&e));
+    assert_eq!(num(&e, "parkCode"), 2022.0);
+    assert_eq!(
+        string(&get(&e, "aggregate"), "id"),
+        ida,
+        "the park that holds B"
+    );
+    // Pending: the transfer's two events (the parked one counts apart); decide stored nothing.
+    assert_eq!(
+        num(&client.status(), "pending"),
+        2.0,
+        "nothing stored by decide"
+    );
+    // Discarding A's park lets the transfer and B go on.
+    assert_eq!(
+        ok(client.discard_parked(a.clone())).await.as_f64(),
+        Some(1.0)
+    );
+    flush_within(&client, 30).await;
+    assert_eq!(stored_seqs(&read_all(&t, &ida).await), [2]);
+    assert_eq!(stored_seqs(&read_all(&t, &idb).await), [1]);
+    ok(client.close()).await;
+}

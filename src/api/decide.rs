@@ -153,7 +153,7 @@ impl SyncClient {
                     // Someone else wrote first (proven by the read-back) and the park holds
                     // exactly this attempt: dropped, decide again. A park that may have landed,
                     // or holds other events, stays for the app: retrying could write twice.
-                    Err(e) if e.is_proven_conflict_of(first_seq, last_seq) => {
+                    Err(e) if e.is_proven_conflict_of(&aggregate, first_seq, last_seq) => {
                         let discarded = runtime
                             .outbox
                             .discard_parked(aggregate)

@@ -20,7 +20,7 @@
 //! | 2003 on a conditional batch               | verify: read the aggregate back first              |
 //! | any other `rejected`, conditional batch   | park the whole batch (never isolated)              |
 //! | `landed` (fresh or 2002) on an atomic write | settle every leg (it is atomic, and pinned: only it could have advanced these sequences) |
-//! | 2002 with `lastClientSeq` below every leg of an atomic write | impossible answer: park |
+//! | 2002 with `lastClientSeq` short of every leg's last on an atomic write | impossible answer: park |
 //! | any `rejected` on an atomic write         | park every leg (never isolated); 2003 with a guarded leg: verify first; 9001 names the routing rule |
 //!
 //! A conditional batch (a conditional append, `expectedVersion`) is judged whole: its guard is
@@ -410,24 +410,28 @@ fn decide_atomic(
     attempt: u32,
     delay_ms: impl FnOnce(Option<u64>) -> u64,
 ) -> Action {
-    let lowest = batch
-        .spans()
-        .iter()
-        .map(|(_, first, _)| *first)
-        .min()
-        .unwrap_or(batch.first_seq);
     match outcome {
+        // The aggregate it is about holds through `last`: landed atomically, that is through
+        // its leg's last sequence. Short of every leg's last, it contradicts the write landing
+        // whole: never settled.
         Outcome::Landed {
             duplicate: true,
             last_client_seq: Some(last),
-        } if last < lowest => Action::Park {
-            code: PROTOCOL_VIOLATION,
-            message: format!(
-                "the server answered 2002 on an atomic write with lastClientSeq {last}, below \
-                 every leg's lowest sequence (at least {lowest}): another writer may be using \
-                 this client id"
-            ),
-        },
+        } if batch
+            .spans()
+            .iter()
+            .all(|(_, _, leg_last)| last < *leg_last) =>
+        {
+            Action::Park {
+                code: PROTOCOL_VIOLATION,
+                message: format!(
+                    "the server answered 2002 on an atomic write with lastClientSeq {last}, short \
+                 of every leg's last sequence: an atomic write lands whole, so either another \
+                 writer uses this client id or the server broke atomicity; check the \
+                 aggregates, then discard or append again"
+                ),
+            }
+        }
         Outcome::Landed { duplicate, .. } => Action::Settle {
             through: batch.last_seq,
             duplicate,

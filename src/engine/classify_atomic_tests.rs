@@ -56,9 +56,9 @@ fn any_landed_answer_settles_the_whole_write() {
         whole(false)
     );
     // A 2002 names no aggregate: whichever leg it is about, only this pinned write can have put
-    // that sequence there, so all of it landed — also when the number is below the first leg's
-    // span (it is the second leg's).
-    for last in [None, Some(3), Some(5), Some(8), Some(40)] {
+    // that sequence there, so all of it landed — the aggregate it is about holds through its
+    // leg's last (5 is the second leg's, below the first leg's span).
+    for last in [None, Some(5), Some(8), Some(40)] {
         assert_eq!(
             decide(&w, false, landed(true, last), 0, |_| 0),
             whole(true),
@@ -66,14 +66,20 @@ fn any_landed_answer_settles_the_whole_write() {
         );
         assert_eq!(decide(&w, true, landed(true, last), 0, |_| 0), whole(true));
     }
-    // Below every leg: impossible, never settled.
-    assert!(matches!(
-        decide(&w, false, landed(true, Some(2)), 0, |_| 0),
-        Action::Park {
-            code: PROTOCOL_VIOLATION,
-            ..
-        }
-    ));
+    // Short of every leg's last (3 could only be the second leg's, which would hold 3 without
+    // 5): it contradicts an atomic landing, never settled.
+    for last in [2, 3, 4] {
+        assert!(
+            matches!(
+                decide(&w, false, landed(true, Some(last)), 0, |_| 0),
+                Action::Park {
+                    code: PROTOCOL_VIOLATION,
+                    ..
+                }
+            ),
+            "{last}"
+        );
+    }
 }
 
 #[test]

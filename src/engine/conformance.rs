@@ -55,6 +55,7 @@ pub async fn run_all<O: Outbox, F: Future<Output = O>>(mut make: impl FnMut() ->
     guards::guards_survive_settles_prunes_and_discards(&make().await).await;
     atomic::an_atomic_write_is_cut_whole_once_it_heads_every_aggregate(&make().await).await;
     atomic::an_atomic_write_is_parked_and_discarded_whole(&make().await).await;
+    atomic::a_discard_follows_the_legs_not_the_records(&make().await).await;
 }
 
 #[path = "conformance_guards.rs"]

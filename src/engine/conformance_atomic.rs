@@ -206,3 +206,43 @@ pub(super) async fn an_atomic_write_is_parked_and_discarded_whole(o: &impl Outbo
         "never reused"
     );
 }
+
+/// Rule 5, when the records do not match the write: discarding a leg drops every leg's events
+/// by the write's legs (also a leg that has no record), and removes another aggregate's record
+/// only if it is a record of the same write.
+pub(super) async fn a_discard_follows_the_legs_not_the_records(o: &impl Outbox) {
+    let (b_first, a_leg, b_leg) = (events(0..1), events(1..3), events(3..4));
+    o.append(aggregate(2), b_first).await.unwrap();
+    o.append_atomic(&[(aggregate(1), &a_leg, None), (aggregate(2), &b_leg, None)])
+        .await
+        .unwrap();
+    let the_write = legs(&[(1, 1, 2), (2, 2, 2)]);
+    let whole = Batch::of_atomic(&the_write).unwrap();
+    assert!(o.pin(&whole, None).await.unwrap());
+    // Only the first leg's record (a write parked before every leg had one), and an unrelated
+    // park of aggregate 2's earlier event.
+    let a_record = ParkRecord {
+        atomic: Some(the_write.clone()),
+        ..rejected(&batch(1, 1, 2), true)
+    };
+    let unrelated = rejected(&batch(2, 1, 1), false);
+    o.park(&[a_record, unrelated.clone()], &whole)
+        .await
+        .unwrap();
+    let discarded = o.discard_parked(aggregate(1)).await.unwrap();
+    assert_eq!(discarded.removed, 3, "both legs' events, by the legs");
+    assert!(discarded.also.is_empty(), "no other record was the write's");
+    assert_eq!(
+        o.parked().await.unwrap(),
+        [unrelated],
+        "the unrelated park stays"
+    );
+    assert_eq!(
+        o.lowest_pending_of(&[aggregate(1), aggregate(2)])
+            .await
+            .unwrap(),
+        [None, Some(1)],
+        "only aggregate 2's earlier (parked) event is left"
+    );
+    assert_eq!(o.count().await.unwrap(), 1);
+}

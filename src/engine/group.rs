@@ -271,7 +271,8 @@ mod tests {
         let spawner = pool.spawner();
         let spawn: Spawn = Rc::new(move |f| spawner.spawn_local(f).unwrap());
         let outbox = Rc::new(MemoryOutbox::new());
-        let told: Rc<RefCell<Vec<(u64, Vec<AggregateRef>)>>> = Rc::default();
+        type Told = Vec<(u64, Vec<AggregateRef>)>;
+        let told: Rc<RefCell<Told>> = Rc::default();
         let log = told.clone();
         let committed: Committed =
             Box::new(move |n, touched, _| log.borrow_mut().push((n, touched.to_vec())));

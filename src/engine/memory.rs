@@ -365,32 +365,40 @@ impl Outbox for MemoryOutbox {
                 also: Vec::new(),
             });
         };
-        // A parked atomic write goes whole: every leg's record and events.
-        let mut records = vec![record];
-        for leg in records[0].atomic.clone().iter().flat_map(|l| l.iter()) {
-            if leg.aggregate != aggregate
-                && let Some(other) = state.parked.remove(&leg.aggregate)
+        // A parked atomic write goes whole: every leg's events, by its legs, and the other legs'
+        // records (only theirs: a record of another park is left alone).
+        let mut spans = vec![(aggregate, record.first_seq, record.last_seq)];
+        let mut also = Vec::new();
+        for leg in record.atomic.iter().flat_map(|l| l.iter()) {
+            if leg.aggregate == aggregate {
+                continue;
+            }
+            spans.push((leg.aggregate, leg.first_seq, leg.last_seq));
+            if state
+                .parked
+                .get(&leg.aggregate)
+                .is_some_and(|r| r.atomic == record.atomic)
             {
-                records.push(other);
+                state.parked.remove(&leg.aggregate);
+                also.push(leg.aggregate);
             }
         }
         let mut removed = 0;
-        for record in &records {
+        for (a, first, last) in spans {
             let keys: Vec<Key> = state
                 .events
-                .range((record.aggregate, record.first_seq)..=(record.aggregate, record.last_seq))
+                .range((a, first)..=(a, last))
                 .map(|(k, _)| *k)
                 .collect();
             for key in &keys {
                 if let Some(event) = state.events.remove(key)
-                    && event.client_seq > state.landed(&record.aggregate)
+                    && event.client_seq > state.landed(&a)
                 {
                     state.discarded.insert(event.event_id);
                     removed += 1;
                 }
             }
         }
-        let also = records[1..].iter().map(|r| r.aggregate).collect();
         Ok(Discarded {
             removed,
             begun,

@@ -13,11 +13,12 @@
 // nowhere; the counter reads 1..N, each value at its version, each decide that resolved at
 // the version it reported.
 //
-// Also mixed in (`transfers`, on by default): one append in ten of the main load is a transfer,
-// `appendAtomic` across two of the aggregates. Its legs are checked like every append (each
-// event once, at the sequence its receipt gave, per aggregate 1..N with no gap), and besides:
-// both legs landed, each as exactly one batch of the gateway's log (the write was one request,
-// never split, never resent as a part).
+// Also mixed in (`transfers`, on by default): every tab makes a transfer every 2 s, `appendAtomic`
+// across two of three accounts (aggregates only transfers write, so the main load's batches are
+// not cut around them). Its legs are checked like every append (each event once, at the
+// sequence its receipt gave, per aggregate 1..N with no gap), and besides: both legs landed,
+// each as exactly one batch of the gateway's log (the write was one request, never split, never
+// resent as a part).
 import { rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { Gateway, launchBrowser, openTab, rng, uuid, sleep, decode, tempDir } from "./lib.mjs";
@@ -50,6 +51,7 @@ export async function chaos({
   const db = `chaos-${seed}`;
   const typeId = uuid(random);
   const ids = Array.from({ length: aggregates }, () => uuid(random));
+  const accounts = transfers ? Array.from({ length: 3 }, () => uuid(random)) : [];
   // The conditional part: aggregates of their own (a discarded conflict leaves a gap in this
   // device's sequences there) and a counter, of a type every device may write (the policy's
   // `authenticated`; the rest keeps the default, `owner`), so both devices write to them.
@@ -135,7 +137,7 @@ export async function chaos({
   let loads = 0;
   const start = async (page) => {
     const loadId = `${seed}.${loads++}`;
-    await page.evaluate((a) => harness.startAppending(a), { typeId, aggregates: ids, loadId, transferRate: transfers ? 0.1 : 0 });
+    await page.evaluate((a) => harness.startAppending(a), { typeId, aggregates: ids, loadId, transferIds: accounts });
     if (conditional) await page.evaluate((a) => harness.startConditional(a), { typeId: condType, guarded, counter, loadId, pauseMs: 200 });
   };
   const pages = [];
@@ -264,7 +266,7 @@ export async function chaos({
   const seen = new Map();
   let total = 0;
   let duplicates = 0;
-  for (const id of ids) {
+  for (const id of [...ids, ...accounts]) {
     const landed = await gateway.readAll(typeId, id);
     total += landed.length;
     landed.forEach((e, i) => {
@@ -287,6 +289,7 @@ export async function chaos({
   }
   if (duplicates) problems.push(`${duplicates} duplicates`);
   // Transfers: both legs there, each one batch of its aggregate's log.
+  if (transfers && transfersAppended.length === 0) problems.push("no transfer was made");
   for (const legs of transfersAppended) {
     for (const leg of legs) {
       const versions = new Set(leg.payloads.map((p) => seen.get(p)?.version));

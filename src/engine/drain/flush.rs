@@ -3,10 +3,15 @@
 //! Both answer from storage (so they work for events appended in another tab, before a
 //! reload) and re-check whenever the hub reports progress (events settled, parked or
 //! discarded — locally, or relayed from the draining context).
+//!
+//! A park holds more than its own aggregate: an atomic write waits until it heads every one of
+//! its aggregates and none of them is parked, so a park on A also holds every aggregate whose
+//! lowest pending event is a leg of a write that also writes A — transitively
+//! ([`holding_park`]). `flush` and `decide` reject with that park instead of waiting for ever.
 
 use uuid::Uuid;
 
-use crate::engine::model::{AggregateRef, ParkRecord};
+use crate::engine::model::{AggregateRef, Batch, ParkRecord};
 use crate::engine::outbox::{EventState, Outbox, StoreError};
 use crate::engine::status::Hub;
 
@@ -53,13 +58,15 @@ impl FlushError {
     }
 
     /// Whether this is a proven version-guard conflict of exactly the conditional write of
-    /// sequences `first..=last`: code 2003, confirmed by the read-back (not flagged as possibly
-    /// landed), and the park covers exactly those events. Only then did that write certainly
-    /// not land, so `decide` may discard it and decide again; any other park (one that may have
-    /// landed, or that holds other events too) is left for the app.
-    pub fn is_proven_conflict_of(&self, first: u64, last: u64) -> bool {
-        matches!(self, FlushError::Parked { code, first_seq, last_seq, may_have_landed, .. }
-            if *code == CONFLICT && !*may_have_landed && *first_seq == first && *last_seq == last)
+    /// `aggregate`'s sequences `first..=last`: code 2003, confirmed by the read-back (not
+    /// flagged as possibly landed), and the park is that aggregate's and covers exactly those
+    /// events. Only then did that write certainly not land, so `decide` may discard it and
+    /// decide again; any other park (one that may have landed, that holds other events too, or
+    /// another aggregate's that holds this one) is left for the app.
+    pub fn is_proven_conflict_of(&self, aggregate: &AggregateRef, first: u64, last: u64) -> bool {
+        matches!(self, FlushError::Parked { aggregate: a, code, first_seq, last_seq, may_have_landed, .. }
+            if a == aggregate && *code == CONFLICT && !*may_have_landed && *first_seq == first
+                && *last_seq == last)
     }
 }
 
@@ -98,8 +105,8 @@ async fn flush_some<O: Outbox>(
         for ((aggregate, target), lowest) in targets.into_iter().zip(lowest) {
             match lowest {
                 Some(lowest) if lowest <= target => {
-                    if let Some(record) = hub.park_record(&aggregate) {
-                        return Err(FlushError::parked(aggregate, record));
+                    if let Some(record) = holding_park(outbox, hub, aggregate).await? {
+                        return Err(FlushError::parked(record.aggregate, record));
                     }
                     remaining.push((aggregate, target));
                 }
@@ -160,6 +167,13 @@ async fn synced<O: Outbox>(
                 {
                     return Err(FlushError::parked(aggregate, record));
                 }
+                // Behind an atomic write that another aggregate's park holds.
+                if behind
+                    && hub.park_record(&aggregate).is_none()
+                    && let Some(record) = holding_park(outbox, hub, aggregate).await?
+                {
+                    return Err(FlushError::parked(record.aggregate, record));
+                }
             }
         }
         if hub.is_closed() {
@@ -168,6 +182,48 @@ async fn synced<O: Outbox>(
         hub.progress.changed_since(progress).await;
     }
 }
+
+/// The park that holds `aggregate`'s pending events: its own; or, when its lowest pending event
+/// is a leg of an atomic write, a park of one of the write's other aggregates — transitively,
+/// since such an aggregate may itself wait behind another atomic write. Looked for past the
+/// aggregate's own park only while some aggregate is parked (a read per aggregate on the way).
+pub(crate) async fn holding_park<O: Outbox>(
+    outbox: &O,
+    hub: &Hub,
+    aggregate: AggregateRef,
+) -> Result<Option<ParkRecord>, StoreError> {
+    if let Some(record) = hub.park_record(&aggregate) {
+        return Ok(Some(record));
+    }
+    if hub.parked_aggregates().is_empty() {
+        return Ok(None);
+    }
+    let (mut seen, mut queue) = (vec![aggregate], vec![aggregate]);
+    while let Some(a) = queue.pop() {
+        let Some(lowest) = outbox.lowest_pending_of(&[a]).await?.pop().flatten() else {
+            continue;
+        };
+        let head = outbox.read(&Batch::plain(a, lowest, lowest, 1)).await?;
+        let Some(legs) = head.first().and_then(|e| e.atomic.clone()) else {
+            continue; // a plain head: it drains, and what waits behind it follows
+        };
+        for leg in legs.iter() {
+            if seen.contains(&leg.aggregate) {
+                continue;
+            }
+            seen.push(leg.aggregate);
+            if let Some(record) = hub.park_record(&leg.aggregate) {
+                return Ok(Some(record));
+            }
+            queue.push(leg.aggregate);
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[path = "flush_tests.rs"]
+mod held;
 
 #[cfg(test)]
 mod tests {
@@ -189,15 +245,25 @@ mod tests {
 
     #[test]
     fn only_a_proven_conflict_of_exactly_the_attempt_may_be_discarded_and_retried() {
-        assert!(parked(CONFLICT, false, 4, 5).is_proven_conflict_of(4, 5));
+        let nil = AggregateRef {
+            type_id: Uuid::nil(),
+            id: Uuid::nil(),
+        };
+        let other = AggregateRef {
+            type_id: Uuid::nil(),
+            id: Uuid::from_u128(1),
+        };
+        assert!(parked(CONFLICT, false, 4, 5).is_proven_conflict_of(&nil, 4, 5));
         // Possibly landed: discarding and deciding again could write the decision twice.
-        assert!(!parked(CONFLICT, true, 4, 5).is_proven_conflict_of(4, 5));
+        assert!(!parked(CONFLICT, true, 4, 5).is_proven_conflict_of(&nil, 4, 5));
         // Another park (other events, or more than the attempt's): not this attempt's conflict.
-        assert!(!parked(CONFLICT, false, 3, 5).is_proven_conflict_of(4, 5));
-        assert!(!parked(CONFLICT, false, 4, 6).is_proven_conflict_of(4, 5));
-        assert!(!parked(CONFLICT, false, 1, 1).is_proven_conflict_of(4, 5));
+        assert!(!parked(CONFLICT, false, 3, 5).is_proven_conflict_of(&nil, 4, 5));
+        assert!(!parked(CONFLICT, false, 4, 6).is_proven_conflict_of(&nil, 4, 5));
+        assert!(!parked(CONFLICT, false, 1, 1).is_proven_conflict_of(&nil, 4, 5));
+        // Another aggregate's park (holding this one through an atomic write), same numbers.
+        assert!(!parked(CONFLICT, false, 4, 5).is_proven_conflict_of(&other, 4, 5));
         // Another rejection.
-        assert!(!parked(2022, false, 4, 5).is_proven_conflict_of(4, 5));
-        assert!(!FlushError::Closed.is_proven_conflict_of(4, 5));
+        assert!(!parked(2022, false, 4, 5).is_proven_conflict_of(&nil, 4, 5));
+        assert!(!FlushError::Closed.is_proven_conflict_of(&nil, 4, 5));
     }
 }

@@ -32,17 +32,19 @@ const harness = {
   },
 
   /** Appends continuously: random aggregate of `aggregates`, 1–3 events, each with a unique
-   *  payload; reports each append before it starts and once it resolved. One time in
-   *  `1 / transferRate` a transfer instead (`appendAtomic`, two aggregates, 1–2 events each),
-   *  reported per leg as appends are, and as `transferAppended` with its legs. Runs until
-   *  `stop()`. */
-  startAppending({ typeId, aggregates, loadId, pauseMs = 5, transferRate = 0 }) {
+   *  payload; reports each append before it starts and once it resolved. With `transferIds`
+   *  (two or more aggregates that nothing else writes), a transfer every `transferEveryMs`
+   *  besides (`appendAtomic` across two of them, 1–2 events each), reported per leg as appends
+   *  are, and as `transferAppended` with its legs. Runs until `stop()`. */
+  startAppending({ typeId, aggregates, loadId, pauseMs = 5, transferIds = [], transferEveryMs = 2000 }) {
     this.appending = true;
     let n = 0;
+    let nextTransfer = Date.now() + Math.random() * transferEveryMs;
+    const pick = (list) => list[Math.floor(Math.random() * list.length)];
     const transfer = async () => {
-      const a = aggregates[Math.floor(Math.random() * aggregates.length)];
+      const a = pick(transferIds);
       let b = a;
-      while (b === a) b = aggregates[Math.floor(Math.random() * aggregates.length)];
+      while (b === a) b = pick(transferIds);
       const legs = [a, b].map((id) => ({ id, payloads: Array.from({ length: 1 + Math.floor(Math.random() * 2) }, () => `${loadId}:${n++}`) }));
       for (const leg of legs) await report("appending", leg);
       try {
@@ -61,10 +63,9 @@ const harness = {
     };
     const run = async () => {
       while (this.appending) {
-        if (Math.random() < transferRate) {
+        if (transferIds.length >= 2 && Date.now() >= nextTransfer) {
+          nextTransfer = Date.now() + transferEveryMs;
           await transfer();
-          await new Promise((r) => setTimeout(r, pauseMs));
-          continue;
         }
         const id = aggregates[Math.floor(Math.random() * aggregates.length)];
         const count = 1 + Math.floor(Math.random() * 3);

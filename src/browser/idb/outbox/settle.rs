@@ -14,7 +14,7 @@ use super::super::request::result;
 use super::super::schema::{DISCARDED, LANDED, META, OUTBOX, PARKED, PIN_KEY};
 use super::codecs::{batch_of_record, park_of_record, parked_of, parked_record, pin_record};
 use super::cut::records_holding;
-use super::{BOOKKEEPING, IdbOutbox, get, store};
+use super::{BOOKKEEPING, IdbOutbox, get, landed, store};
 use crate::engine::model::{AggregateRef, Batch, ParkRecord};
 use crate::engine::outbox::{Discarded, StoreError};
 
@@ -155,7 +155,7 @@ pub(super) async fn discard_parked(
 ) -> Result<Discarded, StoreError> {
     this.db
         .write(
-            &stores(&[PARKED, OUTBOX, DISCARDED]),
+            &stores(&[PARKED, OUTBOX, DISCARDED, LANDED]),
             this.durability,
             Commit::Early,
             async |tx| {
@@ -172,50 +172,62 @@ pub(super) async fn discard_parked(
                         also: Vec::new(),
                     });
                 }
-                // A parked atomic write goes whole: every leg's record and events (a part
-                // of it may never be sent alone).
-                let mut records = vec![park_of_record(&found)?];
-                if let Some(legs) = records[0].atomic.clone() {
+                // A parked atomic write goes whole (a part of it may never be sent alone):
+                // every leg's events, by its legs — also a leg without a record — and the other
+                // legs' records, only where they are records of this same write.
+                let record = park_of_record(&found)?;
+                parked.delete(&a.key()).js()?;
+                let mut spans = vec![(aggregate, record.first_seq, record.last_seq)];
+                let mut also = Vec::new();
+                if let Some(legs) = record.atomic.clone() {
                     let others: Vec<_> = legs
                         .iter()
                         .filter(|leg| leg.aggregate != aggregate)
-                        .map(|leg| parked.get(&Agg::new(&leg.aggregate).key()))
+                        .map(|leg| (leg, parked.get(&Agg::new(&leg.aggregate).key())))
                         .collect();
-                    for other in others {
+                    for (leg, other) in others {
+                        spans.push((leg.aggregate, leg.first_seq, leg.last_seq));
                         let other = result(other).await.js()?;
-                        if !other.is_undefined() {
-                            records.push(park_of_record(&other)?);
+                        if !other.is_undefined()
+                            && park_of_record(&other)?.atomic.as_ref() == Some(&legs)
+                        {
+                            parked.delete(&Agg::new(&leg.aggregate).key()).js()?;
+                            also.push(leg.aggregate);
                         }
                     }
                 }
                 let now = JsValue::from_f64(js_sys::Date::now());
+                let watermarks = store(tx, LANDED)?;
                 let mut dropped = 0u32;
-                for record in &records {
-                    let a = Agg::new(&record.aggregate);
-                    dropped += drop_parked(&events, &discarded, &a, record, &now).await?;
-                    parked.delete(&a.key()).js()?;
+                for (leg, first, last) in spans {
+                    let a = Agg::new(&leg);
+                    // Only what did not land: a landed event is never marked discarded.
+                    let first = first.max(landed(&watermarks, &a).await? + 1);
+                    if first <= last {
+                        dropped += drop_parked(&events, &discarded, &a, first, last, &now).await?;
+                    }
                 }
                 Ok(Discarded {
                     removed: dropped,
                     begun,
-                    also: records[1..].iter().map(|r| r.aggregate).collect(),
+                    also,
                 })
             },
         )
         .await
 }
 
-/// Drops the events `record` parked (of `a`) and remembers their ids as discarded, so
-/// `whenSynced` can tell "discarded" from "landed"; says how many it dropped. Each stored
-/// record holding any of them loses exactly those (rewritten as what is left on either side).
+/// Drops `a`'s events `f..=l` (parked) and remembers their ids as discarded, so `whenSynced`
+/// can tell "discarded" from "landed"; says how many it dropped. Each stored record holding any
+/// of them loses exactly those (rewritten as what is left on either side).
 async fn drop_parked(
     events: &IdbObjectStore,
     discarded: &IdbObjectStore,
     a: &Agg,
-    record: &ParkRecord,
+    f: u64,
+    l: u64,
     now: &JsValue,
 ) -> Result<u32, StoreError> {
-    let (f, l) = (record.first_seq, record.last_seq);
     let mut dropped = 0u32;
     for value in records_holding(events, a, f.saturating_sub(1), l).await? {
         let all = all_events_of(a.aggregate, &value)?;

@@ -217,7 +217,10 @@ impl Drain {
                 });
             }
             Decision::Park { code, message } | Decision::ParkLanded { code, message } => {
-                let may_have_landed = self.ambiguous || park_landed;
+                // 9001 is refused before anything else is looked at: it never landed.
+                let may_have_landed = (self.ambiguous || park_landed)
+                    && code
+                        != celeriant_sync_protocol::codes::celeriant::SHARD_ROUTING_MULTIPLE_SHARDS;
                 self.park((batch, events), code, message, may_have_landed, None, now);
             }
             Decision::Verify {
@@ -248,27 +251,41 @@ impl Drain {
         current: Option<(AggregateRef, u64)>,
         now: Now,
     ) {
-        let mut records: Vec<ParkRecord> = Vec::new();
-        for e in &events {
-            match records.last_mut() {
-                Some(r) if r.aggregate == e.aggregate => {
-                    r.last_seq = e.client_seq;
-                    r.count += 1;
-                }
-                _ => records.push(ParkRecord {
-                    aggregate: e.aggregate,
-                    first_seq: e.client_seq,
-                    last_seq: e.client_seq,
-                    count: 1,
-                    code,
-                    message: message.clone(),
-                    parked_at: now.ms,
-                    may_have_landed,
-                    current_version: current.filter(|(a, _)| *a == e.aggregate).map(|(_, v)| v),
-                    atomic: batch.atomic.clone(),
-                }),
-            }
-        }
+        // One record per aggregate: an atomic write's every leg, by its legs (also a leg whose
+        // events were not read: it must be discarded with the others); otherwise exactly the
+        // events.
+        let spans: Vec<(AggregateRef, u64, u64, u32)> = match &batch.atomic {
+            Some(legs) => legs
+                .iter()
+                .map(|l| {
+                    let n = (l.last_seq - l.first_seq + 1) as u32;
+                    (l.aggregate, l.first_seq, l.last_seq, n)
+                })
+                .collect(),
+            None => events
+                .first()
+                .map(|e| {
+                    let last = events[events.len() - 1].client_seq;
+                    (e.aggregate, e.client_seq, last, events.len() as u32)
+                })
+                .into_iter()
+                .collect(),
+        };
+        let records: Vec<ParkRecord> = spans
+            .into_iter()
+            .map(|(aggregate, first_seq, last_seq, count)| ParkRecord {
+                aggregate,
+                first_seq,
+                last_seq,
+                count,
+                code,
+                message: message.clone(),
+                parked_at: now.ms,
+                may_have_landed,
+                current_version: current.filter(|(a, _)| *a == aggregate).map(|(_, v)| v),
+                atomic: batch.atomic.clone(),
+            })
+            .collect();
         self.lagging = None;
         self.read_ahead = None;
         self.phase = Phase::Parking(records.clone());
