@@ -10,7 +10,7 @@
 use js_sys::{Array, Object, Promise};
 use wasm_bindgen::prelude::*;
 
-use super::client::{SyncClient, conditional_fits, promise, storage_lost};
+use super::client::{SyncClient, promise, request_fits, storage_lost};
 use super::errors::ClientError;
 use super::{input, output};
 use crate::engine::append;
@@ -113,11 +113,11 @@ fn fits(writes: &AtomicWrites, limits: &Limits) -> Result<(), ClientError> {
             ),
         ));
     }
-    let all: Vec<NewEvent> = writes.iter().flat_map(|w| w.1.iter().cloned()).collect();
-    conditional_fits(&all, Some(0), limits).map_err(|mut e| {
-        e.message = e.message.replace("a conditional append", "an atomic write");
-        e
-    })
+    let mut data = 0;
+    for (_, events, _) in writes {
+        data += events.iter().map(|e| e.data.len()).sum::<usize>();
+    }
+    request_fits("an atomic write", data, limits)
 }
 
 #[wasm_bindgen]
@@ -171,11 +171,11 @@ impl SyncClient {
                 return Err(storage_lost(lost.pending));
             }
             let receipts = receipts?;
-            Ok(receipts
-                .iter()
-                .map(|r| output::receipts(r))
-                .collect::<Array>()
-                .into())
+            let out = Array::new();
+            for r in &receipts {
+                out.push(&output::receipts(r));
+            }
+            Ok(out.into())
         })
     }
 }
