@@ -15,19 +15,17 @@ use crate::engine::outbox::StoreError;
 
 /// `legs` as stored.
 pub(super) fn legs_js(legs: &Legs) -> JsValue {
-    legs.iter()
-        .map(|leg| {
-            let a = Agg::new(&leg.aggregate);
-            let parts = Array::of4(
-                &a.t,
-                &a.a,
-                &JsValue::from_f64(leg.first_seq as f64),
-                &JsValue::from_f64(leg.last_seq as f64),
-            );
-            JsValue::from(parts)
-        })
-        .collect::<Array>()
-        .into()
+    let all = Array::new();
+    for leg in legs.iter() {
+        let a = Agg::new(&leg.aggregate);
+        all.push(&Array::of4(
+            &a.t,
+            &a.a,
+            &JsValue::from_f64(leg.first_seq as f64),
+            &JsValue::from_f64(leg.last_seq as f64),
+        ));
+    }
+    all.into()
 }
 
 /// The legs stored in `value` (`undefined`: none, a plain or conditional append's record).
