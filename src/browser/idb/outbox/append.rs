@@ -143,7 +143,9 @@ fn write_group(
                     last_seq: base + batch.len() as u64,
                 }
             })
-            .collect()
+            .collect::<Vec<_>>()
+            // Through a `Vec`, as `idb::legs` decodes them: one way of building an `Rc<[Leg]>`.
+            .into()
     });
     let mut all = Vec::with_capacity(group.len());
     for (aggregate, batch, expected) in group {
