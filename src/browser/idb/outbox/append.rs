@@ -144,7 +144,6 @@ fn write_group(
                 }
             })
             .collect::<Vec<_>>()
-            // Through a `Vec`, as `idb::legs` decodes them: one way of building an `Rc<[Leg]>`.
             .into()
     });
     let mut all = Vec::with_capacity(group.len());
