@@ -7,7 +7,7 @@
 //! ([`crate::engine::group`]); sent as one request, whole, once it heads each of its aggregates;
 //! settled, parked and discarded whole (`docs/client.md`, "Atomic writes").
 
-use js_sys::{Array, Object, Promise};
+use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 
 use super::client::{SyncClient, promise, request_fits, storage_lost};
@@ -84,14 +84,8 @@ fn parse_one(
             "must be an object { aggregate, events, expectedVersion? }".into(),
         ));
     }
-    for key in Object::keys(write.unchecked_ref::<Object>()).iter() {
-        let key = key.as_string().unwrap_or_default();
-        if !WRITE_KEYS.contains(&key.as_str()) {
-            return Err(bad(format!(
-                "unknown field \"{key}\" (fields: {})",
-                WRITE_KEYS.join(", ")
-            )));
-        }
+    if let Some(message) = input::unknown_field(write, &WRITE_KEYS) {
+        return Err(bad(message));
     }
     let aggregate = input::aggregate(&input::get(write, "aggregate"))?;
     let events = input::events(&input::get(write, "events"), limits.max_events, now)?;
