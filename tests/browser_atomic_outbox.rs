@@ -51,7 +51,8 @@ fn legs(list: &[(u128, u64, u64)]) -> Legs {
             first_seq: *first_seq,
             last_seq: *last_seq,
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .into()
 }
 
 /// `(aggregate number, sequence)` of each event (aggregates of the suite are `aggregate(n)`).

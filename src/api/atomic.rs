@@ -7,10 +7,10 @@
 //! ([`crate::engine::group`]); sent as one request, whole, once it heads each of its aggregates;
 //! settled, parked and discarded whole (`docs/client.md`, "Atomic writes").
 
-use js_sys::{Array, Object, Promise};
+use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 
-use super::client::{SyncClient, conditional_fits, promise, storage_lost};
+use super::client::{SyncClient, promise, request_fits, storage_lost};
 use super::errors::ClientError;
 use super::{input, output};
 use crate::engine::append;
@@ -84,14 +84,8 @@ fn parse_one(
             "must be an object { aggregate, events, expectedVersion? }".into(),
         ));
     }
-    for key in Object::keys(write.unchecked_ref::<Object>()).iter() {
-        let key = key.as_string().unwrap_or_default();
-        if !WRITE_KEYS.contains(&key.as_str()) {
-            return Err(bad(format!(
-                "unknown field \"{key}\" (fields: {})",
-                WRITE_KEYS.join(", ")
-            )));
-        }
+    if let Some(message) = input::unknown_field(write, &WRITE_KEYS) {
+        return Err(bad(message));
     }
     let aggregate = input::aggregate(&input::get(write, "aggregate"))?;
     let events = input::events(&input::get(write, "events"), limits.max_events, now)?;
@@ -113,11 +107,11 @@ fn fits(writes: &AtomicWrites, limits: &Limits) -> Result<(), ClientError> {
             ),
         ));
     }
-    let all: Vec<NewEvent> = writes.iter().flat_map(|w| w.1.iter().cloned()).collect();
-    conditional_fits(&all, Some(0), limits).map_err(|mut e| {
-        e.message = e.message.replace("a conditional append", "an atomic write");
-        e
-    })
+    let mut data = 0;
+    for (_, events, _) in writes {
+        data += events.iter().map(|e| e.data.len()).sum::<usize>();
+    }
+    request_fits("an atomic write", data, limits)
 }
 
 #[wasm_bindgen]
@@ -171,11 +165,11 @@ impl SyncClient {
                 return Err(storage_lost(lost.pending));
             }
             let receipts = receipts?;
-            Ok(receipts
-                .iter()
-                .map(|r| output::receipts(r))
-                .collect::<Array>()
-                .into())
+            let out = Array::new();
+            for r in &receipts {
+                out.push(&output::receipts(r));
+            }
+            Ok(out.into())
         })
     }
 }

@@ -582,14 +582,21 @@ pub(super) fn conditional_fits(
     limits: &Limits,
 ) -> Result<(), ClientError> {
     let data: usize = events.iter().map(|e| e.data.len()).sum();
-    if expected_version.is_none() || data <= limits.max_request_bytes {
+    match expected_version {
+        Some(_) => request_fits("a conditional append", data, limits),
+        None => Ok(()),
+    }
+}
+
+/// `what` (a write sent as one request, whole) with `data` bytes of event data fits one.
+pub(super) fn request_fits(what: &str, data: usize, limits: &Limits) -> Result<(), ClientError> {
+    if data <= limits.max_request_bytes {
         return Ok(());
     }
     Err(ClientError::new(
         ErrorCode::TooManyEvents,
         format!(
-            "a conditional append is sent as one request: {data} bytes of data, at most {} are \
-             accepted",
+            "{what} is sent as one request: {data} bytes of data, at most {} are accepted",
             limits.max_request_bytes
         ),
     ))

@@ -79,6 +79,20 @@ fn bytes(value: &JsValue) -> Option<Vec<u8>> {
         .map(|buffer| Uint8Array::new(buffer).to_vec())
 }
 
+/// `unknown field "k" (fields: …)` for the first key of `object` that is not one of `keys`.
+pub(crate) fn unknown_field(object: &JsValue, keys: &[&str]) -> Option<String> {
+    for key in Object::keys(object.unchecked_ref::<Object>()).iter() {
+        let key = key.as_string().unwrap_or_default();
+        if !keys.contains(&key.as_str()) {
+            return Some(format!(
+                "unknown field \"{key}\" (fields: {})",
+                keys.join(", ")
+            ));
+        }
+    }
+    None
+}
+
 fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientError> {
     let at = |code: ErrorCode, message: String| {
         ClientError::new(code, format!("events[{index}]: {message}")).with("index", index as u32)
@@ -89,17 +103,8 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
             "must be an object { type, data, minor?, eventId?, iv? }".into(),
         ));
     }
-    for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
-        let key = key.as_string().unwrap_or_default();
-        if !EVENT_KEYS.contains(&key.as_str()) {
-            return Err(at(
-                ErrorCode::InvalidEvent,
-                format!(
-                    "unknown field \"{key}\" (fields: {})",
-                    EVENT_KEYS.join(", ")
-                ),
-            ));
-        }
+    if let Some(message) = unknown_field(value, &EVENT_KEYS) {
+        return Err(at(ErrorCode::InvalidEvent, message));
     }
     // Type 0 parses here and is refused with the protocol's own rule.
     let event_type = safe_integer(&get(value, "type")).ok_or_else(|| {

@@ -123,16 +123,14 @@ fn batch_fields(o: &Object, b: &Batch) {
     js::set(o, "count", b.count);
     if let Some(legs) = &b.atomic {
         // An atomic write: the fields above are its first leg; every leg here.
-        let all: Array = legs
-            .iter()
-            .map(|l| {
-                let x = Object::new();
-                js::set(&x, "aggregate", aggregate_to_js(&l.aggregate));
-                js::set(&x, "firstSeq", l.first_seq as f64);
-                js::set(&x, "lastSeq", l.last_seq as f64);
-                JsValue::from(x)
-            })
-            .collect();
+        let all = Array::new();
+        for l in legs.iter() {
+            let x = Object::new();
+            js::set(&x, "aggregate", aggregate_to_js(&l.aggregate));
+            js::set(&x, "firstSeq", l.first_seq as f64);
+            js::set(&x, "lastSeq", l.last_seq as f64);
+            all.push(&x);
+        }
         js::set(o, "atomic", all);
     }
 }

@@ -4,7 +4,7 @@
 use js_sys::{Array, JSON, Object};
 use wasm_bindgen::JsValue;
 
-use crate::browser::convert::aggregate_to_js;
+use crate::browser::convert::{aggregate_to_js, set_atomic_with};
 use crate::browser::idb::keys::uuid_js;
 use crate::browser::js;
 use crate::engine::model::{ParkRecord, Receipt, StoredEvent};
@@ -57,12 +57,7 @@ pub(crate) fn parked_event(e: &StoredEvent, r: &ParkRecord) -> JsValue {
     }
     if let Some(legs) = &r.atomic {
         // Part of an atomic write: the other aggregates parked with it (discarded with it).
-        let others: Array = legs
-            .iter()
-            .filter(|l| l.aggregate != e.aggregate)
-            .map(|l| aggregate_to_js(&l.aggregate))
-            .collect();
-        js::set(&o, "atomicWith", others);
+        set_atomic_with(&o, legs, &e.aggregate);
     }
     o.into()
 }

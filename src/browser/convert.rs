@@ -11,7 +11,7 @@ use wasm_bindgen::JsValue;
 
 use super::idb::keys::uuid_js;
 use super::js;
-use crate::engine::model::{AggregateRef, ParkRecord};
+use crate::engine::model::{AggregateRef, Legs, ParkRecord};
 use crate::engine::read::machine::ReadState;
 use crate::engine::status::{LastError, Refused, Role, Status, SyncState, SyncedNotice};
 
@@ -196,15 +196,22 @@ pub(crate) fn parked_to_js(r: &ParkRecord) -> JsValue {
         js::set(&o, "currentVersion", version as f64);
     }
     if let Some(legs) = &r.atomic {
-        // Part of an atomic write: the other aggregates parked with it (discarded with it).
-        let others: Array = legs
-            .iter()
-            .filter(|l| l.aggregate != r.aggregate)
-            .map(|l| aggregate_to_js(&l.aggregate))
-            .collect();
-        js::set(&o, "atomicWith", others);
+        set_atomic_with(&o, legs, &r.aggregate);
     }
     o.into()
+}
+
+/// Sets `atomicWith` on `o`, a parked record (or one of its events) of `aggregate` that is part
+/// of the atomic write `legs`: the write's other aggregates, parked with it (discarded with it).
+/// (A loop, not a `collect`: one `Array` instantiation less for each caller.)
+pub(crate) fn set_atomic_with(o: &Object, legs: &Legs, aggregate: &AggregateRef) {
+    let others = Array::new();
+    for leg in legs.iter() {
+        if leg.aggregate != *aggregate {
+            others.push(&aggregate_to_js(&leg.aggregate));
+        }
+    }
+    js::set(o, "atomicWith", others);
 }
 
 /// Reads a `parked` detail back.

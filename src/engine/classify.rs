@@ -418,9 +418,11 @@ fn decide_atomic(
             duplicate: true,
             last_client_seq: Some(last),
         } if batch
-            .spans()
+            .atomic
+            .as_deref()
+            .map_or(&[][..], Vec::as_slice)
             .iter()
-            .all(|(_, _, leg_last)| last < *leg_last) =>
+            .all(|leg| last < leg.last_seq) =>
         {
             Action::Park {
                 code: PROTOCOL_VIOLATION,

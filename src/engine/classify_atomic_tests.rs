@@ -24,8 +24,8 @@ fn write() -> Batch {
             last_seq: 5,
         },
     ]
-    .into_iter()
-    .collect();
+    .to_vec()
+    .into();
     Batch::of_atomic(&legs).unwrap()
 }
 

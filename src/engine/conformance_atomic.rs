@@ -17,7 +17,8 @@ fn legs(spans: &[(u128, u64, u64)]) -> Legs {
             first_seq,
             last_seq,
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .into()
 }
 
 /// Rules 1 and 3: an atomic write gets each aggregate's next sequences, its events carry every

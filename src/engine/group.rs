@@ -124,13 +124,14 @@ impl<O: Outbox + 'static> GroupCommit<O> {
         }
     }
 
-    /// Tells what a committed transaction stored: its event count and each aggregate once.
-    fn tell(&self, receipts: &[Vec<Receipt>], aggregates: &[AggregateRef], begun: Begun) {
+    /// Tells what a committed transaction of `items` stored: its event count and each
+    /// aggregate once.
+    fn tell(&self, receipts: &[Vec<Receipt>], items: &[GroupItem<'_>], begun: Begun) {
         let stored: usize = receipts.iter().map(Vec::len).sum();
         let mut seen = SortedSet::new();
-        let touched: Vec<AggregateRef> = aggregates
+        let touched: Vec<AggregateRef> = items
             .iter()
-            .copied()
+            .map(|item| item.0)
             .filter(|a| seen.insert(*a))
             .collect();
         (self.committed)(stored as u64, &touched, begun);
@@ -152,8 +153,7 @@ impl<O: Outbox + 'static> GroupCommit<O> {
                     .collect();
                 let result = self.outbox.append_atomic(&items).await;
                 if let Ok(Appended { receipts, begun }) = &result {
-                    let aggregates: Vec<AggregateRef> = writes.iter().map(|w| w.0).collect();
-                    self.tell(receipts, &aggregates, *begun);
+                    self.tell(receipts, &items, *begun);
                 }
                 let _ = reply.send(result.map(|a| a.receipts));
                 continue;
@@ -183,8 +183,7 @@ impl<O: Outbox + 'static> GroupCommit<O> {
                 .collect();
             match self.outbox.append_group(&items).await {
                 Ok(Appended { receipts, begun }) => {
-                    let aggregates: Vec<AggregateRef> = group.iter().map(|q| q.aggregate).collect();
-                    self.tell(&receipts, &aggregates, begun);
+                    self.tell(&receipts, &items, begun);
                     for (queued, receipts) in group.into_iter().zip(receipts) {
                         let _ = queued.reply.send(Ok(receipts));
                     }

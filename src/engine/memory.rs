@@ -135,7 +135,8 @@ impl MemoryOutbox {
                         last_seq: last + events.len() as u64,
                     }
                 })
-                .collect()
+                .collect::<Vec<_>>()
+                .into()
         });
         let mut all = Vec::with_capacity(group.len());
         for (aggregate, events, expected) in group {

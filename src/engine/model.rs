@@ -68,7 +68,10 @@ pub struct Leg {
 
 /// Every leg of one atomic write, in the order the app gave them (the request's order). Shared:
 /// each of the write's events, its batch and its park records hold the same list.
-pub type Legs = std::rc::Rc<[Leg]>;
+///
+/// An `Rc<Vec<Leg>>`, not an `Rc<[Leg]>`: building the unsized `Rc` links its own allocation
+/// path (layout arithmetic and its panic), which this module needs nowhere else.
+pub type Legs = std::rc::Rc<Vec<Leg>>;
 
 /// The version guard of a conditional append (`append(…, { expectedVersion })`), stored with
 /// each of its events: the append lands only if the aggregate is at exactly `expected_version`.

@@ -16,19 +16,17 @@ use crate::engine::outbox::StoreError;
 
 /// `legs` as stored.
 pub(crate) fn legs_js(legs: &Legs) -> JsValue {
-    legs.iter()
-        .map(|leg| {
-            let a = Agg::new(&leg.aggregate);
-            let parts = Array::of4(
-                &a.t,
-                &a.a,
-                &JsValue::from_f64(leg.first_seq as f64),
-                &JsValue::from_f64(leg.last_seq as f64),
-            );
-            JsValue::from(parts)
-        })
-        .collect::<Array>()
-        .into()
+    let all = Array::new();
+    for leg in legs.iter() {
+        let a = Agg::new(&leg.aggregate);
+        all.push(&Array::of4(
+            &a.t,
+            &a.a,
+            &JsValue::from_f64(leg.first_seq as f64),
+            &JsValue::from_f64(leg.last_seq as f64),
+        ));
+    }
+    all.into()
 }
 
 /// The legs stored in `value` (`undefined`: none, a plain or conditional append's record).
@@ -38,10 +36,18 @@ pub(crate) fn legs_of(value: &JsValue, what: &str) -> Result<Option<Legs>, Store
     if value.is_undefined() {
         return Ok(None);
     }
-    let bad = || StoreError::Corrupt(format!("{what} has bad atomic legs"));
-    let list = value.dyn_ref::<Array>().ok_or_else(bad)?;
+    // One error site: every check below answers `None` for "not legs".
+    match parse(value) {
+        Some(legs) => Ok(Some(legs.into())),
+        None => Err(StoreError::Corrupt(format!("{what} has bad atomic legs"))),
+    }
+}
+
+/// [`legs_of`]'s list, `None` when `value` is not a valid one.
+fn parse(value: &JsValue) -> Option<Vec<Leg>> {
+    let list = value.dyn_ref::<Array>()?;
     if list.length() == 0 {
-        return Err(bad());
+        return None;
     }
     let seq = |parts: &Array, i: u32| {
         parts
@@ -49,22 +55,21 @@ pub(crate) fn legs_of(value: &JsValue, what: &str) -> Result<Option<Legs>, Store
             .as_f64()
             .filter(|v| v.fract() == 0.0 && *v >= 0.0 && *v <= 9_007_199_254_740_991.0)
             .map(|v| v as u64)
-            .ok_or_else(bad)
     };
     let mut legs = Vec::with_capacity(list.length() as usize);
     for part in list.iter() {
-        let parts = part.dyn_ref::<Array>().ok_or_else(bad)?;
+        let parts = part.dyn_ref::<Array>()?;
         if parts.length() != 4 {
-            return Err(bad());
+            return None;
         }
         let aggregate = AggregateRef {
-            type_id: parse_uuid(&parts.get(0)).map_err(|_| bad())?,
-            id: parse_uuid(&parts.get(1)).map_err(|_| bad())?,
+            type_id: parse_uuid(&parts.get(0)).ok()?,
+            id: parse_uuid(&parts.get(1)).ok()?,
         };
         let (first_seq, last_seq) = (seq(parts, 2)?, seq(parts, 3)?);
         // An empty leg (`last = first - 1`) holds no event but is still one of the write's.
         if first_seq == 0 || last_seq + 1 < first_seq {
-            return Err(bad());
+            return None;
         }
         legs.push(Leg {
             aggregate,
@@ -72,7 +77,7 @@ pub(crate) fn legs_of(value: &JsValue, what: &str) -> Result<Option<Legs>, Store
             last_seq,
         });
     }
-    Ok(Some(legs.into()))
+    Some(legs)
 }
 
 /// The leg of `legs` that is `aggregate`'s, if any.

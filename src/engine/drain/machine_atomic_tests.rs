@@ -22,8 +22,8 @@ fn transfer() -> Vec<StoredEvent> {
             last_seq: 2,
         },
     ]
-    .into_iter()
-    .collect();
+    .to_vec()
+    .into();
     let guard = Guard {
         expected_version: 6,
         first_seq: 1,

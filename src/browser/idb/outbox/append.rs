@@ -143,7 +143,8 @@ fn write_group(
                     last_seq: base + batch.len() as u64,
                 }
             })
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     });
     let mut all = Vec::with_capacity(group.len());
     for (aggregate, batch, expected) in group {
