@@ -202,8 +202,10 @@ const FRAME_BYTES: usize = 64 << 10;
 /// one buffer, so hyper cannot take it all in one frame, see the end of the stream and drop
 /// the body while the page still sits in its write buffer for a reader that does not read.
 /// When the last frame is taken, the reservation passes to the connection's
-/// [`crate::serve::unsent::Unsent`], which gives it back once the connection has written the
-/// page's bytes and the socket's send queue is empty.
+/// [`crate::serve::unsent::Unsent`], which gives it back once the client has acknowledged the
+/// page's bytes. From the first frame on, the page must leave at the minimum page rate
+/// ([`crate::serve::unsent::PagePace`]), or its connection is closed and the body dropped with
+/// it, wherever the reservation is then.
 struct Held {
     bytes: Bytes,
     reserved: Option<(Reserved, SharedBytes)>,
@@ -226,7 +228,8 @@ impl http_body::Body for Held {
         }
         let total = self.bytes.len() as u64;
         if let Some((connection, until @ None)) = &mut self.connection {
-            *until = Some(connection.unsent().written() + total);
+            // The page's clock for the minimum rate starts with its first frame.
+            *until = Some(connection.unsent().begin(total));
         }
         let n = self.bytes.len().min(FRAME_BYTES);
         let frame = self.bytes.split_to(n);
