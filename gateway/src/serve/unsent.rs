@@ -12,9 +12,9 @@
 //!   gateway's (reserved) frames until the client reads;
 //! * a page's reservation is handed to the connection's [`Unsent`] when its last frame is
 //!   taken, and kept there until the client has acknowledged every byte of the page: the
-//!   connection has written them and fewer bytes than it wrote after them are left in the
-//!   socket's unacknowledged send queue (`SIOCOUTQ`), polled every [`POLL`] while a page is
-//!   on its way. Bytes acknowledged count as activity (the client is reading); a client that
+//!   connection has written them and the socket's unacknowledged send queue (`SIOCOUTQ`)
+//!   holds only bytes written after them, looked at every [`POLL`] while a page is on its
+//!   way. Bytes acknowledged count as activity (the client is reading); a client that
 //!   acknowledges nothing is left to the idle timeout, which closes the connection and gives
 //!   the reservation back.
 //!
