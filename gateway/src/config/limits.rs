@@ -110,7 +110,9 @@ pub struct LimitConfig {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=u64::from(u32::MAX)))]
     pub read_page_bytes: usize,
 
-    /// Most bytes of read responses held at once (until sent); past it 429 (42900).
+    /// Most bytes of read responses held at once (until sent); past it 429 (42900). The last
+    /// quarter is kept for light addresses: a page that would leave less free is given only to
+    /// an address then holding at most one page (--read-page-bytes); 429 (42900) for the others.
     #[arg(long, env = "CELERIANT_GATEWAY_READ_BUFFER_BYTES", default_value_t = 64 << 20)]
     pub read_buffer_bytes: usize,
 
