@@ -134,6 +134,7 @@ async fn run(config: Config) -> Result<(), String> {
         max_connections_per_ip: limits.max_connections_per_ip as usize,
         header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
         idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
+        min_page_rate: limits.min_page_rate_bytes_per_sec,
         shutdown_grace: Duration::from_millis(limits.request_timeout_ms) + Duration::from_secs(1),
     };
     if let Some(secret) = state.faults_secret.as_ref().filter(|s| s.generated()) {

@@ -441,3 +441,98 @@ async fn every_route_answers_by_the_deadline_reads_included() {
         );
     }
 }
+
+#[tokio::test]
+async fn past_three_quarters_of_the_read_budget_only_light_addresses_get_a_page() {
+    // Pages of about 41 KB (one 30 KiB event), reserved as 64 KiB at first, from a budget of
+    // 16 of those; the address's share raised to the whole budget, so one address can be heavy.
+    const PAGE: usize = 64 * 1024;
+    let harness = |per_ip: usize| {
+        Harness::with(
+            |c| {
+                c.limits.read_page_bytes = PAGE;
+                c.limits.max_body_bytes = PAGE;
+                c.limits.read_buffer_bytes = 16 * PAGE;
+                c.limits.read_buffer_bytes_per_ip = Some(per_ip);
+            },
+            EmbeddedOptions::default(),
+        )
+    };
+    let path = format!("/v1/aggregates/{TYPE}/{ID}/events");
+    let request_from = |last: u8| {
+        let mut request = Request::get(&path).body(Body::empty()).unwrap();
+        let from = std::net::SocketAddr::from(([192, 0, 2, last], 4000));
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(from));
+        request
+    };
+    // A page whose answer is not taken (its reservation held), or the refusal, read whole.
+    let hold = |h: &Harness, last: u8| {
+        let router = h.router.clone();
+        let request = request_from(last);
+        async move {
+            let answer = router.oneshot(request).await.unwrap();
+            if answer.status() == StatusCode::OK {
+                return Ok(answer);
+            }
+            let body = http_body_util::BodyExt::collect(answer.into_body()).await;
+            let json: Value = serde_json::from_slice(&body.unwrap().to_bytes()).unwrap();
+            let message = json["message"].as_str().unwrap_or("").to_owned();
+            Err((json["code"].as_u64().unwrap_or(0), message))
+        }
+    };
+    let by_reserve = |e: &(u64, String)| e.0 == 42900 && e.1.contains("this address holds");
+    let by_budget = |e: &(u64, String)| e.0 == 42900 && e.1.contains("as many bytes");
+    let mut seed = write_of(&[1]);
+    seed["writes"][0]["events"][0]["data"] = json!(encode_base64(&vec![7u8; 30 << 10]));
+
+    let h = harness(16 * PAGE);
+    assert_eq!(h.write(&seed).await.outcome(), "landed");
+    // One address holds pages it does not read until the reserve refuses it: three quarters
+    // of the budget, less at most one reservation.
+    let mut heavy = Vec::new();
+    let refused = loop {
+        match hold(&h, 1).await {
+            Ok(answer) => heavy.push(answer),
+            Err(e) => break e,
+        }
+    };
+    assert!(by_reserve(&refused), "{refused:?}");
+    let held = 16 * PAGE - h.state.read_bytes.available();
+    assert!(
+        (11 * PAGE..12 * PAGE).contains(&held),
+        "the heavy address holds three quarters of the budget: {held} of {}",
+        16 * PAGE
+    );
+    // A light address gets a page from the last quarter, not two.
+    let mut light = vec![hold(&h, 2).await.unwrap()];
+    let again = hold(&h, 2).await.unwrap_err();
+    assert!(by_reserve(&again), "{again:?}");
+    // Other light addresses get one each, until the budget itself is full.
+    let full = loop {
+        match hold(&h, 3 + light.len() as u8).await {
+            Ok(answer) => light.push(answer),
+            Err(e) => break e,
+        }
+    };
+    assert!(by_budget(&full), "{full:?}");
+    assert!(light.len() >= 5, "{} light addresses served", light.len());
+    // Once the heavy address's pages are taken, it reads again.
+    drop(heavy);
+    assert!(hold(&h, 1).await.is_ok());
+    drop(light);
+
+    // Without a per-address share there is no reserve: one address takes the whole budget.
+    let h = harness(0);
+    assert_eq!(h.write(&seed).await.outcome(), "landed");
+    let mut all = Vec::new();
+    let full = loop {
+        match hold(&h, 1).await {
+            Ok(answer) => all.push(answer),
+            Err(e) => break e,
+        }
+    };
+    assert!(by_budget(&full), "{full:?}");
+    assert!(h.state.read_bytes.available() < PAGE);
+}

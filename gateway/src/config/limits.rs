@@ -57,6 +57,18 @@ pub struct LimitConfig {
     )]
     pub min_body_rate_bytes_per_sec: u64,
 
+    /// Slowest a read page may leave the gateway, in bytes per second acknowledged by the
+    /// client, after a grace of --idle-timeout-ms (its n-th byte by idle timeout + n / rate
+    /// from its first byte): a connection whose page falls behind is closed (reset) and the
+    /// page's share of the read budget released. 0: no minimum (only --idle-timeout-ms). The
+    /// default, 1 KiB/s, is that of request bodies: a fifth of a poor GPRS link.
+    #[arg(
+        long,
+        env = "CELERIANT_GATEWAY_MIN_PAGE_RATE_BYTES_PER_SEC",
+        default_value_t = 1024
+    )]
+    pub min_page_rate_bytes_per_sec: u64,
+
     /// A connection on which no byte moves either way for this long is closed, whatever it was
     /// doing (a stalled upload, a client that stopped reading its answer). Must exceed
     /// --request-timeout-ms, so a slow store is answered 504 rather than cut off.
@@ -98,7 +110,9 @@ pub struct LimitConfig {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=u64::from(u32::MAX)))]
     pub read_page_bytes: usize,
 
-    /// Most bytes of read responses held at once (until sent); past it 429 (42900).
+    /// Most bytes of read responses held at once (until sent); past it 429 (42900). The last
+    /// quarter is kept for light addresses: a page that would leave less free is given only to
+    /// an address then holding at most one page (--read-page-bytes); 429 (42900) for the others.
     #[arg(long, env = "CELERIANT_GATEWAY_READ_BUFFER_BYTES", default_value_t = 64 << 20)]
     pub read_buffer_bytes: usize,
 

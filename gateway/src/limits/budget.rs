@@ -89,6 +89,11 @@ impl Budget {
         }
     }
 
+    /// The budget's name, as in messages and metrics (`"write bodies"`).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// The budget's size.
     pub fn total(&self) -> usize {
         self.total

@@ -9,7 +9,10 @@
 //! * [`slots`]: write slots (`--max-inflight`), the last quarter reserved for addresses holding
 //!   few (429, 42900);
 //! * [`budget`]: bytes of write bodies and of read responses held at once (429, 42900);
-//! * [`share_bytes`]: each address's and client id's share of the write-body bytes (429, 42910).
+//! * [`share_bytes`]: each address's and client id's share of the write-body and read-response
+//!   bytes (429, 42910);
+//! * [`reserve`]: the last quarter of those two byte budgets, which only an address holding
+//!   little of it may take (429, 42900);
 //! * [`cheap`]: per-address rates of `/healthz` and static files, and of preflights, 405s and
 //!   `Host` refusals (429, 42911).
 //!
@@ -26,5 +29,6 @@ pub mod ip;
 pub mod keyed;
 pub mod nested;
 pub mod notice;
+pub mod reserve;
 pub mod share_bytes;
 pub mod slots;

@@ -6,9 +6,14 @@
 //! then the page's bytes reserved from `--read-buffer-bytes` before the store is touched (429,
 //! 42900), held until the response has been handed to the connection; once the page's size is
 //! known, it must also fit the address's and the client id's share of that budget (429, 42910:
-//! a client that asks for pages and never reads them holds at most an eighth). A page holds at most
-//! `--read-page-bytes` of response, unless its first batch alone is larger: that batch is then
-//! served alone, once its size could be reserved too. The router's deadline bounds the whole.
+//! a client that asks for pages and never reads them holds at most an eighth). The last quarter
+//! of the budget is a reserve for light addresses (`crate::limits::reserve`): a reservation
+//! that would leave less than a quarter free is allowed only while the address then holds at
+//! most one page (`--read-page-bytes`; 429, 42900), checked as each reservation is made and
+//! once more when the page is counted in the address's share (pages asked for at once are
+//! counted there only when rendered). A page holds at most `--read-page-bytes` of response,
+//! unless its first batch alone is larger: that batch is then served alone, once its size could
+//! be reserved too. The router's deadline bounds the whole.
 //!
 //! The access policy applies (`crate::access`): an aggregate the session may not read is
 //! answered exactly as one that does not exist (an empty page, `tip` 0), so a read is no
@@ -131,7 +136,7 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
     if !readable(state, &session, query.key).await? {
         return Ok(json_response(Bytes::from_static(EMPTY_PAGE)));
     }
-    let mut reserved = state.read_bytes.reserve(query.max_bytes)?;
+    let mut reserved = reserve_more(state, peer, 0, query.max_bytes)?;
     let body = loop {
         let page = match state.backend.read_json(query).await {
             Err(BackendError::Trimmed { min_version }) => return Ok(trimmed(min_version)),
@@ -141,7 +146,8 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
         match page {
             JsonPage::Body(body) => break body,
             JsonPage::Needs(bytes) if bytes > reserved.bytes() => {
-                reserved.merge(state.read_bytes.reserve(bytes - reserved.bytes())?);
+                let more = bytes - reserved.bytes();
+                reserved.merge(reserve_more(state, peer, reserved.bytes(), more)?);
                 query.max_bytes = bytes;
             }
             // The store asked for no more than it had: serve what fits rather than loop.
@@ -156,16 +162,46 @@ async fn page(state: &AppState, request: Request) -> Result<Response, ApiError> 
     // A store that renders its page itself (the Celeriant backend) may go over the estimate:
     // reserve what it took, or refuse rather than hold more than the budget allows.
     if body.len() > reserved.bytes() {
-        reserved.merge(state.read_bytes.reserve(body.len() - reserved.bytes())?);
+        let more = body.len() - reserved.bytes();
+        reserved.merge(reserve_more(state, peer, reserved.bytes(), more)?);
     }
     reserved.shrink_to(body.len());
     let share = state.read_share.take(peer, session.client_id, body.len())?;
+    // Once more with this page in the address's share: pages asked for at once each passed
+    // the checks above before any of them was counted there.
+    light_reserve(state, state.read_share.held_by(peer), 0)?;
     let mut response = Response::new(held(Bytes::from(body), reserved, share, connection));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     Ok(response)
+}
+
+/// What a heavy address holds, in the reserve's refusal.
+const HEAVY: &str = "pages it has not read";
+
+/// The read budget's reserve for light addresses: `held` of the address bucket (`None`: no
+/// per-address share, no reserve), `more` to take, one page (`--read-page-bytes`) light.
+fn light_reserve(state: &AppState, held: Option<usize>, more: usize) -> Result<(), ApiError> {
+    let light = state.config.limits.read_page_bytes;
+    crate::limits::reserve::check(&state.read_bytes, held, more, light, HEAVY)
+}
+
+/// `more` bytes of the read budget for a page of `peer` that has reserved `have` already,
+/// within the reserve for light addresses (what the address holds counts this page too).
+fn reserve_more(
+    state: &AppState,
+    peer: std::net::IpAddr,
+    have: usize,
+    more: usize,
+) -> Result<Reserved, ApiError> {
+    let held = state
+        .read_share
+        .held_by(peer)
+        .map(|h| h.saturating_add(have));
+    light_reserve(state, held, more)?;
+    state.read_bytes.reserve(more)
 }
 
 /// The page of an aggregate that does not exist, byte for byte as the store renders it.
@@ -202,8 +238,10 @@ const FRAME_BYTES: usize = 64 << 10;
 /// one buffer, so hyper cannot take it all in one frame, see the end of the stream and drop
 /// the body while the page still sits in its write buffer for a reader that does not read.
 /// When the last frame is taken, the reservation passes to the connection's
-/// [`crate::serve::unsent::Unsent`], which gives it back once the connection has written the
-/// page's bytes and the socket's send queue is empty.
+/// [`crate::serve::unsent::Unsent`], which gives it back once the client has acknowledged the
+/// page's bytes. From the first frame on, the page must leave at the minimum page rate
+/// ([`crate::serve::unsent::PagePace`]), or its connection is closed and the body dropped with
+/// it, wherever the reservation is then.
 struct Held {
     bytes: Bytes,
     reserved: Option<(Reserved, SharedBytes)>,
@@ -226,7 +264,8 @@ impl http_body::Body for Held {
         }
         let total = self.bytes.len() as u64;
         if let Some((connection, until @ None)) = &mut self.connection {
-            *until = Some(connection.unsent().written() + total);
+            // The page's clock for the minimum rate starts with its first frame.
+            *until = Some(connection.unsent().begin(total));
         }
         let n = self.bytes.len().min(FRAME_BYTES);
         let frame = self.bytes.split_to(n);

@@ -91,27 +91,19 @@ impl Admitted {
 /// `maxBatchBytes`.
 pub const LIGHT_BYTES: usize = 1 << 20;
 
-/// The last quarter of `--write-buffer-bytes` is a reserve: taking `more` bytes that would
-/// leave less than a quarter free is allowed only while the address then holds at most
-/// [`LIGHT_BYTES`] (issue 26, hostile review: a few addresses each uploading a large body fast
-/// and then stalling held the whole budget). Without a per-address share (behind a proxy not
-/// named with `--trusted-proxy`) there is no reserve.
+/// The last quarter of `--write-buffer-bytes` is a reserve (`crate::limits::reserve`): taking
+/// `more` bytes that would leave less than a quarter free is allowed only while the address
+/// then holds at most [`LIGHT_BYTES`] (issue 26, hostile review: a few addresses each uploading
+/// a large body fast and then stalling held the whole budget). Without a per-address share
+/// (behind a proxy not named with `--trusted-proxy`) there is no reserve.
 fn reserve_allows(state: &AppState, peer: std::net::IpAddr, more: usize) -> Result<(), ApiError> {
-    let Some(held) = state.write_share.held_by(peer) else {
-        return Ok(());
-    };
-    let reserve = state.write_bytes.total() / 4;
-    if state.write_bytes.available().saturating_sub(more) < reserve
-        && held.saturating_add(more) > LIGHT_BYTES
-    {
-        crate::observe::budget_refused("write bodies", "reserve");
-        return Err(ApiError::code(
-            g::GATEWAY_BUSY,
-            "the gateway holds most of the write-body bytes it may, and this address holds \
-             several bodies; retry shortly",
-        ));
-    }
-    Ok(())
+    crate::limits::reserve::check(
+        &state.write_bytes,
+        state.write_share.held_by(peer),
+        more,
+        LIGHT_BYTES,
+        "several bodies",
+    )
 }
 
 /// Everything before the body: fair share, session, headers, the store's gate, admission.

@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::unsent::Unsent;
+use super::unsent::{Behind, PagePace, Unsent};
 
 /// The send buffer asked for a connection that carries a change stream (the kernel doubles
 /// it for its bookkeeping): room for hundreds of notifications, so a reader that keeps up never
@@ -84,10 +84,11 @@ impl Activity {
     }
 
     /// Runs for the connection's life: gives back what the connection held once its bytes
-    /// have left the socket, and counts a send queue that shrinks (the client reads) as
-    /// movement ([`Unsent::drain`]).
-    pub async fn drain(&self) {
-        self.0.unsent.drain(|| self.touch()).await
+    /// have left the socket, and counts bytes the client acknowledged (it reads) as movement.
+    /// Returns when a page fell behind `pace`: the connection must then be closed
+    /// ([`Unsent::drain`]).
+    pub async fn drain(&self, pace: PagePace) -> Behind {
+        self.0.unsent.drain(pace, || self.touch()).await
     }
 
     /// The connection now carries a change stream whose writes must find room within

@@ -26,6 +26,10 @@
 //!   [`unsent::SEND_BUFFER`], and a read page's reservation is held until its bytes have left
 //!   the socket, so what the kernel holds for a client that does not read is inside the read
 //!   budget.
+//! * **Slow readers** ([`unsent::PagePace`]): a page whose bytes leave the socket slower than
+//!   the minimum page rate (after a grace of the idle timeout) closes its connection, so a
+//!   client that reads a trickle to beat the idle timeout cannot hold a page's reservation for
+//!   hours.
 //! * **Bounded buffers**: a request's headers may take at most [`MAX_HEADER_BYTES`] (431 past
 //!   it; 100 headers at most, hyper's default), and hyper buffers at most [`MAX_BUF_BYTES`] per
 //!   connection.
@@ -62,6 +66,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 
 use self::activity::{Activity, Tracked};
+use self::unsent::PagePace;
 use crate::limits::connections::{Connections, Full};
 use crate::limits::notice::Throttle;
 
@@ -88,6 +93,9 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// Drop a connection on which nothing moved for this long.
     pub idle_timeout: Duration,
+    /// `--min-page-rate-bytes-per-sec`: close a connection whose read page leaves its socket
+    /// slower (after a grace of `idle_timeout`); 0: no minimum.
+    pub min_page_rate: u64,
     /// How long requests in progress may take to finish at shutdown.
     pub shutdown_grace: Duration,
 }
@@ -234,6 +242,10 @@ pub async fn serve(
         let connection =
             graceful.watch(builder.serve_connection(io, TowerToHyperService::new(service)));
         let idle_timeout = options.idle_timeout;
+        let pace = PagePace {
+            grace: idle_timeout,
+            min_rate: options.min_page_rate,
+        };
         let evicted_slot = place.slot();
         tokio::spawn(async move {
             let _place = place;
@@ -251,7 +263,17 @@ pub async fn serve(
                     crate::observe::budget_refused("change streams", "stalled");
                     tracing::debug!(%peer, "change stream closed: its client stopped reading");
                 }
-                () = activity.drain() => {}
+                behind = activity.drain(pace) => {
+                    crate::observe::budget_refused("read responses", "slow reader");
+                    tracing::debug!(
+                        %peer,
+                        page_bytes = behind.len,
+                        acknowledged = behind.out,
+                        elapsed = ?behind.elapsed,
+                        min_rate = pace.min_rate,
+                        "connection closed: its read page left slower than the minimum page rate"
+                    );
+                }
             }
             // The socket is closed: what it held is gone with it.
             activity.unsent().release();
