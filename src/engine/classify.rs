@@ -33,7 +33,9 @@
 //! Only `landed` settles. A rejection means nothing of the request was applied, so re-cutting
 //! it to find the offending event is safe; any other failure keeps the batch byte-identical.
 
-use celeriant_sync_protocol::codes::celeriant::OPTIMISTIC_CONCURRENCY_VIOLATION;
+use celeriant_sync_protocol::codes::celeriant::{
+    OPTIMISTIC_CONCURRENCY_VIOLATION, SHARD_ROUTING_MULTIPLE_SHARDS,
+};
 use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::outcome::{GuardConflict, WriteOutcome};
 
@@ -276,6 +278,17 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// A 2003 on a conditional batch: read back first, with what the 2003 named.
+    fn verify(message: String, conflict: Option<GuardConflict>) -> Self {
+        Action::Verify {
+            message,
+            current_version: conflict.as_ref().map(|c| c.current_version),
+            named: conflict.map(|c| (c.aggregate(), c.expected_version)),
+        }
+    }
+}
+
 /// Code used when a server's answer contradicts itself (a 2002 below the batch).
 pub(crate) const PROTOCOL_VIOLATION: u32 = 0;
 
@@ -385,11 +398,7 @@ pub fn decide(
             code: OPTIMISTIC_CONCURRENCY_VIOLATION,
             message,
             conflict,
-        } if conditional => Action::Verify {
-            message,
-            current_version: conflict.as_ref().map(|c| c.current_version),
-            named: conflict.map(|c| (c.aggregate(), c.expected_version)),
-        },
+        } if conditional => Action::verify(message, conflict),
         Outcome::Rejected { code, message, .. } if conditional => Action::Park { code, message },
         Outcome::Rejected { code, message, .. } if batch.count > 1 => {
             Action::Isolate { code, message }
@@ -442,17 +451,13 @@ fn decide_atomic(
             code: OPTIMISTIC_CONCURRENCY_VIOLATION,
             message,
             conflict,
-        } if conditional => Action::Verify {
-            message,
-            current_version: conflict.as_ref().map(|c| c.current_version),
-            named: conflict.map(|c| (c.aggregate(), c.expected_version)),
-        },
+        } if conditional => Action::verify(message, conflict),
         Outcome::Rejected {
-            code: celeriant_sync_protocol::codes::celeriant::SHARD_ROUTING_MULTIPLE_SHARDS,
+            code: SHARD_ROUTING_MULTIPLE_SHARDS,
             message,
             ..
         } => Action::Park {
-            code: celeriant_sync_protocol::codes::celeriant::SHARD_ROUTING_MULTIPLE_SHARDS,
+            code: SHARD_ROUTING_MULTIPLE_SHARDS,
             message: shard_message(&message),
         },
         Outcome::Rejected { code, message, .. } => Action::Park { code, message },
