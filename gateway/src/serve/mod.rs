@@ -30,6 +30,11 @@
 //!   the minimum page rate (after a grace of the idle timeout) closes its connection, so a
 //!   client that reads a trickle to beat the idle timeout cannot hold a page's reservation for
 //!   hours.
+//! * **No orphans** ([`linger`]): each connection keeps a descriptor of its own to its socket.
+//!   A connection the gateway cuts (the bounds above) is closed with a reset when bytes are
+//!   still queued for its client; one hyper finished keeps its place and its pages' reservations
+//!   until its send queue is empty, so the kernel never goes on sending for a closed socket
+//!   outside the bounds.
 //! * **Bounded buffers**: a request's headers may take at most [`MAX_HEADER_BYTES`] (431 past
 //!   it; 100 headers at most, hyper's default), and hyper buffers at most [`MAX_BUF_BYTES`] per
 //!   connection.
@@ -38,14 +43,16 @@
 //!   before a request exists; a request with both `Content-Length` and `Transfer-Encoding`
 //!   is framed by the latter alone (RFC 9112 §6.3) and its connection closed after the
 //!   answer, so no leftover bytes can be read as a request nobody checked.
-//! * **Graceful shutdown**: on the signal the listener closes, requests in progress finish (up
-//!   to the grace period), then the loop returns.
+//! * **Graceful shutdown**: on the signal the listener closes, requests in progress finish and
+//!   finished connections flush their send queues (up to the grace period), then the loop
+//!   returns.
 //!
 //! Each request gets the connection's peer address as `ConnectInfo<SocketAddr>`, as with
 //! `into_make_service_with_connect_info`. The body-read timeout and the per-route deadline are
 //! per request, in the routes and the router's layers.
 
 pub mod activity;
+pub mod linger;
 pub mod unsent;
 
 use std::future::Future;
@@ -63,9 +70,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use self::activity::{Activity, Tracked};
+use self::linger::{Close, Kept};
 use self::unsent::PagePace;
 use crate::limits::connections::{Connections, Full};
 use crate::limits::notice::Throttle;
@@ -79,6 +88,9 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// Descriptors kept free of connections: the database, the listener, logs, the Celeriant
 /// pool's sockets.
 const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// Descriptors each connection takes: hyper's and the connection's own ([`linger::Kept`]).
+const DESCRIPTORS_PER_CONNECTION: u64 = 2;
 
 /// How a connection is served.
 #[derive(Debug, Clone)]
@@ -129,7 +141,8 @@ pub fn fit_to_open_file_limit(wanted: usize) -> usize {
     let Some(current) = current else {
         return wanted;
     };
-    let fits = current.saturating_sub(RESERVED_DESCRIPTORS).max(1) as usize;
+    let fits =
+        (current.saturating_sub(RESERVED_DESCRIPTORS) / DESCRIPTORS_PER_CONNECTION).max(1) as usize;
     if fits < wanted {
         tracing::warn!(
             wanted,
@@ -165,6 +178,7 @@ pub async fn serve(
     let refused = Throttle::new();
     let evicted = Throttle::new();
     let accept_errors = Throttle::new();
+    let tasks = TaskTracker::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -217,6 +231,12 @@ pub async fn serve(
                 );
             }
         }
+        let Some(kept) = Kept::of(&stream) else {
+            // Out of descriptors: answered like a full pool.
+            refuse(&stream);
+            crate::observe::budget_refused("connections", "descriptors");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let capped = socket2::SockRef::from(&stream).set_send_buffer_size(unsent::SEND_BUFFER);
         if let Err(e) = capped {
@@ -224,9 +244,8 @@ pub async fn serve(
         }
         crate::observe::connection_accepted();
         let activity = Activity::new();
-        activity
-            .unsent()
-            .attach(std::os::fd::AsRawFd::as_raw_fd(&stream));
+        // The kept descriptor, open for the task's whole life (hyper's closes before).
+        activity.unsent().attach(kept.raw());
         let io = TokioIo::new(Tracked::new(stream, activity.clone()));
         let slot = place.slot();
         let service = router.clone().map_request({
@@ -247,21 +266,28 @@ pub async fn serve(
             min_rate: options.min_page_rate,
         };
         let evicted_slot = place.slot();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let _place = place;
-            tokio::select! {
-                result = connection => if let Err(e) = result {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+            // Whether hyper finished with the connection (`Graceful`) or the gateway cut it.
+            let ended = tokio::select! {
+                result = connection => {
+                    if let Err(e) = result {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                    Close::Graceful
                 },
                 () = activity.idle(idle_timeout) => {
                     tracing::debug!(%peer, ?idle_timeout, "idle connection closed");
+                    Close::Reset
                 }
                 () = evicted_slot.evicted() => {
                     tracing::debug!(%peer, "connection evicted: the pool was full");
+                    Close::Reset
                 }
                 () = activity.stalled() => {
                     crate::observe::budget_refused("change streams", "stalled");
                     tracing::debug!(%peer, "change stream closed: its client stopped reading");
+                    Close::Reset
                 }
                 behind = activity.drain(pace) => {
                     crate::observe::budget_refused("read responses", "slow reader");
@@ -273,17 +299,42 @@ pub async fn serve(
                         min_rate = pace.min_rate,
                         "connection closed: its read page left slower than the minimum page rate"
                     );
+                    Close::Reset
                 }
+            };
+            // hyper has let go of the socket; the kept descriptor still holds it open.
+            let how = match ended {
+                Close::Graceful => {
+                    linger::flush(&kept, &activity, pace, idle_timeout, &evicted_slot).await
+                }
+                Close::Reset => Close::Reset,
+            };
+            if kept.close(how) == Close::Reset {
+                crate::observe::budget_refused("read responses", "reset unread");
+                tracing::debug!(%peer, "connection reset: its client left bytes unread");
             }
             // The socket is closed: what it held is gone with it.
             activity.unsent().release();
         });
     }
     drop(listener);
+    let deadline = tokio::time::Instant::now() + options.shutdown_grace;
     tokio::select! {
         () = graceful.shutdown() => {}
-        () = tokio::time::sleep(options.shutdown_grace) => {
+        () = tokio::time::sleep_until(deadline) => {
             tracing::warn!("requests still in progress after the shutdown grace period; stopping");
+        }
+    }
+    // Answers given, some may still be on their way to slow clients: wait for them within the
+    // same grace (past it, the kernel goes on sending them after the process exits).
+    tasks.close();
+    tokio::select! {
+        () = tasks.wait() => {}
+        () = tokio::time::sleep_until(deadline) => {
+            tracing::info!(
+                connections = tasks.len(),
+                "answers still on their way at the end of the shutdown grace period"
+            );
         }
     }
 }

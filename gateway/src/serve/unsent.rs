@@ -280,7 +280,7 @@ impl Unsent {
 /// Bytes in the socket's send queue not yet acknowledged by the peer (`SIOCOUTQ`); 0 when
 /// the kernel cannot tell.
 #[cfg(target_os = "linux")]
-fn send_queue(socket: i32) -> usize {
+pub(super) fn send_queue(socket: i32) -> usize {
     let mut queued: libc::c_int = 0;
     // SAFETY: `socket` is the connection's open descriptor (the connection's task owns the
     // socket for as long as this may be called), and TIOCOUTQ (= SIOCOUTQ) writes one int.
@@ -293,7 +293,7 @@ fn send_queue(socket: i32) -> usize {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn send_queue(_socket: i32) -> usize {
+pub(super) fn send_queue(_socket: i32) -> usize {
     0
 }
 

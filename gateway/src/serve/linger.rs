@@ -1,0 +1,282 @@
+//! After hyper lets go of a connection: what the kernel still holds for its client is kept
+//! inside the bounds until it has left, or dropped at once.
+//!
+//! Closing a socket whose send queue is not empty does not free the queue: the kernel keeps the
+//! socket as an *orphan* (FIN-WAIT-1) and goes on sending it for minutes, outside every budget
+//! of the gateway and outside its connection caps. A review measured 200 such orphans holding
+//! 8 MB, made within a second by one address asking 200 times for a page with
+//! `Connection: close` and never reading. So each connection keeps its own handle to its socket
+//! ([`Kept`], a second descriptor taken at accept: the socket stays open when hyper drops its
+//! own), and when the connection ends:
+//!
+//! * **Cut by the gateway** (idle timeout, eviction, a stalled change stream, a page below the
+//!   minimum rate): the client is not reading, so whatever is still queued is dropped with a
+//!   reset (`SO_LINGER` 0); a connection with nothing queued closes normally.
+//! * **Finished by hyper** (an answer with `Connection: close`, the client's close, an error,
+//!   shutdown): the connection task goes on holding the socket, its place in the connection
+//!   pool and its pages' read reservations until the send queue is empty ([`flush`]), then
+//!   closes normally, so a client on a slow link still gets the last bytes of its answer. The
+//!   wait ends with a reset when the rules of a live connection would have cut it: the idle
+//!   timeout (acknowledged bytes count as activity), the minimum page rate, an eviction. A
+//!   socket the client has reset is in state `TCP_CLOSE`, whose `SIOCOUTQ` never drains: the
+//!   state is read too (`TCP_INFO`), and such a socket is done at once.
+//!
+//! So an orphan holds at most a FIN, and what a client that does not read can make the kernel
+//! hold is what an open connection can: one capped send buffer per connection place, and its
+//! share of the read budget.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::activity::Activity;
+use super::unsent::{POLL, PagePace, send_queue};
+use crate::limits::connections::Slot;
+
+/// The longest wait between two looks at a flushing socket's send queue, reached by doubling
+/// [`POLL`] while the queue does not move (a client that stopped reading costs one `ioctl` per
+/// second, not forty).
+pub const MAX_POLL: Duration = Duration::from_secs(1);
+
+/// `TCP_CLOSE` in `tcp_info.tcpi_state` (linux/include/net/tcp_states.h).
+const TCP_CLOSE: u8 = 7;
+
+/// The connection's own descriptor of its socket.
+#[derive(Debug)]
+pub struct Kept(OwnedFd);
+
+/// How a connection's socket is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Close {
+    /// Normally: what is queued is still sent (nothing is, when this is chosen after a flush).
+    Graceful,
+    /// With a reset when anything is still queued: the kernel drops it at once.
+    Reset,
+}
+
+impl Kept {
+    /// A second descriptor of `socket`'s socket; `None` when the process is out of them.
+    pub fn of(socket: &impl AsFd) -> Option<Kept> {
+        match socket.as_fd().try_clone_to_owned() {
+            Ok(fd) => Some(Kept(fd)),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not keep a connection's socket");
+                None
+            }
+        }
+    }
+
+    /// Its raw descriptor, open for as long as this lives.
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Bytes still queued (0 once the client reset the connection: there is nowhere to send).
+    pub fn queued(&self) -> usize {
+        if closed(self.raw()) {
+            0
+        } else {
+            send_queue(self.raw())
+        }
+    }
+
+    /// Closes the socket `how`, which is a reset only if something is still queued.
+    pub fn close(self, how: Close) -> Close {
+        let how = match how {
+            Close::Reset if self.queued() > 0 => {
+                if let Err(e) = socket2::SockRef::from(&self.0).set_linger(Some(Duration::ZERO)) {
+                    tracing::debug!(error = %e, "could not set a closing socket to reset");
+                }
+                Close::Reset
+            }
+            _ => Close::Graceful,
+        };
+        drop(self.0);
+        how
+    }
+}
+
+/// Waits, after hyper finished with the connection, until its socket's send queue is empty
+/// (or the client reset it): [`Close::Graceful`]. [`Close::Reset`] once the connection would
+/// have been cut had hyper still held it: nothing acknowledged for `idle_timeout`, a page below
+/// `pace`, or its place given to a newcomer.
+pub async fn flush(
+    socket: &Kept,
+    activity: &Activity,
+    pace: PagePace,
+    idle_timeout: Duration,
+    slot: &Slot,
+) -> Close {
+    tokio::select! {
+        () = flushed(socket, activity) => Close::Graceful,
+        _ = activity.drain(pace) => Close::Reset,
+        () = activity.idle(idle_timeout) => Close::Reset,
+        () = slot.evicted() => Close::Reset,
+    }
+}
+
+/// Resolves once `socket`'s send queue is empty; bytes acknowledged meanwhile count as the
+/// connection's activity. Looks every [`POLL`], backing off to [`MAX_POLL`] while nothing moves.
+async fn flushed(socket: &Kept, activity: &Activity) {
+    let mut wait = POLL;
+    let mut last = usize::MAX;
+    loop {
+        let queued = socket.queued();
+        if queued == 0 {
+            return;
+        }
+        if queued < last {
+            activity.touch();
+            wait = POLL;
+        } else {
+            wait = (wait * 2).min(MAX_POLL);
+        }
+        last = queued;
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Whether the socket is in state `TCP_CLOSE` (the client reset it), from `TCP_INFO`.
+#[cfg(target_os = "linux")]
+fn closed(socket: RawFd) -> bool {
+    // SAFETY: an all-zero `tcp_info` is a valid value of this plain C struct.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `socket` is an open descriptor (the caller's `Kept` owns it); `info` and `len`
+    // are valid for writes of the size given, and the kernel writes at most `len` bytes.
+    let result = unsafe {
+        libc::getsockopt(
+            socket,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    result == 0 && info.tcpi_state == TCP_CLOSE
+}
+
+#[cfg(not(target_os = "linux"))]
+fn closed(_socket: RawFd) -> bool {
+    false
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A connected pair: the gateway's end (with a capped send buffer) and a client whose
+    /// receive buffer is as small as can be, so what is written stays queued on our side.
+    fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        client.set_recv_buffer_size(1024).unwrap();
+        client
+            .connect(&listener.local_addr().unwrap().into())
+            .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        socket2::SockRef::from(&server)
+            .set_send_buffer_size(64 << 10)
+            .unwrap();
+        (server, client.into())
+    }
+
+    /// Fills `server`'s send queue as far as the kernel takes without blocking.
+    fn fill(server: &std::net::TcpStream) -> usize {
+        use std::io::Write;
+        server.set_nonblocking(true).unwrap();
+        let chunk = vec![7u8; 16 << 10];
+        let mut sent = 0;
+        let mut server = server;
+        while let Ok(n) = server.write(&chunk) {
+            sent += n;
+        }
+        sent
+    }
+
+    #[tokio::test]
+    async fn a_flush_ends_once_the_client_has_read_everything() {
+        let (server, mut client) = pair();
+        let kept = Kept::of(&server).unwrap();
+        let sent = fill(&server);
+        drop(server); // hyper let go: the kept descriptor holds the socket open
+        assert!(kept.queued() > 0, "queued for a client that does not read");
+        let activity = Activity::new();
+        let slot = Slot::default();
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let mut back = vec![0u8; sent];
+            client.read_exact(&mut back).unwrap();
+            client
+        });
+        let how = tokio::time::timeout(
+            Duration::from_secs(10),
+            flush(
+                &kept,
+                &activity,
+                PagePace::OFF,
+                Duration::from_secs(60),
+                &slot,
+            ),
+        )
+        .await
+        .expect("flushed once read");
+        assert_eq!(how, Close::Graceful);
+        assert_eq!(kept.queued(), 0);
+        assert_eq!(kept.close(how), Close::Graceful);
+        drop(reader.join().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_client_that_reads_nothing_is_reset_at_the_idle_timeout() {
+        let (server, client) = pair();
+        let kept = Kept::of(&server).unwrap();
+        fill(&server);
+        drop(server);
+        let activity = Activity::new();
+        let slot = Slot::default();
+        let started = std::time::Instant::now();
+        let how = flush(
+            &kept,
+            &activity,
+            PagePace::OFF,
+            Duration::from_millis(400),
+            &slot,
+        )
+        .await;
+        assert_eq!(how, Close::Reset);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(kept.close(how), Close::Reset, "bytes were queued: a reset");
+        drop(client);
+    }
+
+    #[tokio::test]
+    async fn a_socket_the_client_reset_is_done_at_once() {
+        let (server, client) = pair();
+        let kept = Kept::of(&server).unwrap();
+        fill(&server);
+        drop(server);
+        // The client closes with unread data: its kernel answers with a reset.
+        socket2::SockRef::from(&client)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(client);
+        let activity = Activity::new();
+        let slot = Slot::default();
+        let how = tokio::time::timeout(
+            Duration::from_secs(2),
+            flush(
+                &kept,
+                &activity,
+                PagePace::OFF,
+                Duration::from_secs(60),
+                &slot,
+            ),
+        )
+        .await
+        .expect("a reset socket's queue never drains: its state says it is done");
+        assert_eq!(how, Close::Graceful);
+        assert_eq!(kept.close(how), Close::Graceful);
+    }
+}
