@@ -113,6 +113,26 @@ fn idle_reader(addr: &str, id: &str) -> TcpStream {
     idle_reader_from(Ipv4Addr::LOCALHOST, addr, id)
 }
 
+/// Asks from `from` until a page is served, for up to 3 s: a page's reservation is given back
+/// once its bytes are acknowledged, seen by the connection's next look at its send queue
+/// (every 25 ms), so a request sent the instant the last byte was read may still be refused.
+fn served_again_from(from: Ipv4Addr, addr: &str, id: &str) -> Duration {
+    let started = std::time::Instant::now();
+    loop {
+        let mut again = idle_reader_from(from, addr, id);
+        let answer = read_answer(&mut again, Duration::from_secs(30));
+        if answer.status == 200 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the reservation was not given back: {}",
+            answer.head
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// [`idle_reader`] from the loopback address `from`.
 fn idle_reader_from(from: Ipv4Addr, addr: &str, id: &str) -> TcpStream {
     let target: std::net::SocketAddr = addr.parse().unwrap();
@@ -184,8 +204,8 @@ fn pages_held_for_readers_that_do_not_read_stay_within_the_read_budget() {
     );
 
     // Once taken, the reservation is given back.
-    let mut again = idle_reader(&gateway.addr, &id);
-    assert_eq!(read_answer(&mut again, Duration::from_secs(30)).status, 200);
+    let back = served_again_from(Ipv4Addr::LOCALHOST, &gateway.addr, &id);
+    println!("the page taken, a reader was served again within {back:.1?}");
 }
 
 /// Reads, per address: with the default 64 MiB read budget, pages that an address asks for
@@ -227,8 +247,7 @@ fn pages_one_address_does_not_read_hold_at_most_its_share_of_the_read_budget() {
     // The first page, read at last, gives the address its share back.
     let page = read_answer(&mut first, Duration::from_secs(30));
     assert_eq!(page.status, 200, "{}", page.head);
-    let mut again = idle_reader_from(hoarder, &gateway.addr, &id);
-    assert_eq!(read_answer(&mut again, Duration::from_secs(30)).status, 200);
+    served_again_from(hoarder, &gateway.addr, &id);
     println!(
         "read budget per address: 1 unread 5.6 MB page held, the 2nd refused 429 (42910), another address served"
     );
