@@ -183,6 +183,9 @@ fn a_page_read_a_trickle_at_a_time_is_cut_and_its_budget_released() {
     assert_eq!(probe.status, 200, "{}", probe.head);
     let page_bytes = probe.body.len();
     assert!(page_bytes > 700_000, "a large page: {page_bytes} bytes");
+    // The probe's reservation is given back once the gateway has seen its last bytes
+    // acknowledged (a look at the send queue, not the instant the probe read them).
+    std::thread::sleep(Duration::from_millis(300));
     let device = Ipv4Addr::new(127, 0, 6, 3);
     let own = aggregate(32);
     let landed = ask(

@@ -29,12 +29,17 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use super::activity::Activity;
-use super::unsent::{POLL, PagePace, send_queue};
+use super::unsent::{POLL, PagePace, queue_length};
 use crate::limits::connections::Slot;
 
+/// The first wait before a second look at a flushing socket's send queue: on a fast link the
+/// queue empties within a round trip, and the connection's place and reservations should come
+/// back as soon as it has.
+pub const FIRST_POLL: Duration = Duration::from_millis(1);
+
 /// The longest wait between two looks at a flushing socket's send queue, reached by doubling
-/// [`POLL`] while the queue does not move (a client that stopped reading costs one `ioctl` per
-/// second, not forty).
+/// while the queue does not move (a client that stopped reading costs one `ioctl` per second).
+/// After progress the next look is [`POLL`] later.
 pub const MAX_POLL: Duration = Duration::from_secs(1);
 
 /// `TCP_CLOSE` in `tcp_info.tcpi_state` (linux/include/net/tcp_states.h).
@@ -73,10 +78,12 @@ impl Kept {
     /// Bytes still queued (0 once the client reset the connection: there is nowhere to send).
     pub fn queued(&self) -> usize {
         if closed(self.raw()) {
-            0
-        } else {
-            send_queue(self.raw())
+            return 0;
         }
+        // A queue the kernel cannot tell counts as not empty on Linux (where it always can for
+        // an open socket): the wait then ends at the idle timeout with a reset, never with a
+        // close that could leave bytes behind. Elsewhere there is no `SIOCOUTQ` to ask.
+        queue_length(self.raw()).unwrap_or(usize::from(cfg!(target_os = "linux")))
     }
 
     /// Closes the socket `how`, which is a reset only if something is still queued.
@@ -96,40 +103,45 @@ impl Kept {
 }
 
 /// Waits, after hyper finished with the connection, until its socket's send queue is empty
-/// (or the client reset it): [`Close::Graceful`]. [`Close::Reset`] once the connection would
-/// have been cut had hyper still held it: nothing acknowledged for `idle_timeout`, a page below
-/// `pace`, or its place given to a newcomer.
+/// (or the client reset it): [`Close::Graceful`]. [`Close::Reset`] after `idle_timeout` in
+/// all (the queue holds at most a send buffer and the end of an answer: a client reading at
+/// any useful speed has it long before; one acknowledging a byte now and then does not hold
+/// the place for longer), after a page fell below `pace`, when the connection's place was
+/// given to a newcomer, or when `stop` resolves (the shutdown grace is over).
 pub async fn flush(
     socket: &Kept,
     activity: &Activity,
     pace: PagePace,
     idle_timeout: Duration,
     slot: &Slot,
+    stop: impl std::future::Future<Output = ()>,
 ) -> Close {
     tokio::select! {
         () = flushed(socket, activity) => Close::Graceful,
         _ = activity.drain(pace) => Close::Reset,
-        () = activity.idle(idle_timeout) => Close::Reset,
+        () = tokio::time::sleep(idle_timeout) => Close::Reset,
         () = slot.evicted() => Close::Reset,
+        () = stop => Close::Reset,
     }
 }
 
 /// Resolves once `socket`'s send queue is empty; bytes acknowledged meanwhile count as the
-/// connection's activity. Looks every [`POLL`], backing off to [`MAX_POLL`] while nothing moves.
+/// connection's activity. Looks again after [`FIRST_POLL`], doubling the wait each time, up to
+/// [`POLL`] while the queue shrinks and up to [`MAX_POLL`] while it does not.
 async fn flushed(socket: &Kept, activity: &Activity) {
-    let mut wait = POLL;
+    let mut wait = FIRST_POLL / 2;
     let mut last = usize::MAX;
     loop {
         let queued = socket.queued();
         if queued == 0 {
             return;
         }
-        if queued < last {
+        wait = if queued < last && last != usize::MAX {
             activity.touch();
-            wait = POLL;
+            (wait * 2).min(POLL)
         } else {
-            wait = (wait * 2).min(MAX_POLL);
-        }
+            (wait * 2).min(MAX_POLL)
+        };
         last = queued;
         tokio::time::sleep(wait).await;
     }
@@ -218,6 +230,7 @@ mod tests {
                 PagePace::OFF,
                 Duration::from_secs(60),
                 &slot,
+                std::future::pending(),
             ),
         )
         .await
@@ -243,6 +256,7 @@ mod tests {
             PagePace::OFF,
             Duration::from_millis(400),
             &slot,
+            std::future::pending(),
         )
         .await;
         assert_eq!(how, Close::Reset);
@@ -272,11 +286,39 @@ mod tests {
                 PagePace::OFF,
                 Duration::from_secs(60),
                 &slot,
+                std::future::pending(),
             ),
         )
         .await
         .expect("a reset socket's queue never drains: its state says it is done");
         assert_eq!(how, Close::Graceful);
         assert_eq!(kept.close(how), Close::Graceful);
+    }
+
+    #[tokio::test]
+    async fn the_end_of_the_shutdown_grace_resets_a_flush() {
+        let (server, client) = pair();
+        let kept = Kept::of(&server).unwrap();
+        fill(&server);
+        drop(server);
+        let activity = Activity::new();
+        let slot = Slot::default();
+        let stop = tokio::time::sleep(Duration::from_millis(100));
+        let how = tokio::time::timeout(
+            Duration::from_secs(5),
+            flush(
+                &kept,
+                &activity,
+                PagePace::OFF,
+                Duration::from_secs(60),
+                &slot,
+                stop,
+            ),
+        )
+        .await
+        .expect("stopped");
+        assert_eq!(how, Close::Reset);
+        assert_eq!(kept.close(how), Close::Reset);
+        drop(client);
     }
 }

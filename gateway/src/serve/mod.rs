@@ -70,6 +70,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
@@ -179,6 +180,8 @@ pub async fn serve(
     let evicted = Throttle::new();
     let accept_errors = Throttle::new();
     let tasks = TaskTracker::new();
+    // Cancelled when the shutdown grace is over: connections still flushing then reset.
+    let stop = CancellationToken::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -197,6 +200,13 @@ pub async fn serve(
                 }
             },
             () = &mut shutdown => break,
+        };
+        // Before a place is taken (which may evict another connection).
+        let Some(kept) = Kept::of(&stream) else {
+            // Out of descriptors: answered like a full pool.
+            refuse(&stream);
+            crate::observe::budget_refused("connections", "descriptors");
+            continue;
         };
         let place = match connections.enter(peer.ip()) {
             Ok(place) => place,
@@ -231,12 +241,6 @@ pub async fn serve(
                 );
             }
         }
-        let Some(kept) = Kept::of(&stream) else {
-            // Out of descriptors: answered like a full pool.
-            refuse(&stream);
-            crate::observe::budget_refused("connections", "descriptors");
-            continue;
-        };
         let _ = stream.set_nodelay(true);
         let capped = socket2::SockRef::from(&stream).set_send_buffer_size(unsent::SEND_BUFFER);
         if let Err(e) = capped {
@@ -266,6 +270,7 @@ pub async fn serve(
             min_rate: options.min_page_rate,
         };
         let evicted_slot = place.slot();
+        let stop = stop.clone();
         tasks.spawn(async move {
             let _place = place;
             // Whether hyper finished with the connection (`Graceful`) or the gateway cut it.
@@ -305,16 +310,18 @@ pub async fn serve(
             // hyper has let go of the socket; the kept descriptor still holds it open.
             let how = match ended {
                 Close::Graceful => {
-                    linger::flush(&kept, &activity, pace, idle_timeout, &evicted_slot).await
+                    let stop = stop.cancelled();
+                    linger::flush(&kept, &activity, pace, idle_timeout, &evicted_slot, stop).await
                 }
                 Close::Reset => Close::Reset,
             };
+            // The socket is closing: what it held goes with it (and its number is forgotten
+            // before it can be another socket's).
+            activity.unsent().release();
             if kept.close(how) == Close::Reset {
                 crate::observe::budget_refused("read responses", "reset unread");
                 tracing::debug!(%peer, "connection reset: its client left bytes unread");
             }
-            // The socket is closed: what it held is gone with it.
-            activity.unsent().release();
         });
     }
     drop(listener);
@@ -329,14 +336,17 @@ pub async fn serve(
     // same grace (past it, the kernel goes on sending them after the process exits).
     tasks.close();
     tokio::select! {
-        () = tasks.wait() => {}
-        () = tokio::time::sleep_until(deadline) => {
-            tracing::info!(
-                connections = tasks.len(),
-                "answers still on their way at the end of the shutdown grace period"
-            );
-        }
+        () = tasks.wait() => return,
+        () = tokio::time::sleep_until(deadline) => {}
     }
+    // Past the grace: what is still queued is reset rather than left to the kernel after the
+    // process exits (a moment for the tasks to do it).
+    tracing::info!(
+        connections = tasks.len(),
+        "answers still on their way at the end of the shutdown grace period: reset"
+    );
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_millis(200), tasks.wait()).await;
 }
 
 /// Answers a connection over a cap without a task: one non-blocking write of a fixed answer

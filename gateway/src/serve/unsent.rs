@@ -241,8 +241,10 @@ impl Unsent {
         })
     }
 
-    /// Gives back everything held (the connection is gone).
+    /// Gives back everything held and forgets the socket (the connection is gone: its
+    /// descriptor's number may soon be another socket's).
     pub fn release(&self) {
+        self.socket.store(-1, Ordering::Relaxed);
         self.pages().clear();
     }
 
@@ -279,22 +281,24 @@ impl Unsent {
 
 /// Bytes in the socket's send queue not yet acknowledged by the peer (`SIOCOUTQ`); 0 when
 /// the kernel cannot tell.
+fn send_queue(socket: i32) -> usize {
+    queue_length(socket).unwrap_or(0)
+}
+
+/// Bytes in the socket's send queue not yet acknowledged by the peer (`SIOCOUTQ`); `None` when
+/// the kernel cannot tell.
 #[cfg(target_os = "linux")]
-pub(super) fn send_queue(socket: i32) -> usize {
+pub(super) fn queue_length(socket: i32) -> Option<usize> {
     let mut queued: libc::c_int = 0;
     // SAFETY: `socket` is the connection's open descriptor (the connection's task owns the
     // socket for as long as this may be called), and TIOCOUTQ (= SIOCOUTQ) writes one int.
     let result = unsafe { libc::ioctl(socket, libc::TIOCOUTQ, &mut queued) };
-    if result < 0 {
-        0
-    } else {
-        queued.max(0) as usize
-    }
+    (result >= 0).then(|| queued.max(0) as usize)
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(super) fn send_queue(_socket: i32) -> usize {
-    0
+pub(super) fn queue_length(_socket: i32) -> Option<usize> {
+    None
 }
 
 /// Makes the socket's close a reset (`SO_LINGER` 0): the kernel drops what it still holds for
