@@ -13,8 +13,9 @@
 //!   minimum rate): the client is not reading, so whatever is still queued is dropped with a
 //!   reset (`SO_LINGER` 0); a connection with nothing queued closes normally.
 //! * **Finished by hyper** (an answer with `Connection: close`, the client's close, an error,
-//!   shutdown): the connection task goes on holding the socket, its place in the connection
-//!   pool and its pages' read reservations until the send queue is empty ([`flush`]), then
+//!   shutdown): the connection task goes on holding the socket and its place in the connection
+//!   pool (its pages' reservations go back, as when the socket closed) until the send queue is
+//!   empty ([`flush`]), then
 //!   closes normally, so a client on a slow link still gets the last bytes of its answer. The
 //!   wait ends with a reset when the rules of a live connection would have cut it: the idle
 //!   timeout (acknowledged bytes count as activity), the minimum page rate, an eviction. A
@@ -22,8 +23,7 @@
 //!   state is read too (`TCP_INFO`), and such a socket is done at once.
 //!
 //! So an orphan holds at most a FIN, and what a client that does not read can make the kernel
-//! hold is what an open connection can: one capped send buffer per connection place, and its
-//! share of the read budget.
+//! hold is what an open connection can: one capped send buffer per connection place.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;

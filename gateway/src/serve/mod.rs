@@ -307,7 +307,10 @@ pub async fn serve(
                     Close::Reset
                 }
             };
-            // hyper has let go of the socket; the kept descriptor still holds it open.
+            // hyper has let go of the socket; the kept descriptor still holds it open. Pages'
+            // reservations go back now, as they did when the socket closed: what the kernel
+            // still holds (at most a send buffer) stays bounded by the place the flush keeps.
+            activity.unsent().release();
             let how = match ended {
                 Close::Graceful => {
                     let stop = stop.cancelled();
@@ -315,9 +318,6 @@ pub async fn serve(
                 }
                 Close::Reset => Close::Reset,
             };
-            // The socket is closing: what it held goes with it (and its number is forgotten
-            // before it can be another socket's).
-            activity.unsent().release();
             if kept.close(how) == Close::Reset {
                 crate::observe::budget_refused("read responses", "reset unread");
                 tracing::debug!(%peer, "connection reset: its client left bytes unread");
