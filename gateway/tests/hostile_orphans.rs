@@ -19,7 +19,9 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::hostile::{aggregate, ask, exchange, small_buffer_from, write_request};
+use support::hostile::{
+    aggregate, ask, exchange, peeked_statuses, small_buffer_from, write_request,
+};
 use support::process::{Process, data_dir};
 
 const ATTACKERS: usize = 200;
@@ -83,21 +85,6 @@ fn seed(gateway: &Process, id: &str, bytes: usize, seq: u64) {
     let request = write_request(WRITER, id, &[(seq, &data)], "Connection: close\r\n");
     let answer = exchange(&gateway.addr, &request, Duration::from_secs(30));
     assert_eq!(answer.status, 200, "seeding: {}", answer.head);
-}
-
-/// The status each connection was answered with so far (peeked: nothing is read).
-fn statuses(streams: &[TcpStream]) -> (usize, usize) {
-    let (mut pages, mut refused) = (0, 0);
-    for stream in streams {
-        stream.set_nonblocking(true).unwrap();
-        let mut head = [0u8; 12];
-        match stream.peek(&mut head) {
-            Ok(12) if &head[9..12] == b"200" => pages += 1,
-            Ok(12) if &head[9..12] == b"429" => refused += 1,
-            _ => {}
-        }
-    }
-    (pages, refused)
 }
 
 #[test]
@@ -174,7 +161,7 @@ fn closing_answers_nobody_reads_stay_inside_the_bounds() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let (orphaned, orphan_bytes) = orphans(port);
-    let (pages, refused) = statuses(&attack);
+    let (pages, refused) = peeked_statuses(&attack);
     println!(
         "closing answers: {ATTACKERS} connections from {attacker} asking for a {:.0} KB page with \
          Connection: close and never reading, over {:.1?}: {pages} answered 200 ({:.1} MB unread; \

@@ -30,7 +30,8 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
 use support::hostile::{
-    PeakSampler, aggregate, ask, connect_from, exchange, small_buffer_from, write_request,
+    PeakSampler, aggregate, ask, connect_from, exchange, peeked_statuses, small_buffer_from,
+    write_request,
 };
 use support::process::{Process, data_dir};
 
@@ -146,16 +147,8 @@ fn pages_nobody_reads_stay_inside_the_budget_in_the_kernel_too() {
     let attack_time = started.elapsed();
 
     // What the attackers got: a page on a few connections (their share), 429 on the rest.
-    let (mut pages, mut refused, mut other) = (0, 0, 0);
-    for stream in &attack {
-        stream.set_nonblocking(true).unwrap();
-        let mut head = [0u8; 12];
-        match stream.peek(&mut head) {
-            Ok(12) if &head[9..12] == b"200" => pages += 1,
-            Ok(12) if &head[9..12] == b"429" => refused += 1,
-            _ => other += 1,
-        }
-    }
+    let (pages, refused) = peeked_statuses(&attack);
+    let other = attack.len() - pages - refused;
     let growth = during.saturating_sub(before);
     println!(
         "socket memory: {ATTACKERS} connections from {attacker} asking for a {:.2} MB page and \
@@ -204,16 +197,7 @@ fn pages_nobody_reads_stay_inside_the_budget_in_the_kernel_too() {
         std::thread::sleep(Duration::from_millis(4));
     }
     std::thread::sleep(Duration::from_secs(1));
-    let (mut pages, mut refused) = (0, 0);
-    for stream in &hoard {
-        stream.set_nonblocking(true).unwrap();
-        let mut head = [0u8; 12];
-        match stream.peek(&mut head) {
-            Ok(12) if &head[9..12] == b"200" => pages += 1,
-            Ok(12) if &head[9..12] == b"429" => refused += 1,
-            _ => {}
-        }
-    }
+    let (pages, refused) = peeked_statuses(&hoard);
     let small_page = SMALL_BATCH_BYTES * 4 / 3;
     println!(
         "small pages: {ATTACKERS} connections from {hoarder} with the smallest receive buffer \

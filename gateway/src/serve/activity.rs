@@ -151,7 +151,7 @@ impl Activity {
         self.0.base.elapsed().as_millis() as u64
     }
 
-    pub(super) fn touch(&self) {
+    fn touch(&self) {
         self.0.last_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 

@@ -15,12 +15,11 @@
 //! * **Finished by hyper** (an answer with `Connection: close`, the client's close, an error,
 //!   shutdown): the connection task goes on holding the socket and its place in the connection
 //!   pool (its pages' reservations go back, as when the socket closed) until the send queue is
-//!   empty ([`flush`]), then
-//!   closes normally, so a client on a slow link still gets the last bytes of its answer. The
-//!   wait ends with a reset when the rules of a live connection would have cut it: the idle
-//!   timeout (acknowledged bytes count as activity), the minimum page rate, an eviction. A
-//!   socket the client has reset is in state `TCP_CLOSE`, whose `SIOCOUTQ` never drains: the
-//!   state is read too (`TCP_INFO`), and such a socket is done at once.
+//!   empty ([`flush`]), then closes normally, so a client on a slow link still gets the last
+//!   bytes of its answer. The wait ends with a reset after the idle timeout, on an eviction, or
+//!   at the end of the shutdown grace. A socket the client has reset is in state `TCP_CLOSE`,
+//!   whose `SIOCOUTQ` never drains: the state is read too (`TCP_INFO`), and such a socket is
+//!   done at once.
 //!
 //! So an orphan holds at most a FIN, and what a client that does not read can make the kernel
 //! hold is what an open connection can: one capped send buffer per connection place.
@@ -28,8 +27,7 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use super::activity::Activity;
-use super::unsent::{POLL, PagePace, queue_length};
+use super::unsent::{POLL, queue_length};
 use crate::limits::connections::Slot;
 
 /// The first wait before a second look at a flushing socket's send queue: on a fast link the
@@ -106,29 +104,26 @@ impl Kept {
 /// (or the client reset it): [`Close::Graceful`]. [`Close::Reset`] after `idle_timeout` in
 /// all (the queue holds at most a send buffer and the end of an answer: a client reading at
 /// any useful speed has it long before; one acknowledging a byte now and then does not hold
-/// the place for longer), after a page fell below `pace`, when the connection's place was
-/// given to a newcomer, or when `stop` resolves (the shutdown grace is over).
+/// the place for longer), when the connection's place was given to a newcomer, or when `stop`
+/// resolves (the shutdown grace is over). The connection's pages are given back before: no
+/// page rate applies here, the idle timeout bounds it all.
 pub async fn flush(
     socket: &Kept,
-    activity: &Activity,
-    pace: PagePace,
     idle_timeout: Duration,
     slot: &Slot,
     stop: impl std::future::Future<Output = ()>,
 ) -> Close {
     tokio::select! {
-        () = flushed(socket, activity) => Close::Graceful,
-        _ = activity.drain(pace) => Close::Reset,
+        () = flushed(socket) => Close::Graceful,
         () = tokio::time::sleep(idle_timeout) => Close::Reset,
         () = slot.evicted() => Close::Reset,
         () = stop => Close::Reset,
     }
 }
 
-/// Resolves once `socket`'s send queue is empty; bytes acknowledged meanwhile count as the
-/// connection's activity. Looks again after [`FIRST_POLL`], doubling the wait each time, up to
+/// Resolves once `socket`'s send queue is empty. Looks again after [`FIRST_POLL`], doubling the wait each time, up to
 /// [`POLL`] while the queue shrinks and up to [`MAX_POLL`] while it does not.
-async fn flushed(socket: &Kept, activity: &Activity) {
+async fn flushed(socket: &Kept) {
     let mut wait = FIRST_POLL / 2;
     let mut last = usize::MAX;
     loop {
@@ -136,8 +131,7 @@ async fn flushed(socket: &Kept, activity: &Activity) {
         if queued == 0 {
             return;
         }
-        wait = if queued < last && last != usize::MAX {
-            activity.touch();
+        wait = if queued < last {
             (wait * 2).min(POLL)
         } else {
             (wait * 2).min(MAX_POLL)
@@ -207,6 +201,15 @@ mod tests {
         sent
     }
 
+    /// [`flush`] of a fresh slot, with `idle_timeout`, until `stop`.
+    async fn flush_for(
+        kept: &Kept,
+        idle_timeout: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Close {
+        flush(kept, idle_timeout, &Slot::default(), stop).await
+    }
+
     #[tokio::test]
     async fn a_flush_ends_once_the_client_has_read_everything() {
         let (server, mut client) = pair();
@@ -214,8 +217,6 @@ mod tests {
         let sent = fill(&server);
         drop(server); // hyper let go: the kept descriptor holds the socket open
         assert!(kept.queued() > 0, "queued for a client that does not read");
-        let activity = Activity::new();
-        let slot = Slot::default();
         let reader = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             let mut back = vec![0u8; sent];
@@ -224,14 +225,7 @@ mod tests {
         });
         let how = tokio::time::timeout(
             Duration::from_secs(10),
-            flush(
-                &kept,
-                &activity,
-                PagePace::OFF,
-                Duration::from_secs(60),
-                &slot,
-                std::future::pending(),
-            ),
+            flush_for(&kept, Duration::from_secs(60), std::future::pending()),
         )
         .await
         .expect("flushed once read");
@@ -247,18 +241,8 @@ mod tests {
         let kept = Kept::of(&server).unwrap();
         fill(&server);
         drop(server);
-        let activity = Activity::new();
-        let slot = Slot::default();
         let started = std::time::Instant::now();
-        let how = flush(
-            &kept,
-            &activity,
-            PagePace::OFF,
-            Duration::from_millis(400),
-            &slot,
-            std::future::pending(),
-        )
-        .await;
+        let how = flush_for(&kept, Duration::from_millis(400), std::future::pending()).await;
         assert_eq!(how, Close::Reset);
         assert!(started.elapsed() >= Duration::from_millis(300));
         assert_eq!(kept.close(how), Close::Reset, "bytes were queued: a reset");
@@ -276,18 +260,9 @@ mod tests {
             .set_linger(Some(Duration::ZERO))
             .unwrap();
         drop(client);
-        let activity = Activity::new();
-        let slot = Slot::default();
         let how = tokio::time::timeout(
             Duration::from_secs(2),
-            flush(
-                &kept,
-                &activity,
-                PagePace::OFF,
-                Duration::from_secs(60),
-                &slot,
-                std::future::pending(),
-            ),
+            flush_for(&kept, Duration::from_secs(60), std::future::pending()),
         )
         .await
         .expect("a reset socket's queue never drains: its state says it is done");
@@ -301,19 +276,10 @@ mod tests {
         let kept = Kept::of(&server).unwrap();
         fill(&server);
         drop(server);
-        let activity = Activity::new();
-        let slot = Slot::default();
         let stop = tokio::time::sleep(Duration::from_millis(100));
         let how = tokio::time::timeout(
             Duration::from_secs(5),
-            flush(
-                &kept,
-                &activity,
-                PagePace::OFF,
-                Duration::from_secs(60),
-                &slot,
-                stop,
-            ),
+            flush_for(&kept, Duration::from_secs(60), stop),
         )
         .await
         .expect("stopped");

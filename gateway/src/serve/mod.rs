@@ -32,9 +32,8 @@
 //!   hours.
 //! * **No orphans** ([`linger`]): each connection keeps a descriptor of its own to its socket.
 //!   A connection the gateway cuts (the bounds above) is closed with a reset when bytes are
-//!   still queued for its client; one hyper finished keeps its place and its pages' reservations
-//!   until its send queue is empty, so the kernel never goes on sending for a closed socket
-//!   outside the bounds.
+//!   still queued for its client; one hyper finished keeps its place until its send queue is
+//!   empty, so the kernel never goes on sending for a closed socket outside the bounds.
 //! * **Bounded buffers**: a request's headers may take at most [`MAX_HEADER_BYTES`] (431 past
 //!   it; 100 headers at most, hyper's default), and hyper buffers at most [`MAX_BUF_BYTES`] per
 //!   connection.
@@ -314,7 +313,7 @@ pub async fn serve(
             let how = match ended {
                 Close::Graceful => {
                     let stop = stop.cancelled();
-                    linger::flush(&kept, &activity, pace, idle_timeout, &evicted_slot, stop).await
+                    linger::flush(&kept, idle_timeout, &evicted_slot, stop).await
                 }
                 Close::Reset => Close::Reset,
             };

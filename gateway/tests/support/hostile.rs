@@ -274,6 +274,22 @@ pub fn closed_within(stream: &mut TcpStream, wait: Duration) -> Option<Duration>
     }
 }
 
+/// How many of `streams` have been answered 200 and how many 429 so far, by a peek at the
+/// status line (nothing is read, so a client that "does not read" stays one).
+pub fn peeked_statuses(streams: &[TcpStream]) -> (usize, usize) {
+    let (mut ok, mut refused) = (0, 0);
+    for stream in streams {
+        stream.set_nonblocking(true).unwrap();
+        let mut head = [0u8; 12];
+        match stream.peek(&mut head) {
+            Ok(12) if &head[9..12] == b"200" => ok += 1,
+            Ok(12) if &head[9..12] == b"429" => refused += 1,
+            _ => {}
+        }
+    }
+    (ok, refused)
+}
+
 /// Sends `request` on a fresh connection from 127.0.0.1 and reads one answer within `wait`.
 pub fn exchange(addr: &str, request: &[u8], wait: Duration) -> Raw {
     let mut stream = TcpStream::connect(addr).unwrap();
