@@ -28,6 +28,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
+# One build from scratch: incremental compilation's caches (~3 GB here) would never be reused.
+export CARGO_INCREMENTAL=0
+
+# Disk: what is free before and what the run used, so a CI machine short of disk says so.
+disk_free() { df -Pk . | awk 'NR==2 {printf "%.1f GB free", $4/1048576}'; }
+echo "disk at start: $(disk_free)"
 
 if ! bash scripts/setup.sh; then
   echo "setup failed"
@@ -144,6 +150,7 @@ else
 fi
 
 echo
+echo "disk at end: $(disk_free); target/ holds $(du -sh target 2>/dev/null | cut -f1)"
 echo "=== summary"
 printf '%s\n' "${SUMMARY[@]}"
 echo "$PASSED passed, $FAILED failed"
