@@ -9,6 +9,7 @@ use celeriant_gateway::backend::Backend;
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
 use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore, repair, verify};
 use celeriant_gateway::config::{AuthMode, BackendKind, Command, Config};
+use celeriant_gateway::proxy::TrustedProxies;
 use celeriant_gateway::serve::{ServeOptions, fit_to_open_file_limit, serve};
 use celeriant_gateway::{AppState, app};
 use clap::Parser;
@@ -129,7 +130,7 @@ async fn run(config: Config) -> Result<(), String> {
         tracing::warn!(seed = report.seed, rates = ?report.rates, "fault injection enabled");
     }
     let options = ServeOptions {
-        trusted_proxies: state.config.ops.trusted_proxies.clone(),
+        trusted_proxies: TrustedProxies::new(&state.config.ops.trusted_proxies),
         max_connections: fit_to_open_file_limit(limits.max_connections as usize),
         max_connections_per_ip: limits.max_connections_per_ip as usize,
         header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),

@@ -3,22 +3,25 @@
 //! `crate::proxy` applies `--trusted-proxy`; `crate::observe` serves `/metrics` with
 //! `--metrics-listen` and `--metrics-token-file`. docs/deploy.md shows them in use.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
+use ipnet::IpNet;
 
 /// The trusted proxy and the metrics' access.
 #[derive(Debug, Clone, Args)]
 pub struct OpsConfig {
-    /// Address of a reverse proxy whose `X-Forwarded-For` is believed (repeatable): a request
-    /// from it counts under the header's last entry for every per-address limit.
+    /// Address or CIDR range of reverse proxies whose `Forwarded` / `X-Forwarded-For` is
+    /// believed (repeatable): a request from one counts under the rightmost forwarded entry
+    /// that is not itself a trusted proxy, for every per-address limit (`crate::proxy`).
     #[arg(
         long = "trusted-proxy",
         env = "CELERIANT_GATEWAY_TRUSTED_PROXY",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = crate::proxy::parse_trusted
     )]
-    pub trusted_proxies: Vec<IpAddr>,
+    pub trusted_proxies: Vec<IpNet>,
 
     /// Serve `/metrics` (Prometheus text) on a listener of its own at this address (off by
     /// default). Keep it on loopback or a private network, or add --metrics-token-file.

@@ -23,9 +23,9 @@
 //! being applied. The place is moved at once (the evicted connection's task is told to drop it
 //! and no longer counts), so the total never passes the cap.
 //!
-//! Connections from a `--trusted-proxy` (its exact address, not its bucket) carry everybody's
-//! requests: they are never evicted, and a new one from a proxy may evict from any other
-//! address.
+//! Connections from a `--trusted-proxy` (an address in one of its ranges, each counted by its
+//! exact address, not its bucket) carry everybody's requests: they are never evicted, and a new
+//! one from a proxy may evict from any other address.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 use super::ip::bucket;
+use crate::proxy::TrustedProxies;
 
 /// The bit of [`Slot::state`] set once the pool evicted the connection; the rest counts the
 /// requests in their commit phase.
@@ -133,9 +134,9 @@ impl Drop for StreamMark {
 enum Key {
     /// A client's address bucket (`super::ip`).
     Bucket(IpAddr),
-    /// One `--trusted-proxy`, by its exact address: the rest of its bucket are ordinary clients
-    /// (a bucketed match let every neighbour of an IPv6 proxy be never evicted and evict
-    /// anyone).
+    /// One `--trusted-proxy`, by its exact address: the rest of its bucket (outside the ranges
+    /// named) are ordinary clients (a bucketed match let every neighbour of an IPv6 proxy be
+    /// never evicted and evict anyone).
     Proxy(IpAddr),
 }
 
@@ -239,8 +240,8 @@ impl Counts {
 pub struct Connections {
     max: usize,
     max_per_ip: usize,
-    /// `--trusted-proxy` addresses (exact, canonical): never evicted.
-    proxies: Vec<IpAddr>,
+    /// `--trusted-proxy` addresses and ranges: never evicted.
+    proxies: TrustedProxies,
     counts: Mutex<Counts>,
 }
 
@@ -279,11 +280,11 @@ impl Connection {
 impl Connections {
     /// At most `max` connections, and `max_per_ip` from one address; connections from
     /// `proxies` are never evicted.
-    pub fn new(max: usize, max_per_ip: usize, proxies: &[IpAddr]) -> Arc<Self> {
+    pub fn new(max: usize, max_per_ip: usize, proxies: TrustedProxies) -> Arc<Self> {
         Arc::new(Connections {
             max,
             max_per_ip,
-            proxies: proxies.iter().map(IpAddr::to_canonical).collect(),
+            proxies,
             counts: Mutex::new(Counts::default()),
         })
     }
@@ -296,7 +297,7 @@ impl Connections {
     /// full), or says which cap is full.
     pub fn enter(self: &Arc<Self>, ip: IpAddr) -> Result<Connection, Full> {
         let exact = ip.to_canonical();
-        let proxy = self.proxies.contains(&exact);
+        let proxy = self.proxies.contains(exact);
         let ip = if proxy {
             Key::Proxy(exact)
         } else {
@@ -356,7 +357,7 @@ mod tests {
     }
 
     fn pool(max: usize, per_ip: usize) -> Arc<Connections> {
-        Connections::new(max, per_ip, &[])
+        Connections::new(max, per_ip, TrustedProxies::default())
     }
 
     #[test]
@@ -455,7 +456,7 @@ mod tests {
     fn a_proxy_is_trusted_by_its_exact_address_not_its_prefix() {
         let proxy: IpAddr = "2001:db8::5".parse().unwrap();
         let neighbour: IpAddr = "2001:db8::6".parse().unwrap();
-        let c = Connections::new(4, 4, &[proxy]);
+        let c = Connections::new(4, 4, TrustedProxies::new(&[proxy.into()]));
         let near: Vec<Connection> = (0..3).map(|_| c.enter(neighbour).unwrap()).collect();
         let _p = c.enter(proxy).unwrap();
         // A newcomer evicts the proxy's neighbour (3 >= 0 + 2): it is no proxy.
@@ -465,7 +466,8 @@ mod tests {
         // And the neighbour's next connection is not a proxy's that may evict anyone.
         assert_eq!(c.enter(neighbour).unwrap_err(), Full::Total);
         // The proxy given as an IPv4-mapped address is matched too.
-        let v4 = Connections::new(2, 2, &["::ffff:192.0.2.9".parse().unwrap()]);
+        let mapped = crate::proxy::parse_trusted("::ffff:192.0.2.9").unwrap();
+        let v4 = Connections::new(2, 2, TrustedProxies::new(&[mapped]));
         let _a = v4.enter(ip(1)).unwrap();
         let _b = v4.enter(ip(2)).unwrap();
         assert!(v4.enter(ip(9)).unwrap().evicted_another());
@@ -498,7 +500,7 @@ mod tests {
     #[test]
     fn a_proxy_is_never_evicted_and_takes_places_back_from_anyone() {
         let proxy = ip(9);
-        let c = Connections::new(4, 4, &[proxy]);
+        let c = Connections::new(4, 4, TrustedProxies::new(&[proxy.into()]));
         let from_proxy: Vec<Connection> = (0..3).map(|_| c.enter(proxy).unwrap()).collect();
         let direct = c.enter(ip(1)).unwrap();
         // A direct newcomer: the proxy is the heaviest, but protected; nobody else qualifies.

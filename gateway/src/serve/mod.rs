@@ -95,8 +95,9 @@ const DESCRIPTORS_PER_CONNECTION: u64 = 2;
 /// How a connection is served.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// `--trusted-proxy` addresses: their connections are never evicted from a full pool.
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// `--trusted-proxy` addresses and ranges: their connections are never evicted from a full
+    /// pool.
+    pub trusted_proxies: crate::proxy::TrustedProxies,
     /// Most connections open at once.
     pub max_connections: usize,
     /// Most connections open at once from one address.
@@ -165,7 +166,7 @@ pub async fn serve(
     let connections = Connections::new(
         options.max_connections,
         options.max_connections_per_ip,
-        &options.trusted_proxies,
+        options.trusted_proxies.clone(),
     );
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
