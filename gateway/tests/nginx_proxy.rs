@@ -3,7 +3,8 @@
 //! a temporary directory on a free 127.0.0.1 port, curl as the client. Over TLS a device opens
 //! a session, writes, reads and holds a change stream that receives the change promptly
 //! (nothing buffers it); the gateway counts each client's own address (`--trusted-proxy`), so
-//! one client running into its per-address rate leaves another untouched; nginx keeps its
+//! one client running into its per-address rate leaves another untouched, and no client picks
+//! its address by sending `Forwarded` or `X-Forwarded-For` itself; nginx keeps its
 //! connections to the gateway alive (far fewer connections than requests); `/metrics` is not
 //! reachable through the proxy. Needs `nginx`, `openssl` and `curl` (scripts/setup.sh).
 
@@ -298,6 +299,28 @@ fn a_device_syncs_over_tls_through_nginx_and_the_gateway_sees_each_client() {
     assert_eq!(refused["code"], 42910, "{refused}");
     let (status, body) = call(d, port, b, "GET", &events, Some(&token), None);
     assert_eq!(status, 200, "client b was counted with client a: {body}");
+    // A client cannot choose its address by header through nginx: b naming a new client in
+    // `Forwarded` (read before `X-Forwarded-For`, so nginx removes it) and `X-Forwarded-For`
+    // (replaced by nginx) is still counted as b, until b too runs out of its rate.
+    let spoofed = (0..20).find_map(|i| {
+        let mut command = curl(d, port, b);
+        command
+            .args(["-H", &format!("forwarded: for=198.51.100.{i}")])
+            .args(["-H", &format!("x-forwarded-for: 198.51.100.{i}")])
+            .args(["-o", "/dev/null", "-w", "%{http_code}"]);
+        command.args(["-H", &format!("authorization: Bearer {token}")]);
+        let proof = proof_for(&token, "GET", &events, b"").unwrap();
+        command.args(["-H", &format!("dpop: {proof}")]);
+        let out = command
+            .arg(format!("https://{HOST}:{port}{events}"))
+            .output()
+            .unwrap();
+        (String::from_utf8_lossy(&out.stdout) == "429").then_some(i)
+    });
+    assert!(
+        spoofed.is_some_and(|i| i <= 8),
+        "client b chose its address by header through nginx: {spoofed:?}"
+    );
 
     // A Host other than the public host is refused by the gateway (421) even through nginx.
     let out = curl(d, port, b)
