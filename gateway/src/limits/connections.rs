@@ -474,6 +474,22 @@ mod tests {
     }
 
     #[test]
+    fn every_address_of_a_trusted_range_is_a_proxy_counted_on_its_own() {
+        let range = crate::proxy::parse_trusted("fd00::/8").unwrap();
+        let c = Connections::new(4, 2, TrustedProxies::new(&[range]));
+        let (a, b): (IpAddr, IpAddr) = ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+        // Each proxy of the range has its own per-address count (one /56 bucket would be full).
+        let from_a: Vec<Connection> = (0..2).map(|_| c.enter(a).unwrap()).collect();
+        let from_b: Vec<Connection> = (0..2).map(|_| c.enter(b).unwrap()).collect();
+        assert_eq!(c.enter(a).unwrap_err(), Full::Address);
+        // Full of proxies' connections: a client finds none to evict.
+        assert_eq!(c.enter(ip(1)).unwrap_err(), Full::Total);
+        assert!(from_a.iter().chain(&from_b).all(|p| !p.slot.is_evicted()));
+        // An address outside the range is an ordinary client.
+        assert!(!c.proxies.contains("fe00::1".parse().unwrap()));
+    }
+
+    #[test]
     fn no_eviction_that_would_make_the_newcomer_the_heaviest() {
         let c = pool(4, 4);
         let _a: Vec<Connection> = (0..2).map(|_| c.enter(ip(1)).unwrap()).collect();
