@@ -183,7 +183,8 @@ pub fn app(state: AppState) -> Router {
         // Refusals are logged where they are decided (and throttled there); a 5xx per request
         // at ERROR would turn a flood, or a degraded store, into a flood of log lines.
         .layer(axum::middleware::from_fn_with_state(
-            TrustedProxies::new(&state.config.ops.trusted_proxies),
+            TrustedProxies::new(&state.config.ops.trusted_proxies)
+                .reading(state.config.ops.forwarded_header),
             proxy::forwarded,
         ))
         // Counts every answer, the deadline's and the `Host` check's included.

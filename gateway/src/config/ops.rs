@@ -12,9 +12,10 @@ use ipnet::IpNet;
 /// The trusted proxy and the metrics' access.
 #[derive(Debug, Clone, Args)]
 pub struct OpsConfig {
-    /// Address or CIDR range of reverse proxies whose `Forwarded` / `X-Forwarded-For` is
-    /// believed (repeatable): a request from one counts under the rightmost forwarded entry
-    /// that is not itself a trusted proxy, for every per-address limit (`crate::proxy`).
+    /// Address or CIDR range (at least /8) of reverse proxies whose forwarding header
+    /// (--forwarded-header) is believed (repeatable): a request from one counts under the
+    /// rightmost forwarded entry that is not itself a trusted proxy, for every per-address
+    /// limit (`crate::proxy`).
     #[arg(
         long = "trusted-proxy",
         env = "CELERIANT_GATEWAY_TRUSTED_PROXY",
@@ -22,6 +23,17 @@ pub struct OpsConfig {
         value_parser = crate::proxy::parse_trusted
     )]
     pub trusted_proxies: Vec<IpNet>,
+
+    /// The one header a trusted proxy's client is read from: `x-forwarded-for` (default; what
+    /// nginx and most load balancers set) or `forwarded` (RFC 7239). The other is ignored
+    /// entirely: a proxy that sets one often passes a client's other through.
+    #[arg(
+        long = "forwarded-header",
+        env = "CELERIANT_GATEWAY_FORWARDED_HEADER",
+        value_enum,
+        default_value_t = crate::proxy::ForwardedHeader::XForwardedFor
+    )]
+    pub forwarded_header: crate::proxy::ForwardedHeader,
 
     /// Serve `/metrics` (Prometheus text) on a listener of its own at this address (off by
     /// default). Keep it on loopback or a private network, or add --metrics-token-file.

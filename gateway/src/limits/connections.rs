@@ -23,9 +23,12 @@
 //! being applied. The place is moved at once (the evicted connection's task is told to drop it
 //! and no longer counts), so the total never passes the cap.
 //!
-//! Connections from a `--trusted-proxy` (an address in one of its ranges, each counted by its
-//! exact address, not its bucket) carry everybody's requests: they are never evicted, and a new
-//! one from a proxy may evict from any other address.
+//! Connections from a `--trusted-proxy` named by its single address (an address, or a /32 or
+//! /128; counted by that exact address, not its bucket) carry everybody's requests: they are
+//! never evicted, and a new one from such a proxy may evict from any other address. The other
+//! members of a trusted range are counted like any client (by bucket) and may be evicted: a
+//! range is often shared (a CDN's customers, a cluster's pods), and exempting all of it would
+//! let any of them hold places that can never be taken back.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -240,7 +243,8 @@ impl Counts {
 pub struct Connections {
     max: usize,
     max_per_ip: usize,
-    /// `--trusted-proxy` addresses and ranges: never evicted.
+    /// `--trusted-proxy` addresses and ranges: those named by a single address are never
+    /// evicted.
     proxies: TrustedProxies,
     counts: Mutex<Counts>,
 }
@@ -297,7 +301,7 @@ impl Connections {
     /// full), or says which cap is full.
     pub fn enter(self: &Arc<Self>, ip: IpAddr) -> Result<Connection, Full> {
         let exact = ip.to_canonical();
-        let proxy = self.proxies.contains(exact);
+        let proxy = self.proxies.names_exactly(exact);
         let ip = if proxy {
             Key::Proxy(exact)
         } else {
@@ -474,19 +478,27 @@ mod tests {
     }
 
     #[test]
-    fn every_address_of_a_trusted_range_is_a_proxy_counted_on_its_own() {
+    fn only_a_proxy_named_by_its_single_address_is_exempt_not_a_ranges_members() {
         let range = crate::proxy::parse_trusted("fd00::/8").unwrap();
-        let c = Connections::new(4, 2, TrustedProxies::new(&[range]));
+        let single = crate::proxy::parse_trusted("2001:db8::9/128").unwrap();
+        let c = Connections::new(4, 2, TrustedProxies::new(&[range, single]));
         let (a, b): (IpAddr, IpAddr) = ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
-        // Each proxy of the range has its own per-address count (one /56 bucket would be full).
+        // Members of the range share their /56 bucket like any client.
         let from_a: Vec<Connection> = (0..2).map(|_| c.enter(a).unwrap()).collect();
-        let from_b: Vec<Connection> = (0..2).map(|_| c.enter(b).unwrap()).collect();
-        assert_eq!(c.enter(a).unwrap_err(), Full::Address);
-        // Full of proxies' connections: a client finds none to evict.
-        assert_eq!(c.enter(ip(1)).unwrap_err(), Full::Total);
-        assert!(from_a.iter().chain(&from_b).all(|p| !p.slot.is_evicted()));
-        // An address outside the range is an ordinary client.
-        assert!(!c.proxies.contains("fe00::1".parse().unwrap()));
+        assert_eq!(c.enter(b).unwrap_err(), Full::Address);
+        // And may be evicted: the pool full, a newcomer takes a place from their bucket.
+        let _x = c.enter(ip(1)).unwrap();
+        let _y = c.enter(ip(2)).unwrap();
+        let z = c.enter(ip(3)).unwrap();
+        assert!(z.evicted_another());
+        assert!(from_a.iter().any(|p| p.slot.is_evicted()));
+        // A /128 is a single address: exempt, and may evict anyone.
+        let p: IpAddr = "2001:db8::9".parse().unwrap();
+        assert!(c.enter(p).unwrap().evicted_another());
+        let exact = Connections::new(2, 2, TrustedProxies::new(&[single]));
+        let held: Vec<Connection> = (0..2).map(|_| exact.enter(p).unwrap()).collect();
+        assert_eq!(exact.enter(ip(1)).unwrap_err(), Full::Total);
+        assert!(held.iter().all(|h| !h.slot.is_evicted()));
     }
 
     #[test]

@@ -1,0 +1,304 @@
+//! Behind a reverse proxy: which address a request counts under.
+//!
+//! Every per-address limit (`crate::limits::ip`) and the session rate limit read the
+//! connection's peer address (`ConnectInfo<SocketAddr>`). Behind a proxy that is the proxy's
+//! address for every client, so the limits would count all clients as one. `--trusted-proxy`
+//! (repeatable: an address, `127.0.0.1`, or a CIDR range, `10.0.0.0/8`, `fd00::/8`) names the
+//! proxies whose forwarding headers are believed. A request whose peer is in none of them keeps
+//! its peer address, whatever it sends. A trusted peer's request counts under:
+//!
+//! * **Which header.** Only the one `--forwarded-header` names: `x-forwarded-for` (the
+//!   default, the de-facto header nginx and most load balancers set) or `forwarded` (RFC 7239,
+//!   its `for=` parameters). The other is ignored entirely: many proxies set one and pass a
+//!   client's other through untouched, so reading it (or letting it win when present) would let
+//!   a client choose its address.
+//! * **Which entry: the rightmost untrusted one.** Several header lines are one list, in order.
+//!   The list is read from the right (the entry the nearest proxy wrote); an entry that is itself
+//!   a trusted proxy is skipped (a chain: CDN, then nginx, then the gateway), and the first one
+//!   that is not is the client. Entries further left were written by the client and are never
+//!   read. If every entry read is trusted, the leftmost read counts.
+//! * **What stops the walk.** An entry that is no address (`unknown`, an obfuscated `_name`, a
+//!   `Forwarded` element without `for=` or not strictly well-formed (`forwarded`), garbage, a
+//!   header line that is not text), or an address no client has (unspecified `0.0.0.0` / `::`,
+//!   multicast, IPv4-compatible `::a.b.c.d`): the request
+//!   counts under the last trusted hop seen so far (the peer, or the last skipped entry), never
+//!   under anything further left. At most [`MAX_HOPS`] list elements are read; past them the
+//!   walk stops the same way (a header of thousands of entries costs nothing more).
+//! * **Entry syntax.** `X-Forwarded-For`: `192.0.2.1`, `192.0.2.1:5678`, `2001:db8::1`,
+//!   `[2001:db8::1]`, `[2001:db8::1]:80`. `Forwarded`: `for=192.0.2.1`, `for="192.0.2.1:5678"`,
+//!   `for="[2001:db8::1]:4711"`. IPv4-mapped IPv6 addresses (peer or entry) count as IPv4.
+//!
+//! The connection caps (`crate::serve`) are decided before a request exists, so they still
+//! count the proxy's connections: size `--max-connections-per-ip` for the proxy there (the
+//! connections of a proxy named by its single address are never evicted,
+//! `crate::limits::connections`).
+
+mod forwarded;
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::HeaderMap;
+use axum::http::header::{FORWARDED as FORWARDED_HEADER, GetAll, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
+use clap::ValueEnum;
+use ipnet::{IpNet, Ipv4Net};
+
+/// The de-facto header most proxies set (nginx's `$proxy_add_x_forwarded_for`).
+pub const FORWARDED_FOR: &str = "x-forwarded-for";
+
+/// The standard header (RFC 7239).
+pub const FORWARDED: &str = "forwarded";
+
+/// Which forwarding header a trusted proxy's request is read from (`--forwarded-header`); the
+/// other is never read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For` (nginx's `$proxy_add_x_forwarded_for`, most load balancers).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded` (RFC 7239).
+    Forwarded,
+}
+
+/// The shortest prefix trusted: a shorter range would let most of the Internet choose the
+/// address it counts under.
+pub const MIN_PREFIX: u8 = 8;
+
+/// Most list elements read from the right of a forwarding header: far more than any real chain
+/// of proxies, few enough that a header of thousands of entries costs nothing.
+pub const MAX_HOPS: usize = 32;
+
+/// Parses one `--trusted-proxy` value (clap's value parser): an address (one host) or a CIDR
+/// range. Refused: anything else, a range with bits set past its prefix (`10.0.0.1/8` is a
+/// typo for either an address or `10.0.0.0/8`; trust is not guessed), and a prefix shorter than
+/// [`MIN_PREFIX`] (a /0 would let every peer choose the address it counts under). IPv4-mapped
+/// IPv6 (`::ffff:192.0.2.1`, `::ffff:10.0.0.0/104`) is kept as the IPv4 it is, and checked as
+/// that (`::ffff:0.0.0.0/96` is 0.0.0.0/0).
+pub fn parse_trusted(value: &str) -> Result<IpNet, String> {
+    let value = value.trim();
+    let net = if value.contains('/') {
+        let net: IpNet = value.parse().map_err(|_| {
+            format!(
+                "`{value}` is not an IP address or a CIDR range (e.g. 127.0.0.1, 10.0.0.0/8, \
+                 fd00::/8)"
+            )
+        })?;
+        if net.addr() != net.network() {
+            return Err(format!(
+                "`{value}` has bits set past its /{} prefix: write the range {} or the address \
+                 {}",
+                net.prefix_len(),
+                net.trunc(),
+                net.addr()
+            ));
+        }
+        net
+    } else {
+        let ip: IpAddr = value.parse().map_err(|_| {
+            format!(
+                "`{value}` is not an IP address or a CIDR range (e.g. 127.0.0.1, 10.0.0.0/8, \
+                 fd00::/8)"
+            )
+        })?;
+        IpNet::from(ip)
+    };
+    let net = canonical(net);
+    if net.prefix_len() < MIN_PREFIX {
+        return Err(format!(
+            "`{value}` is {net}, a range wider than /{MIN_PREFIX}: it would trust nearly every \
+             peer, and any client could choose the address it counts under; name the proxies' \
+             addresses or ranges"
+        ));
+    }
+    Ok(net)
+}
+
+/// `net` with an IPv4-mapped IPv6 range written as the IPv4 range it is (peers are compared
+/// as `IpAddr::to_canonical`).
+fn canonical(net: IpNet) -> IpNet {
+    if let IpNet::V6(v6) = net
+        && v6.prefix_len() >= 96
+        && let Some(v4) = v6.network().to_ipv4_mapped()
+        && let Ok(v4) = Ipv4Net::new(v4, v6.prefix_len() - 96)
+    {
+        return IpNet::V4(v4);
+    }
+    net
+}
+
+/// The proxies whose forwarding headers are believed, and which header they set.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedProxies {
+    nets: Arc<Vec<IpNet>>,
+    header: ForwardedHeader,
+}
+
+/// One list element of a forwarding header, read from the right.
+#[derive(Debug, PartialEq, Eq)]
+enum Hop {
+    /// An empty element (`a,,b`): RFC 9110 §5.6.1 has recipients ignore them.
+    Empty,
+    /// A node's address.
+    Address(IpAddr),
+    /// Anything else: stops the walk.
+    Opaque,
+}
+
+impl TrustedProxies {
+    /// The proxies in `ranges` (each as [`parse_trusted`] gives it; a single address is a /32
+    /// or /128), read from `X-Forwarded-For` (see [`Self::reading`]).
+    pub fn new(ranges: &[IpNet]) -> Self {
+        TrustedProxies {
+            nets: Arc::new(ranges.iter().copied().map(canonical).collect()),
+            header: ForwardedHeader::default(),
+        }
+    }
+
+    /// These proxies, read from `header` only.
+    pub fn reading(self, header: ForwardedHeader) -> Self {
+        TrustedProxies { header, ..self }
+    }
+
+    /// Whether any proxy is trusted.
+    pub fn any(&self) -> bool {
+        !self.nets.is_empty()
+    }
+
+    /// Whether `ip` (IPv4-mapped or not) is a trusted proxy.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|net| net.contains(&ip))
+    }
+
+    /// Whether `ip` (IPv4-mapped or not) was named as a single address (an address, or a /32 or
+    /// /128 range), not merely inside a wider range: only those proxies' connections are
+    /// exempt from eviction (`crate::limits::connections`).
+    pub fn names_exactly(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets
+            .iter()
+            .any(|net| net.prefix_len() == net.max_prefix_len() && net.addr() == ip)
+    }
+
+    /// The client address of a request from `peer` with `headers` (the module's rules); the
+    /// port stays the peer's.
+    pub fn client(&self, peer: SocketAddr, headers: &HeaderMap) -> SocketAddr {
+        if !self.contains(peer.ip()) {
+            return peer;
+        }
+        let peer_ip = peer.ip().to_canonical();
+        let ip = match self.header {
+            ForwardedHeader::XForwardedFor => self.walk(
+                peer_ip,
+                headers.get_all(FORWARDED_FOR),
+                |line| line.split(',').collect(),
+                x_forwarded_for,
+            ),
+            ForwardedHeader::Forwarded => self.walk(
+                peer_ip,
+                headers.get_all(FORWARDED_HEADER),
+                forwarded::elements,
+                forwarded::for_node,
+            ),
+        };
+        SocketAddr::new(ip, peer.port())
+    }
+
+    /// The rightmost untrusted address of `lines` (one list, in order), each line split into
+    /// elements by `split` and each element read by `hop`; `peer` (trusted) when there is none.
+    fn walk(
+        &self,
+        peer: IpAddr,
+        lines: GetAll<'_, HeaderValue>,
+        split: fn(&str) -> Vec<&str>,
+        hop: fn(&str) -> Hop,
+    ) -> IpAddr {
+        let mut last_trusted = peer;
+        let mut read = 0;
+        for line in lines.iter().rev() {
+            // Not visible ASCII: no address a proxy writes.
+            let Ok(line) = line.to_str() else {
+                return last_trusted;
+            };
+            for element in split(line).into_iter().rev() {
+                read += 1;
+                if read > MAX_HOPS {
+                    return last_trusted;
+                }
+                match hop(element.trim()) {
+                    Hop::Empty => {}
+                    Hop::Address(ip) => {
+                        let Some(ip) = client_address(ip) else {
+                            return last_trusted;
+                        };
+                        if !self.contains(ip) {
+                            return ip;
+                        }
+                        last_trusted = ip;
+                    }
+                    Hop::Opaque => return last_trusted,
+                }
+            }
+        }
+        last_trusted
+    }
+}
+
+/// `ip` as counted (IPv4-mapped as IPv4), or `None` for an address no client connects from:
+/// unspecified (`0.0.0.0`, `::`), multicast, or IPv4-compatible (`::a.b.c.d`, deprecated;
+/// `::1` is loopback and kept).
+fn client_address(ip: IpAddr) -> Option<IpAddr> {
+    let ip = ip.to_canonical();
+    let compatible = match ip {
+        IpAddr::V6(v6) => v6.segments()[..6] == [0; 6] && !v6.is_loopback(),
+        IpAddr::V4(_) => false,
+    };
+    (!ip.is_unspecified() && !ip.is_multicast() && !compatible).then_some(ip)
+}
+
+/// One `X-Forwarded-For` element: an address, with or without a port (IPv6 in brackets then).
+/// The de-facto header has no grammar to give to a crate; the standard library parses both
+/// forms.
+fn x_forwarded_for(element: &str) -> Hop {
+    if element.is_empty() {
+        return Hop::Empty;
+    }
+    if let Ok(ip) = element.parse::<IpAddr>() {
+        return Hop::Address(ip);
+    }
+    if let Ok(at) = element.parse::<SocketAddr>() {
+        return Hop::Address(at.ip());
+    }
+    match element
+        .strip_prefix('[')
+        .and_then(|e| e.strip_suffix(']'))
+        .map(str::parse::<Ipv6Addr>)
+    {
+        Some(Ok(ip)) => Hop::Address(IpAddr::V6(ip)),
+        _ => Hop::Opaque,
+    }
+}
+
+/// Middleware: replaces the peer address of a trusted proxy's request with its client's.
+pub async fn forwarded(
+    State(trusted): State<TrustedProxies>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if trusted.any()
+        && let Some(ConnectInfo(peer)) = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .copied()
+    {
+        let client = trusted.client(peer, request.headers());
+        request.extensions_mut().insert(ConnectInfo(client));
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests;
