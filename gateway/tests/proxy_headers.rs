@@ -3,7 +3,7 @@
 //! that nobody else can choose it by header. The per-address read rate is tiny (a burst of 3,
 //! then 1 a second), so "counted as client X" shows as "refused once X ran out". Each request
 //! is a fresh connection from a chosen loopback source address (127.0.0.0/8 is all loopback on
-//! Linux), standing in for a proxy or a client. The unit tests in `src/proxy.rs` cover each rule
+//! Linux), standing in for a proxy or a client. The unit tests in `src/proxy/tests.rs` cover each rule
 //! of the walk; this file shows the process applies them, from the command line on.
 
 mod support;
@@ -37,99 +37,169 @@ fn read(gw: &Process, source: [u8; 4], headers: &[&str]) -> Raw {
 }
 
 /// Reads from `source` with `headers` until the address they count under runs out of its rate
-/// (refused 429 42910); panics if it never does.
-fn exhaust(gw: &Process, source: [u8; 4], headers: &[&str]) {
+/// (refused 429 42910; panics if it never is), then waits for the one token that comes back
+/// and spends it: the next comes a second after that. The time it was spent is returned, so a
+/// probe can tell a refill from an answer (the token bucket is GCRA: after a refusal alone the
+/// next token may be a millisecond away).
+fn exhaust(gw: &Process, source: [u8; 4], headers: &[&str]) -> Instant {
+    let mut ran_out = false;
     for _ in 0..20 {
         let r = read(gw, source, headers);
         if r.status == 429 {
             assert_eq!(r.code(), 42910, "{r:?}");
-            return;
+            ran_out = true;
+            break;
         }
         assert_eq!(r.status, 200, "{r:?}");
     }
-    panic!("{headers:?} from {source:?} was never refused: not counted under one address");
-}
-
-/// Whether a read from `source` with `headers` is refused by the rate (counted under an address
-/// that ran out) or answered (counted under a fresh one).
-fn refused(gw: &Process, source: [u8; 4], headers: &[&str]) -> bool {
-    let r = read(gw, source, headers);
     assert!(
-        r.status == 200 || (r.status, r.code()) == (429, 42910),
-        "{r:?}"
+        ran_out,
+        "{headers:?} from {source:?} was never refused: not counted under one address"
     );
-    r.status == 429
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let r = read(gw, source, headers);
+        if r.status == 200 {
+            return Instant::now();
+        }
+        assert_eq!((r.status, r.code()), (429, 42910), "{r:?}");
+        assert!(Instant::now() < deadline, "no token came back within 3 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
-#[test]
-fn behind_trusted_ranges_and_chains_each_forwarded_client_has_its_own_rate() {
-    let dir = data_dir();
+/// A probe after an exhaust means something only if it was answered before the next token.
+const WITHIN: Duration = Duration::from_millis(800);
+
+/// Whether a read from `source` with `probe` headers counts under the address that `exhaust`
+/// from `by` with `as_a` counts under: exhausts it, then reads; refused (429 42910) = the same
+/// address, answered = another. A probe that took longer than [`WITHIN`] is done again (a
+/// token may have come back), up to 5 times.
+fn counted_as(gw: &Process, by: ([u8; 4], &[&str]), source: [u8; 4], probe: &[&str]) -> bool {
+    for _ in 0..5 {
+        let spent = exhaust(gw, by.0, by.1);
+        let r = read(gw, source, probe);
+        assert!(
+            r.status == 200 || (r.status, r.code()) == (429, 42910),
+            "{r:?}"
+        );
+        if spent.elapsed() < WITHIN {
+            return r.status == 429;
+        }
+    }
+    panic!("five probes of {probe:?} each took longer than {WITHIN:?}");
+}
+
+/// A gateway with the tiny rate, trusting nginx-like proxies anywhere in 127.0.0.0/29 and a
+/// CDN in 10.0.0.0/8 in front of them, reading `header`.
+fn behind_proxies(dir: &std::path::Path, header: Option<&str>) -> Process {
     let mut args = vec![
         "--auth",
         "none",
-        // nginx-like proxies anywhere in 127.0.0.0/29, a CDN in 10.0.0.0/8 in front of them.
         "--trusted-proxy",
         "127.0.0.0/29",
         "--trusted-proxy",
         "10.0.0.0/8",
     ];
+    if let Some(header) = header {
+        args.extend(["--forwarded-header", header]);
+    }
     args.extend(RATE);
-    let gw = Process::start(dir.path(), &args);
-    let (nginx, other_nginx) = ([127, 0, 0, 1], [127, 0, 0, 5]);
-    let a_xff = ["X-Forwarded-For: 198.51.100.7"];
+    Process::start(dir, &args)
+}
 
-    // Client a (by `X-Forwarded-For`, through one proxy) runs out of its rate.
-    exhaust(&gw, nginx, &a_xff);
-    // Client b, by `Forwarded`, through another proxy of the range: its own rate.
-    assert!(!refused(&gw, other_nginx, &["Forwarded: for=198.51.100.8"]));
-    // The proxies' own address is untouched too (a request without a header counts under it).
-    assert!(!refused(&gw, nginx, &[]));
+const NGINX: [u8; 4] = [127, 0, 0, 1];
+const OTHER_NGINX: [u8; 4] = [127, 0, 0, 5];
 
-    // Each of these is client a, however it is written: refused at once.
-    let as_a: [&[&str]; 6] = [
+#[test]
+fn behind_trusted_ranges_and_chains_each_x_forwarded_for_client_has_its_own_rate() {
+    let dir = data_dir();
+    // The default header: X-Forwarded-For.
+    let gw = behind_proxies(dir.path(), None);
+    let a: &[&str] = &["X-Forwarded-For: 198.51.100.7"];
+    let as_a = |probe: &[&str]| counted_as(&gw, (NGINX, a), OTHER_NGINX, probe);
+
+    // Client b, through another proxy of the range, has its own rate; so has the proxies' own
+    // address (a request without a header counts under it).
+    assert!(!as_a(&["X-Forwarded-For: 198.51.100.8"]));
+    assert!(!counted_as(&gw, (NGINX, a), NGINX, &[]));
+
+    // Each of these is client a, however it is written.
+    for probe in [
         // A chain: the CDN's entry for a, then the proxy's for the CDN.
-        &["X-Forwarded-For: 198.51.100.7, 10.0.0.5"],
-        &["Forwarded: for=198.51.100.7;proto=https, for=\"10.0.0.5:443\""],
+        &["X-Forwarded-For: 198.51.100.7, 10.0.0.5"][..],
         // Several lines are one list.
         &["X-Forwarded-For: 198.51.100.7", "X-Forwarded-For: 10.0.0.5"],
         // With a port.
         &["X-Forwarded-For: 198.51.100.7:5678"],
         // A client-written entry to the left is never read.
         &["X-Forwarded-For: 198.51.100.99, 198.51.100.7"],
-        &["Forwarded: for=198.51.100.98, for=198.51.100.7"],
-    ];
-    for headers in as_a {
-        exhaust(&gw, nginx, &a_xff);
-        assert!(
-            refused(&gw, other_nginx, headers),
-            "{headers:?} was not counted as client a"
-        );
-    }
-
-    // `Forwarded` wins over `X-Forwarded-For` (never merged): counted as a fresh client.
-    exhaust(&gw, nginx, &a_xff);
-    assert!(!refused(
-        &gw,
-        nginx,
+        // `Forwarded` is never read in this mode, present or not.
         &[
-            "Forwarded: for=\"[2001:db8::1]:4711\"",
-            "X-Forwarded-For: 198.51.100.7"
-        ]
+            "Forwarded: for=198.51.100.9",
+            "X-Forwarded-For: 198.51.100.7",
+        ],
+    ] {
+        assert!(as_a(probe), "{probe:?} was not counted as client a");
+    }
+    // A `Forwarded` header alone names nobody: the request counts under the proxy itself.
+    assert!(!as_a(&["Forwarded: for=198.51.100.7"]));
+    assert!(counted_as(
+        &gw,
+        (OTHER_NGINX, &[]),
+        OTHER_NGINX,
+        &["Forwarded: for=198.51.100.7"]
     ));
+
     // A trusted chain ending in something that is no address counts under the last trusted
     // hop (10.0.0.5 here), never under the client's 198.51.100.7 further left.
-    exhaust(&gw, nginx, &a_xff);
-    assert!(!refused(
+    let unreadable: &[&str] = &["X-Forwarded-For: 198.51.100.7, unknown, 10.0.0.5"];
+    assert!(!as_a(unreadable));
+    assert!(counted_as(
         &gw,
-        nginx,
-        &["X-Forwarded-For: 198.51.100.7, unknown, 10.0.0.5"]
+        (NGINX, unreadable),
+        OTHER_NGINX,
+        &["X-Forwarded-For: 10.0.0.5"]
     ));
-    exhaust(
-        &gw,
-        nginx,
-        &["X-Forwarded-For: 198.51.100.7, unknown, 10.0.0.5"],
-    );
-    assert!(refused(&gw, other_nginx, &["Forwarded: for=10.0.0.5"]));
+}
+
+#[test]
+fn with_forwarded_header_forwarded_only_rfc_7239_is_read() {
+    let dir = data_dir();
+    let gw = behind_proxies(dir.path(), Some("forwarded"));
+    let a: &[&str] = &["Forwarded: for=198.51.100.7"];
+    let as_a = |probe: &[&str]| counted_as(&gw, (NGINX, a), OTHER_NGINX, probe);
+
+    assert!(!as_a(&["Forwarded: for=198.51.100.8"]));
+    for probe in [
+        // A chain, with parameters and a quoted port.
+        &["Forwarded: for=198.51.100.7;proto=https, for=\"10.0.0.5:443\""][..],
+        // Several lines are one list.
+        &["Forwarded: for=198.51.100.7", "Forwarded: for=10.0.0.5"],
+        // A client-written element to the left is never read.
+        &["Forwarded: for=198.51.100.98, for=198.51.100.7"],
+        // X-Forwarded-For is never read in this mode.
+        &[
+            "Forwarded: for=198.51.100.7",
+            "X-Forwarded-For: 198.51.100.10",
+        ],
+        // An IPv4-mapped IPv6 entry is the IPv4 address it maps.
+        &["Forwarded: for=\"[::ffff:198.51.100.7]\""],
+    ] {
+        assert!(as_a(probe), "{probe:?} was not counted as client a");
+    }
+    for probe in [
+        // X-Forwarded-For alone names nobody: counted as the proxy.
+        &["X-Forwarded-For: 198.51.100.7"][..],
+        // A `for=` inside a quoted string is no element: counted as .8, not a.
+        &["Forwarded: for=198.51.100.8;host=\"a;for=198.51.100.7\""],
+        &[
+            "Forwarded: for=\"[2001:db8::1]:4711\"",
+            "X-Forwarded-For: 198.51.100.7",
+        ],
+    ] {
+        assert!(!as_a(probe), "{probe:?} was counted as client a");
+    }
 }
 
 #[test]
@@ -140,16 +210,12 @@ fn a_peer_outside_the_trusted_range_cannot_choose_its_address_by_header() {
     let gw = Process::start(dir.path(), &args);
     let (proxy, intruder, bystander) = ([127, 0, 0, 1], [127, 0, 0, 2], [127, 0, 0, 3]);
 
-    // 127.0.0.2 names a new client in every request: all count under 127.0.0.2.
-    let mut n = 0;
-    let mut fresh = || {
-        n += 1;
-        format!("X-Forwarded-For: 198.51.100.{n}")
-    };
+    // 127.0.0.2 names a new client in every request: all count under 127.0.0.2, so it runs out
+    // within its burst of 3.
     let mut refused_at = None;
     for i in 0..20 {
-        let header = fresh();
-        if refused(&gw, intruder, &[&header]) {
+        let header = format!("X-Forwarded-For: 198.51.100.{}", i + 1);
+        if read(&gw, intruder, &[&header]).status == 429 {
             refused_at = Some(i);
             break;
         }
@@ -158,20 +224,32 @@ fn a_peer_outside_the_trusted_range_cannot_choose_its_address_by_header() {
         refused_at.is_some_and(|i| i <= 4),
         "headers of an untrusted peer were believed: {refused_at:?}"
     );
-    for headers in [
-        vec![fresh()],
-        vec![format!("Forwarded: for=198.51.100.{}", 200)],
-        vec!["X-Forwarded-For: 127.0.0.3".to_owned()],
-        vec!["Forwarded: for=127.0.0.3".to_owned()],
+    for probe in [
+        &["X-Forwarded-For: 198.51.100.100"][..],
+        &["Forwarded: for=198.51.100.200"],
+        &["X-Forwarded-For: 127.0.0.3"],
+        &["Forwarded: for=127.0.0.3"],
     ] {
-        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
-        assert!(refused(&gw, intruder, &headers), "{headers:?}");
+        assert!(
+            counted_as(&gw, (intruder, &[]), intruder, probe),
+            "{probe:?}"
+        );
     }
     // Another address, and a client through the trusted proxy, are untouched.
-    assert!(!refused(&gw, bystander, &[]));
-    assert!(!refused(&gw, proxy, &["X-Forwarded-For: 198.51.100.250"]));
+    assert!(!counted_as(&gw, (intruder, &[]), bystander, &[]));
+    assert!(!counted_as(
+        &gw,
+        (intruder, &[]),
+        proxy,
+        &["X-Forwarded-For: 198.51.100.250"]
+    ));
     // The trusted proxy is believed: a client it names 127.0.0.2 is counted as 127.0.0.2.
-    assert!(refused(&gw, proxy, &["X-Forwarded-For: 127.0.0.2"]));
+    assert!(counted_as(
+        &gw,
+        (intruder, &[]),
+        proxy,
+        &["X-Forwarded-For: 127.0.0.2"]
+    ));
 }
 
 #[test]
@@ -184,7 +262,8 @@ fn bad_trusted_proxy_values_are_refused_at_start() {
         ),
         ("nginx.internal", "is not an IP address or a CIDR range"),
         ("10.0.0.0/33", "is not an IP address or a CIDR range"),
-        ("0.0.0.0/0", "would trust every peer"),
+        ("0.0.0.0/0", "a range wider than /8"),
+        ("::ffff:0.0.0.0/96", "a range wider than /8"),
     ] {
         let out = run_to_exit(dir.path(), &["--trusted-proxy", value]);
         let stderr = String::from_utf8_lossy(&out.stderr);
