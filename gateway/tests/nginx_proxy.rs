@@ -300,8 +300,9 @@ fn a_device_syncs_over_tls_through_nginx_and_the_gateway_sees_each_client() {
     let (status, body) = call(d, port, b, "GET", &events, Some(&token), None);
     assert_eq!(status, 200, "client b was counted with client a: {body}");
     // A client cannot choose its address by header through nginx: b naming a new client in
-    // `Forwarded` (read before `X-Forwarded-For`, so nginx removes it) and `X-Forwarded-For`
-    // (replaced by nginx) is still counted as b, until b too runs out of its rate.
+    // `X-Forwarded-For` (replaced by nginx; the only header the gateway reads by default) and
+    // `Forwarded` (never read; nginx removes it too) is still counted as b, until b too runs
+    // out of its rate.
     let spoofed = (0..20).find(|i| {
         let mut command = curl(d, port, b);
         command

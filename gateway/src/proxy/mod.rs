@@ -18,15 +18,20 @@
 //!   that is not is the client. Entries further left were written by the client and are never
 //!   read. If every entry read is trusted, the leftmost read counts.
 //! * **What stops the walk.** An entry that is no address (`unknown`, an obfuscated `_name`, a
-//!   `Forwarded` element without `for=` or not strictly well-formed (`forwarded`), garbage, a
-//!   header line that is not text), or an address no client has (unspecified `0.0.0.0` / `::`,
-//!   multicast, IPv4-compatible `::a.b.c.d`): the request
-//!   counts under the last trusted hop seen so far (the peer, or the last skipped entry), never
-//!   under anything further left. At most [`MAX_HOPS`] list elements are read; past them the
-//!   walk stops the same way (a header of thousands of entries costs nothing more).
+//!   `Forwarded` element without `for=`, with more than 8 parameters or not strictly
+//!   well-formed (`forwarded`), garbage, an element that is not text, an IPv6 zone id), or an
+//!   address no client has (unspecified `0.0.0.0` / `::`, multicast, IPv4-compatible
+//!   `::a.b.c.d`): the request counts under the last trusted hop seen so far (the peer, or the
+//!   last skipped entry), never under anything further left. At most [`MAX_HOPS`] list
+//!   elements are read; past them the walk stops the same way. Lines are split from the right,
+//!   lazily and as bytes, so a header of thousands of entries costs only the entries read, and
+//!   nothing a client writes to the left of a proxy's entry (bytes that are not text, an open
+//!   quote) changes how that entry is read.
 //! * **Entry syntax.** `X-Forwarded-For`: `192.0.2.1`, `192.0.2.1:5678`, `2001:db8::1`,
 //!   `[2001:db8::1]`, `[2001:db8::1]:80`. `Forwarded`: `for=192.0.2.1`, `for="192.0.2.1:5678"`,
-//!   `for="[2001:db8::1]:4711"`. IPv4-mapped IPv6 addresses (peer or entry) count as IPv4.
+//!   `for="[2001:db8::1]:4711"`. IPv4-mapped (`::ffff:a.b.c.d`) and NAT64 (`64:ff9b::a.b.c.d`)
+//!   addresses, peer, entry or range, count as the IPv4 address they carry, as in every
+//!   per-address limit (`crate::limits::ip`).
 //!
 //! The connection caps (`crate::serve`) are decided before a request exists, so they still
 //! count the proxy's connections: size `--max-connections-per-ip` for the proxy there (the
@@ -40,7 +45,7 @@ use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::HeaderMap;
-use axum::http::header::{FORWARDED as FORWARDED_HEADER, GetAll, HeaderValue};
+use axum::http::header::FORWARDED as FORWARDED_HEADER;
 use axum::middleware::Next;
 use axum::response::Response;
 use clap::ValueEnum;
@@ -63,9 +68,14 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
-/// The shortest prefix trusted: a shorter range would let most of the Internet choose the
-/// address it counts under.
+/// The shortest prefix trusted for IPv4, and for IPv6 unique-local ranges (inside `fc00::/7`):
+/// a shorter range would let most of the Internet choose the address it counts under.
 pub const MIN_PREFIX: u8 = 8;
+
+/// The shortest prefix trusted for any other IPv6 range: a /8 of IPv6 is a regional
+/// registry's share of the Internet (`2a00::/8`); /29 is the largest block an ISP or a CDN
+/// holds (a CDN's published ranges are /29 to /48).
+pub const MIN_PREFIX_V6: u8 = 29;
 
 /// Most list elements read from the right of a forwarding header: far more than any real chain
 /// of proxies, few enough that a header of thousands of entries costs nothing.
@@ -73,10 +83,12 @@ pub const MAX_HOPS: usize = 32;
 
 /// Parses one `--trusted-proxy` value (clap's value parser): an address (one host) or a CIDR
 /// range. Refused: anything else, a range with bits set past its prefix (`10.0.0.1/8` is a
-/// typo for either an address or `10.0.0.0/8`; trust is not guessed), and a prefix shorter than
-/// [`MIN_PREFIX`] (a /0 would let every peer choose the address it counts under). IPv4-mapped
-/// IPv6 (`::ffff:192.0.2.1`, `::ffff:10.0.0.0/104`) is kept as the IPv4 it is, and checked as
-/// that (`::ffff:0.0.0.0/96` is 0.0.0.0/0).
+/// typo for either an address or `10.0.0.0/8`; trust is not guessed), a prefix shorter than
+/// [`MIN_PREFIX`] (IPv4, unique-local IPv6) or [`MIN_PREFIX_V6`] (other IPv6; a /0 would let
+/// every peer choose the address it counts under), and an IPv6 range holding the IPv4-mapped or
+/// NAT64 /96. IPv4-mapped and NAT64 IPv6 (`::ffff:192.0.2.1`, `::ffff:10.0.0.0/104`,
+/// `64:ff9b::10.0.0.0/104`) is kept as the IPv4 it is, and checked as that
+/// (`::ffff:0.0.0.0/96` is 0.0.0.0/0).
 pub fn parse_trusted(value: &str) -> Result<IpNet, String> {
     let value = value.trim();
     let net = if value.contains('/') {
@@ -106,27 +118,48 @@ pub fn parse_trusted(value: &str) -> Result<IpNet, String> {
         IpNet::from(ip)
     };
     let net = canonical(net);
-    if net.prefix_len() < MIN_PREFIX {
+    let minimum = match net {
+        IpNet::V6(v6) if !unique_local().contains(&v6) => MIN_PREFIX_V6,
+        _ => MIN_PREFIX,
+    };
+    if net.prefix_len() < minimum {
         return Err(format!(
-            "`{value}` is {net}, a range wider than /{MIN_PREFIX}: it would trust nearly every \
+            "`{value}` is {net}, a range wider than /{minimum}: it would trust nearly every \
              peer, and any client could choose the address it counts under; name the proxies' \
              addresses or ranges"
         ));
     }
+    // Every IPv4 client can appear in these two /96s; a wider IPv6 range holding one would
+    // trust the whole IPv4 Internet (a /96 or narrower inside one is read as IPv4 above).
+    for (carrier, what) in [("::ffff:0:0/96", "IPv4-mapped"), ("64:ff9b::/96", "NAT64")] {
+        let carrier: IpNet = carrier.parse().expect("a valid range");
+        if net.contains(&carrier) {
+            return Err(format!(
+                "`{value}` holds the {what} prefix {carrier}, where every IPv4 client can \
+                 appear: name the proxies' addresses or ranges"
+            ));
+        }
+    }
     Ok(net)
 }
 
-/// `net` with an IPv4-mapped IPv6 range written as the IPv4 range it is (peers are compared
-/// as `IpAddr::to_canonical`).
+/// `net` with an IPv4-mapped or NAT64 IPv6 range (a /96 or narrower inside `::ffff:0:0/96` or
+/// `64:ff9b::/96`) written as the IPv4 range it is: peers and entries are compared as
+/// [`canonical_ip`] gives them.
 fn canonical(net: IpNet) -> IpNet {
     if let IpNet::V6(v6) = net
         && v6.prefix_len() >= 96
-        && let Some(v4) = v6.network().to_ipv4_mapped()
+        && let IpAddr::V4(v4) = canonical_ip(IpAddr::V6(v6.network()))
         && let Ok(v4) = Ipv4Net::new(v4, v6.prefix_len() - 96)
     {
         return IpNet::V4(v4);
     }
     net
+}
+
+/// `fc00::/7`: unique-local IPv6, a private network's own (RFC 4193).
+fn unique_local() -> ipnet::Ipv6Net {
+    "fc00::/7".parse().expect("a valid range")
 }
 
 /// The proxies whose forwarding headers are believed, and which header they set.
@@ -169,7 +202,7 @@ impl TrustedProxies {
 
     /// Whether `ip` (IPv4-mapped or not) is a trusted proxy.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
+        let ip = canonical_ip(ip);
         self.nets.iter().any(|net| net.contains(&ip))
     }
 
@@ -177,7 +210,7 @@ impl TrustedProxies {
     /// /128 range), not merely inside a wider range: only those proxies' connections are
     /// exempt from eviction (`crate::limits::connections`).
     pub fn names_exactly(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
+        let ip = canonical_ip(ip);
         self.nets
             .iter()
             .any(|net| net.prefix_len() == net.max_prefix_len() && net.addr() == ip)
@@ -189,69 +222,79 @@ impl TrustedProxies {
         if !self.contains(peer.ip()) {
             return peer;
         }
-        let peer_ip = peer.ip().to_canonical();
+        let peer_ip = canonical_ip(peer.ip());
+        // Each line is split from the right, as bytes: only the elements read must be text,
+        // so bytes a client put further left (`\xff`, an open quote) cannot make the gateway
+        // drop the proxy's own element and count the request under the proxy.
         let ip = match self.header {
             ForwardedHeader::XForwardedFor => self.walk(
                 peer_ip,
-                headers.get_all(FORWARDED_FOR),
-                |line| line.split(',').collect(),
+                headers
+                    .get_all(FORWARDED_FOR)
+                    .iter()
+                    .rev()
+                    .flat_map(|line| line.as_bytes().rsplit(|b| *b == b',')),
                 x_forwarded_for,
             ),
             ForwardedHeader::Forwarded => self.walk(
                 peer_ip,
-                headers.get_all(FORWARDED_HEADER),
-                forwarded::elements,
+                headers
+                    .get_all(FORWARDED_HEADER)
+                    .iter()
+                    .rev()
+                    .flat_map(|line| forwarded::elements_from_right(line.as_bytes())),
                 forwarded::for_node,
             ),
         };
         SocketAddr::new(ip, peer.port())
     }
 
-    /// The rightmost untrusted address of `lines` (one list, in order), each line split into
-    /// elements by `split` and each element read by `hop`; `peer` (trusted) when there is none.
-    fn walk(
+    /// The rightmost untrusted address of `elements` (every line's, from the right), each read
+    /// by `hop`; `peer` (trusted) when there is none.
+    fn walk<'a>(
         &self,
         peer: IpAddr,
-        lines: GetAll<'_, HeaderValue>,
-        split: fn(&str) -> Vec<&str>,
+        elements: impl Iterator<Item = &'a [u8]>,
         hop: fn(&str) -> Hop,
     ) -> IpAddr {
         let mut last_trusted = peer;
-        let mut read = 0;
-        for line in lines.iter().rev() {
-            // Not visible ASCII: no address a proxy writes.
-            let Ok(line) = line.to_str() else {
+        for (read, element) in elements.enumerate() {
+            if read >= MAX_HOPS {
+                return last_trusted;
+            }
+            // Not UTF-8: no address a proxy writes.
+            let Ok(element) = std::str::from_utf8(element) else {
                 return last_trusted;
             };
-            for element in split(line).into_iter().rev() {
-                read += 1;
-                if read > MAX_HOPS {
-                    return last_trusted;
-                }
-                match hop(element.trim()) {
-                    Hop::Empty => {}
-                    Hop::Address(ip) => {
-                        let Some(ip) = client_address(ip) else {
-                            return last_trusted;
-                        };
-                        if !self.contains(ip) {
-                            return ip;
-                        }
-                        last_trusted = ip;
+            match hop(element.trim_matches([' ', '\t'])) {
+                Hop::Empty => {}
+                Hop::Address(ip) => {
+                    let Some(ip) = client_address(ip) else {
+                        return last_trusted;
+                    };
+                    if !self.contains(ip) {
+                        return ip;
                     }
-                    Hop::Opaque => return last_trusted,
+                    last_trusted = ip;
                 }
+                Hop::Opaque => return last_trusted,
             }
         }
         last_trusted
     }
 }
 
+/// `ip` as every per-address limit counts it: IPv4-mapped (`::ffff:a.b.c.d`) and NAT64
+/// (`64:ff9b::a.b.c.d`) as the IPv4 address they carry (`crate::limits::ip`).
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    crate::limits::ip::nat64_to_ipv4(ip.to_canonical())
+}
+
 /// `ip` as counted (IPv4-mapped as IPv4), or `None` for an address no client connects from:
 /// unspecified (`0.0.0.0`, `::`), multicast, or IPv4-compatible (`::a.b.c.d`, deprecated;
 /// `::1` is loopback and kept).
 fn client_address(ip: IpAddr) -> Option<IpAddr> {
-    let ip = ip.to_canonical();
+    let ip = canonical_ip(ip);
     let compatible = match ip {
         IpAddr::V6(v6) => v6.segments()[..6] == [0; 6] && !v6.is_loopback(),
         IpAddr::V4(_) => false,
@@ -265,6 +308,11 @@ fn client_address(ip: IpAddr) -> Option<IpAddr> {
 fn x_forwarded_for(element: &str) -> Hop {
     if element.is_empty() {
         return Hop::Empty;
+    }
+    // A zone id (`fe80::1%3`) is the writer's interface, no client's: unreadable, as in
+    // `Forwarded` (the standard library would take a numeric one in `[..]:port`).
+    if element.contains('%') {
+        return Hop::Opaque;
     }
     if let Ok(ip) = element.parse::<IpAddr>() {
         return Hop::Address(ip);

@@ -2,6 +2,7 @@
 //! in a file of their own to keep `mod.rs` readable.
 
 use super::*;
+use axum::http::HeaderValue;
 
 const PROXY: &str = "127.0.0.1:5000";
 
@@ -54,15 +55,22 @@ fn trusted_proxies_are_addresses_or_ranges_and_bad_values_are_refused() {
     assert_eq!(ok("::ffff:10.0.0.0/104"), "10.0.0.0/8");
     let refused = |v: &str| parse_trusted(v).unwrap_err();
     assert!(refused("10.0.0.1/8").contains("write the range 10.0.0.0/8 or the address 10.0.0.1"));
-    for wide in [
-        "0.0.0.0/0",
-        "::/0",
-        "0.0.0.0/7",
-        "fc00::/7",
-        "::ffff:0.0.0.0/96",
-    ] {
+    for wide in ["0.0.0.0/0", "0.0.0.0/7", "fc00::/7", "::ffff:0.0.0.0/96"] {
         assert!(refused(wide).contains("a range wider than /8"), "{wide}");
     }
+    // IPv6 outside unique-local space needs /29: a /8 there is a registry's share.
+    assert_eq!(ok("2606:4700::/32"), "2606:4700::/32");
+    assert_eq!(ok("2a06:98c0::/29"), "2a06:98c0::/29");
+    assert_eq!(ok("fd12:3456::/32"), "fd12:3456::/32");
+    for wide in ["::/0", "2a00::/8", "2000::/3", "2a06:98c0::/28"] {
+        assert!(refused(wide).contains("a range wider than /29"), "{wide}");
+    }
+    // NAT64 is IPv4 as mapped is; a wider IPv6 range holding either /96 is refused.
+    assert_eq!(ok("64:ff9b::10.0.0.0/104"), "10.0.0.0/8");
+    assert_eq!(ok("64:ff9b::192.0.2.5"), "192.0.2.5/32");
+    assert!(refused("64:ff9b::/96").contains("is 0.0.0.0/0"));
+    assert!(refused("64:ff9b::/32").contains("holds the NAT64 prefix"));
+    assert!(refused("::/29").contains("holds the IPv4-mapped prefix"));
     // Checked once mapped ranges are IPv4: ::ffff:0.0.0.0/96 is 0.0.0.0/0.
     assert!(refused("::ffff:0.0.0.0/96").contains("is 0.0.0.0/0"));
     assert!(refused("::ffff:0.0.0.0/103").contains("is 0.0.0.0/7"));
@@ -100,6 +108,9 @@ fn a_peer_is_trusted_by_range_and_as_mapped_ipv4() {
     assert!(!TrustedProxies::default().any());
     // A mapped range given matches plain IPv4 peers.
     assert!(trusted(&["::ffff:10.0.0.0/104"]).contains("10.9.9.9".parse().unwrap()));
+    // A NAT64 peer is the IPv4 address it carries, as every per-address limit counts it.
+    assert!(t.contains("64:ff9b::10.1.2.3".parse().unwrap()));
+    assert!(!t.contains("64:ff9b::11.1.2.3".parse().unwrap()));
 }
 
 #[test]
@@ -190,7 +201,7 @@ fn an_entry_that_is_no_address_stops_the_walk_at_the_last_trusted_hop() {
             "{opaque}"
         );
     }
-    // A header line that is not text stops it too.
+    // An element that is not text stops it too (the rightmost line's, read first).
     let mut headers = lines(FORWARDED_FOR, &["198.51.100.66"]);
     headers.append(
         FORWARDED_FOR,
@@ -200,6 +211,20 @@ fn an_entry_that_is_no_address_stops_the_walk_at_the_last_trusted_hop() {
         t.client(PROXY.parse().unwrap(), &headers).ip().to_string(),
         "127.0.0.1"
     );
+    // Bytes that are not text to the left of a proxy's entry (`$proxy_add_x_forwarded_for`
+    // appends to the client's line) are never read: the proxy's entry counts.
+    let mut headers = HeaderMap::new();
+    headers.append(
+        FORWARDED_FOR,
+        HeaderValue::from_bytes(b"\xff, 198.51.100.7").unwrap(),
+    );
+    assert_eq!(
+        t.client(PROXY.parse().unwrap(), &headers).ip().to_string(),
+        "198.51.100.7"
+    );
+    // A zone id is the writer's interface, no client's, in either header.
+    assert_eq!(xff(&t, &["198.51.100.66, [fe80::1%3]:80"]), "127.0.0.1");
+    assert_eq!(xff(&t, &["198.51.100.66, fe80::1%eth0"]), "127.0.0.1");
 }
 
 #[test]
@@ -289,13 +314,19 @@ fn a_quoted_value_cannot_smuggle_a_for_into_a_proxys_element() {
             "{bad}"
         );
     }
-    // An open quote runs to the end of its line: nothing of that line is read.
+    // A client's open quote cannot swallow the elements proxies appended after it: those are
+    // read (here the CDN's, trusted), and the walk stops at the client's unreadable element.
     assert_eq!(
         fwd(
             &t,
             &[r#"for=198.51.100.1, for="203.0.113.66, for=10.0.0.5"#]
         ),
-        "127.0.0.1"
+        "10.0.0.5"
+    );
+    // The line nginx makes of a client's `for=x;a="` and its own `for=$remote_addr`.
+    assert_eq!(
+        fwd(&t, &[r#"for=203.0.113.66;a=", for=198.51.100.7"#]),
+        "198.51.100.7"
     );
 }
 
