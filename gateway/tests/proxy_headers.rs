@@ -262,8 +262,8 @@ fn bad_trusted_proxy_values_are_refused_at_start() {
         ),
         ("nginx.internal", "is not an IP address or a CIDR range"),
         ("10.0.0.0/33", "is not an IP address or a CIDR range"),
-        ("0.0.0.0/0", "a range wider than /8"),
-        ("::ffff:0.0.0.0/96", "a range wider than /8"),
+        ("0.0.0.0/0", "a range wider than /13"),
+        ("::ffff:0.0.0.0/96", "a range wider than /13"),
     ] {
         let out = run_to_exit(dir.path(), &["--trusted-proxy", value]);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -93,7 +93,7 @@ pub fn bucket_with(ip: IpAddr, prefixes: Prefixes) -> IpAddr {
 /// stands for: behind an IPv6-only network's translator every IPv4 client arrives in that one
 /// /96, which a /56 bucket would make one client. (The local-use prefix `64:ff9b:1::/48` and
 /// other translators' prefixes place the IPv4 address where their operator chose: not decoded.)
-pub(crate) fn nat64_to_ipv4(ip: IpAddr) -> IpAddr {
+fn nat64_to_ipv4(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) if u128::from(v6) >> 32 == 0x0064_ff9b_u128 << 64 => {
             IpAddr::V4(Ipv4Addr::from(u128::from(v6) as u32))

@@ -70,10 +70,9 @@ pub(super) fn for_node(element: &str) -> Hop {
     if element.is_empty() {
         return Hop::Empty;
     }
-    let pairs = split_unquoted(element, b';');
-    if pairs.len() > MAX_PARAMS {
+    let Some(pairs) = split_unquoted(element, b';', MAX_PARAMS) else {
         return Hop::Opaque;
-    }
+    };
     let mut names: Vec<String> = Vec::with_capacity(pairs.len());
     let mut node = None;
     for pair in pairs {
@@ -95,8 +94,9 @@ pub(super) fn for_node(element: &str) -> Hop {
     node.map_or(Hop::Opaque, |n| address(&n))
 }
 
-/// `s` split at `sep` outside quoted-strings (a `\` in one escapes the next byte).
-fn split_unquoted(s: &str, sep: u8) -> Vec<&str> {
+/// `s` split at `sep` outside quoted-strings (a `\` in one escapes the next byte); `None` past
+/// `limit` parts (the scan stops there).
+fn split_unquoted(s: &str, sep: u8, limit: usize) -> Option<Vec<&str>> {
     let bytes = s.as_bytes();
     let (mut out, mut start, mut quoted, mut i) = (Vec::new(), 0, false, 0);
     while i < bytes.len() {
@@ -105,6 +105,9 @@ fn split_unquoted(s: &str, sep: u8) -> Vec<&str> {
             b'"' => quoted = !quoted,
             c if c == sep && !quoted => {
                 out.push(&s[start..i]);
+                if out.len() >= limit {
+                    return None;
+                }
                 start = i + 1;
             }
             _ => {}
@@ -112,7 +115,7 @@ fn split_unquoted(s: &str, sep: u8) -> Vec<&str> {
         i += 1;
     }
     out.push(&s[start..]);
-    out
+    Some(out)
 }
 
 /// A parameter's value: a token, or one whole quoted-string (unescaped); `None` for anything
@@ -215,6 +218,11 @@ mod tests {
         let escaped = r#"for=198.51.100.7;host="a\";for=,203.0.113.66""#;
         assert_eq!(elements(escaped).len(), 1);
         assert_eq!(node(escaped).as_deref(), Some("198.51.100.7"));
+        // From the right, an escaped quote must not close the string: here the proxy's own
+        // element holds a quoted `", for=` (escaped), which is not a separator.
+        let inner = r#"for=198.51.100.66, for=10.0.0.5;host="x\", for=203.0.113.66""#;
+        assert_eq!(elements(inner).len(), 2, "{:?}", elements(inner));
+        assert_eq!(node(elements(inner)[0]).as_deref(), Some("10.0.0.5"));
         let backslash = r#"for=198.51.100.7;host="a\\", for=10.0.0.5"#;
         assert_eq!(elements(backslash).len(), 2);
         assert_eq!(

@@ -29,9 +29,10 @@
 //!   quote) changes how that entry is read.
 //! * **Entry syntax.** `X-Forwarded-For`: `192.0.2.1`, `192.0.2.1:5678`, `2001:db8::1`,
 //!   `[2001:db8::1]`, `[2001:db8::1]:80`. `Forwarded`: `for=192.0.2.1`, `for="192.0.2.1:5678"`,
-//!   `for="[2001:db8::1]:4711"`. IPv4-mapped (`::ffff:a.b.c.d`) and NAT64 (`64:ff9b::a.b.c.d`)
-//!   addresses, peer, entry or range, count as the IPv4 address they carry, as in every
-//!   per-address limit (`crate::limits::ip`).
+//!   `for="[2001:db8::1]:4711"`. IPv4-mapped IPv6 addresses (peer, entry or range) count as
+//!   IPv4. NAT64 ones (`64:ff9b::a.b.c.d`) are matched against the ranges as IPv6 (RFC 6052
+//!   never carries private IPv4 there, so none is a local proxy); the limits count them as
+//!   the IPv4 they carry (`crate::limits::ip`).
 //!
 //! The connection caps (`crate::serve`) are decided before a request exists, so they still
 //! count the proxy's connections: size `--max-connections-per-ip` for the proxy there (the
@@ -68,14 +69,20 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
-/// The shortest prefix trusted for IPv4, and for IPv6 unique-local ranges (inside `fc00::/7`):
-/// a shorter range would let most of the Internet choose the address it counts under.
+/// The shortest prefix trusted for a private range: IPv4 inside 10/8, 172.16/12, 192.168/16,
+/// 127/8 or 100.64/10, IPv6 inside unique-local `fc00::/7`. A network's own proxies live there.
 pub const MIN_PREFIX: u8 = 8;
 
-/// The shortest prefix trusted for any other IPv6 range: a /8 of IPv6 is a regional
-/// registry's share of the Internet (`2a00::/8`); /29 is the largest block an ISP or a CDN
-/// holds (a CDN's published ranges are /29 to /48).
-pub const MIN_PREFIX_V6: u8 = 29;
+/// The shortest prefix trusted for any other (public) IPv4 range: a public /8 is one cloud's
+/// whole address space (`3.0.0.0/8`), whose every tenant could then choose the address it
+/// counts under; the widest range a CDN publishes for its edges is a /13 (Cloudflare's
+/// `104.16.0.0/13`).
+pub const MIN_PREFIX_PUBLIC_V4: u8 = 13;
+
+/// The shortest prefix trusted for any other (public) IPv6 range: a /8 of IPv6 is a regional
+/// registry's share of the Internet (`2a00::/8`); the widest a CDN publishes is a /28 (AWS
+/// CloudFront's `2600:9000::/28`).
+pub const MIN_PREFIX_V6: u8 = 28;
 
 /// Most list elements read from the right of a forwarding header: far more than any real chain
 /// of proxies, few enough that a header of thousands of entries costs nothing.
@@ -84,10 +91,10 @@ pub const MAX_HOPS: usize = 32;
 /// Parses one `--trusted-proxy` value (clap's value parser): an address (one host) or a CIDR
 /// range. Refused: anything else, a range with bits set past its prefix (`10.0.0.1/8` is a
 /// typo for either an address or `10.0.0.0/8`; trust is not guessed), a prefix shorter than
-/// [`MIN_PREFIX`] (IPv4, unique-local IPv6) or [`MIN_PREFIX_V6`] (other IPv6; a /0 would let
-/// every peer choose the address it counts under), and an IPv6 range holding the IPv4-mapped or
-/// NAT64 /96. IPv4-mapped and NAT64 IPv6 (`::ffff:192.0.2.1`, `::ffff:10.0.0.0/104`,
-/// `64:ff9b::10.0.0.0/104`) is kept as the IPv4 it is, and checked as that
+/// [`MIN_PREFIX`] (private ranges), [`MIN_PREFIX_PUBLIC_V4`] or [`MIN_PREFIX_V6`] (a /0 would
+/// let every peer choose the address it counts under), and an IPv6 range overlapping a prefix
+/// where any IPv4 host can appear (IPv4-mapped, NAT64, Teredo, 6to4). IPv4-mapped IPv6
+/// (`::ffff:192.0.2.1`, `::ffff:10.0.0.0/104`) is kept as the IPv4 it is, and checked as that
 /// (`::ffff:0.0.0.0/96` is 0.0.0.0/0).
 pub fn parse_trusted(value: &str) -> Result<IpNet, String> {
     let value = value.trim();
@@ -118,9 +125,12 @@ pub fn parse_trusted(value: &str) -> Result<IpNet, String> {
         IpNet::from(ip)
     };
     let net = canonical(net);
-    let minimum = match net {
-        IpNet::V6(v6) if !unique_local().contains(&v6) => MIN_PREFIX_V6,
-        _ => MIN_PREFIX,
+    let minimum = if private().iter().any(|p| p.contains(&net)) {
+        MIN_PREFIX
+    } else if net.addr().is_ipv4() {
+        MIN_PREFIX_PUBLIC_V4
+    } else {
+        MIN_PREFIX_V6
     };
     if net.prefix_len() < minimum {
         return Err(format!(
@@ -129,13 +139,18 @@ pub fn parse_trusted(value: &str) -> Result<IpNet, String> {
              addresses or ranges"
         ));
     }
-    // Every IPv4 client can appear in these two /96s; a wider IPv6 range holding one would
-    // trust the whole IPv4 Internet (a /96 or narrower inside one is read as IPv4 above).
-    for (carrier, what) in [("::ffff:0:0/96", "IPv4-mapped"), ("64:ff9b::/96", "NAT64")] {
+    // Any IPv4 host can appear in these prefixes; a range overlapping one would trust
+    // clients of the whole IPv4 Internet. (A mapped /96 or narrower is read as IPv4 above.)
+    for (carrier, what) in [
+        ("::ffff:0:0/96", "IPv4-mapped"),
+        ("64:ff9b::/96", "NAT64"),
+        ("2001::/32", "Teredo"),
+        ("2002::/16", "6to4"),
+    ] {
         let carrier: IpNet = carrier.parse().expect("a valid range");
-        if net.contains(&carrier) {
+        if net.contains(&carrier) || carrier.contains(&net) {
             return Err(format!(
-                "`{value}` holds the {what} prefix {carrier}, where every IPv4 client can \
+                "`{value}` overlaps the {what} prefix {carrier}, where any IPv4 host can \
                  appear: name the proxies' addresses or ranges"
             ));
         }
@@ -143,13 +158,14 @@ pub fn parse_trusted(value: &str) -> Result<IpNet, String> {
     Ok(net)
 }
 
-/// `net` with an IPv4-mapped or NAT64 IPv6 range (a /96 or narrower inside `::ffff:0:0/96` or
-/// `64:ff9b::/96`) written as the IPv4 range it is: peers and entries are compared as
-/// [`canonical_ip`] gives them.
+/// `net` with an IPv4-mapped IPv6 range (a /96 or narrower inside `::ffff:0:0/96`) written as
+/// the IPv4 range it is: peers and entries are compared as `IpAddr::to_canonical` gives them.
+/// NAT64 (`64:ff9b::/96`) is not: RFC 6052 never carries private or loopback IPv4 there, so a
+/// peer `64:ff9b::7f00:1` is no local proxy (the limits still count NAT64 as IPv4).
 fn canonical(net: IpNet) -> IpNet {
     if let IpNet::V6(v6) = net
         && v6.prefix_len() >= 96
-        && let IpAddr::V4(v4) = canonical_ip(IpAddr::V6(v6.network()))
+        && let Some(v4) = v6.network().to_ipv4_mapped()
         && let Ok(v4) = Ipv4Net::new(v4, v6.prefix_len() - 96)
     {
         return IpNet::V4(v4);
@@ -157,9 +173,18 @@ fn canonical(net: IpNet) -> IpNet {
     net
 }
 
-/// `fc00::/7`: unique-local IPv6, a private network's own (RFC 4193).
-fn unique_local() -> ipnet::Ipv6Net {
-    "fc00::/7".parse().expect("a valid range")
+/// Private ranges (RFC 1918, loopback, shared CGNAT space, unique-local IPv6), where
+/// [`MIN_PREFIX`] applies.
+fn private() -> [IpNet; 6] {
+    [
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "127.0.0.0/8",
+        "100.64.0.0/10",
+        "fc00::/7",
+    ]
+    .map(|r| r.parse().expect("a valid range"))
 }
 
 /// The proxies whose forwarding headers are believed, and which header they set.
@@ -202,7 +227,7 @@ impl TrustedProxies {
 
     /// Whether `ip` (IPv4-mapped or not) is a trusted proxy.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = canonical_ip(ip);
+        let ip = ip.to_canonical();
         self.nets.iter().any(|net| net.contains(&ip))
     }
 
@@ -210,7 +235,7 @@ impl TrustedProxies {
     /// /128 range), not merely inside a wider range: only those proxies' connections are
     /// exempt from eviction (`crate::limits::connections`).
     pub fn names_exactly(&self, ip: IpAddr) -> bool {
-        let ip = canonical_ip(ip);
+        let ip = ip.to_canonical();
         self.nets
             .iter()
             .any(|net| net.prefix_len() == net.max_prefix_len() && net.addr() == ip)
@@ -222,7 +247,7 @@ impl TrustedProxies {
         if !self.contains(peer.ip()) {
             return peer;
         }
-        let peer_ip = canonical_ip(peer.ip());
+        let peer_ip = peer.ip().to_canonical();
         // Each line is split from the right, as bytes: only the elements read must be text,
         // so bytes a client put further left (`\xff`, an open quote) cannot make the gateway
         // drop the proxy's own element and count the request under the proxy.
@@ -284,17 +309,11 @@ impl TrustedProxies {
     }
 }
 
-/// `ip` as every per-address limit counts it: IPv4-mapped (`::ffff:a.b.c.d`) and NAT64
-/// (`64:ff9b::a.b.c.d`) as the IPv4 address they carry (`crate::limits::ip`).
-fn canonical_ip(ip: IpAddr) -> IpAddr {
-    crate::limits::ip::nat64_to_ipv4(ip.to_canonical())
-}
-
 /// `ip` as counted (IPv4-mapped as IPv4), or `None` for an address no client connects from:
 /// unspecified (`0.0.0.0`, `::`), multicast, or IPv4-compatible (`::a.b.c.d`, deprecated;
 /// `::1` is loopback and kept).
 fn client_address(ip: IpAddr) -> Option<IpAddr> {
-    let ip = canonical_ip(ip);
+    let ip = ip.to_canonical();
     let compatible = match ip {
         IpAddr::V6(v6) => v6.segments()[..6] == [0; 6] && !v6.is_loopback(),
         IpAddr::V4(_) => false,

@@ -55,25 +55,52 @@ fn trusted_proxies_are_addresses_or_ranges_and_bad_values_are_refused() {
     assert_eq!(ok("::ffff:10.0.0.0/104"), "10.0.0.0/8");
     let refused = |v: &str| parse_trusted(v).unwrap_err();
     assert!(refused("10.0.0.1/8").contains("write the range 10.0.0.0/8 or the address 10.0.0.1"));
-    for wide in ["0.0.0.0/0", "0.0.0.0/7", "fc00::/7", "::ffff:0.0.0.0/96"] {
-        assert!(refused(wide).contains("a range wider than /8"), "{wide}");
+    // Private ranges from /8: a network's own proxies.
+    for private in [
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "fd00::/8",
+    ] {
+        assert_eq!(ok(private), private);
     }
-    // IPv6 outside unique-local space needs /29: a /8 there is a registry's share.
+    assert!(refused("fc00::/7").contains("a range wider than /8"));
+    // Public IPv4 from /13 (a CDN's widest edge range), not a cloud's whole /8.
+    assert_eq!(ok("104.16.0.0/13"), "104.16.0.0/13");
+    for wide in [
+        "0.0.0.0/0",
+        "3.0.0.0/8",
+        "104.16.0.0/12",
+        "::ffff:0.0.0.0/96",
+    ] {
+        assert!(refused(wide).contains("a range wider than /13"), "{wide}");
+    }
+    // Public IPv6 from /28 (AWS CloudFront's 2600:9000::/28): a /8 there is a registry's share.
     assert_eq!(ok("2606:4700::/32"), "2606:4700::/32");
-    assert_eq!(ok("2a06:98c0::/29"), "2a06:98c0::/29");
-    assert_eq!(ok("fd12:3456::/32"), "fd12:3456::/32");
-    for wide in ["::/0", "2a00::/8", "2000::/3", "2a06:98c0::/28"] {
-        assert!(refused(wide).contains("a range wider than /29"), "{wide}");
+    assert_eq!(ok("2600:9000::/28"), "2600:9000::/28");
+    assert_eq!(ok("2001:db8:1::/48"), "2001:db8:1::/48");
+    for wide in ["::/0", "2a00::/8", "2000::/3", "2600:9000::/27"] {
+        assert!(refused(wide).contains("a range wider than /28"), "{wide}");
     }
-    // NAT64 is IPv4 as mapped is; a wider IPv6 range holding either /96 is refused.
-    assert_eq!(ok("64:ff9b::10.0.0.0/104"), "10.0.0.0/8");
-    assert_eq!(ok("64:ff9b::192.0.2.5"), "192.0.2.5/32");
-    assert!(refused("64:ff9b::/96").contains("is 0.0.0.0/0"));
-    assert!(refused("64:ff9b::/32").contains("holds the NAT64 prefix"));
-    assert!(refused("::/29").contains("holds the IPv4-mapped prefix"));
+    // Prefixes where any IPv4 host can appear: refused, overlapping either way.
+    for (range, what) in [
+        ("::/28", "IPv4-mapped"),
+        ("64:ff9b::/96", "NAT64"),
+        ("64:ff9b::10.0.0.0/104", "NAT64"),
+        ("64:ff9b::/32", "NAT64"),
+        ("2001::/32", "Teredo"),
+        ("2001:0:4136:e378::/64", "Teredo"),
+        ("2002:c000:200::/40", "6to4"),
+    ] {
+        assert!(
+            refused(range).contains(&format!("overlaps the {what} prefix")),
+            "{range}"
+        );
+    }
     // Checked once mapped ranges are IPv4: ::ffff:0.0.0.0/96 is 0.0.0.0/0.
     assert!(refused("::ffff:0.0.0.0/96").contains("is 0.0.0.0/0"));
-    assert!(refused("::ffff:0.0.0.0/103").contains("is 0.0.0.0/7"));
+    assert!(refused("::ffff:0.0.0.0/103").contains("is 0.0.0.0/7, a range wider than /13"));
     assert_eq!(ok("::ffff:10.0.0.0/104"), "10.0.0.0/8");
     for bad in [
         "nginx",
@@ -108,9 +135,10 @@ fn a_peer_is_trusted_by_range_and_as_mapped_ipv4() {
     assert!(!TrustedProxies::default().any());
     // A mapped range given matches plain IPv4 peers.
     assert!(trusted(&["::ffff:10.0.0.0/104"]).contains("10.9.9.9".parse().unwrap()));
-    // A NAT64 peer is the IPv4 address it carries, as every per-address limit counts it.
-    assert!(t.contains("64:ff9b::10.1.2.3".parse().unwrap()));
-    assert!(!t.contains("64:ff9b::11.1.2.3".parse().unwrap()));
+    // A NAT64 peer is never a local proxy (RFC 6052 carries no private IPv4 there), even if
+    // the IPv4 it carries is trusted.
+    assert!(!t.contains("64:ff9b::10.1.2.3".parse().unwrap()));
+    assert!(!trusted(&["127.0.0.1"]).names_exactly("64:ff9b::7f00:1".parse().unwrap()));
 }
 
 #[test]
@@ -220,6 +248,20 @@ fn an_entry_that_is_no_address_stops_the_walk_at_the_last_trusted_hop() {
     );
     assert_eq!(
         t.client(PROXY.parse().unwrap(), &headers).ip().to_string(),
+        "198.51.100.7"
+    );
+    // The same in `Forwarded` mode: the client's bytes left of nginx's element.
+    let mut headers = HeaderMap::new();
+    headers.append(
+        FORWARDED,
+        HeaderValue::from_bytes(b"for=\xff\"\\, for=198.51.100.7").unwrap(),
+    );
+    let fwd_t = t.clone().reading(ForwardedHeader::Forwarded);
+    assert_eq!(
+        fwd_t
+            .client(PROXY.parse().unwrap(), &headers)
+            .ip()
+            .to_string(),
         "198.51.100.7"
     );
     // A zone id is the writer's interface, no client's, in either header.
