@@ -1,20 +1,21 @@
 //! `client.inspect()`: a snapshot of the outbox and its drain for debugging and support, as a
-//! plain object (shapes in the TypeScript section below). Payloads only with
-//! `{ payloads: true }`.
+//! plain object (shapes in the TypeScript section below; serde views turned into JS by
+//! serde-wasm-bindgen). Payloads only with `{ payloads: true }`.
 
-use js_sys::{Array, Object, Promise};
+use js_sys::Promise;
+use serde::Serialize;
+use uuid::Uuid;
 use wasm_bindgen::prelude::*;
 
 use super::client::{SyncClient, promise};
 use super::errors::ClientError;
 use super::output::parked_event;
-use crate::browser::convert::{aggregate_to_js, status_to_js};
-use crate::browser::idb::keys::uuid_js;
+use crate::browser::convert::{ParkedView, parked_view, status_view};
 use crate::browser::inspect::{Inspection, inspect};
 use crate::browser::js;
 use crate::engine::errors::ErrorCode;
 use crate::engine::inspect::{OUTCOMES_KEPT, OutcomeRecord};
-use crate::engine::model::Batch;
+use crate::engine::model::{AggregateRef, Batch};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS: &'static str = r#"
@@ -116,129 +117,185 @@ export interface InspectSnapshot {
 }
 "#;
 
-fn batch_fields(o: &Object, b: &Batch) {
-    js::set(o, "aggregate", aggregate_to_js(&b.aggregate));
-    js::set(o, "firstSeq", b.first_seq as f64);
-    js::set(o, "lastSeq", b.last_seq as f64);
-    js::set(o, "count", b.count);
-    if let Some(legs) = &b.atomic {
-        // An atomic write: the fields above are its first leg; every leg here.
-        let all = Array::new();
-        for l in legs.iter() {
-            let x = Object::new();
-            js::set(&x, "aggregate", aggregate_to_js(&l.aggregate));
-            js::set(&x, "firstSeq", l.first_seq as f64);
-            js::set(&x, "lastSeq", l.last_seq as f64);
-            all.push(&x);
-        }
-        js::set(o, "atomic", all);
+/// One leg of an atomic write.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LegView<'a> {
+    aggregate: &'a AggregateRef,
+    first_seq: f64,
+    last_seq: f64,
+}
+
+/// A batch's fields, inlined into an outcome and the pinned batch.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BatchView<'a> {
+    aggregate: &'a AggregateRef,
+    first_seq: f64,
+    last_seq: f64,
+    count: u32,
+    /// An atomic write: the fields above are its first leg; every leg here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    atomic: Option<Vec<LegView<'a>>>,
+}
+
+fn batch_view(b: &Batch) -> BatchView<'_> {
+    BatchView {
+        aggregate: &b.aggregate,
+        first_seq: b.first_seq as f64,
+        last_seq: b.last_seq as f64,
+        count: b.count,
+        atomic: (b.atomic.as_ref()).map(|legs| {
+            (legs.iter())
+                .map(|l| LegView {
+                    aggregate: &l.aggregate,
+                    first_seq: l.first_seq as f64,
+                    last_seq: l.last_seq as f64,
+                })
+                .collect()
+        }),
     }
 }
 
-fn time(t: Option<u64>) -> JsValue {
-    t.map_or(JsValue::NULL, |t| JsValue::from(t as f64))
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OutcomeView<'a> {
+    at: f64,
+    #[serde(flatten)]
+    batch: BatchView<'a>,
+    attempt: u32,
+    outcome: &'static str,
+    code: Option<u32>,
+    message: &'a str,
+    next_attempt_at: Option<f64>,
 }
 
-fn outcome_to_js(r: &OutcomeRecord) -> JsValue {
-    let o = Object::new();
-    js::set(&o, "at", r.at as f64);
-    batch_fields(&o, &r.batch);
-    js::set(&o, "attempt", r.attempt);
-    js::set(&o, "outcome", r.kind.as_str());
-    js::set(&o, "code", r.code.map_or(JsValue::NULL, JsValue::from));
-    js::set(&o, "message", r.message.as_str());
-    js::set(&o, "nextAttemptAt", time(r.next_attempt_at));
-    o.into()
+fn outcome_view(r: &OutcomeRecord) -> OutcomeView<'_> {
+    OutcomeView {
+        at: r.at as f64,
+        batch: batch_view(&r.batch),
+        attempt: r.attempt,
+        outcome: r.kind.as_str(),
+        code: r.code,
+        message: &r.message,
+        next_attempt_at: r.next_attempt_at.map(|t| t as f64),
+    }
 }
 
-fn to_js(client: &SyncClient, i: &Inspection, payloads: bool) -> JsValue {
-    let o = Object::new();
-    js::set(&o, "at", js_sys::Date::now());
-    js::set(&o, "clientId", client.client_id());
-    js::set(&o, "databaseName", client.database_name());
-    js::set(&o, "role", i.status.role.as_str());
-    let d = Object::new();
-    js::set(&d, "context", i.drainer.context);
-    js::set(
-        &d,
-        "lockHolder",
-        i.drainer
-            .holder
-            .as_deref()
-            .map_or(JsValue::NULL, JsValue::from_str),
-    );
-    js::set(
-        &d,
-        "waiting",
-        i.drainer.waiting.map_or(JsValue::NULL, JsValue::from),
-    );
-    js::set(&d, "locks", i.drainer.locks);
-    js::set(&o, "drainer", d);
-    js::set(&o, "status", status_to_js(&i.status));
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PinnedView<'a> {
+    #[serde(flatten)]
+    batch: BatchView<'a>,
+    attempts: Option<u32>,
+    in_flight: bool,
+    last_outcome: Option<OutcomeView<'a>>,
+    next_attempt_at: Option<f64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AggregateView<'a> {
+    aggregate: &'a AggregateRef,
+    pending: f64,
+    parked: f64,
+    first_seq: f64,
+    last_seq: f64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DrainerView<'a> {
+    context: &'static str,
+    lock_holder: Option<&'a str>,
+    waiting: Option<u32>,
+    locks: bool,
+}
+
+/// A parked event: ids and sequence only, or (with payloads) the full `ParkedEvent`, which has
+/// `json()` on its prototype and so is built by hand and passed through as it is.
+#[derive(Serialize)]
+#[serde(untagged, rename_all_fields = "camelCase")]
+enum EventView<'a> {
+    Ids { client_seq: f64, event_id: &'a Uuid },
+    Full(#[serde(serialize_with = "serde_wasm_bindgen::preserve::serialize")] JsValue),
+}
+
+/// `InspectSnapshot`. `storage`, `persisted` and `estimate` are JS values already (the same as
+/// `client.storage` and the platform's answers), passed through.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SnapshotView<'a, S: Serialize> {
+    at: f64,
+    client_id: String,
+    database_name: String,
+    role: &'static str,
+    drainer: DrainerView<'a>,
+    status: S,
+    aggregates: Vec<AggregateView<'a>>,
+    pinned: Option<PinnedView<'a>>,
+    parked: Vec<ParkedView<'a, Vec<EventView<'a>>>>,
+    outcomes: Vec<OutcomeView<'a>>,
+    outcomes_kept: u32,
+    #[serde(serialize_with = "serde_wasm_bindgen::preserve::serialize")]
+    storage: JsValue,
+    #[serde(serialize_with = "serde_wasm_bindgen::preserve::serialize")]
+    persisted: JsValue,
+    #[serde(serialize_with = "serde_wasm_bindgen::preserve::serialize")]
+    estimate: JsValue,
+}
+
+async fn to_js(client: &SyncClient, i: &Inspection, payloads: bool) -> JsValue {
     let s = &i.snapshot;
-    let aggregates: Array = s
-        .aggregates
-        .iter()
-        .map(|a| {
-            let x = Object::new();
-            js::set(&x, "aggregate", aggregate_to_js(&a.aggregate));
-            js::set(&x, "pending", a.pending as f64);
-            js::set(&x, "parked", a.parked as f64);
-            js::set(&x, "firstSeq", a.first_seq as f64);
-            js::set(&x, "lastSeq", a.last_seq as f64);
-            JsValue::from(x)
-        })
-        .collect();
-    js::set(&o, "aggregates", aggregates);
-    let pinned = match &s.pinned {
-        None => JsValue::NULL,
-        Some(p) => {
-            let x = Object::new();
-            batch_fields(&x, &p.batch);
-            js::set(
-                &x,
-                "attempts",
-                p.attempts.map_or(JsValue::NULL, JsValue::from),
-            );
-            js::set(&x, "inFlight", p.in_flight);
-            js::set(
-                &x,
-                "lastOutcome",
-                p.last.as_ref().map_or(JsValue::NULL, outcome_to_js),
-            );
-            js::set(&x, "nextAttemptAt", time(p.next_attempt_at));
-            x.into()
-        }
+    let view = SnapshotView {
+        at: js_sys::Date::now(),
+        client_id: client.client_id(),
+        database_name: client.database_name(),
+        role: i.status.role.as_str(),
+        drainer: DrainerView {
+            context: i.drainer.context,
+            lock_holder: i.drainer.holder.as_deref(),
+            waiting: i.drainer.waiting,
+            locks: i.drainer.locks,
+        },
+        status: status_view(&i.status),
+        aggregates: (s.aggregates.iter())
+            .map(|a| AggregateView {
+                aggregate: &a.aggregate,
+                pending: a.pending as f64,
+                parked: a.parked as f64,
+                first_seq: a.first_seq as f64,
+                last_seq: a.last_seq as f64,
+            })
+            .collect(),
+        pinned: s.pinned.as_ref().map(|p| PinnedView {
+            batch: batch_view(&p.batch),
+            attempts: p.attempts,
+            in_flight: p.in_flight,
+            last_outcome: p.last.as_ref().map(outcome_view),
+            next_attempt_at: p.next_attempt_at.map(|t| t as f64),
+        }),
+        parked: (s.parked.iter())
+            .map(|p| {
+                let events = (p.events.iter())
+                    .map(|e| match payloads {
+                        true => EventView::Full(parked_event(e, &p.record)),
+                        false => EventView::Ids {
+                            client_seq: e.client_seq as f64,
+                            event_id: &e.event_id,
+                        },
+                    })
+                    .collect();
+                parked_view(&p.record, Some(events))
+            })
+            .collect(),
+        outcomes: s.outcomes.iter().map(outcome_view).collect(),
+        outcomes_kept: OUTCOMES_KEPT as u32,
+        storage: client.storage(),
+        persisted: super::storage::persisted().await,
+        estimate: super::storage::estimate().await,
     };
-    js::set(&o, "pinned", pinned);
-    let parked: Array = s
-        .parked
-        .iter()
-        .map(|p| {
-            let x: Object = crate::browser::convert::parked_to_js(&p.record).into();
-            let events: Array = p
-                .events
-                .iter()
-                .map(|e| {
-                    if payloads {
-                        parked_event(e, &p.record)
-                    } else {
-                        let ev = Object::new();
-                        js::set(&ev, "clientSeq", e.client_seq as f64);
-                        js::set(&ev, "eventId", uuid_js(&e.event_id));
-                        ev.into()
-                    }
-                })
-                .collect();
-            js::set(&x, "events", events);
-            JsValue::from(x)
-        })
-        .collect();
-    js::set(&o, "parked", parked);
-    let outcomes: Array = s.outcomes.iter().map(outcome_to_js).collect();
-    js::set(&o, "outcomes", outcomes);
-    js::set(&o, "outcomesKept", OUTCOMES_KEPT as u32);
-    o.into()
+    js::to_js(&view)
 }
 
 #[wasm_bindgen]
@@ -279,12 +336,7 @@ impl SyncClient {
                 return Err(ClientError::closed());
             }
             let inspection = inspect(&runtime).await?;
-            let snapshot = to_js(&client, &inspection, payloads);
-            let o: &Object = snapshot.unchecked_ref();
-            js::set(o, "storage", client.storage());
-            js::set(o, "persisted", super::storage::persisted().await);
-            js::set(o, "estimate", super::storage::estimate().await);
-            Ok(snapshot)
+            Ok(to_js(&client, &inspection, payloads).await)
         })
     }
 }

@@ -1,7 +1,9 @@
-//! The plain objects handed back to JS besides status and notices: receipts and parked events
-//! (which, like view events, have `json()`).
+//! The values handed back to JS besides status and notices: receipts (a serde view) and parked
+//! events (built by hand: like view events they have `json()`, a prototype serde cannot give).
 
-use js_sys::{Array, JSON, Object};
+use js_sys::{JSON, Object};
+use serde::Serialize;
+use uuid::Uuid;
 use wasm_bindgen::JsValue;
 
 use crate::browser::convert::{aggregate_to_js, set_atomic_with};
@@ -20,17 +22,21 @@ extern "C" {
 }
 
 /// `[{ eventId, clientSeq }]`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReceiptView<'a> {
+    event_id: &'a Uuid,
+    client_seq: f64,
+}
+
 pub(crate) fn receipts(receipts: &[Receipt]) -> JsValue {
-    receipts
-        .iter()
-        .map(|r| {
-            let o = Object::new();
-            js::set(&o, "eventId", uuid_js(&r.event_id));
-            js::set(&o, "clientSeq", r.client_seq as f64);
-            JsValue::from(o)
+    let views: Vec<ReceiptView> = (receipts.iter())
+        .map(|r| ReceiptView {
+            event_id: &r.event_id,
+            client_seq: r.client_seq as f64,
         })
-        .collect::<Array>()
-        .into()
+        .collect();
+    js::to_js(&views)
 }
 
 /// One element of `parkedEvents()`: the event decoded from its stored wire form (with the

@@ -6,6 +6,7 @@
 //! library, or a damaged one, gives `None`, never a panic.
 
 use js_sys::{Array, Object};
+use serde::Serialize;
 use uuid::Uuid;
 use wasm_bindgen::JsValue;
 
@@ -55,38 +56,62 @@ const STATES: [SyncState; 8] = [
 ];
 
 /// `{ state, role, pending, parked, lastError, read: { state, refused } }`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusView<'a> {
+    state: &'static str,
+    role: &'static str,
+    pending: f64,
+    parked: f64,
+    last_error: Option<LastErrorView<'a>>,
+    read: ReadView<'a>,
+}
+
+#[derive(Serialize)]
+struct LastErrorView<'a> {
+    code: Option<u32>,
+    message: &'a str,
+    at: f64,
+}
+
+#[derive(Serialize)]
+struct ReadView<'a> {
+    state: &'static str,
+    refused: Vec<RefusedView<'a>>,
+}
+
+#[derive(Serialize)]
+struct RefusedView<'a> {
+    aggregate: &'a AggregateRef,
+    code: u32,
+}
+
 pub(crate) fn status_to_js(s: &Status) -> JsValue {
-    let o = Object::new();
-    js::set(&o, "state", s.state.as_str());
-    js::set(&o, "role", s.role.as_str());
-    js::set(&o, "pending", s.pending as f64);
-    js::set(&o, "parked", s.parked as f64);
-    let error = match &s.last_error {
-        None => JsValue::NULL,
-        Some(e) => {
-            let err = Object::new();
-            js::set(&err, "code", e.code.map_or(JsValue::NULL, JsValue::from));
-            js::set(&err, "message", e.message.as_str());
-            js::set(&err, "at", e.at as f64);
-            err.into()
-        }
-    };
-    js::set(&o, "lastError", error);
-    let read = Object::new();
-    js::set(&read, "state", s.read.as_str());
-    let refused: Array = s
-        .read_refused
-        .iter()
-        .map(|r| {
-            let entry = Object::new();
-            js::set(&entry, "aggregate", aggregate_to_js(&r.aggregate));
-            js::set(&entry, "code", r.code);
-            JsValue::from(entry)
-        })
-        .collect();
-    js::set(&read, "refused", refused);
-    js::set(&o, "read", read);
-    o.into()
+    js::to_js(&status_view(s))
+}
+
+/// `s` as a serde view (`inspect()` holds one).
+pub(crate) fn status_view(s: &Status) -> impl Serialize + '_ {
+    StatusView {
+        state: s.state.as_str(),
+        role: s.role.as_str(),
+        pending: s.pending as f64,
+        parked: s.parked as f64,
+        last_error: s.last_error.as_ref().map(|e| LastErrorView {
+            code: e.code,
+            message: &e.message,
+            at: e.at as f64,
+        }),
+        read: ReadView {
+            state: s.read.as_str(),
+            refused: (s.read_refused.iter())
+                .map(|r| RefusedView {
+                    aggregate: &r.aggregate,
+                    code: r.code,
+                })
+                .collect(),
+        },
+    }
 }
 
 /// Reads a status back.
@@ -156,15 +181,24 @@ pub(crate) fn refused_from_js(list: &JsValue) -> Vec<Refused> {
 }
 
 /// The `synced` event's detail.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SyncedView<'a> {
+    aggregate: &'a AggregateRef,
+    first_seq: f64,
+    last_seq: f64,
+    event_ids: &'a [Uuid],
+    duplicate: bool,
+}
+
 pub(crate) fn synced_to_js(n: &SyncedNotice) -> JsValue {
-    let o = Object::new();
-    js::set(&o, "aggregate", aggregate_to_js(&n.aggregate));
-    js::set(&o, "firstSeq", n.first_seq as f64);
-    js::set(&o, "lastSeq", n.last_seq as f64);
-    let ids: Array = n.event_ids.iter().map(uuid_js).collect();
-    js::set(&o, "eventIds", ids);
-    js::set(&o, "duplicate", n.duplicate);
-    o.into()
+    js::to_js(&SyncedView {
+        aggregate: &n.aggregate,
+        first_seq: n.first_seq as f64,
+        last_seq: n.last_seq as f64,
+        event_ids: &n.event_ids,
+        duplicate: n.duplicate,
+    })
 }
 
 /// Reads a `synced` detail back.
@@ -181,24 +215,52 @@ pub(crate) fn synced_from_js(v: &JsValue) -> Option<SyncedNotice> {
     })
 }
 
-/// The `parked` event's detail.
+/// The `parked` event's detail, and with `events` an aggregate of `inspect().parked`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ParkedView<'a, E> {
+    aggregate: &'a AggregateRef,
+    first_seq: f64,
+    last_seq: f64,
+    count: u32,
+    code: u32,
+    message: &'a str,
+    parked_at: f64,
+    may_have_landed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    current_version: Option<f64>,
+    /// Part of an atomic write: the write's other aggregates, parked with it (discarded with
+    /// it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    atomic_with: Option<Vec<&'a AggregateRef>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events: Option<E>,
+}
+
+/// `r` as a [`ParkedView`], with `events` when given.
+pub(crate) fn parked_view<E>(r: &ParkRecord, events: Option<E>) -> ParkedView<'_, E> {
+    ParkedView {
+        aggregate: &r.aggregate,
+        first_seq: r.first_seq as f64,
+        last_seq: r.last_seq as f64,
+        count: r.count,
+        code: r.code,
+        message: &r.message,
+        parked_at: r.parked_at as f64,
+        may_have_landed: r.may_have_landed,
+        current_version: r.current_version.map(|v| v as f64),
+        atomic_with: (r.atomic.as_ref()).map(|legs| {
+            (legs.iter())
+                .map(|l| &l.aggregate)
+                .filter(|a| **a != r.aggregate)
+                .collect()
+        }),
+        events,
+    }
+}
+
 pub(crate) fn parked_to_js(r: &ParkRecord) -> JsValue {
-    let o = Object::new();
-    js::set(&o, "aggregate", aggregate_to_js(&r.aggregate));
-    js::set(&o, "firstSeq", r.first_seq as f64);
-    js::set(&o, "lastSeq", r.last_seq as f64);
-    js::set(&o, "count", r.count);
-    js::set(&o, "code", r.code);
-    js::set(&o, "message", r.message.as_str());
-    js::set(&o, "parkedAt", r.parked_at as f64);
-    js::set(&o, "mayHaveLanded", r.may_have_landed);
-    if let Some(version) = r.current_version {
-        js::set(&o, "currentVersion", version as f64);
-    }
-    if let Some(legs) = &r.atomic {
-        set_atomic_with(&o, legs, &r.aggregate);
-    }
-    o.into()
+    js::to_js(&parked_view::<()>(r, None))
 }
 
 /// Sets `atomicWith` on `o`, a parked record (or one of its events) of `aggregate` that is part

@@ -38,3 +38,15 @@ pub(crate) fn array(value: &JsValue) -> Vec<JsValue> {
         .map(|a| a.iter().collect())
         .unwrap_or_default()
 }
+
+/// A serde view as a plain JavaScript value (serde-wasm-bindgen): structs as plain objects,
+/// `None` as `null` (absent fields are `skip_serializing_if`), numbers as numbers. The views
+/// hold `f64` where a `u64` crosses, as the hand-built objects did (`as f64`): serde-wasm-bindgen
+/// refuses a `u64` above 2^53 instead.
+pub(crate) fn to_js<T: serde::Serialize + ?Sized>(value: &T) -> JsValue {
+    const PLAIN: serde_wasm_bindgen::Serializer = serde_wasm_bindgen::Serializer::new()
+        .serialize_maps_as_objects(true)
+        .serialize_missing_as_null(true);
+    // Cannot fail: the views hold strings, numbers, booleans, options, lists and JS values.
+    value.serialize(&PLAIN).unwrap_or(JsValue::NULL)
+}
