@@ -17,6 +17,7 @@ use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
 use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
 use celeriant_gateway::config::{AuthMode, BackendKind, Config};
 use celeriant_gateway::{AppState, app};
+use celeriant_msg::process_client_requests::ClientRequest;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -114,6 +115,7 @@ impl Harness {
         // would send requests between a test's scripted replies.
         config.revocation_refresh_secs = 3600;
         configure(&mut config);
+        let watches_before = watches(&fake);
         let backend = CeleriantBackend::connect(CeleriantOptions {
             addresses: config.celeriant_addrs.clone(),
             api_key: None,
@@ -130,6 +132,7 @@ impl Harness {
             .revocations
             .wait_loaded(Duration::from_secs(5))
             .await;
+        settle(&fake, watches_before).await;
         Harness {
             router: app(state.clone()),
             state,
@@ -359,4 +362,49 @@ pub fn write_by(client: &str, type_id: &str, id: &str, seqs: &[u64]) -> Value {
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// The upstream watches `fake` has been asked for.
+fn watches(fake: &FakeCeleriant) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| matches!(r, ClientRequest::Watch(_)))
+        .count()
+}
+
+/// Waits until a new backend's start-up requests are over: its upstream watch opened (the
+/// `before + 1`-th watch) and the revocations reload that the watch's first resync triggers
+/// (`Change::Resync`) sent (a request after the watch; or 1 s after the watch, in case the
+/// node saw the reload first), then no request for 150 ms. A test's scripted replies
+/// (`FakeCeleriant::script`) answer the next requests whoever sends them; that reload, racing
+/// a test's first write on a loaded machine, once took a scripted `Close` meant for the write
+/// (access_celeriant: "landed" where "unknown" was scripted).
+async fn settle(fake: &FakeCeleriant, before: usize) {
+    let started = std::time::Instant::now();
+    let mut watch_seen: Option<std::time::Instant> = None;
+    loop {
+        let requests = fake.requests();
+        let watch = requests
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r, ClientRequest::Watch(_)))
+            .nth(before)
+            .map(|(i, _)| i);
+        if let Some(i) = watch {
+            let seen = *watch_seen.get_or_insert_with(std::time::Instant::now);
+            if requests.len() > i + 1 || seen.elapsed() > Duration::from_secs(1) {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                if fake.requests().len() == requests.len() {
+                    return;
+                }
+                continue;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the backend's upstream watch never opened: {} requests",
+            requests.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
