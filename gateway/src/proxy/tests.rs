@@ -27,6 +27,16 @@ fn lines(name: &str, values: &[&str]) -> HeaderMap {
     headers
 }
 
+/// The address a request from [`PROXY`] with `name: values` (raw bytes, which need not be
+/// text) counts under.
+fn raw(t: &TrustedProxies, name: &'static str, values: &[&[u8]]) -> String {
+    let mut headers = HeaderMap::new();
+    for value in values {
+        headers.append(name, HeaderValue::from_bytes(value).unwrap());
+    }
+    t.client(PROXY.parse().unwrap(), &headers).ip().to_string()
+}
+
 /// The address a request from `peer` with `name: values` counts under.
 fn client(t: &TrustedProxies, peer: &str, name: &str, values: &[&str]) -> String {
     let peer: SocketAddr = peer.parse().unwrap();
@@ -230,38 +240,20 @@ fn an_entry_that_is_no_address_stops_the_walk_at_the_last_trusted_hop() {
         );
     }
     // An element that is not text stops it too (the rightmost line's, read first).
-    let mut headers = lines(FORWARDED_FOR, &["198.51.100.66"]);
-    headers.append(
-        FORWARDED_FOR,
-        HeaderValue::from_bytes(b"198.51.100.7\xff").unwrap(),
-    );
     assert_eq!(
-        t.client(PROXY.parse().unwrap(), &headers).ip().to_string(),
+        raw(&t, FORWARDED_FOR, &[b"198.51.100.66", b"198.51.100.7\xff"]),
         "127.0.0.1"
     );
     // Bytes that are not text to the left of a proxy's entry (`$proxy_add_x_forwarded_for`
     // appends to the client's line) are never read: the proxy's entry counts.
-    let mut headers = HeaderMap::new();
-    headers.append(
-        FORWARDED_FOR,
-        HeaderValue::from_bytes(b"\xff, 198.51.100.7").unwrap(),
-    );
     assert_eq!(
-        t.client(PROXY.parse().unwrap(), &headers).ip().to_string(),
+        raw(&t, FORWARDED_FOR, &[b"\xff, 198.51.100.7"]),
         "198.51.100.7"
     );
     // The same in `Forwarded` mode: the client's bytes left of nginx's element.
-    let mut headers = HeaderMap::new();
-    headers.append(
-        FORWARDED,
-        HeaderValue::from_bytes(b"for=\xff\"\\, for=198.51.100.7").unwrap(),
-    );
     let fwd_t = t.clone().reading(ForwardedHeader::Forwarded);
     assert_eq!(
-        fwd_t
-            .client(PROXY.parse().unwrap(), &headers)
-            .ip()
-            .to_string(),
+        raw(&fwd_t, FORWARDED, &[b"for=\xff\"\\, for=198.51.100.7"]),
         "198.51.100.7"
     );
     // A zone id is the writer's interface, no client's, in either header.
