@@ -282,8 +282,8 @@ impl Connection {
 }
 
 impl Connections {
-    /// At most `max` connections, and `max_per_ip` from one address; connections from
-    /// `proxies` are never evicted.
+    /// At most `max` connections, and `max_per_ip` from one address; connections from a proxy
+    /// of `proxies` named by its single address are never evicted.
     pub fn new(max: usize, max_per_ip: usize, proxies: TrustedProxies) -> Arc<Self> {
         Arc::new(Connections {
             max,

@@ -95,8 +95,8 @@ const DESCRIPTORS_PER_CONNECTION: u64 = 2;
 /// How a connection is served.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// `--trusted-proxy` addresses and ranges: their connections are never evicted from a full
-    /// pool.
+    /// `--trusted-proxy` addresses and ranges: the connections of a proxy named by its single
+    /// address are never evicted from a full pool (a range's members are, like any client).
     pub trusted_proxies: crate::proxy::TrustedProxies,
     /// Most connections open at once.
     pub max_connections: usize,
