@@ -225,6 +225,15 @@ pub fn budget_refused(kind: &'static str, reason: &'static str) {
         .increment(1);
 }
 
+/// Counts a connection the gateway closed with a reset because its client left bytes unread
+/// (queued in the kernel, or a page below the minimum rate), by the cut that closed it
+/// ([`crate::serve::linger::Cut::label`]: `idle`, `evicted`, `stalled stream`, `slow reader`,
+/// `flush timeout`, `shutdown`). Counted once per reset, where the socket is closed; a cut
+/// that found nothing unread closes normally and is not counted here.
+pub fn unread_reset(reason: &'static str) {
+    counter!("celeriant_gateway_unread_resets_total", "reason" => reason).increment(1);
+}
+
 /// Counts a connection let in (behind a proxy with keep-alive, far fewer than requests).
 pub fn connection_accepted() {
     counter!("celeriant_gateway_connections_accepted_total").increment(1);

@@ -10,7 +10,7 @@
 //! own), and when the connection ends:
 //!
 //! * **Cut by the gateway** (idle timeout, eviction, a stalled change stream, a page below the
-//!   minimum rate): the client is not reading, so whatever is still queued is dropped with a
+//!   minimum rate, the end of the shutdown grace): the client is not reading, so whatever is still queued is dropped with a
 //!   reset (`SO_LINGER` 0); a connection with nothing queued closes normally.
 //! * **Finished by hyper** (an answer with `Connection: close`, the client's close, an error,
 //!   shutdown): the connection task goes on holding the socket and its place in the connection
@@ -20,6 +20,11 @@
 //!   at the end of the shutdown grace. A socket the client has reset is in state `TCP_CLOSE`,
 //!   whose `SIOCOUTQ` never drains: the state is read too (`TCP_INFO`), and such a socket is
 //!   done at once.
+//!
+//! Every close goes through [`Kept::close`], which says whether it was a reset; the connection
+//! task counts each reset once, in `celeriant_gateway_unread_resets_total`, under the [`Cut`]
+//! that made it (a page below the minimum rate has its socket set to reset before the cut
+//! reaches here: [`Kept::close`] sees that too).
 //!
 //! So an orphan holds at most a FIN, and what a client that does not read can make the kernel
 //! hold is what an open connection can: one capped send buffer per connection place.
@@ -47,13 +52,46 @@ const TCP_CLOSE: u8 = 7;
 #[derive(Debug)]
 pub struct Kept(OwnedFd);
 
+/// Why the gateway cut a connection (or ended its flush): the reason its reset, if any, is
+/// counted under (`celeriant_gateway_unread_resets_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Nothing moved for the idle timeout while hyper served it.
+    Idle,
+    /// Its place was given to a newcomer (while hyper served it, or while it flushed).
+    Evicted,
+    /// A change stream whose client stopped reading.
+    Stalled,
+    /// A read page fell behind the minimum page rate.
+    SlowReader,
+    /// Its flush lasted the idle timeout (the client stopped reading after hyper finished).
+    FlushTimeout,
+    /// The shutdown grace ended.
+    Shutdown,
+}
+
+impl Cut {
+    /// The metric's `reason` label: a fixed name.
+    pub fn label(self) -> &'static str {
+        match self {
+            Cut::Idle => "idle",
+            Cut::Evicted => "evicted",
+            Cut::Stalled => "stalled stream",
+            Cut::SlowReader => "slow reader",
+            Cut::FlushTimeout => "flush timeout",
+            Cut::Shutdown => "shutdown",
+        }
+    }
+}
+
 /// How a connection's socket is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Close {
     /// Normally: what is queued is still sent (nothing is, when this is chosen after a flush).
     Graceful,
-    /// With a reset when anything is still queued: the kernel drops it at once.
-    Reset,
+    /// Cut by the gateway: with a reset when its client left anything unread, so the kernel
+    /// drops it at once.
+    Reset(Cut),
 }
 
 impl Kept {
@@ -84,14 +122,25 @@ impl Kept {
         queue_length(self.raw()).unwrap_or(usize::from(cfg!(target_os = "linux")))
     }
 
-    /// Closes the socket `how`, which is a reset only if something is still queued.
+    /// Whether the socket is already set to close with a reset (`SO_LINGER` 0, as a page
+    /// below the minimum rate leaves it: bytes of that page are unread by definition) and
+    /// still open at the client's end (a socket the client reset sends nothing more).
+    fn armed(&self) -> bool {
+        let linger = socket2::SockRef::from(&self.0).linger();
+        matches!(linger, Ok(Some(d)) if d.is_zero()) && !closed(self.raw())
+    }
+
+    /// Closes the socket `how`, and returns how it was closed: [`Close::Reset`] (with the cut
+    /// that asked for it) exactly when the close is a reset, that is when the cut found bytes
+    /// its client left unread — still queued, or a page already set to reset. Every reset the
+    /// gateway makes goes through here, so the caller counts each once.
     pub fn close(self, how: Close) -> Close {
         let how = match how {
-            Close::Reset if self.queued() > 0 => {
+            Close::Reset(cut) if self.queued() > 0 || self.armed() => {
                 if let Err(e) = socket2::SockRef::from(&self.0).set_linger(Some(Duration::ZERO)) {
                     tracing::debug!(error = %e, "could not set a closing socket to reset");
                 }
-                Close::Reset
+                Close::Reset(cut)
             }
             _ => Close::Graceful,
         };
@@ -102,10 +151,11 @@ impl Kept {
 
 /// Waits, after hyper finished with the connection, until its socket's send queue is empty
 /// (or the client reset it): [`Close::Graceful`]. [`Close::Reset`] after `idle_timeout` in
-/// all (the queue holds at most a send buffer and the end of an answer: a client reading at
-/// any useful speed has it long before; one acknowledging a byte now and then does not hold
-/// the place for longer), when the connection's place was given to a newcomer, or when `stop`
-/// resolves (the shutdown grace is over). The connection's pages are given back before: no
+/// all ([`Cut::FlushTimeout`]: the queue holds at most a send buffer and the end of an answer:
+/// a client reading at any useful speed has it long before; one acknowledging a byte now and
+/// then does not hold the place for longer), when the connection's place was given to a
+/// newcomer ([`Cut::Evicted`]), or when `stop` resolves (the shutdown grace is over:
+/// [`Cut::Shutdown`]). The connection's pages are given back before: no
 /// page rate applies here, the idle timeout bounds it all.
 pub async fn flush(
     socket: &Kept,
@@ -115,9 +165,9 @@ pub async fn flush(
 ) -> Close {
     tokio::select! {
         () = flushed(socket) => Close::Graceful,
-        () = tokio::time::sleep(idle_timeout) => Close::Reset,
-        () = slot.evicted() => Close::Reset,
-        () = stop => Close::Reset,
+        () = tokio::time::sleep(idle_timeout) => Close::Reset(Cut::FlushTimeout),
+        () = slot.evicted() => Close::Reset(Cut::Evicted),
+        () = stop => Close::Reset(Cut::Shutdown),
     }
 }
 
@@ -243,9 +293,9 @@ mod tests {
         drop(server);
         let started = std::time::Instant::now();
         let how = flush_for(&kept, Duration::from_millis(400), std::future::pending()).await;
-        assert_eq!(how, Close::Reset);
+        assert_eq!(how, Close::Reset(Cut::FlushTimeout));
         assert!(started.elapsed() >= Duration::from_millis(300));
-        assert_eq!(kept.close(how), Close::Reset, "bytes were queued: a reset");
+        assert_eq!(kept.close(how), how, "bytes were queued: a reset");
         drop(client);
     }
 
@@ -270,6 +320,36 @@ mod tests {
         assert_eq!(kept.close(how), Close::Graceful);
     }
 
+    #[test]
+    fn a_cut_is_a_reset_only_with_bytes_unread_and_says_so() {
+        // Nothing queued, nothing armed: a cut closes normally (not a reset, not counted).
+        let (server, client) = pair();
+        let kept = Kept::of(&server).unwrap();
+        drop(server);
+        assert_eq!(kept.close(Close::Reset(Cut::Idle)), Close::Graceful);
+        drop(client);
+        // Nothing queued but already set to reset (a page below the minimum rate): a reset,
+        // and the close says so, under the cut's reason.
+        let (server, client) = pair();
+        let kept = Kept::of(&server).unwrap();
+        socket2::SockRef::from(&server)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(server);
+        let how = Close::Reset(Cut::SlowReader);
+        assert_eq!(kept.close(how), how);
+        drop(client);
+        // Bytes queued: a reset whatever the cut.
+        let (server, client) = pair();
+        let kept = Kept::of(&server).unwrap();
+        fill(&server);
+        drop(server);
+        let how = Close::Reset(Cut::Evicted);
+        assert_eq!(kept.close(how), how);
+        assert_eq!(Cut::Evicted.label(), "evicted");
+        drop(client);
+    }
+
     #[tokio::test]
     async fn the_end_of_the_shutdown_grace_resets_a_flush() {
         let (server, client) = pair();
@@ -283,8 +363,8 @@ mod tests {
         )
         .await
         .expect("stopped");
-        assert_eq!(how, Close::Reset);
-        assert_eq!(kept.close(how), Close::Reset);
+        assert_eq!(how, Close::Reset(Cut::Shutdown));
+        assert_eq!(kept.close(how), how);
         drop(client);
     }
 }

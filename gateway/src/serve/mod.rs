@@ -43,8 +43,9 @@
 //!   is framed by the latter alone (RFC 9112 §6.3) and its connection closed after the
 //!   answer, so no leftover bytes can be read as a request nobody checked.
 //! * **Graceful shutdown**: on the signal the listener closes, requests in progress finish and
-//!   finished connections flush their send queues (up to the grace period), then the loop
-//!   returns.
+//!   finished connections flush their send queues (up to the grace period); past it every
+//!   connection still open, inside hyper or flushing, is cut (a reset when bytes are queued),
+//!   then the loop returns.
 //!
 //! Each request gets the connection's peer address as `ConnectInfo<SocketAddr>`, as with
 //! `into_make_service_with_connect_info`. The body-read timeout and the per-route deadline are
@@ -74,7 +75,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use self::activity::{Activity, Tracked};
-use self::linger::{Close, Kept};
+use self::linger::{Close, Cut, Kept};
 use self::unsent::PagePace;
 use crate::limits::connections::{Connections, Full};
 use crate::limits::notice::Throttle;
@@ -283,16 +284,16 @@ pub async fn serve(
                 },
                 () = activity.idle(idle_timeout) => {
                     tracing::debug!(%peer, ?idle_timeout, "idle connection closed");
-                    Close::Reset
+                    Close::Reset(Cut::Idle)
                 }
                 () = evicted_slot.evicted() => {
                     tracing::debug!(%peer, "connection evicted: the pool was full");
-                    Close::Reset
+                    Close::Reset(Cut::Evicted)
                 }
                 () = activity.stalled() => {
                     crate::observe::budget_refused("change streams", "stalled");
                     tracing::debug!(%peer, "change stream closed: its client stopped reading");
-                    Close::Reset
+                    Close::Reset(Cut::Stalled)
                 }
                 behind = activity.drain(pace) => {
                     crate::observe::budget_refused("read responses", "slow reader");
@@ -304,7 +305,14 @@ pub async fn serve(
                         min_rate = pace.min_rate,
                         "connection closed: its read page left slower than the minimum page rate"
                     );
-                    Close::Reset
+                    Close::Reset(Cut::SlowReader)
+                }
+                // The shutdown grace is over and hyper is still at it (an answer its client
+                // does not read): cut, rather than left to the process's exit (which would
+                // close it normally and leave what is queued to the kernel).
+                () = stop.cancelled() => {
+                    tracing::debug!(%peer, "connection cut: the shutdown grace is over");
+                    Close::Reset(Cut::Shutdown)
                 }
             };
             // hyper has let go of the socket; the kept descriptor still holds it open. Pages'
@@ -316,11 +324,17 @@ pub async fn serve(
                     let stop = stop.cancelled();
                     linger::flush(&kept, idle_timeout, &evicted_slot, stop).await
                 }
-                Close::Reset => Close::Reset,
+                cut @ Close::Reset(_) => cut,
             };
-            if kept.close(how) == Close::Reset {
-                crate::observe::budget_refused("read responses", "reset unread");
-                tracing::debug!(%peer, "connection reset: its client left bytes unread");
+            // The one place a connection's socket is closed: each reset counted once, under
+            // the cut that made it.
+            if let Close::Reset(cut) = kept.close(how) {
+                crate::observe::unread_reset(cut.label());
+                tracing::debug!(
+                    %peer,
+                    reason = cut.label(),
+                    "connection reset: its client left bytes unread"
+                );
             }
         });
     }
