@@ -417,6 +417,16 @@ fn a_flushing_connection_of_the_heaviest_address_gives_its_place_to_a_newcomer()
         .filter(|(got, _)| got.len() > page_bytes)
         .count();
     let others: Vec<Ending> = others.into_iter().map(|(_, e)| e).collect();
+    // The lighter address's connections were left alone: each still answers.
+    let lighter: Vec<u16> = kept
+        .iter_mut()
+        .map(|stream| {
+            if stream.write_all(health).is_err() {
+                return 0;
+            }
+            support::hostile::read_answer(stream, Duration::from_secs(5)).status
+        })
+        .collect();
     let text = scrape_until(&metrics, Duration::from_secs(5), |t| {
         resets(t, Some("evicted")) >= 1
     });
@@ -431,7 +441,7 @@ fn a_flushing_connection_of_the_heaviest_address_gives_its_place_to_a_newcomer()
         "eviction of a flushing connection: pool of 8 full (6 flushing answers of {attacker} \
          nobody reads, 2 keep-alive connections of {other}); newcomer from {newcomer} answered \
          {} in {:.1?}; the attacker's oldest: {first:?} within {reset_after:.1?} of the newcomer's \
-         request; its other 5, read then: {others:?}, {whole} with the whole answer; evictions {} -> {}, resets counted under \"evicted\": {} (all reasons {})",
+         request; its other 5, read then: {others:?}, {whole} with the whole answer; {other}'s connections then answered {lighter:?}; evictions {} -> {}, resets counted under \"evicted\": {} (all reasons {})",
         answer.status,
         answer.elapsed,
         evictions(&before),
@@ -447,6 +457,7 @@ fn a_flushing_connection_of_the_heaviest_address_gives_its_place_to_a_newcomer()
     );
     assert_eq!(others, [Ending::Closed; 5], "the rest were not cut");
     assert_eq!(whole, 5, "the rest got their answers whole");
+    assert_eq!(lighter, [200, 200], "the lighter address gave nothing");
     assert_eq!(evictions(&text) - evictions(&before), 1, "one place moved");
     assert_eq!(resets(&text, Some("evicted")), 1, "its reset counted once");
     assert_eq!(resets(&text, None), 1);
