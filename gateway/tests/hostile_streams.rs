@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::app::TYPE;
 use support::hostile::{aggregate, ask, connect_from, small_buffer_from};
+use support::legit::{HEALTHZ, Legit, WRITE};
 use support::process::{Process, data_dir};
 use support::sse::{self, Next};
 
@@ -107,76 +108,6 @@ fn open_streams(gw: &Process) -> u64 {
     }
 }
 
-/// The legitimate device: answered normally / asked, per kind.
-#[derive(Default, Debug)]
-struct Tally {
-    asked: [u32; 4],
-    ok: [u32; 4],
-}
-
-const KINDS: [&str; 4] = ["write", "read", "watch", "healthz"];
-
-impl Tally {
-    fn total(&self) -> (u32, u32) {
-        (self.ok.iter().sum(), self.asked.iter().sum())
-    }
-
-    fn print(&self, what: &str) {
-        let parts: Vec<String> = (0..4)
-            .map(|k| format!("{} {}/{}", KINDS[k], self.ok[k], self.asked[k]))
-            .collect();
-        let (ok, asked) = self.total();
-        println!(
-            "{what}: legitimate device answered normally {ok}/{asked} ({:.0} %): {}",
-            100.0 * ok as f64 / asked.max(1) as f64,
-            parts.join(", ")
-        );
-    }
-}
-
-/// One round of the legitimate device from `source`: a write, a read, a watch (until `ready`)
-/// or a health check, by `round`.
-fn legit_round(source: Ipv4Addr, addr: &str, id: &str, round: u64, seq: &mut u64, t: &mut Tally) {
-    let wait = Duration::from_secs(3);
-    let kind = (round % 4) as usize;
-    t.asked[kind] += 1;
-    let ok = match kind {
-        0 => {
-            *seq += 1;
-            let answer = ask(
-                source,
-                addr,
-                &write_many(addr, LEGIT, &[id.to_owned()], *seq),
-                wait,
-            );
-            answer.status == 200 && answer.json()["outcome"] == "landed"
-        }
-        1 => {
-            let request = format!(
-                "GET /v1/aggregates/{TYPE}/{id}/events?from=1 HTTP/1.1\r\nHost: {addr}\r\n\
-                 Connection: close\r\n\r\n"
-            );
-            ask(source, addr, request.as_bytes(), wait).status == 200
-        }
-        2 => {
-            let Ok(socket) = std::panic::catch_unwind(|| connect_from(source, addr)) else {
-                return;
-            };
-            let body = watch_body(&[id.to_owned()]);
-            let mut s = sse::open_on(socket, addr, "POST", "/v1/watch", None, Some(&body));
-            s.status == 200 && matches!(s.next(wait), Next::Event(e) if e.event == "ready")
-        }
-        _ => {
-            let request =
-                format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-            ask(source, addr, request.as_bytes(), wait).status == 200
-        }
-    };
-    if ok {
-        t.ok[kind] += 1;
-    }
-}
-
 #[test]
 fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
     // A pool of 66 connections: 4 addresses with 16 streams each would take all of it but the
@@ -257,16 +188,12 @@ fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
         }
     });
     let started = Instant::now();
-    let legit = from(10);
-    let own = aggregate(26_001);
-    let (mut tally, mut seq) = (Tally::default(), 0);
+    let mut device = Legit::new(from(10), &addr, &aggregate(26_001), LEGIT);
     let mut closed_after = None;
-    let mut round = 0;
     // The device works for 12 s; the attackers' streams must be gone well before.
     while started.elapsed() < Duration::from_secs(12) {
         let tick = Instant::now();
-        legit_round(legit, &addr, &own, round, &mut seq, &mut tally);
-        round += 1;
+        device.round();
         // The device's own stream of this round may still be counted (its end is noticed at
         // its next heartbeats): at most 4 are its own.
         if closed_after.is_none() && open_streams(&gw) <= 4 {
@@ -276,6 +203,7 @@ fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
     }
     stop.store(true, Ordering::Relaxed);
     pump.join().unwrap();
+    let tally = &device.tally;
     tally.print("32 unread streams");
     let closed_after = closed_after.expect("the unread streams were never closed");
     println!(
@@ -291,9 +219,7 @@ fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
     let (ok, asked) = tally.total();
     assert!(asked >= 40, "{asked} rounds");
     assert!(ok * 10 >= asked * 9, "{tally:?}");
-    for (k, kind) in KINDS.iter().enumerate() {
-        assert!(tally.ok[k] * 10 >= tally.asked[k] * 9, "{kind}: {tally:?}");
-    }
+    tally.assert_each_kind(8);
     // Their slots are free: the same address may open its share again.
     let mut again = sse::open_on(
         connect_from(from(21), &addr),
@@ -308,21 +234,33 @@ fn streams_nobody_reads_are_closed_and_a_device_keeps_working() {
     drop(attackers);
 }
 
+/// One address takes what it can of the watch registrations: each of its streams names 1,000
+/// aggregates, so five would take the whole pool of registrations (5,000; its last quarter is
+/// kept for addresses holding fewer). It holds 3 (its share) and keeps asking for more while a
+/// device on its own address writes, reads, watches and checks `/healthz`, and must keep 90 %
+/// of each answered normally.
 #[test]
 fn one_address_holds_at_most_its_share_of_streams() {
-    let (_dir, gw) = gateway(&["--watch-max-streams-per-ip", "3"]);
+    let (_dir, gw) = gateway(&[
+        "--watch-max-streams-per-ip",
+        "3",
+        "--watch-max-registrations",
+        "5000",
+    ]);
     let addr = gw.addr.clone();
-    let body = watch_body(&[aggregate(26_200)]);
-    let open = |source: u8| {
+    let many: Vec<String> = (0..1000).map(|i| aggregate(26_200 + i)).collect();
+    let body = watch_body(&many);
+    let open_with = |source: u8, body: &Value| {
         sse::open_on(
             connect_from(from(source), &addr),
             &addr,
             "POST",
             "/v1/watch",
             None,
-            Some(&body),
+            Some(body),
         )
     };
+    let open = |source: u8| open_with(source, &body);
     let mut held: Vec<sse::Stream> = (0..3).map(|_| open(40)).collect();
     for s in &mut held {
         assert_eq!(s.status, 200, "{}", s.body);
@@ -340,9 +278,41 @@ fn one_address_holds_at_most_its_share_of_streams() {
     assert_eq!(fourth.json()["outcome"], "retry", "{}", fourth.body);
     assert!(fourth.header("retry-after").is_some(), "{}", fourth.head);
     // Another address is not affected.
-    let mut other = open(41);
+    let mut other = open_with(41, &watch_body(&[aggregate(26_199)]));
     assert_eq!(other.status, 200, "{}", other.body);
     assert!(matches!(other.next(Duration::from_secs(3)), Next::Event(e) if e.event == "ready"));
+    // The address keeps asking for streams of 1,000 aggregates while the device works.
+    let stop = Arc::new(AtomicBool::new(false));
+    let asking = std::thread::spawn({
+        let (stop, addr, request) = (stop.clone(), addr.clone(), watch_request(&addr, &body));
+        move || {
+            let (mut refused, mut other) = (0u32, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                let answer = ask(from(40), &addr, &request, Duration::from_secs(3));
+                match (answer.status, answer.code()) {
+                    (429, 42922) => refused += 1,
+                    got => other.push(got),
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (refused, other)
+        }
+    });
+    let mut device = Legit::new(from(42), &addr, &aggregate(26_003), LEGIT);
+    device.rounds(32, Duration::from_millis(150));
+    stop.store(true, Ordering::Relaxed);
+    let (refused, other_answers) = asking.join().unwrap();
+    println!(
+        "one address holding 3 streams × 1000 aggregates kept asking for more: {refused} \
+         refused 429 (42922), other answers {other_answers:?}"
+    );
+    device.tally.print("one address taking watch registrations");
+    // Never a stream more (a refusal that did not come in time is not one).
+    assert!(
+        refused > 0 && other_answers.iter().all(|(status, _)| *status != 200),
+        "{other_answers:?}"
+    );
+    device.tally.assert_each_kind(8);
     // A stream closed by its client gives its place back (noticed at its next heartbeat).
     drop(held.pop());
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -459,31 +429,17 @@ fn a_healthz_flood_from_one_address_is_refused_and_a_device_keeps_working() {
         })
         .collect();
     let started = Instant::now();
-    let mut tally = Tally::default();
+    let mut device = Legit::new(legit, &addr, &own, LEGIT);
+    device.seq = seq;
     let mut during = Vec::new();
-    let mut round = 0u64;
-    while started.elapsed() < Duration::from_secs(8) {
+    // Writes, reads, watches and health checks in turn, one every 200 ms (for 8 s, and at
+    // least 8 of each).
+    while started.elapsed() < Duration::from_secs(8) || device.tally.asked[HEALTHZ] < 8 {
         let tick = Instant::now();
-        // Writes and health checks, alternately.
-        if round % 2 == 0 {
-            seq += 1;
-            tally.asked[0] += 1;
-            let answer = write(seq);
-            if answer.status == 200 && answer.json()["outcome"] == "landed" {
-                tally.ok[0] += 1;
-            } else {
-                seq -= 1;
-            }
-            during.push(answer.elapsed);
-        } else {
-            tally.asked[3] += 1;
-            let request =
-                format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-            if ask(legit, &addr, request.as_bytes(), Duration::from_secs(3)).status == 200 {
-                tally.ok[3] += 1;
-            }
+        let outcome = device.round();
+        if outcome.kind == WRITE {
+            during.push(outcome.elapsed);
         }
-        round += 1;
         std::thread::sleep(Duration::from_millis(200).saturating_sub(tick.elapsed()));
     }
     stop.store(true, Ordering::Relaxed);
@@ -510,6 +466,7 @@ fn a_healthz_flood_from_one_address_is_refused_and_a_device_keeps_working() {
         median(&mut before).as_millis(),
         median(&mut during).as_millis()
     );
+    let tally = &device.tally;
     tally.print("/healthz flood");
     // The flood got the burst (200) and the rate (50/s), no more.
     assert!(
@@ -517,9 +474,9 @@ fn a_healthz_flood_from_one_address_is_refused_and_a_device_keeps_working() {
         "{served} served"
     );
     assert!(refused > served, "{refused} refused, {served} served");
-    assert!(tally.ok[0] * 10 >= tally.asked[0] * 9, "{tally:?}");
+    tally.assert_each_kind(8);
     assert_eq!(
-        tally.ok[3], tally.asked[3],
+        tally.ok[HEALTHZ], tally.asked[HEALTHZ],
         "every own health check answered: {tally:?}"
     );
 }

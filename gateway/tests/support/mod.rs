@@ -10,7 +10,9 @@
 //! * [`process`]: the gateway as a real process on 127.0.0.1;
 //! * [`sse`]: a change stream (`/v1/watch`) read event by event off a raw socket;
 //! * [`hostile`]: raw sockets against it (another loopback source address, a deadline on
-//!   every exchange), its memory, root for a tmpfs.
+//!   every exchange), its memory, root for a tmpfs;
+//! * [`legit`]: the legitimate device measured during each attack of issue 26 (writes, reads,
+//!   watches and health checks, counted per kind).
 
 #[allow(dead_code)]
 pub mod app;
@@ -20,6 +22,8 @@ pub mod device;
 pub use fake_celeriant;
 #[allow(dead_code)]
 pub mod hostile;
+#[allow(dead_code)]
+pub mod legit;
 #[allow(dead_code)]
 pub mod policy;
 #[allow(dead_code)]
