@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::hostile::{aggregate, ask, connect_from, write_request};
+use support::hostile::{aggregate, connect_from};
+use support::legit::{Legit, WRITE};
 use support::process::{Process, data_dir};
 
 const DEVICE: &str = "6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0026";
@@ -141,27 +142,16 @@ fn slow_and_declared_bodies_from_four_addresses_leave_writes_to_everyone_else() 
         .collect();
     std::thread::sleep(Duration::from_secs(1));
 
-    // The device, on its own address, writes every 200 ms for 10 s.
-    let device = Ipv4Addr::new(127, 0, 0, 30);
-    let id = aggregate(26);
-    let (mut landed, mut refused) = (0, Vec::new());
-    let writes = 50;
-    for seq in 1..=writes {
-        let next = Instant::now() + Duration::from_millis(200);
-        let request = write_request(
-            DEVICE,
-            &id,
-            &[(seq, b"still here")],
-            "Connection: close\r\n",
-        );
-        let answer = ask(device, &gateway.addr, &request, Duration::from_secs(5));
-        if answer.status == 200 && answer.json()["outcome"] == "landed" {
-            landed += 1;
-        } else {
-            refused.push((answer.status, answer.code()));
-        }
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-    }
+    // The device, on its own address, writes, reads, watches and checks `/healthz` in turn,
+    // one every 200 ms for about 10 s (12 of each).
+    let mut device = Legit::new(
+        Ipv4Addr::new(127, 0, 0, 30),
+        &gateway.addr,
+        &aggregate(26),
+        DEVICE,
+    );
+    device.wait = Duration::from_secs(5);
+    device.rounds(48, Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
     for attacker in attackers {
         attacker.join().unwrap();
@@ -182,15 +172,14 @@ fn slow_and_declared_bodies_from_four_addresses_leave_writes_to_everyone_else() 
         .map(|(_, c)| (c.status, c.code))
         .collect();
     println!(
-        "device: {landed} of {writes} writes landed (refused: {refused:?}); attackers: {} bodies \
-         cut 408 (40800) ({trickled} of them trickling), longest held {longest:?}, {closed} \
-         connections closed after; other answers to attackers: {others:?}",
+        "attackers: {} bodies cut 408 (40800) ({trickled} of them trickling), longest held \
+         {longest:?}, {closed} connections closed after; other answers to attackers: {others:?}",
         slow.len()
     );
-    assert!(
-        landed * 10 >= writes * 9,
-        "the device kept only {landed} of {writes} writes during the attack: {refused:?}"
-    );
+    device
+        .tally
+        .print("slow and declared bodies from four addresses");
+    device.tally.assert_each_kind(8);
     // 16 connections for ~11 s, each cut within ~2 s: dozens of cuts, none held long.
     assert!(
         slow.len() >= 32,
@@ -270,34 +259,34 @@ fn bodies_at_the_minimum_rate_from_four_addresses_leave_the_reserve_of_write_slo
         })
         .collect();
     std::thread::sleep(Duration::from_secs(1));
-    let device = Ipv4Addr::new(127, 0, 0, 31);
-    let id = aggregate(27);
-    let (mut landed, mut refused) = (0, Vec::new());
-    let writes = 20;
-    for seq in 1..=writes {
-        let request = write_request(DEVICE, &id, &[(seq, b"mine")], "Connection: close\r\n");
-        let answer = ask(device, &gateway.addr, &request, Duration::from_secs(5));
-        if answer.status == 200 && answer.json()["outcome"] == "landed" {
-            landed += 1;
-        } else {
-            refused.push((answer.status, answer.code()));
-        }
-        std::thread::sleep(Duration::from_millis(150));
-    }
+    // The device writes, reads, watches and checks `/healthz` in turn (16 of each).
+    let mut device = Legit::new(
+        Ipv4Addr::new(127, 0, 0, 31),
+        &gateway.addr,
+        &aggregate(27),
+        DEVICE,
+    );
+    device.wait = Duration::from_secs(5);
+    device.rounds(64, Duration::from_millis(150));
     stop.store(true, Ordering::Relaxed);
     for attacker in attackers {
         attacker.join().unwrap();
     }
     println!(
-        "device: {landed} of {writes} writes landed during the attack (refused: {refused:?}); \
-         attacking bodies held over 2 s: {}",
+        "attacking bodies held over 2 s: {}",
         held.load(Ordering::Relaxed)
     );
+    let tally = &device.tally;
+    tally.print("bodies at the minimum rate from four addresses");
     assert!(
         held.load(Ordering::Relaxed) >= 16,
         "the attack held slots with bodies at the minimum rate"
     );
-    assert_eq!(landed, writes, "refused: {refused:?}");
+    tally.assert_each_kind(8);
+    assert_eq!(
+        tally.ok[WRITE], tally.asked[WRITE],
+        "every write lands: {tally:?}"
+    );
 }
 
 /// Bodies uploaded fast and then stalled (far ahead of the minimum rate, so never cut by it)
@@ -359,32 +348,32 @@ fn fast_then_stalled_bodies_from_eight_addresses_leave_the_reserve_of_write_byte
         })
         .collect();
     std::thread::sleep(Duration::from_secs(1));
-    let device = Ipv4Addr::new(127, 0, 0, 32);
-    let id = aggregate(28);
-    let (mut landed, mut failed) = (0, Vec::new());
-    let writes = 20;
-    for seq in 1..=writes {
-        let request = write_request(DEVICE, &id, &[(seq, b"mine")], "Connection: close\r\n");
-        let answer = ask(device, &gateway.addr, &request, Duration::from_secs(5));
-        if answer.status == 200 && answer.json()["outcome"] == "landed" {
-            landed += 1;
-        } else {
-            failed.push((answer.status, answer.code()));
-        }
-        std::thread::sleep(Duration::from_millis(150));
-    }
+    // The device writes, reads, watches and checks `/healthz` in turn (16 of each).
+    let mut device = Legit::new(
+        Ipv4Addr::new(127, 0, 0, 32),
+        &gateway.addr,
+        &aggregate(28),
+        DEVICE,
+    );
+    device.wait = Duration::from_secs(5);
+    device.rounds(64, Duration::from_millis(150));
     stop.store(true, Ordering::Relaxed);
     for attacker in attackers {
         attacker.join().unwrap();
     }
     println!(
-        "device: {landed} of {writes} writes landed during the attack (refused: {failed:?}); \
-         attacking bodies refused 429: {}",
+        "attacking bodies refused 429: {}",
         refused.load(Ordering::Relaxed)
     );
+    let tally = &device.tally;
+    tally.print("fast then stalled bodies from eight addresses");
     assert!(
         refused.load(Ordering::Relaxed) > 0,
         "the attack reached the reserve"
     );
-    assert_eq!(landed, writes, "refused: {failed:?}");
+    tally.assert_each_kind(8);
+    assert_eq!(
+        tally.ok[WRITE], tally.asked[WRITE],
+        "every write lands: {tally:?}"
+    );
 }

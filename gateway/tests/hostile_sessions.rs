@@ -24,13 +24,69 @@ mod support;
 
 use std::io::Write as _;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::json;
 use support::app::TYPE;
 use support::device::{Device, fresh_nonce};
 use support::hostile::{Raw, aggregate, ask, connect_from};
+use support::legit::Legit;
 use support::process::{Process, data_dir};
+
+/// The device's change streams close after `ready` and are noticed at their next heartbeat:
+/// with 1 s, they do not pile up against its 4 streams per client id.
+const HEARTBEAT: [&str; 2] = ["--watch-heartbeat-secs", "1"];
+
+/// The flood going on while the device is measured: `flooder` asks for sessions from each of
+/// `addresses` in turn, one every 20 ms, until stopped; how many were opened and refused.
+struct Flood {
+    stop: Arc<AtomicBool>,
+    counts: Arc<[AtomicU32; 2]>,
+    thread: JoinHandle<()>,
+}
+
+impl Flood {
+    fn start(addr: &str, flooder: &Device, addresses: Vec<Ipv4Addr>) -> Flood {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+        let thread = std::thread::spawn({
+            let (stop, counts, addr, flooder) = (
+                stop.clone(),
+                counts.clone(),
+                addr.to_owned(),
+                flooder.clone(),
+            );
+            move || {
+                for from in addresses.iter().cycle() {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let r = session_from(*from, &addr, &flooder);
+                    counts[usize::from(r.status != 200)].fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+        Flood {
+            stop,
+            counts,
+            thread,
+        }
+    }
+
+    /// Stops it: (opened, refused).
+    fn stop(self) -> (u32, u32) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        (
+            self.counts[0].load(Ordering::Relaxed),
+            self.counts[1].load(Ordering::Relaxed),
+        )
+    }
+}
 
 fn session_from(from: Ipv4Addr, addr: &str, device: &Device) -> Raw {
     let body = device.session_body(fresh_nonce()).to_string();
@@ -54,6 +110,8 @@ fn a_flood_of_sessions_from_many_addresses_leaves_room_for_a_new_device() {
             "10",
             "--session-rate-per-minute",
             "600",
+            HEARTBEAT[0],
+            HEARTBEAT[1],
         ],
     );
     let flooder = Device::a();
@@ -78,9 +136,24 @@ fn a_flood_of_sessions_from_many_addresses_leaves_room_for_a_new_device() {
     let again = session_from(Ipv4Addr::new(127, 0, 1, 10), &gw.addr, &flooder);
     assert_eq!((again.status, again.code()), (429, 42901), "{again:?}");
     // A brand-new device on its own address gets its session (before: 429 for 2 minutes).
-    let new = session_from(Ipv4Addr::new(127, 0, 1, 99), &gw.addr, &Device::b());
+    let home = Ipv4Addr::new(127, 0, 1, 99);
+    let device = Device::b();
+    let new = session_from(home, &gw.addr, &device);
     assert_eq!(new.status, 200, "{new:?}");
-    assert!(new.json()["token"].as_str().is_some());
+    let token = new.json()["token"].as_str().unwrap().to_owned();
+    // Under it, while the flood goes on, it writes, reads, watches and checks `/healthz` in
+    // turn (8 of each).
+    let addresses = (0..20).map(|a| Ipv4Addr::new(127, 0, 1, 10 + a)).collect();
+    let flood = Flood::start(&gw.addr, &flooder, addresses);
+    let mut legit = Legit::with_session(home, &gw.addr, &aggregate(26), &device, &token, 0);
+    legit.wait = Duration::from_secs(5);
+    legit.rounds(32, Duration::from_millis(150));
+    let (opened, refused) = flood.stop();
+    println!("flood meanwhile: {opened} sessions opened, {refused} refused");
+    legit
+        .tally
+        .print("a flood of sessions from 20 addresses, new device");
+    legit.tally.assert_each_kind(8);
 }
 
 /// `POST /v1/write` of event `seq` by `device` under `token`, with its proof, from `from`.
@@ -111,6 +184,8 @@ fn an_established_device_keeps_its_sessions_and_writes_while_fresh_keys_fill_the
             "10",
             "--session-rate-per-minute",
             "600",
+            HEARTBEAT[0],
+            HEARTBEAT[1],
         ],
     );
     // The device opens a session from its own address and writes once: established.
@@ -158,6 +233,19 @@ fn an_established_device_keeps_its_sessions_and_writes_while_fresh_keys_fill_the
         answered += 1;
     }
     println!("established device: {answered} of 2 sessions and writes answered during the flood");
+    // Under its first session, from its own address, while the flood goes on, it writes,
+    // reads, watches and checks `/healthz` in turn (8 of each).
+    let addresses = (0..24).map(|a| Ipv4Addr::new(127, 0, 3, 10 + a)).collect();
+    let flood = Flood::start(&gw.addr, &flooder, addresses);
+    let mut legit = Legit::with_session(home, &gw.addr, &aggregate(26), &device, &token, 3);
+    legit.wait = Duration::from_secs(5);
+    legit.rounds(32, Duration::from_millis(150));
+    let (opened, refused) = flood.stop();
+    println!("flood meanwhile: {opened} fresh sessions opened, {refused} refused");
+    legit
+        .tally
+        .print("fresh keys filling the replay cache, established device");
+    legit.tally.assert_each_kind(8);
     // Its part of the reserve is two live sessions: a third in the window waits.
     let third = session_from(Ipv4Addr::new(127, 0, 3, 152), &gw.addr, &device);
     assert_eq!((third.status, third.code()), (429, 42901), "{third:?}");
@@ -175,6 +263,8 @@ fn an_established_device_writes_while_fresh_keys_hold_every_write_slot() {
             "0",
             "--session-burst",
             "10",
+            HEARTBEAT[0],
+            HEARTBEAT[1],
         ],
     );
     let device = Device::b();
@@ -226,4 +316,18 @@ fn an_established_device_writes_while_fresh_keys_hold_every_write_slot() {
         held.len(),
         landed.status
     );
+    // From its own address it writes, reads, watches and checks `/healthz` in turn (8 of
+    // each) while the slots stay held (their bodies may take 20 s).
+    let mut legit = Legit::with_session(home, &gw.addr, &aggregate(26), &device, &token, 2);
+    legit.wait = Duration::from_secs(5);
+    legit.rounds(32, Duration::from_millis(150));
+    legit
+        .tally
+        .print("fresh keys holding every write slot, established device");
+    legit.tally.assert_each_kind(8);
+    // The slots were held all along: a fresh key from a sixth address is still refused.
+    let sixth = Ipv4Addr::new(127, 0, 5, 15);
+    let still = write_from(sixth, &gw.addr, &flooder, &fresh_token(sixth), 1);
+    assert_eq!((still.status, still.code()), (429, 42900), "{still:?}");
+    drop(held);
 }
