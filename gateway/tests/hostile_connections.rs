@@ -298,7 +298,7 @@ fn attack_the_pool(trickle: bool) {
             "--max-connections-per-ip",
             "16",
             // The device's watches close after `ready`: their connections are freed at the
-            // next heartbeat, so they do not pile up against its own per-address cap.
+            // next heartbeat at the latest, so they cannot pile up against its per-address cap.
             "--watch-heartbeat-secs",
             "1",
         ],

@@ -36,8 +36,8 @@ use support::hostile::{Raw, aggregate, ask, connect_from};
 use support::legit::Legit;
 use support::process::{Process, data_dir};
 
-/// The device's change streams close after `ready` and are noticed at their next heartbeat:
-/// with 1 s, they do not pile up against its 4 streams per client id.
+/// The device's change streams close after `ready` and are noticed at their next heartbeat at
+/// the latest: with 1 s, they cannot pile up against its 4 streams per client id.
 const HEARTBEAT: [&str; 2] = ["--watch-heartbeat-secs", "1"];
 
 /// The flood going on while the device is measured: `flooder` asks for sessions from each of

@@ -4,9 +4,11 @@
 //!
 //! A [`Legit`] device works from its own loopback source address, one request per round, the
 //! kinds in turn: a write that must land, a read of an aggregate (200, and the exact page
-//! length when one is given), a change stream opened until its `ready` event (then closed:
-//! the gateway notices at the stream's next heartbeat, so a gateway whose limits the device
-//! could reach with closed streams runs with short heartbeats), and a `/healthz`. Without a
+//! length when one is given), a change stream opened until its `ready` event (then closed;
+//! its place is freed when the gateway sees the connection end, which was at once when tried
+//! with a cap of one stream per address, and at the stream's next heartbeat at the latest: a
+//! gateway whose caps closed streams could reach runs with short heartbeats), and a
+//! `/healthz`. Without a
 //! session it writes as a fixed client id (`--auth none`); with one, every request carries the
 //! token and its `DPoP` proof, as a real device's do. Nothing here panics on a refused or
 //! missing answer: it is counted in a [`Tally`], printed per kind, and
@@ -261,11 +263,12 @@ impl Legit {
             self.auth("POST", "/v1/watch", body.as_bytes()),
             body.len()
         );
-        let (head, ready) = until_ready(self.source, &self.addr, request.as_bytes(), self.wait);
+        let (head, ready, rest) =
+            until_ready(self.source, &self.addr, request.as_bytes(), self.wait);
         let status = head.split(' ').nth(1).unwrap_or("none").to_owned();
         (
             head.starts_with("HTTP/1.1 200") && ready,
-            format!("{status} ready {ready}"),
+            format!("{status} ready {ready} {rest}"),
         )
     }
 }
@@ -276,39 +279,50 @@ fn brief(answer: &Raw) -> String {
 }
 
 /// Sends a watch `request` from `source` and reads until the `ready` event (or a refusal, the
-/// connection's end or `wait`): the answer's status line and whether `ready` came. The stream
-/// is closed on return.
-fn until_ready(source: Ipv4Addr, addr: &str, request: &[u8], wait: Duration) -> (String, bool) {
+/// connection's end or `wait`): the answer's status line, whether `ready` came, and the start
+/// of a refusal's body (its code). The stream is closed on return.
+fn until_ready(
+    source: Ipv4Addr,
+    addr: &str,
+    request: &[u8],
+    wait: Duration,
+) -> (String, bool, String) {
     let started = Instant::now();
+    let none = || (String::new(), false, String::new());
     let target: SocketAddr = addr.parse().unwrap();
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     if socket.bind(&SocketAddr::from((source, 0)).into()).is_err()
         || socket.connect_timeout(&target.into(), wait).is_err()
     {
-        return (String::new(), false);
+        return none();
     }
     let mut stream: TcpStream = socket.into();
     if stream.write_all(request).is_err() {
-        return (String::new(), false);
+        return none();
     }
     let mut data = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let text = String::from_utf8_lossy(&data);
+        let text = String::from_utf8_lossy(&data).to_string();
         let status = text.lines().next().unwrap_or("").to_owned();
-        if text.contains("\r\n\r\n") && !status.starts_with("HTTP/1.1 200") {
-            return (status, false);
-        }
+        let body = text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned());
         if text.contains("event: ready") {
-            return (status, true);
+            return (status, true, String::new());
         }
         let left = (started + wait).saturating_duration_since(Instant::now());
+        // A refusal: its body (a few dozen bytes, in the first reads) for its code.
+        if let Some(body) = &body
+            && !status.starts_with("HTTP/1.1 200")
+            && (body.contains('}') || left.is_zero())
+        {
+            return (status, false, body.chars().take(40).collect());
+        }
         if left.is_zero() {
-            return (status, false);
+            return (status, false, String::new());
         }
         stream.set_read_timeout(Some(left)).unwrap();
         match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return (status, false),
+            Ok(0) | Err(_) => return (status, false, body.unwrap_or_default()),
             Ok(n) => data.extend_from_slice(&chunk[..n]),
         }
     }
