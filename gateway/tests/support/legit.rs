@@ -17,6 +17,9 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -214,6 +217,26 @@ impl Legit {
         }
     }
 
+    /// Works on a thread of its own, one round every `every`, until [`Running::stop`] and
+    /// at least `at_least` rounds (for an attack whose length is not known in advance).
+    pub fn spawn(mut self, every: Duration, at_least: u64) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let thread = std::thread::spawn({
+            let (stop, done) = (stop.clone(), done.clone());
+            move || {
+                while done.load(Ordering::Relaxed) < at_least || !stop.load(Ordering::Relaxed) {
+                    let tick = Instant::now();
+                    self.round();
+                    done.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(every.saturating_sub(tick.elapsed()));
+                }
+                self
+            }
+        });
+        Running { stop, done, thread }
+    }
+
     /// A write of one event (a new client sequence each time, landed or not, so a write
     /// that landed late is never repeated) that must land.
     fn write(&mut self) -> (bool, String) {
@@ -270,6 +293,26 @@ impl Legit {
             head.starts_with("HTTP/1.1 200") && ready,
             format!("{status} ready {ready} {rest}"),
         )
+    }
+}
+
+/// A device working on its own thread ([`Legit::spawn`]).
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    thread: JoinHandle<Legit>,
+}
+
+impl Running {
+    /// Rounds done so far.
+    pub fn rounds_done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Stops it (after its current round, and its minimum of rounds): the device and its tally.
+    pub fn stop(self) -> Legit {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
     }
 }
 
