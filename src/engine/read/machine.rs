@@ -1,13 +1,15 @@
 //! The read side's decisions, as a pure state machine: which aggregates the device watches, the
-//! one change stream that covers them, and the catch-up that pages what the server confirmed
-//! into the local log.
+//! change streams that cover them (one per shard of at most 1,000: [`super::streams`]), and the
+//! catch-up that pages what the server confirmed into the local log.
 //!
 //! The rules (from Celeriant's own watch): a watch covers the live tail only, never the past —
 //! so the stream is opened **first**, and once it is ready every watched aggregate is caught up
 //! from its cursor; a notification says only "this aggregate reached version N" (versions only
 //! advance, so coalescing loses nothing, and re-reading from the cursor never misses an event);
-//! `reset` means read the aggregate again from scratch, `resync` means catch up everything. A
-//! stream that fails or falls silent is reopened with the drain's backoff.
+//! `reset` means read the aggregate again from scratch, `resync` means catch up everything the
+//! stream covers. A stream that fails or falls silent is reopened with the drain's backoff.
+//! Each stream is named by a [`StreamId`]; what a replaced or closed stream still says is
+//! ignored.
 //!
 //! [`Reader::handle`] takes what happened; [`Reader::poll`] yields [`Action`]s. One page is
 //! fetched at a time (bounded memory, one request at a time besides the stream); fetching a
@@ -19,6 +21,8 @@ use std::collections::VecDeque;
 use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
 use super::super::sorted::{SortedMap, SortedSet};
+pub use super::streams::StreamId;
+use super::streams::{Limits, Phase, Streams};
 
 /// The read side's state, as `status().read` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,10 +104,13 @@ pub enum Input {
     Unsubscribe(AggregateRef),
     /// Catch this aggregate up now (a `read`, or a batch of it just landed).
     CatchUp(AggregateRef),
-    /// The stream said something.
-    Stream(Note),
-    /// The stream ended (failed, closed, or silent for too long).
-    StreamEnded,
+    /// A stream said something.
+    Stream(StreamId, Note),
+    /// A stream ended (failed, closed, or silent for too long).
+    StreamEnded(StreamId),
+    /// The gateway refused a stream as naming too many aggregates (400, 40020: its
+    /// `--watch-max-aggregates` is below what this device puts in one stream).
+    StreamTooLarge(StreamId),
     /// [`Action::FetchPage`] ended.
     Page {
         /// The aggregate.
@@ -124,11 +131,18 @@ pub enum Input {
 /// What the executor does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Open the change stream for these aggregates (replacing the current one: the new one is
-    /// opened before the old one is closed).
-    OpenStream(Vec<AggregateRef>),
-    /// Close the change stream.
-    CloseStream,
+    /// Open a change stream for these aggregates.
+    OpenStream {
+        /// What its inputs will carry.
+        id: StreamId,
+        /// What it watches.
+        aggregates: Vec<AggregateRef>,
+    },
+    /// Close this change stream (its shard's new one, if any, is opened by the next action).
+    CloseStream(StreamId),
+    /// These watched aggregates fit in no stream (reported with code 40020); the list replaces
+    /// the previous one.
+    Unwatched(Vec<AggregateRef>),
     /// Read the aggregate's next page (from its local cursor) and store it with the cursor.
     FetchPage(AggregateRef),
     /// Ask the server what is left of the aggregate after a `reset` (its first version: a 410
@@ -159,25 +173,13 @@ pub enum Action {
     CaughtUp(AggregateRef, bool),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stream {
-    /// None open; the next one may be opened at `retry_at` (0: at once).
-    Down { retry_at: u64 },
-    /// Opening; not ready yet.
-    Opening,
-    /// Ready: changes are being notified.
-    Up,
-}
-
 /// The read-side state machine of the draining context.
 #[derive(Debug)]
 pub struct Reader {
     backoff: Backoff,
     /// Watched aggregates and how many subscriptions want each.
     watched: SortedMap<AggregateRef, u32>,
-    stream: Stream,
-    /// Consecutive stream failures.
-    attempt: u32,
+    streams: Streams,
     /// Aggregates to catch up, in order; at most one page is read at a time.
     queue: VecDeque<AggregateRef>,
     fetching: Option<AggregateRef>,
@@ -193,13 +195,17 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// A reader with nothing watched.
+    /// A reader with nothing watched, splitting streams at the gateway's default caps.
     pub fn new(backoff: Backoff) -> Self {
+        Self::with_limits(backoff, Limits::default())
+    }
+
+    /// A reader with nothing watched, splitting streams at `limits`.
+    pub fn with_limits(backoff: Backoff, limits: Limits) -> Self {
         Reader {
             backoff,
             watched: SortedMap::new(),
-            stream: Stream::Down { retry_at: 0 },
-            attempt: 0,
+            streams: Streams::new(limits),
             queue: VecDeque::new(),
             fetching: None,
             failed: Vec::new(),
@@ -221,20 +227,38 @@ impl Reader {
         self.watched.keys().copied().collect()
     }
 
+    /// The streams wanted now, each with what it watches (the current one of each shard).
+    pub fn streams(&self) -> Vec<(StreamId, Vec<AggregateRef>)> {
+        self.streams
+            .shards
+            .iter()
+            .map(|s| (s.id, s.members.iter().copied().collect()))
+            .collect()
+    }
+
+    /// The watched aggregates that fit in no stream.
+    pub fn unwatched(&self) -> Vec<AggregateRef> {
+        self.streams.unwatched.iter().copied().collect()
+    }
+
     fn emit(&mut self, action: Action) {
         self.actions.push_back(action);
     }
 
     /// Handles what happened at `now_ms`; `random` is a uniform draw in `[0, 1)` for jitter.
     pub fn handle(&mut self, input: Input, now_ms: u64, random: f64) {
+        let unwatched = self.streams.unwatched.len();
+        let resplit = matches!(input, Input::StreamTooLarge(_));
         match input {
             Input::Subscribe(aggregate) => {
                 let count = self.watched.get_or_default(aggregate);
                 *count += 1;
                 if *count == 1 {
-                    self.restream(now_ms);
+                    if let Some(shard) = self.streams.add(aggregate) {
+                        self.restream(shard, now_ms);
+                    }
                     // Caught up at once (the view is fresh even if the stream is slow to come),
-                    // and again when the stream is ready.
+                    // and again when its stream is ready.
                     self.enqueue(aggregate);
                 }
             }
@@ -243,22 +267,56 @@ impl Reader {
                     *count -= 1;
                     if *count == 0 {
                         self.watched.remove(&aggregate);
-                        self.restream(now_ms);
+                        let mut changed: Vec<usize> =
+                            self.streams.remove(&aggregate).into_iter().collect();
+                        for shard in self.streams.promote() {
+                            if !changed.contains(&shard) {
+                                changed.push(shard);
+                            }
+                        }
+                        for shard in changed {
+                            self.restream(shard, now_ms);
+                        }
+                        self.drop_empty();
                     }
                 }
             }
             Input::CatchUp(aggregate) => self.enqueue(aggregate),
-            Input::Stream(note) => self.note(note),
-            Input::StreamEnded => {
-                if self.watched.is_empty() {
-                    self.stream = Stream::Down { retry_at: 0 };
-                } else {
-                    let wait = self.backoff.delay_ms(self.attempt, random, None).max(250);
-                    self.attempt = self.attempt.saturating_add(1);
-                    self.stream = Stream::Down {
-                        retry_at: now_ms + wait,
-                    };
-                    self.emit(Action::Wait(wait));
+            Input::Stream(id, note) => self.note(id, note),
+            Input::StreamEnded(id) => {
+                let wait = match self.streams.by_id(id) {
+                    Some(shard) if matches!(shard.phase, Phase::Opening | Phase::Up) => {
+                        let wait = self.backoff.delay_ms(shard.attempt, random, None).max(250);
+                        shard.attempt = shard.attempt.saturating_add(1);
+                        shard.phase = Phase::Down {
+                            retry_at: now_ms + wait,
+                        };
+                        Some(wait)
+                    }
+                    _ => None,
+                };
+                if wait.is_some() {
+                    self.wait_for_retry(now_ms);
+                }
+            }
+            Input::StreamTooLarge(id) => {
+                if self.streams.by_id(id).is_some() {
+                    let open: Vec<StreamId> = self.streams.shards.iter().map(|s| s.id).collect();
+                    if self.streams.shrink() {
+                        for id in open.into_iter().filter(|id| *id != 0) {
+                            self.emit(Action::CloseStream(id));
+                        }
+                        for shard in &mut self.streams.shards {
+                            shard.id = 0;
+                            shard.phase = Phase::Down { retry_at: 0 };
+                        }
+                        for shard in 0..self.streams.shards.len() {
+                            self.restream(shard, now_ms);
+                        }
+                    } else {
+                        // One aggregate per stream refused too: treated as any failure.
+                        return self.handle(Input::StreamEnded(id), now_ms, random);
+                    }
                 }
             }
             Input::Page { aggregate, end } => {
@@ -316,75 +374,142 @@ impl Reader {
                 self.queue.push_front(aggregate);
             }
             Input::TimerFired | Input::Woken => {
-                if let Stream::Down { retry_at } = self.stream
-                    && (retry_at <= now_ms || input == Input::Woken)
-                {
-                    self.stream = Stream::Down { retry_at: 0 };
-                    self.restream(now_ms);
+                let woken = input == Input::Woken;
+                for shard in 0..self.streams.shards.len() {
+                    if let Phase::Down { retry_at } = self.streams.shards[shard].phase
+                        && retry_at != 0
+                        && (retry_at <= now_ms || woken)
+                    {
+                        self.streams.shards[shard].phase = Phase::Down { retry_at: 0 };
+                        self.restream(shard, now_ms);
+                    }
                 }
+                self.wait_for_retry(now_ms);
             }
             Input::Online(online) => {
                 self.online = online;
-                if online && matches!(self.stream, Stream::Down { .. }) {
-                    self.stream = Stream::Down { retry_at: 0 };
-                    self.restream(now_ms);
+                if online {
+                    for shard in 0..self.streams.shards.len() {
+                        if let Phase::Down { retry_at } = self.streams.shards[shard].phase
+                            && retry_at != 0
+                        {
+                            self.streams.shards[shard].phase = Phase::Down { retry_at: 0 };
+                            self.restream(shard, now_ms);
+                        }
+                    }
                 }
             }
+        }
+        if self.streams.unwatched.len() != unwatched || resplit {
+            let list = self.unwatched();
+            self.emit(Action::Unwatched(list));
         }
         self.pump();
         self.report();
     }
 
-    /// Opens a stream for the watched set (or closes it when nothing is watched).
-    fn restream(&mut self, now_ms: u64) {
-        if self.watched.is_empty() {
-            if self.stream != (Stream::Down { retry_at: 0 }) {
-                self.emit(Action::CloseStream);
-            }
-            self.stream = Stream::Down { retry_at: 0 };
-            return;
+    /// Asks for the wait until the earliest shard backing off may reopen its stream.
+    fn wait_for_retry(&mut self, now_ms: u64) {
+        let next = self
+            .streams
+            .shards
+            .iter()
+            .filter_map(|s| match s.phase {
+                Phase::Down { retry_at } if retry_at > now_ms => Some(retry_at),
+                _ => None,
+            })
+            .min();
+        if let Some(at) = next {
+            self.emit(Action::Wait(at - now_ms));
         }
-        if let Stream::Down { retry_at } = self.stream
-            && retry_at > now_ms
-        {
-            return; // backing off: the timer reopens it with the set as it is then
-        }
-        self.stream = Stream::Opening;
-        let watched = self.watched();
-        self.emit(Action::OpenStream(watched));
     }
 
-    fn note(&mut self, note: Note) {
+    /// Drops shards left with no aggregate, closing their streams.
+    fn drop_empty(&mut self) {
+        let mut closed = Vec::new();
+        self.streams.shards.retain(|s| {
+            if s.members.is_empty() {
+                // A shard that is down has nothing open (its stream ended).
+                if matches!(s.phase, Phase::Opening | Phase::Up) {
+                    closed.push(s.id);
+                }
+                false
+            } else {
+                true
+            }
+        });
+        for id in closed {
+            self.emit(Action::CloseStream(id));
+        }
+    }
+
+    /// Opens a new stream for the shard's members, closing its current one (a shard with no
+    /// member is left to [`Self::drop_empty`]). A shard backing off keeps waiting: its timer
+    /// reopens it with its members as they are then.
+    fn restream(&mut self, shard: usize, now_ms: u64) {
+        let id = self.streams.next_id();
+        let s = &mut self.streams.shards[shard];
+        if s.members.is_empty() {
+            return;
+        }
+        let old = s.id;
+        match s.phase {
+            Phase::Down { retry_at } if retry_at > now_ms => return,
+            Phase::Down { .. } => {}
+            Phase::Opening | Phase::Up => self.actions.push_back(Action::CloseStream(old)),
+        }
+        s.id = id;
+        s.phase = Phase::Opening;
+        let aggregates = s.members.iter().copied().collect();
+        self.emit(Action::OpenStream { id, aggregates });
+    }
+
+    fn note(&mut self, id: StreamId, note: Note) {
+        let Some(shard) = self.streams.by_id(id) else {
+            return; // a stream replaced or closed since
+        };
         match note {
             Note::Ready => {
-                self.stream = Stream::Up;
-                self.attempt = 0;
+                shard.phase = Phase::Up;
+                shard.attempt = 0;
                 // The stream covers what happens from now on: catch up what happened before.
-                for aggregate in self.watched() {
+                let members: Vec<AggregateRef> = shard.members.iter().copied().collect();
+                for aggregate in members {
                     self.enqueue(aggregate);
                 }
                 for aggregate in std::mem::take(&mut self.failed) {
                     self.enqueue(aggregate);
                 }
+                self.catch_up_unwatched();
             }
             Note::Changed { aggregate, .. } => {
-                if self.watched.contains_key(&aggregate) {
+                if shard.members.contains(&aggregate) {
                     self.enqueue(aggregate);
                 }
             }
             Note::Reset { aggregate } => {
                 // Probed before its next page, even if a page of it is in flight now.
-                if self.watched.contains_key(&aggregate) {
+                if shard.members.contains(&aggregate) {
                     self.probe_due.insert(aggregate);
                     self.queue.retain(|a| *a != aggregate);
                     self.queue.push_front(aggregate);
                 }
             }
             Note::Resync => {
-                for aggregate in self.watched() {
+                let members: Vec<AggregateRef> = shard.members.iter().copied().collect();
+                for aggregate in members {
                     self.enqueue(aggregate);
                 }
+                self.catch_up_unwatched();
             }
+        }
+    }
+
+    /// What no stream watches is caught up whenever a stream is (re)established or resynced.
+    fn catch_up_unwatched(&mut self) {
+        let unwatched = self.unwatched();
+        for aggregate in unwatched {
+            self.enqueue(aggregate);
         }
     }
 
@@ -417,7 +542,12 @@ impl Reader {
             ReadState::Offline
         } else if self.fetching.is_some() {
             ReadState::CatchingUp
-        } else if self.stream == Stream::Up {
+        } else if self
+            .streams
+            .shards
+            .iter()
+            .all(|shard| shard.phase == Phase::Up)
+        {
             ReadState::Connected
         } else {
             ReadState::Connecting

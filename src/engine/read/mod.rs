@@ -9,6 +9,7 @@
 //! * [`message`]: what the contexts of a device tell each other about it;
 //! * [`page`]: what a reply to a catch-up page or a probe means;
 //! * [`sse`]: the change stream's Server-Sent Events, parsed from text chunks;
+//! * [`streams`]: which change stream watches which aggregate (shards of at most 1,000);
 //! * [`subscriptions`]: the subscriptions of every context of the device, merged;
 //! * [`view`]: how the confirmed log and this device's pending events converge into one view.
 
@@ -21,5 +22,6 @@ pub mod memory_log;
 pub mod message;
 pub mod page;
 pub mod sse;
+pub mod streams;
 pub mod subscriptions;
 pub mod view;

@@ -1,0 +1,163 @@
+//! More aggregates watched than one change stream may name, against the real gateway. The test
+//! gateway caps a stream at 50 aggregates (`--watch-max-aggregates 50` in
+//! scripts/browser-tests.sh; 1,000 by default), below the client's 1,000 per stream: the
+//! client's first stream is refused (400, 40020), so it halves what a stream names until the
+//! gateway takes it (1,000 → … → 31) and splits the watched set over its 3 streams. Changes to
+//! aggregates of every stream reach their views live; what fits in no stream is reported in
+//! `status().read.refused` with code 40020, and watched live again once a stream has room.
+#![cfg(target_arch = "wasm32")]
+
+mod browser;
+
+use browser::*;
+use celeriant_sync::SyncClient;
+use js_sys::{Array, Promise};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(module = "/tests/browser/support.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = recordViews)]
+    fn record_views(client: &JsValue, aggregate: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = serverKeys)]
+    fn server_keys_js(gateway: &str, type_id: &str, id: &str) -> Promise;
+    #[wasm_bindgen(js_name = viewKeys)]
+    fn view_keys_js(view: &JsValue) -> Array;
+    #[wasm_bindgen(js_name = faultReport)]
+    fn fault_report_js(gateway: &str, secret: &str) -> Promise;
+}
+
+fn call(object: &JsValue, method: &str) {
+    let f: js_sys::Function = get(object, method).unchecked_into();
+    f.call0(object).unwrap();
+}
+
+fn view_keys(view: &JsValue) -> Vec<String> {
+    view_keys_js(view)
+        .iter()
+        .map(|s| s.as_string().unwrap())
+        .collect()
+}
+
+async fn server_keys(t: &str, id: &str) -> Vec<String> {
+    let keys = ok(server_keys_js(gateway(), t, id)).await;
+    keys.unchecked_ref::<Array>()
+        .iter()
+        .map(|s| s.as_string().unwrap())
+        .collect()
+}
+
+fn read_state(client: &SyncClient) -> String {
+    string(&get(&client.status(), "read"), "state")
+}
+
+/// `status().read.refused`, as (id, code) pairs.
+fn refused(client: &SyncClient) -> Vec<(String, f64)> {
+    list(&get(&client.status(), "read"), "refused")
+        .iter()
+        .map(|r| (string(&get(r, "aggregate"), "id"), num(r, "code")))
+        .collect()
+}
+
+/// Waits until the gateway counts `want` streams of the device (a replaced stream is counted
+/// until the gateway notices its connection closed); the last count seen.
+async fn streams_of(client: &SyncClient, want: f64) -> f64 {
+    let mut seen = 0.0;
+    for _ in 0..100 {
+        let report = ok(fault_report_js(gateway(), faults_secret())).await;
+        let by_client = get(&get(&report, "counts"), "watchStreamsByClient");
+        seen = get(&by_client, &client.client_id()).as_f64().unwrap_or(0.0);
+        if seen == want {
+            break;
+        }
+        sleep(200).await;
+    }
+    seen
+}
+
+/// The other device writes one event to each of `ids`; every one's view shows it, live.
+async fn changes_arrive(client_logs: &[(String, JsValue)], other: &SyncClient, which: &[usize]) {
+    for &i in which {
+        let (id, _) = &client_logs[i];
+        let event = object(&[("type", 1.into()), ("data", json(r#"{"n":1}"#))]);
+        ok(other.append(aggregate(SHARED_TYPE, id), Array::of1(&event).into())).await;
+    }
+    flush_within(other, 20).await;
+    for &i in which {
+        let (id, log) = &client_logs[i];
+        let want = server_keys(SHARED_TYPE, id).await;
+        assert!(!want.is_empty());
+        until(15_000, &format!("aggregate {i}'s view"), || {
+            let last = get(log, "last");
+            !last.is_null() && view_keys(&last) == want
+        })
+        .await;
+    }
+}
+
+#[wasm_bindgen_test]
+async fn more_aggregates_than_a_stream_may_name_are_watched_over_several_streams() {
+    no_faults().await;
+    let client = open(&db_name("watch-many"), "{}").await;
+    let other = open(&db_name("watch-many-other"), "{}").await;
+    let handle = JsValue::from(client.clone());
+    let subscribe = |n: usize| -> Vec<(String, JsValue)> {
+        (0..n)
+            .map(|_| {
+                let id = uuid();
+                let log = record_views(&handle, &aggregate(SHARED_TYPE, &id));
+                (id, log)
+            })
+            .collect()
+    };
+    // 80 aggregates: refused in one stream of 80 at 1,000, 500, 250 and 125 per stream, and in
+    // two of 62 and 18 at 62; at 31 per stream, 3 streams of 31, 31 and 18 are taken.
+    let mut logs = subscribe(80);
+    until(60_000, "every stream connected", || {
+        read_state(&client) == "connected"
+    })
+    .await;
+    assert_eq!(refused(&client), [], "everything fits in 3 streams of 31");
+    assert_eq!(streams_of(&client, 3.0).await, 3.0, "one device, 3 streams");
+    // Changes to aggregates of the first, middle and last shards all arrive live.
+    changes_arrive(&logs, &other, &[0, 40, 79]).await;
+
+    // 20 more: 100 > 3 × 31, so 7 fit in no stream and are reported with code 40020.
+    logs.extend(subscribe(20));
+    until(30_000, "the unwatched reported", || {
+        refused(&client).len() == 7
+    })
+    .await;
+    assert!(
+        refused(&client).iter().all(|(_, code)| *code == 40020.0),
+        "{:?}",
+        refused(&client)
+    );
+    let unwatched: Vec<String> = refused(&client).into_iter().map(|(id, _)| id).collect();
+    // Unwatching 10 makes room: the 7 move into streams and their changes arrive live.
+    for (_, log) in logs.drain(..10) {
+        call(&log, "unsubscribe");
+    }
+    until(30_000, "room for the unwatched", || {
+        refused(&client).is_empty() && read_state(&client) == "connected"
+    })
+    .await;
+    let moved: Vec<usize> = logs
+        .iter()
+        .enumerate()
+        .filter(|(_, (id, _))| unwatched.contains(id))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(moved.len(), 7);
+    changes_arrive(&logs, &other, &moved).await;
+    assert_eq!(streams_of(&client, 3.0).await, 3.0, "still 3 streams");
+
+    for (_, log) in &logs {
+        call(log, "unsubscribe");
+    }
+    until(15_000, "nothing watched", || read_state(&client) == "idle").await;
+    ok(client.close()).await;
+    ok(other.close()).await;
+}
