@@ -1,8 +1,9 @@
 //! More aggregates watched than one change stream may name, against the real gateway. The test
 //! gateway caps a stream at 50 aggregates (`--watch-max-aggregates 50` in
 //! scripts/browser-tests.sh; 1,000 by default), below the client's 1,000 per stream: the
-//! client's first stream is refused (400, 40020), so it halves what a stream names until the
-//! gateway takes it (1,000 → … → 31) and splits the watched set over its 3 streams. Changes to
+//! client's first streams are refused (413 for a body past the gateway's bound, then 400,
+//! 40020), so it halves what a stream names until the gateway takes it (1,000 → … → 31) and
+//! splits the watched set over its 3 streams. Changes to
 //! aggregates of every stream reach their views live; what fits in no stream is reported in
 //! `status().read.refused` with code 40020, and watched live again once a stream has room.
 #![cfg(target_arch = "wasm32")]
@@ -112,22 +113,13 @@ async fn more_aggregates_than_a_stream_may_name_are_watched_over_several_streams
             })
             .collect()
     };
-    // 80 aggregates: refused in one stream of 80 at 1,000, 500, 250 and 125 per stream, and in
-    // two of 62 and 18 at 62; at 31 per stream, 3 streams of 31, 31 and 18 are taken.
-    let mut logs = subscribe(80);
+    // 130 aggregates at once: one stream of 130 is refused 413 (its body, 93 bytes an
+    // aggregate, is past the gateway's 200 × 50 + 1,024 bytes) at 1,000, 500 and 250 per
+    // stream; at 125 the stream of 125 is refused 413 too; at 62 the streams of 62 are refused
+    // 40020; at 31, 3 streams of 31 are taken and 37 fit in none.
+    let mut logs = subscribe(130);
     until(60_000, "every stream connected", || {
-        read_state(&client) == "connected"
-    })
-    .await;
-    assert_eq!(refused(&client), [], "everything fits in 3 streams of 31");
-    assert_eq!(streams_of(&client, 3.0).await, 3.0, "one device, 3 streams");
-    // Changes to aggregates of the first, middle and last shards all arrive live.
-    changes_arrive(&logs, &other, &[0, 40, 79]).await;
-
-    // 20 more: 100 > 3 × 31, so 7 fit in no stream and are reported with code 40020.
-    logs.extend(subscribe(20));
-    until(30_000, "the unwatched reported", || {
-        refused(&client).len() == 7
+        read_state(&client) == "connected" && refused(&client).len() == 37
     })
     .await;
     assert!(
@@ -135,11 +127,34 @@ async fn more_aggregates_than_a_stream_may_name_are_watched_over_several_streams
         "{:?}",
         refused(&client)
     );
+    assert_eq!(streams_of(&client, 3.0).await, 3.0, "one device, 3 streams");
     let unwatched: Vec<String> = refused(&client).into_iter().map(|(id, _)| id).collect();
-    // Unwatching 10 makes room: the 7 move into streams and their changes arrive live.
-    for (_, log) in logs.drain(..10) {
-        call(&log, "unsubscribe");
+    let watched: Vec<usize> = (0..logs.len())
+        .filter(|i| !unwatched.contains(&logs[*i].0))
+        .collect();
+    // Changes to aggregates of the first, middle and last watched ones arrive live.
+    changes_arrive(
+        &logs,
+        &other,
+        &[
+            watched[0],
+            watched[watched.len() / 2],
+            watched[watched.len() - 1],
+        ],
+    )
+    .await;
+
+    // Unwatching 40 of the watched ones makes room: the 37 move into streams and their
+    // changes arrive live.
+    let dropped: Vec<usize> = watched.iter().copied().take(40).collect();
+    for &i in &dropped {
+        call(&logs[i].1, "unsubscribe");
     }
+    let mut i = 0;
+    logs.retain(|_| {
+        i += 1;
+        !dropped.contains(&(i - 1))
+    });
     until(30_000, "room for the unwatched", || {
         refused(&client).is_empty() && read_state(&client) == "connected"
     })
@@ -150,7 +165,7 @@ async fn more_aggregates_than_a_stream_may_name_are_watched_over_several_streams
         .filter(|(_, (id, _))| unwatched.contains(id))
         .map(|(i, _)| i)
         .collect();
-    assert_eq!(moved.len(), 7);
+    assert_eq!(moved.len(), 37);
     changes_arrive(&logs, &other, &moved).await;
     assert_eq!(streams_of(&client, 3.0).await, 3.0, "still 3 streams");
 

@@ -400,8 +400,11 @@ impl ReaderRuntime {
                     if status == 401 {
                         reader.sessions.refused(&streamed_under);
                     }
-                    let too_large =
-                        status == 400 && refusal_code(&why) == Some(WATCH_TOO_MANY_AGGREGATES);
+                    // Too many aggregates for this gateway: 40020, or 413 when the body alone
+                    // is past its bound (200 bytes per aggregate it allows, plus 1 KiB; a
+                    // stream of more than about twice its cap is refused that way first).
+                    let too_large = status == 413
+                        || (status == 400 && refusal_code(&why) == Some(WATCH_TOO_MANY_AGGREGATES));
                     let input = if too_large {
                         Input::StreamTooLarge(id)
                     } else {

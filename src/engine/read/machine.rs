@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
 use super::super::sorted::{SortedMap, SortedSet};
+use super::catch_up::CatchUps;
 pub use super::streams::StreamId;
 use super::streams::{Limits, Phase, Streams};
 
@@ -108,8 +109,9 @@ pub enum Input {
     Stream(StreamId, Note),
     /// A stream ended (failed, closed, or silent for too long).
     StreamEnded(StreamId),
-    /// The gateway refused a stream as naming too many aggregates (400, 40020: its
-    /// `--watch-max-aggregates` is below what this device puts in one stream).
+    /// The gateway refused a stream as naming too many aggregates (400, 40020, or 413 for a
+    /// body past its bound: its `--watch-max-aggregates` is below what this device puts in one
+    /// stream).
     StreamTooLarge(StreamId),
     /// [`Action::FetchPage`] ended.
     Page {
@@ -181,7 +183,7 @@ pub struct Reader {
     watched: SortedMap<AggregateRef, u32>,
     streams: Streams,
     /// Aggregates to catch up, in order; at most one page is read at a time.
-    queue: VecDeque<AggregateRef>,
+    queue: CatchUps,
     fetching: Option<AggregateRef>,
     /// Catch-ups that failed, to try again when the stream is back (and after a backoff).
     failed: Vec<AggregateRef>,
@@ -206,7 +208,7 @@ impl Reader {
             backoff,
             watched: SortedMap::new(),
             streams: Streams::new(limits),
-            queue: VecDeque::new(),
+            queue: CatchUps::default(),
             fetching: None,
             failed: Vec::new(),
             page_failures: 0,
@@ -234,6 +236,12 @@ impl Reader {
             .iter()
             .map(|s| (s.id, s.members.iter().copied().collect()))
             .collect()
+    }
+
+    /// What one stream names at most now: the limit given, halved each time the gateway
+    /// refused a stream as too large.
+    pub fn per_stream(&self) -> usize {
+        self.streams.per_stream()
     }
 
     /// The watched aggregates that fit in no stream.
@@ -301,9 +309,13 @@ impl Reader {
             }
             Input::StreamTooLarge(id) => {
                 if self.streams.by_id(id).is_some() {
-                    let open: Vec<StreamId> = self.streams.shards.iter().map(|s| s.id).collect();
+                    // Open (or opening) streams but the refused one, which ended.
+                    let open: Vec<StreamId> = (self.streams.shards.iter())
+                        .filter(|s| s.id != id && matches!(s.phase, Phase::Opening | Phase::Up))
+                        .map(|s| s.id)
+                        .collect();
                     if self.streams.shrink() {
-                        for id in open.into_iter().filter(|id| *id != 0) {
+                        for id in open {
                             self.emit(Action::CloseStream(id));
                         }
                         for shard in &mut self.streams.shards {
@@ -329,7 +341,6 @@ impl Reader {
                 match end {
                     PageEnd::Stored { more: true } => {
                         // Read on first; the pages to come cover a queued catch-up of it too.
-                        self.queue.retain(|a| *a != aggregate);
                         self.queue.push_front(aggregate);
                     }
                     PageEnd::Stored { more: false } => {
@@ -415,12 +426,13 @@ impl Reader {
             .shards
             .iter()
             .filter_map(|s| match s.phase {
-                Phase::Down { retry_at } if retry_at > now_ms => Some(retry_at),
+                Phase::Down { retry_at } if retry_at != 0 => Some(retry_at),
                 _ => None,
             })
             .min();
+        // A shard already due (its timer late, or replaced by this wait) is reopened at once.
         if let Some(at) = next {
-            self.emit(Action::Wait(at - now_ms));
+            self.emit(Action::Wait(at.saturating_sub(now_ms)));
         }
     }
 
@@ -491,7 +503,6 @@ impl Reader {
                 // Probed before its next page, even if a page of it is in flight now.
                 if shard.members.contains(&aggregate) {
                     self.probe_due.insert(aggregate);
-                    self.queue.retain(|a| *a != aggregate);
                     self.queue.push_front(aggregate);
                 }
             }
@@ -515,9 +526,7 @@ impl Reader {
 
     /// Queues a catch-up (once: a queued aggregate is read up to the tip anyway).
     fn enqueue(&mut self, aggregate: AggregateRef) {
-        if !self.queue.contains(&aggregate) {
-            self.queue.push_back(aggregate);
-        }
+        self.queue.push_back(aggregate);
     }
 
     /// Starts the next page, one at a time.

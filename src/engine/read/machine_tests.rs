@@ -567,7 +567,10 @@ fn a_stream_refused_as_too_large_is_split_in_halves() {
         .into_iter()
         .filter(|a| !matches!(a, Action::Unwatched(_)))
         .collect();
-    assert_eq!(actions[0], Action::CloseStream(id));
+    assert!(
+        !actions.contains(&Action::CloseStream(id)),
+        "the refused stream ended: nothing to close"
+    );
     let opened: Vec<Vec<AggregateRef>> = actions
         .iter()
         .filter_map(|a| match a {

@@ -1,5 +1,6 @@
 //! The read side: what the server confirmed, kept in a local log and watched live.
 //!
+//! * `catch_up`: the catch-ups waiting for their page, each aggregate once;
 //! * [`fold`]: a projection's cache rule — what of a new view must be folded again;
 //! * [`log`]: the local log's storage interface ([`log::LocalLog`]) and its rules, with an
 //!   in-memory implementation ([`memory_log`]) and a conformance suite ([`log_conformance`])
@@ -13,6 +14,7 @@
 //! * [`subscriptions`]: the subscriptions of every context of the device, merged;
 //! * [`view`]: how the confirmed log and this device's pending events converge into one view.
 
+mod catch_up;
 pub mod fold;
 pub mod log;
 #[doc(hidden)]

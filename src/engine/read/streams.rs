@@ -94,9 +94,12 @@ impl Streams {
         self.last_id
     }
 
-    /// The shard whose current stream is `id`.
+    /// The shard whose current stream is `id`, while that stream is opening or open (what a
+    /// stream says after it ended is not its shard's business any more).
     pub(crate) fn by_id(&mut self, id: StreamId) -> Option<&mut Shard> {
-        self.shards.iter_mut().find(|s| s.id == id && id != 0)
+        self.shards
+            .iter_mut()
+            .find(|s| s.id == id && id != 0 && matches!(s.phase, Phase::Opening | Phase::Up))
     }
 
     /// Places a newly watched aggregate: the index of the shard it joined, or `None` when every
@@ -191,5 +194,10 @@ impl Streams {
         }
         self.shards.retain(|s| !s.members.is_empty());
         true
+    }
+
+    /// What one stream names at most now (halved by each [`Self::shrink`]).
+    pub(crate) fn per_stream(&self) -> usize {
+        self.limits.per_stream
     }
 }
