@@ -245,8 +245,14 @@ impl ReaderRuntime {
                 *self.unwatched.borrow_mut() = list;
                 self.publish_refused();
             }
-            Action::FetchPage(aggregate) | Action::Probe(aggregate) => {
+            Action::FetchPage(aggregate)
+            | Action::Probe(aggregate)
+            | Action::FetchPageUnlessAt(aggregate, _) => {
                 let probe = matches!(action, Action::Probe(_));
+                let tip = match action {
+                    Action::FetchPageUnlessAt(_, tip) => Some(tip),
+                    _ => None,
+                };
                 let this = self.clone();
                 super::env::spawn(async move {
                     // One deadline over the whole page (a session opening included), so a
@@ -254,7 +260,7 @@ impl ReaderRuntime {
                     let mut end = None;
                     let deadline = this.config.timeout_ms.saturating_mul(3);
                     first(
-                        async { end = Some(this.fetch_page(aggregate, probe).await) },
+                        async { end = Some(this.fetch_page(aggregate, probe, tip).await) },
                         TimeoutFuture::new(deadline),
                     )
                     .await;
@@ -361,6 +367,7 @@ impl ReaderRuntime {
                 return;
             }
             let parser = Rc::new(RefCell::new(Parser::default()));
+            let named = aggregates;
             let (on_chunk, on_end): (Weak<Self>, Weak<Self>) =
                 (Rc::downgrade(&this), Rc::downgrade(&this));
             let streamed_under = token.clone();
@@ -378,12 +385,16 @@ impl ReaderRuntime {
                         Err(_) => return false,
                     };
                     for event in events {
-                        // `ready` lists what the gateway refused to watch: reported as is.
+                        // `ready` lists what the gateway refused to watch: reported as is; and
+                        // may give each aggregate's version (fed before the `ready` itself).
                         if event.name == "ready" && reader.wanted(id) {
                             let data = JSON::parse(&event.data).unwrap_or(JsValue::NULL);
                             let refused = refused_from_js(&js::get(&data, "refused"));
                             reader.refused.borrow_mut().insert(id, refused);
                             reader.publish_refused();
+                            if let Some(tips) = tips_from_js(&js::get(&data, "tips"), &named) {
+                                reader.later_if(id, Input::Tips(id, tips));
+                            }
                         }
                         match note(&event) {
                             Ok(Some(n)) => reader.later_if(id, Input::Stream(id, n)),
@@ -440,13 +451,18 @@ impl ReaderRuntime {
 
     /// Reads the aggregate's next page and stores it with its cursor (compare-and-set on the
     /// cursor read before the request); with `probe`, asks only what is left of it after a
-    /// `reset`: its first version (a 410 gives the minimum) and its tip.
-    async fn fetch_page(&self, aggregate: AggregateRef, probe: bool) -> PageEnd {
+    /// `reset`: its first version (a 410 gives the minimum) and its tip; with `tip`, asks
+    /// nothing when the cursor is at it ([`page::at_tip`]).
+    async fn fetch_page(&self, aggregate: AggregateRef, probe: bool, tip: Option<u64>) -> PageEnd {
         let failed = |message: String| PageEnd::Failed { message };
         let cursor = match self.outbox.cursor(aggregate).await {
             Ok(cursor) => cursor,
             Err(e) => return failed(e.to_string()),
         };
+        // At the tip a `ready` gave, with no change notified since: nothing to read.
+        if let Some(end) = tip.and_then(|tip| page::at_tip(cursor, tip)) {
+            return end;
+        }
         if self.config.network.is_off() {
             return failed(SWITCHED_OFF.into());
         }
@@ -533,4 +549,28 @@ fn refusal_code(why: &str) -> Option<u32> {
     let body = why.split_once(": ")?.1;
     let parsed = JSON::parse(body).ok()?;
     js::get_u64(&parsed, "code").and_then(|c| u32::try_from(c).ok())
+}
+
+/// `ready`'s `tips`, paired with the aggregates the stream named (in that order): `None` unless
+/// it is a list of exactly one entry per aggregate; a `null` or non-integer entry is left out
+/// (that aggregate is read as without tips).
+fn tips_from_js(list: &JsValue, named: &[AggregateRef]) -> Option<Vec<(AggregateRef, u64)>> {
+    if !Array::is_array(list) {
+        return None;
+    }
+    let list = Array::from(list);
+    if list.length() as usize != named.len() {
+        return None;
+    }
+    Some(
+        named
+            .iter()
+            .zip(list.iter())
+            .filter_map(|(a, v)| {
+                let v = v.as_f64()?;
+                (v.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&v))
+                    .then_some((*a, v as u64))
+            })
+            .collect(),
+    )
 }

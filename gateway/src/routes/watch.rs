@@ -113,6 +113,41 @@ pub async fn watch(State(state): State<AppState>, request: Request) -> Response 
     }
 }
 
+/// `ready`'s `tips`: each aggregate's version now, one per entry of the request's list in its
+/// order (a duplicate gets the same, a refused one `null`); `None` when the store cannot tell
+/// cheaply (the Celeriant backend) or the read failed (the client then catches every aggregate
+/// up, as without tips).
+async fn tips(
+    state: &AppState,
+    named: &[AggregateRef],
+    watched: &HashSet<AggregateRef>,
+) -> Option<serde_json::Value> {
+    let keys: Vec<AggregateRef> = watched.iter().copied().collect();
+    let org = state.config.org_id;
+    let versions = match state
+        .backend
+        .tips(
+            keys.iter()
+                .map(|&aggregate| AggregateKey { org, aggregate })
+                .collect(),
+        )
+        .await
+    {
+        Ok(versions) => versions?,
+        Err(e) => {
+            tracing::warn!(error = %e, "watch: the tips could not be read; ready goes without");
+            return None;
+        }
+    };
+    let by: std::collections::HashMap<AggregateRef, u64> = keys.into_iter().zip(versions).collect();
+    Some(serde_json::Value::Array(
+        named
+            .iter()
+            .map(|a| by.get(a).map_or(serde_json::Value::Null, |v| json!(v)))
+            .collect(),
+    ))
+}
+
 fn parse_aggregate(value: &str) -> Result<AggregateRef, ApiError> {
     let bad = || {
         ApiError::code(
@@ -154,7 +189,8 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
             })
             .collect::<Result<_, _>>()?
     };
-    let mut aggregates: HashSet<AggregateRef> = aggregates.into_iter().collect();
+    let named = aggregates;
+    let mut aggregates: HashSet<AggregateRef> = named.iter().copied().collect();
     for aggregate in &aggregates {
         session.check_type(aggregate.type_id)?;
     }
@@ -182,14 +218,19 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     let established = session
         .client_id
         .is_some_and(|c| state.auth.established.contains(&c));
+    let watched = aggregates.clone();
     let registration = state
         .watch
         .register(session.client_id, established, peer, aggregates)?;
-    let ready = if refused.is_empty() {
+    let mut ready = if refused.is_empty() {
         json!({})
     } else {
         json!({ "refused": refused })
     };
+    // Read after the registration: a change is then either below a tip or notified.
+    if let Some(tips) = tips(state, &named, &watched).await {
+        ready["tips"] = tips;
+    }
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);
     let mut lifetime = state.config.watch.max_lifetime(registration.slot.id);

@@ -22,158 +22,9 @@ use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
 use super::super::sorted::{SortedMap, SortedSet};
 use super::catch_up::CatchUps;
+pub use super::inputs::{Action, Input, Note, PageEnd, ReadState};
 pub use super::streams::StreamId;
 use super::streams::{Limits, Phase, Streams};
-
-/// The read side's state, as `status().read` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadState {
-    /// Nothing is watched.
-    Idle,
-    /// The stream is being opened (or reopened after a failure).
-    Connecting,
-    /// The stream is open and every watched aggregate is caught up.
-    Connected,
-    /// Pages are being read into the local log.
-    CatchingUp,
-    /// The platform reports no network: views answer from the local log.
-    Offline,
-}
-
-impl ReadState {
-    /// The state's name as the JS API spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReadState::Idle => "idle",
-            ReadState::Connecting => "connecting",
-            ReadState::Connected => "connected",
-            ReadState::CatchingUp => "catchingUp",
-            ReadState::Offline => "offline",
-        }
-    }
-}
-
-/// What the change stream said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Note {
-    /// Subscribed: everything from now on will be notified.
-    Ready,
-    /// The aggregate reached `version`.
-    Changed {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// Its version now.
-        version: u64,
-    },
-    /// The aggregate was trimmed or deleted: read it again from scratch.
-    Reset {
-        /// The aggregate.
-        aggregate: AggregateRef,
-    },
-    /// The gateway dropped or lagged: catch up everything.
-    Resync,
-}
-
-/// How reading one page ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PageEnd {
-    /// Stored; `more`: the next page exists.
-    Stored {
-        /// Whether to read on.
-        more: bool,
-    },
-    /// The versions asked for were trimmed; the server still has them from `min_version`.
-    Trimmed {
-        /// The lowest version still available.
-        min_version: u64,
-    },
-    /// The aggregate is gone on the server (deleted, or recreated below the local cursor).
-    Gone,
-    /// Not read (network, timeout, a refusal); try again later.
-    Failed {
-        /// Why.
-        message: String,
-    },
-}
-
-/// What happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Input {
-    /// One more subscriber (any context of the device) wants the aggregate watched.
-    Subscribe(AggregateRef),
-    /// One subscriber less.
-    Unsubscribe(AggregateRef),
-    /// Catch this aggregate up now (a `read`, or a batch of it just landed).
-    CatchUp(AggregateRef),
-    /// A stream said something.
-    Stream(StreamId, Note),
-    /// A stream ended (failed, closed, or silent for too long).
-    StreamEnded(StreamId),
-    /// The gateway refused a stream as naming too many aggregates (400, 40020, or 413 for a
-    /// body past its bound: its `--watch-max-aggregates` is below what this device puts in one
-    /// stream).
-    StreamTooLarge(StreamId),
-    /// [`Action::FetchPage`] ended.
-    Page {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// How.
-        end: PageEnd,
-    },
-    /// [`Action::ResetLog`] is done.
-    LogReset(AggregateRef),
-    /// The current [`Action::Wait`] ran out.
-    TimerFired,
-    /// The network is back (or the wait was cut short).
-    Woken,
-    /// The platform's view of the network changed.
-    Online(bool),
-}
-
-/// What the executor does next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Open a change stream for these aggregates.
-    OpenStream {
-        /// What its inputs will carry.
-        id: StreamId,
-        /// What it watches.
-        aggregates: Vec<AggregateRef>,
-    },
-    /// Close this change stream (its shard's new one, if any, is opened by the next action).
-    CloseStream(StreamId),
-    /// These watched aggregates fit in no stream (reported with code 40020); the list replaces
-    /// the previous one.
-    Unwatched(Vec<AggregateRef>),
-    /// Read the aggregate's next page (from its local cursor) and store it with the cursor.
-    FetchPage(AggregateRef),
-    /// Ask the server what is left of the aggregate after a `reset` (its first version: a 410
-    /// says the minimum; a tip below the cursor says it is gone); answered as a [`PageEnd`].
-    Probe(AggregateRef),
-    /// Drop the aggregate's local log below `min_version` (all of it when `gone`); the cursor
-    /// moves up to just below `min_version` if it was lower.
-    ResetLog {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// The lowest version the server still has.
-        min_version: u64,
-        /// Deleted: nothing is kept, the cursor restarts at 0.
-        gone: bool,
-    },
-    /// Catch the aggregate up again after `ms` (its last page failed).
-    RetryLater {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// How long to wait.
-        ms: u64,
-    },
-    /// Wait (replacing any current wait), cut short by the network coming back.
-    Wait(u64),
-    /// The read side's state changed.
-    Report(ReadState),
-    /// The aggregate's catch-up ended: `true` when it reached the server's tip as known.
-    CaughtUp(AggregateRef, bool),
-}
 
 /// The read-side state machine of the draining context.
 #[derive(Debug)]
@@ -191,6 +42,9 @@ pub struct Reader {
     page_failures: u32,
     /// Aggregates the stream said were reset: probed before their next page.
     probe_due: SortedSet<AggregateRef>,
+    /// Tips from a `ready`, until the aggregate's next page uses one or anything since says
+    /// it may have moved (a change, a reset, a resync, the stream ending, a catch-up asked).
+    tips: SortedMap<AggregateRef, u64>,
     online: bool,
     state: ReadState,
     actions: VecDeque<Action>,
@@ -213,6 +67,7 @@ impl Reader {
             failed: Vec::new(),
             page_failures: 0,
             probe_due: SortedSet::new(),
+            tips: SortedMap::new(),
             online: true,
             state: ReadState::Idle,
             actions: VecDeque::new(),
@@ -275,6 +130,7 @@ impl Reader {
                     *count -= 1;
                     if *count == 0 {
                         self.watched.remove(&aggregate);
+                        self.tips.remove(&aggregate);
                         let mut changed: Vec<usize> =
                             self.streams.remove(&aggregate).into_iter().collect();
                         for shard in self.streams.promote() {
@@ -289,9 +145,31 @@ impl Reader {
                     }
                 }
             }
-            Input::CatchUp(aggregate) => self.enqueue(aggregate),
+            Input::CatchUp(aggregate) => {
+                // Asked now (a `read`, a landed batch): a tip from before says nothing.
+                self.tips.remove(&aggregate);
+                self.enqueue(aggregate);
+            }
             Input::Stream(id, note) => self.note(id, note),
+            Input::Tips(id, tips) => {
+                if let Some(shard) = self.streams.by_id(id)
+                    && shard.phase == Phase::Opening
+                {
+                    let kept: Vec<(AggregateRef, u64)> = tips
+                        .into_iter()
+                        .filter(|(a, _)| shard.members.contains(a))
+                        .collect();
+                    for (aggregate, tip) in kept {
+                        self.tips.insert(aggregate, tip);
+                    }
+                }
+            }
             Input::StreamEnded(id) => {
+                if let Some(shard) = self.streams.by_id(id) {
+                    for a in shard.members.iter() {
+                        self.tips.remove(a);
+                    }
+                }
                 let wait = match self.streams.by_id(id) {
                     Some(shard) if matches!(shard.phase, Phase::Opening | Phase::Up) => {
                         let wait = self.backoff.delay_ms(shard.attempt, random, None).max(250);
@@ -496,12 +374,14 @@ impl Reader {
             }
             Note::Changed { aggregate, .. } => {
                 if shard.members.contains(&aggregate) {
+                    self.tips.remove(&aggregate);
                     self.enqueue(aggregate);
                 }
             }
             Note::Reset { aggregate } => {
                 // Probed before its next page, even if a page of it is in flight now.
                 if shard.members.contains(&aggregate) {
+                    self.tips.remove(&aggregate);
                     self.probe_due.insert(aggregate);
                     self.queue.push_front(aggregate);
                 }
@@ -509,6 +389,7 @@ impl Reader {
             Note::Resync => {
                 let members: Vec<AggregateRef> = shard.members.iter().copied().collect();
                 for aggregate in members {
+                    self.tips.remove(&aggregate);
                     self.enqueue(aggregate);
                 }
                 self.catch_up_unwatched();
@@ -536,8 +417,11 @@ impl Reader {
         }
         if let Some(aggregate) = self.queue.pop_front() {
             self.fetching = Some(aggregate);
+            let tip = self.tips.remove(&aggregate);
             if self.probe_due.remove(&aggregate) {
                 self.emit(Action::Probe(aggregate));
+            } else if let Some(tip) = tip {
+                self.emit(Action::FetchPageUnlessAt(aggregate, tip));
             } else {
                 self.emit(Action::FetchPage(aggregate));
             }

@@ -593,3 +593,74 @@ fn a_stream_refused_as_too_large_is_split_in_halves() {
     r.handle(Input::StreamTooLarge(id), T, 0.5);
     assert!(matches!(doing(&mut r)[..], [Action::Wait(_)]));
 }
+
+#[test]
+fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
+    let mut r = small(10, 1);
+    for n in 1..=3 {
+        r.handle(Input::Subscribe(agg(n)), T, 0.5);
+    }
+    read_all(&mut r);
+    let id = r.streams()[0].0;
+    // A tip of an aggregate of another shard (or none) is not kept.
+    r.handle(
+        Input::Tips(id, vec![(agg(1), 4), (agg(2), 0), (agg(9), 1)]),
+        T,
+        0.5,
+    );
+    r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    let first = doing(&mut r);
+    assert_eq!(first, [Action::FetchPageUnlessAt(agg(1), 4)], "{first:?}");
+    // agg 2 changes before its turn: its tip says nothing any more.
+    r.handle(
+        Input::Stream(
+            id,
+            Note::Changed {
+                aggregate: agg(2),
+                version: 1,
+            },
+        ),
+        T,
+        0.5,
+    );
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::CaughtUp(agg(1), true), Action::FetchPage(agg(2))]
+    );
+    r.handle(
+        Input::Page {
+            aggregate: agg(2),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::CaughtUp(agg(2), true), Action::FetchPage(agg(3))],
+        "no tip for agg 3"
+    );
+    // Tips of a stream that is already up (a late duplicate) are not taken.
+    r.handle(Input::Tips(id, vec![(agg(3), 7)]), T, 0.5);
+    r.handle(Input::CatchUp(agg(1)), T, 0.5);
+    r.handle(
+        Input::Page {
+            aggregate: agg(3),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    assert_eq!(
+        doing(&mut r),
+        [Action::CaughtUp(agg(3), true), Action::FetchPage(agg(1))]
+    );
+}

@@ -2,6 +2,7 @@
 //!
 //! * `catch_up`: the catch-ups waiting for their page, each aggregate once;
 //! * [`fold`]: a projection's cache rule — what of a new view must be folded again;
+//! * [`inputs`]: what the read machine takes and yields;
 //! * [`log`]: the local log's storage interface ([`log::LocalLog`]) and its rules, with an
 //!   in-memory implementation ([`memory_log`]) and a conformance suite ([`log_conformance`])
 //!   that the IndexedDB log in `browser/idb/log.rs` must pass too;
@@ -16,6 +17,7 @@
 
 mod catch_up;
 pub mod fold;
+pub mod inputs;
 pub mod log;
 #[doc(hidden)]
 pub mod log_conformance;

@@ -21,7 +21,7 @@ use redb::ReadTransaction;
 use super::record::{Corrupt, HEADER, open_batch, open_trim};
 use super::tables::{BATCHES, BatchKey, TRIMS, agg_key};
 use super::{StoreFailure, storage_failure};
-use crate::backend::{JsonPage, ReadPage, ReadQuery};
+use crate::backend::{AggregateKey, JsonPage, ReadPage, ReadQuery};
 
 /// Why a read failed.
 pub enum ReadError {
@@ -73,6 +73,15 @@ pub fn bounds(txn: &ReadTransaction, key: super::tables::AggKey) -> Result<(u64,
         .transpose()?
         .map(|(k, _)| k.value().3);
     Ok((last.unwrap_or(0).max(min - 1), min))
+}
+
+/// Each aggregate's tip ([`bounds`]), in one read transaction: what a page of it read now
+/// would say (for a change stream's `ready`).
+pub fn tips(db: &Database, keys: &[AggregateKey]) -> Result<Vec<u64>, ReadError> {
+    let txn = db.begin_read()?;
+    keys.iter()
+        .map(|key| bounds(&txn, agg_key(key)).map(|(tip, _)| tip))
+        .collect()
 }
 
 /// Visits the records of `query`'s range in order until `take` says stop (returning the version
