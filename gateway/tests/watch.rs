@@ -116,8 +116,9 @@ fn ready_carries_each_aggregate_s_version_in_the_order_named() {
     assert_eq!(ready.event, "ready");
     assert_eq!(
         ready.data,
-        json!({"tips": [0, 2, 0]}),
-        "A2 does not exist; A1 is at 2; a duplicate gets the same"
+        json!({"tips": [null, 2, null]}),
+        "A1 is at 2; A2 does not exist yet, so nobody owns it and (the default policy being \
+         owner) it may be watched but not read: no version; a duplicate gets the same"
     );
     // A change after `ready` is notified, above the tip it gave.
     write(&gw.base, &token, &a, A1, 3);

@@ -316,9 +316,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Each aggregate's version now (0: none, or deleted), as a page's `tip` would say, for a
     /// change stream's `ready` (`crate::routes::watch`): a client whose cursor is at an
-    /// aggregate's tip then reads nothing of it. `None` when the store cannot tell cheaply
-    /// (the client then catches every aggregate up, as without tips).
-    async fn tips(&self, _keys: Vec<AggregateKey>) -> Result<Option<Vec<u64>>, BackendError> {
+    /// aggregate's tip then reads nothing of it. An entry is `None` when that aggregate's
+    /// version could not be read (a damaged record); the whole is `None` when the store cannot
+    /// tell cheaply (the client then catches every aggregate up, as without tips).
+    async fn tips(
+        &self,
+        _keys: Vec<AggregateKey>,
+    ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
         Ok(None)
     }
 

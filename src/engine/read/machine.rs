@@ -42,9 +42,10 @@ pub struct Reader {
     page_failures: u32,
     /// Aggregates the stream said were reset: probed before their next page.
     probe_due: SortedSet<AggregateRef>,
-    /// Tips from a `ready`, until the aggregate's next page uses one or anything since says
-    /// it may have moved (a change, a reset, a resync, the stream ending, a catch-up asked).
-    tips: SortedMap<AggregateRef, u64>,
+    /// Tips from a `ready`, with the stream that gave them, until the aggregate's next page
+    /// uses one or anything since says it may have moved (a change, a reset, a resync, the
+    /// stream ending, a catch-up asked); used only while that stream is still the aggregate's.
+    tips: SortedMap<AggregateRef, (StreamId, u64)>,
     online: bool,
     state: ReadState,
     actions: VecDeque<Action>,
@@ -160,7 +161,7 @@ impl Reader {
                         .filter(|(a, _)| shard.members.contains(a))
                         .collect();
                     for (aggregate, tip) in kept {
-                        self.tips.insert(aggregate, tip);
+                        self.tips.insert(aggregate, (id, tip));
                     }
                 }
             }
@@ -417,7 +418,14 @@ impl Reader {
         }
         if let Some(aggregate) = self.queue.pop_front() {
             self.fetching = Some(aggregate);
-            let tip = self.tips.remove(&aggregate);
+            // Only while the stream that gave it is still the aggregate's current one: a tip
+            // of a replaced or ended stream (or of a shard the aggregate left) says nothing
+            // of what happened between that stream's end and the next one's registration.
+            let tip = self
+                .tips
+                .remove(&aggregate)
+                .filter(|(id, _)| self.streams.covers(*id, &aggregate))
+                .map(|(_, tip)| tip);
             if self.probe_due.remove(&aggregate) {
                 self.emit(Action::Probe(aggregate));
             } else if let Some(tip) = tip {

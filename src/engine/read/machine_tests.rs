@@ -664,3 +664,209 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
         [Action::CaughtUp(agg(3), true), Action::FetchPage(agg(1))]
     );
 }
+
+#[test]
+fn a_tip_of_a_replaced_stream_is_not_used_after_the_next_ready() {
+    let mut r = small(10, 1);
+    for n in 1..=3 {
+        r.handle(Input::Subscribe(agg(n)), T, 0.5);
+    }
+    read_all(&mut r);
+    let s1 = cur(&r);
+    r.handle(
+        Input::Tips(s1, vec![(agg(1), 4), (agg(2), 4), (agg(3), 4)]),
+        T,
+        0.5,
+    );
+    r.handle(Input::Stream(s1, Note::Ready), T, 0.5);
+    assert_eq!(doing(&mut r), [Action::FetchPageUnlessAt(agg(1), 4)]);
+    // A new subscription replaces S1 by S2: agg 3 may move (unnotified) between S1's close
+    // and S2's registration.
+    r.handle(Input::Subscribe(agg(4)), T, 0.5);
+    doing(&mut r);
+    let s2 = cur(&r);
+    assert_ne!(s1, s2);
+    // S2's ready comes without tips (the gateway's tips read failed, or a null for agg 3).
+    r.handle(Input::Stream(s2, Note::Ready), T, 0.5);
+    let mut seen = doing(&mut r);
+    // agg 1's page (asked before S2) ends now.
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    for _ in 0..10 {
+        let acts = doing(&mut r);
+        let mut next = None;
+        for a in &acts {
+            seen.push(a.clone());
+            if let Action::FetchPage(x) | Action::FetchPageUnlessAt(x, _) = a {
+                next = Some(*x);
+            }
+        }
+        let Some(x) = next else { break };
+        r.handle(
+            Input::Page {
+                aggregate: x,
+                end: PageEnd::Stored { more: false },
+            },
+            T,
+            0.5,
+        );
+    }
+    assert!(
+        !seen.contains(&Action::FetchPageUnlessAt(agg(3), 4)),
+        "agg 3 is skipped on S1's tip after S2's ready: {seen:?}"
+    );
+}
+
+#[test]
+fn a_tip_of_an_aggregate_moved_out_of_its_shard_is_not_used() {
+    let mut r = small(2, 2);
+    for n in 1..=4 {
+        r.handle(Input::Subscribe(agg(n)), T, 0.5);
+    }
+    read_all(&mut r);
+    let streams = r.streams();
+    let (sa, ma) = streams[0].clone();
+    let (sb, _) = streams[1].clone();
+    let tips: Vec<_> = ma.iter().map(|a| (*a, 4)).collect();
+    r.handle(Input::Tips(sa, tips), T, 0.5);
+    r.handle(Input::Stream(sa, Note::Ready), T, 0.5);
+    let first = doing(&mut r);
+    r.handle(Input::StreamTooLarge(sb), T, 0.5);
+    doing(&mut r);
+    let mut seen = Vec::new();
+    // The in-flight page ends; the new streams become ready without tips.
+    for (id, _) in r.streams() {
+        r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    }
+    if let Some(Action::FetchPageUnlessAt(x, _)) = first.first() {
+        r.handle(
+            Input::Page {
+                aggregate: *x,
+                end: PageEnd::Stored { more: false },
+            },
+            T,
+            0.5,
+        );
+    }
+    for _ in 0..12 {
+        let acts = doing(&mut r);
+        let mut next = None;
+        for a in &acts {
+            seen.push(a.clone());
+            if let Action::FetchPage(x) | Action::FetchPageUnlessAt(x, _) = a {
+                next = Some(*x);
+            }
+        }
+        let Some(x) = next else { break };
+        r.handle(
+            Input::Page {
+                aggregate: x,
+                end: PageEnd::Stored { more: false },
+            },
+            T,
+            0.5,
+        );
+    }
+    assert!(
+        !seen
+            .iter()
+            .any(|a| matches!(a, Action::FetchPageUnlessAt(..))),
+        "{seen:?}"
+    );
+}
+
+/// Subscribes 1–3 in one shard of one stream, answers its `ready` with tip 4 for each, and
+/// returns the stream with agg 1's page (asked with its tip) in flight.
+fn tipped() -> (Reader, StreamId) {
+    let mut r = small(10, 1);
+    for n in 1..=3 {
+        r.handle(Input::Subscribe(agg(n)), T, 0.5);
+    }
+    read_all(&mut r);
+    let id = cur(&r);
+    r.handle(
+        Input::Tips(id, vec![(agg(1), 4), (agg(2), 4), (agg(3), 4)]),
+        T,
+        0.5,
+    );
+    r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    assert_eq!(doing(&mut r), [Action::FetchPageUnlessAt(agg(1), 4)]);
+    (r, id)
+}
+
+/// Ends agg 1's page, then reads every page asked for; the pages asked.
+fn pages_after(r: &mut Reader) -> Vec<Action> {
+    r.handle(
+        Input::Page {
+            aggregate: agg(1),
+            end: PageEnd::Stored { more: false },
+        },
+        T,
+        0.5,
+    );
+    let mut asked = Vec::new();
+    loop {
+        let next = doing(r).into_iter().find_map(|a| match a {
+            Action::FetchPage(x) | Action::FetchPageUnlessAt(x, _) => Some((a, x)),
+            _ => None,
+        });
+        let Some((action, aggregate)) = next else {
+            return asked;
+        };
+        asked.push(action);
+        r.handle(
+            Input::Page {
+                aggregate,
+                end: PageEnd::Stored { more: false },
+            },
+            T,
+            0.5,
+        );
+    }
+}
+
+#[test]
+fn a_read_asked_drops_the_aggregate_s_tip() {
+    let (mut r, _) = tipped();
+    r.handle(Input::CatchUp(agg(2)), T, 0.5);
+    assert_eq!(
+        pages_after(&mut r),
+        [
+            Action::FetchPage(agg(2)),
+            Action::FetchPageUnlessAt(agg(3), 4)
+        ]
+    );
+}
+
+#[test]
+fn a_resync_drops_every_tip_of_its_stream() {
+    let (mut r, id) = tipped();
+    r.handle(Input::Stream(id, Note::Resync), T, 0.5);
+    assert_eq!(
+        pages_after(&mut r),
+        [
+            Action::FetchPage(agg(2)),
+            Action::FetchPage(agg(3)),
+            Action::FetchPage(agg(1)),
+        ],
+        "agg 1 again too: its page in flight was asked before the resync"
+    );
+}
+
+#[test]
+fn a_stream_that_ended_drops_its_tips() {
+    let (mut r, id) = tipped();
+    r.handle(Input::StreamEnded(id), T, 0.5);
+    let asked = pages_after(&mut r);
+    assert!(
+        asked.iter().all(|a| matches!(a, Action::FetchPage(_))),
+        "{asked:?}"
+    );
+    assert_eq!(asked.len(), 2, "{asked:?}");
+}

@@ -102,6 +102,17 @@ impl Streams {
             .find(|s| s.id == id && id != 0 && matches!(s.phase, Phase::Opening | Phase::Up))
     }
 
+    /// Whether the stream `id` is the current, opening or open, stream of the shard holding
+    /// `aggregate`.
+    pub(crate) fn covers(&self, id: StreamId, aggregate: &AggregateRef) -> bool {
+        self.shards.iter().any(|s| {
+            s.id == id
+                && id != 0
+                && matches!(s.phase, Phase::Opening | Phase::Up)
+                && s.members.contains(aggregate)
+        })
+    }
+
     /// Places a newly watched aggregate: the index of the shard it joined, or `None` when every
     /// shard is full (it is unwatched then).
     pub(crate) fn add(&mut self, aggregate: AggregateRef) -> Option<usize> {

@@ -511,7 +511,10 @@ impl Backend for EmbeddedStore {
         .map_err(|e| BackendError::Unavailable(e.to_string()))?
     }
 
-    async fn tips(&self, keys: Vec<AggregateKey>) -> Result<Option<Vec<u64>>, BackendError> {
+    async fn tips(
+        &self,
+        keys: Vec<AggregateKey>,
+    ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
             let db = shared.db()?;
