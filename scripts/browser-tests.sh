@@ -89,6 +89,10 @@ fi
 AUTH_FLAGS=(--session-rate-per-minute 0)
 # The tests read back what landed through a reader session of their own: see the policy file.
 AUTH_FLAGS+=(--policy tests/browser/policy.toml)
+# A change stream names at most 50 aggregates here (the gateway's default is 1,000), so that
+# tests/browser_watch_many.rs can watch more than a stream's worth with a few dozen: the client
+# must split them over several streams (none of the other tests watches more than a few).
+AUTH_FLAGS+=(--watch-max-aggregates 50)
 # An operator credential made for this run, for the revocation test (tests/browser_share.rs).
 CELERIANT_TEST_OPERATOR_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf '%s' "$CELERIANT_TEST_OPERATOR_SECRET" >"$WORK/operator-secret"

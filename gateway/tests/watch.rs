@@ -98,6 +98,34 @@ fn ready_then_changed_two_streams_and_the_stream_count() {
 }
 
 #[test]
+fn ready_carries_each_aggregate_s_version_in_the_order_named() {
+    let dir = data_dir();
+    let gw = Process::start(dir.path(), &[]);
+    let a = Device::a();
+    let token = session(&gw.base, &a);
+    write(&gw.base, &token, &a, A1, 1);
+    write(&gw.base, &token, &a, A1, 2);
+    let mut s = sse::open(
+        &gw.addr,
+        "POST",
+        "/v1/watch",
+        Some(&token),
+        Some(&body(&[A2, A1, A2])),
+    );
+    let ready = s.expect(WAIT);
+    assert_eq!(ready.event, "ready");
+    assert_eq!(
+        ready.data,
+        json!({"tips": [null, 2, null]}),
+        "A1 is at 2; A2 does not exist yet, so nobody owns it and (the default policy being \
+         owner) it may be watched but not read: no version; a duplicate gets the same"
+    );
+    // A change after `ready` is notified, above the tip it gave.
+    write(&gw.base, &token, &a, A1, 3);
+    assert_eq!(s.expect(WAIT), changed(A1, 3));
+}
+
+#[test]
 fn versions_only_advance_and_the_last_one_arrives() {
     let dir = data_dir();
     let gw = Process::start(dir.path(), &[]);

@@ -1,15 +1,16 @@
 //! The read side's executor in the draining context: performs what the
-//! [`Reader`](crate::engine::read::machine::Reader) machine decides — the change stream
-//! ([`super::stream`]), catch-up pages (`GET …/events?from=cursor+1`, stored with the cursor in
+//! [`Reader`](crate::engine::read::machine::Reader) machine decides — the change streams
+//! ([`super::stream`], one per shard of the watched set, each named by the machine's
+//! [`StreamId`]), catch-up pages (`GET …/events?from=cursor+1`, stored with the cursor in
 //! one transaction), log resets, timers — and feeds back what happened.
 //!
 //! Inputs are queued and handled one at a time, as in [`super::runtime`]; every callback from
 //! the platform goes through `spawn_local` first, so nothing is re-entered and no closure is
-//! dropped while it runs. A stream or a request that outlives [`ReaderRuntime::stop`] (or a
-//! newer stream) finds the generation changed and is ignored.
+//! dropped while it runs. A stream that outlives [`ReaderRuntime::stop`] (or was closed or
+//! replaced) is no longer in `wanted`, and what it says is ignored.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::{Rc, Weak};
 
 use gloo_timers::callback::Timeout;
@@ -28,12 +29,13 @@ use crate::engine::backoff::Backoff;
 use crate::engine::env::Reply;
 use crate::engine::model::AggregateRef;
 use crate::engine::read::log::LocalLog;
-use crate::engine::read::machine::{Action, Input, PageEnd, Reader};
+use crate::engine::read::machine::{Action, Input, PageEnd, Reader, StreamId};
 use crate::engine::read::page;
 use crate::engine::read::sse::{Parser, note};
 use crate::engine::signal::{Signal, first};
 use crate::engine::sorted::SortedSet;
-use crate::engine::status::Hub;
+use crate::engine::status::{Hub, Refused};
+use celeriant_sync_protocol::codes::gateway::WATCH_TOO_MANY_AGGREGATES;
 
 /// What the reader tells the rest of the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,9 +70,13 @@ pub(crate) struct ReaderRuntime {
     machine: RefCell<Reader>,
     queue: RefCell<VecDeque<Input>>,
     pumping: Cell<bool>,
-    stream: RefCell<Option<WatchStream>>,
-    /// Bumped for every stream opened or closed: callbacks of an older one are ignored.
-    generation: Cell<u64>,
+    /// The streams the machine wants open, by id (`None` while one is being opened: its
+    /// session and proof are on their way). Callbacks of a stream no longer here are ignored.
+    streams: RefCell<BTreeMap<StreamId, Option<WatchStream>>>,
+    /// What each stream's `ready` said the gateway refused to watch.
+    refused: RefCell<BTreeMap<StreamId, Vec<Refused>>>,
+    /// Watched aggregates that fit in no stream (reported with code 40020).
+    unwatched: RefCell<Vec<AggregateRef>>,
     timer: RefCell<Option<Timeout>>,
     /// Catch-ups to try again after a failed page.
     retries: RefCell<Vec<Timeout>>,
@@ -106,8 +112,9 @@ impl ReaderRuntime {
             machine,
             queue: RefCell::default(),
             pumping: Cell::new(false),
-            stream: RefCell::new(None),
-            generation: Cell::new(0),
+            streams: RefCell::default(),
+            refused: RefCell::default(),
+            unwatched: RefCell::default(),
             timer: RefCell::new(None),
             retries: RefCell::default(),
             logged: RefCell::default(),
@@ -146,8 +153,7 @@ impl ReaderRuntime {
     /// Stops: closes the stream, cancels the timer; whatever is in flight is ignored.
     pub(crate) fn stop(&self) {
         self.stopped.set(true);
-        self.generation.set(self.generation.get() + 1);
-        self.stream.borrow_mut().take();
+        self.streams.borrow_mut().clear();
         self.timer.borrow_mut().take();
         self.retries.borrow_mut().clear();
         self.stopping.notify();
@@ -155,15 +161,24 @@ impl ReaderRuntime {
             .set_read(crate::engine::read::machine::ReadState::Idle);
     }
 
-    /// The network was switched off: the open stream is closed now (and reopening it fails at
-    /// once, without a request, until the network is switched on again).
+    /// The network was switched off: the open streams are closed now (and reopening them fails
+    /// at once, without a request, until the network is switched on again).
     pub(crate) fn switched_off(self: &Rc<Self>) {
-        let open = self.stream.borrow_mut().take();
-        if open.is_some() {
-            self.generation.set(self.generation.get() + 1);
-            drop(open);
-            self.feed(Input::StreamEnded);
+        let open = std::mem::take(&mut *self.streams.borrow_mut());
+        for id in open.into_keys() {
+            self.feed(Input::StreamEnded(id));
         }
+    }
+
+    /// Publishes what the gateway refused to watch and what fits in no stream, as one list.
+    fn publish_refused(&self) {
+        let mut all: Vec<Refused> = self.refused.borrow().values().flatten().copied().collect();
+        all.extend(self.unwatched.borrow().iter().map(|aggregate| Refused {
+            aggregate: *aggregate,
+            code: WATCH_TOO_MANY_AGGREGATES,
+        }));
+        all.sort_by_key(|r| r.aggregate);
+        self.hub.set_read_refused(all);
     }
 
     /// Events of this aggregate landed: catch it up if it has a local log (its landed events
@@ -219,14 +234,25 @@ impl ReaderRuntime {
 
     fn apply(self: &Rc<Self>, action: Action) {
         match action {
-            Action::OpenStream(aggregates) => self.open_stream(aggregates),
-            Action::CloseStream => {
-                self.generation.set(self.generation.get() + 1);
-                self.stream.borrow_mut().take();
-                self.hub.set_read_refused(Vec::new());
+            Action::OpenStream { id, aggregates } => self.open_stream(id, aggregates),
+            Action::CloseStream(id) => {
+                self.streams.borrow_mut().remove(&id);
+                if self.refused.borrow_mut().remove(&id).is_some() {
+                    self.publish_refused();
+                }
             }
-            Action::FetchPage(aggregate) | Action::Probe(aggregate) => {
+            Action::Unwatched(list) => {
+                *self.unwatched.borrow_mut() = list;
+                self.publish_refused();
+            }
+            Action::FetchPage(aggregate)
+            | Action::Probe(aggregate)
+            | Action::FetchPageUnlessAt(aggregate, _) => {
                 let probe = matches!(action, Action::Probe(_));
+                let tip = match action {
+                    Action::FetchPageUnlessAt(_, tip) => Some(tip),
+                    _ => None,
+                };
                 let this = self.clone();
                 super::env::spawn(async move {
                     // One deadline over the whole page (a session opening included), so a
@@ -234,7 +260,7 @@ impl ReaderRuntime {
                     let mut end = None;
                     let deadline = this.config.timeout_ms.saturating_mul(3);
                     first(
-                        async { end = Some(this.fetch_page(aggregate, probe).await) },
+                        async { end = Some(this.fetch_page(aggregate, probe, tip).await) },
                         TimeoutFuture::new(deadline),
                     )
                     .await;
@@ -301,10 +327,13 @@ impl ReaderRuntime {
             .map_err(|failure| failure.message)
     }
 
-    fn open_stream(self: &Rc<Self>, aggregates: Vec<AggregateRef>) {
-        let generation = self.generation.get() + 1;
-        self.generation.set(generation);
-        self.stream.borrow_mut().take();
+    /// Whether the stream `id` is still wanted.
+    fn wanted(&self, id: StreamId) -> bool {
+        !self.stopped.get() && self.streams.borrow().contains_key(&id)
+    }
+
+    fn open_stream(self: &Rc<Self>, id: StreamId, aggregates: Vec<AggregateRef>) {
+        self.streams.borrow_mut().insert(id, None);
         let mut body = String::from("{\"aggregates\":[");
         for (i, a) in aggregates.iter().enumerate() {
             if i > 0 {
@@ -319,25 +348,26 @@ impl ReaderRuntime {
         let this = self.clone();
         super::env::spawn(async move {
             let token = this.token().await;
-            if this.generation.get() != generation || this.stopped.get() {
+            if !this.wanted(id) {
                 return;
             }
             if this.config.network.is_off() {
-                return this.later_if(generation, Input::StreamEnded);
+                return this.later_if(id, Input::StreamEnded(id));
             }
             let token = match token {
                 Ok(token) => token,
-                Err(_) => return this.feed(Input::StreamEnded),
+                Err(_) => return this.later_if(id, Input::StreamEnded(id)),
             };
             let url = format!("{}/v1/watch", this.config.gateway_url);
             let proof = match this.sessions.proof("POST", &url, &body, &token).await {
                 Ok(proof) => proof,
-                Err(_) => return this.feed(Input::StreamEnded),
+                Err(_) => return this.later_if(id, Input::StreamEnded(id)),
             };
-            if this.generation.get() != generation || this.stopped.get() {
+            if !this.wanted(id) {
                 return;
             }
             let parser = Rc::new(RefCell::new(Parser::default()));
+            let named = aggregates;
             let (on_chunk, on_end): (Weak<Self>, Weak<Self>) =
                 (Rc::downgrade(&this), Rc::downgrade(&this));
             let streamed_under = token.clone();
@@ -355,43 +385,64 @@ impl ReaderRuntime {
                         Err(_) => return false,
                     };
                     for event in events {
-                        // `ready` lists what the gateway refused to watch: reported as is.
-                        if event.name == "ready" && reader.generation.get() == generation {
+                        // `ready` lists what the gateway refused to watch: reported as is; and
+                        // may give each aggregate's version (fed before the `ready` itself).
+                        if event.name == "ready" && reader.wanted(id) {
                             let data = JSON::parse(&event.data).unwrap_or(JsValue::NULL);
                             let refused = refused_from_js(&js::get(&data, "refused"));
-                            reader.hub.set_read_refused(refused);
+                            reader.refused.borrow_mut().insert(id, refused);
+                            reader.publish_refused();
+                            if let Some(tips) = tips_from_js(&js::get(&data, "tips"), &named) {
+                                reader.later_if(id, Input::Tips(id, tips));
+                            }
                         }
                         match note(&event) {
-                            Ok(Some(n)) => reader.later_if(generation, Input::Stream(n)),
+                            Ok(Some(n)) => reader.later_if(id, Input::Stream(id, n)),
                             Ok(None) => {}
                             Err(_) => return false,
                         }
                     }
                     true
                 },
-                move |status: u16, _why: String| {
+                move |status: u16, why: String| {
                     let Some(reader) = on_end.upgrade() else {
                         return;
                     };
                     if status == 401 {
                         reader.sessions.refused(&streamed_under);
                     }
-                    reader.later_if(generation, Input::StreamEnded);
+                    // Too many aggregates for this gateway: 40020, or 413 when the body alone
+                    // is past its bound (200 bytes per aggregate it allows, plus 1 KiB; a
+                    // stream of more than about twice its cap is refused that way first).
+                    let too_large = status == 413
+                        || (status == 400 && refusal_code(&why) == Some(WATCH_TOO_MANY_AGGREGATES));
+                    let input = if too_large {
+                        Input::StreamTooLarge(id)
+                    } else {
+                        Input::StreamEnded(id)
+                    };
+                    reader.later_if(id, input);
                 },
             );
-            *this.stream.borrow_mut() = Some(stream);
+            if let Some(slot) = this.streams.borrow_mut().get_mut(&id) {
+                *slot = Some(stream);
+            }
         });
     }
 
-    /// Feeds `input` later if the stream of `generation` is still the current one.
-    fn later_if(self: &Rc<Self>, generation: u64, input: Input) {
+    /// Feeds `input` later if the stream `id` is still wanted (an ended one is forgotten
+    /// first).
+    fn later_if(self: &Rc<Self>, id: StreamId, input: Input) {
         let weak = Rc::downgrade(self);
         super::env::spawn(async move {
             if let Some(reader) = weak.upgrade()
-                && reader.generation.get() == generation
+                && reader.wanted(id)
             {
-                if input == Input::StreamEnded {
-                    reader.stream.borrow_mut().take();
+                if matches!(input, Input::StreamEnded(_) | Input::StreamTooLarge(_)) {
+                    reader.streams.borrow_mut().remove(&id);
+                    if reader.refused.borrow_mut().remove(&id).is_some() {
+                        reader.publish_refused();
+                    }
                 }
                 reader.feed(input);
             }
@@ -400,13 +451,18 @@ impl ReaderRuntime {
 
     /// Reads the aggregate's next page and stores it with its cursor (compare-and-set on the
     /// cursor read before the request); with `probe`, asks only what is left of it after a
-    /// `reset`: its first version (a 410 gives the minimum) and its tip.
-    async fn fetch_page(&self, aggregate: AggregateRef, probe: bool) -> PageEnd {
+    /// `reset`: its first version (a 410 gives the minimum) and its tip; with `tip`, asks
+    /// nothing when the cursor is at it ([`page::at_tip`]).
+    async fn fetch_page(&self, aggregate: AggregateRef, probe: bool, tip: Option<u64>) -> PageEnd {
         let failed = |message: String| PageEnd::Failed { message };
         let cursor = match self.outbox.cursor(aggregate).await {
             Ok(cursor) => cursor,
             Err(e) => return failed(e.to_string()),
         };
+        // At the tip a `ready` gave, with no change notified since: nothing to read.
+        if let Some(end) = tip.and_then(|tip| page::at_tip(cursor, tip)) {
+            return end;
+        }
         if self.config.network.is_off() {
             return failed(SWITCHED_OFF.into());
         }
@@ -486,4 +542,35 @@ impl ReaderRuntime {
             )),
         }
     }
+}
+
+/// The gateway's code in a refusal as `openWatch` reports it (`HTTP 400: {"code":…}`).
+fn refusal_code(why: &str) -> Option<u32> {
+    let body = why.split_once(": ")?.1;
+    let parsed = JSON::parse(body).ok()?;
+    js::get_u64(&parsed, "code").and_then(|c| u32::try_from(c).ok())
+}
+
+/// `ready`'s `tips`, paired with the aggregates the stream named (in that order): `None` unless
+/// it is a list of exactly one entry per aggregate; a `null` or non-integer entry is left out
+/// (that aggregate is read as without tips).
+fn tips_from_js(list: &JsValue, named: &[AggregateRef]) -> Option<Vec<(AggregateRef, u64)>> {
+    if !Array::is_array(list) {
+        return None;
+    }
+    let list = Array::from(list);
+    if list.length() as usize != named.len() {
+        return None;
+    }
+    Some(
+        named
+            .iter()
+            .zip(list.iter())
+            .filter_map(|(a, v)| {
+                let v = v.as_f64()?;
+                (v.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&v))
+                    .then_some((*a, v as u64))
+            })
+            .collect(),
+    )
 }

@@ -314,6 +314,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Checks the store answers.
     async fn health(&self) -> Result<(), BackendError>;
 
+    /// Each aggregate's version now (0: none, or deleted), as a page's `tip` would say, for a
+    /// change stream's `ready` (`crate::routes::watch`): a client whose cursor is at an
+    /// aggregate's tip then reads nothing of it. An entry is `None` when that aggregate's
+    /// version could not be read (a damaged record); the whole is `None` when the store cannot
+    /// tell cheaply (the client then catches every aggregate up, as without tips).
+    async fn tips(
+        &self,
+        _keys: Vec<AggregateKey>,
+    ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
+        Ok(None)
+    }
+
     /// Whether the store can take writes now, decided without touching it (before a write's
     /// body is read): `Err` with the answer to give, e.g. a disk under its free-space floor.
     fn write_gate(&self) -> Result<(), BackendError> {

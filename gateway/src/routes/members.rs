@@ -72,14 +72,34 @@ pub async fn watchable(
     judge_read(state, session, key, true).await
 }
 
-async fn judge_read(
+/// What a change stream may name and say of `key`, from one access check: whether it may be
+/// watched ([`watchable`]) and whether it may be read ([`readable`]; a stream's `ready` gives
+/// the version of only those, so an aggregate nobody owns tells a watcher nothing a read
+/// would not).
+pub async fn watch_access(
     state: &AppState,
     session: &Session,
     key: AggregateKey,
-    unowned: bool,
-) -> Result<bool, ApiError> {
+) -> Result<(bool, bool), ApiError> {
+    Ok(match check(state, session, key).await? {
+        None => (true, true),
+        Some((None, _)) => (true, false),
+        Some((Some(record), who)) => {
+            let read = (state.policy.preset(key.aggregate.type_id)).may_read(Some(&record), who);
+            (read, read)
+        }
+    })
+}
+
+/// `None`: granted whatever the record (the operator, no policy, a preset every session may
+/// read); else the access record (if any) and who asks, to judge.
+async fn check<'s>(
+    state: &AppState,
+    session: &'s Session,
+    key: AggregateKey,
+) -> Result<Option<(Option<Arc<AccessRecord>>, &'s Principal)>, ApiError> {
     let who = match &session.actor {
-        Actor::Operator | Actor::Unchecked => return Ok(true),
+        Actor::Operator | Actor::Unchecked => return Ok(None),
         Actor::Principal(p) => p,
     };
     let preset = state.policy.preset(key.aggregate.type_id);
@@ -87,16 +107,28 @@ async fn judge_read(
         preset,
         Preset::Authenticated | Preset::AuthenticatedRead | Preset::ReadOnly
     ) {
-        return Ok(true);
+        return Ok(None);
     }
     let record = state
         .backend
         .access_check(key, preset.member_grants().is_some())
         .await
         .map_err(|e| ApiError(e.into_outcome()))?;
-    Ok(match record {
-        None => unowned,
-        Some(record) => preset.may_read(Some(&record), who),
+    Ok(Some((record, who)))
+}
+
+async fn judge_read(
+    state: &AppState,
+    session: &Session,
+    key: AggregateKey,
+    unowned: bool,
+) -> Result<bool, ApiError> {
+    Ok(match check(state, session, key).await? {
+        None => true,
+        Some((None, _)) => unowned,
+        Some((Some(record), who)) => {
+            (state.policy.preset(key.aggregate.type_id)).may_read(Some(&record), who)
+        }
     })
 }
 

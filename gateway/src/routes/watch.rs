@@ -43,9 +43,10 @@ use crate::error::ApiError;
 use crate::extract::read_json_proven;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
-use crate::routes::members::{readable, watchable};
+use crate::routes::members::{readable, watch_access};
 use crate::serve::activity::Activity;
 use crate::state::AppState;
+use crate::watch::hub::Registration;
 use crate::watch::stream;
 
 /// The `POST` body.
@@ -113,6 +114,53 @@ pub async fn watch(State(state): State<AppState>, request: Request) -> Response 
     }
 }
 
+/// `ready`'s `tips`: each aggregate's version now, one per entry of the request's list in its
+/// order (a duplicate gets the same; `null` for one refused, one the session may watch but not
+/// read — nobody owns it yet —, or one whose version could not be read); `None` when the store
+/// cannot tell cheaply (the Celeriant backend) or could not be read at all (the client then
+/// catches every aggregate up, as without tips).
+///
+/// It takes the stream's `registration`, so the versions cannot be read before the stream is
+/// registered: every change is then either at or below its tip or notified on the stream.
+async fn tips(
+    state: &AppState,
+    named: &[AggregateRef],
+    registration: &Registration,
+    unreadable: &HashSet<AggregateRef>,
+) -> Option<serde_json::Value> {
+    let keys: Vec<AggregateRef> = (registration.slot.aggregates.iter())
+        .filter(|a| !unreadable.contains(a))
+        .copied()
+        .collect();
+    let org = state.config.org_id;
+    let versions = match state
+        .backend
+        .tips(
+            keys.iter()
+                .map(|&aggregate| AggregateKey { org, aggregate })
+                .collect(),
+        )
+        .await
+    {
+        Ok(versions) => versions?,
+        Err(e) => {
+            tracing::warn!(error = %e, "watch: the tips could not be read; ready goes without");
+            return None;
+        }
+    };
+    let by: std::collections::HashMap<AggregateRef, Option<u64>> =
+        keys.into_iter().zip(versions).collect();
+    Some(serde_json::Value::Array(
+        named
+            .iter()
+            .map(|a| match by.get(a) {
+                Some(Some(v)) => json!(v),
+                _ => serde_json::Value::Null,
+            })
+            .collect(),
+    ))
+}
+
 fn parse_aggregate(value: &str) -> Result<AggregateRef, ApiError> {
     let bad = || {
         ApiError::code(
@@ -154,7 +202,8 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
             })
             .collect::<Result<_, _>>()?
     };
-    let mut aggregates: HashSet<AggregateRef> = aggregates.into_iter().collect();
+    let named = aggregates;
+    let mut aggregates: HashSet<AggregateRef> = named.iter().copied().collect();
     for aggregate in &aggregates {
         session.check_type(aggregate.type_id)?;
     }
@@ -162,12 +211,18 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     state.watch.check_size(aggregates.len())?;
     state.watch.check_address(peer)?;
     let mut refused = Vec::new();
+    // Watched but not readable (nobody owns it yet): no tip in `ready`.
+    let mut unreadable = HashSet::new();
     for aggregate in aggregates.clone() {
         let key = AggregateKey {
             org: state.config.org_id,
             aggregate,
         };
-        if !watchable(state, &session, key).await? {
+        let (watch, read) = watch_access(state, &session, key).await?;
+        if watch && !read {
+            unreadable.insert(aggregate);
+        }
+        if !watch {
             aggregates.remove(&aggregate);
             refused.push(json!({
                 "typeId": aggregate.type_id,
@@ -185,11 +240,14 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     let registration = state
         .watch
         .register(session.client_id, established, peer, aggregates)?;
-    let ready = if refused.is_empty() {
+    let mut ready = if refused.is_empty() {
         json!({})
     } else {
         json!({ "refused": refused })
     };
+    if let Some(tips) = tips(state, &named, &registration, &unreadable).await {
+        ready["tips"] = tips;
+    }
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);
     let mut lifetime = state.config.watch.max_lifetime(registration.slot.id);

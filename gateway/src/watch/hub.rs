@@ -325,7 +325,7 @@ impl Hub {
                 g::WATCH_STREAMS_PER_CLIENT,
                 format!(
                     "this client id has {open} change streams open, its limit; close one (one \
-                     stream per device is enough) or retry shortly"
+                     stream per 1,000 watched aggregates is enough) or retry shortly"
                 ),
             ));
         }

@@ -1,13 +1,15 @@
 //! The read side's decisions, as a pure state machine: which aggregates the device watches, the
-//! one change stream that covers them, and the catch-up that pages what the server confirmed
-//! into the local log.
+//! change streams that cover them (one per shard of at most 1,000: [`super::streams`]), and the
+//! catch-up that pages what the server confirmed into the local log.
 //!
 //! The rules (from Celeriant's own watch): a watch covers the live tail only, never the past —
 //! so the stream is opened **first**, and once it is ready every watched aggregate is caught up
 //! from its cursor; a notification says only "this aggregate reached version N" (versions only
 //! advance, so coalescing loses nothing, and re-reading from the cursor never misses an event);
-//! `reset` means read the aggregate again from scratch, `resync` means catch up everything. A
-//! stream that fails or falls silent is reopened with the drain's backoff.
+//! `reset` means read the aggregate again from scratch, `resync` means catch up everything the
+//! stream covers. A stream that fails or falls silent is reopened with the drain's backoff.
+//! Each stream is named by a [`StreamId`]; what a replaced or closed stream still says is
+//! ignored.
 //!
 //! [`Reader::handle`] takes what happened; [`Reader::poll`] yields [`Action`]s. One page is
 //! fetched at a time (bounded memory, one request at a time besides the stream); fetching a
@@ -19,155 +21,10 @@ use std::collections::VecDeque;
 use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
 use super::super::sorted::{SortedMap, SortedSet};
-
-/// The read side's state, as `status().read` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadState {
-    /// Nothing is watched.
-    Idle,
-    /// The stream is being opened (or reopened after a failure).
-    Connecting,
-    /// The stream is open and every watched aggregate is caught up.
-    Connected,
-    /// Pages are being read into the local log.
-    CatchingUp,
-    /// The platform reports no network: views answer from the local log.
-    Offline,
-}
-
-impl ReadState {
-    /// The state's name as the JS API spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReadState::Idle => "idle",
-            ReadState::Connecting => "connecting",
-            ReadState::Connected => "connected",
-            ReadState::CatchingUp => "catchingUp",
-            ReadState::Offline => "offline",
-        }
-    }
-}
-
-/// What the change stream said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Note {
-    /// Subscribed: everything from now on will be notified.
-    Ready,
-    /// The aggregate reached `version`.
-    Changed {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// Its version now.
-        version: u64,
-    },
-    /// The aggregate was trimmed or deleted: read it again from scratch.
-    Reset {
-        /// The aggregate.
-        aggregate: AggregateRef,
-    },
-    /// The gateway dropped or lagged: catch up everything.
-    Resync,
-}
-
-/// How reading one page ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PageEnd {
-    /// Stored; `more`: the next page exists.
-    Stored {
-        /// Whether to read on.
-        more: bool,
-    },
-    /// The versions asked for were trimmed; the server still has them from `min_version`.
-    Trimmed {
-        /// The lowest version still available.
-        min_version: u64,
-    },
-    /// The aggregate is gone on the server (deleted, or recreated below the local cursor).
-    Gone,
-    /// Not read (network, timeout, a refusal); try again later.
-    Failed {
-        /// Why.
-        message: String,
-    },
-}
-
-/// What happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Input {
-    /// One more subscriber (any context of the device) wants the aggregate watched.
-    Subscribe(AggregateRef),
-    /// One subscriber less.
-    Unsubscribe(AggregateRef),
-    /// Catch this aggregate up now (a `read`, or a batch of it just landed).
-    CatchUp(AggregateRef),
-    /// The stream said something.
-    Stream(Note),
-    /// The stream ended (failed, closed, or silent for too long).
-    StreamEnded,
-    /// [`Action::FetchPage`] ended.
-    Page {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// How.
-        end: PageEnd,
-    },
-    /// [`Action::ResetLog`] is done.
-    LogReset(AggregateRef),
-    /// The current [`Action::Wait`] ran out.
-    TimerFired,
-    /// The network is back (or the wait was cut short).
-    Woken,
-    /// The platform's view of the network changed.
-    Online(bool),
-}
-
-/// What the executor does next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Open the change stream for these aggregates (replacing the current one: the new one is
-    /// opened before the old one is closed).
-    OpenStream(Vec<AggregateRef>),
-    /// Close the change stream.
-    CloseStream,
-    /// Read the aggregate's next page (from its local cursor) and store it with the cursor.
-    FetchPage(AggregateRef),
-    /// Ask the server what is left of the aggregate after a `reset` (its first version: a 410
-    /// says the minimum; a tip below the cursor says it is gone); answered as a [`PageEnd`].
-    Probe(AggregateRef),
-    /// Drop the aggregate's local log below `min_version` (all of it when `gone`); the cursor
-    /// moves up to just below `min_version` if it was lower.
-    ResetLog {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// The lowest version the server still has.
-        min_version: u64,
-        /// Deleted: nothing is kept, the cursor restarts at 0.
-        gone: bool,
-    },
-    /// Catch the aggregate up again after `ms` (its last page failed).
-    RetryLater {
-        /// The aggregate.
-        aggregate: AggregateRef,
-        /// How long to wait.
-        ms: u64,
-    },
-    /// Wait (replacing any current wait), cut short by the network coming back.
-    Wait(u64),
-    /// The read side's state changed.
-    Report(ReadState),
-    /// The aggregate's catch-up ended: `true` when it reached the server's tip as known.
-    CaughtUp(AggregateRef, bool),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stream {
-    /// None open; the next one may be opened at `retry_at` (0: at once).
-    Down { retry_at: u64 },
-    /// Opening; not ready yet.
-    Opening,
-    /// Ready: changes are being notified.
-    Up,
-}
+use super::catch_up::CatchUps;
+pub use super::inputs::{Action, Input, Note, PageEnd, ReadState};
+pub use super::streams::StreamId;
+use super::streams::{Limits, Phase, Streams};
 
 /// The read-side state machine of the draining context.
 #[derive(Debug)]
@@ -175,11 +32,9 @@ pub struct Reader {
     backoff: Backoff,
     /// Watched aggregates and how many subscriptions want each.
     watched: SortedMap<AggregateRef, u32>,
-    stream: Stream,
-    /// Consecutive stream failures.
-    attempt: u32,
+    streams: Streams,
     /// Aggregates to catch up, in order; at most one page is read at a time.
-    queue: VecDeque<AggregateRef>,
+    queue: CatchUps,
     fetching: Option<AggregateRef>,
     /// Catch-ups that failed, to try again when the stream is back (and after a backoff).
     failed: Vec<AggregateRef>,
@@ -187,24 +42,33 @@ pub struct Reader {
     page_failures: u32,
     /// Aggregates the stream said were reset: probed before their next page.
     probe_due: SortedSet<AggregateRef>,
+    /// Tips from a `ready`, with the stream that gave them, until the aggregate's next page
+    /// uses one or anything since says it may have moved (a change, a reset, a resync, the
+    /// stream ending, a catch-up asked); used only while that stream is still the aggregate's.
+    tips: SortedMap<AggregateRef, (StreamId, u64)>,
     online: bool,
     state: ReadState,
     actions: VecDeque<Action>,
 }
 
 impl Reader {
-    /// A reader with nothing watched.
+    /// A reader with nothing watched, splitting streams at the gateway's default caps.
     pub fn new(backoff: Backoff) -> Self {
+        Self::with_limits(backoff, Limits::default())
+    }
+
+    /// A reader with nothing watched, splitting streams at `limits`.
+    pub fn with_limits(backoff: Backoff, limits: Limits) -> Self {
         Reader {
             backoff,
             watched: SortedMap::new(),
-            stream: Stream::Down { retry_at: 0 },
-            attempt: 0,
-            queue: VecDeque::new(),
+            streams: Streams::new(limits),
+            queue: CatchUps::default(),
             fetching: None,
             failed: Vec::new(),
             page_failures: 0,
             probe_due: SortedSet::new(),
+            tips: SortedMap::new(),
             online: true,
             state: ReadState::Idle,
             actions: VecDeque::new(),
@@ -221,20 +85,44 @@ impl Reader {
         self.watched.keys().copied().collect()
     }
 
+    /// The streams wanted now, each with what it watches (the current one of each shard).
+    pub fn streams(&self) -> Vec<(StreamId, Vec<AggregateRef>)> {
+        self.streams
+            .shards
+            .iter()
+            .map(|s| (s.id, s.members.iter().copied().collect()))
+            .collect()
+    }
+
+    /// What one stream names at most now: the limit given, halved each time the gateway
+    /// refused a stream as too large.
+    pub fn per_stream(&self) -> usize {
+        self.streams.per_stream()
+    }
+
+    /// The watched aggregates that fit in no stream.
+    pub fn unwatched(&self) -> Vec<AggregateRef> {
+        self.streams.unwatched.iter().copied().collect()
+    }
+
     fn emit(&mut self, action: Action) {
         self.actions.push_back(action);
     }
 
     /// Handles what happened at `now_ms`; `random` is a uniform draw in `[0, 1)` for jitter.
     pub fn handle(&mut self, input: Input, now_ms: u64, random: f64) {
+        let unwatched = self.streams.unwatched.len();
+        let resplit = matches!(input, Input::StreamTooLarge(_));
         match input {
             Input::Subscribe(aggregate) => {
                 let count = self.watched.get_or_default(aggregate);
                 *count += 1;
                 if *count == 1 {
-                    self.restream(now_ms);
+                    if let Some(shard) = self.streams.add(aggregate) {
+                        self.restream(shard, now_ms);
+                    }
                     // Caught up at once (the view is fresh even if the stream is slow to come),
-                    // and again when the stream is ready.
+                    // and again when its stream is ready.
                     self.enqueue(aggregate);
                 }
             }
@@ -243,22 +131,83 @@ impl Reader {
                     *count -= 1;
                     if *count == 0 {
                         self.watched.remove(&aggregate);
-                        self.restream(now_ms);
+                        self.tips.remove(&aggregate);
+                        let mut changed: Vec<usize> =
+                            self.streams.remove(&aggregate).into_iter().collect();
+                        for shard in self.streams.promote() {
+                            if !changed.contains(&shard) {
+                                changed.push(shard);
+                            }
+                        }
+                        for shard in changed {
+                            self.restream(shard, now_ms);
+                        }
+                        self.drop_empty();
                     }
                 }
             }
-            Input::CatchUp(aggregate) => self.enqueue(aggregate),
-            Input::Stream(note) => self.note(note),
-            Input::StreamEnded => {
-                if self.watched.is_empty() {
-                    self.stream = Stream::Down { retry_at: 0 };
-                } else {
-                    let wait = self.backoff.delay_ms(self.attempt, random, None).max(250);
-                    self.attempt = self.attempt.saturating_add(1);
-                    self.stream = Stream::Down {
-                        retry_at: now_ms + wait,
-                    };
-                    self.emit(Action::Wait(wait));
+            Input::CatchUp(aggregate) => {
+                // Asked now (a `read`, a landed batch): a tip from before says nothing.
+                self.tips.remove(&aggregate);
+                self.enqueue(aggregate);
+            }
+            Input::Stream(id, note) => self.note(id, note),
+            Input::Tips(id, tips) => {
+                if let Some(shard) = self.streams.by_id(id)
+                    && shard.phase == Phase::Opening
+                {
+                    let kept: Vec<(AggregateRef, u64)> = tips
+                        .into_iter()
+                        .filter(|(a, _)| shard.members.contains(a))
+                        .collect();
+                    for (aggregate, tip) in kept {
+                        self.tips.insert(aggregate, (id, tip));
+                    }
+                }
+            }
+            Input::StreamEnded(id) => {
+                if let Some(shard) = self.streams.by_id(id) {
+                    for a in shard.members.iter() {
+                        self.tips.remove(a);
+                    }
+                }
+                let wait = match self.streams.by_id(id) {
+                    Some(shard) if matches!(shard.phase, Phase::Opening | Phase::Up) => {
+                        let wait = self.backoff.delay_ms(shard.attempt, random, None).max(250);
+                        shard.attempt = shard.attempt.saturating_add(1);
+                        shard.phase = Phase::Down {
+                            retry_at: now_ms + wait,
+                        };
+                        Some(wait)
+                    }
+                    _ => None,
+                };
+                if wait.is_some() {
+                    self.wait_for_retry(now_ms);
+                }
+            }
+            Input::StreamTooLarge(id) => {
+                if self.streams.by_id(id).is_some() {
+                    // Open (or opening) streams but the refused one, which ended.
+                    let open: Vec<StreamId> = (self.streams.shards.iter())
+                        .filter(|s| s.id != id && matches!(s.phase, Phase::Opening | Phase::Up))
+                        .map(|s| s.id)
+                        .collect();
+                    if self.streams.shrink() {
+                        for id in open {
+                            self.emit(Action::CloseStream(id));
+                        }
+                        for shard in &mut self.streams.shards {
+                            shard.id = 0;
+                            shard.phase = Phase::Down { retry_at: 0 };
+                        }
+                        for shard in 0..self.streams.shards.len() {
+                            self.restream(shard, now_ms);
+                        }
+                    } else {
+                        // One aggregate per stream refused too: treated as any failure.
+                        return self.handle(Input::StreamEnded(id), now_ms, random);
+                    }
                 }
             }
             Input::Page { aggregate, end } => {
@@ -271,7 +220,6 @@ impl Reader {
                 match end {
                     PageEnd::Stored { more: true } => {
                         // Read on first; the pages to come cover a queued catch-up of it too.
-                        self.queue.retain(|a| *a != aggregate);
                         self.queue.push_front(aggregate);
                     }
                     PageEnd::Stored { more: false } => {
@@ -316,83 +264,151 @@ impl Reader {
                 self.queue.push_front(aggregate);
             }
             Input::TimerFired | Input::Woken => {
-                if let Stream::Down { retry_at } = self.stream
-                    && (retry_at <= now_ms || input == Input::Woken)
-                {
-                    self.stream = Stream::Down { retry_at: 0 };
-                    self.restream(now_ms);
+                let woken = input == Input::Woken;
+                for shard in 0..self.streams.shards.len() {
+                    if let Phase::Down { retry_at } = self.streams.shards[shard].phase
+                        && retry_at != 0
+                        && (retry_at <= now_ms || woken)
+                    {
+                        self.streams.shards[shard].phase = Phase::Down { retry_at: 0 };
+                        self.restream(shard, now_ms);
+                    }
                 }
+                self.wait_for_retry(now_ms);
             }
             Input::Online(online) => {
                 self.online = online;
-                if online && matches!(self.stream, Stream::Down { .. }) {
-                    self.stream = Stream::Down { retry_at: 0 };
-                    self.restream(now_ms);
+                if online {
+                    for shard in 0..self.streams.shards.len() {
+                        if let Phase::Down { retry_at } = self.streams.shards[shard].phase
+                            && retry_at != 0
+                        {
+                            self.streams.shards[shard].phase = Phase::Down { retry_at: 0 };
+                            self.restream(shard, now_ms);
+                        }
+                    }
                 }
             }
+        }
+        if self.streams.unwatched.len() != unwatched || resplit {
+            let list = self.unwatched();
+            self.emit(Action::Unwatched(list));
         }
         self.pump();
         self.report();
     }
 
-    /// Opens a stream for the watched set (or closes it when nothing is watched).
-    fn restream(&mut self, now_ms: u64) {
-        if self.watched.is_empty() {
-            if self.stream != (Stream::Down { retry_at: 0 }) {
-                self.emit(Action::CloseStream);
-            }
-            self.stream = Stream::Down { retry_at: 0 };
-            return;
+    /// Asks for the wait until the earliest shard backing off may reopen its stream.
+    fn wait_for_retry(&mut self, now_ms: u64) {
+        let next = self
+            .streams
+            .shards
+            .iter()
+            .filter_map(|s| match s.phase {
+                Phase::Down { retry_at } if retry_at != 0 => Some(retry_at),
+                _ => None,
+            })
+            .min();
+        // A shard already due (its timer late, or replaced by this wait) is reopened at once.
+        if let Some(at) = next {
+            self.emit(Action::Wait(at.saturating_sub(now_ms)));
         }
-        if let Stream::Down { retry_at } = self.stream
-            && retry_at > now_ms
-        {
-            return; // backing off: the timer reopens it with the set as it is then
-        }
-        self.stream = Stream::Opening;
-        let watched = self.watched();
-        self.emit(Action::OpenStream(watched));
     }
 
-    fn note(&mut self, note: Note) {
+    /// Drops shards left with no aggregate, closing their streams.
+    fn drop_empty(&mut self) {
+        let mut closed = Vec::new();
+        self.streams.shards.retain(|s| {
+            if s.members.is_empty() {
+                // A shard that is down has nothing open (its stream ended).
+                if matches!(s.phase, Phase::Opening | Phase::Up) {
+                    closed.push(s.id);
+                }
+                false
+            } else {
+                true
+            }
+        });
+        for id in closed {
+            self.emit(Action::CloseStream(id));
+        }
+    }
+
+    /// Opens a new stream for the shard's members, closing its current one (a shard with no
+    /// member is left to [`Self::drop_empty`]). A shard backing off keeps waiting: its timer
+    /// reopens it with its members as they are then.
+    fn restream(&mut self, shard: usize, now_ms: u64) {
+        let id = self.streams.next_id();
+        let s = &mut self.streams.shards[shard];
+        if s.members.is_empty() {
+            return;
+        }
+        let old = s.id;
+        match s.phase {
+            Phase::Down { retry_at } if retry_at > now_ms => return,
+            Phase::Down { .. } => {}
+            Phase::Opening | Phase::Up => self.actions.push_back(Action::CloseStream(old)),
+        }
+        s.id = id;
+        s.phase = Phase::Opening;
+        let aggregates = s.members.iter().copied().collect();
+        self.emit(Action::OpenStream { id, aggregates });
+    }
+
+    fn note(&mut self, id: StreamId, note: Note) {
+        let Some(shard) = self.streams.by_id(id) else {
+            return; // a stream replaced or closed since
+        };
         match note {
             Note::Ready => {
-                self.stream = Stream::Up;
-                self.attempt = 0;
+                shard.phase = Phase::Up;
+                shard.attempt = 0;
                 // The stream covers what happens from now on: catch up what happened before.
-                for aggregate in self.watched() {
+                let members: Vec<AggregateRef> = shard.members.iter().copied().collect();
+                for aggregate in members {
                     self.enqueue(aggregate);
                 }
                 for aggregate in std::mem::take(&mut self.failed) {
                     self.enqueue(aggregate);
                 }
+                self.catch_up_unwatched();
             }
             Note::Changed { aggregate, .. } => {
-                if self.watched.contains_key(&aggregate) {
+                if shard.members.contains(&aggregate) {
+                    self.tips.remove(&aggregate);
                     self.enqueue(aggregate);
                 }
             }
             Note::Reset { aggregate } => {
                 // Probed before its next page, even if a page of it is in flight now.
-                if self.watched.contains_key(&aggregate) {
+                if shard.members.contains(&aggregate) {
+                    self.tips.remove(&aggregate);
                     self.probe_due.insert(aggregate);
-                    self.queue.retain(|a| *a != aggregate);
                     self.queue.push_front(aggregate);
                 }
             }
             Note::Resync => {
-                for aggregate in self.watched() {
+                let members: Vec<AggregateRef> = shard.members.iter().copied().collect();
+                for aggregate in members {
+                    self.tips.remove(&aggregate);
                     self.enqueue(aggregate);
                 }
+                self.catch_up_unwatched();
             }
+        }
+    }
+
+    /// What no stream watches is caught up whenever a stream is (re)established or resynced.
+    fn catch_up_unwatched(&mut self) {
+        let unwatched = self.unwatched();
+        for aggregate in unwatched {
+            self.enqueue(aggregate);
         }
     }
 
     /// Queues a catch-up (once: a queued aggregate is read up to the tip anyway).
     fn enqueue(&mut self, aggregate: AggregateRef) {
-        if !self.queue.contains(&aggregate) {
-            self.queue.push_back(aggregate);
-        }
+        self.queue.push_back(aggregate);
     }
 
     /// Starts the next page, one at a time.
@@ -402,8 +418,18 @@ impl Reader {
         }
         if let Some(aggregate) = self.queue.pop_front() {
             self.fetching = Some(aggregate);
+            // Only while the stream that gave it is still the aggregate's current one: a tip
+            // of a replaced or ended stream (or of a shard the aggregate left) says nothing
+            // of what happened between that stream's end and the next one's registration.
+            let tip = self
+                .tips
+                .remove(&aggregate)
+                .filter(|(id, _)| self.streams.covers(*id, &aggregate))
+                .map(|(_, tip)| tip);
             if self.probe_due.remove(&aggregate) {
                 self.emit(Action::Probe(aggregate));
+            } else if let Some(tip) = tip {
+                self.emit(Action::FetchPageUnlessAt(aggregate, tip));
             } else {
                 self.emit(Action::FetchPage(aggregate));
             }
@@ -417,7 +443,12 @@ impl Reader {
             ReadState::Offline
         } else if self.fetching.is_some() {
             ReadState::CatchingUp
-        } else if self.stream == Stream::Up {
+        } else if self
+            .streams
+            .shards
+            .iter()
+            .all(|shard| shard.phase == Phase::Up)
+        {
             ReadState::Connected
         } else {
             ReadState::Connecting

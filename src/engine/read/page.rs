@@ -15,6 +15,15 @@ pub fn shrunk(tip: Option<u64>, cursor: Cursor) -> bool {
     tip.is_some_and(|tip| tip < cursor.version)
 }
 
+/// What a page asked for with a known tip ([`Action::FetchPageUnlessAt`]) ends as without a
+/// request: caught up when the cursor is at the tip (`None`: read it). A cursor above the tip
+/// is read, not skipped: the aggregate shrank, and the page says how.
+///
+/// [`Action::FetchPageUnlessAt`]: super::machine::Action::FetchPageUnlessAt
+pub fn at_tip(cursor: Cursor, tip: u64) -> Option<PageEnd> {
+    (cursor.version == tip).then_some(PageEnd::Stored { more: false })
+}
+
 /// A probe's `200` (version 1 is still there): gone if it [`shrunk`], else read on from the
 /// cursor.
 pub fn probed(tip: Option<u64>, cursor: Cursor) -> PageEnd {

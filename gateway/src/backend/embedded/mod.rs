@@ -511,6 +511,21 @@ impl Backend for EmbeddedStore {
         .map_err(|e| BackendError::Unavailable(e.to_string()))?
     }
 
+    async fn tips(
+        &self,
+        keys: Vec<AggregateKey>,
+    ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let db = shared.db()?;
+            read::tips(&db, &keys)
+                .map(Some)
+                .map_err(|e| shared.read_failed(e))
+        })
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    }
+
     async fn read_json(&self, query: ReadQuery) -> Result<JsonPage, BackendError> {
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {

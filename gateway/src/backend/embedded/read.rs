@@ -21,7 +21,7 @@ use redb::ReadTransaction;
 use super::record::{Corrupt, HEADER, open_batch, open_trim};
 use super::tables::{BATCHES, BatchKey, TRIMS, agg_key};
 use super::{StoreFailure, storage_failure};
-use crate::backend::{JsonPage, ReadPage, ReadQuery};
+use crate::backend::{AggregateKey, JsonPage, ReadPage, ReadQuery};
 
 /// Why a read failed.
 pub enum ReadError {
@@ -57,22 +57,60 @@ const CLOSE_MAX: usize = 49;
 /// depends on the `aggregates` record: a damaged one keeps the writes out (they must trust it)
 /// but not the readers. An aggregate trimmed of every batch is at its lowest version − 1.
 pub fn bounds(txn: &ReadTransaction, key: super::tables::AggKey) -> Result<(u64, u64), ReadError> {
-    let min = match txn.open_table(TRIMS) {
-        Ok(table) => match table.get(key)? {
+    bounds_in(&Tables::open(txn)?, key)
+}
+
+/// The two tables [`bounds`] reads, opened once for many aggregates.
+struct Tables {
+    /// `None` while nothing was ever trimmed.
+    trims: Option<redb::ReadOnlyTable<super::tables::AggKey, super::tables::Sealed>>,
+    batches: redb::ReadOnlyTable<BatchKey, &'static [u8]>,
+}
+
+impl Tables {
+    fn open(txn: &ReadTransaction) -> Result<Tables, ReadError> {
+        let trims = match txn.open_table(TRIMS) {
+            Ok(table) => Some(table),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Tables {
+            trims,
+            batches: txn.open_table(BATCHES)?,
+        })
+    }
+}
+
+fn bounds_in(tables: &Tables, key: super::tables::AggKey) -> Result<(u64, u64), ReadError> {
+    let min = match &tables.trims {
+        Some(table) => match table.get(key)? {
             Some(v) => open_trim(key, v.value()).map_err(ReadError::Corrupt)?,
             None => 1,
         },
-        Err(redb::TableError::TableDoesNotExist(_)) => 1,
-        Err(e) => return Err(e.into()),
+        None => 1,
     };
     let (o, t, i) = key;
-    let last = txn
-        .open_table(BATCHES)?
+    let last = (tables.batches)
         .range((o, t, i, 0)..=(o, t, i, u64::MAX))?
         .next_back()
         .transpose()?
         .map(|(k, _)| k.value().3);
     Ok((last.unwrap_or(0).max(min - 1), min))
+}
+
+/// Each aggregate's tip ([`bounds`]), in one read transaction with its tables opened once: what
+/// a page of it read now would say (for a change stream's `ready`). An aggregate whose trim
+/// record is damaged gets `None` (its pages fail the same way); a storage failure fails all.
+pub fn tips(db: &Database, keys: &[AggregateKey]) -> Result<Vec<Option<u64>>, ReadError> {
+    let txn = db.begin_read()?;
+    let tables = Tables::open(&txn)?;
+    keys.iter()
+        .map(|key| match bounds_in(&tables, agg_key(key)) {
+            Ok((tip, _)) => Ok(Some(tip)),
+            Err(ReadError::Corrupt(_)) => Ok(None),
+            Err(e) => Err(e),
+        })
+        .collect()
 }
 
 /// Visits the records of `query`'s range in order until `take` says stop (returning the version

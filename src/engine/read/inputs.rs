@@ -1,0 +1,164 @@
+//! What the read machine ([`super::machine::Reader`]) takes and yields: its inputs, its
+//! actions, what a stream says and how a page ends, and the state it reports. Kept apart from
+//! the machine's rules so each file reads on its own.
+
+use super::super::model::AggregateRef;
+use super::streams::StreamId;
+
+/// The read side's state, as `status().read` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadState {
+    /// Nothing is watched.
+    Idle,
+    /// The stream is being opened (or reopened after a failure).
+    Connecting,
+    /// The stream is open and every watched aggregate is caught up.
+    Connected,
+    /// Pages are being read into the local log.
+    CatchingUp,
+    /// The platform reports no network: views answer from the local log.
+    Offline,
+}
+
+impl ReadState {
+    /// The state's name as the JS API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadState::Idle => "idle",
+            ReadState::Connecting => "connecting",
+            ReadState::Connected => "connected",
+            ReadState::CatchingUp => "catchingUp",
+            ReadState::Offline => "offline",
+        }
+    }
+}
+
+/// What the change stream said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Note {
+    /// Subscribed: everything from now on will be notified.
+    Ready,
+    /// The aggregate reached `version`.
+    Changed {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// Its version now.
+        version: u64,
+    },
+    /// The aggregate was trimmed or deleted: read it again from scratch.
+    Reset {
+        /// The aggregate.
+        aggregate: AggregateRef,
+    },
+    /// The gateway dropped or lagged: catch up everything.
+    Resync,
+}
+
+/// How reading one page ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageEnd {
+    /// Stored; `more`: the next page exists.
+    Stored {
+        /// Whether to read on.
+        more: bool,
+    },
+    /// The versions asked for were trimmed; the server still has them from `min_version`.
+    Trimmed {
+        /// The lowest version still available.
+        min_version: u64,
+    },
+    /// The aggregate is gone on the server (deleted, or recreated below the local cursor).
+    Gone,
+    /// Not read (network, timeout, a refusal); try again later.
+    Failed {
+        /// Why.
+        message: String,
+    },
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// One more subscriber (any context of the device) wants the aggregate watched.
+    Subscribe(AggregateRef),
+    /// One subscriber less.
+    Unsubscribe(AggregateRef),
+    /// Catch this aggregate up now (a `read`, or a batch of it just landed).
+    CatchUp(AggregateRef),
+    /// A stream said something.
+    Stream(StreamId, Note),
+    /// What a stream's `ready` (fed just before it) says each aggregate's version was once
+    /// the stream was registered: an aggregate whose cursor is at its tip need not be read for
+    /// this `ready`'s catch-up ([`Action::FetchPageUnlessAt`]). Not every gateway sends them.
+    Tips(StreamId, Vec<(AggregateRef, u64)>),
+    /// A stream ended (failed, closed, or silent for too long).
+    StreamEnded(StreamId),
+    /// The gateway refused a stream as naming too many aggregates (400, 40020, or 413 for a
+    /// body past its bound: its `--watch-max-aggregates` is below what this device puts in one
+    /// stream).
+    StreamTooLarge(StreamId),
+    /// [`Action::FetchPage`] ended.
+    Page {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// How.
+        end: PageEnd,
+    },
+    /// [`Action::ResetLog`] is done.
+    LogReset(AggregateRef),
+    /// The current [`Action::Wait`] ran out.
+    TimerFired,
+    /// The network is back (or the wait was cut short).
+    Woken,
+    /// The platform's view of the network changed.
+    Online(bool),
+}
+
+/// What the executor does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Open a change stream for these aggregates.
+    OpenStream {
+        /// What its inputs will carry.
+        id: StreamId,
+        /// What it watches.
+        aggregates: Vec<AggregateRef>,
+    },
+    /// Close this change stream (its shard's new one, if any, is opened by the next action).
+    CloseStream(StreamId),
+    /// These watched aggregates fit in no stream (reported with code 40020); the list replaces
+    /// the previous one.
+    Unwatched(Vec<AggregateRef>),
+    /// Read the aggregate's next page (from its local cursor) and store it with the cursor.
+    FetchPage(AggregateRef),
+    /// As [`Action::FetchPage`], but answer `Stored { more: false }` without a request when the
+    /// cursor's version equals `tip` (the server's version as of the stream's `ready`, and no
+    /// change of it notified since).
+    FetchPageUnlessAt(AggregateRef, u64),
+    /// Ask the server what is left of the aggregate after a `reset` (its first version: a 410
+    /// says the minimum; a tip below the cursor says it is gone); answered as a [`PageEnd`].
+    Probe(AggregateRef),
+    /// Drop the aggregate's local log below `min_version` (all of it when `gone`); the cursor
+    /// moves up to just below `min_version` if it was lower.
+    ResetLog {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// The lowest version the server still has.
+        min_version: u64,
+        /// Deleted: nothing is kept, the cursor restarts at 0.
+        gone: bool,
+    },
+    /// Catch the aggregate up again after `ms` (its last page failed).
+    RetryLater {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// How long to wait.
+        ms: u64,
+    },
+    /// Wait (replacing any current wait), cut short by the network coming back.
+    Wait(u64),
+    /// The read side's state changed.
+    Report(ReadState),
+    /// The aggregate's catch-up ended: `true` when it reached the server's tip as known.
+    CaughtUp(AggregateRef, bool),
+}
