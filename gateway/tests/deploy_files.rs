@@ -21,14 +21,6 @@ const BINARY: &str = env!("CARGO_BIN_EXE_celeriant-gateway");
 const AGGREGATE: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0111";
 const CLIENT: &str = "5f0c3a1e-8d2b-4e6f-9a7c-1b3d5e7f9a0b";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn the_systemd_unit_verifies_cleanly() {
     let Ok(probe) = Command::new("systemd-analyze").arg("--version").output() else {

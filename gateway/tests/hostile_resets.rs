@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use support::hostile::{aggregate, connect_from, exchange, small_buffer_from, write_request};
-use support::process::{Process, data_dir};
+use support::process::{Process, data_dir, free_port};
 
 /// A batch whose page fits a connection's capped send buffer whole: hyper finishes it and the
 /// connection flushes (as in `hostile_orphans`).
@@ -33,15 +33,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A port free now on 127.0.0.1 (for `--metrics-listen`, which has no port file).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `/metrics` of the listener at `at`.

@@ -16,15 +16,6 @@ use support::process::*;
 const AGGREGATE: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0077";
 const TOKEN: &str = "metrics-token-0123456789abcdef0123456789";
 
-/// A port free now on 127.0.0.1 (for `--metrics-listen`, which has no port file).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET /metrics` at `base` as text, with the status.
 fn scrape(base: &str, token: Option<&str>) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()

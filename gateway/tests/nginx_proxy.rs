@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::app::{TYPE, write_by};
 use support::device::{Device, fresh_nonce, proof_for};
-use support::process::{Process, data_dir};
+use support::process::{Process, data_dir, free_port};
 
 const HOST: &str = "gateway.test";
 const AGGREGATE: &str = "3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e0099";
@@ -51,14 +51,6 @@ fn nginx_binary() -> String {
         }
     }
     panic!("nginx is not installed: run `bash scripts/setup.sh` (it installs Debian's nginx)");
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A self-signed certificate for [`HOST`] in `dir`: (certificate, key).

@@ -291,6 +291,17 @@ pub fn raw(addr: &str, request: &str) -> String {
 }
 
 /// A temporary directory for one gateway's data.
+/// A port free now on 127.0.0.1, for a listener that has no port file (`--metrics-listen`,
+/// nginx's). Another process may take it before it is used: a test that binds it fails at
+/// start, never silently.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn data_dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
