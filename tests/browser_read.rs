@@ -20,22 +20,12 @@ wasm_bindgen_test_configure!(run_in_browser);
 extern "C" {
     #[wasm_bindgen(js_name = cutOff)]
     fn cut_off() -> JsValue;
-    #[wasm_bindgen(js_name = recordViews)]
-    fn record_views(client: &JsValue, aggregate: &JsValue) -> JsValue;
     #[wasm_bindgen(js_name = flicker)]
     fn flicker(views: &JsValue) -> JsValue;
-    #[wasm_bindgen(js_name = serverKeys)]
-    fn server_keys_js(gateway: &str, type_id: &str, id: &str) -> Promise;
-    #[wasm_bindgen(js_name = viewKeys)]
-    fn view_keys_js(view: &JsValue) -> Array;
-    #[wasm_bindgen(js_name = faultReport)]
-    fn fault_report_js(gateway: &str, secret: &str) -> Promise;
     #[wasm_bindgen(js_name = spoilPages)]
     fn spoil_pages() -> JsValue;
     #[wasm_bindgen(js_name = trim)]
     fn trim_js(gateway: &str, secret: &str, type_id: &str, id: &str, before: f64) -> Promise;
-    #[wasm_bindgen(js_name = countFetches)]
-    fn count_fetches() -> JsValue;
     #[wasm_bindgen(js_name = deletedPages)]
     fn deleted_pages(id: &str) -> JsValue;
 }
@@ -43,21 +33,6 @@ extern "C" {
 fn call(object: &JsValue, method: &str, arg: &JsValue) {
     let f: js_sys::Function = get(object, method).unchecked_into();
     f.call1(object, arg).unwrap();
-}
-
-async fn server_keys(t: &str, id: &str) -> Vec<String> {
-    strings(&ok(server_keys_js(gateway(), t, id)).await)
-}
-
-fn strings(v: &JsValue) -> Vec<String> {
-    v.unchecked_ref::<Array>()
-        .iter()
-        .map(|s| s.as_string().unwrap())
-        .collect()
-}
-
-fn view_keys(view: &JsValue) -> Vec<String> {
-    strings(&view_keys_js(view))
 }
 
 fn json_event(value: &str) -> JsValue {

@@ -14,44 +14,15 @@ mod browser;
 
 use browser::*;
 use celeriant_sync::SyncClient;
-use js_sys::{Array, Promise};
+use js_sys::Array;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-#[wasm_bindgen(module = "/tests/browser/support.js")]
-extern "C" {
-    #[wasm_bindgen(js_name = recordViews)]
-    fn record_views(client: &JsValue, aggregate: &JsValue) -> JsValue;
-    #[wasm_bindgen(js_name = serverKeys)]
-    fn server_keys_js(gateway: &str, type_id: &str, id: &str) -> Promise;
-    #[wasm_bindgen(js_name = viewKeys)]
-    fn view_keys_js(view: &JsValue) -> Array;
-    #[wasm_bindgen(js_name = faultReport)]
-    fn fault_report_js(gateway: &str, secret: &str) -> Promise;
-    #[wasm_bindgen(js_name = countFetches)]
-    fn count_fetches() -> JsValue;
-}
-
 fn call(object: &JsValue, method: &str) {
     let f: js_sys::Function = get(object, method).unchecked_into();
     f.call0(object).unwrap();
-}
-
-fn view_keys(view: &JsValue) -> Vec<String> {
-    view_keys_js(view)
-        .iter()
-        .map(|s| s.as_string().unwrap())
-        .collect()
-}
-
-async fn server_keys(t: &str, id: &str) -> Vec<String> {
-    let keys = ok(server_keys_js(gateway(), t, id)).await;
-    keys.unchecked_ref::<Array>()
-        .iter()
-        .map(|s| s.as_string().unwrap())
-        .collect()
 }
 
 fn read_state(client: &SyncClient) -> String {

@@ -454,13 +454,10 @@ fn a_flushing_connection_of_the_heaviest_address_gives_its_place_to_a_newcomer()
     assert_eq!(resets(&text, None), 1);
 }
 
-#[test]
-fn shutdown_waits_for_answers_on_their_way_then_resets_the_rest() {
-    let _serial = serial();
-    let dir = data_dir();
-    // The shutdown grace is the request timeout plus a second: 3 s.
-    let grace = Duration::from_secs(3);
-    let mut gateway = Process::start(
+/// A gateway whose shutdown grace is 3 s (the request timeout, 2 s, plus a second), and whose
+/// idle timeout (30 s) does not cut anything first.
+fn with_a_3_s_grace(dir: &tempfile::TempDir) -> Process {
+    Process::start(
         dir.path(),
         &[
             "--auth",
@@ -470,7 +467,15 @@ fn shutdown_waits_for_answers_on_their_way_then_resets_the_rest() {
             "--idle-timeout-ms",
             "30000",
         ],
-    );
+    )
+}
+
+#[test]
+fn shutdown_waits_for_answers_on_their_way_then_resets_the_rest() {
+    let _serial = serial();
+    let dir = data_dir();
+    let grace = Duration::from_secs(3);
+    let mut gateway = with_a_3_s_grace(&dir);
     let small = aggregate(45);
     seed(&gateway, &small, SMALL_BATCH_BYTES);
     let closing = page_request(&small, "Connection: close\r\n");
@@ -545,17 +550,7 @@ fn an_answer_hyper_is_still_writing_at_the_end_of_the_grace_is_reset() {
     let _serial = serial();
     let dir = data_dir();
     let grace = Duration::from_secs(3);
-    let mut gateway = Process::start(
-        dir.path(),
-        &[
-            "--auth",
-            "none",
-            "--request-timeout-ms",
-            "2000",
-            "--idle-timeout-ms",
-            "30000",
-        ],
-    );
+    let mut gateway = with_a_3_s_grace(&dir);
     let big = aggregate(46);
     seed(&gateway, &big, BIG_BATCH_BYTES);
     // A page larger than a send buffer, not read: hyper is still writing it at the grace's

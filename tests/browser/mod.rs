@@ -2,6 +2,11 @@
 //! JavaScript helpers in `support.js`.
 #![allow(dead_code)]
 
+pub mod views;
+// Not every test file uses them (each is its own crate).
+#[allow(unused_imports)]
+pub use views::*;
+
 use celeriant_sync::SyncClient;
 use js_sys::{Array, Object, Promise, Reflect};
 use wasm_bindgen::prelude::*;
