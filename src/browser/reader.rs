@@ -10,7 +10,7 @@
 //! replaced) is no longer in `wanted`, and what it says is ignored.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
 use gloo_timers::callback::Timeout;
@@ -33,7 +33,7 @@ use crate::engine::read::machine::{Action, Input, PageEnd, Reader, StreamId};
 use crate::engine::read::page;
 use crate::engine::read::sse::{Parser, note};
 use crate::engine::signal::{Signal, first};
-use crate::engine::sorted::SortedSet;
+use crate::engine::sorted::{SortedMap, SortedSet};
 use crate::engine::status::{Hub, Refused};
 use celeriant_sync_protocol::codes::gateway::WATCH_TOO_MANY_AGGREGATES;
 
@@ -72,9 +72,9 @@ pub(crate) struct ReaderRuntime {
     pumping: Cell<bool>,
     /// The streams the machine wants open, by id (`None` while one is being opened: its
     /// session and proof are on their way). Callbacks of a stream no longer here are ignored.
-    streams: RefCell<BTreeMap<StreamId, Option<WatchStream>>>,
+    streams: RefCell<SortedMap<StreamId, Option<WatchStream>>>,
     /// What each stream's `ready` said the gateway refused to watch.
-    refused: RefCell<BTreeMap<StreamId, Vec<Refused>>>,
+    refused: RefCell<SortedMap<StreamId, Vec<Refused>>>,
     /// Watched aggregates that fit in no stream (reported with code 40020).
     unwatched: RefCell<Vec<AggregateRef>>,
     timer: RefCell<Option<Timeout>>,
@@ -153,7 +153,7 @@ impl ReaderRuntime {
     /// Stops: closes the stream, cancels the timer; whatever is in flight is ignored.
     pub(crate) fn stop(&self) {
         self.stopped.set(true);
-        self.streams.borrow_mut().clear();
+        *self.streams.borrow_mut() = SortedMap::new();
         self.timer.borrow_mut().take();
         self.retries.borrow_mut().clear();
         self.stopping.notify();
@@ -165,19 +165,28 @@ impl ReaderRuntime {
     /// at once, without a request, until the network is switched on again).
     pub(crate) fn switched_off(self: &Rc<Self>) {
         let open = std::mem::take(&mut *self.streams.borrow_mut());
-        for id in open.into_keys() {
+        for &id in open.keys() {
             self.feed(Input::StreamEnded(id));
         }
     }
 
     /// Publishes what the gateway refused to watch and what fits in no stream, as one list.
     fn publish_refused(&self) {
-        let mut all: Vec<Refused> = self.refused.borrow().values().flatten().copied().collect();
-        all.extend(self.unwatched.borrow().iter().map(|aggregate| Refused {
-            aggregate: *aggregate,
-            code: WATCH_TOO_MANY_AGGREGATES,
-        }));
-        all.sort_by_key(|r| r.aggregate);
+        // In aggregate order, through a SortedMap rather than a sort (the module's size).
+        let mut all: SortedMap<AggregateRef, u32> = SortedMap::new();
+        for r in self.refused.borrow().values().flatten() {
+            all.insert(r.aggregate, r.code);
+        }
+        for aggregate in self.unwatched.borrow().iter() {
+            all.insert(*aggregate, WATCH_TOO_MANY_AGGREGATES);
+        }
+        let all = all
+            .iter()
+            .map(|(aggregate, code)| Refused {
+                aggregate: *aggregate,
+                code: *code,
+            })
+            .collect();
         self.hub.set_read_refused(all);
     }
 

@@ -186,12 +186,12 @@ impl Streams {
             return false;
         }
         self.limits.per_stream /= 2;
-        let mut all: Vec<AggregateRef> = self.unwatched.iter().copied().collect();
+        // In order (a SortedSet, not a sort: the module's size, engine::sorted).
+        let mut all = std::mem::take(&mut self.unwatched);
         for shard in &mut self.shards {
             all.extend(std::mem::take(&mut shard.members));
         }
-        all.sort();
-        self.unwatched = SortedSet::new();
+        let mut all: Vec<AggregateRef> = all.into_iter().collect();
         for shard in &mut self.shards {
             while shard.members.len() < self.limits.per_stream {
                 match all.pop() {
