@@ -12,8 +12,10 @@
 //! the machine's shards, each ready, disjoint, within the per-stream and stream-count limits
 //! (small here, so that aggregates are split and some fit nowhere), together with the unwatched
 //! ones covering exactly the watched set, none open when nothing is watched; no notification
-//! lost — every aggregate a stream watches has a log and view holding every batch the gateway
-//! holds, up to its tip; and none of this device's events is still pending.
+//! lost — every watched aggregate (an unwatched one once the poll settling lets run has read
+//! it) has a log and view holding every batch the gateway holds, up to its tip; and none of
+//! this device's events is still pending. Some runs face a gateway that takes one aggregate
+//! per stream (`StreamTooLarge`), or one stream per client (`StreamTooMany`).
 #![cfg(not(target_arch = "wasm32"))]
 
 mod sim;
@@ -96,8 +98,14 @@ struct World {
     /// The most aggregates the gateway takes in one stream (below `limits.per_stream` in some
     /// runs: a larger stream is refused, `StreamTooLarge`, and the machine halves its own).
     gateway_cap: usize,
-    /// Streams the gateway refused as too large, to tell the machine.
-    refused: Vec<StreamId>,
+    /// The most streams the gateway lets this client hold open (below `limits.streams` in
+    /// some runs: one more is refused, `StreamTooMany`, and the machine opens one less).
+    stream_cap: usize,
+    /// Streams the gateway refused, to tell the machine: `true` for too many streams, `false`
+    /// for too many aggregates in one.
+    refused: Vec<(StreamId, bool)>,
+    /// Polls of the unwatched aggregates let run while settling (see [`World::settle`]).
+    polls: u32,
     /// Ids of streams closed or ended: the model sometimes feeds them notes a late callback
     /// would carry, which the machine must ignore.
     gone: Vec<StreamId>,
@@ -126,7 +134,9 @@ impl World {
             reader: Reader::with_limits(Backoff::default(), limits),
             limits,
             gateway_cap: usize::MAX,
+            stream_cap: limits.streams + 1,
             refused: Vec::new(),
+            polls: 0,
             gone: Vec::new(),
             no_tips: false,
             skipped: 0,
@@ -161,7 +171,12 @@ impl World {
                     "a stream too large"
                 );
                 if aggregates.len() > self.gateway_cap {
-                    self.refused.push(id); // 400, 40020
+                    self.refused.push((id, false)); // 400, 40020
+                    self.gone.push(id);
+                    return;
+                }
+                if self.streams.len() >= self.stream_cap {
+                    self.refused.push((id, true)); // 429, 42920
                     self.gone.push(id);
                     return;
                 }
@@ -184,8 +199,8 @@ impl World {
             Action::CloseStream(id) => {
                 // A stream the gateway refused, closed before the machine heard of it: the
                 // refusal is never delivered (the executor drops a closed stream's callbacks).
-                let was_refused = self.refused.contains(&id);
-                self.refused.retain(|r| *r != id);
+                let was_refused = self.refused.iter().any(|(r, _)| *r == id);
+                self.refused.retain(|(r, _)| *r != id);
                 assert!(
                     self.streams.remove(&id).is_some() || was_refused,
                     "closed a stream that is not open"
@@ -389,8 +404,12 @@ impl World {
     fn deliver(&mut self) -> bool {
         // Any stream with something to say, picked at random: streams are separate
         // connections, with no order between them.
-        if let Some(id) = self.refused.pop() {
-            self.feed(Input::StreamTooLarge(id));
+        if let Some((id, many)) = self.refused.pop() {
+            self.feed(if many {
+                Input::StreamTooMany(id)
+            } else {
+                Input::StreamTooLarge(id)
+            });
             return true;
         }
         let busy: Vec<StreamId> = self
@@ -540,12 +559,24 @@ impl World {
             self.online = true;
             self.feed(Input::Online(true));
         }
+        self.polls = 0;
         for _ in 0..10_000 {
+            // The only timer left is the unwatched aggregates' poll: it is let run once (it
+            // must bring them up to date too), then the machine counts as quiescent.
+            let only_poll = self.retries.is_empty()
+                && self.wait.is_some()
+                && self.wait == self.reader.poll_due_at()
+                && (self.reader.streams().iter()).all(|(id, _)| self.streams.contains_key(id));
             let progressed = if self.flight.is_some() {
                 self.complete();
                 true
+            } else if self.deliver() {
+                true
+            } else if only_poll && self.polls >= 1 {
+                false
             } else {
-                self.deliver() || self.tick()
+                self.polls += u32::from(only_poll);
+                self.tick()
             };
             self.refresh_views();
             self.check_log();
@@ -566,7 +597,7 @@ impl World {
             "open streams {:?} against the machine's {wanted:?}",
             self.streams.keys().collect::<Vec<_>>()
         );
-        assert!(wanted.len() <= self.limits.streams);
+        assert!(wanted.len() <= self.reader.max_streams().min(self.stream_cap));
         let mut covered: Vec<AggregateRef> = self.reader.unwatched();
         for (id, aggregates) in &wanted {
             let s = self.streams.get(id).expect("every shard's stream is open");
@@ -589,13 +620,13 @@ impl World {
         );
         if !self.reader.unwatched().is_empty() {
             assert!(
-                wanted.len() == self.limits.streams
+                wanted.len() == self.reader.max_streams()
                     && wanted.iter().all(|(_, a)| a.len() == per_stream),
                 "unwatched aggregates while a stream has room"
             );
         }
-        let unwatched = self.reader.unwatched();
-        for aggregate in watched.iter().filter(|a| !unwatched.contains(a)) {
+        // The unwatched ones too: the poll let run while settling caught them up.
+        for aggregate in &watched {
             let held = self.gateway.get(aggregate);
             let (tip, min) = held.map_or((0, 1), |h| (h.tip, h.min));
             let s = block_on(self.log.snapshot(*aggregate, None)).unwrap();
@@ -637,6 +668,10 @@ fn run(seed: u64, aggregates: u64, steps: usize, fault_rate: f64, ignore_shrunk_
     // One run in three against a gateway that takes one aggregate per stream.
     if seed % 3 == 0 {
         world.gateway_cap = 1;
+    }
+    // One run in five against a gateway that lets the client hold one stream only.
+    if seed % 5 == 2 {
+        world.stream_cap = 1;
     }
     world.no_tips = seed % 4 == 1;
     world.ignore_shrunk_tip = ignore_shrunk_tip;

@@ -35,7 +35,9 @@ use crate::engine::read::sse::{Parser, note};
 use crate::engine::signal::{Signal, first};
 use crate::engine::sorted::{SortedMap, SortedSet};
 use crate::engine::status::{Hub, Refused};
-use celeriant_sync_protocol::codes::gateway::WATCH_TOO_MANY_AGGREGATES;
+use celeriant_sync_protocol::codes::gateway::{
+    WATCH_STREAMS_PER_CLIENT, WATCH_TOO_MANY_AGGREGATES,
+};
 
 /// What the reader tells the rest of the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,8 +427,14 @@ impl ReaderRuntime {
                     // stream of more than about twice its cap is refused that way first).
                     let too_large = status == 413
                         || (status == 400 && refusal_code(&why) == Some(WATCH_TOO_MANY_AGGREGATES));
+                    // Too many streams for this client: the gateway's per-client cap is below
+                    // what this device opens.
+                    let too_many =
+                        status == 429 && refusal_code(&why) == Some(WATCH_STREAMS_PER_CLIENT);
                     let input = if too_large {
                         Input::StreamTooLarge(id)
+                    } else if too_many {
+                        Input::StreamTooMany(id)
                     } else {
                         Input::StreamEnded(id)
                     };
@@ -447,7 +455,10 @@ impl ReaderRuntime {
             if let Some(reader) = weak.upgrade()
                 && reader.wanted(id)
             {
-                if matches!(input, Input::StreamEnded(_) | Input::StreamTooLarge(_)) {
+                if matches!(
+                    input,
+                    Input::StreamEnded(_) | Input::StreamTooLarge(_) | Input::StreamTooMany(_)
+                ) {
                     reader.streams.borrow_mut().remove(&id);
                     if reader.refused.borrow_mut().remove(&id).is_some() {
                         reader.publish_refused();

@@ -97,6 +97,9 @@ pub enum Input {
     /// body past its bound: its `--watch-max-aggregates` is below what this device puts in one
     /// stream).
     StreamTooLarge(StreamId),
+    /// The gateway refused a stream for the client's stream count (429, 42920: its
+    /// `--watch-max-streams-per-client` is at or below what this device opens).
+    StreamTooMany(StreamId),
     /// [`Action::FetchPage`] ended.
     Page {
         /// The aggregate.

@@ -24,7 +24,7 @@ use super::super::sorted::{SortedMap, SortedSet};
 use super::catch_up::CatchUps;
 pub use super::inputs::{Action, Input, Note, PageEnd, ReadState};
 pub use super::streams::StreamId;
-use super::streams::{Limits, Phase, Streams};
+use super::streams::{Limits, Phase, Streams, poll_interval};
 
 /// The read-side state machine of the draining context.
 #[derive(Debug)]
@@ -46,6 +46,8 @@ pub struct Reader {
     /// uses one or anything since says it may have moved (a change, a reset, a resync, the
     /// stream ending, a catch-up asked); used only while that stream is still the aggregate's.
     tips: SortedMap<AggregateRef, (StreamId, u64)>,
+    /// When the unwatched aggregates are caught up next (0: none unwatched).
+    poll_at: u64,
     online: bool,
     state: ReadState,
     actions: VecDeque<Action>,
@@ -69,6 +71,7 @@ impl Reader {
             page_failures: 0,
             probe_due: SortedSet::new(),
             tips: SortedMap::new(),
+            poll_at: 0,
             online: true,
             state: ReadState::Idle,
             actions: VecDeque::new(),
@@ -100,6 +103,17 @@ impl Reader {
         self.streams.per_stream()
     }
 
+    /// How many streams are opened at most now: the limit given, one less each time the
+    /// gateway refused a stream for the client's stream count.
+    pub fn max_streams(&self) -> usize {
+        self.streams.max_streams()
+    }
+
+    /// When the unwatched aggregates are caught up next, if any are.
+    pub fn poll_due_at(&self) -> Option<u64> {
+        (self.poll_at != 0).then_some(self.poll_at)
+    }
+
     /// The watched aggregates that fit in no stream.
     pub fn unwatched(&self) -> Vec<AggregateRef> {
         self.streams.unwatched.iter().copied().collect()
@@ -112,7 +126,7 @@ impl Reader {
     /// Handles what happened at `now_ms`; `random` is a uniform draw in `[0, 1)` for jitter.
     pub fn handle(&mut self, input: Input, now_ms: u64, random: f64) {
         let unwatched = self.streams.unwatched.len();
-        let resplit = matches!(input, Input::StreamTooLarge(_));
+        let resplit = matches!(input, Input::StreamTooLarge(_) | Input::StreamTooMany(_));
         match input {
             Input::Subscribe(aggregate) => {
                 let count = self.watched.get_or_default(aggregate);
@@ -210,6 +224,19 @@ impl Reader {
                     }
                 }
             }
+            Input::StreamTooMany(id) => {
+                if let Some(index) = self.streams.index_of(id) {
+                    match self.streams.fewer(index) {
+                        Some(changed) => {
+                            for shard in changed {
+                                self.restream(shard, now_ms);
+                            }
+                        }
+                        // One stream refused too: treated as any failure.
+                        None => return self.handle(Input::StreamEnded(id), now_ms, random),
+                    }
+                }
+            }
             Input::Page { aggregate, end } => {
                 if self.fetching == Some(aggregate) {
                     self.fetching = None;
@@ -274,6 +301,10 @@ impl Reader {
                         self.restream(shard, now_ms);
                     }
                 }
+                if self.poll_at != 0 && self.poll_at <= now_ms {
+                    self.poll_at = now_ms + poll_interval(self.streams.unwatched.len());
+                    self.catch_up_unwatched();
+                }
                 self.wait_for_retry(now_ms);
             }
             Input::Online(online) => {
@@ -294,11 +325,21 @@ impl Reader {
             let list = self.unwatched();
             self.emit(Action::Unwatched(list));
         }
+        // No stream tells of the unwatched aggregates' changes: they are polled.
+        match (self.streams.unwatched.is_empty(), self.poll_at) {
+            (true, _) => self.poll_at = 0,
+            (false, 0) => {
+                self.poll_at = now_ms + poll_interval(self.streams.unwatched.len());
+                self.wait_for_retry(now_ms);
+            }
+            _ => {}
+        }
         self.pump();
         self.report();
     }
 
-    /// Asks for the wait until the earliest shard backing off may reopen its stream.
+    /// Asks for the wait until the earliest shard backing off may reopen its stream, or the
+    /// unwatched aggregates' next poll if that comes first.
     fn wait_for_retry(&mut self, now_ms: u64) {
         let next = self
             .streams
@@ -308,6 +349,7 @@ impl Reader {
                 Phase::Down { retry_at } if retry_at != 0 => Some(retry_at),
                 _ => None,
             })
+            .chain((self.poll_at != 0).then_some(self.poll_at))
             .min();
         // A shard already due (its timer late, or replaced by this wait) is reopened at once.
         if let Some(at) = next {

@@ -1,6 +1,7 @@
 //! Unit tests of the read machine: one path each, exact actions.
 
 use super::*;
+use crate::engine::read::streams::POLL_UNWATCHED_MS;
 use uuid::Uuid;
 
 fn agg(n: u128) -> AggregateRef {
@@ -803,4 +804,106 @@ fn a_stream_that_ended_drops_its_tips() {
         "{asked:?}"
     );
     assert_eq!(asked.len(), 2, "{asked:?}");
+}
+
+#[test]
+fn a_stream_refused_for_the_client_s_stream_count_uses_one_stream_less() {
+    let mut r = small(2, 3);
+    for n in 1..=6 {
+        r.handle(Input::Subscribe(agg(n)), T, 0.5);
+    }
+    read_all(&mut r);
+    assert_eq!(r.streams().len(), 3);
+    // The third stream is refused (429, 42920): two streams from now on; its members fit in
+    // neither of the full others, so they are unwatched, and nothing else is reopened.
+    let third = r.streams()[2].0;
+    r.handle(Input::StreamTooMany(third), T, 0.5);
+    let actions = doing(&mut r);
+    assert_eq!(r.max_streams(), 2);
+    assert_eq!(r.streams().len(), 2);
+    assert!(
+        actions.contains(&Action::Unwatched(vec![agg(5), agg(6)])),
+        "{actions:?}"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::OpenStream { .. } | Action::CloseStream(_))),
+        "the refused stream ended and the others are full: {actions:?}"
+    );
+    // The first stream refused in turn: one stream; its members join the unwatched.
+    let first = r.streams()[0].0;
+    r.handle(Input::StreamTooMany(first), T, 0.5);
+    doing(&mut r);
+    assert_eq!(r.max_streams(), 1);
+    assert_eq!(r.streams(), vec![(r.streams()[0].0, vec![agg(3), agg(4)])]);
+    assert_eq!(r.unwatched(), [agg(1), agg(2), agg(5), agg(6)]);
+    // A single stream refused too: it backs off like any failure, still one stream.
+    let last = cur(&r);
+    r.handle(Input::StreamTooMany(last), T, 0.5);
+    assert!(matches!(doing(&mut r)[..], [Action::Wait(_)]));
+    assert_eq!(r.max_streams(), 1);
+}
+
+#[test]
+fn a_refused_stream_s_members_move_to_a_shard_with_room() {
+    let mut r = small(4, 2);
+    for n in 1..=5 {
+        r.handle(Input::Subscribe(agg(n)), T, 0.5);
+    }
+    // The first shard has room again.
+    r.handle(Input::Unsubscribe(agg(1)), T, 0.5);
+    read_all(&mut r);
+    let [(kept, _), (refused, _)] = r.streams()[..] else {
+        panic!("two shards: {:?}", r.streams())
+    };
+    r.handle(Input::StreamTooMany(refused), T, 0.5);
+    let actions = doing(&mut r);
+    // Its one member joins the kept shard, whose stream is replaced.
+    assert!(actions.contains(&Action::CloseStream(kept)), "{actions:?}");
+    assert_eq!(r.streams().len(), 1);
+    assert_eq!(r.streams()[0].1, [agg(2), agg(3), agg(4), agg(5)]);
+    assert!(r.unwatched().is_empty());
+}
+
+#[test]
+fn the_poll_asks_for_at_most_ten_pages_a_second() {
+    use super::super::streams::poll_interval;
+    assert_eq!(poll_interval(1), POLL_UNWATCHED_MS);
+    assert_eq!(poll_interval(300), POLL_UNWATCHED_MS);
+    assert_eq!(poll_interval(7_000), 700_000);
+}
+
+#[test]
+fn unwatched_aggregates_are_polled_while_there_are_any() {
+    let mut r = small(1, 1);
+    r.handle(Input::Subscribe(agg(1)), T, 0.5);
+    r.handle(Input::Subscribe(agg(2)), T, 0.5);
+    let (_, seen) = drive(&mut r);
+    assert!(
+        seen.contains(&Action::Wait(POLL_UNWATCHED_MS)),
+        "a poll is due: {seen:?}"
+    );
+    ready_all(&mut r);
+    read_all(&mut r);
+    assert_eq!(r.poll_due_at(), Some(T + POLL_UNWATCHED_MS));
+    // Nothing before the poll is due.
+    r.handle(Input::TimerFired, T + 1_000, 0.5);
+    assert!(
+        !doing(&mut r)
+            .iter()
+            .any(|a| matches!(a, Action::FetchPage(_))),
+        "polled early"
+    );
+    let at = T + POLL_UNWATCHED_MS;
+    r.handle(Input::TimerFired, at, 0.5);
+    let actions = doing(&mut r);
+    assert!(actions.contains(&Action::FetchPage(agg(2))), "{actions:?}");
+    assert!(
+        actions.contains(&Action::Wait(POLL_UNWATCHED_MS)),
+        "the next poll: {actions:?}"
+    );
+    // None unwatched any more: no poll.
+    r.handle(Input::Unsubscribe(agg(2)), at, 0.5);
+    assert_eq!(r.poll_due_at(), None);
 }

@@ -12,12 +12,29 @@
 //! A shard's membership is stable: adding an aggregate reopens only the shard it joins (the one
 //! with the fewest members and room), so a subscription change re-reads that shard's aggregates
 //! once its new stream is ready, not every watched one. What fits in no shard is
-//! **unwatched**: caught up when subscribed, when any stream becomes ready and on every
-//! `resync`, and reported in `status().read.refused` with code 40020; it moves into a shard as
-//! soon as one has room.
+//! **unwatched**: caught up when subscribed, when any stream becomes ready, on every `resync`
+//! and every [`POLL_UNWATCHED_MS`] while there are any ([`poll_interval`]), and reported in
+//! `status().read.refused` with code 40020; it moves into a shard as soon as one has room.
+//!
+//! A gateway that allows fewer streams per client than this device opens refuses the extra one
+//! with 429 `42920`: the device then uses one stream less (down to one), placing the refused
+//! shard's members in the others or among the unwatched. Both adaptations (this one and the
+//! halving on 40020) last as long as the page.
 
 use super::super::model::AggregateRef;
 use super::super::sorted::SortedSet;
+
+/// How often the unwatched aggregates are caught up while nothing else does it: no stream
+/// tells of their changes, so this is how late their views may be (a page request each).
+pub const POLL_UNWATCHED_MS: u64 = 30_000;
+
+/// The wait before the next poll of `unwatched` aggregates: [`POLL_UNWATCHED_MS`], or 100 ms
+/// per aggregate when that is longer, so that polling asks for at most 10 pages a second on
+/// average however many are unwatched (a device watching 10,000 at the default caps polls its
+/// 7,000 unwatched every 700 s).
+pub fn poll_interval(unwatched: usize) -> u64 {
+    POLL_UNWATCHED_MS.max(100 * unwatched as u64)
+}
 
 /// Names one stream the machine asked for; inputs of a stream that is no longer a shard's
 /// current one are ignored.
@@ -100,6 +117,13 @@ impl Streams {
         self.shards
             .iter_mut()
             .find(|s| s.id == id && id != 0 && matches!(s.phase, Phase::Opening | Phase::Up))
+    }
+
+    /// The index of the shard whose current, opening or open, stream is `id`.
+    pub(crate) fn index_of(&self, id: StreamId) -> Option<usize> {
+        self.shards
+            .iter()
+            .position(|s| s.id == id && id != 0 && matches!(s.phase, Phase::Opening | Phase::Up))
     }
 
     /// Whether the stream `id` is the current, opening or open, stream of the shard holding
@@ -210,5 +234,36 @@ impl Streams {
     /// What one stream names at most now (halved by each [`Self::shrink`]).
     pub(crate) fn per_stream(&self) -> usize {
         self.limits.per_stream
+    }
+
+    /// How many streams are opened at most now (one less after each [`Self::fewer`]).
+    pub(crate) fn max_streams(&self) -> usize {
+        self.limits.streams
+    }
+
+    /// Uses one stream less after the gateway refused the shard `index`'s stream for the
+    /// client's stream count (its `--watch-max-streams-per-client` is at or below what this
+    /// device opens, counting the place kept for a replacement): the refused shard is dissolved
+    /// and its members placed again, into shards with room or unwatched. Returns the shards
+    /// that took some (their streams must be reopened), or `None` once a single stream was
+    /// refused (nothing fewer to try).
+    pub(crate) fn fewer(&mut self, index: usize) -> Option<Vec<usize>> {
+        if self.limits.streams <= 1 || index >= self.shards.len() {
+            return None;
+        }
+        self.limits.streams -= 1;
+        let dissolved = self.shards.remove(index);
+        // Never more shards than the count (`add` creates one only below it), so none is left
+        // over the new count by removing one.
+        debug_assert!(self.shards.len() <= self.limits.streams);
+        let mut changed = Vec::new();
+        for aggregate in dissolved.members {
+            if let Some(i) = self.add(aggregate)
+                && !changed.contains(&i)
+            {
+                changed.push(i);
+            }
+        }
+        Some(changed)
     }
 }
