@@ -111,10 +111,14 @@ CELERIANT_TEST_FAULTS_SECRET=$(cat "$WORK/faults-secret" 2>/dev/null)
 export CELERIANT_TEST_FAULTS_SECRET
 # A second gateway that requires app tokens (HS256, a secret made for this run), for the
 # one-browser-many-users tests (tests/browser_users.rs), which mint tokens for several users.
+# It lets a client hold 2 change streams (the default is 4), below the 3 a device opens when it
+# watches more than 2 streams' worth (tests/browser_watch_many.rs); a device watching less
+# opens one, and a second for a moment while it replaces it.
 CELERIANT_TEST_APP_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 printf '%s' "$CELERIANT_TEST_APP_SECRET" >"$WORK/app-secret"
 ./target/debug/celeriant-gateway --listen 127.0.0.1:0 --port-file "$WORK/app-gateway.port" \
   --data-dir "$WORK/app-gateway" "${AUTH_FLAGS[@]}" --app-token-alg hs256 \
+  --watch-max-streams-per-client 2 \
   --app-token-key-file "$WORK/app-secret" --app-token-issuer celeriant-test \
   --app-token-audience celeriant-test >"$WORK/app-gateway.log" 2>&1 &
 APP_GATEWAY_PID=$!

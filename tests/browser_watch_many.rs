@@ -7,18 +7,54 @@
 //! aggregates of every stream reach their views live; what fits in no stream is reported in
 //! `status().read.refused` with code 40020, and watched live again once a stream has room.
 //! A new subscription reopens its stream, whose `ready` gives each aggregate's version: only
-//! what moved is read again.
+//! what moved is read again. Against a gateway that lets a client hold 2 streams, the device
+//! uses fewer streams instead of retrying a refused one, and polls what fits in none.
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
 
 use browser::*;
 use celeriant_sync::SyncClient;
-use js_sys::Array;
+use js_sys::{Array, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(module = "/tests/browser/support.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = signIn)]
+    fn sign_in(secret: &str, user: &str) -> JsValue;
+}
+
+/// Opens `db` on the app-token gateway (`CELERIANT_TEST_APP_GATEWAY`, which lets a client hold
+/// 2 streams: `--watch-max-streams-per-client 2` in scripts/browser-tests.sh) as `user`.
+async fn open_on_app_gateway(db: &str, user: &str) -> SyncClient {
+    let (Some(gateway), Some(secret)) = (
+        option_env!("CELERIANT_TEST_APP_GATEWAY"),
+        option_env!("CELERIANT_TEST_APP_SECRET"),
+    ) else {
+        panic!("run the browser tests through `npm test`, which starts the app-token gateway")
+    };
+    let options = json(&format!(r#"{{"user":"{user}","maxBackoffMs":1000}}"#));
+    Reflect::set(&options, &"gatewayUrl".into(), &gateway.into()).unwrap();
+    Reflect::set(&options, &"databaseName".into(), &db.into()).unwrap();
+    let signed_in = sign_in(secret, user);
+    Reflect::set(&options, &"auth".into(), &get(&signed_in, "auth")).unwrap();
+    SyncClient::open(options).await.unwrap()
+}
+
+/// One event appended by `other` to `id`, seen in `log`'s view within `ms`.
+async fn change_seen(other: &SyncClient, id: &str, log: &JsValue, ms: u32, what: &str) {
+    let event = object(&[("type", 1.into()), ("data", json(r#"{"n":1}"#))]);
+    ok(other.append(aggregate(SHARED_TYPE, id), Array::of1(&event).into())).await;
+    flush_within(other, 20).await;
+    until(ms, what, || {
+        let last = get(log, "last");
+        !last.is_null() && view_keys(&last).len() == 1
+    })
+    .await;
+}
 
 fn call(object: &JsValue, method: &str) {
     let f: js_sys::Function = get(object, method).unchecked_into();
@@ -200,6 +236,61 @@ async fn a_new_subscription_reads_only_what_moved() {
     for (_, log) in &logs {
         call(log, "unsubscribe");
     }
+    ok(client.close()).await;
+    ok(other.close()).await;
+}
+
+/// A gateway that lets a client hold fewer streams than the device opens refuses the extra one
+/// (429, 42920): the device uses one stream less instead of retrying it forever, and what fits
+/// in no stream is polled (every 30 s here) so that its changes still reach the views.
+#[wasm_bindgen_test]
+async fn fewer_streams_than_the_device_opens_are_used_and_the_rest_is_polled() {
+    let client = open_on_app_gateway(&db_name("watch-cap"), "watcher").await;
+    let other = open_on_app_gateway(&db_name("watch-cap-other"), "watcher").await;
+    let handle = JsValue::from(client.clone());
+    // 100 aggregates: at 31 a stream (halved from 1,000 as in the test above) they need 4
+    // streams, the device opens 3, and the gateway takes 2 (one while a stream is replaced).
+    let logs: Vec<(String, JsValue)> = (0..100)
+        .map(|_| {
+            let id = uuid();
+            let log = record_views(&handle, &aggregate(SHARED_TYPE, &id));
+            (id, log)
+        })
+        .collect();
+    // 2 streams of 31 (38 unwatched), or 1 if a replacement raced the old stream's close.
+    until(60_000, "the streams the gateway allows connected", || {
+        read_state(&client) == "connected" && [38, 69].contains(&refused(&client).len())
+    })
+    .await;
+    assert!(
+        refused(&client).iter().all(|(_, code)| *code == 40020.0),
+        "{:?}",
+        refused(&client)
+    );
+    let unwatched: Vec<String> = refused(&client).into_iter().map(|(id, _)| id).collect();
+    let watched = logs.iter().find(|(id, _)| !unwatched.contains(id)).unwrap();
+    let polled = logs.iter().find(|(id, _)| unwatched.contains(id)).unwrap();
+    // A watched aggregate's change arrives live; an unwatched one's by the next poll.
+    change_seen(&other, &watched.0, &watched.1, 15_000, "a watched change").await;
+    change_seen(
+        &other,
+        &polled.0,
+        &polled.1,
+        45_000,
+        "an unwatched change, polled",
+    )
+    .await;
+    // Every stream the device still wants is up (none refused and retried for ever); the poll
+    // may be reading the unwatched ones at any moment, so this is waited for.
+    until(30_000, "connected after the poll", || {
+        read_state(&client) == "connected" && [38, 69].contains(&refused(&client).len())
+    })
+    .await;
+
+    for (_, log) in &logs {
+        call(log, "unsubscribe");
+    }
+    until(15_000, "nothing watched", || read_state(&client) == "idle").await;
     ok(client.close()).await;
     ok(other.close()).await;
 }
