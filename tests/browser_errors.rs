@@ -3,7 +3,8 @@
 //! not rejected) and a closed client give are all instances of the exported
 //! `CeleriantSyncError` class — and of `Error` — with their `name` and `code`, and
 //! `isCeleriantSyncError` agrees; parked events decode with `json()`; `ServerCode` holds the
-//! protocol's numbers.
+//! protocol's numbers. What an app passes in is never read as absent because reading it threw
+//! (a getter, a revoked Proxy): that is refused too.
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
@@ -15,6 +16,25 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(inline_js = r#"
+export function throwingGetter(base, key) {
+    const o = Object.assign({}, base);
+    Object.defineProperty(o, key, { enumerable: true, get() { throw new Error("no"); } });
+    return o;
+}
+export function revokedProxy() {
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    return proxy;
+}
+"#)]
+extern "C" {
+    #[wasm_bindgen(js_name = throwingGetter)]
+    fn throwing_getter(base: &JsValue, key: &str) -> JsValue;
+    #[wasm_bindgen(js_name = revokedProxy)]
+    fn revoked_proxy() -> JsValue;
+}
 
 /// `value instanceof class`, as JavaScript computes it.
 fn instance_of(value: &JsValue, class: &JsValue) -> bool {
@@ -138,4 +158,42 @@ fn the_guard_refuses_look_alikes_and_accepts_other_copies() {
     // The server codes are the protocol's numbers.
     assert_eq!(ServerCode::CLIENT_IDEMPOTENCY_VIOLATION as u32, 2002);
     assert_eq!(ServerCode::AGGREGATE_FORBIDDEN as u32, 40302);
+}
+
+/// A getter that throws, or a revoked Proxy, is refused with a typed error, never read as
+/// absent: an `encryption` getter that threw used to open the client without encryption, a
+/// `user` one without the user binding, an `expectedVersion` one appended without the guard.
+#[wasm_bindgen_test]
+async fn options_and_events_whose_reading_throws_are_refused_not_read_as_absent() {
+    no_faults().await;
+    let db = db_name("errors-throwing");
+    let base = object(&[
+        ("gatewayUrl", gateway().into()),
+        ("databaseName", db.clone().into()),
+    ]);
+    for key in ["encryption", "user", "databaseName", "auth"] {
+        let Err(e) = SyncClient::open(throwing_getter(&base, key)).await else {
+            panic!("open with a throwing {key} getter: accepted");
+        };
+        assert_eq!(typed(&e, key), "INVALID_OPTIONS", "{key}: {}", describe(&e));
+        assert!(string(&e, "message").contains(key), "{}", describe(&e));
+    }
+    let Err(e) = SyncClient::open(revoked_proxy()).await else {
+        panic!("open with a revoked Proxy: accepted");
+    };
+    assert_eq!(typed(&e, "revoked proxy"), "INVALID_OPTIONS");
+
+    let client = open(&db, "{}").await;
+    let a = aggregate(&uuid(), &uuid());
+    let events = || Array::of1(&bytes_event(1, &[1])).into();
+    let guard = throwing_getter(&JsValue::from(js_sys::Object::new()), "expectedVersion");
+    let e = err(client.append_with(a.clone(), events(), guard)).await;
+    assert_eq!(typed(&e, "expectedVersion"), "INVALID_OPTIONS");
+    let e = err(client.append_with(a.clone(), events(), revoked_proxy())).await;
+    assert_eq!(typed(&e, "append options proxy"), "INVALID_OPTIONS");
+    let event = throwing_getter(&bytes_event(1, &[1]), "eventId");
+    let e = err(client.append(a.clone(), Array::of1(&event).into())).await;
+    assert_eq!(typed(&e, "eventId"), "INVALID_EVENT");
+    assert_eq!(outbox_events(&db).await, 0, "nothing stored");
+    ok(client.close()).await;
 }

@@ -26,12 +26,13 @@ fn discard_pending(options: &JsValue) -> Result<bool, ClientError> {
     if !options.is_object() {
         return Err(bad("signOut takes { discardPending?: boolean } or nothing"));
     }
-    for key in js_sys::Object::keys(options.unchecked_ref::<js_sys::Object>()).iter() {
-        if key.as_string().as_deref() != Some("discardPending") {
+    let own = js::own_keys(options).ok_or_else(|| bad("signOut's options cannot be read"))?;
+    for key in own {
+        if key != "discardPending" {
             return Err(bad("unknown signOut option (options: discardPending)"));
         }
     }
-    let value = js::get(options, "discardPending");
+    let value = super::input::read(options, "discardPending", ErrorCode::InvalidOptions)?;
     if value.is_undefined() {
         return Ok(false);
     }

@@ -13,6 +13,7 @@ use wasm_bindgen::prelude::*;
 use super::client::{SyncClient, promise, request_fits, storage_lost};
 use super::errors::ClientError;
 use super::{input, output};
+use crate::browser::js;
 use crate::engine::append;
 use crate::engine::errors::ErrorCode;
 use crate::engine::group::AtomicWrites;
@@ -35,7 +36,7 @@ fn of_write(mut error: ClientError, index: usize) -> ClientError {
 
 /// Parses and checks the writes, all of them, before anything is stored.
 fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, ClientError> {
-    if !Array::is_array(value) {
+    if js::is_array(value) != Some(true) {
         return Err(bad(
             "appendAtomic's writes must be an array of { aggregate, events, expectedVersion? }"
                 .into(),
@@ -79,7 +80,7 @@ fn parse_one(
     ),
     ClientError,
 > {
-    if !write.is_object() || Array::is_array(write) {
+    if !write.is_object() || js::is_array(write) != Some(false) {
         return Err(bad(
             "must be an object { aggregate, events, expectedVersion? }".into(),
         ));
@@ -87,10 +88,22 @@ fn parse_one(
     if let Some(message) = input::unknown_field(write, &WRITE_KEYS) {
         return Err(bad(message));
     }
-    let aggregate = input::aggregate(&input::get(write, "aggregate"))?;
-    let events = input::events(&input::get(write, "events"), limits.max_events, now)?;
+    let aggregate = input::aggregate(&input::read(
+        write,
+        "aggregate",
+        ErrorCode::InvalidAggregate,
+    )?)?;
+    let events = input::events(
+        &input::read(write, "events", ErrorCode::InvalidEvent)?,
+        limits.max_events,
+        now,
+    )?;
     append::check(&events, limits)?;
-    let expected = input::expected_version(&input::get(write, "expectedVersion"))?;
+    let expected = input::expected_version(&input::read(
+        write,
+        "expectedVersion",
+        ErrorCode::InvalidOptions,
+    )?)?;
     Ok((aggregate, events, expected))
 }
 

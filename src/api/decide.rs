@@ -38,20 +38,20 @@ fn attempts(value: &JsValue) -> Result<u64, ClientError> {
     if value.is_undefined() || value.is_null() {
         return Ok(DEFAULT_ATTEMPTS);
     }
-    if !value.is_object() || Array::is_array(value) {
+    if !value.is_object() || js::is_array(value) != Some(false) {
         return Err(bad(
             "decide's options must be an object: { maxAttempts }".into()
         ));
     }
-    for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
-        let key = key.as_string().unwrap_or_default();
+    let own = js::own_keys(value).ok_or_else(|| bad("decide's options cannot be read".into()))?;
+    for key in own {
         if key != "maxAttempts" {
             return Err(bad(format!(
                 "unknown decide option \"{key}\" (options: maxAttempts)"
             )));
         }
     }
-    let given = js::get(value, "maxAttempts");
+    let given = super::input::read(value, "maxAttempts", ErrorCode::InvalidOptions)?;
     if given.is_undefined() {
         return Ok(DEFAULT_ATTEMPTS);
     }

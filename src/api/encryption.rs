@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
-use js_sys::{Array, Function, Object, Promise, Uint8Array};
+use js_sys::{Array, Function, Promise, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{AesGcmParams, Crypto, CryptoKey};
@@ -94,13 +94,13 @@ pub(crate) fn parse(value: JsValue) -> Result<Encryption, ClientError> {
             types: None,
         });
     }
-    if !value.is_object() || Array::is_array(&value) {
+    if !value.is_object() || js::is_array(&value) != Some(false) {
         return Err(bad(
             "must be a CryptoKey, a function (aggregate) => key | null, or { key, types? }",
         ));
     }
-    for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
-        let key = key.as_string().unwrap_or_default();
+    let own = js::own_keys(&value).ok_or_else(|| bad("its keys cannot be read"))?;
+    for key in own {
         if !KEYS.contains(&key.as_str()) {
             return Err(bad(&format!(
                 "unknown field \"{key}\" (fields: {})",
@@ -108,11 +108,15 @@ pub(crate) fn parse(value: JsValue) -> Result<Encryption, ClientError> {
             )));
         }
     }
-    let key = key_source(js::get(&value, "key"))?;
-    let types = match js::get(&value, "types") {
+    let field = |name: &str| {
+        super::input::read(&value, name, ErrorCode::InvalidOptions)
+            .map_err(|_| bad(&format!("reading encryption.{name} threw")))
+    };
+    let key = key_source(field("key")?)?;
+    let types = match field("types")? {
         v if v.is_undefined() => None,
         v => {
-            let list = Array::is_array(&v)
+            let list = (js::is_array(&v) == Some(true))
                 .then(|| {
                     Array::from(&v)
                         .iter()

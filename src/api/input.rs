@@ -7,19 +7,24 @@
 //! `data` is a `Uint8Array` or `ArrayBuffer` (stored as is) or any value `JSON.stringify` can
 //! encode (stored as its UTF-8 text).
 
-use js_sys::{Array, JSON, Object, Reflect, Uint8Array};
+use js_sys::{Array, JSON, Reflect, Uint8Array};
 use uuid::Uuid;
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::errors::ClientError;
 use crate::browser::global::random_uuid;
+use crate::browser::js;
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, NewEvent};
 
 const EVENT_KEYS: [&str; 5] = ["type", "minor", "data", "eventId", "iv"];
 
-pub(crate) fn get(object: &JsValue, key: &str) -> JsValue {
-    Reflect::get(object, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+/// `object[key]`; a getter or a Proxy trap that throws is refused with `code`, never read as
+/// absent: that would open a client without the `encryption` asked for, bind no `user`, or
+/// append without the `expectedVersion` guard (found by review).
+pub(crate) fn read(object: &JsValue, key: &str, code: ErrorCode) -> Result<JsValue, ClientError> {
+    Reflect::get(object, &JsValue::from_str(key))
+        .map_err(|_| ClientError::new(code, format!("reading {key} threw")))
 }
 
 /// Parses a UUID string (any form the `uuid` crate reads); stored lowercase and hyphenated.
@@ -53,12 +58,12 @@ pub(crate) fn aggregate(value: &JsValue) -> Result<AggregateRef, ClientError> {
     }
     Ok(AggregateRef {
         type_id: uuid(
-            &get(value, "typeId"),
+            &read(value, "typeId", ErrorCode::InvalidAggregate)?,
             ErrorCode::InvalidAggregate,
             "aggregate.typeId",
         )?,
         id: uuid(
-            &get(value, "id"),
+            &read(value, "id", ErrorCode::InvalidAggregate)?,
             ErrorCode::InvalidAggregate,
             "aggregate.id",
         )?,
@@ -81,8 +86,10 @@ fn bytes(value: &JsValue) -> Option<Vec<u8>> {
 
 /// `unknown field "k" (fields: …)` for the first key of `object` that is not one of `keys`.
 pub(crate) fn unknown_field(object: &JsValue, keys: &[&str]) -> Option<String> {
-    for key in Object::keys(object.unchecked_ref::<Object>()).iter() {
-        let key = key.as_string().unwrap_or_default();
+    let Some(own) = js::own_keys(object) else {
+        return Some("its keys cannot be read (Object.keys threw)".into());
+    };
+    for key in own {
         if !keys.contains(&key.as_str()) {
             return Some(format!(
                 "unknown field \"{key}\" (fields: {})",
@@ -97,7 +104,7 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
     let at = |code: ErrorCode, message: String| {
         ClientError::new(code, format!("events[{index}]: {message}")).with("index", index as u32)
     };
-    if !value.is_object() || Array::is_array(value) {
+    if !value.is_object() || js::is_array(value) != Some(false) {
         return Err(at(
             ErrorCode::InvalidEvent,
             "must be an object { type, data, minor?, eventId?, iv? }".into(),
@@ -106,14 +113,16 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
     if let Some(message) = unknown_field(value, &EVENT_KEYS) {
         return Err(at(ErrorCode::InvalidEvent, message));
     }
+    let get =
+        |key: &str| read(value, key, ErrorCode::InvalidEvent).map_err(|e| at(e.code, e.message));
     // Type 0 parses here and is refused with the protocol's own rule.
-    let event_type = safe_integer(&get(value, "type")).ok_or_else(|| {
+    let event_type = safe_integer(&get("type")?).ok_or_else(|| {
         at(
             ErrorCode::InvalidEventType,
             "type must be an integer in 1..2^53".into(),
         )
     })?;
-    let minor = match get(value, "minor") {
+    let minor = match get("minor")? {
         v if v.is_undefined() => 0,
         v => safe_integer(&v).ok_or_else(|| {
             at(
@@ -122,7 +131,7 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
             )
         })?,
     };
-    let data_value = get(value, "data");
+    let data_value = get("data")?;
     let data = match bytes(&data_value) {
         Some(bytes) => bytes,
         None if data_value.is_undefined() => {
@@ -148,11 +157,11 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
                 .into_bytes()
         }
     };
-    let event_id = match get(value, "eventId") {
+    let event_id = match get("eventId")? {
         v if v.is_undefined() || v.is_null() => random_uuid(),
         v => uuid(&v, ErrorCode::InvalidEventId, "eventId").map_err(|e| at(e.code, e.message))?,
     };
-    let iv = match get(value, "iv") {
+    let iv = match get("iv")? {
         v if v.is_undefined() || v.is_null() => None,
         v => Some(bytes(&v).ok_or_else(|| {
             at(
@@ -180,7 +189,7 @@ fn describe(error: &JsValue) -> String {
 
 /// An array of events. `max` bounds the count before any event is parsed.
 pub(crate) fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEvent>, ClientError> {
-    if !Array::is_array(value) {
+    if js::is_array(value) != Some(true) {
         return Err(ClientError::new(
             ErrorCode::InvalidEvents,
             "events must be an array",
@@ -215,20 +224,20 @@ pub(crate) fn append_options(value: &JsValue) -> Result<Option<u64>, ClientError
     if value.is_undefined() || value.is_null() {
         return Ok(None);
     }
-    if !value.is_object() || js_sys::Array::is_array(value) {
+    if !value.is_object() || js::is_array(value) != Some(false) {
         return Err(bad(
             "append's options must be an object: { expectedVersion }".into(),
         ));
     }
-    for key in js_sys::Object::keys(value.unchecked_ref::<js_sys::Object>()).iter() {
-        let key = key.as_string().unwrap_or_default();
+    let own = js::own_keys(value).ok_or_else(|| bad("append's options cannot be read".into()))?;
+    for key in own {
         if key != "expectedVersion" {
             return Err(bad(format!(
                 "unknown append option \"{key}\" (options: expectedVersion)"
             )));
         }
     }
-    expected_version(&get(value, "expectedVersion"))
+    expected_version(&read(value, "expectedVersion", ErrorCode::InvalidOptions)?)
 }
 
 /// An `expectedVersion` (of `append`'s options or of an `appendAtomic` write): `undefined` or
@@ -258,5 +267,6 @@ fn describe_value(value: &JsValue) -> String {
     js_sys::JSON::stringify(value)
         .ok()
         .and_then(|s| s.as_string())
-        .unwrap_or_else(|| format!("{value:?}"))
+        // Not `{value:?}`: its debug string walks the value, and can throw (a deep array).
+        .unwrap_or_else(|| value.js_typeof().as_string().unwrap_or_default())
 }

@@ -73,13 +73,14 @@ fn number_text(v: f64) -> String {
     )
 }
 
-/// The option `name`: absent (`undefined`) gives `None`.
-fn field(options: &JsValue, name: &str) -> Option<JsValue> {
-    Some(js::get(options, name)).filter(|v| !v.is_undefined())
+/// The option `name`: absent (`undefined`) gives `None`; a getter that throws is refused.
+fn field(options: &JsValue, name: &str) -> Result<Option<JsValue>, ClientError> {
+    let value = super::input::read(options, name, ErrorCode::InvalidOptions)?;
+    Ok(Some(value).filter(|v| !v.is_undefined()))
 }
 
 fn string(options: &JsValue, name: &str) -> Result<Option<String>, ClientError> {
-    field(options, name)
+    field(options, name)?
         .map(|v| {
             v.as_string()
                 .ok_or_else(|| bad(format!("{name} must be a string")))
@@ -94,7 +95,7 @@ fn integer(
     min: u64,
     max: u64,
 ) -> Result<u64, ClientError> {
-    let Some(value) = field(options, name) else {
+    let Some(value) = field(options, name)? else {
         return Ok(default);
     };
     let v = value
@@ -116,8 +117,8 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
             "SyncClient.open needs an options object with at least { gatewayUrl }",
         ));
     }
-    for key in js_sys::Object::keys(value.unchecked_ref::<js_sys::Object>()).iter() {
-        let key = key.as_string().unwrap_or_default();
+    let own = js::own_keys(value).ok_or_else(|| bad("the options' keys cannot be read"))?;
+    for key in own {
         if !KEYS.contains(&key.as_str()) {
             return Err(bad(format!(
                 "unknown option \"{key}\" (options: {})",
@@ -177,7 +178,7 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
             )));
         }
     };
-    let flag = |name: &str| match field(value, name) {
+    let flag = |name: &str| match field(value, name)? {
         None => Ok(false),
         Some(v) => v
             .as_bool()
@@ -185,7 +186,7 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
     };
     let persist = flag("persist")?;
     let offline = flag("offline")?;
-    let auth = match field(value, "auth") {
+    let auth = match field(value, "auth")? {
         None => None,
         Some(v) => Some(
             v.dyn_into::<js_sys::Function>()
@@ -211,7 +212,7 @@ pub(crate) fn parse(value: &JsValue) -> Result<Options, ClientError> {
              this database's events are only ever sent under that user's sessions",
         ));
     }
-    let encryption = field(value, "encryption")
+    let encryption = field(value, "encryption")?
         .map(super::encryption::parse)
         .transpose()?;
     Ok(Options {

@@ -275,8 +275,8 @@ pub(crate) fn parse_spec(value: &JsValue) -> Result<Spec, ClientError> {
         return Err(bad("the projection must be an object { initial, apply }"));
     }
     let object: &Object = value.unchecked_ref();
-    for key in Object::keys(object).iter() {
-        let key = key.as_string().unwrap_or_default();
+    let own = js::own_keys(value).ok_or_else(|| bad("its keys cannot be read"))?;
+    for key in own {
         if key != "initial" && key != "apply" {
             return Err(bad(&format!(
                 "unknown key \"{key}\" (only initial and apply)"

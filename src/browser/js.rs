@@ -2,8 +2,40 @@
 //! typed failures instead of panics (stored records and channel messages may come from other
 //! versions of this library, or be damaged).
 
-use js_sys::{Object, Reflect};
+use js_sys::{Array, Object, Reflect};
+use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
+
+#[wasm_bindgen]
+extern "C" {
+    /// `Object.keys(o)`, or what it threw (a revoked Proxy, a throwing `ownKeys` trap):
+    /// js_sys's own binding does not catch, and an exception crossing the module's frames
+    /// leaves its state behind (see [`own_keys`]).
+    #[wasm_bindgen(catch, js_namespace = Object, js_name = keys)]
+    fn object_keys(o: &JsValue) -> Result<Array, JsValue>;
+    /// `Array.isArray(v)`, or what it threw (a revoked Proxy).
+    #[wasm_bindgen(catch, js_namespace = Array, js_name = isArray)]
+    fn array_is_array(v: &JsValue) -> Result<bool, JsValue>;
+}
+
+/// Whether what an app passed in is an array; `None` when asking threw (a revoked Proxy),
+/// which every caller refuses.
+pub(crate) fn is_array(v: &JsValue) -> Option<bool> {
+    array_is_array(v).ok()
+}
+
+/// The own enumerable keys of what an app passed in, or `None` when reading them threw.
+/// Inbound values are read only through calls that catch: a JavaScript exception thrown
+/// through the module's frames skips their clean-up (with `panic = "abort"` nothing rewinds
+/// the module's stack pointer or releases its borrows).
+pub(crate) fn own_keys(o: &JsValue) -> Option<Vec<String>> {
+    let keys = object_keys(o).ok()?;
+    Some(
+        keys.iter()
+            .map(|k| k.as_string().unwrap_or_default())
+            .collect(),
+    )
+}
 
 /// `o[key] = value` (cannot fail on a plain object).
 pub(crate) fn set(o: &Object, key: &str, value: impl Into<JsValue>) {
