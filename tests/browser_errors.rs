@@ -23,6 +23,22 @@ export function throwingGetter(base, key) {
     Object.defineProperty(o, key, { enumerable: true, get() { throw new Error("no"); } });
     return o;
 }
+export function throwingElement(ev) {
+    const a = [ev];
+    Object.defineProperty(a, 0, { get() { throw new Error("no"); } });
+    return a;
+}
+export function lyingBytes() {
+    const u = new Uint8Array(64).fill(7);
+    let n = 0;
+    Object.defineProperty(u, "length", { get() { return ++n === 1 ? 16 : 4096; } });
+    return u;
+}
+export function detachedBytes() {
+    const u = new Uint8Array(8);
+    structuredClone(u.buffer, { transfer: [u.buffer] });
+    return u;
+}
 export function revokedProxy() {
     const { proxy, revoke } = Proxy.revocable({}, {});
     revoke();
@@ -34,6 +50,12 @@ extern "C" {
     fn throwing_getter(base: &JsValue, key: &str) -> JsValue;
     #[wasm_bindgen(js_name = revokedProxy)]
     fn revoked_proxy() -> JsValue;
+    #[wasm_bindgen(js_name = throwingElement)]
+    fn throwing_element(event: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = lyingBytes)]
+    fn lying_bytes() -> JsValue;
+    #[wasm_bindgen(js_name = detachedBytes)]
+    fn detached_bytes() -> JsValue;
 }
 
 /// `value instanceof class`, as JavaScript computes it.
@@ -193,7 +215,30 @@ async fn options_and_events_whose_reading_throws_are_refused_not_read_as_absent(
     assert_eq!(typed(&e, "append options proxy"), "INVALID_OPTIONS");
     let event = throwing_getter(&bytes_event(1, &[1]), "eventId");
     let e = err(client.append(a.clone(), Array::of1(&event).into())).await;
-    assert_eq!(typed(&e, "eventId"), "INVALID_EVENT");
+    assert_eq!(typed(&e, "eventId"), "INVALID_EVENT_ID");
+    // An events array whose element getter throws, or a revoked Proxy as the array.
+    let e = err(client.append(a.clone(), throwing_element(&bytes_event(1, &[1])))).await;
+    assert_eq!(typed(&e, "element getter"), "INVALID_EVENTS");
+    let e = err(client.append(a.clone(), revoked_proxy())).await;
+    assert_eq!(typed(&e, "events proxy"), "INVALID_EVENTS");
+    // A detached buffer as data: its bytes cannot be read.
+    let event = object(&[("type", 1.into()), ("data", detached_bytes())]);
+    let e = err(client.append(a.clone(), Array::of1(&event).into())).await;
+    assert_eq!(typed(&e, "detached"), "DATA_NOT_SERIALIZABLE");
     assert_eq!(outbox_events(&db).await, 0, "nothing stored");
+    // A Uint8Array whose own `length` lies (16, then 4,096): its 64 real bytes are stored, and
+    // the module lives on (js-sys' copy trusted that getter and wrote past its buffer).
+    let event = object(&[("type", 1.into()), ("data", lying_bytes())]);
+    ok(client.append(a.clone(), Array::of1(&event).into())).await;
+    ok(client.append(a.clone(), events())).await;
+    assert_eq!(outbox_events(&db).await, 2, "both stored");
+    flush_within(&client, 30).await;
+    let stored = read_all(&string(&a, "typeId"), &string(&a, "id")).await;
+    assert_eq!(stored.len(), 2);
+    assert_eq!(
+        string(&stored[0], "data"),
+        base64(&[7u8; 64]),
+        "the real bytes, not what length said"
+    );
     ok(client.close()).await;
 }

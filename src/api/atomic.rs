@@ -36,14 +36,19 @@ fn of_write(mut error: ClientError, index: usize) -> ClientError {
 
 /// Parses and checks the writes, all of them, before anything is stored.
 fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, ClientError> {
-    if js::is_array(value) != Some(true) {
-        return Err(bad(
-            "appendAtomic's writes must be an array of { aggregate, events, expectedVersion? }"
-                .into(),
-        ));
-    }
-    let array: &Array = value.unchecked_ref();
-    let n = array.length() as usize;
+    let cap = limits
+        .max_aggregates
+        .saturating_add(1)
+        .min(u32::MAX as usize) as u32;
+    let (array, n) = match js::own_array(value, cap) {
+        js::Own::Got(got) => got,
+        js::Own::Not | js::Own::Threw => {
+            return Err(bad(
+                "appendAtomic's writes must be an array of { aggregate, events, expectedVersion? }"
+                    .into(),
+            ));
+        }
+    };
     if n < 2 || n > limits.max_aggregates {
         return Err(bad(format!(
             "{n} writes: an atomic write names 2 to {} aggregates (one alone is `append`)",
@@ -94,7 +99,7 @@ fn parse_one(
         ErrorCode::InvalidAggregate,
     )?)?;
     let events = input::events(
-        &input::read(write, "events", ErrorCode::InvalidEvent)?,
+        &input::read(write, "events", ErrorCode::InvalidEvents)?,
         limits.max_events,
         now,
     )?;

@@ -79,7 +79,7 @@ fn outcome(attempts: u64, version: u64, receipts: JsValue) -> JsValue {
 fn nothing(events: &JsValue) -> bool {
     events.is_undefined()
         || events.is_null()
-        || events.dyn_ref::<Array>().is_some_and(|a| a.length() == 0)
+        || matches!(js::own_array(events, 0), js::Own::Got((_, 0)))
 }
 
 #[wasm_bindgen]
@@ -126,8 +126,10 @@ impl SyncClient {
                 }
                 let version = js::get_u64(&view, "version").unwrap_or(0);
                 let mut events = decide.call1(&JsValue::NULL, &view)?;
-                if let Some(promise) = events.dyn_ref::<Promise>() {
-                    events = JsFuture::from(promise.clone()).await?;
+                // Awaited through a promise of our own (a returned promise's own `then` is
+                // never called from here); a plain value is taken as it is.
+                if events.is_instance_of::<Promise>() {
+                    events = JsFuture::from(js::adopt(&events)).await?;
                 }
                 if nothing(&events) {
                     return Ok(outcome(attempt, version, Array::new().into()));

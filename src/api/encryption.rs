@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
-use js_sys::{Array, Function, Promise, Uint8Array};
+use js_sys::{Array, Function, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{AesGcmParams, Crypto, CryptoKey};
@@ -116,10 +116,13 @@ pub(crate) fn parse(value: JsValue) -> Result<Encryption, ClientError> {
     let types = match field("types")? {
         v if v.is_undefined() => None,
         v => {
-            let list = (js::is_array(&v) == Some(true))
-                .then(|| {
-                    Array::from(&v)
-                        .iter()
+            let copy = match js::own_array(&v, u32::MAX) {
+                js::Own::Got((copy, _)) => Some(copy),
+                js::Own::Not | js::Own::Threw => None,
+            };
+            let list = copy
+                .and_then(|copy| {
+                    copy.iter()
                         .map(|t| {
                             t.as_f64().filter(|n| {
                                 n.fract() == 0.0 && (1.0..=9_007_199_254_740_991.0).contains(n)
@@ -127,7 +130,6 @@ pub(crate) fn parse(value: JsValue) -> Result<Encryption, ClientError> {
                         })
                         .collect::<Option<Vec<f64>>>()
                 })
-                .flatten()
                 .filter(|l| !l.is_empty())
                 .ok_or_else(|| {
                     bad("types must be a non-empty array of event types (integers ≥ 1)")
@@ -177,7 +179,7 @@ impl Encryption {
         let given = function
             .call1(&JsValue::NULL, &aggregate_to_js(aggregate))
             .map_err(NoKey::Failed)?;
-        let given = JsFuture::from(Promise::resolve(&given))
+        let given = JsFuture::from(js::adopt(&given))
             .await
             .map_err(NoKey::Failed)?;
         // Only an explicit null means "not encrypted": undefined is a cache miss or a

@@ -7,7 +7,7 @@
 //! `data` is a `Uint8Array` or `ArrayBuffer` (stored as is) or any value `JSON.stringify` can
 //! encode (stored as its UTF-8 text).
 
-use js_sys::{Array, JSON, Reflect, Uint8Array};
+use js_sys::{JSON, Reflect};
 use uuid::Uuid;
 use wasm_bindgen::{JsCast, JsValue};
 
@@ -75,15 +75,6 @@ fn safe_integer(value: &JsValue) -> Option<u64> {
     (n.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&n)).then_some(n as u64)
 }
 
-fn bytes(value: &JsValue) -> Option<Vec<u8>> {
-    if let Some(array) = value.dyn_ref::<Uint8Array>() {
-        return Some(array.to_vec());
-    }
-    value
-        .dyn_ref::<js_sys::ArrayBuffer>()
-        .map(|buffer| Uint8Array::new(buffer).to_vec())
-}
-
 /// `unknown field "k" (fields: …)` for the first key of `object` that is not one of `keys`.
 pub(crate) fn unknown_field(object: &JsValue, keys: &[&str]) -> Option<String> {
     let Some(own) = js::own_keys(object) else {
@@ -113,16 +104,17 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
     if let Some(message) = unknown_field(value, &EVENT_KEYS) {
         return Err(at(ErrorCode::InvalidEvent, message));
     }
+    // A getter that throws is refused with the field's own code.
     let get =
-        |key: &str| read(value, key, ErrorCode::InvalidEvent).map_err(|e| at(e.code, e.message));
+        |key: &str, code: ErrorCode| read(value, key, code).map_err(|e| at(e.code, e.message));
     // Type 0 parses here and is refused with the protocol's own rule.
-    let event_type = safe_integer(&get("type")?).ok_or_else(|| {
+    let event_type = safe_integer(&get("type", ErrorCode::InvalidEventType)?).ok_or_else(|| {
         at(
             ErrorCode::InvalidEventType,
             "type must be an integer in 1..2^53".into(),
         )
     })?;
-    let minor = match get("minor")? {
+    let minor = match get("minor", ErrorCode::InvalidMinor)? {
         v if v.is_undefined() => 0,
         v => safe_integer(&v).ok_or_else(|| {
             at(
@@ -131,16 +123,22 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
             )
         })?,
     };
-    let data_value = get("data")?;
-    let data = match bytes(&data_value) {
-        Some(bytes) => bytes,
-        None if data_value.is_undefined() => {
+    let data_value = get("data", ErrorCode::DataNotSerializable)?;
+    let data = match js::own_bytes(&data_value) {
+        js::Own::Got(bytes) => bytes,
+        js::Own::Threw => {
+            return Err(at(
+                ErrorCode::DataNotSerializable,
+                "data's bytes cannot be read (a detached buffer?)".into(),
+            ));
+        }
+        js::Own::Not if data_value.is_undefined() => {
             return Err(at(
                 ErrorCode::DataNotSerializable,
                 "data is required (a Uint8Array, or a JSON value)".into(),
             ));
         }
-        None => {
+        js::Own::Not => {
             let text = JSON::stringify(&data_value).map_err(|e| {
                 at(
                     ErrorCode::DataNotSerializable,
@@ -157,18 +155,21 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
                 .into_bytes()
         }
     };
-    let event_id = match get("eventId")? {
+    let event_id = match get("eventId", ErrorCode::InvalidEventId)? {
         v if v.is_undefined() || v.is_null() => random_uuid(),
         v => uuid(&v, ErrorCode::InvalidEventId, "eventId").map_err(|e| at(e.code, e.message))?,
     };
-    let iv = match get("iv")? {
+    let iv = match get("iv", ErrorCode::InvalidIv)? {
         v if v.is_undefined() || v.is_null() => None,
-        v => Some(bytes(&v).ok_or_else(|| {
-            at(
-                ErrorCode::InvalidIv,
-                "iv must be a Uint8Array of 12 bytes".into(),
-            )
-        })?),
+        v => match js::own_bytes(&v) {
+            js::Own::Got(bytes) => Some(bytes),
+            _ => {
+                return Err(at(
+                    ErrorCode::InvalidIv,
+                    "iv must be a Uint8Array of 12 bytes".into(),
+                ));
+            }
+        },
     };
     Ok(NewEvent {
         event_id,
@@ -189,14 +190,23 @@ fn describe(error: &JsValue) -> String {
 
 /// An array of events. `max` bounds the count before any event is parsed.
 pub(crate) fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEvent>, ClientError> {
-    if js::is_array(value) != Some(true) {
-        return Err(ClientError::new(
-            ErrorCode::InvalidEvents,
-            "events must be an array",
-        ));
-    }
-    let array: &Array = value.unchecked_ref();
-    let len = array.length() as usize;
+    // A copy of at most `max + 1`: a longer array is refused without copying it all.
+    let cap = max.saturating_add(1).min(u32::MAX as usize) as u32;
+    let (array, len) = match js::own_array(value, cap) {
+        js::Own::Got(got) => got,
+        js::Own::Not => {
+            return Err(ClientError::new(
+                ErrorCode::InvalidEvents,
+                "events must be an array",
+            ));
+        }
+        js::Own::Threw => {
+            return Err(ClientError::new(
+                ErrorCode::InvalidEvents,
+                "events cannot be read (a revoked Proxy, a getter that threw?)",
+            ));
+        }
+    };
     if len == 0 {
         return Err(ClientError::new(
             ErrorCode::EmptyEvents,

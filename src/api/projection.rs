@@ -286,11 +286,15 @@ pub(crate) fn parse_spec(value: &JsValue) -> Result<Spec, ClientError> {
     if !js_sys::Reflect::has(object, &"initial".into()).unwrap_or(false) {
         return Err(bad("initial is required (the state before any event)"));
     }
-    let apply = js::get(value, "apply")
+    let read = |key: &str| {
+        super::input::read(value, key, ErrorCode::InvalidOptions)
+            .map_err(|_| bad(&format!("reading {key} threw")))
+    };
+    let apply = read("apply")?
         .dyn_into::<Function>()
         .map_err(|_| bad("apply must be a function (state, event) => state"))?;
     Ok(Spec {
-        initial: js::get(value, "initial"),
+        initial: read("initial")?,
         apply,
     })
 }

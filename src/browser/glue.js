@@ -223,3 +223,62 @@ export function pushPending(out, records, above, clientId, parkedFrom, parkedCod
 export function withJson() { return Object.create(proto); }
 
 export function bytesOf(b64) { return typeof b64 === 'string' ? Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) : null; }
+
+// --- What an app passes in, copied so that Rust never reads it again (docs/architecture.md,
+// "Values crossing to JS"). None of these throws: a JavaScript exception must not cross the
+// module's frames.
+
+// A fresh array of at most `cap` of `v`'s elements, with `v`'s length: `[copy, length]`;
+// `undefined` when `v` is not an array, `null` when reading it threw (a revoked Proxy, an
+// element getter). The copy's elements are plain data properties.
+export function ownArray(v, cap) {
+  try {
+    if (!Array.isArray(v)) return undefined;
+    const n = v.length;
+    if (typeof n !== "number" || !(n >= 0)) return null;
+    const k = Math.min(n, cap);
+    const out = new Array(k);
+    for (let i = 0; i < k; i++) out[i] = v[i];
+    return [out, n];
+  } catch (_) {
+    return null;
+  }
+}
+
+const typedArrayTag = Object.getOwnPropertyDescriptor(
+  Object.getPrototypeOf(Uint8Array.prototype),
+  Symbol.toStringTag,
+).get;
+const arrayBufferLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
+
+// A fresh copy of a `Uint8Array`'s or an `ArrayBuffer`'s bytes, told apart and read by their
+// internal slots, not by `instanceof` and an own `length` (a subclass or an accessor can lie:
+// a length read twice with two answers made js-sys' `to_vec` write past its buffer);
+// `undefined` when `v` is neither, `null` when it cannot be read (a detached buffer).
+export function ownBytes(v) {
+  try {
+    const tag = typedArrayTag.call(v);
+    if (tag === "Uint8Array") return new Uint8Array(v);
+    if (tag !== undefined) return undefined;
+  } catch (_) {
+    return null;
+  }
+  try {
+    arrayBufferLength.call(v);
+  } catch (_) {
+    return undefined;
+  }
+  try {
+    return new Uint8Array(new Uint8Array(v));
+  } catch (_) {
+    return null;
+  }
+}
+
+// A promise of what an app's callback returned, with the built-in `then`: `Promise.resolve`
+// would return a promise given to it as it is (its own `then` called by the future, and a
+// throwing `constructor` getter thrown at once); a thenable's `then` that throws becomes a
+// rejection here.
+export function adopt(v) {
+  return new Promise((resolve) => resolve(v));
+}

@@ -18,6 +18,55 @@ extern "C" {
     fn array_is_array(v: &JsValue) -> Result<bool, JsValue>;
 }
 
+#[wasm_bindgen(module = "/src/browser/glue.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = ownArray)]
+    fn own_array_js(v: &JsValue, cap: u32) -> JsValue;
+    #[wasm_bindgen(js_name = ownBytes)]
+    fn own_bytes_js(v: &JsValue) -> JsValue;
+    /// A promise of `v` with the built-in `then` (`adopt` in glue.js).
+    pub(crate) fn adopt(v: &JsValue) -> js_sys::Promise;
+}
+
+/// What reading an app's value gave.
+pub(crate) enum Own<T> {
+    /// Not of the kind asked for.
+    Not,
+    /// Reading it threw (a revoked Proxy, a getter): refused by every caller.
+    Threw,
+    /// A copy nothing of the app's can change or make throw.
+    Got(T),
+}
+
+/// A copy of an app's array: at most `cap` of its elements, and its length (so that a count
+/// over a bound is reported without copying it all).
+pub(crate) fn own_array(v: &JsValue, cap: u32) -> Own<(Array, usize)> {
+    let got = own_array_js(v, cap);
+    if got.is_undefined() {
+        return Own::Not;
+    }
+    let Some(pair) = got.dyn_ref::<Array>() else {
+        return Own::Threw;
+    };
+    let len = pair.get(1).as_f64().unwrap_or(0.0);
+    Own::Got((
+        pair.get(0).unchecked_into(),
+        len.min(usize::MAX as f64) as usize,
+    ))
+}
+
+/// A copy of the bytes of an app's `Uint8Array` or `ArrayBuffer`.
+pub(crate) fn own_bytes(v: &JsValue) -> Own<Vec<u8>> {
+    let got = own_bytes_js(v);
+    if got.is_undefined() {
+        return Own::Not;
+    }
+    match got.dyn_ref::<js_sys::Uint8Array>() {
+        Some(copy) => Own::Got(copy.to_vec()),
+        None => Own::Threw,
+    }
+}
+
 /// Whether what an app passed in is an array; `None` when asking threw (a revoked Proxy),
 /// which every caller refuses.
 pub(crate) fn is_array(v: &JsValue) -> Option<bool> {

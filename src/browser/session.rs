@@ -22,7 +22,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use js_sys::{Function, Promise};
+use js_sys::Function;
 use wasm_bindgen::JsValue;
 use wasm_bindgen_futures::JsFuture;
 
@@ -125,7 +125,7 @@ impl GatewaySessions {
         let called = auth
             .call0(&JsValue::UNDEFINED)
             .map_err(|e| failure(None, format!("the auth callback threw: {}", error_text(&e))))?;
-        let value = JsFuture::from(Promise::resolve(&called))
+        let value = JsFuture::from(super::js::adopt(&called))
             .await
             .map_err(|e| {
                 failure(
