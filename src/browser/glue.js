@@ -169,8 +169,13 @@ const proto = {
     return JSON.parse(new TextDecoder().decode(this.data));
   },
 };
+// Uint8Array.fromBase64 where the engine has it (Chromium 140, Firefox 133, Safari 18.2):
+// cheaper than atob and a copy loop for each event of a view (issue 28: 10,000 payloads of
+// 200 bytes in Chromium 156, warm, 19-26 ms against 40-92 ms).
+const native64 = typeof Uint8Array.fromBase64 === "function";
 function bytes(b64) {
   if (b64 == null) return new Uint8Array(0);
+  if (native64) return Uint8Array.fromBase64(b64);
   const s = atob(b64);
   const out = new Uint8Array(s.length);
   for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
