@@ -160,6 +160,25 @@ export function openWatch(url, token, proof, body, silenceMs, onChunk, onEnd) {
   return () => { ended = true; clearTimeout(timer); controller.abort(); };
 }
 
+// ---- A catch-up page's events checked before they are stored (browser/idb/log.rs)
+
+// The highest clientSeq of a batch's events, or -1 if one lacks a field a view needs or has
+// one of the wrong kind (integers from 0 to 2^53 - 1; `data` null or base64, as
+// engine::read::log::is_base64). One call per batch instead of about ten per event across the
+// wasm boundary, and no copy of each payload into the module (issue 28).
+const safe = (v) => Number.isSafeInteger(v) && v >= 0;
+const BASE64 = /^[A-Za-z0-9+/=]*$/;
+export function checkEvents(events) {
+  let max = 0;
+  for (const e of events) {
+    if (!safe(e.clientSeq) || !safe(e.type) || !safe(e.minor) || !safe(e.timestamp)) return -1;
+    const d = e.data;
+    if (d !== null && !(typeof d === "string" && d.length % 4 === 0 && BASE64.test(d))) return -1;
+    if (e.clientSeq > max) max = e.clientSeq;
+  }
+  return max;
+}
+
 // ---- View events built from stored batches and outbox records (browser/views.rs)
 
 // An event that could not be decrypted (api/encryption.rs) throws its `decryptError` from json().
