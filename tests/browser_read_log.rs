@@ -22,3 +22,85 @@ async fn indexeddb_log_passes_the_conformance_suite() {
     })
     .await;
 }
+
+/// Pages as the gateway's literal JSON text (not built from typed fields, as the suite's are):
+/// a valid version 2 then a version 3 with one bad event. Each must be refused whole — `Err`,
+/// the cursor and the log as they were — and a valid page must still store after it (the
+/// check did not throw through the module and leave the transaction or the runtime stuck).
+#[wasm_bindgen_test]
+async fn indexeddb_log_refuses_hostile_json_pages_whole() {
+    use celeriant_sync::engine::read::log::LocalLog;
+    use celeriant_sync::engine::read::log_conformance::{ME, aggregate};
+    use js_sys::Array;
+    use wasm_bindgen::JsCast;
+
+    const GOOD: &str =
+        r#"{"clientSeq":1,"type":1,"minor":0,"timestamp":1700000000000,"data":"AAE="}"#;
+    let page = |version: u64, event: &str| -> Array {
+        json(&format!(
+            r#"[{{"version":{version},"clientId":"other","serverTimestamp":1,"events":[{event}]}}]"#
+        ))
+        .unchecked_into()
+    };
+    let bad_events = [
+        ("null event", "null".to_owned()),
+        ("number event", "1".to_owned()),
+        ("array event", "[]".to_owned()),
+        ("string type", GOOD.replace(r#""type":1"#, r#""type":"1""#)),
+        (
+            "fractional clientSeq",
+            GOOD.replace(r#""clientSeq":1"#, r#""clientSeq":1.5"#),
+        ),
+        (
+            "negative minor",
+            GOOD.replace(r#""minor":0"#, r#""minor":-1"#),
+        ),
+        (
+            "2^53 timestamp",
+            GOOD.replace("1700000000000", "9007199254740992"),
+        ),
+        ("missing type", GOOD.replace(r#""type":1,"#, "")),
+        ("numeric data", GOOD.replace(r#""AAE=""#, "5")),
+        ("missing data", GOOD.replace(r#","data":"AAE=""#, "")),
+        ("data = inside", GOOD.replace(r#""AAE=""#, r#""AA=A""#)),
+        ("data all =", GOOD.replace(r#""AAE=""#, r#""====""#)),
+        ("numeric iv", GOOD.replace('}', r#","iv":1234}"#)),
+        (
+            "iv = inside",
+            GOOD.replace('}', r#","iv":"AA=AAAAAAAAAAAAA"}"#),
+        ),
+        (
+            "iv not base64",
+            GOOD.replace('}', r#","iv":"!!!!AAAAAAAAAAAA"}"#),
+        ),
+    ];
+    let log = IdbOutbox::open(&db_name("log-hostile-json"), Durability::Strict)
+        .await
+        .unwrap();
+    for (n, (why, bad)) in bad_events.iter().enumerate() {
+        let a = aggregate(1000 + n as u128);
+        let start = log.cursor(a).await.unwrap();
+        let at1 = log.store_page(a, &page(1, GOOD), ME, start).await;
+        let at1 = at1
+            .unwrap()
+            .unwrap_or_else(|| panic!("{why}: version 1 stored"));
+        // The valid version 2 comes first: it must not be kept when version 3 is refused.
+        let hostile = page(2, GOOD);
+        hostile.push(&page(3, bad).get(0));
+        let r = log.store_page(a, &hostile, ME, at1).await;
+        assert!(r.is_err(), "{why}: the page {bad} was stored: {r:?}");
+        assert_eq!(log.cursor(a).await.unwrap(), at1, "{why}: the cursor moved");
+        let s = log.snapshot(a, None).await.unwrap();
+        assert_eq!(s.batches.len(), 1, "{why}: the log changed");
+        let next = log.store_page(a, &page(2, GOOD), ME, at1).await;
+        let next = next
+            .unwrap()
+            .unwrap_or_else(|| panic!("{why}: version 2 not stored"));
+        assert_eq!(next.version, 2, "{why}: the valid page after it");
+        assert_eq!(
+            log.snapshot(a, None).await.unwrap().batches.len(),
+            2,
+            "{why}"
+        );
+    }
+}

@@ -160,6 +160,36 @@ export function openWatch(url, token, proof, body, silenceMs, onChunk, onEnd) {
   return () => { ended = true; clearTimeout(timer); controller.abort(); };
 }
 
+// ---- A catch-up page's events checked before they are stored (browser/idb/log.rs)
+
+// The highest clientSeq of a batch's events, or -1 if one is not an object, lacks a field a
+// view needs or has one of the wrong kind (integers from 0 to 2^53 - 1; `data` null or
+// standard base64, `iv` absent, null or standard base64, as engine::read::log::is_base64). One
+// call per batch instead of about ten per event across the wasm boundary, and no copy of each
+// payload into the module (issue 28). It never throws (a hostile page is only refused, -1): an
+// exception through the module would skip the transaction's abort.
+const safe = (v) => Number.isSafeInteger(v) && v >= 0;
+// Groups of four, padding only in the last one: what `bytes` below decodes in every engine
+// (Uint8Array.fromBase64 throws on a non-string or misplaced `=`; atob coerces non-strings).
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+const b64 = (v) => typeof v === "string" && BASE64.test(v);
+export function checkEvents(events) {
+  try {
+    let max = 0;
+    for (const e of events) {
+      if (e === null || typeof e !== "object" || Array.isArray(e)) return -1;
+      if (!safe(e.clientSeq) || !safe(e.type) || !safe(e.minor) || !safe(e.timestamp)) return -1;
+      if (e.data !== null && !b64(e.data)) return -1;
+      if (e.iv != null && !b64(e.iv)) return -1;
+      if (e.clientSeq > max) max = e.clientSeq;
+    }
+    return max;
+  } catch (_) {
+    // A getter or proxy cannot come from JSON.parse, but nothing may escape (see above).
+    return -1;
+  }
+}
+
 // ---- View events built from stored batches and outbox records (browser/views.rs)
 
 // An event that could not be decrypted (api/encryption.rs) throws its `decryptError` from json().
@@ -169,8 +199,13 @@ const proto = {
     return JSON.parse(new TextDecoder().decode(this.data));
   },
 };
+// Uint8Array.fromBase64 where the engine has it (Chromium 140, Firefox 133, Safari 18.2):
+// cheaper than atob and a copy loop for each event of a view (issue 28: 10,000 payloads of
+// 200 bytes in Chromium 156, warm, 19-26 ms against 40-92 ms).
+const native64 = typeof Uint8Array.fromBase64 === "function";
 function bytes(b64) {
   if (b64 == null) return new Uint8Array(0);
+  if (native64) return Uint8Array.fromBase64(b64);
   const s = atob(b64);
   const out = new Uint8Array(s.length);
   for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);

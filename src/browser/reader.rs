@@ -19,7 +19,7 @@ use js_sys::{Array, JSON};
 use wasm_bindgen::JsValue;
 
 use super::convert::refused_from_js;
-use super::fetch::get;
+use super::fetch::{Raw, get_raw};
 use super::idb::outbox::IdbOutbox;
 use super::js;
 use super::network::{NetworkSwitch, SWITCHED_OFF};
@@ -38,6 +38,14 @@ use crate::engine::status::{Hub, Refused};
 use celeriant_sync_protocol::codes::gateway::{
     WATCH_STREAMS_PER_CLIENT, WATCH_TOO_MANY_AGGREGATES,
 };
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// `JSON.parse` of a JS string as it is (`js_sys::JSON::parse` takes a `&str`: a copy of
+    /// the text into JS).
+    #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
+    fn parse_text(text: &JsValue) -> Result<JsValue, JsValue>;
+}
 
 /// What the reader tells the rest of the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -503,20 +511,24 @@ impl ReaderRuntime {
             Ok(proof) => proof,
             Err(message) => return failed(message),
         };
-        let (status, body) =
-            match get(&url, Some(&token), Some(&proof), self.config.timeout_ms).await {
-                Reply::Http {
+        let (status, text) =
+            match get_raw(&url, Some(&token), Some(&proof), self.config.timeout_ms).await {
+                Ok(Raw {
                     status,
-                    body: Ok(body),
+                    body: Ok(text),
                     ..
-                } => (status, body),
-                Reply::Http { body: Err(e), .. } => return failed(e),
-                Reply::Failed { message, .. } => return failed(message),
+                }) => (status, text),
+                Ok(Raw { body: Err(e), .. }) => return failed(e),
+                Err(Reply::Failed { message, .. }) => return failed(message),
+                Err(Reply::Http { status, .. }) => return failed(format!("HTTP {status}")),
             };
         if self.stopped.get() {
             return failed("the reader stopped".into());
         }
-        let parsed = JSON::parse(&body).unwrap_or(JsValue::UNDEFINED);
+        // Parsed as the JS string it came as (see `get_raw`); copied into Rust only for an
+        // error message.
+        let parsed = parse_text(&text).unwrap_or(JsValue::UNDEFINED);
+        let body = || text.as_string().unwrap_or_default();
         match status {
             200 => {
                 let batches = js::get(&parsed, "batches");
@@ -550,15 +562,16 @@ impl ReaderRuntime {
                 let next = js::get(&parsed, "next");
                 page::stored(cursor, stored, !(next.is_null() || next.is_undefined()))
             }
-            410 => page::trimmed(js::get_u64(&parsed, "minVersion"))
-                .unwrap_or_else(|| failed(format!("HTTP 410 without a usable minVersion: {body}"))),
+            410 => page::trimmed(js::get_u64(&parsed, "minVersion")).unwrap_or_else(|| {
+                failed(format!("HTTP 410 without a usable minVersion: {}", body()))
+            }),
             401 => {
                 self.sessions.refused(&token);
                 failed("HTTP 401: the session was refused".into())
             }
             _ => failed(format!(
                 "HTTP {status}: {}",
-                body.chars().take(300).collect::<String>()
+                body().chars().take(300).collect::<String>()
             )),
         }
     }

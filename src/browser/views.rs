@@ -97,7 +97,9 @@ struct View {
     listeners: Vec<Listener>,
     /// `(epoch, version)` of the confirmed events kept.
     kept: Option<(u64, u64)>,
-    confirmed: Vec<JsValue>,
+    /// The confirmed events kept, as one JS array: a view is `concat`ed from it in JS, not
+    /// pushed event by event across the boundary (issue 28).
+    confirmed: Array,
     /// The base of `confirmed` (see [`Shape::base`]).
     base: u64,
     signature: Option<Signature>,
@@ -317,7 +319,7 @@ impl Views {
                 parked: snapshot.parked.as_ref().map(|p| (p.first_seq, p.code)),
                 from_cache: false,
             },
-            confirmed: confirmed.iter().collect(),
+            confirmed,
             pending,
         })
     }
@@ -376,7 +378,7 @@ struct Built {
     /// The version the confirmed batches start after (0: from scratch).
     from: u64,
     signature: Signature,
-    confirmed: Vec<JsValue>,
+    confirmed: Array,
     pending: Array,
 }
 
@@ -394,7 +396,7 @@ impl View {
         if from == 0 {
             self.confirmed = confirmed;
         } else {
-            self.confirmed.extend(confirmed);
+            self.confirmed = self.confirmed.concat(&confirmed);
         }
         self.kept = Some((signature.epoch, signature.version));
         if self.signature.as_ref() == Some(&signature) && self.latest.is_some() {
@@ -403,17 +405,11 @@ impl View {
         let generation = self.latest.as_ref().map_or(1, |(_, g, _)| g + 1);
         let shape = Shape {
             base: self.base,
-            confirmed: self.confirmed.len(),
+            confirmed: self.confirmed.length() as usize,
             version: signature.version,
         };
-        let events = Array::new();
-        for e in &self.confirmed {
-            events.push(e);
-        }
         let pending_count = pending.length();
-        for e in pending.iter() {
-            events.push(&e);
-        }
+        let events = self.confirmed.concat(&pending);
         let o = Object::new();
         js::set(&o, "aggregate", aggregate_to_js(&aggregate));
         js::set(&o, "version", signature.version as f64);

@@ -10,7 +10,7 @@
 //! confirmed copy arrives (read in the same snapshot), never earlier and never twice.
 
 use js_sys::{Array, Object};
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 
 use super::db::{Commit, Durability, Js};
 use super::keys::Agg;
@@ -21,7 +21,7 @@ use crate::browser::js;
 use crate::engine::model::AggregateRef;
 use crate::engine::outbox::StoreError;
 use crate::engine::read::log::{
-    self, Cursor, LocalLog, Place, after_reset, bad_page, is_base64, place, snapshot_from,
+    self, Cursor, LocalLog, Place, after_reset, bad_page, place, snapshot_from,
 };
 use crate::engine::read::view;
 
@@ -46,15 +46,16 @@ fn cursor_record(c: Cursor) -> JsValue {
     o.into()
 }
 
-/// Whether a confirmed event has the fields a view needs, of the right kinds.
-fn well_formed(e: &JsValue) -> bool {
-    let int = |k: &str| js::get_u64(e, k).is_some();
-    let data = js::get(e, "data");
-    int("clientSeq")
-        && int("type")
-        && int("minor")
-        && int("timestamp")
-        && (data.is_null() || data.as_string().is_some_and(|s| is_base64(&s)))
+#[wasm_bindgen::prelude::wasm_bindgen(module = "/src/browser/glue.js")]
+extern "C" {
+    /// Whether every event of a batch has the fields a view needs, of the right kinds (the
+    /// checks `engine::read::memory_log` makes, `data` as [`log::is_base64`]): the highest
+    /// `clientSeq` if so, -1 if not. In JS, once per batch: a page's thousands of events are
+    /// not read field by field across the boundary (issue 28). `catch`: were it ever to throw,
+    /// the page is refused as bad — never an exception through the module, which would leave
+    /// the transaction to commit what was put so far and the reader's task abandoned.
+    #[wasm_bindgen(catch, js_name = checkEvents)]
+    fn check_events(events: &Array) -> Result<f64, JsValue>;
 }
 
 impl LocalLog for IdbOutbox {
@@ -149,17 +150,17 @@ impl LocalLog for IdbOutbox {
                         let writer = js::get_string(&batch, "clientId")
                             .ok_or_else(|| bad("a batch without a clientId"))?;
                         let events = js::get(&batch, "events");
-                        if !Array::is_array(&events) || Array::from(&events).length() == 0 {
+                        let Some(events) = events.dyn_ref::<Array>().filter(|e| e.length() > 0)
+                        else {
                             return Err(bad("a batch without events"));
+                        };
+                        let highest = check_events(events).unwrap_or(-1.0);
+                        if highest < 0.0 {
+                            return Err(bad("an event without its fields"));
                         }
-                        for e in js::array(&events) {
-                            if !well_formed(&e) {
-                                return Err(bad("an event without its fields"));
-                            }
-                            if writer == me {
-                                let seq = js::get_u64(&e, "clientSeq").unwrap_or(0);
-                                cursor.mine = view::mine_after(cursor.mine, seq, assigned);
-                            }
+                        if writer == me {
+                            // `mine_after` of each event's sequence is that of the highest.
+                            cursor.mine = view::mine_after(cursor.mine, highest as u64, assigned);
                         }
                         log.put_with_key(&batch, &a.event(version as f64)).js()?;
                         cursor.version = version;
