@@ -344,6 +344,14 @@ async fn the_option_is_strict_and_null_means_not_encrypted() {
             "type 0",
             object(&[("key", key.clone()), ("types", json("[0]"))]),
         ),
+        // Refused before it is copied: copying a sparse 2^32 − 1 would fill the tab's memory.
+        (
+            "2^32 - 1 types",
+            object(&[
+                ("key", key.clone()),
+                ("types", js_sys::Array::new_with_length(u32::MAX).into()),
+            ]),
+        ),
         ("no key", object(&[("types", json("[1]"))])),
         ("an AES-CBC key", ok(cbc_key_js()).await),
     ];

@@ -126,8 +126,9 @@ impl SyncClient {
                 }
                 let version = js::get_u64(&view, "version").unwrap_or(0);
                 let mut events = decide.call1(&JsValue::NULL, &view)?;
-                // Awaited through a promise of our own (a returned promise's own `then` is
-                // never called from here); a plain value is taken as it is.
+                // Awaited through a promise of our own: a returned promise's `then` is called
+                // by it, in a microtask, where a throw becomes a rejection; a plain value is
+                // taken as it is.
                 if events.is_instance_of::<Promise>() {
                     events = JsFuture::from(js::adopt(&events)).await?;
                 }

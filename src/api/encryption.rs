@@ -28,6 +28,9 @@ use crate::browser::js;
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, NewEvent};
 
+/// The most event types `encryption.types` may name.
+const MAX_TYPES: usize = 1024;
+
 /// AES-GCM's nonce, as Celeriant's `iv` holds it.
 pub(crate) const NONCE_BYTES: usize = 12;
 
@@ -116,9 +119,11 @@ pub(crate) fn parse(value: JsValue) -> Result<Encryption, ClientError> {
     let types = match field("types")? {
         v if v.is_undefined() => None,
         v => {
-            let copy = match js::own_array(&v, u32::MAX) {
-                js::Own::Got((copy, _)) => Some(copy),
-                js::Own::Not | js::Own::Threw => None,
+            // At most MAX_TYPES, refused above it without copying them all (a sparse
+            // `new Array(2 ** 32 - 1)` would fill the tab's memory).
+            let copy = match js::own_array(&v, MAX_TYPES as u32 + 1) {
+                js::Own::Got((copy, n)) if n <= MAX_TYPES => Some(copy),
+                _ => None,
             };
             let list = copy
                 .and_then(|copy| {
@@ -132,7 +137,7 @@ pub(crate) fn parse(value: JsValue) -> Result<Encryption, ClientError> {
                 })
                 .filter(|l| !l.is_empty())
                 .ok_or_else(|| {
-                    bad("types must be a non-empty array of event types (integers ≥ 1)")
+                    bad("types must be a non-empty array of at most 1,024 event types (integers ≥ 1)")
                 })?;
             Some(list.into_iter().map(|n| n as u64).collect())
         }

@@ -52,7 +52,7 @@ export interface SyncClientOptions {
      * End-to-end encryption of `data` (AES-GCM through WebCrypto, Celeriant's layout: `iv` the
      * 12-byte nonce, `data` ciphertext + 16-byte tag): a key, a per-aggregate key function
      * (`null`: that aggregate is not encrypted), or `{ key, types }` to encrypt only those event
-     * types. Views and projections decrypt; what does not decrypt has `decryptError`.
+     * types (1 to 1,024 of them). Views and projections decrypt; what does not decrypt has `decryptError`.
      */
     encryption?: EncryptionKey | { key: EncryptionKey; types?: number[] };
 }

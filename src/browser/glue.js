@@ -285,26 +285,38 @@ const typedArrayTag = Object.getOwnPropertyDescriptor(
   Symbol.toStringTag,
 ).get;
 const arrayBufferLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
+const typedArrayByteLength = Object.getOwnPropertyDescriptor(
+  Object.getPrototypeOf(Uint8Array.prototype),
+  "byteLength",
+).get;
+// Larger than any event a gateway takes, and small enough that the copy's length crosses to
+// Rust as itself (js-sys reads a typed array's length as a u32: 2^32 bytes read as 0).
+const MAX_OWN_BYTES = 2 ** 30;
 
 // A fresh copy of a `Uint8Array`'s or an `ArrayBuffer`'s bytes, told apart and read by their
 // internal slots, not by `instanceof` and an own `length` (a subclass or an accessor can lie:
 // a length read twice with two answers made js-sys' `to_vec` write past its buffer);
-// `undefined` when `v` is neither, `null` when it cannot be read (a detached buffer).
+// `undefined` when `v` is neither, `null` when it cannot be read (a detached buffer) or holds
+// more than 2^30 bytes. (Assumes the realm's own built-ins are unpatched: a page that patches
+// them can reach the module's memory anyway, through `WebAssembly.Memory.prototype.buffer`.)
 export function ownBytes(v) {
   try {
     const tag = typedArrayTag.call(v);
-    if (tag === "Uint8Array") return new Uint8Array(v);
+    if (tag === "Uint8Array") {
+      return typedArrayByteLength.call(v) > MAX_OWN_BYTES ? null : new Uint8Array(v);
+    }
     if (tag !== undefined) return undefined;
   } catch (_) {
     return null;
   }
+  let length;
   try {
-    arrayBufferLength.call(v);
+    length = arrayBufferLength.call(v);
   } catch (_) {
     return undefined;
   }
   try {
-    return new Uint8Array(new Uint8Array(v));
+    return length > MAX_OWN_BYTES ? null : new Uint8Array(new Uint8Array(v));
   } catch (_) {
     return null;
   }

@@ -34,7 +34,8 @@ pub(crate) enum Own<T> {
     Not,
     /// Reading it threw (a revoked Proxy, a getter): refused by every caller.
     Threw,
-    /// A copy nothing of the app's can change or make throw.
+    /// A copy nothing of the app's can change or make throw (in a realm whose built-ins the
+    /// page has not patched: one that patches them reaches the module's memory anyway).
     Got(T),
 }
 
