@@ -36,11 +36,7 @@ fn of_write(mut error: ClientError, index: usize) -> ClientError {
 
 /// Parses and checks the writes, all of them, before anything is stored.
 fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, ClientError> {
-    let cap = limits
-        .max_aggregates
-        .saturating_add(1)
-        .min(u32::MAX as usize) as u32;
-    let (array, n) = match js::own_array(value, cap) {
+    let (array, n) = match js::own_array(value, limits.max_aggregates.saturating_add(1)) {
         js::Own::Got(got) => got,
         js::Own::Not | js::Own::Threw => {
             return Err(bad(

@@ -121,7 +121,7 @@ pub(crate) fn parse(value: JsValue) -> Result<Encryption, ClientError> {
         v => {
             // At most MAX_TYPES, refused above it without copying them all (a sparse
             // `new Array(2 ** 32 - 1)` would fill the tab's memory).
-            let copy = match js::own_array(&v, MAX_TYPES as u32 + 1) {
+            let copy = match js::own_array(&v, MAX_TYPES + 1) {
                 js::Own::Got((copy, n)) if n <= MAX_TYPES => Some(copy),
                 _ => None,
             };

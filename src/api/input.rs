@@ -191,8 +191,7 @@ fn describe(error: &JsValue) -> String {
 /// An array of events. `max` bounds the count before any event is parsed.
 pub(crate) fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEvent>, ClientError> {
     // A copy of at most `max + 1`: a longer array is refused without copying it all.
-    let cap = max.saturating_add(1).min(u32::MAX as usize) as u32;
-    let (array, len) = match js::own_array(value, cap) {
+    let (array, len) = match js::own_array(value, max.saturating_add(1)) {
         js::Own::Got(got) => got,
         js::Own::Not => {
             return Err(ClientError::new(

@@ -40,9 +40,9 @@ pub(crate) enum Own<T> {
 }
 
 /// A copy of an app's array: at most `cap` of its elements, and its length (so that a count
-/// over a bound is reported without copying it all).
-pub(crate) fn own_array(v: &JsValue, cap: u32) -> Own<(Array, usize)> {
-    let got = own_array_js(v, cap);
+/// over a bound is reported without copying it all: a caller taking `max` passes `max + 1`).
+pub(crate) fn own_array(v: &JsValue, cap: usize) -> Own<(Array, usize)> {
+    let got = own_array_js(v, u32::try_from(cap).unwrap_or(u32::MAX));
     if got.is_undefined() {
         return Own::Not;
     }
