@@ -245,8 +245,11 @@ async fn a_new_subscription_reads_only_what_moved() {
 /// in no stream is polled (every 30 s here) so that its changes still reach the views.
 #[wasm_bindgen_test]
 async fn fewer_streams_than_the_device_opens_are_used_and_the_rest_is_polled() {
-    let client = open_on_app_gateway(&db_name("watch-cap"), "watcher").await;
-    let other = open_on_app_gateway(&db_name("watch-cap-other"), "watcher").await;
+    // A user of its own per run: the three browsers share one app-token gateway, which caps
+    // one user's live sessions (42902), and each run opens two devices.
+    let user = format!("watcher-{}", uuid());
+    let client = open_on_app_gateway(&db_name("watch-cap"), &user).await;
+    let other = open_on_app_gateway(&db_name("watch-cap-other"), &user).await;
     let handle = JsValue::from(client.clone());
     // 100 aggregates: at 31 a stream (halved from 1,000 as in the test above) they need 4
     // streams, the device opens 3, and the gateway takes 2 (one while a stream is replaced).
