@@ -311,9 +311,13 @@ async fn decide_rejects_with_parked_when_another_append_is_parked_ahead_of_its_w
         Some(1.0)
     );
     let id = ids[0].as_string().expect("an event id");
-    within(client.when_synced(&id), 20_000, "the attempt lands")
-        .await
-        .expect("the pending attempt lands once the park ahead is discarded");
+    within(
+        client.when_synced((&id).into()),
+        20_000,
+        "the attempt lands",
+    )
+    .await
+    .expect("the pending attempt lands once the park ahead is discarded");
     let stored = read_all(&t, &agg_id).await;
     assert_eq!(stored.len(), 1, "landed exactly once");
     // Landed events are pruned in the background once the drain is idle (WebKit can take a

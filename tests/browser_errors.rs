@@ -39,6 +39,26 @@ export function detachedBytes() {
     structuredClone(u.buffer, { transfer: [u.buffer] });
     return u;
 }
+// Calls `client[method](...args)` through the package's JS class, as an app does (a Rust test
+// calling the Rust method skips wasm-bindgen's argument conversion): `{ value }` or `{ threw }`.
+export function callAsApp(client, method, args) {
+    try {
+        return { value: client[method](...args) };
+    } catch (e) {
+        return { threw: e };
+    }
+}
+// A decide callback whose array says length 1 on the first read and 0 after, counting reads.
+export function flipFlopDecide(event) {
+    const f = () => new Proxy([event], {
+        get(t, k, r) {
+            if (k === "length") return ++f.lengthReads === 1 ? 1 : 0;
+            return Reflect.get(t, k, r);
+        },
+    });
+    f.lengthReads = 0;
+    return f;
+}
 export function revokedProxy() {
     const { proxy, revoke } = Proxy.revocable({}, {});
     revoke();
@@ -56,6 +76,10 @@ extern "C" {
     fn lying_bytes() -> JsValue;
     #[wasm_bindgen(js_name = detachedBytes)]
     fn detached_bytes() -> JsValue;
+    #[wasm_bindgen(js_name = callAsApp)]
+    fn call_as_app(client: &JsValue, method: &str, args: &Array) -> JsValue;
+    #[wasm_bindgen(js_name = flipFlopDecide)]
+    fn flip_flop_decide(event: &JsValue) -> Function;
 }
 
 /// `value instanceof class`, as JavaScript computes it.
@@ -106,7 +130,7 @@ async fn every_error_is_an_instance_of_the_exported_class() {
     let e = err(client.append(aggregate("not-a-uuid", &uuid()), Array::new().into())).await;
     assert_eq!(typed(&e, "append, bad aggregate"), "INVALID_AGGREGATE");
     // whenSynced, read: bad arguments.
-    let e = err(client.when_synced("nope")).await;
+    let e = err(client.when_synced("nope".into())).await;
     assert_eq!(typed(&e, "whenSynced"), "INVALID_EVENT_ID");
     let e = err(client.read(aggregate(&t, "nope"))).await;
     assert_eq!(typed(&e, "read"), "INVALID_AGGREGATE");
@@ -150,7 +174,7 @@ async fn every_error_is_an_instance_of_the_exported_class() {
     assert_eq!(typed(&e, "flush, closed"), "CLOSED");
     let e = err(client.append(aggregate(&t, &a), Array::of1(&json_event()).into())).await;
     assert_eq!(typed(&e, "append, closed"), "CLOSED");
-    ok(SyncClient::delete_database_named(db)).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
 }
 
 fn json_event() -> JsValue {
@@ -241,4 +265,73 @@ async fn options_and_events_whose_reading_throws_are_refused_not_read_as_absent(
         "the real bytes, not what length said"
     );
     ok(client.close()).await;
+}
+
+/// Exported methods taking a string are given `{ length: 2 ** 28 }` sixteen times (4 GiB in
+/// all): each is refused as it should be, and the module lives on. Taken as `&str`, wasm-bindgen's
+/// JS allocated `length` bytes in the module before finding no string there, and never freed
+/// them. `inspect`'s `payloads` getter that throws is refused, not read as `false`; `decide`'s
+/// result is read once, so a `length` that changes between reads cannot make the check and the
+/// append disagree.
+#[wasm_bindgen_test]
+async fn exported_methods_read_what_an_app_passes_once_and_allocate_nothing_for_it() {
+    no_faults().await;
+    let db = db_name("errors-strings");
+    let client = open(&db, "{}").await;
+    let app = JsValue::from(client.clone());
+    let huge = || json(r#"{"length": 268435456}"#);
+    let listener = Function::new_no_args("");
+    for round in 0..16 {
+        let got = call_as_app(&app, "whenSynced", &Array::of1(&huge()));
+        assert!(
+            get(&got, "threw").is_undefined(),
+            "whenSynced threw: {}",
+            describe(&get(&got, "threw"))
+        );
+        let e = err(get(&got, "value").unchecked_into()).await;
+        assert_eq!(typed(&e, "whenSynced"), "INVALID_EVENT_ID", "round {round}");
+        let got = call_as_app(&app, "addEventListener", &Array::of2(&huge(), &listener));
+        let threw = get(&got, "threw");
+        assert!(
+            threw.is_instance_of::<js_sys::TypeError>(),
+            "round {round}: {}",
+            describe(&threw)
+        );
+        assert_eq!(string(&threw, "message"), "the event type must be a string");
+        let got = call_as_app(&app, "removeEventListener", &Array::of2(&huge(), &listener));
+        assert!(get(&got, "threw").is_instance_of::<js_sys::TypeError>());
+        let class = get(&app, "constructor");
+        let got = call_as_app(&class, "deleteDatabase", &Array::of1(&huge()));
+        let e = err(get(&got, "value").unchecked_into()).await;
+        assert_eq!(
+            typed(&e, "deleteDatabase"),
+            "INVALID_OPTIONS",
+            "round {round}"
+        );
+    }
+    // The module still works: an append lands, and its id is waited for through the JS class.
+    let a = aggregate(&uuid(), &uuid());
+    let receipts: Array = ok(client.append(a.clone(), Array::of1(&bytes_event(1, &[1])).into()))
+        .await
+        .unchecked_into();
+    let id = get(&receipts.get(0), "eventId");
+    let got = call_as_app(&app, "whenSynced", &Array::of1(&id));
+    within(get(&got, "value").unchecked_into(), 20_000, "whenSynced")
+        .await
+        .map_err(|e| describe(&e))
+        .unwrap();
+
+    // inspect: a throwing `payloads` getter is refused.
+    let options = throwing_getter(&JsValue::from(js_sys::Object::new()), "payloads");
+    let e = err(client.inspect(Some(options))).await;
+    assert_eq!(typed(&e, "inspect payloads"), "INVALID_OPTIONS");
+
+    // decide: the result's `length` says 1, then 0. Read once: one event appended.
+    let decide = flip_flop_decide(&bytes_event(1, &[2]));
+    let done = ok(client.decide(a.clone(), decide.clone(), JsValue::UNDEFINED)).await;
+    let receipts: Array = get(&done, "receipts").unchecked_into();
+    assert_eq!(receipts.length(), 1, "{}", describe(&done));
+    assert_eq!(num(&decide, "lengthReads"), 1.0, "length read once");
+    ok(client.close()).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
 }

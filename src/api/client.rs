@@ -403,9 +403,13 @@ impl SyncClient {
     /// if the app discarded it, `CLOSED` if the client closes first. An id this database does
     /// not hold (never appended here, or landed and pruned) resolves at once, as landed.
     #[wasm_bindgen(js_name = whenSynced, unchecked_return_type = "Promise<void>")]
-    pub fn when_synced(&self, event_id: &str) -> Promise {
+    pub fn when_synced(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string")] event_id: JsValue,
+    ) -> Promise {
         let inner = self.inner.clone();
-        let id = super::input::uuid_text(event_id, ErrorCode::InvalidEventId, "eventId");
+        let id = super::input::string(&event_id, ErrorCode::InvalidEventId, "eventId")
+            .and_then(|text| super::input::uuid_text(&text, ErrorCode::InvalidEventId, "eventId"));
         promise(async move {
             inner.check_open()?;
             drain::when_synced(inner.outbox(), &inner.runtime.hub, id?).await?;
@@ -548,14 +552,15 @@ impl SyncClient {
     #[wasm_bindgen(js_name = addEventListener, skip_typescript)]
     pub fn add_event_listener(
         &self,
-        kind: &str,
+        kind: JsValue,
         listener: &Function,
         options: JsValue,
     ) -> Result<(), JsValue> {
+        let kind = listener_kind(&kind)?;
         if options.is_undefined() {
             self.inner
                 .target
-                .add_event_listener_with_callback(kind, listener)
+                .add_event_listener_with_callback(&kind, listener)
         } else {
             let add: Function =
                 js_sys::Reflect::get(&self.inner.target, &"addEventListener".into())?.into();
@@ -566,11 +571,20 @@ impl SyncClient {
 
     /// Removes a listener.
     #[wasm_bindgen(js_name = removeEventListener, skip_typescript)]
-    pub fn remove_event_listener(&self, kind: &str, listener: &Function) -> Result<(), JsValue> {
+    pub fn remove_event_listener(&self, kind: JsValue, listener: &Function) -> Result<(), JsValue> {
+        let kind = listener_kind(&kind)?;
         self.inner
             .target
-            .remove_event_listener_with_callback(kind, listener)
+            .remove_event_listener_with_callback(&kind, listener)
     }
+}
+
+/// An event listener's type: a string, else a `TypeError`. Exported methods take strings as
+/// `JsValue`s: a `&str` parameter makes wasm-bindgen's JS allocate `value.length` bytes in the
+/// module before it finds the value is no string, so `{ length: 2 ** 30 }` left 1 GiB behind.
+fn listener_kind(kind: &JsValue) -> Result<String, JsValue> {
+    kind.as_string()
+        .ok_or_else(|| js_sys::TypeError::new("the event type must be a string").into())
 }
 
 /// A conditional append is one request, whole: its data must fit one. Checked at `append` and

@@ -27,6 +27,16 @@ pub(crate) fn read(object: &JsValue, key: &str, code: ErrorCode) -> Result<JsVal
         .map_err(|_| ClientError::new(code, format!("reading {key} threw")))
 }
 
+/// A string argument of an exported method, refused with `code` when it is none. Exported
+/// methods take strings as `JsValue`s: for a `&str` or `String` parameter, wasm-bindgen's JS
+/// allocates `value.length` bytes in the module before it finds the value is no string, and
+/// never frees them (`{ length: 2 ** 28 }` sixteen times exhausted the module's memory).
+pub(crate) fn string(value: &JsValue, code: ErrorCode, what: &str) -> Result<String, ClientError> {
+    value
+        .as_string()
+        .ok_or_else(|| ClientError::new(code, format!("{what} must be a string")))
+}
+
 /// Parses a UUID string (any form the `uuid` crate reads); stored lowercase and hyphenated.
 fn uuid(value: &JsValue, code: ErrorCode, what: &str) -> Result<Uuid, ClientError> {
     let text = value

@@ -293,6 +293,33 @@ const typedArrayByteLength = Object.getOwnPropertyDescriptor(
 // Rust as itself (js-sys reads a typed array's length as a u32: 2^32 bytes read as 0).
 const MAX_OWN_BYTES = 2 ** 30;
 
+// The platform's own getters of `CryptoKey` (an own accessor an app defines on a key is never
+// run), taken once; `undefined` where the realm has no `CryptoKey`.
+const keyGetter = (name) =>
+  typeof CryptoKey === "function"
+    ? Object.getOwnPropertyDescriptor(CryptoKey.prototype, name)?.get
+    : undefined;
+const keyAlgorithm = keyGetter("algorithm");
+const keyUsages = keyGetter("usages");
+
+// Whether `key` (a CryptoKey) is an AES-GCM key that may encrypt and decrypt, read by the
+// platform's getters: `true`, `false`, or `null` when reading threw.
+export function aesGcmKeyUsable(key) {
+  try {
+    const name = keyAlgorithm.call(key).name;
+    const usages = keyUsages.call(key);
+    let encrypt = false;
+    let decrypt = false;
+    for (let i = 0; i < usages.length && i < 8; i++) {
+      encrypt ||= usages[i] === "encrypt";
+      decrypt ||= usages[i] === "decrypt";
+    }
+    return name === "AES-GCM" && encrypt && decrypt;
+  } catch (_) {
+    return null;
+  }
+}
+
 // A fresh copy of a `Uint8Array`'s or an `ArrayBuffer`'s bytes, told apart and read by their
 // internal slots, not by `instanceof` and an own `length` (a subclass or an accessor can lie:
 // a length read twice with two answers made js-sys' `to_vec` write past its buffer);

@@ -26,6 +26,11 @@ extern "C" {
     fn own_bytes_js(v: &JsValue) -> JsValue;
     /// A promise of `v` with the built-in `then` (`adopt` in glue.js).
     pub(crate) fn adopt(v: &JsValue) -> js_sys::Promise;
+    /// Whether a `CryptoKey` is AES-GCM with the usages `encrypt` and `decrypt`, read by the
+    /// platform's getters (`None`: reading threw). web-sys' `usages()` runs an own accessor an
+    /// app put on the key, without catching.
+    #[wasm_bindgen(js_name = aesGcmKeyUsable)]
+    pub(crate) fn aes_gcm_key_usable(key: &web_sys::CryptoKey) -> Option<bool>;
 }
 
 /// What reading an app's value gave.
