@@ -315,7 +315,7 @@ impl SyncClient {
             let expected_version = input::append_options(&options)?;
             let events = input::events(&events, inner.limits.max_events, now)?;
             append::check(&events, &inner.limits)?;
-            conditional_fits(&events, expected_version, &inner.limits)?;
+            input::conditional_fits(&events, expected_version, &inner.limits)?;
             Ok((aggregate, events, expected_version))
         });
         // With encryption, the place in the aggregate's line is taken now, in call order (see
@@ -336,7 +336,7 @@ impl SyncClient {
                 encryption.encrypt_all(&aggregate, &mut events).await?;
                 // The tag makes each event 16 bytes longer: checked again against the limits.
                 append::check(&events, &inner.limits)?;
-                conditional_fits(&events, expected_version, &inner.limits)?;
+                input::conditional_fits(&events, expected_version, &inner.limits)?;
             }
             // Polled once before the turn is released: that first poll queues the append in
             // group commit, so the next append cannot reach the queue before this one.
@@ -585,33 +585,4 @@ impl SyncClient {
 fn listener_kind(kind: &JsValue) -> Result<String, JsValue> {
     kind.as_string()
         .ok_or_else(|| js_sys::TypeError::new("the event type must be a string").into())
-}
-
-/// A conditional append is one request, whole: its data must fit one. Checked at `append` and
-/// again after encryption (the tag makes each event longer), so an append that cannot be sent
-/// is refused, not stored.
-pub(super) fn conditional_fits(
-    events: &[crate::engine::model::NewEvent],
-    expected_version: Option<u64>,
-    limits: &Limits,
-) -> Result<(), ClientError> {
-    let data: usize = events.iter().map(|e| e.data.len()).sum();
-    match expected_version {
-        Some(_) => request_fits("a conditional append", data, limits),
-        None => Ok(()),
-    }
-}
-
-/// `what` (a write sent as one request, whole) with `data` bytes of event data fits one.
-pub(super) fn request_fits(what: &str, data: usize, limits: &Limits) -> Result<(), ClientError> {
-    if data <= limits.max_request_bytes {
-        return Ok(());
-    }
-    Err(ClientError::new(
-        ErrorCode::TooManyEvents,
-        format!(
-            "{what} is sent as one request: {data} bytes of data, at most {} are accepted",
-            limits.max_request_bytes
-        ),
-    ))
 }

@@ -16,6 +16,7 @@ use crate::browser::global::random_uuid;
 use crate::browser::js;
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, NewEvent};
+use celeriant_sync_protocol::validate::Limits;
 
 const EVENT_KEYS: [&str; 5] = ["type", "minor", "data", "eventId", "iv"];
 
@@ -288,4 +289,33 @@ fn describe_value(value: &JsValue) -> String {
         .and_then(|s| s.as_string())
         // Not `{value:?}`: its debug string walks the value, and can throw (a deep array).
         .unwrap_or_else(|| value.js_typeof().as_string().unwrap_or_default())
+}
+
+/// A conditional append is one request, whole: its data must fit one. Checked at `append` and
+/// again after encryption (the tag makes each event longer), so an append that cannot be sent
+/// is refused, not stored.
+pub(super) fn conditional_fits(
+    events: &[NewEvent],
+    expected_version: Option<u64>,
+    limits: &Limits,
+) -> Result<(), ClientError> {
+    let data: usize = events.iter().map(|e| e.data.len()).sum();
+    match expected_version {
+        Some(_) => request_fits("a conditional append", data, limits),
+        None => Ok(()),
+    }
+}
+
+/// `what` (a write sent as one request, whole) with `data` bytes of event data fits one.
+pub(super) fn request_fits(what: &str, data: usize, limits: &Limits) -> Result<(), ClientError> {
+    if data <= limits.max_request_bytes {
+        return Ok(());
+    }
+    Err(ClientError::new(
+        ErrorCode::TooManyEvents,
+        format!(
+            "{what} is sent as one request: {data} bytes of data, at most {} are accepted",
+            limits.max_request_bytes
+        ),
+    ))
 }
