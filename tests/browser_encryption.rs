@@ -33,12 +33,12 @@ export async function openStored(key, iv, data) {
   return new TextDecoder().decode(plain);
 }
 export function text(bytes) { return new TextDecoder().decode(bytes); }
-// A key with own accessors on the key itself: `usages` answering `given` (throwing when
-// `given` is null) and `algorithm` throwing. WebCrypto uses the key's internal slots; only
-// code that reads the properties runs them.
+// A key with own accessors on the key itself: `usages` answering `given` (and, when `given` is
+// null, `usages` and `algorithm` throwing). WebCrypto uses the key's internal slots; only code
+// that reads the properties runs them.
 export function keyWithOwnUsages(key, given) {
   Object.defineProperty(key, "usages", { get() { if (given === null) throw new Error("no"); return given; } });
-  Object.defineProperty(key, "algorithm", { get() { throw new Error("no"); } });
+  if (given === null) Object.defineProperty(key, "algorithm", { get() { throw new Error("no"); } });
   return key;
 }
 export function withOptions(extra, db, gateway) { return Object.assign({ gatewayUrl: gateway, databaseName: db }, extra); }

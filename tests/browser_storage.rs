@@ -82,7 +82,7 @@ async fn a_connection_closed_under_the_client_is_reopened_and_every_event_lands_
     assert_eq!(states(&seen), vec!["reopening", "ok"]);
     assert_eq!(string(&client.storage(), "state"), "ok");
 
-    client.set_offline(false);
+    client.set_offline(false.into()).unwrap();
     flush_within(&client, 10).await;
     assert_eq!(landed_seqs(&t, &a).await, vec![1.0, 2.0, 3.0, 4.0, 5.0]);
     assert_eq!(client.client_id(), client_id);

@@ -87,12 +87,12 @@ impl SyncClient {
         #[wasm_bindgen(unchecked_param_type = "string")] name: JsValue,
     ) -> Promise {
         // Taken as a `JsValue`: see `input::string`.
-        let name = name.as_string().unwrap_or_default();
+        let name = js::short_string(&name, super::options::MAX_STRING).unwrap_or_default();
         promise(async move {
             if name.is_empty() {
                 return Err(ClientError::new(
                     ErrorCode::InvalidOptions,
-                    "deleteDatabase needs a database name (a non-empty string)",
+                    "deleteDatabase needs a database name (a non-empty string of at most 4,096 characters)",
                 ));
             }
             delete_database(&name).await?;

@@ -374,10 +374,20 @@ impl SyncClient {
     /// switch belongs to this client object: with several tabs on one database, the drainer's
     /// switch is what governs the writes.
     #[wasm_bindgen(js_name = setOffline)]
-    pub fn set_offline(&self, offline: bool) {
+    pub fn set_offline(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "boolean")] offline: JsValue,
+    ) -> Result<(), JsValue> {
+        // A `JsValue`, not a `bool`: wasm-bindgen converts a `bool` after it has read the
+        // client's pointer, running an object's `valueOf` (which could free the client) — and
+        // `"true"` or `{}` read as `false`.
+        let offline = offline
+            .as_bool()
+            .ok_or_else(|| js_sys::TypeError::new("setOffline takes a boolean"))?;
         if self.inner.network.set_off(offline) {
             self.inner.runtime.network_switched();
         }
+        Ok(())
     }
 
     /// Whether this client's network is switched off (`setOffline(true)`).
@@ -408,8 +418,13 @@ impl SyncClient {
         #[wasm_bindgen(unchecked_param_type = "string")] event_id: JsValue,
     ) -> Promise {
         let inner = self.inner.clone();
-        let id = super::input::string(&event_id, ErrorCode::InvalidEventId, "eventId")
-            .and_then(|text| super::input::uuid_text(&text, ErrorCode::InvalidEventId, "eventId"));
+        let id = input::string(
+            &event_id,
+            ErrorCode::InvalidEventId,
+            "eventId",
+            input::UUID_TEXT_MAX,
+        )
+        .and_then(|text| super::input::uuid_text(&text, ErrorCode::InvalidEventId, "eventId"));
         promise(async move {
             inner.check_open()?;
             drain::when_synced(inner.outbox(), &inner.runtime.hub, id?).await?;
@@ -519,15 +534,15 @@ impl SyncClient {
         // The client closing closes it too, so a `value()` waiting for a first fold rejects
         // with CLOSED instead of waiting for ever.
         let closing = live.clone();
-        let on_status =
-            Closure::<dyn Fn(web_sys::CustomEvent)>::new(move |e: web_sys::CustomEvent| {
-                if crate::browser::js::get_string(&e.detail(), "state").as_deref() == Some("closed")
-                {
-                    closing.close();
-                }
-            })
-            .into_js_value()
-            .unchecked_into::<Function>();
+        // The event is read catching: a listener can dispatch its own on the client's target.
+        let on_status = Closure::<dyn Fn(JsValue)>::new(move |e: JsValue| {
+            let detail = crate::browser::js::get(&e, "detail");
+            if crate::browser::js::get_string(&detail, "state").as_deref() == Some("closed") {
+                closing.close();
+            }
+        })
+        .into_js_value()
+        .unchecked_into::<Function>();
         let target = self.inner.target.clone();
         let _ = target.add_event_listener_with_callback("status", &on_status);
         let stop = move || {
@@ -583,6 +598,7 @@ impl SyncClient {
 /// `JsValue`s: a `&str` parameter makes wasm-bindgen's JS allocate `value.length` bytes in the
 /// module before it finds the value is no string, so `{ length: 2 ** 30 }` left 1 GiB behind.
 fn listener_kind(kind: &JsValue) -> Result<String, JsValue> {
-    kind.as_string()
-        .ok_or_else(|| js_sys::TypeError::new("the event type must be a string").into())
+    crate::browser::js::short_string(kind, 256).ok_or_else(|| {
+        js_sys::TypeError::new("the event type must be a string of at most 256 characters").into()
+    })
 }

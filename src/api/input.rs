@@ -9,7 +9,7 @@
 
 use js_sys::{JSON, Reflect};
 use uuid::Uuid;
-use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen::JsValue;
 
 use super::errors::ClientError;
 use crate::browser::global::random_uuid;
@@ -20,6 +20,9 @@ use celeriant_sync_protocol::validate::Limits;
 
 const EVENT_KEYS: [&str; 5] = ["type", "minor", "data", "eventId", "iv"];
 
+/// The longest UUID text `uuid` reads: `urn:uuid:` and 36 characters.
+pub(crate) const UUID_TEXT_MAX: u32 = 45;
+
 /// `object[key]`; a getter or a Proxy trap that throws is refused with `code`, never read as
 /// absent: that would open a client without the `encryption` asked for, bind no `user`, or
 /// append without the `expectedVersion` guard (found by review).
@@ -28,20 +31,30 @@ pub(crate) fn read(object: &JsValue, key: &str, code: ErrorCode) -> Result<JsVal
         .map_err(|_| ClientError::new(code, format!("reading {key} threw")))
 }
 
-/// A string argument of an exported method, refused with `code` when it is none. Exported
-/// methods take strings as `JsValue`s: for a `&str` or `String` parameter, wasm-bindgen's JS
-/// allocates `value.length` bytes in the module before it finds the value is no string, and
-/// never frees them (`{ length: 2 ** 28 }` sixteen times exhausted the module's memory).
-pub(crate) fn string(value: &JsValue, code: ErrorCode, what: &str) -> Result<String, ClientError> {
-    value
-        .as_string()
-        .ok_or_else(|| ClientError::new(code, format!("{what} must be a string")))
+/// A string argument of an exported method of at most `max` characters, refused with `code`
+/// otherwise. Exported methods take strings as `JsValue`s: for a `&str` or `String`
+/// parameter, wasm-bindgen's JS allocates `value.length` bytes in the module before it finds
+/// the value is no string, and never frees them (`{ length: 2 ** 28 }` sixteen times
+/// exhausted the module's memory); and a string is measured before it is copied in (the
+/// module's memory never shrinks).
+pub(crate) fn string(
+    value: &JsValue,
+    code: ErrorCode,
+    what: &str,
+    max: u32,
+) -> Result<String, ClientError> {
+    js::short_string(value, max).ok_or_else(|| {
+        ClientError::new(
+            code,
+            format!("{what} must be a string of at most {max} characters"),
+        )
+    })
 }
 
 /// Parses a UUID string (any form the `uuid` crate reads); stored lowercase and hyphenated.
 fn uuid(value: &JsValue, code: ErrorCode, what: &str) -> Result<Uuid, ClientError> {
-    let text = value
-        .as_string()
+    // At most 45 characters (`urn:uuid:` and 36): a longer string is not copied in.
+    let text = js::short_string(value, UUID_TEXT_MAX)
         .ok_or_else(|| ClientError::new(code, format!("{what} must be a UUID string")))?;
     uuid_text(&text, code, what)
 }
@@ -193,10 +206,8 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
 }
 
 fn describe(error: &JsValue) -> String {
-    error
-        .dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .unwrap_or_else(|| "an error that is not an Error".into())
+    // Read catching: the app's `toJSON` threw it, with whatever getters it has.
+    js::error_text(error, false)
 }
 
 /// An array of events. `max` bounds the count before any event is parsed.

@@ -33,11 +33,9 @@ impl Drop for AbortOnDrop {
 
 /// `Name: message` of a thrown value, for `lastError` (never inspected).
 pub(crate) fn error_text(error: &JsValue) -> String {
-    error
-        .dyn_ref::<js_sys::Error>()
-        .map(|e| format!("{}: {}", e.name(), e.message()))
-        .or_else(|| error.as_string())
-        .unwrap_or_else(|| "an unknown error".into())
+    // Read in glue.js, catching: the error may be an app's (an `auth` callback's, a key
+    // function's), with getters that throw or a `message` that is no string.
+    super::js::error_text(error, true)
 }
 
 async fn exchange(

@@ -293,6 +293,58 @@ const typedArrayByteLength = Object.getOwnPropertyDescriptor(
 // Rust as itself (js-sys reads a typed array's length as a u32: 2^32 bytes read as 0).
 const MAX_OWN_BYTES = 2 ** 30;
 
+// What a thrown value says, as a string of at most 500 characters: `name: message` for an
+// Error (`message` alone with `named` false), the value itself for a string, else a fixed text.
+// Read here, catching: an app's error may have getters that throw, a `message` that is no
+// string, or be a Proxy (js-sys' `name()`/`message()` read them without catching).
+export function errorText(e, named) {
+  try {
+    if (typeof e === "string") return e.slice(0, 500);
+    if (e instanceof Error) {
+      const message = e.message;
+      const text = typeof message === "string" ? message : "";
+      if (!named) return text.slice(0, 500);
+      const name = e.name;
+      return `${typeof name === "string" ? name : "Error"}: ${text}`.slice(0, 500);
+    }
+  } catch (_) {
+    // fall through
+  }
+  return named ? "an unknown error" : "an error that is not an Error";
+}
+
+// `isCeleriantSyncError`: an instance of the class (`proto` is its prototype), or an Error
+// named `name` with a string `code` (another copy of the package made it). Never throws (a
+// revoked Proxy, a throwing `getPrototypeOf` trap or getter is just not one).
+export function isSyncError(v, proto, name) {
+  try {
+    if (v === null || typeof v !== "object") return false;
+    if (Object.prototype.isPrototypeOf.call(proto, v)) return true;
+    return v instanceof Error && v.name === name && typeof v.code === "string";
+  } catch (_) {
+    return false;
+  }
+}
+
+const dispatchEvent = EventTarget.prototype.dispatchEvent;
+
+// Dispatches `event` on the client's own target with the platform's `dispatchEvent`: listeners
+// can reach the target (`e.currentTarget`) and replace its method; what they throw is reported
+// by the platform, and nothing of theirs is read back.
+export function dispatchOn(target, event) {
+  try {
+    dispatchEvent.call(target, event);
+  } catch (_) {
+    // a listener's exception is reported by the platform, not here
+  }
+}
+
+// A string argument of at most `max` UTF-16 units, else `undefined`: a longer one is refused
+// before it is copied into the module.
+export function shortString(v, max) {
+  return typeof v === "string" && v.length <= max ? v : undefined;
+}
+
 // The platform's own getters of `CryptoKey` (an own accessor an app defines on a key is never
 // run), taken once; `undefined` where the realm has no `CryptoKey`.
 const keyGetter = (name) =>
