@@ -54,6 +54,31 @@ export function earlyCommitIsAtomic(db, store) {
   });
 }
 
+// ---- Opening the database (browser/idb/db.rs, `open_at`)
+
+// Makes an open request harmless once its Rust future is dropped (a drain's operation dropped on
+// close() or a takeover, mid-reopen). The request still runs: its upgrade would commit (a reopen
+// that must not create the database would create an empty one) and its success would leave a
+// connection nobody closes and no `versionchange` handler closes either, which blocks
+// deleteDatabase and other contexts' upgrades for the page's lifetime. These listeners are our
+// own, independent of the handlers Rust sets. Returns `abandon()`: from then on the upgrade is
+// aborted and the connection closed, also one that opened before the call and Rust never took.
+export function guardOpen(req) {
+  let abandoned = false, opened = false;
+  const close = () => { try { req.result.close(); } catch (_) { /* not open */ } };
+  req.addEventListener("upgradeneeded", () => {
+    if (abandoned) try { req.transaction.abort(); } catch (_) { /* already finished */ }
+  });
+  req.addEventListener("success", () => { opened = true; if (abandoned) close(); });
+  return () => {
+    if (abandoned) return;
+    abandoned = true;
+    // Rust's upgrade handler is dropped with the future: calling it would only throw.
+    req.onupgradeneeded = null;
+    if (opened) close();
+  };
+}
+
 // ---- Migrating a version-1 database inside its upgrade transaction (browser/idb/schema.rs)
 
 export function migrateV1(db, tx) {
