@@ -21,6 +21,7 @@ use super::session::GatewaySessions;
 use crate::engine::env::{ReadBack, Reply, Transport, WrittenBatch};
 use crate::engine::model::AggregateRef;
 use crate::engine::signal::first;
+use celeriant_sync_protocol::events_path;
 
 /// Aborts the request when dropped (after completion, aborting is a no-op).
 struct AbortOnDrop(AbortController);
@@ -235,8 +236,9 @@ impl Transport for FetchTransport {
             return ReadBack::Failed(SWITCHED_OFF.into());
         }
         let url = format!(
-            "{}/v1/aggregates/{}/{}/events?from={version}&limit=1",
-            self.gateway_url, aggregate.type_id, aggregate.id
+            "{}{}?from={version}&limit=1",
+            self.gateway_url,
+            events_path(&aggregate)
         );
         match self.get_signed(&url, &token).await {
             Reply::Http {
