@@ -470,7 +470,70 @@ async fn other_doors_into_the_module_are_read_catching_and_the_client_lives_on()
     ok(client.append(b.clone(), Array::of1(&bytes_event(1, &[1])).into())).await;
     let value: Function = get(&folded, "value").unchecked_into();
     let state = ok(value.call0(&folded).unwrap().unchecked_into()).await;
-    assert!(state.as_f64().is_some(), "{}", describe(&state));
+    assert_eq!(state.as_f64(), Some(0.0), "{}", describe(&state));
+
+    // A forged `closed` status on the client's target does not close a live projection: the
+    // client's own state decides.
+    let c = aggregate(&uuid(), &uuid());
+    let counting = Function::new_no_args("return { initial: 0, apply(s) { return s + 1; } };")
+        .call0(&JsValue::NULL)
+        .unwrap();
+    let live = client.project(c.clone(), counting).unwrap();
+    Function::new_with_args(
+        "t",
+        "t.dispatchEvent(new CustomEvent('status', { detail: { state: 'closed' } }))",
+    )
+    .call1(&JsValue::NULL, &get(&seen, "target"))
+    .unwrap();
+    ok(client.append(c.clone(), Array::of1(&bytes_event(1, &[1])).into())).await;
+    let value: Function = get(&live, "value").unchecked_into();
+    let state = ok(value.call0(&live).unwrap().unchecked_into()).await;
+    assert_eq!(state.as_f64(), Some(1.0), "{}", describe(&state));
+    ok(client.close()).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
+}
+
+/// The bytes of the module's memory.
+fn memory_bytes() -> f64 {
+    let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().unchecked_into();
+    get(&memory.buffer(), "byteLength").as_f64().unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn data_over_the_limit_is_refused_before_it_is_copied_into_the_module() {
+    // 128 MiB as bytes and as JSON text: copied first (as before), each would grow the module's
+    // memory by as much, for good (wasm memory never shrinks).
+    no_faults().await;
+    let db = db_name("errors-large-data");
+    let client = open(&db, "{}").await;
+    let a = aggregate(&uuid(), &uuid());
+    let before = memory_bytes();
+    assert!(before < 128.0 * 1024.0 * 1024.0, "memory already {before}");
+    let bytes = js_sys::Uint8Array::new_with_length(128 << 20);
+    let text = Function::new_no_args("return 'x'.repeat(128 * 1024 * 1024 - 2)")
+        .call0(&JsValue::NULL)
+        .unwrap();
+    for (what, data) in [("bytes", JsValue::from(bytes)), ("JSON", text)] {
+        let event = object(&[("type", 1.into()), ("data", data)]);
+        let e = err(client.append(a.clone(), Array::of1(&event).into())).await;
+        assert_eq!(typed(&e, what), "EVENT_TOO_LARGE", "{what}");
+        assert_eq!(num(&e, "index"), 0.0, "{what}");
+    }
+    let grown = memory_bytes() - before;
+    assert!(
+        grown < 16.0 * 1024.0 * 1024.0,
+        "the module grew by {grown} bytes"
+    );
+    // Just over the limit is refused too, and at the limit it is taken.
+    for (n, code) in [(1 << 20, None), ((1 << 20) + 1, Some("EVENT_TOO_LARGE"))] {
+        let data = js_sys::Uint8Array::new_with_length(n);
+        let event = object(&[("type", 1.into()), ("data", data.into())]);
+        let got = client.append(a.clone(), Array::of1(&event).into());
+        match code {
+            None => drop(ok(got).await),
+            Some(code) => assert_eq!(typed(&err(got).await, "limit"), code),
+        }
+    }
     ok(client.close()).await;
     ok(SyncClient::delete_database_named(db.into())).await;
 }

@@ -534,10 +534,12 @@ impl SyncClient {
         // The client closing closes it too, so a `value()` waiting for a first fold rejects
         // with CLOSED instead of waiting for ever.
         let closing = live.clone();
-        // The event is read catching: a listener can dispatch its own on the client's target.
-        let on_status = Closure::<dyn Fn(JsValue)>::new(move |e: JsValue| {
-            let detail = crate::browser::js::get(&e, "detail");
-            if crate::browser::js::get_string(&detail, "state").as_deref() == Some("closed") {
+        // The event itself is not read: a listener can dispatch one of its own on the client's
+        // target, saying anything. The client's own state says whether it closed (set before
+        // the `closed` status is dispatched). Weak: the target holds this listener.
+        let client = Rc::downgrade(&self.inner);
+        let on_status = Closure::<dyn Fn(JsValue)>::new(move |_: JsValue| {
+            if client.upgrade().is_none_or(|c| c.runtime.hub.is_closed()) {
                 closing.close();
             }
         })
@@ -571,7 +573,7 @@ impl SyncClient {
         listener: &Function,
         options: JsValue,
     ) -> Result<(), JsValue> {
-        let kind = listener_kind(&kind)?;
+        let kind = input::listener_kind(&kind)?;
         if options.is_undefined() {
             self.inner
                 .target
@@ -587,18 +589,9 @@ impl SyncClient {
     /// Removes a listener.
     #[wasm_bindgen(js_name = removeEventListener, skip_typescript)]
     pub fn remove_event_listener(&self, kind: JsValue, listener: &Function) -> Result<(), JsValue> {
-        let kind = listener_kind(&kind)?;
+        let kind = input::listener_kind(&kind)?;
         self.inner
             .target
             .remove_event_listener_with_callback(&kind, listener)
     }
-}
-
-/// An event listener's type: a string, else a `TypeError`. Exported methods take strings as
-/// `JsValue`s: a `&str` parameter makes wasm-bindgen's JS allocate `value.length` bytes in the
-/// module before it finds the value is no string, so `{ length: 2 ** 30 }` left 1 GiB behind.
-fn listener_kind(kind: &JsValue) -> Result<String, JsValue> {
-    crate::browser::js::short_string(kind, 256).ok_or_else(|| {
-        js_sys::TypeError::new("the event type must be a string of at most 256 characters").into()
-    })
 }

@@ -14,9 +14,10 @@ use wasm_bindgen::JsValue;
 use super::errors::ClientError;
 use crate::browser::global::random_uuid;
 use crate::browser::js;
+use crate::engine::append::AppendError;
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, NewEvent};
-use celeriant_sync_protocol::validate::Limits;
+use celeriant_sync_protocol::validate::{Limits, ValidationError};
 
 const EVENT_KEYS: [&str; 5] = ["type", "minor", "data", "eventId", "iv"];
 
@@ -148,27 +149,45 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
         })?,
     };
     let data_value = get("data", ErrorCode::DataNotSerializable)?;
-    let data = match js::own_bytes(&data_value) {
-        js::Own::Got(bytes) => bytes,
-        js::Own::Threw => {
+    // An event's data over the limit is refused before it is copied into the module (a few
+    // events of 1 GiB each would not fit in its memory): bytes by their length, JSON by its
+    // text's length in UTF-16 units, which its UTF-8 length is never below.
+    let max = Limits::default().max_event_bytes;
+    let too_large = |len: usize| {
+        ClientError::from(AppendError::Invalid {
+            index,
+            error: ValidationError::EventTooLarge {
+                at: format!("events[{index}]"),
+                len,
+                max,
+            },
+        })
+    };
+    let data = match js::own_bytes_within(&data_value, max as f64) {
+        Err(len) => return Err(too_large(len as usize)),
+        Ok(js::Own::Got(bytes)) => bytes,
+        Ok(js::Own::Threw) => {
             return Err(at(
                 ErrorCode::DataNotSerializable,
                 "data's bytes cannot be read (a detached buffer?)".into(),
             ));
         }
-        js::Own::Not if data_value.is_undefined() => {
+        Ok(js::Own::Not) if data_value.is_undefined() => {
             return Err(at(
                 ErrorCode::DataNotSerializable,
                 "data is required (a Uint8Array, or a JSON value)".into(),
             ));
         }
-        js::Own::Not => {
+        Ok(js::Own::Not) => {
             let text = JSON::stringify(&data_value).map_err(|e| {
                 at(
                     ErrorCode::DataNotSerializable,
                     format!("data cannot be encoded as JSON: {}", describe(&e)),
                 )
             })?;
+            if text.length() as usize > max {
+                return Err(too_large(text.length() as usize));
+            }
             text.as_string()
                 .ok_or_else(|| {
                     at(
@@ -329,4 +348,13 @@ pub(super) fn request_fits(what: &str, data: usize, limits: &Limits) -> Result<(
             limits.max_request_bytes
         ),
     ))
+}
+
+/// An event listener's type: a string, else a `TypeError`. Exported methods take strings as
+/// `JsValue`s: a `&str` parameter makes wasm-bindgen's JS allocate `value.length` bytes in the
+/// module before it finds the value is no string, so `{ length: 2 ** 30 }` left 1 GiB behind.
+pub(crate) fn listener_kind(kind: &JsValue) -> Result<String, JsValue> {
+    js::short_string(kind, 256).ok_or_else(|| {
+        js_sys::TypeError::new("the event type must be a string of at most 256 characters").into()
+    })
 }

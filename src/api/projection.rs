@@ -99,9 +99,11 @@ impl Projection {
         }
         // A copy of the list (not of the events): the view object is shared with the app's
         // `subscribe` listeners, which run first and could replace `events` with a Proxy whose
-        // `length` or elements throw (js-sys' `length()` and `get()` do not catch).
-        let (events, len) = match js::own_array(&js::get(view, "events"), u32::MAX as usize) {
-            js::Own::Got(got) => got,
+        // `length` or elements throw (js-sys' `length()` and `get()` do not catch), or set its
+        // `length` to 2^32 - 1. At most the events the view was built with are copied (a list
+        // copy of references, the same order of work as the view's own `concat` at each change).
+        let (events, len) = match js::own_array(&js::get(view, "events"), shape.total) {
+            js::Own::Got((events, len)) => (events, len.min(shape.total)),
             _ => (Array::new(), 0),
         };
         let confirmed = shape.confirmed.min(len);

@@ -401,13 +401,16 @@ export function aesGcmKeyUsable(key) {
 // internal slots, not by `instanceof` and an own `length` (a subclass or an accessor can lie:
 // a length read twice with two answers made js-sys' `to_vec` write past its buffer);
 // `undefined` when `v` is neither, `null` when it cannot be read (a detached buffer) or holds
-// more than 2^30 bytes. (Assumes the realm's own built-ins are unpatched: a page that patches
+// more than 2^30 bytes; its byte length (a number) when it holds more than `max`, without
+// copying anything. (Assumes the realm's own built-ins are unpatched: a page that patches
 // them can reach the module's memory anyway, through `WebAssembly.Memory.prototype.buffer`.)
-export function ownBytes(v) {
+export function ownBytes(v, max) {
   try {
     const tag = typedArrayTag.call(v);
     if (tag === "Uint8Array") {
-      return typedArrayByteLength.call(v) > MAX_OWN_BYTES ? null : new Uint8Array(v);
+      const n = typedArrayByteLength.call(v);
+      if (n > max) return n; // over the caller's bound: its length, nothing copied
+      return n > MAX_OWN_BYTES ? null : new Uint8Array(v);
     }
     if (tag !== undefined) return undefined;
   } catch (_) {
@@ -419,6 +422,7 @@ export function ownBytes(v) {
   } catch (_) {
     return undefined;
   }
+  if (length > max) return length;
   try {
     return length > MAX_OWN_BYTES ? null : new Uint8Array(new Uint8Array(v));
   } catch (_) {

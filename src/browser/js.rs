@@ -23,7 +23,7 @@ extern "C" {
     #[wasm_bindgen(js_name = ownArray)]
     fn own_array_js(v: &JsValue, cap: u32) -> JsValue;
     #[wasm_bindgen(js_name = ownBytes)]
-    fn own_bytes_js(v: &JsValue) -> JsValue;
+    fn own_bytes_js(v: &JsValue, max: f64) -> JsValue;
     /// A promise of `v` with the built-in `then` (`adopt` in glue.js).
     pub(crate) fn adopt(v: &JsValue) -> js_sys::Promise;
     /// Whether a `CryptoKey` is AES-GCM with the usages `encrypt` and `decrypt`, read by the
@@ -74,14 +74,23 @@ pub(crate) fn own_array(v: &JsValue, cap: usize) -> Own<(Array, usize)> {
 
 /// A copy of the bytes of an app's `Uint8Array` or `ArrayBuffer`.
 pub(crate) fn own_bytes(v: &JsValue) -> Own<Vec<u8>> {
-    let got = own_bytes_js(v);
-    if got.is_undefined() {
-        return Own::Not;
+    own_bytes_within(v, f64::INFINITY).unwrap_or(Own::Threw)
+}
+
+/// A copy of the bytes of an app's `Uint8Array` or `ArrayBuffer` of at most `max` bytes;
+/// `Err(length)` for a longer one, of which nothing was copied.
+pub(crate) fn own_bytes_within(v: &JsValue, max: f64) -> Result<Own<Vec<u8>>, f64> {
+    let got = own_bytes_js(v, max);
+    if let Some(length) = got.as_f64() {
+        return Err(length);
     }
-    match got.dyn_ref::<js_sys::Uint8Array>() {
+    if got.is_undefined() {
+        return Ok(Own::Not);
+    }
+    Ok(match got.dyn_ref::<js_sys::Uint8Array>() {
         Some(copy) => Own::Got(copy.to_vec()),
         None => Own::Threw,
-    }
+    })
 }
 
 /// A string an app passed in, if it is one of at most `max` UTF-16 units: a longer one is

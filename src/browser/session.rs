@@ -38,6 +38,10 @@ use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::encoding::encode_base64;
 use celeriant_sync_protocol::json::{Members, Scalar};
 
+/// The longest app token taken from the `auth` callback, in UTF-16 units (twice the gateway's
+/// bound on bearer tokens, 8 192 bytes: a longer one could never be accepted).
+const MAX_APP_TOKEN: u32 = 16_384;
+
 /// Opens sessions for one device at one gateway.
 pub(crate) struct GatewaySessions {
     /// `{gateway}/v1/session`.
@@ -136,12 +140,19 @@ impl GatewaySessions {
         if value.is_null() || value.is_undefined() {
             return Ok(None);
         }
-        value.as_string().map(Some).ok_or_else(|| {
-            failure(
-                None,
-                "the auth callback must resolve with a string (a token) or null",
-            )
-        })
+        // Read through a bounded copy: a string of any length is copied whole by `as_string`
+        // (the gateway takes tokens of at most 8 192 bytes anyway).
+        super::js::short_string(&value, MAX_APP_TOKEN)
+            .map(Some)
+            .ok_or_else(|| {
+                failure(
+                    None,
+                    format!(
+                        "the auth callback must resolve with a string (a token) of at most \
+                         {MAX_APP_TOKEN} characters, or null"
+                    ),
+                )
+            })
     }
 
     fn learn_clock(&self, server_time: Option<u64>, at: f64) {

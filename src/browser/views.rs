@@ -66,6 +66,9 @@ pub(crate) struct Shape {
     pub confirmed: usize,
     /// The view's version.
     pub version: u64,
+    /// How many events the view was built with (confirmed, then pending): what a projection
+    /// copies of `events` at most, whatever a listener did to the list.
+    pub total: usize,
 }
 
 /// Decrypts, in place, the view events of an aggregate that are encrypted (`open`'s
@@ -407,6 +410,7 @@ impl View {
             base: self.base,
             confirmed: self.confirmed.length() as usize,
             version: signature.version,
+            total: self.confirmed.length() as usize + pending.length() as usize,
         };
         let pending_count = pending.length();
         let events = self.confirmed.concat(&pending);
