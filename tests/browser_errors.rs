@@ -472,8 +472,8 @@ async fn other_doors_into_the_module_are_read_catching_and_the_client_lives_on()
     let state = ok(value.call0(&folded).unwrap().unchecked_into()).await;
     assert_eq!(state.as_f64(), Some(0.0), "{}", describe(&state));
 
-    // A forged `closed` status on the client's target does not close a live projection: the
-    // client's own state decides.
+    // A forged `closed` status on the client's target (whose own `dispatchEvent` the listener
+    // above replaced) does not close a live projection: the client's own state decides.
     let c = aggregate(&uuid(), &uuid());
     let counting = Function::new_no_args("return { initial: 0, apply(s) { return s + 1; } };")
         .call0(&JsValue::NULL)
@@ -481,7 +481,8 @@ async fn other_doors_into_the_module_are_read_catching_and_the_client_lives_on()
     let live = client.project(c.clone(), counting).unwrap();
     Function::new_with_args(
         "t",
-        "t.dispatchEvent(new CustomEvent('status', { detail: { state: 'closed' } }))",
+        "EventTarget.prototype.dispatchEvent.call(t, \
+         new CustomEvent('status', { detail: { state: 'closed' } }))",
     )
     .call1(&JsValue::NULL, &get(&seen, "target"))
     .unwrap();
