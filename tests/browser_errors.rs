@@ -488,7 +488,15 @@ async fn other_doors_into_the_module_are_read_catching_and_the_client_lives_on()
     .unwrap();
     ok(client.append(c.clone(), Array::of1(&bytes_event(1, &[1])).into())).await;
     let value: Function = get(&live, "value").unchecked_into();
-    let state = ok(value.call0(&live).unwrap().unchecked_into()).await;
+    ok(value.call0(&live).unwrap().unchecked_into()).await; // not CLOSED
+    let mut state = JsValue::UNDEFINED;
+    for _ in 0..100 {
+        state = get(&get(&live, "current"), "state");
+        if state.as_f64() == Some(1.0) {
+            break;
+        }
+        gloo_timers::future::TimeoutFuture::new(20).await;
+    }
     assert_eq!(state.as_f64(), Some(1.0), "{}", describe(&state));
     ok(client.close()).await;
     ok(SyncClient::delete_database_named(db.into())).await;
@@ -520,11 +528,31 @@ async fn data_over_the_limit_is_refused_before_it_is_copied_into_the_module() {
         assert_eq!(typed(&e, what), "EVENT_TOO_LARGE", "{what}");
         assert_eq!(num(&e, "index"), 0.0, "{what}");
     }
+    // An `iv` longer than 12 bytes is refused before it is copied too.
+    let iv = js_sys::Uint8Array::new_with_length(128 << 20);
+    let event = object(&[
+        ("type", 1.into()),
+        ("data", js_sys::Uint8Array::new_with_length(1).into()),
+        ("iv", iv.into()),
+    ]);
+    let e = err(client.append(a.clone(), Array::of1(&event).into())).await;
+    assert_eq!(typed(&e, "iv"), "INVALID_IV");
     let grown = memory_bytes() - before;
     assert!(
         grown < 16.0 * 1024.0 * 1024.0,
         "the module grew by {grown} bytes"
     );
+    // Data with no JSON text: refused with its code, nothing thrown through the module.
+    for source in [
+        "return () => 1",
+        "return Symbol('s')",
+        "return { toJSON() { return undefined; } }",
+    ] {
+        let data = Function::new_no_args(source).call0(&JsValue::NULL).unwrap();
+        let event = object(&[("type", 1.into()), ("data", data)]);
+        let e = err(client.append(a.clone(), Array::of1(&event).into())).await;
+        assert_eq!(typed(&e, source), "DATA_NOT_SERIALIZABLE", "{source}");
+    }
     // Just over the limit is refused too, and at the limit it is taken.
     for (n, code) in [(1 << 20, None), ((1 << 20) + 1, Some("EVENT_TOO_LARGE"))] {
         let data = js_sys::Uint8Array::new_with_length(n);

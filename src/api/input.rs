@@ -185,17 +185,18 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
                     format!("data cannot be encoded as JSON: {}", describe(&e)),
                 )
             })?;
+            // `undefined` for a function, a symbol or a `toJSON` giving nothing: asked first, as
+            // js-sys' `length()` of it would throw through the module.
+            if !text.is_string() {
+                return Err(at(
+                    ErrorCode::DataNotSerializable,
+                    "data has no JSON encoding (a function or symbol?)".into(),
+                ));
+            }
             if text.length() as usize > max {
                 return Err(too_large(text.length() as usize));
             }
-            text.as_string()
-                .ok_or_else(|| {
-                    at(
-                        ErrorCode::DataNotSerializable,
-                        "data has no JSON encoding (a function or symbol?)".into(),
-                    )
-                })?
-                .into_bytes()
+            String::from(text).into_bytes()
         }
     };
     let event_id = match get("eventId", ErrorCode::InvalidEventId)? {
@@ -204,8 +205,9 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
     };
     let iv = match get("iv", ErrorCode::InvalidIv)? {
         v if v.is_undefined() || v.is_null() => None,
-        v => match js::own_bytes(&v) {
-            js::Own::Got(bytes) => Some(bytes),
+        // Anything over 12 bytes is refused before it is copied.
+        v => match js::own_bytes_within(&v, 12.0) {
+            Ok(js::Own::Got(bytes)) => Some(bytes),
             _ => {
                 return Err(at(
                     ErrorCode::InvalidIv,

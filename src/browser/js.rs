@@ -72,11 +72,6 @@ pub(crate) fn own_array(v: &JsValue, cap: usize) -> Own<(Array, usize)> {
     ))
 }
 
-/// A copy of the bytes of an app's `Uint8Array` or `ArrayBuffer`.
-pub(crate) fn own_bytes(v: &JsValue) -> Own<Vec<u8>> {
-    own_bytes_within(v, f64::INFINITY).unwrap_or(Own::Threw)
-}
-
 /// A copy of the bytes of an app's `Uint8Array` or `ArrayBuffer` of at most `max` bytes;
 /// `Err(length)` for a longer one, of which nothing was copied.
 pub(crate) fn own_bytes_within(v: &JsValue, max: f64) -> Result<Own<Vec<u8>>, f64> {
