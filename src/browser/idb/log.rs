@@ -13,6 +13,7 @@ use js_sys::{Array, Object};
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::db::{Commit, Durability, Js};
+use super::kept::Kept;
 use super::keys::Agg;
 use super::outbox::{IdbOutbox, get, landed, park_of_record, store};
 use super::request::result;
@@ -36,6 +37,11 @@ fn cursor_of(v: &JsValue) -> Cursor {
         mine: js::get_u64(v, "mine").unwrap_or(0),
         epoch: js::get_u64(v, "epoch").unwrap_or(0),
     }
+}
+
+/// The tag the last page store wrote into a cursor record (`super::kept`); 0 when none did.
+fn tag_of(v: &JsValue) -> f64 {
+    js::get(v, "r").as_f64().unwrap_or(0.0)
 }
 
 fn cursor_record(c: Cursor) -> JsValue {
@@ -117,6 +123,8 @@ impl LocalLog for IdbOutbox {
     /// be well formed, or nothing is stored (a broken or hostile page never enters the log).
     /// `me` is this device's client id, as the server writes it; `mine` never passes the
     /// highest sequence this device assigned for the aggregate.
+    /// Callers that have the page's text give its size ([`IdbOutbox::store_fetched_page`]);
+    /// here it is measured.
     async fn store_page(
         &self,
         aggregate: AggregateRef,
@@ -124,53 +132,8 @@ impl LocalLog for IdbOutbox {
         me: &str,
         expected: Cursor,
     ) -> Result<Option<Cursor>, StoreError> {
-        self.db()
-            .write(
-                &super::db::stores(&[LOG, CURSORS, COUNTERS]),
-                // A cache of the server: losing the last page in a power cut only re-reads it.
-                Durability::Relaxed,
-                Commit::Early,
-                async |tx| {
-                    let (log, cursors) = (store(tx, LOG)?, store(tx, CURSORS)?);
-                    let a = Agg::new(&aggregate);
-                    let mut cursor = cursor_of(&get(&cursors, &a.key()).await?);
-                    if cursor != expected {
-                        return Ok(None);
-                    }
-                    let assigned =
-                        js::get_u64(&get(&store(tx, COUNTERS)?, &a.key()).await?, "last")
-                            .unwrap_or(0);
-                    let bad = bad_page;
-                    for batch in batches.iter() {
-                        let version = js::get_u64(&batch, "version")
-                            .ok_or_else(|| bad("a batch without a version"))?;
-                        if place(cursor.version, version)? == Place::Skip {
-                            continue;
-                        }
-                        let writer = js::get_string(&batch, "clientId")
-                            .ok_or_else(|| bad("a batch without a clientId"))?;
-                        let events = js::get(&batch, "events");
-                        let Some(events) = events.dyn_ref::<Array>().filter(|e| e.length() > 0)
-                        else {
-                            return Err(bad("a batch without events"));
-                        };
-                        let highest = check_events(events).unwrap_or(-1.0);
-                        if highest < 0.0 {
-                            return Err(bad("an event without its fields"));
-                        }
-                        if writer == me {
-                            // `mine_after` of each event's sequence is that of the highest.
-                            cursor.mine = view::mine_after(cursor.mine, highest as u64, assigned);
-                        }
-                        log.put_with_key(&batch, &a.event(version as f64)).js()?;
-                        cursor.version = version;
-                    }
-                    cursors
-                        .put_with_key(&cursor_record(cursor), &a.key())
-                        .js()?;
-                    Ok(Some(cursor))
-                },
-            )
+        let size = js_sys::JSON::stringify(batches).map_or(u64::MAX, |t| u64::from(t.length()));
+        self.store_fetched_page(aggregate, batches, me, expected, size)
             .await
     }
 
@@ -217,15 +180,22 @@ impl LocalLog for IdbOutbox {
         aggregate: AggregateRef,
         kept: Option<(u64, u64)>,
     ) -> Result<Snapshot, StoreError> {
-        self.db()
+        let cover = self.kept().cover(aggregate);
+        let snapshot = self
+            .db()
             .read(
                 &super::db::stores(&[LOG, CURSORS, OUTBOX, PARKED]),
                 async |tx| {
                     let a = Agg::new(&aggregate);
-                    let cursor = cursor_of(&get(&store(tx, CURSORS)?, &a.key()).await?);
+                    let record = get(&store(tx, CURSORS)?, &a.key()).await?;
+                    let cursor = cursor_of(&record);
                     let after = snapshot_from(kept, cursor);
-                    let batches = if cursor.version > after {
-                        let range = a.seqs(after as f64, false, cursor.version as f64)?;
+                    // The pages this context just stored, if the log is still what they made it
+                    // (`super::kept`): only the versions below them are read back.
+                    let cover = cover.as_ref().filter(|c| c.holds(cursor, tag_of(&record)));
+                    let top = cover.map_or(cursor.version, |c| c.start);
+                    let mut batches = if top > after {
+                        let range = a.seqs(after as f64, false, top as f64)?;
                         js::array(
                             &result(store(tx, LOG)?.get_all_with_key(&range))
                                 .await
@@ -234,6 +204,9 @@ impl LocalLog for IdbOutbox {
                     } else {
                         Vec::new()
                     };
+                    if let Some(cover) = cover {
+                        batches.extend(cover.above(after));
+                    }
                     let pending = js::array(
                         &result(store(tx, OUTBOX)?.get_all_with_key(&a.above(cursor.mine)?.into()))
                             .await
@@ -254,6 +227,93 @@ impl LocalLog for IdbOutbox {
                     })
                 },
             )
-            .await
+            .await?;
+        if let Some(cover) = cover {
+            self.kept().used(aggregate, &cover);
+        }
+        Ok(snapshot)
+    }
+}
+
+impl IdbOutbox {
+    /// [`LocalLog::store_page`] of a page whose text was `size` UTF-16 units long: the batches
+    /// it puts are also kept in memory ([`super::kept`]), and the cursor record carries a fresh
+    /// tag that says so.
+    pub(crate) async fn store_fetched_page(
+        &self,
+        aggregate: AggregateRef,
+        batches: &Array,
+        me: &str,
+        expected: Cursor,
+        size: u64,
+    ) -> Result<Option<Cursor>, StoreError> {
+        let tag = Kept::tag();
+        let put = Array::new();
+        let stored = self
+            .db()
+            .write(
+                &super::db::stores(&[LOG, CURSORS, COUNTERS]),
+                // A cache of the server: losing the last page in a power cut only re-reads it.
+                Durability::Relaxed,
+                Commit::Early,
+                async |tx| {
+                    let (log, cursors) = (store(tx, LOG)?, store(tx, CURSORS)?);
+                    let a = Agg::new(&aggregate);
+                    let record = get(&cursors, &a.key()).await?;
+                    let mut cursor = cursor_of(&record);
+                    if cursor != expected {
+                        return Ok(None);
+                    }
+                    let assigned =
+                        js::get_u64(&get(&store(tx, COUNTERS)?, &a.key()).await?, "last")
+                            .unwrap_or(0);
+                    let bad = bad_page;
+                    for batch in batches.iter() {
+                        let version = js::get_u64(&batch, "version")
+                            .ok_or_else(|| bad("a batch without a version"))?;
+                        if place(cursor.version, version)? == Place::Skip {
+                            continue;
+                        }
+                        let writer = js::get_string(&batch, "clientId")
+                            .ok_or_else(|| bad("a batch without a clientId"))?;
+                        let events = js::get(&batch, "events");
+                        let Some(events) = events.dyn_ref::<Array>().filter(|e| e.length() > 0)
+                        else {
+                            return Err(bad("a batch without events"));
+                        };
+                        let highest = check_events(events).unwrap_or(-1.0);
+                        if highest < 0.0 {
+                            return Err(bad("an event without its fields"));
+                        }
+                        if writer == me {
+                            // `mine_after` of each event's sequence is that of the highest.
+                            cursor.mine = view::mine_after(cursor.mine, highest as u64, assigned);
+                        }
+                        log.put_with_key(&batch, &a.event(version as f64)).js()?;
+                        put.push(&batch);
+                        cursor.version = version;
+                    }
+                    let written = cursor_record(cursor);
+                    js::set(written.unchecked_ref(), "r", tag);
+                    cursors.put_with_key(&written, &a.key()).js()?;
+                    Ok(Some((cursor, tag_of(&record))))
+                },
+            )
+            .await?;
+        if let Some((after, previous)) = stored {
+            self.kept()
+                .stored(aggregate, (expected, previous), (after, tag), put, size);
+        }
+        Ok(stored.map(|(after, _)| after))
+    }
+
+    /// The aggregate's catch-up ended: what it kept serves the next view, then goes.
+    pub(crate) fn caught_up(&self, aggregate: AggregateRef) {
+        self.kept().caught_up(aggregate);
+    }
+
+    /// Lets go of every page kept (the reader that stored them stopped).
+    pub(crate) fn forget_kept(&self) {
+        self.kept().clear();
     }
 }

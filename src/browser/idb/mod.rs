@@ -6,7 +6,8 @@
 //! * [`request`]: requests and transactions as futures;
 //! * [`keys`]: keys and key ranges;
 //! * [`log`]: the local log of what the server confirmed, and the snapshot a view is built from
-//!   ([`LocalLog`](crate::engine::read::log::LocalLog) for the outbox's database);
+//!   ([`LocalLog`](crate::engine::read::log::LocalLog) for the outbox's database); [`kept`]:
+//!   the pages just stored, kept in memory so the view after a catch-up does not read them back;
 //!   `log_fixture` drives it through the log's conformance suite (tests only);
 //! * [`records`]: how events are laid out in `outbox` records (runs of events, not one
 //!   record per event);
@@ -19,6 +20,7 @@
 
 mod counters;
 pub mod db;
+pub(crate) mod kept;
 pub(crate) mod keys;
 pub(crate) mod legs;
 pub(crate) mod log;
