@@ -233,7 +233,7 @@ async fn a_conditional_appends_records_hide_their_wires_from_older_releases() {
     no_faults().await;
     let db = db_name("cond-gw");
     let client = open(&db, "{}").await;
-    client.set_offline(true);
+    client.set_offline(true.into()).unwrap();
     let (t, id) = (uuid(), uuid());
     let a = aggregate(&t, &id);
     ok(client.append_with(a.clone(), events(&[1, 2]), guard(0))).await;
@@ -249,7 +249,7 @@ async fn a_conditional_appends_records_hide_their_wires_from_older_releases() {
     assert!(get(&plain, "gw").is_undefined());
     // This release reads both: everything lands, the guarded run with its guard.
     let log = record_writes();
-    client.set_offline(false);
+    client.set_offline(false.into()).unwrap();
     flush_within(&client, 30).await;
     restore(&log);
     assert_eq!(read_all(&t, &id).await.len(), 3);
@@ -311,9 +311,13 @@ async fn decide_rejects_with_parked_when_another_append_is_parked_ahead_of_its_w
         Some(1.0)
     );
     let id = ids[0].as_string().expect("an event id");
-    within(client.when_synced(&id), 20_000, "the attempt lands")
-        .await
-        .expect("the pending attempt lands once the park ahead is discarded");
+    within(
+        client.when_synced((&id).into()),
+        20_000,
+        "the attempt lands",
+    )
+    .await
+    .expect("the pending attempt lands once the park ahead is discarded");
     let stored = read_all(&t, &agg_id).await;
     assert_eq!(stored.len(), 1, "landed exactly once");
     // Landed events are pruned in the background once the drain is idle (WebKit can take a
@@ -410,12 +414,12 @@ async fn decide_offline_rejects_at_once_and_contention_is_surfaced() {
     let one = open(&db, "{}").await;
     let a = aggregate(SHARED_TYPE, &uuid());
     let calls = std::rc::Rc::new(std::cell::Cell::new(0));
-    one.set_offline(true);
+    one.set_offline(true.into()).unwrap();
     let e = err(one.decide(a.clone(), next_counter(calls.clone()), JsValue::UNDEFINED)).await;
     assert_eq!(code(&e), "OFFLINE", "{}", describe(&e));
     assert_eq!(calls.get(), 0, "decide not called");
     assert_eq!(outbox_events(&db).await, 0, "nothing stored");
-    one.set_offline(false);
+    one.set_offline(false.into()).unwrap();
     let e = err(one.decide(
         a.clone(),
         next_counter(calls.clone()),

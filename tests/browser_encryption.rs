@@ -33,6 +33,14 @@ export async function openStored(key, iv, data) {
   return new TextDecoder().decode(plain);
 }
 export function text(bytes) { return new TextDecoder().decode(bytes); }
+// A key with own accessors on the key itself: `usages` answering `given` (and, when `given` is
+// null, `usages` and `algorithm` throwing). WebCrypto uses the key's internal slots; only code
+// that reads the properties runs them.
+export function keyWithOwnUsages(key, given) {
+  Object.defineProperty(key, "usages", { get() { if (given === null) throw new Error("no"); return given; } });
+  if (given === null) Object.defineProperty(key, "algorithm", { get() { throw new Error("no"); } });
+  return key;
+}
 export function withOptions(extra, db, gateway) { return Object.assign({ gatewayUrl: gateway, databaseName: db }, extra); }
 "#)]
 extern "C" {
@@ -46,6 +54,8 @@ extern "C" {
     fn open_stored(key: &JsValue, iv: &str, data: &str) -> Promise;
     #[wasm_bindgen(js_name = text)]
     fn text(bytes: &JsValue) -> String;
+    #[wasm_bindgen(js_name = keyWithOwnUsages)]
+    fn key_with_own_usages(key: &JsValue, given: &JsValue) -> JsValue;
     #[wasm_bindgen(js_name = withOptions)]
     fn with_options(extra: &JsValue, db: &str, gateway: &str) -> JsValue;
 }
@@ -354,6 +364,15 @@ async fn the_option_is_strict_and_null_means_not_encrypted() {
         ),
         ("no key", object(&[("types", json("[1]"))])),
         ("an AES-CBC key", ok(cbc_key_js()).await),
+        // A key that may only encrypt, whose own `usages` accessor says it may decrypt too:
+        // the key's real usages decide (web-sys' getter ran the accessor).
+        (
+            "an encrypt-only key that says otherwise",
+            key_with_own_usages(
+                &ok(aes_key_js(&json(r#"["encrypt"]"#))).await,
+                &json(r#"["encrypt","decrypt"]"#),
+            ),
+        ),
     ];
     for (what, encryption) in refused {
         let e = open_with(&db_name("enc-options"), &[("encryption", encryption)])
@@ -367,6 +386,13 @@ async fn the_option_is_strict_and_null_means_not_encrypted() {
             describe(&e)
         );
     }
+
+    // A good key whose own `usages` and `algorithm` accessors throw: never run, so the key is
+    // taken (web-sys' getter ran `usages` and the throw crossed the module's frames: `open`
+    // threw "no" instead of returning a promise).
+    let odd = key_with_own_usages(&aes_key().await, &JsValue::NULL);
+    let client = open_encrypted(&db_name("enc-own-usages"), odd).await;
+    ok(client.close()).await;
 
     // A key function giving null for an aggregate: stored and sent in the clear.
     let (type_id, id) = (SHARED_TYPE, uuid());

@@ -39,6 +39,60 @@ export function detachedBytes() {
     structuredClone(u.buffer, { transfer: [u.buffer] });
     return u;
 }
+// Calls `client[method](...args)` through the package's JS class, as an app does (a Rust test
+// calling the Rust method skips wasm-bindgen's argument conversion): `{ value }` or `{ threw }`.
+export function callAsApp(client, method, args) {
+    try {
+        return { value: client[method](...args) };
+    } catch (e) {
+        return { threw: e };
+    }
+}
+// A decide callback whose array says length 1 on the first read and 0 after, counting reads.
+export function flipFlopDecide(event) {
+    const f = () => new Proxy([event], {
+        get(t, k, r) {
+            if (k === "length") return ++f.lengthReads === 1 ? 1 : 0;
+            return Reflect.get(t, k, r);
+        },
+    });
+    f.lengthReads = 0;
+    return f;
+}
+// An Error whose `message` and `name` getters throw.
+export function nastyError() {
+    const e = new Error("x");
+    Object.defineProperty(e, "message", { get() { throw new Error("no"); } });
+    Object.defineProperty(e, "name", { get() { throw new Error("no"); } });
+    return e;
+}
+// Data whose `toJSON` throws a nasty error.
+export function nastyData(error) { return { toJSON() { throw error; } }; }
+// A status listener that, the first time it runs, replaces its target's `dispatchEvent` with
+// one whose result throws when converted; it counts its calls in `seen.calls`.
+export function sabotagingListener(seen) {
+    seen.calls = 0;
+    return function (e) {
+        if (seen.calls++ === 0) {
+            seen.target = e.currentTarget;
+            e.currentTarget.dispatchEvent = () => ({ valueOf() { throw 1; } });
+        }
+    };
+}
+// A `status` event of the app's own, whose `detail` getter throws, dispatched on the target.
+export function fakeStatus(target) {
+    const ev = new Event("status");
+    Object.defineProperty(ev, "detail", { get() { throw new Error("no"); } });
+    EventTarget.prototype.dispatchEvent.call(target, ev);
+}
+// A subscribe listener that replaces every view's `events` with a revoked Proxy.
+export function spoilingListener() {
+    return (view) => {
+        const { proxy, revoke } = Proxy.revocable([], {});
+        revoke();
+        view.events = proxy;
+    };
+}
 export function revokedProxy() {
     const { proxy, revoke } = Proxy.revocable({}, {});
     revoke();
@@ -56,6 +110,20 @@ extern "C" {
     fn lying_bytes() -> JsValue;
     #[wasm_bindgen(js_name = detachedBytes)]
     fn detached_bytes() -> JsValue;
+    #[wasm_bindgen(js_name = callAsApp)]
+    fn call_as_app(client: &JsValue, method: &str, args: &Array) -> JsValue;
+    #[wasm_bindgen(js_name = flipFlopDecide)]
+    fn flip_flop_decide(event: &JsValue) -> Function;
+    #[wasm_bindgen(js_name = nastyError)]
+    fn nasty_error() -> JsValue;
+    #[wasm_bindgen(js_name = nastyData)]
+    fn nasty_data(error: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = sabotagingListener)]
+    fn sabotaging_listener(seen: &JsValue) -> Function;
+    #[wasm_bindgen(js_name = fakeStatus)]
+    fn fake_status(target: &JsValue);
+    #[wasm_bindgen(js_name = spoilingListener)]
+    fn spoiling_listener() -> Function;
 }
 
 /// `value instanceof class`, as JavaScript computes it.
@@ -106,7 +174,7 @@ async fn every_error_is_an_instance_of_the_exported_class() {
     let e = err(client.append(aggregate("not-a-uuid", &uuid()), Array::new().into())).await;
     assert_eq!(typed(&e, "append, bad aggregate"), "INVALID_AGGREGATE");
     // whenSynced, read: bad arguments.
-    let e = err(client.when_synced("nope")).await;
+    let e = err(client.when_synced("nope".into())).await;
     assert_eq!(typed(&e, "whenSynced"), "INVALID_EVENT_ID");
     let e = err(client.read(aggregate(&t, "nope"))).await;
     assert_eq!(typed(&e, "read"), "INVALID_AGGREGATE");
@@ -150,7 +218,7 @@ async fn every_error_is_an_instance_of_the_exported_class() {
     assert_eq!(typed(&e, "flush, closed"), "CLOSED");
     let e = err(client.append(aggregate(&t, &a), Array::of1(&json_event()).into())).await;
     assert_eq!(typed(&e, "append, closed"), "CLOSED");
-    ok(SyncClient::delete_database_named(db)).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
 }
 
 fn json_event() -> JsValue {
@@ -241,4 +309,168 @@ async fn options_and_events_whose_reading_throws_are_refused_not_read_as_absent(
         "the real bytes, not what length said"
     );
     ok(client.close()).await;
+}
+
+/// Exported methods taking a string are given `{ length: 2 ** 28 }` sixteen times (4 GiB in
+/// all): each is refused as it should be, and the module lives on. Taken as `&str`, wasm-bindgen's
+/// JS allocated `length` bytes in the module before finding no string there, and never freed
+/// them. `inspect`'s `payloads` getter that throws is refused, not read as `false`; `decide`'s
+/// result is read once, so a `length` that changes between reads cannot make the check and the
+/// append disagree.
+#[wasm_bindgen_test]
+async fn exported_methods_read_what_an_app_passes_once_and_allocate_nothing_for_it() {
+    no_faults().await;
+    let db = db_name("errors-strings");
+    let client = open(&db, "{}").await;
+    let app = JsValue::from(client.clone());
+    let huge = || json(r#"{"length": 268435456}"#);
+    let listener = Function::new_no_args("");
+    for round in 0..16 {
+        let got = call_as_app(&app, "whenSynced", &Array::of1(&huge()));
+        assert!(
+            get(&got, "threw").is_undefined(),
+            "whenSynced threw: {}",
+            describe(&get(&got, "threw"))
+        );
+        let e = err(get(&got, "value").unchecked_into()).await;
+        assert_eq!(typed(&e, "whenSynced"), "INVALID_EVENT_ID", "round {round}");
+        let got = call_as_app(&app, "addEventListener", &Array::of2(&huge(), &listener));
+        let threw = get(&got, "threw");
+        assert!(
+            threw.is_instance_of::<js_sys::TypeError>(),
+            "round {round}: {}",
+            describe(&threw)
+        );
+        assert_eq!(
+            string(&threw, "message"),
+            "the event type must be a string of at most 256 characters"
+        );
+        let got = call_as_app(&app, "removeEventListener", &Array::of2(&huge(), &listener));
+        assert!(get(&got, "threw").is_instance_of::<js_sys::TypeError>());
+        let class = get(&app, "constructor");
+        let got = call_as_app(&class, "deleteDatabase", &Array::of1(&huge()));
+        let e = err(get(&got, "value").unchecked_into()).await;
+        assert_eq!(
+            typed(&e, "deleteDatabase"),
+            "INVALID_OPTIONS",
+            "round {round}"
+        );
+    }
+    // The module still works: an append lands, and its id is waited for through the JS class.
+    let a = aggregate(&uuid(), &uuid());
+    let receipts: Array = ok(client.append(a.clone(), Array::of1(&bytes_event(1, &[1])).into()))
+        .await
+        .unchecked_into();
+    let id = get(&receipts.get(0), "eventId");
+    let got = call_as_app(&app, "whenSynced", &Array::of1(&id));
+    within(get(&got, "value").unchecked_into(), 20_000, "whenSynced")
+        .await
+        .map_err(|e| describe(&e))
+        .unwrap();
+
+    // inspect: a throwing `payloads` getter is refused.
+    let options = throwing_getter(&JsValue::from(js_sys::Object::new()), "payloads");
+    let e = err(client.inspect(Some(options))).await;
+    assert_eq!(typed(&e, "inspect payloads"), "INVALID_OPTIONS");
+
+    // decide: the result's `length` says 1, then 0. Read once: one event appended.
+    let decide = flip_flop_decide(&bytes_event(1, &[2]));
+    let done = ok(client.decide(a.clone(), decide.clone(), JsValue::UNDEFINED)).await;
+    let receipts: Array = get(&done, "receipts").unchecked_into();
+    assert_eq!(receipts.length(), 1, "{}", describe(&done));
+    assert_eq!(num(&decide, "lengthReads"), 1.0, "length read once");
+    ok(client.close()).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
+}
+
+/// What an app can hand the module through other doors is read catching too, and the client
+/// lives on: a non-boolean `setOffline` (wasm-bindgen converted a `bool` after reading the
+/// client's pointer, running `valueOf`), `isCeleriantSyncError` of a revoked Proxy (js-sys'
+/// `isPrototypeOf` threw through the module, leaking a table slot each time: 1,024 broke every
+/// call taking a borrowed value), an error whose getters throw (from `toJSON`, from a
+/// projection's `apply`), the client's target with its `dispatchEvent` replaced, fake `status`
+/// events whose `detail` throws, and a view whose `events` a listener spoiled.
+#[wasm_bindgen_test]
+async fn other_doors_into_the_module_are_read_catching_and_the_client_lives_on() {
+    no_faults().await;
+    let db = db_name("errors-doors");
+    let client = open(&db, "{}").await;
+    let app = JsValue::from(client.clone());
+    for bad in [json(r#""true""#), json("{}"), json("1")] {
+        let got = call_as_app(&app, "setOffline", &Array::of1(&bad));
+        let threw = get(&got, "threw");
+        assert!(
+            threw.is_instance_of::<js_sys::TypeError>(),
+            "{}",
+            describe(&threw)
+        );
+    }
+    assert!(!client.offline(), "still online");
+    for _ in 0..1100 {
+        assert!(!is_celeriant_sync_error(&revoked_proxy()));
+    }
+    let e = err(client.when_synced("nope".into())).await;
+    assert!(
+        is_celeriant_sync_error(&e),
+        "still answers after 1,100 revoked Proxies"
+    );
+
+    // An error whose getters throw, from `toJSON`: refused with its code.
+    let a = aggregate(&uuid(), &uuid());
+    let event = object(&[("type", 1.into()), ("data", nasty_data(&nasty_error()))]);
+    let e = err(client.append(a.clone(), Array::of1(&event).into())).await;
+    assert_eq!(typed(&e, "toJSON"), "DATA_NOT_SERIALIZABLE");
+
+    // The target's `dispatchEvent` replaced by a listener: events still reach listeners.
+    let seen = JsValue::from(js_sys::Object::new());
+    let listener = sabotaging_listener(&seen);
+    client
+        .add_event_listener("status".into(), &listener, JsValue::UNDEFINED)
+        .unwrap();
+    // Each append changes the status (pending, then synced).
+    for n in 0..2u8 {
+        ok(client.append(a.clone(), Array::of1(&bytes_event(1, &[n])).into())).await;
+        flush_within(&client, 20).await;
+    }
+    for _ in 0..100 {
+        if num(&seen, "calls") >= 2.0 {
+            break;
+        }
+        gloo_timers::future::TimeoutFuture::new(20).await;
+    }
+    assert!(
+        num(&seen, "calls") >= 2.0,
+        "status events after the replacement"
+    );
+
+    // A projection whose `apply` throws an error whose getters throw: PROJECTION_FAILED.
+    ok(client.append(a.clone(), Array::of1(&bytes_event(1, &[1])).into())).await;
+    let thrower = Function::new_with_args("e", "return { initial: 0, apply() { throw e; } };")
+        .call1(&JsValue::NULL, &nasty_error())
+        .unwrap();
+    let projection = client.project(a.clone(), thrower).unwrap();
+    let value: Function = get(&projection, "value").unchecked_into();
+    let e = err(value.call0(&projection).unwrap().unchecked_into()).await;
+    assert_eq!(typed(&e, "apply"), "PROJECTION_FAILED");
+    // Fake `status` events with a throwing `detail`, dispatched on the client's target (which
+    // the projection listens on): ignored, and borrowed values still cross afterwards.
+    for _ in 0..1100 {
+        fake_status(&get(&seen, "target"));
+    }
+    assert!(is_celeriant_sync_error(&e));
+
+    // A `subscribe` listener that spoils `view.events` before the projection reads it: the
+    // projection folds what it could read (nothing), and nothing throws through the module.
+    let b = aggregate(&uuid(), &uuid());
+    let _unsubscribe = client.subscribe(b.clone(), spoiling_listener()).unwrap();
+    let counting = Function::new_no_args("return { initial: 0, apply(s) { return s + 1; } };")
+        .call0(&JsValue::NULL)
+        .unwrap();
+    let folded = client.project(b.clone(), counting).unwrap();
+    ok(client.append(b.clone(), Array::of1(&bytes_event(1, &[1])).into())).await;
+    let value: Function = get(&folded, "value").unchecked_into();
+    let state = ok(value.call0(&folded).unwrap().unchecked_into()).await;
+    assert!(state.as_f64().is_some(), "{}", describe(&state));
+    ok(client.close()).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
 }

@@ -51,7 +51,7 @@ async fn switched_off_nothing_is_sent_not_even_the_probe_and_back_on_everything_
     assert_eq!(num(&log, "openStreams"), 1.0, "one change stream is open");
     assert!(!client.offline());
 
-    client.set_offline(true);
+    client.set_offline(true.into()).unwrap();
     assert!(client.offline());
     until(2_000, "the change stream to close", || {
         num(&log, "openStreams") == 0.0
@@ -82,7 +82,7 @@ async fn switched_off_nothing_is_sent_not_even_the_probe_and_back_on_everything_
     assert_eq!(num(&client.status(), "pending"), 2.0);
     assert_eq!(read_all(&t, &id).await.len(), 1, "the server has only #1");
 
-    client.set_offline(false);
+    client.set_offline(false.into()).unwrap();
     assert!(!client.offline());
     flush_within(&client, 5).await;
     let landed: Vec<f64> = read_all(&t, &id)
@@ -117,7 +117,7 @@ async fn opened_with_offline_true_it_sends_nothing_until_switched_on() {
     sleep(500).await;
     let paths = js_sys::JSON::stringify(&get(&log, "paths")).unwrap();
     assert_eq!(num(&log, "total"), 0.0, "nothing fetched: {paths:?}");
-    client.set_offline(false);
+    client.set_offline(false.into()).unwrap();
     flush_within(&client, 10).await;
     assert_eq!(read_all(&t, &id).await.len(), 1);
     let restore: Function = get(&log, "restore").unchecked_into();

@@ -577,7 +577,7 @@ async fn a_version_1_database_is_upgraded_with_its_events_and_ids() {
     let names = store_names(&db).await;
     assert!(!names.contains(&"events".to_owned()), "{names:?}");
     assert!(names.contains(&"outbox".to_owned()) && names.contains(&"ids".to_owned()));
-    ok(client.when_synced(&ids[4])).await;
+    ok(client.when_synced((&ids[4]).into())).await;
     flush_within(&client, 30).await;
     let landed: Vec<String> = read_all(&t, &a)
         .await

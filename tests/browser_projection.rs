@@ -125,7 +125,7 @@ async fn confirmed_events_are_folded_once_and_pending_ones_on_top() {
     let unsubscribe = method(&projection, "subscribe")
         .call1(&projection, &counting_listener(&counter))
         .unwrap();
-    client.set_offline(true);
+    client.set_offline(true.into()).unwrap();
     append_n(&client, &agg, 1, &[1000, 2000]).await;
     settled(&projection, 3310.0, 2.0, false, "two pending").await;
     let (deliveries, pending_calls) = (count(&counter, "deliveries"), count(&counter, "pending"));
@@ -144,7 +144,7 @@ async fn confirmed_events_are_folded_once_and_pending_ones_on_top() {
         "nothing confirmed folded again"
     );
 
-    client.set_offline(false);
+    client.set_offline(false.into()).unwrap();
     flush_within(&client, 20).await;
     settled(&projection, 3315.0, 0.0, false, "all confirmed").await;
     assert_eq!(

@@ -206,7 +206,7 @@ async fn bad_input_and_offline_fail_at_once_and_send_nothing() {
     assert_eq!(code(&e), "INVALID_PRINCIPAL");
     let e = err(owner.members(json(r#"{"typeId":"x"}"#))).await;
     assert_eq!(code(&e), "INVALID_AGGREGATE");
-    owner.set_offline(true);
+    owner.set_offline(true.into()).unwrap();
     let e = err(owner.share(agg.clone(), "user:bob".into(), "read".into())).await;
     assert_eq!(code(&e), "OFFLINE");
     assert!(get(&e, "serverCode").is_undefined());
@@ -217,7 +217,7 @@ async fn bad_input_and_offline_fail_at_once_and_send_nothing() {
     assert_eq!(code(&err(owner.members(agg.clone())).await), "OFFLINE");
     assert_eq!(code(&err(owner.accept_share(agg.clone())).await), "OFFLINE");
     assert_eq!(num(&requests, "count"), 0.0, "nothing was sent");
-    owner.set_offline(false);
+    owner.set_offline(false.into()).unwrap();
     // Online again, a share of an aggregate that does not exist yet is NOT_FOUND.
     let e = err(owner.share(agg.clone(), "user:bob".into(), "read".into())).await;
     assert_eq!(code(&e), "NOT_FOUND");

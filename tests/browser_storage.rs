@@ -3,7 +3,10 @@
 //! the `storage` event saying so while it happens; a database deleted (or gone when the client
 //! reopens it, as after an eviction) makes the storage `lost` — the pending events reported with
 //! their ranges, later calls refused with `STORAGE_LOST`, the database never recreated with a new
-//! identity; `inspect()` shows `persisted` and the storage estimate.
+//! identity; `inspect()` shows `persisted` and the storage estimate. An open or reopen whose
+//! future is dropped midway (a drain's operation dropped on `close()` or a takeover) creates
+//! nothing and leaves no connection open, and a reopened connection yields to another context's
+//! upgrade from the moment it exists.
 //!
 //! The browser's abnormal `close` event cannot be fired on a real connection from a page; the
 //! tests provoke the same handling through another connection opening a higher version
@@ -14,6 +17,9 @@
 mod browser;
 
 use browser::*;
+use celeriant_sync::browser::idb::db::{Db, Storage, open_database, stores};
+use celeriant_sync::browser::idb::schema;
+use futures_util::future::{Either, join, select};
 use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
@@ -30,6 +36,8 @@ extern "C" {
     fn exists_raw(db: &str) -> Promise;
     #[wasm_bindgen(js_name = engineEstimate)]
     fn engine_estimate() -> Promise;
+    #[wasm_bindgen(js_name = holdStoreOnNextOpen)]
+    fn hold_store_on_next_open(db: &str, store: &str, ms: u32) -> Promise;
 }
 
 fn states(seen: &JsValue) -> Vec<String> {
@@ -82,7 +90,7 @@ async fn a_connection_closed_under_the_client_is_reopened_and_every_event_lands_
     assert_eq!(states(&seen), vec!["reopening", "ok"]);
     assert_eq!(string(&client.storage(), "state"), "ok");
 
-    client.set_offline(false);
+    client.set_offline(false.into()).unwrap();
     flush_within(&client, 10).await;
     assert_eq!(landed_seqs(&t, &a).await, vec![1.0, 2.0, 3.0, 4.0, 5.0]);
     assert_eq!(client.client_id(), client_id);
@@ -240,4 +248,113 @@ async fn inspect_shows_persisted_and_the_storage_estimate() {
     assert_eq!(string(&get(&snap, "storage"), "state"), "ok");
     assert!(get(&get(&snap, "storage"), "lost").is_null());
     ok(client.close()).await;
+}
+
+/// Polls `open_database(name, must_exist)` once, lets it sit unpolled for `idle_ms` (events of
+/// the request fire meanwhile), then drops it — a drain's operation dropped mid-reopen on
+/// `close()` or a takeover.
+async fn drop_open_midway(name: &str, must_exist: bool, idle_ms: u32) {
+    let mut open = Box::pin(open_database(name, must_exist));
+    assert!(futures_util::poll!(open.as_mut()).is_pending());
+    sleep(idle_ms).await;
+    drop(open);
+}
+
+#[wasm_bindgen_test]
+async fn a_reopen_dropped_before_its_upgrade_creates_nothing_and_leaves_nothing_open() {
+    // The request runs on after its future is dropped: without the guard (`guardOpen`,
+    // src/browser/glue.js) nothing of ours handles its upgrade or closes its connection.
+    let db = db_name("storage-dropped-reopen");
+    drop_open_midway(&db, true, 0).await;
+    sleep(300).await;
+    assert!(!exists(&db).await, "a dropped reopen created the database");
+    within(
+        delete_raw(&db),
+        2_000,
+        "the delete (blocked by a leaked connection?)",
+    )
+    .await
+    .unwrap();
+}
+
+#[wasm_bindgen_test]
+async fn an_open_dropped_after_it_succeeded_but_before_it_was_taken_is_closed() {
+    // The open succeeds while its future sits unpolled; dropped then, the connection it made
+    // is nobody's and must be closed (else it blocks deletes and other contexts' upgrades).
+    let db = db_name("storage-dropped-open");
+    open_database(&db, false).await.unwrap().close();
+    drop_open_midway(&db, true, 300).await;
+    drop_open_midway(&db, false, 300).await;
+    within(
+        delete_raw(&db),
+        2_000,
+        "the delete (blocked by a leaked connection?)",
+    )
+    .await
+    .unwrap();
+}
+
+/// A `Db` on a new database whose `meta` client id is bound (so that a reopen checks its
+/// incarnation), its connection closed under it by another context's upgrade, and `meta` to be
+/// held by another connection for up to `hold_ms` from the reopen on: the next operation
+/// reopens and then waits in its incarnation check. Returns the hold (`{ held, done }`).
+async fn reopen_stuck_in_its_incarnation_check(name: &str, hold_ms: u32) -> (Db, JsValue) {
+    let db = Db::open(name).await.unwrap();
+    let id = JsValue::from_str(&uuid());
+    insert_raw(name, schema::META, &id, Some(&schema::CLIENT_ID_KEY.into())).await;
+    db.bind_incarnation(id);
+    upgrade_raw(name, 5_000).await;
+    assert_eq!(db.storage(), Storage::Reopening);
+    let hold = ok(hold_store_on_next_open(name, schema::META, hold_ms)).await;
+    (db, hold)
+}
+
+/// Reads `meta` through `db` (the operation that reopens it).
+async fn read_meta(db: &Db) -> Result<(), String> {
+    db.read(&stores(&[schema::META]), async |_| Ok(()))
+        .await
+        .map_err(|e| format!("{e:?}"))
+}
+
+#[wasm_bindgen_test]
+async fn a_reopen_dropped_during_its_incarnation_check_leaves_no_connection_open() {
+    // The client closes (its drain's operation dropped) while a reopen checks whether the
+    // database is still its own: the connection reopened must not outlive it.
+    let name = db_name("storage-dropped-check");
+    let (db, hold) = reopen_stuck_in_its_incarnation_check(&name, 5_000).await;
+    let read = Box::pin(read_meta(&db));
+    match select(read, Box::pin(sleep(300))).await {
+        Either::Left((r, _)) => panic!("the read did not wait for the held store: {r:?}"),
+        Either::Right((_, read)) => drop(read),
+    }
+    assert!(ok(get(&hold, "held").unchecked_into()).await.is_truthy());
+    db.close();
+    within(
+        delete_raw(&name),
+        2_000,
+        "the delete (blocked by a leaked connection?)",
+    )
+    .await
+    .unwrap();
+    ok(get(&hold, "done").unchecked_into()).await;
+}
+
+#[wasm_bindgen_test]
+async fn a_reopen_yields_to_another_upgrade_during_its_incarnation_check_then_reopens() {
+    // Another context upgrades while the reopened connection is being checked: it closes at
+    // once (the upgrade goes through) and is not adopted; the operation reopens again.
+    let name = db_name("storage-upgrade-during-check");
+    let (db, hold) = reopen_stuck_in_its_incarnation_check(&name, 5_000).await;
+    let upgrade = async {
+        sleep(300).await;
+        upgrade_raw(&name, 2_000).await
+    };
+    let (read, upgraded) = join(read_meta(&db), upgrade).await;
+    assert!(ok(get(&hold, "held").unchecked_into()).await.is_truthy());
+    assert_eq!(num(&upgraded, "version"), f64::from(schema::VERSION + 2));
+    assert_eq!(read, Ok(()));
+    assert_eq!(db.storage(), Storage::Ok);
+    assert_eq!(read_meta(&db).await, Ok(()));
+    ok(get(&hold, "done").unchecked_into()).await;
+    db.close();
 }

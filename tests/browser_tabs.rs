@@ -225,7 +225,7 @@ async fn when_synced_works_across_a_reload_and_reports_parked_and_discarded_even
     // After the reload, with the gateway reachable.
     let client = open(&db, "{}").await;
     for id in &ids {
-        within(client.when_synced(id), 10_000, "whenSynced")
+        within(client.when_synced(id.into()), 10_000, "whenSynced")
             .await
             .map_err(|e| describe(&e))
             .unwrap();
@@ -235,7 +235,7 @@ async fn when_synced_works_across_a_reload_and_reports_parked_and_discarded_even
         2,
         "resolved because they landed"
     );
-    let e = err(client.when_synced("not-a-uuid")).await;
+    let e = err(client.when_synced("not-a-uuid".into())).await;
     assert_eq!(string(&e, "code"), "INVALID_EVENT_ID");
 
     set_faults(r#"{"rejectType":13}"#).await;
@@ -247,12 +247,12 @@ async fn when_synced_works_across_a_reload_and_reports_parked_and_discarded_even
     .await
     .unchecked_into();
     let bad_id = string(&receipts.get(0), "eventId");
-    let e = within(client.when_synced(&bad_id), 10_000, "whenSynced")
+    let e = within(client.when_synced((&bad_id).into()), 10_000, "whenSynced")
         .await
         .expect_err("parked");
     assert_eq!(string(&e, "code"), "PARKED", "{}", describe(&e));
     ok(client.discard_parked(aggregate(&t, &bad))).await;
-    let e = err(client.when_synced(&bad_id)).await;
+    let e = err(client.when_synced((&bad_id).into())).await;
     assert_eq!(string(&e, "code"), "DISCARDED");
     no_faults().await;
     ok(client.close()).await;

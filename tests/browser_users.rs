@@ -183,7 +183,7 @@ async fn sign_out_refuses_to_lose_pending_events_unless_told_and_then_deletes_ev
     );
     assert_eq!(num(&client.status(), "pending"), 0.0);
     ok(client.close()).await;
-    ok(SyncClient::delete_database_named(db)).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
 }
 
 #[wasm_bindgen_test]
@@ -195,7 +195,7 @@ async fn deleting_a_database_closes_the_clients_still_open_on_it() {
     let second = open(&db, "{}").await;
     ok(first.append(aggregate(&t, &a), Array::of1(&bytes_event(1, &[1])).into())).await;
     flush_within(&first, 30).await;
-    ok(SyncClient::delete_database_named(db.clone())).await;
+    ok(SyncClient::delete_database_named(db.clone().into())).await;
     // Both close themselves: no zombie keeps the drain lock, and their calls reject
     // STORAGE_LOST (the database went away under them; `client.storage` says what was pending).
     until(5_000, "both closed", || {
@@ -222,7 +222,7 @@ async fn deleting_a_database_closes_the_clients_still_open_on_it() {
         "not re-created by the open clients"
     );
     // (That look opened an empty database of its own: gone again before the next client.)
-    ok(SyncClient::delete_database_named(db.clone())).await;
+    ok(SyncClient::delete_database_named(db.clone().into())).await;
     // The next client on that name is a new device and drains at once (no one holds the lock).
     let next = open(&db, "{}").await;
     let (t2, a2) = (uuid(), uuid());
@@ -233,7 +233,7 @@ async fn deleting_a_database_closes_the_clients_still_open_on_it() {
     .await;
     flush_within(&next, 30).await;
     ok(next.close()).await;
-    ok(SyncClient::delete_database_named(db)).await;
-    let empty = err(SyncClient::delete_database_named(String::new())).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
+    let empty = err(SyncClient::delete_database_named("".into())).await;
     assert_eq!(string(&empty, "code"), "INVALID_OPTIONS");
 }

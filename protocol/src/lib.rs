@@ -18,6 +18,7 @@
 //! * [`session`]: `POST /v1/session`, where a device proves its client id with its key and gets
 //!   the token every write and read carries.
 //! * [`faults`]: the body of the gateway's fault-injection control endpoint (tests and the demo).
+//! * [`watch`]: the change stream: its request body, its events' names and their data.
 #![warn(missing_docs)]
 
 pub mod body_size;
@@ -29,6 +30,7 @@ pub mod outcome;
 pub mod session;
 mod strict;
 pub mod validate;
+pub mod watch;
 pub mod wire;
 
 pub use outcome::{Class, WriteOutcome};

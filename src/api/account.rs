@@ -83,12 +83,16 @@ impl SyncClient {
     /// to clear a signed-out user's leftovers. Clients open on it, in any tab, close
     /// themselves (their calls then reject with `STORAGE_LOST`).
     #[wasm_bindgen(js_name = deleteDatabase, unchecked_return_type = "Promise<void>")]
-    pub fn delete_database_named(name: String) -> Promise {
+    pub fn delete_database_named(
+        #[wasm_bindgen(unchecked_param_type = "string")] name: JsValue,
+    ) -> Promise {
+        // Taken as a `JsValue`: see `input::string`.
+        let name = js::short_string(&name, super::options::MAX_STRING).unwrap_or_default();
         promise(async move {
             if name.is_empty() {
                 return Err(ClientError::new(
                     ErrorCode::InvalidOptions,
-                    "deleteDatabase needs a database name",
+                    "deleteDatabase needs a database name (a non-empty string of at most 4,096 characters)",
                 ));
             }
             delete_database(&name).await?;

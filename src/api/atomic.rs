@@ -10,8 +10,9 @@
 use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 
-use super::client::{SyncClient, promise, request_fits, storage_lost};
+use super::client::{SyncClient, promise, storage_lost};
 use super::errors::ClientError;
+use super::input::request_fits;
 use super::{input, output};
 use crate::browser::js;
 use crate::engine::append;

@@ -315,7 +315,7 @@ impl SyncClient {
             let expected_version = input::append_options(&options)?;
             let events = input::events(&events, inner.limits.max_events, now)?;
             append::check(&events, &inner.limits)?;
-            conditional_fits(&events, expected_version, &inner.limits)?;
+            input::conditional_fits(&events, expected_version, &inner.limits)?;
             Ok((aggregate, events, expected_version))
         });
         // With encryption, the place in the aggregate's line is taken now, in call order (see
@@ -336,7 +336,7 @@ impl SyncClient {
                 encryption.encrypt_all(&aggregate, &mut events).await?;
                 // The tag makes each event 16 bytes longer: checked again against the limits.
                 append::check(&events, &inner.limits)?;
-                conditional_fits(&events, expected_version, &inner.limits)?;
+                input::conditional_fits(&events, expected_version, &inner.limits)?;
             }
             // Polled once before the turn is released: that first poll queues the append in
             // group commit, so the next append cannot reach the queue before this one.
@@ -374,10 +374,20 @@ impl SyncClient {
     /// switch belongs to this client object: with several tabs on one database, the drainer's
     /// switch is what governs the writes.
     #[wasm_bindgen(js_name = setOffline)]
-    pub fn set_offline(&self, offline: bool) {
+    pub fn set_offline(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "boolean")] offline: JsValue,
+    ) -> Result<(), JsValue> {
+        // A `JsValue`, not a `bool`: wasm-bindgen converts a `bool` after it has read the
+        // client's pointer, running an object's `valueOf` (which could free the client) — and
+        // `"true"` or `{}` read as `false`.
+        let offline = offline
+            .as_bool()
+            .ok_or_else(|| js_sys::TypeError::new("setOffline takes a boolean"))?;
         if self.inner.network.set_off(offline) {
             self.inner.runtime.network_switched();
         }
+        Ok(())
     }
 
     /// Whether this client's network is switched off (`setOffline(true)`).
@@ -403,9 +413,18 @@ impl SyncClient {
     /// if the app discarded it, `CLOSED` if the client closes first. An id this database does
     /// not hold (never appended here, or landed and pruned) resolves at once, as landed.
     #[wasm_bindgen(js_name = whenSynced, unchecked_return_type = "Promise<void>")]
-    pub fn when_synced(&self, event_id: &str) -> Promise {
+    pub fn when_synced(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string")] event_id: JsValue,
+    ) -> Promise {
         let inner = self.inner.clone();
-        let id = super::input::uuid_text(event_id, ErrorCode::InvalidEventId, "eventId");
+        let id = input::string(
+            &event_id,
+            ErrorCode::InvalidEventId,
+            "eventId",
+            input::UUID_TEXT_MAX,
+        )
+        .and_then(|text| super::input::uuid_text(&text, ErrorCode::InvalidEventId, "eventId"));
         promise(async move {
             inner.check_open()?;
             drain::when_synced(inner.outbox(), &inner.runtime.hub, id?).await?;
@@ -515,15 +534,15 @@ impl SyncClient {
         // The client closing closes it too, so a `value()` waiting for a first fold rejects
         // with CLOSED instead of waiting for ever.
         let closing = live.clone();
-        let on_status =
-            Closure::<dyn Fn(web_sys::CustomEvent)>::new(move |e: web_sys::CustomEvent| {
-                if crate::browser::js::get_string(&e.detail(), "state").as_deref() == Some("closed")
-                {
-                    closing.close();
-                }
-            })
-            .into_js_value()
-            .unchecked_into::<Function>();
+        // The event is read catching: a listener can dispatch its own on the client's target.
+        let on_status = Closure::<dyn Fn(JsValue)>::new(move |e: JsValue| {
+            let detail = crate::browser::js::get(&e, "detail");
+            if crate::browser::js::get_string(&detail, "state").as_deref() == Some("closed") {
+                closing.close();
+            }
+        })
+        .into_js_value()
+        .unchecked_into::<Function>();
         let target = self.inner.target.clone();
         let _ = target.add_event_listener_with_callback("status", &on_status);
         let stop = move || {
@@ -548,14 +567,15 @@ impl SyncClient {
     #[wasm_bindgen(js_name = addEventListener, skip_typescript)]
     pub fn add_event_listener(
         &self,
-        kind: &str,
+        kind: JsValue,
         listener: &Function,
         options: JsValue,
     ) -> Result<(), JsValue> {
+        let kind = listener_kind(&kind)?;
         if options.is_undefined() {
             self.inner
                 .target
-                .add_event_listener_with_callback(kind, listener)
+                .add_event_listener_with_callback(&kind, listener)
         } else {
             let add: Function =
                 js_sys::Reflect::get(&self.inner.target, &"addEventListener".into())?.into();
@@ -566,38 +586,19 @@ impl SyncClient {
 
     /// Removes a listener.
     #[wasm_bindgen(js_name = removeEventListener, skip_typescript)]
-    pub fn remove_event_listener(&self, kind: &str, listener: &Function) -> Result<(), JsValue> {
+    pub fn remove_event_listener(&self, kind: JsValue, listener: &Function) -> Result<(), JsValue> {
+        let kind = listener_kind(&kind)?;
         self.inner
             .target
-            .remove_event_listener_with_callback(kind, listener)
+            .remove_event_listener_with_callback(&kind, listener)
     }
 }
 
-/// A conditional append is one request, whole: its data must fit one. Checked at `append` and
-/// again after encryption (the tag makes each event longer), so an append that cannot be sent
-/// is refused, not stored.
-pub(super) fn conditional_fits(
-    events: &[crate::engine::model::NewEvent],
-    expected_version: Option<u64>,
-    limits: &Limits,
-) -> Result<(), ClientError> {
-    let data: usize = events.iter().map(|e| e.data.len()).sum();
-    match expected_version {
-        Some(_) => request_fits("a conditional append", data, limits),
-        None => Ok(()),
-    }
-}
-
-/// `what` (a write sent as one request, whole) with `data` bytes of event data fits one.
-pub(super) fn request_fits(what: &str, data: usize, limits: &Limits) -> Result<(), ClientError> {
-    if data <= limits.max_request_bytes {
-        return Ok(());
-    }
-    Err(ClientError::new(
-        ErrorCode::TooManyEvents,
-        format!(
-            "{what} is sent as one request: {data} bytes of data, at most {} are accepted",
-            limits.max_request_bytes
-        ),
-    ))
+/// An event listener's type: a string, else a `TypeError`. Exported methods take strings as
+/// `JsValue`s: a `&str` parameter makes wasm-bindgen's JS allocate `value.length` bytes in the
+/// module before it finds the value is no string, so `{ length: 2 ** 30 }` left 1 GiB behind.
+fn listener_kind(kind: &JsValue) -> Result<String, JsValue> {
+    crate::browser::js::short_string(kind, 256).ok_or_else(|| {
+        js_sys::TypeError::new("the event type must be a string of at most 256 characters").into()
+    })
 }

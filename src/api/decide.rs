@@ -75,11 +75,28 @@ fn outcome(attempts: u64, version: u64, receipts: JsValue) -> JsValue {
     o.into()
 }
 
-/// Whether `decide` said there is nothing to do.
-fn nothing(events: &JsValue) -> bool {
-    events.is_undefined()
-        || events.is_null()
-        || matches!(js::own_array(events, 0), js::Own::Got((_, 0)))
+/// What `decide` returned, read once: `None` when there is nothing to do (`undefined`, `null`,
+/// an empty array), else what `append` is given. An array is copied (at most `max + 1`
+/// elements, so a longer one is refused by its count without copying it all) and `append`
+/// reads the copy: a Proxy or a `length` getter cannot answer the check one way and the
+/// append another. Anything else is handed on as it is, for `append` to refuse.
+fn decided(events: &JsValue, max: usize) -> Result<Option<JsValue>, ClientError> {
+    if events.is_undefined() || events.is_null() {
+        return Ok(None);
+    }
+    match js::own_array(events, max.saturating_add(1)) {
+        js::Own::Got((_, 0)) => Ok(None),
+        js::Own::Got((copy, len)) if len <= max => Ok(Some(copy.into())),
+        js::Own::Got((_, len)) => Err(ClientError::new(
+            ErrorCode::TooManyEvents,
+            format!("{len} events in one append; at most {max} are accepted"),
+        )),
+        js::Own::Not => Ok(Some(events.clone())),
+        js::Own::Threw => Err(ClientError::new(
+            ErrorCode::InvalidEvents,
+            "decide's result cannot be read (a revoked Proxy, a getter that threw?)",
+        )),
+    }
 }
 
 #[wasm_bindgen]
@@ -132,9 +149,9 @@ impl SyncClient {
                 if events.is_instance_of::<Promise>() {
                     events = JsFuture::from(js::adopt(&events)).await?;
                 }
-                if nothing(&events) {
+                let Some(events) = decided(&events, client.inner().limits.max_events)? else {
                     return Ok(outcome(attempt, version, Array::new().into()));
-                }
+                };
                 let guard = Object::new();
                 js::set(&guard, "expectedVersion", version as f64);
                 let receipts =

@@ -58,17 +58,11 @@ fn bad(message: &str) -> ClientError {
 }
 
 /// A key given as such must be an AES-GCM key that may encrypt and decrypt (a key function's
-/// keys are checked by WebCrypto at each use).
+/// keys are checked by WebCrypto at each use). Read by the platform's getters in glue.js: an
+/// own `usages` or `algorithm` accessor an app put on the key is never run (web-sys' `usages()`
+/// would run it without catching, and a throw would cross the module's frames).
 fn check_key(key: &CryptoKey) -> Result<(), ClientError> {
-    let name = key
-        .algorithm()
-        .ok()
-        .and_then(|a| js::get_string(&a, "name"));
-    let usages: Vec<String> = key.usages().iter().filter_map(|u| u.as_string()).collect();
-    if name.as_deref() != Some("AES-GCM")
-        || !usages.iter().any(|u| u == "encrypt")
-        || !usages.iter().any(|u| u == "decrypt")
-    {
+    if js::aes_gcm_key_usable(key) != Some(true) {
         return Err(bad(
             "the key must be an AES-GCM CryptoKey with the usages \"encrypt\" and \"decrypt\"",
         ));

@@ -66,19 +66,9 @@ fn prototype() -> Object {
 /// `code`.
 #[wasm_bindgen(js_name = isCeleriantSyncError, skip_typescript)]
 pub fn is_celeriant_sync_error(value: &JsValue) -> bool {
-    if !value.is_object() {
-        return false;
-    }
-    if prototype().is_prototype_of(value) {
-        return true;
-    }
-    value.is_instance_of::<Error>()
-        && Reflect::get(value, &"name".into())
-            .ok()
-            .and_then(|n| n.as_string())
-            .as_deref()
-            == Some(NAME)
-        && Reflect::get(value, &"code".into()).is_ok_and(|c| c.is_string())
+    // In glue.js, catching: js-sys' `isPrototypeOf` does not catch, and a revoked Proxy (or a
+    // throwing `getPrototypeOf` trap) threw through the module (each throw leaked its stack).
+    crate::browser::js::is_sync_error(value, &prototype(), NAME)
 }
 
 /// A failure on its way to JS.

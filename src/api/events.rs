@@ -21,8 +21,10 @@ impl DomEvents {
         let init = CustomEventInit::new();
         init.set_detail(&detail);
         if let Ok(event) = CustomEvent::new_with_event_init_dict(kind, &init) {
-            // A listener's exception is reported by the platform, never thrown into the drain.
-            let _ = self.target.dispatch_event(&event);
+            // A listener's exception is reported by the platform, never thrown into the drain;
+            // and the platform's `dispatchEvent` is called, not the target's (listeners reach
+            // the target and could replace it, with a result whose `valueOf` throws).
+            crate::browser::js::dispatch_on(&self.target, &event);
         }
     }
 }

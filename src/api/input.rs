@@ -9,15 +9,19 @@
 
 use js_sys::{JSON, Reflect};
 use uuid::Uuid;
-use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen::JsValue;
 
 use super::errors::ClientError;
 use crate::browser::global::random_uuid;
 use crate::browser::js;
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, NewEvent};
+use celeriant_sync_protocol::validate::Limits;
 
 const EVENT_KEYS: [&str; 5] = ["type", "minor", "data", "eventId", "iv"];
+
+/// The longest UUID text `uuid` reads: `urn:uuid:` and 36 characters.
+pub(crate) const UUID_TEXT_MAX: u32 = 45;
 
 /// `object[key]`; a getter or a Proxy trap that throws is refused with `code`, never read as
 /// absent: that would open a client without the `encryption` asked for, bind no `user`, or
@@ -27,10 +31,30 @@ pub(crate) fn read(object: &JsValue, key: &str, code: ErrorCode) -> Result<JsVal
         .map_err(|_| ClientError::new(code, format!("reading {key} threw")))
 }
 
+/// A string argument of an exported method of at most `max` characters, refused with `code`
+/// otherwise. Exported methods take strings as `JsValue`s: for a `&str` or `String`
+/// parameter, wasm-bindgen's JS allocates `value.length` bytes in the module before it finds
+/// the value is no string, and never frees them (`{ length: 2 ** 28 }` sixteen times
+/// exhausted the module's memory); and a string is measured before it is copied in (the
+/// module's memory never shrinks).
+pub(crate) fn string(
+    value: &JsValue,
+    code: ErrorCode,
+    what: &str,
+    max: u32,
+) -> Result<String, ClientError> {
+    js::short_string(value, max).ok_or_else(|| {
+        ClientError::new(
+            code,
+            format!("{what} must be a string of at most {max} characters"),
+        )
+    })
+}
+
 /// Parses a UUID string (any form the `uuid` crate reads); stored lowercase and hyphenated.
 fn uuid(value: &JsValue, code: ErrorCode, what: &str) -> Result<Uuid, ClientError> {
-    let text = value
-        .as_string()
+    // At most 45 characters (`urn:uuid:` and 36): a longer string is not copied in.
+    let text = js::short_string(value, UUID_TEXT_MAX)
         .ok_or_else(|| ClientError::new(code, format!("{what} must be a UUID string")))?;
     uuid_text(&text, code, what)
 }
@@ -182,10 +206,8 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
 }
 
 fn describe(error: &JsValue) -> String {
-    error
-        .dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .unwrap_or_else(|| "an error that is not an Error".into())
+    // Read catching: the app's `toJSON` threw it, with whatever getters it has.
+    js::error_text(error, false)
 }
 
 /// An array of events. `max` bounds the count before any event is parsed.
@@ -278,4 +300,33 @@ fn describe_value(value: &JsValue) -> String {
         .and_then(|s| s.as_string())
         // Not `{value:?}`: its debug string walks the value, and can throw (a deep array).
         .unwrap_or_else(|| value.js_typeof().as_string().unwrap_or_default())
+}
+
+/// A conditional append is one request, whole: its data must fit one. Checked at `append` and
+/// again after encryption (the tag makes each event longer), so an append that cannot be sent
+/// is refused, not stored.
+pub(super) fn conditional_fits(
+    events: &[NewEvent],
+    expected_version: Option<u64>,
+    limits: &Limits,
+) -> Result<(), ClientError> {
+    let data: usize = events.iter().map(|e| e.data.len()).sum();
+    match expected_version {
+        Some(_) => request_fits("a conditional append", data, limits),
+        None => Ok(()),
+    }
+}
+
+/// `what` (a write sent as one request, whole) with `data` bytes of event data fits one.
+pub(super) fn request_fits(what: &str, data: usize, limits: &Limits) -> Result<(), ClientError> {
+    if data <= limits.max_request_bytes {
+        return Ok(());
+    }
+    Err(ClientError::new(
+        ErrorCode::TooManyEvents,
+        format!(
+            "{what} is sent as one request: {data} bytes of data, at most {} are accepted",
+            limits.max_request_bytes
+        ),
+    ))
 }

@@ -311,15 +311,19 @@ impl SyncClient {
     ) -> Promise {
         let payloads = match options.filter(|o| !o.is_undefined() && !o.is_null()) {
             None => Ok(false),
-            Some(o) if o.is_object() => match js::get(&o, "payloads") {
-                v if v.is_undefined() => Ok(false),
-                v => v.as_bool().ok_or_else(|| {
-                    ClientError::new(
-                        ErrorCode::InvalidOptions,
-                        "inspect: `payloads` must be a boolean",
-                    )
-                }),
-            },
+            // A getter that throws is refused, not read as "no payloads".
+            Some(o) if o.is_object() => {
+                match super::input::read(&o, "payloads", ErrorCode::InvalidOptions) {
+                    Err(e) => Err(e),
+                    Ok(v) if v.is_undefined() => Ok(false),
+                    Ok(v) => v.as_bool().ok_or_else(|| {
+                        ClientError::new(
+                            ErrorCode::InvalidOptions,
+                            "inspect: `payloads` must be a boolean",
+                        )
+                    }),
+                }
+            }
             Some(_) => Err(ClientError::new(
                 ErrorCode::InvalidOptions,
                 "inspect: options must be an object",

@@ -79,11 +79,18 @@ fn field(options: &JsValue, name: &str) -> Result<Option<JsValue>, ClientError> 
     Ok(Some(value).filter(|v| !v.is_undefined()))
 }
 
+/// The longest string option (and database name) taken: a longer one is refused before it is
+/// copied into the module, whose memory never shrinks.
+pub(crate) const MAX_STRING: u32 = 4096;
+
 fn string(options: &JsValue, name: &str) -> Result<Option<String>, ClientError> {
     field(options, name)?
         .map(|v| {
-            v.as_string()
-                .ok_or_else(|| bad(format!("{name} must be a string")))
+            js::short_string(&v, MAX_STRING).ok_or_else(|| {
+                bad(format!(
+                    "{name} must be a string of at most {MAX_STRING} characters"
+                ))
+            })
         })
         .transpose()
 }

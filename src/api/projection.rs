@@ -97,9 +97,13 @@ impl Projection {
         if closed {
             return;
         }
-        // Read by index: only the events folded are touched (not the whole log at each change).
-        let events: Array = js::get(view, "events").dyn_into().unwrap_or_default();
-        let len = events.length() as usize;
+        // A copy of the list (not of the events): the view object is shared with the app's
+        // `subscribe` listeners, which run first and could replace `events` with a Proxy whose
+        // `length` or elements throw (js-sys' `length()` and `get()` do not catch).
+        let (events, len) = match js::own_array(&js::get(view, "events"), u32::MAX as usize) {
+            js::Own::Got(got) => got,
+            _ => (Array::new(), 0),
+        };
         let confirmed = shape.confirmed.min(len);
         let (start, from) = match plan(
             kept.as_ref().map(|(f, _)| f),

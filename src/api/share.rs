@@ -18,6 +18,7 @@ use wasm_bindgen::prelude::*;
 use super::client::{SyncClient, promise};
 use super::errors::ClientError;
 use super::input;
+use crate::browser::js;
 use crate::browser::members::{MembersCall, MembersFailure};
 use crate::engine::errors::ErrorCode;
 use crate::engine::members::{Access, check_principal, put_body};
@@ -34,10 +35,10 @@ impl From<MembersFailure> for ClientError {
 }
 
 fn principal_of(value: &JsValue) -> Result<String, ClientError> {
-    let text = value.as_string().ok_or_else(|| {
+    let text = js::short_string(value, super::options::MAX_STRING).ok_or_else(|| {
         ClientError::new(
             ErrorCode::InvalidPrincipal,
-            "principal must be a string: user:<subject> or device:<clientId>",
+            "principal must be a string of at most 4096 characters: user:<subject> or device:<clientId>",
         )
     })?;
     check_principal(&text).map_err(|m| ClientError::new(ErrorCode::InvalidPrincipal, m))?;
@@ -78,8 +79,7 @@ impl SyncClient {
     ) -> Promise {
         let aggregate = input::aggregate(&aggregate);
         let body = principal_of(&principal).and_then(|p| {
-            let access = access
-                .as_string()
+            let access = js::short_string(&access, 16)
                 .as_deref()
                 .and_then(Access::parse)
                 .ok_or_else(|| {

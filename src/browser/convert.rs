@@ -180,6 +180,33 @@ pub(crate) fn refused_from_js(list: &JsValue) -> Vec<Refused> {
         .collect()
 }
 
+/// `ready`'s `tips`, paired with the aggregates the stream named (in that order): `None` unless
+/// it is a list of exactly one entry per aggregate; a `null` or non-integer entry is left out
+/// (that aggregate is read as without tips).
+pub(crate) fn tips_from_js(
+    list: &JsValue,
+    named: &[AggregateRef],
+) -> Option<Vec<(AggregateRef, u64)>> {
+    if !Array::is_array(list) {
+        return None;
+    }
+    let list = Array::from(list);
+    if list.length() as usize != named.len() {
+        return None;
+    }
+    Some(
+        named
+            .iter()
+            .zip(list.iter())
+            .filter_map(|(a, v)| {
+                let v = v.as_f64()?;
+                (v.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&v))
+                    .then_some((*a, v as u64))
+            })
+            .collect(),
+    )
+}
+
 /// The `synced` event's detail.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]

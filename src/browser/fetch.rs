@@ -21,6 +21,7 @@ use super::session::GatewaySessions;
 use crate::engine::env::{ReadBack, Reply, Transport, WrittenBatch};
 use crate::engine::model::AggregateRef;
 use crate::engine::signal::first;
+use celeriant_sync_protocol::events_path;
 
 /// Aborts the request when dropped (after completion, aborting is a no-op).
 struct AbortOnDrop(AbortController);
@@ -33,11 +34,9 @@ impl Drop for AbortOnDrop {
 
 /// `Name: message` of a thrown value, for `lastError` (never inspected).
 pub(crate) fn error_text(error: &JsValue) -> String {
-    error
-        .dyn_ref::<js_sys::Error>()
-        .map(|e| format!("{}: {}", e.name(), e.message()))
-        .or_else(|| error.as_string())
-        .unwrap_or_else(|| "an unknown error".into())
+    // Read in glue.js, catching: the error may be an app's (an `auth` callback's, a key
+    // function's), with getters that throw or a `message` that is no string.
+    super::js::error_text(error, true)
 }
 
 async fn exchange(
@@ -237,8 +236,9 @@ impl Transport for FetchTransport {
             return ReadBack::Failed(SWITCHED_OFF.into());
         }
         let url = format!(
-            "{}/v1/aggregates/{}/{}/events?from={version}&limit=1",
-            self.gateway_url, aggregate.type_id, aggregate.id
+            "{}{}?from={version}&limit=1",
+            self.gateway_url,
+            events_path(&aggregate)
         );
         match self.get_signed(&url, &token).await {
             Reply::Http {

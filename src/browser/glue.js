@@ -54,6 +54,31 @@ export function earlyCommitIsAtomic(db, store) {
   });
 }
 
+// ---- Opening the database (browser/idb/db.rs, `open_at`)
+
+// Makes an open request harmless once its Rust future is dropped (a drain's operation dropped on
+// close() or a takeover, mid-reopen). The request still runs: its upgrade would commit (a reopen
+// that must not create the database would create an empty one) and its success would leave a
+// connection nobody closes and no `versionchange` handler closes either, which blocks
+// deleteDatabase and other contexts' upgrades for the page's lifetime. These listeners are our
+// own, independent of the handlers Rust sets. Returns `abandon()`: from then on the upgrade is
+// aborted and the connection closed, also one that opened before the call and Rust never took.
+export function guardOpen(req) {
+  let abandoned = false, opened = false;
+  const close = () => { try { req.result.close(); } catch (_) { /* not open */ } };
+  req.addEventListener("upgradeneeded", () => {
+    if (abandoned) try { req.transaction.abort(); } catch (_) { /* already finished */ }
+  });
+  req.addEventListener("success", () => { opened = true; if (abandoned) close(); });
+  return () => {
+    if (abandoned) return;
+    abandoned = true;
+    // Rust's upgrade handler is dropped with the future: calling it would only throw.
+    req.onupgradeneeded = null;
+    if (opened) close();
+  };
+}
+
 // ---- Migrating a version-1 database inside its upgrade transaction (browser/idb/schema.rs)
 
 export function migrateV1(db, tx) {
@@ -292,6 +317,85 @@ const typedArrayByteLength = Object.getOwnPropertyDescriptor(
 // Larger than any event a gateway takes, and small enough that the copy's length crosses to
 // Rust as itself (js-sys reads a typed array's length as a u32: 2^32 bytes read as 0).
 const MAX_OWN_BYTES = 2 ** 30;
+
+// What a thrown value says, as a string of at most 500 characters: `name: message` for an
+// Error (`message` alone with `named` false), the value itself for a string, else a fixed text.
+// Read here, catching: an app's error may have getters that throw, a `message` that is no
+// string, or be a Proxy (js-sys' `name()`/`message()` read them without catching).
+export function errorText(e, named) {
+  try {
+    if (typeof e === "string") return e.slice(0, 500);
+    if (e instanceof Error) {
+      const message = e.message;
+      const text = typeof message === "string" ? message : "";
+      if (!named) return text.slice(0, 500);
+      const name = e.name;
+      return `${typeof name === "string" ? name : "Error"}: ${text}`.slice(0, 500);
+    }
+  } catch (_) {
+    // fall through
+  }
+  return named ? "an unknown error" : "an error that is not an Error";
+}
+
+// `isCeleriantSyncError`: an instance of the class (`proto` is its prototype), or an Error
+// named `name` with a string `code` (another copy of the package made it). Never throws (a
+// revoked Proxy, a throwing `getPrototypeOf` trap or getter is just not one).
+export function isSyncError(v, proto, name) {
+  try {
+    if (v === null || typeof v !== "object") return false;
+    if (Object.prototype.isPrototypeOf.call(proto, v)) return true;
+    return v instanceof Error && v.name === name && typeof v.code === "string";
+  } catch (_) {
+    return false;
+  }
+}
+
+const dispatchEvent = EventTarget.prototype.dispatchEvent;
+
+// Dispatches `event` on the client's own target with the platform's `dispatchEvent`: listeners
+// can reach the target (`e.currentTarget`) and replace its method; what they throw is reported
+// by the platform, and nothing of theirs is read back.
+export function dispatchOn(target, event) {
+  try {
+    dispatchEvent.call(target, event);
+  } catch (_) {
+    // a listener's exception is reported by the platform, not here
+  }
+}
+
+// A string argument of at most `max` UTF-16 units, else `undefined`: a longer one is refused
+// before it is copied into the module.
+export function shortString(v, max) {
+  return typeof v === "string" && v.length <= max ? v : undefined;
+}
+
+// The platform's own getters of `CryptoKey` (an own accessor an app defines on a key is never
+// run), taken once; `undefined` where the realm has no `CryptoKey`.
+const keyGetter = (name) =>
+  typeof CryptoKey === "function"
+    ? Object.getOwnPropertyDescriptor(CryptoKey.prototype, name)?.get
+    : undefined;
+const keyAlgorithm = keyGetter("algorithm");
+const keyUsages = keyGetter("usages");
+
+// Whether `key` (a CryptoKey) is an AES-GCM key that may encrypt and decrypt, read by the
+// platform's getters: `true`, `false`, or `null` when reading threw.
+export function aesGcmKeyUsable(key) {
+  try {
+    const name = keyAlgorithm.call(key).name;
+    const usages = keyUsages.call(key);
+    let encrypt = false;
+    let decrypt = false;
+    for (let i = 0; i < usages.length && i < 8; i++) {
+      encrypt ||= usages[i] === "encrypt";
+      decrypt ||= usages[i] === "decrypt";
+    }
+    return name === "AES-GCM" && encrypt && decrypt;
+  } catch (_) {
+    return null;
+  }
+}
 
 // A fresh copy of a `Uint8Array`'s or an `ArrayBuffer`'s bytes, told apart and read by their
 // internal slots, not by `instanceof` and an own `length` (a subclass or an accessor can lie:

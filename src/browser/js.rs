@@ -26,6 +26,22 @@ extern "C" {
     fn own_bytes_js(v: &JsValue) -> JsValue;
     /// A promise of `v` with the built-in `then` (`adopt` in glue.js).
     pub(crate) fn adopt(v: &JsValue) -> js_sys::Promise;
+    /// Whether a `CryptoKey` is AES-GCM with the usages `encrypt` and `decrypt`, read by the
+    /// platform's getters (`None`: reading threw). web-sys' `usages()` runs an own accessor an
+    /// app put on the key, without catching.
+    /// What a thrown value says, read catching (`errorText` in glue.js).
+    #[wasm_bindgen(js_name = errorText)]
+    pub(crate) fn error_text(e: &JsValue, named: bool) -> String;
+    /// `isCeleriantSyncError`'s test, read catching (`isSyncError` in glue.js).
+    #[wasm_bindgen(js_name = isSyncError)]
+    pub(crate) fn is_sync_error(v: &JsValue, prototype: &JsValue, name: &str) -> bool;
+    /// `EventTarget.prototype.dispatchEvent` on `target`, catching (`dispatchOn` in glue.js).
+    #[wasm_bindgen(js_name = dispatchOn)]
+    pub(crate) fn dispatch_on(target: &web_sys::EventTarget, event: &web_sys::Event);
+    #[wasm_bindgen(js_name = shortString)]
+    fn short_string_js(v: &JsValue, max: u32) -> Option<String>;
+    #[wasm_bindgen(js_name = aesGcmKeyUsable)]
+    pub(crate) fn aes_gcm_key_usable(key: &web_sys::CryptoKey) -> Option<bool>;
 }
 
 /// What reading an app's value gave.
@@ -66,6 +82,12 @@ pub(crate) fn own_bytes(v: &JsValue) -> Own<Vec<u8>> {
         Some(copy) => Own::Got(copy.to_vec()),
         None => Own::Threw,
     }
+}
+
+/// A string an app passed in, if it is one of at most `max` UTF-16 units: a longer one is
+/// refused before it is copied into the module (`as_string` copies any length).
+pub(crate) fn short_string(v: &JsValue, max: u32) -> Option<String> {
+    short_string_js(v, max)
 }
 
 /// Whether what an app passed in is an array; `None` when asking threw (a revoked Proxy),

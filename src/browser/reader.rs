@@ -18,7 +18,7 @@ use gloo_timers::future::TimeoutFuture;
 use js_sys::{Array, JSON};
 use wasm_bindgen::{JsCast, JsValue};
 
-use super::convert::refused_from_js;
+use super::convert::{refused_from_js, tips_from_js};
 use super::fetch::{Raw, get_raw};
 use super::idb::outbox::IdbOutbox;
 use super::js;
@@ -38,6 +38,8 @@ use crate::engine::status::{Hub, Refused};
 use celeriant_sync_protocol::codes::gateway::{
     WATCH_STREAMS_PER_CLIENT, WATCH_TOO_MANY_AGGREGATES,
 };
+use celeriant_sync_protocol::watch;
+use celeriant_sync_protocol::{WATCH_PATH, events_path};
 
 #[wasm_bindgen::prelude::wasm_bindgen]
 extern "C" {
@@ -357,17 +359,7 @@ impl ReaderRuntime {
 
     fn open_stream(self: &Rc<Self>, id: StreamId, aggregates: Vec<AggregateRef>) {
         self.streams.borrow_mut().insert(id, None);
-        let mut body = String::from("{\"aggregates\":[");
-        for (i, a) in aggregates.iter().enumerate() {
-            if i > 0 {
-                body.push(',');
-            }
-            body.push_str(&format!(
-                "{{\"typeId\":\"{}\",\"id\":\"{}\"}}",
-                a.type_id, a.id
-            ));
-        }
-        body.push_str("]}");
+        let body = watch::watch_body(&aggregates);
         let this = self.clone();
         super::env::spawn(async move {
             let token = this.token().await;
@@ -381,7 +373,7 @@ impl ReaderRuntime {
                 Ok(token) => token,
                 Err(_) => return this.later_if(id, Input::StreamEnded(id)),
             };
-            let url = format!("{}/v1/watch", this.config.gateway_url);
+            let url = format!("{}{WATCH_PATH}", this.config.gateway_url);
             let proof = match this.sessions.proof("POST", &url, &body, &token).await {
                 Ok(proof) => proof,
                 Err(_) => return this.later_if(id, Input::StreamEnded(id)),
@@ -410,12 +402,12 @@ impl ReaderRuntime {
                     for event in events {
                         // `ready` lists what the gateway refused to watch: reported as is; and
                         // may give each aggregate's version (fed before the `ready` itself).
-                        if event.name == "ready" && reader.wanted(id) {
+                        if event.name == watch::READY && reader.wanted(id) {
                             let data = JSON::parse(&event.data).unwrap_or(JsValue::NULL);
-                            let refused = refused_from_js(&js::get(&data, "refused"));
+                            let refused = refused_from_js(&js::get(&data, watch::REFUSED));
                             reader.refused.borrow_mut().insert(id, refused);
                             reader.publish_refused();
-                            if let Some(tips) = tips_from_js(&js::get(&data, "tips"), &named) {
+                            if let Some(tips) = tips_from_js(&js::get(&data, watch::TIPS), &named) {
                                 reader.later_if(id, Input::Tips(id, tips));
                             }
                         }
@@ -508,8 +500,9 @@ impl ReaderRuntime {
             format!("from={}", cursor.version + 1)
         };
         let url = format!(
-            "{}/v1/aggregates/{}/{}/events?{query}",
-            self.config.gateway_url, aggregate.type_id, aggregate.id,
+            "{}{}?{query}",
+            self.config.gateway_url,
+            events_path(&aggregate)
         );
         let proof = match self.sessions.proof("GET", &url, "", &token).await {
             Ok(proof) => proof,
@@ -586,29 +579,5 @@ impl ReaderRuntime {
 fn refusal_code(why: &str) -> Option<u32> {
     let body = why.split_once(": ")?.1;
     let parsed = JSON::parse(body).ok()?;
-    js::get_u64(&parsed, "code").and_then(|c| u32::try_from(c).ok())
-}
-
-/// `ready`'s `tips`, paired with the aggregates the stream named (in that order): `None` unless
-/// it is a list of exactly one entry per aggregate; a `null` or non-integer entry is left out
-/// (that aggregate is read as without tips).
-fn tips_from_js(list: &JsValue, named: &[AggregateRef]) -> Option<Vec<(AggregateRef, u64)>> {
-    if !Array::is_array(list) {
-        return None;
-    }
-    let list = Array::from(list);
-    if list.length() as usize != named.len() {
-        return None;
-    }
-    Some(
-        named
-            .iter()
-            .zip(list.iter())
-            .filter_map(|(a, v)| {
-                let v = v.as_f64()?;
-                (v.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&v))
-                    .then_some((*a, v as u64))
-            })
-            .collect(),
-    )
+    js::get_u64(&parsed, watch::CODE).and_then(|c| u32::try_from(c).ok())
 }

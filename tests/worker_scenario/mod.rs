@@ -30,7 +30,7 @@ pub async fn run(kind: &str) {
         .map_err(|e| describe(&e))
         .unwrap();
     within(
-        client.when_synced(&string(&receipts.get(1), "eventId")),
+        client.when_synced(string(&receipts.get(1), "eventId").into()),
         10_000,
         "whenSynced",
     )

@@ -32,8 +32,7 @@ use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use celeriant_sync_protocol::AggregateRef;
 use celeriant_sync_protocol::codes::gateway as g;
-use serde::Deserialize;
-use serde_json::json;
+use celeriant_sync_protocol::watch::{Ready, Refused, WatchRequest};
 use uuid::Uuid;
 
 use crate::access::{Actor, Preset};
@@ -48,13 +47,6 @@ use crate::serve::activity::Activity;
 use crate::state::AppState;
 use crate::watch::hub::Registration;
 use crate::watch::stream;
-
-/// The `POST` body.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WatchBody {
-    aggregates: Vec<AggregateRef>,
-}
 
 /// The access check made again before each notification is sent. Under `owner` a positive
 /// answer is final (owners never change) and remembered; under the other presets members can
@@ -127,7 +119,7 @@ async fn tips(
     named: &[AggregateRef],
     registration: &Registration,
     unreadable: &HashSet<AggregateRef>,
-) -> Option<serde_json::Value> {
+) -> Option<Vec<Option<u64>>> {
     let keys: Vec<AggregateRef> = (registration.slot.aggregates.iter())
         .filter(|a| !unreadable.contains(a))
         .copied()
@@ -150,15 +142,7 @@ async fn tips(
     };
     let by: std::collections::HashMap<AggregateRef, Option<u64>> =
         keys.into_iter().zip(versions).collect();
-    Some(serde_json::Value::Array(
-        named
-            .iter()
-            .map(|a| match by.get(a) {
-                Some(Some(v)) => json!(v),
-                _ => serde_json::Value::Null,
-            })
-            .collect(),
-    ))
+    Some(named.iter().map(|a| by.get(a).copied().flatten()).collect())
 }
 
 fn parse_aggregate(value: &str) -> Result<AggregateRef, ApiError> {
@@ -184,7 +168,7 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     let aggregates: Vec<AggregateRef> = if parts.method == Method::POST {
         let limit =
             state.config.watch.watch_max_aggregates as usize * BODY_BYTES_PER_AGGREGATE + 1024;
-        let body: WatchBody =
+        let body: WatchRequest =
             read_json_proven(&session, &parts.headers, body, limit, state.body_pace()).await?;
         body.aggregates
     } else {
@@ -224,11 +208,11 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
         }
         if !watch {
             aggregates.remove(&aggregate);
-            refused.push(json!({
-                "typeId": aggregate.type_id,
-                "id": aggregate.id,
-                "code": g::AGGREGATE_FORBIDDEN,
-            }));
+            refused.push(Refused {
+                type_id: aggregate.type_id,
+                id: aggregate.id,
+                code: g::AGGREGATE_FORBIDDEN,
+            });
         }
     }
     if !refused.is_empty() {
@@ -240,14 +224,10 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     let registration = state
         .watch
         .register(session.client_id, established, peer, aggregates)?;
-    let mut ready = if refused.is_empty() {
-        json!({})
-    } else {
-        json!({ "refused": refused })
+    let ready = Ready {
+        refused,
+        tips: tips(state, &named, &registration, &unreadable).await,
     };
-    if let Some(tips) = tips(state, &named, &registration, &unreadable).await {
-        ready["tips"] = tips;
-    }
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);
     let mut lifetime = state.config.watch.max_lifetime(registration.slot.id);

@@ -19,8 +19,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::response::sse::Event;
+use celeriant_sync_protocol::watch;
 use futures_util::Stream;
-use serde_json::json;
 
 use super::hub::Registration;
 use super::slot::Note;
@@ -61,18 +61,31 @@ enum Woke {
     End,
 }
 
-fn event(name: &str, data: serde_json::Value) -> Event {
-    Event::default().event(name).data(data.to_string())
+/// An event named `name` (one of [`watch`]'s names) with `data` as its JSON.
+fn event(name: &str, data: &impl serde::Serialize) -> Event {
+    // Cannot fail: the data are structs of ids and numbers.
+    let json = serde_json::to_string(data).unwrap_or_else(|_| "{}".into());
+    Event::default().event(name).data(json)
 }
 
 fn note_event(note: Note) -> Event {
     match note {
         Note::Changed(a, version) => event(
-            "changed",
-            json!({"typeId": a.type_id, "id": a.id, "version": version}),
+            watch::CHANGED,
+            &watch::Changed {
+                type_id: a.type_id,
+                id: a.id,
+                version,
+            },
         ),
-        Note::Reset(a) => event("reset", json!({"typeId": a.type_id, "id": a.id})),
-        Note::Resync => event("resync", json!({})),
+        Note::Reset(a) => event(
+            watch::RESET,
+            &watch::Reset {
+                type_id: a.type_id,
+                id: a.id,
+            },
+        ),
+        Note::Resync => Event::default().event(watch::RESYNC).data("{}"),
     }
 }
 
@@ -81,7 +94,7 @@ fn note_event(note: Note) -> Event {
 #[allow(clippy::too_many_arguments)]
 pub fn events(
     registration: Registration,
-    ready: serde_json::Value,
+    ready: watch::Ready,
     check: Check,
     alive: Alive,
     heartbeat: Duration,
@@ -108,8 +121,8 @@ pub fn events(
     futures_util::stream::unfold((state, Some(ready)), |(mut s, mut ready)| async move {
         if !s.started {
             s.started = true;
-            let data = ready.take().unwrap_or_else(|| json!({}));
-            return Some((Ok(event("ready", data)), (s, ready)));
+            let data = ready.take().unwrap_or_default();
+            return Some((Ok(event(watch::READY, &data)), (s, ready)));
         }
         loop {
             if !(s.alive)() {
@@ -140,7 +153,10 @@ pub fn events(
                     if !(s.alive)() {
                         return None;
                     }
-                    return Some((Ok(event("heartbeat", json!({}))), (s, ready)));
+                    return Some((
+                        Ok(Event::default().event(watch::HEARTBEAT).data("{}")),
+                        (s, ready),
+                    ));
                 }
                 Woke::End => return None,
             }

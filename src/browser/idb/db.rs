@@ -10,7 +10,9 @@
 //! closing the connection abnormally (the `close` event) takes the same path
 //! ([`connection_lost`]). A reopen never creates the database: if it is gone (deleted or
 //! evicted), the storage is [`Storage::Lost`] and the connection closed for good, so a running
-//! client never starts over on an empty database with a new identity.
+//! client never starts over on an empty database with a new identity. An open or reopen whose
+//! future is dropped midway leaves nothing behind: no database created or upgraded, no
+//! connection open ([`Abandon`], [`Unkept`]).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -121,9 +123,33 @@ impl Storage {
 /// The error name of a reopen that found no database ([`open_at`] with `must_exist`).
 const GONE: &str = "NotFoundError";
 
+#[wasm_bindgen(module = "/src/browser/glue.js")]
+extern "C" {
+    /// Listeners of our own on an open request; returns `abandon()` ([`Abandon`]).
+    #[wasm_bindgen(js_name = guardOpen)]
+    fn guard_open(request: &IdbOpenDbRequest) -> js_sys::Function;
+}
+
+/// Calls `abandon()` of `guardOpen` (glue.js) when dropped armed: the open's future was dropped
+/// before it settled (a drain's operation dropped on close or takeover, mid-reopen). The
+/// request runs on without us; `guardOpen` aborts its upgrade (a reopen must not create an
+/// empty database) and closes the connection it opens (nobody else would, and it would block
+/// deletes and other contexts' upgrades).
+struct Abandon(Option<js_sys::Function>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if let Some(abandon) = self.0.take() {
+            let _ = abandon.call0(&JsValue::UNDEFINED);
+        }
+    }
+}
+
 /// Opens `name` at `version`, running the upgrade when it is older (or new). With
 /// `must_exist`, a database that does not exist is not created: the upgrade is aborted (which
-/// leaves no database behind) and the open fails with [`GONE`].
+/// leaves no database behind) and the open fails with [`GONE`]. Dropping the future before it
+/// settled leaves nothing behind either ([`Abandon`]): no database created or upgraded, no
+/// connection open.
 async fn open_at(
     name: &str,
     version: Option<u32>,
@@ -155,7 +181,9 @@ async fn open_at(
         }
     });
     request.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
+    let mut abandon = Abandon(Some(guard_open(&request)));
     let opened = request::result(Ok(request.clone().unchecked_into())).await;
+    abandon.0 = None; // settled, and what it opened is in hand (closed below if unwanted)
     request.set_onupgradeneeded(None);
     drop(upgrade);
     if gone.get() {
@@ -181,8 +209,10 @@ pub async fn delete_database(name: &str) -> Result<(), StoreError> {
 }
 
 /// Opens `name` at [`schema::VERSION`] (creating or upgrading it, unless `must_exist`), or at
-/// its current version when a newer client already upgraded it.
-async fn open_database(name: &str, must_exist: bool) -> Result<IdbDatabase, StoreError> {
+/// its current version when a newer client already upgraded it. Public for the browser tests
+/// (`tests/browser_storage.rs` drops it midway); the client opens through [`Db`].
+#[doc(hidden)]
+pub async fn open_database(name: &str, must_exist: bool) -> Result<IdbDatabase, StoreError> {
     match open_at(name, Some(schema::VERSION), must_exist).await {
         Err(StoreError::Failed { name: kind, .. }) if kind == "VersionError" => {
             open_at(name, None, must_exist).await
@@ -244,25 +274,44 @@ fn connection_lost(shared: &Shared, db: &IdbDatabase, deleted: bool) {
 }
 
 /// Watches `db` for `versionchange` (closed at once, so another context's upgrade or delete is
-/// never blocked by this client) and `close`, both through [`connection_lost`].
-fn watch_connection(db: &IdbDatabase, shared: &Shared) {
-    let (target, on_change_shared) = (db.clone(), shared.clone());
+/// never blocked by this client) and `close`, both through [`connection_lost`]. Returns whether
+/// either happened to this connection (a reopened one is not adopted then: [`Db::connection`]).
+fn watch_connection(db: &IdbDatabase, shared: &Shared) -> Rc<Cell<bool>> {
+    let lost = Rc::new(Cell::new(false));
+    let (target, on_change_shared, on_change_lost) = (db.clone(), shared.clone(), lost.clone());
     let on_change = Closure::<dyn FnMut(web_sys::IdbVersionChangeEvent)>::new(
         move |event: web_sys::IdbVersionChangeEvent| {
+            on_change_lost.set(true);
             connection_lost(&on_change_shared, &target, event.new_version().is_none());
         },
     );
     db.set_onversionchange(Some(on_change.as_ref().unchecked_ref()));
-    let (target, on_close_shared) = (db.clone(), shared.clone());
+    let (target, on_close_shared, on_close_lost) = (db.clone(), shared.clone(), lost.clone());
     let on_close = Closure::<dyn FnMut()>::new(move || {
         // The browser fires `close` only when it closed the connection itself, never after
         // this client's own `close()`.
+        on_close_lost.set(true);
         connection_lost(&on_close_shared, &target, false);
     });
     db.set_onclose(Some(on_close.as_ref().unchecked_ref()));
     // Live as long as the connection (closed connections fire nothing more).
     on_change.forget();
     on_close.forget();
+    lost
+}
+
+/// A reopened connection not kept yet ([`Db::connection`]): closed when dropped armed — on
+/// every path that does not adopt it, including the future being dropped during the
+/// incarnation check (a drain's operation dropped on close or takeover), where nothing else
+/// would close it and it would block deletes and other contexts' upgrades.
+struct Unkept(Option<IdbDatabase>);
+
+impl Drop for Unkept {
+    fn drop(&mut self) {
+        if let Some(db) = self.0.take() {
+            db.close();
+        }
+    }
 }
 
 /// When a write transaction commits (see [`Db::write`]).
@@ -326,10 +375,15 @@ impl Db {
     /// recreated: a database gone meanwhile makes the storage [`Storage::Lost`].
     async fn connection(&self) -> Result<IdbDatabase, StoreError> {
         let shared = &self.shared;
-        if shared.closed.get() {
-            return Err(StoreError::Closed);
-        }
-        if shared.stale.get() {
+        // Once more only when the reopened connection was itself closed under the client
+        // during its incarnation check (another context's upgrade, again).
+        loop {
+            if shared.closed.get() {
+                return Err(StoreError::Closed);
+            }
+            if !shared.stale.get() {
+                return Ok(self.db.borrow().clone());
+            }
             let db = match open_database(&self.name, true).await {
                 Ok(db) => db,
                 Err(StoreError::Failed { name, .. }) if name == GONE => {
@@ -339,38 +393,34 @@ impl Db {
                 }
                 Err(e) => return Err(e),
             };
-            let same = match self.same_incarnation(&db).await {
-                Ok(same) => same,
-                Err(e) => {
-                    // Not readable now (a transient failure): not proof of another database.
-                    // The connection stays stale and the next operation tries again.
-                    db.close();
-                    return Err(e);
-                }
-            };
+            // Watched from the moment it exists: another context's upgrade or delete during
+            // the incarnation check closes it at once instead of waiting for a connection that
+            // has not seen the `versionchange`.
+            let lost = watch_connection(&db, shared);
+            let mut unkept = Unkept(Some(db.clone()));
+            // An error (not readable now, a transient failure) is not proof of another
+            // database: the connection stays stale and the next operation tries again.
+            let same = self.same_incarnation(&db).await?;
+            if lost.get() {
+                continue; // closed under the client meanwhile: not adoptable
+            }
             if !same {
                 // Deleted and recreated (another context signed in again after the loss):
                 // adopting it would write and send another database's events under this
                 // client's identity and user, with sequences that start again at 1.
-                db.close();
                 shared.closed.set(true);
                 shared.set(Storage::Lost);
                 return Err(StoreError::Closed);
             }
-            if shared.closed.get() {
-                db.close(); // closed or lost meanwhile
-                return Err(StoreError::Closed);
-            }
-            if shared.stale.get() {
+            // Not adopted if closed or lost meanwhile, nor if another operation reopened it
+            // meanwhile (no longer stale); `unkept` closes it then.
+            if shared.stale.get() && !shared.closed.get() {
                 shared.stale.set(false);
-                watch_connection(&db, shared);
+                unkept.0 = None;
                 *self.db.borrow_mut() = db;
                 shared.set(Storage::Ok);
-            } else {
-                db.close(); // another operation reopened it meanwhile
             }
         }
-        Ok(self.db.borrow().clone())
     }
 
     /// Records the client id in `meta` of the database opened (once its identity is known), so

@@ -8,6 +8,7 @@
 //! The buffer of an unfinished line is bounded: a stream that sends a longer line is broken.
 
 use celeriant_sync_protocol::json::{Members, Scalar};
+use celeriant_sync_protocol::watch;
 use uuid::Uuid;
 
 use super::machine::Note;
@@ -124,8 +125,8 @@ fn aggregate_of(members: &Members) -> Option<AggregateRef> {
         _ => None,
     };
     Some(AggregateRef {
-        type_id: uuid("typeId")?,
-        id: uuid("id")?,
+        type_id: uuid(watch::TYPE_ID)?,
+        id: uuid(watch::ID)?,
     })
 }
 
@@ -135,11 +136,11 @@ fn aggregate_of(members: &Members) -> Option<AggregateRef> {
 pub fn note(event: &Event) -> Result<Option<Note>, Unreadable> {
     let members = || Members::parse(&event.data).ok_or(Unreadable);
     Ok(Some(match event.name.as_str() {
-        "ready" => Note::Ready,
-        "resync" => Note::Resync,
-        "changed" => {
+        watch::READY => Note::Ready,
+        watch::RESYNC => Note::Resync,
+        watch::CHANGED => {
             let m = members()?;
-            let version = match m.get("version").map_err(|_| Unreadable)? {
+            let version = match m.get(watch::VERSION).map_err(|_| Unreadable)? {
                 Some(Scalar::Int(v)) => *v,
                 _ => return Err(Unreadable),
             };
@@ -148,7 +149,7 @@ pub fn note(event: &Event) -> Result<Option<Note>, Unreadable> {
                 version,
             }
         }
-        "reset" => Note::Reset {
+        watch::RESET => Note::Reset {
             aggregate: aggregate_of(&members()?).ok_or(Unreadable)?,
         },
         _ => return Ok(None),
