@@ -13,7 +13,6 @@ use js_sys::{Array, Object};
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::db::{Commit, Durability, Js};
-use super::kept::Kept;
 use super::keys::Agg;
 use super::outbox::{IdbOutbox, get, landed, park_of_record, store};
 use super::request::result;
@@ -123,8 +122,8 @@ impl LocalLog for IdbOutbox {
     /// be well formed, or nothing is stored (a broken or hostile page never enters the log).
     /// `me` is this device's client id, as the server writes it; `mine` never passes the
     /// highest sequence this device assigned for the aggregate.
-    /// Callers that have the page's text give its size ([`IdbOutbox::store_fetched_page`]);
-    /// here it is measured.
+    /// Nothing is kept in memory: only the reader's pages are
+    /// ([`IdbOutbox::store_fetched_page`]), so a view after this reads the log back.
     async fn store_page(
         &self,
         aggregate: AggregateRef,
@@ -132,9 +131,10 @@ impl LocalLog for IdbOutbox {
         me: &str,
         expected: Cursor,
     ) -> Result<Option<Cursor>, StoreError> {
-        let size = js_sys::JSON::stringify(batches).map_or(u64::MAX, |t| u64::from(t.length()));
-        self.store_fetched_page(aggregate, batches, me, expected, size)
-            .await
+        let stored = self
+            .put_page(aggregate, batches, me, expected, None)
+            .await?;
+        Ok(stored.map(|(after, _)| after))
     }
 
     /// The server no longer has the aggregate's versions below `min_version` (trimmed), or, with
@@ -236,9 +236,9 @@ impl LocalLog for IdbOutbox {
 }
 
 impl IdbOutbox {
-    /// [`LocalLog::store_page`] of a page whose text was `size` UTF-16 units long: the batches
-    /// it puts are also kept in memory ([`super::kept`]), and the cursor record carries a fresh
-    /// tag that says so.
+    /// [`LocalLog::store_page`] of a page the reader fetched, whose text was `size` UTF-16 units
+    /// long: the batches it puts are also kept in memory ([`super::kept`]), and the cursor
+    /// record carries a fresh tag that says so.
     pub(crate) async fn store_fetched_page(
         &self,
         aggregate: AggregateRef,
@@ -247,10 +247,30 @@ impl IdbOutbox {
         expected: Cursor,
         size: u64,
     ) -> Result<Option<Cursor>, StoreError> {
-        let tag = Kept::tag();
+        let ticket = self.kept().ticket();
         let put = Array::new();
         let stored = self
-            .db()
+            .put_page(aggregate, batches, me, expected, Some((ticket.tag, &put)))
+            .await?;
+        if let Some((after, previous)) = stored {
+            self.kept()
+                .stored(ticket, aggregate, (expected, previous), after, put, size);
+        }
+        Ok(stored.map(|(after, _)| after))
+    }
+
+    /// The page store itself: with `keep`, the cursor record gets its tag and `put` the
+    /// batches put; without, the record carries no tag. Returns the cursor after and the tag
+    /// the record replaced carried.
+    async fn put_page(
+        &self,
+        aggregate: AggregateRef,
+        batches: &Array,
+        me: &str,
+        expected: Cursor,
+        keep: Option<(f64, &Array)>,
+    ) -> Result<Option<(Cursor, f64)>, StoreError> {
+        self.db()
             .write(
                 &super::db::stores(&[LOG, CURSORS, COUNTERS]),
                 // A cache of the server: losing the last page in a power cut only re-reads it.
@@ -290,21 +310,20 @@ impl IdbOutbox {
                             cursor.mine = view::mine_after(cursor.mine, highest as u64, assigned);
                         }
                         log.put_with_key(&batch, &a.event(version as f64)).js()?;
-                        put.push(&batch);
+                        if let Some((_, put)) = keep {
+                            put.push(&batch);
+                        }
                         cursor.version = version;
                     }
                     let written = cursor_record(cursor);
-                    js::set(written.unchecked_ref(), "r", tag);
+                    if let Some((tag, _)) = keep {
+                        js::set(written.unchecked_ref(), "r", tag);
+                    }
                     cursors.put_with_key(&written, &a.key()).js()?;
                     Ok(Some((cursor, tag_of(&record))))
                 },
             )
-            .await?;
-        if let Some((after, previous)) = stored {
-            self.kept()
-                .stored(aggregate, (expected, previous), (after, tag), put, size);
-        }
-        Ok(stored.map(|(after, _)| after))
+            .await
     }
 
     /// The aggregate's catch-up ended: what it kept serves the next view, then goes.
