@@ -111,9 +111,15 @@ async fn indexeddb_log_refuses_hostile_json_pages_whole() {
 
     const GOOD: &str =
         r#"{"clientSeq":1,"type":1,"minor":0,"timestamp":1700000000000,"data":"AAE="}"#;
+    // A page of one batch; an event starting with `@` is a good one in a batch whose
+    // `serverTimestamp` is the rest of it.
     let page = |version: u64, event: &str| -> Array {
+        let (ts, event) = match event.strip_prefix('@') {
+            Some(ts) => (ts, GOOD),
+            None => ("1", event),
+        };
         json(&format!(
-            r#"[{{"version":{version},"clientId":"other","serverTimestamp":1,"events":[{event}]}}]"#
+            r#"[{{"version":{version},"clientId":"other","serverTimestamp":{ts},"events":[{event}]}}]"#
         ))
         .unchecked_into()
     };
@@ -140,6 +146,12 @@ async fn indexeddb_log_refuses_hostile_json_pages_whole() {
         ("data = inside", GOOD.replace(r#""AAE=""#, r#""AA=A""#)),
         ("data all =", GOOD.replace(r#""AAE=""#, r#""====""#)),
         ("numeric iv", GOOD.replace('}', r#","iv":1234}"#)),
+        ("numeric eventId", GOOD.replace('}', r#","eventId":5}"#)),
+        ("object eventId", GOOD.replace('}', r#","eventId":{}}"#)),
+        ("string serverTimestamp", r#"@"1""#.to_owned()),
+        ("null serverTimestamp", "@null".to_owned()),
+        ("fractional serverTimestamp", "@1.5".to_owned()),
+        ("negative serverTimestamp", "@-1".to_owned()),
         (
             "iv = inside",
             GOOD.replace('}', r#","iv":"AA=AAAAAAAAAAAAA"}"#),

@@ -54,13 +54,14 @@ fn cursor_record(c: Cursor) -> JsValue {
 #[wasm_bindgen::prelude::wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
     /// Whether every event of a batch has the fields a view needs, of the right kinds (the
-    /// checks `engine::read::memory_log` makes, `data` as [`log::is_base64`]): the highest
+    /// checks `engine::read::memory_log` makes, `data` as [`log::is_base64`], and the batch's
+    /// `serverTimestamp` an integer, `eventId` absent, null or a string): the highest
     /// `clientSeq` if so, -1 if not. In JS, once per batch: a page's thousands of events are
     /// not read field by field across the boundary (issue 28). `catch`: were it ever to throw,
     /// the page is refused as bad — never an exception through the module, which would leave
     /// the transaction to commit what was put so far and the reader's task abandoned.
     #[wasm_bindgen(catch, js_name = checkEvents)]
-    fn check_events(events: &Array) -> Result<f64, JsValue>;
+    fn check_events(events: &Array, server_timestamp: &JsValue) -> Result<f64, JsValue>;
 }
 
 impl LocalLog for IdbOutbox {
@@ -301,7 +302,8 @@ impl IdbOutbox {
                         else {
                             return Err(bad("a batch without events"));
                         };
-                        let highest = check_events(events).unwrap_or(-1.0);
+                        let server_timestamp = js::get(&batch, "serverTimestamp");
+                        let highest = check_events(events, &server_timestamp).unwrap_or(-1.0);
                         if highest < 0.0 {
                             return Err(bad("an event without its fields"));
                         }

@@ -30,6 +30,13 @@ impl LogFixture for IdbOutbox {
                 let o = Object::new();
                 js::set(&o, "version", b.version as f64);
                 js::set(&o, "clientId", b.client_id.as_str());
+                // Not in the suite's batches (the in-memory log has none): a number the
+                // gateway could have written.
+                js::set(
+                    &o,
+                    "serverTimestamp",
+                    (1_790_000_000_000 + b.version) as f64,
+                );
                 let events: Array = b
                     .events
                     .iter()
