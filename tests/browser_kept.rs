@@ -104,7 +104,7 @@ fn pages_stored_in_a_chain_make_one_run_and_a_broken_chain_starts_anew() {
     // Not following the run's end, or across an epoch: anew too.
     let t4 = store(&kept, a, 1, 11, 12, t3);
     assert_eq!(kept.cover(a).unwrap().start, 11, "a gap");
-    let t5 = store(&kept, a, 1, 12, 13, t4 + 0.5);
+    let t5 = store(&kept, a, 1, 12, 13, -t4);
     assert_eq!(
         kept.cover(a).unwrap().start,
         12,
