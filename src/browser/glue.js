@@ -188,8 +188,9 @@ export function openWatch(url, token, proof, body, silenceMs, onChunk, onEnd) {
 // ---- A catch-up page's events checked before they are stored (browser/idb/log.rs)
 
 // The highest clientSeq of a batch's events, or -1 if one is not an object, lacks a field a
-// view needs or has one of the wrong kind (integers from 0 to 2^53 - 1; `data` null or
-// standard base64, `iv` absent, null or standard base64, as engine::read::log::is_base64). One
+// view needs or has one of the wrong kind (integers from 0 to 2^53 - 1, the batch's
+// `serverTimestamp` too; `eventId` absent, null or a string; `data` null or standard base64,
+// `iv` absent, null or standard base64, as engine::read::log::is_base64). One
 // call per batch instead of about ten per event across the wasm boundary, and no copy of each
 // payload into the module (issue 28). It never throws (a hostile page is only refused, -1): an
 // exception through the module would skip the transaction's abort.
@@ -198,12 +199,14 @@ const safe = (v) => Number.isSafeInteger(v) && v >= 0;
 // (Uint8Array.fromBase64 throws on a non-string or misplaced `=`; atob coerces non-strings).
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const b64 = (v) => typeof v === "string" && BASE64.test(v);
-export function checkEvents(events) {
+export function checkEvents(events, serverTimestamp) {
   try {
+    if (!safe(serverTimestamp)) return -1;
     let max = 0;
     for (const e of events) {
       if (e === null || typeof e !== "object" || Array.isArray(e)) return -1;
       if (!safe(e.clientSeq) || !safe(e.type) || !safe(e.minor) || !safe(e.timestamp)) return -1;
+      if (e.eventId != null && typeof e.eventId !== "string") return -1;
       if (e.data !== null && !b64(e.data)) return -1;
       if (e.iv != null && !b64(e.iv)) return -1;
       if (e.clientSeq > max) max = e.clientSeq;

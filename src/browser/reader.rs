@@ -16,7 +16,7 @@ use std::rc::{Rc, Weak};
 use gloo_timers::callback::Timeout;
 use gloo_timers::future::TimeoutFuture;
 use js_sys::{Array, JSON};
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 
 use super::convert::{refused_from_js, tips_from_js};
 use super::fetch::{Raw, get_raw};
@@ -168,6 +168,7 @@ impl ReaderRuntime {
         *self.streams.borrow_mut() = SortedMap::new();
         self.timer.borrow_mut().take();
         self.retries.borrow_mut().clear();
+        self.outbox.forget_kept();
         self.stopping.notify();
         self.hub
             .set_read(crate::engine::read::machine::ReadState::Idle);
@@ -335,7 +336,10 @@ impl ReaderRuntime {
                 *self.timer.borrow_mut() = Some(timer);
             }
             Action::Report(state) => self.hub.set_read(state),
-            Action::CaughtUp(aggregate, ok) => (self.news)(ReaderNews::CaughtUp(aggregate, ok)),
+            Action::CaughtUp(aggregate, ok) => {
+                self.outbox.caught_up(aggregate);
+                (self.news)(ReaderNews::CaughtUp(aggregate, ok))
+            }
         }
     }
 
@@ -540,9 +544,10 @@ impl ReaderRuntime {
                     // lagged): found by the page itself (tests/read_model.rs).
                     return PageEnd::Gone;
                 }
+                let size = u64::from(text.unchecked_ref::<js_sys::JsString>().length());
                 let stored = match self
                     .outbox
-                    .store_page(aggregate, &batches, &self.config.me, cursor)
+                    .store_fetched_page(aggregate, &batches, &self.config.me, cursor, size)
                     .await
                 {
                     Ok(stored) => stored,

@@ -38,6 +38,11 @@ fn cursor_of(v: &JsValue) -> Cursor {
     }
 }
 
+/// The tag the last page store wrote into a cursor record (`super::kept`); 0 when none did.
+fn tag_of(v: &JsValue) -> f64 {
+    js::get(v, "r").as_f64().unwrap_or(0.0)
+}
+
 fn cursor_record(c: Cursor) -> JsValue {
     let o = Object::new();
     js::set(&o, "version", c.version as f64);
@@ -49,13 +54,14 @@ fn cursor_record(c: Cursor) -> JsValue {
 #[wasm_bindgen::prelude::wasm_bindgen(module = "/src/browser/glue.js")]
 extern "C" {
     /// Whether every event of a batch has the fields a view needs, of the right kinds (the
-    /// checks `engine::read::memory_log` makes, `data` as [`log::is_base64`]): the highest
+    /// checks `engine::read::memory_log` makes, `data` as [`log::is_base64`], and the batch's
+    /// `serverTimestamp` an integer, `eventId` absent, null or a string): the highest
     /// `clientSeq` if so, -1 if not. In JS, once per batch: a page's thousands of events are
     /// not read field by field across the boundary (issue 28). `catch`: were it ever to throw,
     /// the page is refused as bad — never an exception through the module, which would leave
     /// the transaction to commit what was put so far and the reader's task abandoned.
     #[wasm_bindgen(catch, js_name = checkEvents)]
-    fn check_events(events: &Array) -> Result<f64, JsValue>;
+    fn check_events(events: &Array, server_timestamp: &JsValue) -> Result<f64, JsValue>;
 }
 
 impl LocalLog for IdbOutbox {
@@ -117,6 +123,8 @@ impl LocalLog for IdbOutbox {
     /// be well formed, or nothing is stored (a broken or hostile page never enters the log).
     /// `me` is this device's client id, as the server writes it; `mine` never passes the
     /// highest sequence this device assigned for the aggregate.
+    /// Nothing is kept in memory: only the reader's pages are
+    /// ([`IdbOutbox::store_fetched_page`]), so a view after this reads the log back.
     async fn store_page(
         &self,
         aggregate: AggregateRef,
@@ -124,54 +132,10 @@ impl LocalLog for IdbOutbox {
         me: &str,
         expected: Cursor,
     ) -> Result<Option<Cursor>, StoreError> {
-        self.db()
-            .write(
-                &super::db::stores(&[LOG, CURSORS, COUNTERS]),
-                // A cache of the server: losing the last page in a power cut only re-reads it.
-                Durability::Relaxed,
-                Commit::Early,
-                async |tx| {
-                    let (log, cursors) = (store(tx, LOG)?, store(tx, CURSORS)?);
-                    let a = Agg::new(&aggregate);
-                    let mut cursor = cursor_of(&get(&cursors, &a.key()).await?);
-                    if cursor != expected {
-                        return Ok(None);
-                    }
-                    let assigned =
-                        js::get_u64(&get(&store(tx, COUNTERS)?, &a.key()).await?, "last")
-                            .unwrap_or(0);
-                    let bad = bad_page;
-                    for batch in batches.iter() {
-                        let version = js::get_u64(&batch, "version")
-                            .ok_or_else(|| bad("a batch without a version"))?;
-                        if place(cursor.version, version)? == Place::Skip {
-                            continue;
-                        }
-                        let writer = js::get_string(&batch, "clientId")
-                            .ok_or_else(|| bad("a batch without a clientId"))?;
-                        let events = js::get(&batch, "events");
-                        let Some(events) = events.dyn_ref::<Array>().filter(|e| e.length() > 0)
-                        else {
-                            return Err(bad("a batch without events"));
-                        };
-                        let highest = check_events(events).unwrap_or(-1.0);
-                        if highest < 0.0 {
-                            return Err(bad("an event without its fields"));
-                        }
-                        if writer == me {
-                            // `mine_after` of each event's sequence is that of the highest.
-                            cursor.mine = view::mine_after(cursor.mine, highest as u64, assigned);
-                        }
-                        log.put_with_key(&batch, &a.event(version as f64)).js()?;
-                        cursor.version = version;
-                    }
-                    cursors
-                        .put_with_key(&cursor_record(cursor), &a.key())
-                        .js()?;
-                    Ok(Some(cursor))
-                },
-            )
-            .await
+        let stored = self
+            .put_page(aggregate, batches, me, expected, None)
+            .await?;
+        Ok(stored.map(|(after, _)| after))
     }
 
     /// The server no longer has the aggregate's versions below `min_version` (trimmed), or, with
@@ -217,15 +181,22 @@ impl LocalLog for IdbOutbox {
         aggregate: AggregateRef,
         kept: Option<(u64, u64)>,
     ) -> Result<Snapshot, StoreError> {
-        self.db()
+        let cover = self.kept().cover(aggregate);
+        let snapshot = self
+            .db()
             .read(
                 &super::db::stores(&[LOG, CURSORS, OUTBOX, PARKED]),
                 async |tx| {
                     let a = Agg::new(&aggregate);
-                    let cursor = cursor_of(&get(&store(tx, CURSORS)?, &a.key()).await?);
+                    let record = get(&store(tx, CURSORS)?, &a.key()).await?;
+                    let cursor = cursor_of(&record);
                     let after = snapshot_from(kept, cursor);
-                    let batches = if cursor.version > after {
-                        let range = a.seqs(after as f64, false, cursor.version as f64)?;
+                    // The pages this context just stored, if the log is still what they made it
+                    // (`super::kept`): only the versions below them are read back.
+                    let cover = cover.as_ref().filter(|c| c.holds(cursor, tag_of(&record)));
+                    let top = cover.map_or(cursor.version, |c| c.start);
+                    let mut batches = if top > after {
+                        let range = a.seqs(after as f64, false, top as f64)?;
                         js::array(
                             &result(store(tx, LOG)?.get_all_with_key(&range))
                                 .await
@@ -234,6 +205,9 @@ impl LocalLog for IdbOutbox {
                     } else {
                         Vec::new()
                     };
+                    if let Some(cover) = cover {
+                        batches.extend(cover.above(after));
+                    }
                     let pending = js::array(
                         &result(store(tx, OUTBOX)?.get_all_with_key(&a.above(cursor.mine)?.into()))
                             .await
@@ -254,6 +228,113 @@ impl LocalLog for IdbOutbox {
                     })
                 },
             )
+            .await?;
+        if let Some(cover) = cover {
+            self.kept().used(aggregate, &cover);
+        }
+        Ok(snapshot)
+    }
+}
+
+impl IdbOutbox {
+    /// [`LocalLog::store_page`] of a page the reader fetched, whose text was `size` UTF-16 units
+    /// long: the batches it puts are also kept in memory ([`super::kept`]), and the cursor
+    /// record carries a fresh tag that says so.
+    pub(crate) async fn store_fetched_page(
+        &self,
+        aggregate: AggregateRef,
+        batches: &Array,
+        me: &str,
+        expected: Cursor,
+        size: u64,
+    ) -> Result<Option<Cursor>, StoreError> {
+        let ticket = self.kept().ticket();
+        let put = Array::new();
+        let stored = self
+            .put_page(aggregate, batches, me, expected, Some((ticket.tag, &put)))
+            .await?;
+        if let Some((after, previous)) = stored {
+            self.kept()
+                .stored(ticket, aggregate, (expected, previous), after, put, size);
+        }
+        Ok(stored.map(|(after, _)| after))
+    }
+
+    /// The page store itself: with `keep`, the cursor record gets its tag and `put` the
+    /// batches put; without, the record carries no tag. Returns the cursor after and the tag
+    /// the record replaced carried.
+    async fn put_page(
+        &self,
+        aggregate: AggregateRef,
+        batches: &Array,
+        me: &str,
+        expected: Cursor,
+        keep: Option<(f64, &Array)>,
+    ) -> Result<Option<(Cursor, f64)>, StoreError> {
+        self.db()
+            .write(
+                &super::db::stores(&[LOG, CURSORS, COUNTERS]),
+                // A cache of the server: losing the last page in a power cut only re-reads it.
+                Durability::Relaxed,
+                Commit::Early,
+                async |tx| {
+                    let (log, cursors) = (store(tx, LOG)?, store(tx, CURSORS)?);
+                    let a = Agg::new(&aggregate);
+                    let record = get(&cursors, &a.key()).await?;
+                    let mut cursor = cursor_of(&record);
+                    if cursor != expected {
+                        return Ok(None);
+                    }
+                    let assigned =
+                        js::get_u64(&get(&store(tx, COUNTERS)?, &a.key()).await?, "last")
+                            .unwrap_or(0);
+                    let bad = bad_page;
+                    for batch in batches.iter() {
+                        let version = js::get_u64(&batch, "version")
+                            .ok_or_else(|| bad("a batch without a version"))?;
+                        if place(cursor.version, version)? == Place::Skip {
+                            continue;
+                        }
+                        let writer = js::get_string(&batch, "clientId")
+                            .ok_or_else(|| bad("a batch without a clientId"))?;
+                        let events = js::get(&batch, "events");
+                        let Some(events) = events.dyn_ref::<Array>().filter(|e| e.length() > 0)
+                        else {
+                            return Err(bad("a batch without events"));
+                        };
+                        let server_timestamp = js::get(&batch, "serverTimestamp");
+                        let highest = check_events(events, &server_timestamp).unwrap_or(-1.0);
+                        if highest < 0.0 {
+                            return Err(bad("an event without its fields"));
+                        }
+                        if writer == me {
+                            // `mine_after` of each event's sequence is that of the highest.
+                            cursor.mine = view::mine_after(cursor.mine, highest as u64, assigned);
+                        }
+                        log.put_with_key(&batch, &a.event(version as f64)).js()?;
+                        if let Some((_, put)) = keep {
+                            put.push(&batch);
+                        }
+                        cursor.version = version;
+                    }
+                    let written = cursor_record(cursor);
+                    if let Some((tag, _)) = keep {
+                        js::set(written.unchecked_ref(), "r", tag);
+                    }
+                    cursors.put_with_key(&written, &a.key()).js()?;
+                    Ok(Some((cursor, tag_of(&record))))
+                },
+            )
             .await
+    }
+
+    /// The aggregate's catch-up ended: what it kept serves the next view, then goes.
+    pub(crate) fn caught_up(&self, aggregate: AggregateRef) {
+        self.kept().caught_up(aggregate);
+    }
+
+    /// Lets go of every page kept (the reader that stored them stopped).
+    pub(crate) fn forget_kept(&self) {
+        self.kept().clear();
     }
 }

@@ -6,8 +6,10 @@
 //! * [`request`]: requests and transactions as futures;
 //! * [`keys`]: keys and key ranges;
 //! * [`log`]: the local log of what the server confirmed, and the snapshot a view is built from
-//!   ([`LocalLog`](crate::engine::read::log::LocalLog) for the outbox's database);
-//!   `log_fixture` drives it through the log's conformance suite (tests only);
+//!   ([`LocalLog`](crate::engine::read::log::LocalLog) for the outbox's database); [`kept`]:
+//!   the pages just stored, kept in memory so the view after a catch-up does not read them back;
+//!   `log_fixture` drives it through the log's conformance suite, storing through the trait
+//!   and as the reader does (tests only);
 //! * [`records`]: how events are laid out in `outbox` records (runs of events, not one
 //!   record per event);
 //! * [`legs`]: an atomic write's legs as the outbox, pin and park records store them;
@@ -19,10 +21,11 @@
 
 mod counters;
 pub mod db;
+pub mod kept;
 pub(crate) mod keys;
 pub(crate) mod legs;
 pub(crate) mod log;
-mod log_fixture;
+pub mod log_fixture;
 pub mod outbox;
 pub mod principal;
 mod records;

@@ -32,6 +32,7 @@ use web_sys::{IdbObjectStore, IdbTransaction};
 
 use super::counters::Counters;
 use super::db::{Db, Durability, Js, Storage};
+use super::kept::Kept;
 use super::keys::Agg;
 use super::request::result;
 use super::watermarks::Watermarks;
@@ -62,6 +63,8 @@ pub struct IdbOutbox {
     watermarks: Watermarks,
     /// The counters this context's appends last wrote: guesses (`super::counters`).
     counters: Counters,
+    /// The log pages this context's reader just stored (`super::kept`).
+    kept: Kept,
 }
 
 pub(super) fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, StoreError> {
@@ -87,6 +90,7 @@ impl IdbOutbox {
             orphaned: Cell::new(ORPHANS_BEFORE_COMPACTING),
             watermarks: Watermarks::default(),
             counters: Counters::default(),
+            kept: Kept::default(),
         })
     }
 
@@ -123,6 +127,10 @@ impl IdbOutbox {
     /// The database (for the local log's operations, `super::log`).
     pub(super) fn db(&self) -> &Db {
         &self.db
+    }
+
+    pub(super) fn kept(&self) -> &Kept {
+        &self.kept
     }
 }
 
