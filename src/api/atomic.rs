@@ -54,7 +54,13 @@ fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, Cli
     }
     let mut writes: AtomicWrites = Vec::with_capacity(n);
     for (i, write) in array.iter().enumerate() {
-        let parsed = parse_one(&write, limits, now).map_err(|e| of_write(e, i))?;
+        // The whole write is one request: each write's events get what the earlier left.
+        let used: usize = writes.iter().flat_map(|w| &w.1).map(|e| e.data.len()).sum();
+        let budget = input::Budget {
+            spent: used,
+            ..input::Budget::request("an atomic write is sent as one request", limits)
+        };
+        let parsed = parse_one(&write, limits, budget, now).map_err(|e| of_write(e, i))?;
         if let Some(j) = writes.iter().position(|w| w.0 == parsed.0) {
             return Err(of_write(
                 bad(format!(
@@ -73,6 +79,7 @@ fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, Cli
 fn parse_one(
     write: &JsValue,
     limits: &Limits,
+    budget: input::Budget,
     now: u64,
 ) -> Result<
     (
@@ -97,7 +104,8 @@ fn parse_one(
     )?)?;
     let events = input::events(
         &input::read(write, "events", ErrorCode::InvalidEvents)?,
-        limits.max_events,
+        limits,
+        budget,
         now,
     )?;
     append::check(&events, limits)?;

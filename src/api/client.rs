@@ -313,7 +313,14 @@ impl SyncClient {
             let now = js_sys::Date::now() as u64;
             let aggregate = input::aggregate(&aggregate)?;
             let expected_version = input::append_options(&options)?;
-            let events = input::events(&events, inner.limits.max_events, now)?;
+            let budget = match expected_version {
+                Some(_) => input::Budget::request(
+                    "a conditional append is sent as one request",
+                    &inner.limits,
+                ),
+                None => input::Budget::APPEND,
+            };
+            let events = input::events(&events, &inner.limits, budget, now)?;
             append::check(&events, &inner.limits)?;
             input::conditional_fits(&events, expected_version, &inner.limits)?;
             Ok((aggregate, events, expected_version))

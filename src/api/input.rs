@@ -14,7 +14,7 @@ use wasm_bindgen::JsValue;
 use super::errors::ClientError;
 use crate::browser::global::random_uuid;
 use crate::browser::js;
-use crate::engine::append::AppendError;
+use crate::engine::append::{AppendError, MAX_APPEND_BYTES};
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, NewEvent};
 use celeriant_sync_protocol::validate::{Limits, ValidationError};
@@ -116,7 +116,16 @@ pub(crate) fn unknown_field(object: &JsValue, keys: &[&str]) -> Option<String> {
     None
 }
 
-fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientError> {
+/// One event of an array; `room` is what is left of the call's [`Budget`]: data longer is
+/// refused before it is copied.
+fn event(
+    value: &JsValue,
+    index: usize,
+    limits: &Limits,
+    room: usize,
+    budget: Budget,
+    now: u64,
+) -> Result<NewEvent, ClientError> {
     let at = |code: ErrorCode, message: String| {
         ClientError::new(code, format!("events[{index}]: {message}")).with("index", index as u32)
     };
@@ -152,7 +161,7 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
     // An event's data over the limit is refused before it is copied into the module (a few
     // events of 1 GiB each would not fit in its memory): bytes by their length, JSON by its
     // text's length in UTF-16 units, which its UTF-8 length is never below.
-    let max = Limits::default().max_event_bytes;
+    let max = limits.max_event_bytes;
     let too_large = |len: usize| {
         ClientError::from(AppendError::Invalid {
             index,
@@ -163,8 +172,15 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
             },
         })
     };
-    let data = match js::own_bytes_within(&data_value, max as f64) {
-        Err(len) => return Err(too_large(len as usize)),
+    // Within both bounds, or refused by the one it breaks without copying anything.
+    let refuse = |len: usize| match len > max {
+        true => too_large(len),
+        false => budget
+            .refuse(budget.max - room + len)
+            .with("index", index as u32),
+    };
+    let data = match js::own_bytes_within(&data_value, max.min(room) as f64) {
+        Err(len) => return Err(refuse(len as usize)),
         Ok(js::Own::Got(bytes)) => bytes,
         Ok(js::Own::Threw) => {
             return Err(at(
@@ -193,8 +209,8 @@ fn event(value: &JsValue, index: usize, now: u64) -> Result<NewEvent, ClientErro
                     "data has no JSON encoding (a function or symbol?)".into(),
                 ));
             }
-            if text.length() as usize > max {
-                return Err(too_large(text.length() as usize));
+            if text.length() as usize > max.min(room) {
+                return Err(refuse(text.length() as usize));
             }
             String::from(text).into_bytes()
         }
@@ -231,8 +247,58 @@ fn describe(error: &JsValue) -> String {
     js::error_text(error, false)
 }
 
-/// An array of events. `max` bounds the count before any event is parsed.
-pub(crate) fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEvent>, ClientError> {
+/// The most `data` the events of one call may hold in all. It is counted while they are copied
+/// into the module, so a call over it is refused having copied at most `max` bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    /// In bytes.
+    pub(crate) max: usize,
+    /// What is refused, for the message: "an append", "a conditional append is sent as one
+    /// request".
+    pub(crate) what: &'static str,
+    /// Already taken by what came before (an atomic write's earlier writes).
+    pub(crate) spent: usize,
+}
+
+impl Budget {
+    /// A plain append's: [`MAX_APPEND_BYTES`].
+    pub(crate) const APPEND: Budget = Budget {
+        max: MAX_APPEND_BYTES,
+        what: "an append",
+        spent: 0,
+    };
+
+    /// A write sent as one request, whole (`what` it is): the request's bound.
+    pub(crate) fn request(what: &'static str, limits: &Limits) -> Budget {
+        Budget {
+            max: limits.max_request_bytes,
+            what,
+            spent: 0,
+        }
+    }
+
+    /// `TOO_MANY_EVENTS`, with at least `data` bytes counted so far.
+    pub(crate) fn refuse(&self, data: usize) -> ClientError {
+        ClientError::new(
+            ErrorCode::TooManyEvents,
+            format!(
+                "{}: {data} bytes of data or more, at most {} are accepted",
+                self.what, self.max
+            ),
+        )
+    }
+}
+
+/// An array of events: at most `limits.max_events` (counted before any event is parsed), each
+/// within `limits.max_event_bytes`, all within `budget`, each refused before its data is copied
+/// when its length shows it breaks either bound.
+pub(crate) fn events(
+    value: &JsValue,
+    limits: &Limits,
+    budget: Budget,
+    now: u64,
+) -> Result<Vec<NewEvent>, ClientError> {
+    let max = limits.max_events;
     // A copy of at most `max + 1`: a longer array is refused without copying it all.
     let (array, len) = match js::own_array(value, max.saturating_add(1)) {
         js::Own::Got(got) => got,
@@ -261,11 +327,19 @@ pub(crate) fn events(value: &JsValue, max: usize, now: u64) -> Result<Vec<NewEve
             format!("{len} events in one append; at most {max} are accepted"),
         ));
     }
-    array
-        .iter()
-        .enumerate()
-        .map(|(i, v)| event(&v, i, now))
-        .collect()
+    let mut events = Vec::with_capacity(len);
+    let mut used = budget.spent;
+    for (i, v) in array.iter().enumerate() {
+        let room = budget.max.saturating_sub(used);
+        let event = event(&v, i, limits, room, budget, now)?;
+        // JSON text was measured in UTF-16 units, which its UTF-8 may exceed: counted exactly now.
+        used = used.saturating_add(event.data.len());
+        if used > budget.max {
+            return Err(budget.refuse(used).with("index", i as u32));
+        }
+        events.push(event);
+    }
+    Ok(events)
 }
 
 /// The options of `append`: `undefined`/`null` (none), or `{ expectedVersion }` with a safe
@@ -314,13 +388,19 @@ pub(crate) fn expected_version(expected: &JsValue) -> Result<Option<u64>, Client
         })
 }
 
-/// A value as the app would recognise it in a message.
+/// A value as the app would recognise it in a message: its JSON text, the first 100
+/// characters of it (cut in JS: a string of 2^28 characters is not copied into the module).
 fn describe_value(value: &JsValue) -> String {
-    js_sys::JSON::stringify(value)
+    const SHOWN: u32 = 100;
+    let text = js_sys::JSON::stringify(value)
         .ok()
-        .and_then(|s| s.as_string())
+        .filter(|t| t.is_string());
+    match text {
+        Some(t) if t.length() > SHOWN => format!("{}…", String::from(t.slice(0, SHOWN))),
+        Some(t) => String::from(t),
         // Not `{value:?}`: its debug string walks the value, and can throw (a deep array).
-        .unwrap_or_else(|| value.js_typeof().as_string().unwrap_or_default())
+        None => value.js_typeof().as_string().unwrap_or_default(),
+    }
 }
 
 /// A conditional append is one request, whole: its data must fit one. Checked at `append` and

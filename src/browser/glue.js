@@ -370,6 +370,27 @@ export function dispatchOn(target, event) {
 
 // A string argument of at most `max` UTF-16 units, else `undefined`: a longer one is refused
 // before it is copied into the module.
+// `Object.keys(o)` as the module may copy it: at most `cap` keys, each cut to `maxLen`
+// characters and marked "…" when longer (so it matches no known key), or `null` when reading
+// threw. The callers check an app's object for unknown keys, and every known set is far
+// smaller than `cap`: one past it is among the first `cap`. Before, a key of 2^28 characters
+// was copied whole into the module, whose memory is never given back.
+const objectKeys = Object.keys;
+export function ownKeys(o, cap, maxLen) {
+  try {
+    const keys = objectKeys(o);
+    const n = Math.min(keys.length, cap);
+    const out = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const k = keys[i];
+      out[i] = k.length > maxLen ? `${k.slice(0, maxLen)}…` : k;
+    }
+    return out;
+  } catch (_) {
+    return null;
+  }
+}
+
 export function shortString(v, max) {
   return typeof v === "string" && v.length <= max ? v : undefined;
 }

@@ -8,11 +8,6 @@ use wasm_bindgen::{JsCast, JsValue};
 
 #[wasm_bindgen]
 extern "C" {
-    /// `Object.keys(o)`, or what it threw (a revoked Proxy, a throwing `ownKeys` trap):
-    /// js_sys's own binding does not catch, and an exception crossing the module's frames
-    /// leaves its state behind (see [`own_keys`]).
-    #[wasm_bindgen(catch, js_namespace = Object, js_name = keys)]
-    fn object_keys(o: &JsValue) -> Result<Array, JsValue>;
     /// `Array.isArray(v)`, or what it threw (a revoked Proxy).
     #[wasm_bindgen(catch, js_namespace = Array, js_name = isArray)]
     fn array_is_array(v: &JsValue) -> Result<bool, JsValue>;
@@ -40,6 +35,8 @@ extern "C" {
     pub(crate) fn dispatch_on(target: &web_sys::EventTarget, event: &web_sys::Event);
     #[wasm_bindgen(js_name = shortString)]
     fn short_string_js(v: &JsValue, max: u32) -> Option<String>;
+    #[wasm_bindgen(js_name = ownKeys)]
+    fn own_keys_js(o: &JsValue, cap: u32, max_len: u32) -> JsValue;
     #[wasm_bindgen(js_name = aesGcmKeyUsable)]
     pub(crate) fn aes_gcm_key_usable(key: &web_sys::CryptoKey) -> Option<bool>;
 }
@@ -104,14 +101,24 @@ pub(crate) fn is_array(v: &JsValue) -> Option<bool> {
 /// Inbound values are read only through calls that catch: a JavaScript exception thrown
 /// through the module's frames skips their clean-up (with `panic = "abort"` nothing rewinds
 /// the module's stack pointer or releases its borrows).
+///
+/// At most [`OWN_KEYS_CAP`] keys of at most [`OWN_KEY_LEN`] characters each are copied (a
+/// longer key is cut and ends in "…"): enough to find the first unknown key of any options
+/// object, and never the megabytes an app's key names may hold.
 pub(crate) fn own_keys(o: &JsValue) -> Option<Vec<String>> {
-    let keys = object_keys(o).ok()?;
+    let keys = own_keys_js(o, OWN_KEYS_CAP, OWN_KEY_LEN);
+    let keys = keys.dyn_ref::<Array>()?;
     Some(
         keys.iter()
             .map(|k| k.as_string().unwrap_or_default())
             .collect(),
     )
 }
+
+/// How many of an object's keys [`own_keys`] copies: more than any set of known keys holds.
+pub(crate) const OWN_KEYS_CAP: u32 = 64;
+/// How long a key [`own_keys`] copies whole: longer than every known key.
+pub(crate) const OWN_KEY_LEN: u32 = 64;
 
 /// `o[key] = value` (cannot fail on a plain object).
 pub(crate) fn set(o: &Object, key: &str, value: impl Into<JsValue>) {

@@ -8,6 +8,12 @@ use celeriant_sync_protocol::validate::{Limits, ValidationError, validate_fields
 
 use super::model::NewEvent;
 
+/// Most `data` one `append` may carry in all, in bytes: 64 MiB, sixteen requests' worth at the
+/// default 4 MiB. The events are copied into the module before anything is stored, and its
+/// memory (4 GiB at most, never given back) must not be what refuses an append: 10,000 events
+/// of 1 MiB each are otherwise valid, 10 GiB.
+pub const MAX_APPEND_BYTES: usize = 64 << 20;
+
 /// Why an append was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AppendError {
@@ -19,6 +25,14 @@ pub enum AppendError {
     TooMany {
         /// How many were given.
         count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The events' `data` over [`MAX_APPEND_BYTES`] in all.
+    #[error("{bytes} bytes of data in one append; at most {max} are accepted")]
+    TooLarge {
+        /// The events' data, in bytes.
+        bytes: usize,
         /// The limit.
         max: usize,
     },
@@ -42,6 +56,13 @@ pub fn check(events: &[NewEvent], limits: &Limits) -> Result<(), AppendError> {
         return Err(AppendError::TooMany {
             count: events.len(),
             max: limits.max_events,
+        });
+    }
+    let bytes = events.iter().map(|e| e.data.len()).sum::<usize>();
+    if bytes > MAX_APPEND_BYTES {
+        return Err(AppendError::TooLarge {
+            bytes,
+            max: MAX_APPEND_BYTES,
         });
     }
     for (index, e) in events.iter().enumerate() {
@@ -121,5 +142,27 @@ mod tests {
             &limits,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn one_append_carries_at_most_64_mib_of_data_in_all() {
+        let mib = |tag: u64| NewEvent {
+            data: vec![0; 1 << 20],
+            ..ev(tag)
+        };
+        let limits = Limits::default();
+        let mut events: Vec<NewEvent> = (1..=64).map(mib).collect();
+        check(&events, &limits).unwrap();
+        events.push(NewEvent {
+            data: vec![0],
+            ..ev(65)
+        });
+        assert_eq!(
+            check(&events, &limits),
+            Err(AppendError::TooLarge {
+                bytes: (64 << 20) + 1,
+                max: MAX_APPEND_BYTES
+            })
+        );
     }
 }

@@ -146,7 +146,7 @@ impl From<&AppendError> for ErrorCode {
     fn from(e: &AppendError) -> Self {
         match e {
             AppendError::Empty => ErrorCode::EmptyEvents,
-            AppendError::TooMany { .. } => ErrorCode::TooManyEvents,
+            AppendError::TooMany { .. } | AppendError::TooLarge { .. } => ErrorCode::TooManyEvents,
             AppendError::Invalid { error, .. } => match error {
                 ValidationError::EventTypeZero { .. } => ErrorCode::InvalidEventType,
                 ValidationError::InvalidIv { .. } => ErrorCode::InvalidIv,
