@@ -1,9 +1,10 @@
 //! What an app passes in is copied into the module only within bounds, in a real browser: the
 //! module's memory (4 GiB at most) is never given back, so a value copied whole before it is
 //! refused costs the page that memory for good, and one too large aborts the module. Each test
-//! measures the module's memory around calls that would have copied hundreds of megabytes:
-//! one append's data in all (64 MiB), key names of an options object, a described bad value,
-//! the `auth` callback's token; and a projection whose view a listener sabotaged still folds.
+//! measures the module's memory around calls that would have copied hundreds of megabytes, or
+//! checks the bound that stops them: one append's data in all (64 MiB), what a client's appends
+//! hold until stored (256 MiB), key names of an options object, a described bad value, the
+//! `auth` callback's token; and a projection whose view a listener sabotaged still folds.
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
@@ -58,7 +59,10 @@ async fn one_append_holds_at_most_64_mib_counted_while_it_is_copied() {
     let e = err(client.append(a.clone(), repeated(&mib, 10_000))).await;
     let (code, message) = code_and_message(&e);
     assert_eq!(code, "TOO_MANY_EVENTS", "{message}");
-    assert!(message.starts_with("an append: "), "{message}");
+    assert!(
+        message.starts_with("events[64]: an append holds 68157440 bytes of data or more"),
+        "{message}"
+    );
     assert_eq!(
         num(&e, "index"),
         64.0,
@@ -94,7 +98,9 @@ async fn one_append_holds_at_most_64_mib_counted_while_it_is_copied() {
     let (code, message) = code_and_message(&e);
     assert_eq!(code, "TOO_MANY_EVENTS", "{message}");
     assert!(
-        message.starts_with("a conditional append is sent as one request: 4500010 bytes"),
+        message.starts_with(
+            "events[4]: a conditional append, sent as one request, holds 4500010 bytes"
+        ),
         "{message}"
     );
     assert_eq!(num(&e, "index"), 4.0);
@@ -111,6 +117,54 @@ async fn one_append_holds_at_most_64_mib_counted_while_it_is_copied() {
     assert_eq!(code, "TOO_MANY_EVENTS", "{message}");
     assert_eq!(num(&e, "write"), 1.0, "{message}");
     assert_eq!(num(&e, "index"), 1.0, "{message}");
+    ok(client.close()).await;
+    ok(SyncClient::delete_database_named(db.into())).await;
+}
+
+#[wasm_bindgen_test]
+async fn what_a_clients_appends_hold_until_stored_is_bounded_across_calls() {
+    // Calls made without awaiting, each valid (64 MiB), each copied at once: their events wait
+    // for IndexedDB (here: for an encryption key that comes later) and used to pile up until
+    // the module aborted. A client holds at most 256 MiB; the next call is BUSY.
+    no_faults().await;
+    let db = db_name("bounds-held");
+    let gate = eval(
+        "const s = {}; s.key = new Promise((_, no) => { s.fail = no; }); \
+         s.key.catch(() => {}); s.keyFor = () => s.key; return s;",
+    );
+    let options = json(&format!(
+        r#"{{"gatewayUrl":"{}","databaseName":"{db}"}}"#,
+        gateway()
+    ));
+    js_sys::Reflect::set(&options, &"encryption".into(), &get(&gate, "keyFor")).unwrap();
+    let client = SyncClient::open(options).await.unwrap();
+    client.set_offline(true.into()).unwrap();
+    let a = aggregate(&uuid(), &uuid());
+    let mib = event(Uint8Array::new_with_length(MIB).into());
+    let waiting: Vec<js_sys::Promise> = (0..4)
+        .map(|_| client.append(a.clone(), repeated(&mib, 64)))
+        .collect();
+    let e = err(client.append(a.clone(), repeated(&mib, 64))).await;
+    let (code, message) = code_and_message(&e);
+    assert_eq!(code, "BUSY", "{message}");
+    assert_eq!(num(&e, "index"), 0.0, "{message}");
+    // Not even one byte more.
+    let e = err(client.append(a.clone(), repeated(&event(1.into()), 1))).await;
+    assert_eq!(code_and_message(&e).0, "BUSY");
+    // The key never comes: the four fail, and what they held is given back.
+    get(&gate, "fail")
+        .unchecked_into::<Function>()
+        .call1(&JsValue::NULL, &js_sys::Error::new("no key"))
+        .unwrap();
+    for w in waiting {
+        assert_eq!(code_and_message(&err(w).await).0, "ENCRYPTION_FAILED");
+    }
+    let e = err(client.append(a.clone(), repeated(&mib, 64))).await;
+    assert_eq!(
+        code_and_message(&e).0,
+        "ENCRYPTION_FAILED",
+        "not BUSY any more"
+    );
     ok(client.close()).await;
     ok(SyncClient::delete_database_named(db.into())).await;
 }
@@ -144,8 +198,11 @@ async fn key_names_and_described_values_are_cut_before_they_are_copied() {
         .map(|_| ())
         .expect_err("unknown option");
     assert_eq!(code_and_message(&e).0, "INVALID_OPTIONS");
-    // A million keys: refused all the same (the first 64 are looked at).
-    let many = eval("const o = {}; for (let i = 0; i < 1e6; i++) o['k' + i] = i; return o;");
+    // 400,000 keys of 64 characters (25 MB as UTF-8 if copied): refused all the same, the
+    // first 64 looked at.
+    let many = eval(
+        "const o = {}; for (let i = 0; i < 4e5; i++) o[String(i).padStart(64, 'k')] = i; return o;",
+    );
     let e = err(client.append_with(a.clone(), small.clone(), many)).await;
     assert_eq!(code_and_message(&e).0, "INVALID_OPTIONS");
     // A bad expectedVersion of 2^27 characters is shown cut, not copied.

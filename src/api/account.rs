@@ -29,7 +29,9 @@ fn discard_pending(options: &JsValue) -> Result<bool, ClientError> {
     let own = js::own_keys(options).ok_or_else(|| bad("signOut's options cannot be read"))?;
     for key in own {
         if key != "discardPending" {
-            return Err(bad("unknown signOut option (options: discardPending)"));
+            return Err(bad(&format!(
+                "unknown signOut option \"{key}\" (options: discardPending)"
+            )));
         }
     }
     let value = super::input::read(options, "discardPending", ErrorCode::InvalidOptions)?;

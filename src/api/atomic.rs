@@ -10,12 +10,13 @@
 use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 
+use super::budget::Budget;
 use super::client::{SyncClient, promise, storage_lost};
 use super::errors::ClientError;
 use super::input::request_fits;
 use super::{input, output};
 use crate::browser::js;
-use crate::engine::append;
+use crate::engine::append::{self, Charge};
 use crate::engine::errors::ErrorCode;
 use crate::engine::group::AtomicWrites;
 use crate::engine::model::NewEvent;
@@ -36,7 +37,12 @@ fn of_write(mut error: ClientError, index: usize) -> ClientError {
 }
 
 /// Parses and checks the writes, all of them, before anything is stored.
-fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, ClientError> {
+fn parse(
+    value: &JsValue,
+    limits: &Limits,
+    charge: &mut Charge,
+    now: u64,
+) -> Result<AtomicWrites, ClientError> {
     let (array, n) = match js::own_array(value, limits.max_aggregates.saturating_add(1)) {
         js::Own::Got(got) => got,
         js::Own::Not | js::Own::Threw => {
@@ -56,11 +62,11 @@ fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, Cli
     for (i, write) in array.iter().enumerate() {
         // The whole write is one request: each write's events get what the earlier left.
         let used: usize = writes.iter().flat_map(|w| &w.1).map(|e| e.data.len()).sum();
-        let budget = input::Budget {
+        let budget = Budget {
             spent: used,
-            ..input::Budget::request("an atomic write is sent as one request", limits)
+            ..Budget::request("an atomic write, sent as one request,", limits)
         };
-        let parsed = parse_one(&write, limits, budget, now).map_err(|e| of_write(e, i))?;
+        let parsed = parse_one(&write, limits, budget, charge, now).map_err(|e| of_write(e, i))?;
         if let Some(j) = writes.iter().position(|w| w.0 == parsed.0) {
             return Err(of_write(
                 bad(format!(
@@ -79,7 +85,8 @@ fn parse(value: &JsValue, limits: &Limits, now: u64) -> Result<AtomicWrites, Cli
 fn parse_one(
     write: &JsValue,
     limits: &Limits,
-    budget: input::Budget,
+    budget: Budget,
+    charge: &mut Charge,
     now: u64,
 ) -> Result<
     (
@@ -106,6 +113,7 @@ fn parse_one(
         &input::read(write, "events", ErrorCode::InvalidEvents)?,
         limits,
         budget,
+        charge,
         now,
     )?;
     append::check(&events, limits)?;
@@ -152,16 +160,25 @@ impl SyncClient {
         #[wasm_bindgen(unchecked_param_type = "AtomicWrite[]")] writes: JsValue,
     ) -> Promise {
         let inner = self.inner();
+        let mut charge = inner.held.charge();
         // Parsed now: the caller's objects are read before any await.
-        let parsed = inner
-            .check_open()
-            .and_then(|()| parse(&writes, &inner.limits, js_sys::Date::now() as u64));
+        let parsed = inner.check_open().and_then(|()| {
+            parse(
+                &writes,
+                &inner.limits,
+                &mut charge,
+                js_sys::Date::now() as u64,
+            )
+        });
+        // Given back when the write's future ends, at once when the call is refused here.
+        let charge = parsed.is_ok().then_some(charge);
         // With encryption, the place in each aggregate's line is taken now, in call order.
         let turns: Vec<_> = match (&parsed, &inner.encryption) {
             (Ok(writes), Some(_)) => writes.iter().map(|w| inner.order.take(w.0)).collect(),
             _ => Vec::new(),
         };
         promise(async move {
+            let _charge = charge;
             let mut writes = parsed?;
             let mut held = Vec::with_capacity(turns.len());
             for turn in turns {

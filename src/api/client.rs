@@ -12,6 +12,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use web_sys::EventTarget;
 
+use super::budget::Budget;
 use super::encryption::Encryption;
 use super::errors::ClientError;
 use super::events::DomEvents;
@@ -25,7 +26,7 @@ use crate::browser::network::NetworkSwitch;
 use crate::browser::runtime::{Config, Runtime};
 use crate::browser::session::GatewaySessions;
 use crate::browser::views::Callback;
-use crate::engine::append;
+use crate::engine::append::{self, Held};
 use crate::engine::drain;
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, Batch};
@@ -62,6 +63,8 @@ pub(super) struct Inner {
     /// With `encryption`: appends reach group commit in call order although each awaits
     /// WebCrypto first (see `engine::order`).
     pub(super) order: CallOrder<AggregateRef>,
+    /// The event data this client's appends copied in and have not stored yet.
+    pub(super) held: Held,
 }
 
 impl Inner {
@@ -264,6 +267,7 @@ impl SyncClient {
             network,
             encryption,
             order: CallOrder::default(),
+            held: Held::default(),
         });
         Ok(SyncClient { inner })
     }
@@ -308,19 +312,19 @@ impl SyncClient {
         #[wasm_bindgen(unchecked_param_type = "AppendOptions | undefined")] options: JsValue,
     ) -> Promise {
         let inner = self.inner.clone();
+        let mut charge = inner.held.charge();
         // Parse synchronously: the caller's objects are read now, not after an await.
         let parsed = inner.check_open().and_then(|()| {
             let now = js_sys::Date::now() as u64;
             let aggregate = input::aggregate(&aggregate)?;
             let expected_version = input::append_options(&options)?;
             let budget = match expected_version {
-                Some(_) => input::Budget::request(
-                    "a conditional append is sent as one request",
-                    &inner.limits,
-                ),
-                None => input::Budget::APPEND,
+                Some(_) => {
+                    Budget::request("a conditional append, sent as one request,", &inner.limits)
+                }
+                None => Budget::APPEND,
             };
-            let events = input::events(&events, &inner.limits, budget, now)?;
+            let events = input::events(&events, &inner.limits, budget, &mut charge, now)?;
             append::check(&events, &inner.limits)?;
             input::conditional_fits(&events, expected_version, &inner.limits)?;
             Ok((aggregate, events, expected_version))
@@ -331,7 +335,11 @@ impl SyncClient {
             (Ok((aggregate, _, _)), Some(_)) => Some(inner.order.take(*aggregate)),
             _ => None,
         };
+        // Given back when the append's future ends (its events stored, or it failed), at once
+        // when the call is refused here.
+        let charge = parsed.is_ok().then_some(charge);
         promise(async move {
+            let _charge = charge;
             let (aggregate, mut events, expected_version) = parsed?;
             let held = match turn {
                 Some(turn) => Some(turn.wait().await),

@@ -11,10 +11,11 @@ use js_sys::{JSON, Reflect};
 use uuid::Uuid;
 use wasm_bindgen::JsValue;
 
+use super::budget::{Budget, busy};
 use super::errors::ClientError;
 use crate::browser::global::random_uuid;
 use crate::browser::js;
-use crate::engine::append::{AppendError, MAX_APPEND_BYTES};
+use crate::engine::append::{AppendError, Charge};
 use crate::engine::errors::ErrorCode;
 use crate::engine::model::{AggregateRef, NewEvent};
 use celeriant_sync_protocol::validate::{Limits, ValidationError};
@@ -116,14 +117,14 @@ pub(crate) fn unknown_field(object: &JsValue, keys: &[&str]) -> Option<String> {
     None
 }
 
-/// One event of an array; `room` is what is left of the call's [`Budget`]: data longer is
-/// refused before it is copied.
+/// One event of an array; `room` is what the bounds of the call and the client leave: data
+/// longer is refused by `over` (given its length) before it is copied.
 fn event(
     value: &JsValue,
     index: usize,
     limits: &Limits,
     room: usize,
-    budget: Budget,
+    over: &dyn Fn(usize) -> ClientError,
     now: u64,
 ) -> Result<NewEvent, ClientError> {
     let at = |code: ErrorCode, message: String| {
@@ -175,9 +176,7 @@ fn event(
     // Within both bounds, or refused by the one it breaks without copying anything.
     let refuse = |len: usize| match len > max {
         true => too_large(len),
-        false => budget
-            .refuse(budget.max - room + len)
-            .with("index", index as u32),
+        false => over(len),
     };
     let data = match js::own_bytes_within(&data_value, max.min(room) as f64) {
         Err(len) => return Err(refuse(len as usize)),
@@ -215,6 +214,11 @@ fn event(
             String::from(text).into_bytes()
         }
     };
+    // Its UTF-8 may be longer than the UTF-16 units measured: refused now as too large, not
+    // later as one too many for the call (an app cannot help that by splitting the append).
+    if data.len() > max {
+        return Err(too_large(data.len()));
+    }
     let event_id = match get("eventId", ErrorCode::InvalidEventId)? {
         v if v.is_undefined() || v.is_null() => random_uuid(),
         v => uuid(&v, ErrorCode::InvalidEventId, "eventId").map_err(|e| at(e.code, e.message))?,
@@ -247,55 +251,15 @@ fn describe(error: &JsValue) -> String {
     js::error_text(error, false)
 }
 
-/// The most `data` the events of one call may hold in all. It is counted while they are copied
-/// into the module, so a call over it is refused having copied at most `max` bytes.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Budget {
-    /// In bytes.
-    pub(crate) max: usize,
-    /// What is refused, for the message: "an append", "a conditional append is sent as one
-    /// request".
-    pub(crate) what: &'static str,
-    /// Already taken by what came before (an atomic write's earlier writes).
-    pub(crate) spent: usize,
-}
-
-impl Budget {
-    /// A plain append's: [`MAX_APPEND_BYTES`].
-    pub(crate) const APPEND: Budget = Budget {
-        max: MAX_APPEND_BYTES,
-        what: "an append",
-        spent: 0,
-    };
-
-    /// A write sent as one request, whole (`what` it is): the request's bound.
-    pub(crate) fn request(what: &'static str, limits: &Limits) -> Budget {
-        Budget {
-            max: limits.max_request_bytes,
-            what,
-            spent: 0,
-        }
-    }
-
-    /// `TOO_MANY_EVENTS`, with at least `data` bytes counted so far.
-    pub(crate) fn refuse(&self, data: usize) -> ClientError {
-        ClientError::new(
-            ErrorCode::TooManyEvents,
-            format!(
-                "{}: {data} bytes of data or more, at most {} are accepted",
-                self.what, self.max
-            ),
-        )
-    }
-}
-
 /// An array of events: at most `limits.max_events` (counted before any event is parsed), each
-/// within `limits.max_event_bytes`, all within `budget`, each refused before its data is copied
-/// when its length shows it breaks either bound.
+/// within `limits.max_event_bytes`, all within `budget` and what the client's other appends
+/// leave (`charge`, which counts what is copied), each refused before its data is copied when
+/// its length shows it breaks a bound (see [`super::budget`]).
 pub(crate) fn events(
     value: &JsValue,
     limits: &Limits,
     budget: Budget,
+    charge: &mut Charge,
     now: u64,
 ) -> Result<Vec<NewEvent>, ClientError> {
     let max = limits.max_events;
@@ -330,13 +294,22 @@ pub(crate) fn events(
     let mut events = Vec::with_capacity(len);
     let mut used = budget.spent;
     for (i, v) in array.iter().enumerate() {
-        let room = budget.max.saturating_sub(used);
-        let event = event(&v, i, limits, room, budget, now)?;
+        let (call_room, held_room) = (budget.max.saturating_sub(used), charge.room());
+        let over = |len: usize| match len > call_room {
+            true => budget.refuse(used.saturating_add(len), i),
+            false => busy(charge, i),
+        };
+        let event = event(&v, i, limits, call_room.min(held_room), &over, now)?;
         // JSON text was measured in UTF-16 units, which its UTF-8 may exceed: counted exactly now.
-        used = used.saturating_add(event.data.len());
-        if used > budget.max {
-            return Err(budget.refuse(used).with("index", i as u32));
+        let len = event.data.len();
+        if len > call_room {
+            return Err(budget.refuse(used.saturating_add(len), i));
         }
+        if len > held_room {
+            return Err(busy(charge, i));
+        }
+        used += len;
+        charge.add(len);
         events.push(event);
     }
     Ok(events)
@@ -391,16 +364,8 @@ pub(crate) fn expected_version(expected: &JsValue) -> Result<Option<u64>, Client
 /// A value as the app would recognise it in a message: its JSON text, the first 100
 /// characters of it (cut in JS: a string of 2^28 characters is not copied into the module).
 fn describe_value(value: &JsValue) -> String {
-    const SHOWN: u32 = 100;
-    let text = js_sys::JSON::stringify(value)
-        .ok()
-        .filter(|t| t.is_string());
-    match text {
-        Some(t) if t.length() > SHOWN => format!("{}…", String::from(t.slice(0, SHOWN))),
-        Some(t) => String::from(t),
-        // Not `{value:?}`: its debug string walks the value, and can throw (a deep array).
-        None => value.js_typeof().as_string().unwrap_or_default(),
-    }
+    // Not `{value:?}`: its debug string walks the value, and can throw (a deep array).
+    js::json_cut(value, 100).unwrap_or_else(|| value.js_typeof().as_string().unwrap_or_default())
 }
 
 /// A conditional append is one request, whole: its data must fit one. Checked at `append` and

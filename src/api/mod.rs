@@ -19,6 +19,7 @@
 
 pub(crate) mod account;
 pub(crate) mod atomic;
+pub(crate) mod budget;
 pub(crate) mod client;
 pub(crate) mod codes;
 pub(crate) mod decide;

@@ -303,6 +303,7 @@ export type SyncErrorCode =
     | "INVALID_IV"
     | "DATA_NOT_SERIALIZABLE"
     | "EVENT_TOO_LARGE"
+    | "BUSY"
     | "QUOTA_EXCEEDED"
     | "STORAGE_FAILED"
     | "STORAGE_LOST"

@@ -32,7 +32,18 @@ export function eventsAbove(keys, above) {
   return n;
 }
 export function begin(db, stores, mode, options) { return db.transaction(stores, mode, options); }
-export function commit(tx) { if (tx.commit) tx.commit(); }
+// Catching: `commit()` throws when the transaction is no longer active (it already committed
+// on its own, or aborted; its outcome is `finished`'s either way), and a JS exception must
+// never cross the module's frames: with `panic = "abort"` nothing releases the borrows the
+// polling task holds, and its next wake-up panics ("RefCell already borrowed", seen once in
+// WebKit in browser_atomic).
+export function commit(tx) {
+  try {
+    if (tx.commit) tx.commit();
+  } catch (_) {
+    // not active any more: nothing to hurry
+  }
+}
 
 // Whether a transaction committed explicitly still aborts, whole, when one of its requests fails
 // after the commit() (browser/idb/db.rs, Db::early_commit_is_atomic): true, false (the engine
@@ -368,29 +379,45 @@ export function dispatchOn(target, event) {
   }
 }
 
-// A string argument of at most `max` UTF-16 units, else `undefined`: a longer one is refused
-// before it is copied into the module.
 // `Object.keys(o)` as the module may copy it: at most `cap` keys, each cut to `maxLen`
 // characters and marked "…" when longer (so it matches no known key), or `null` when reading
 // threw. The callers check an app's object for unknown keys, and every known set is far
 // smaller than `cap`: one past it is among the first `cap`. Before, a key of 2^28 characters
 // was copied whole into the module, whose memory is never given back.
 const objectKeys = Object.keys;
+const stringSlice = String.prototype.slice;
 export function ownKeys(o, cap, maxLen) {
   try {
     const keys = objectKeys(o);
     const n = Math.min(keys.length, cap);
     const out = new Array(n);
-    for (let i = 0; i < n; i++) {
-      const k = keys[i];
-      out[i] = k.length > maxLen ? `${k.slice(0, maxLen)}…` : k;
-    }
+    for (let i = 0; i < n; i++) out[i] = cut(keys[i], maxLen);
     return out;
   } catch (_) {
     return null;
   }
 }
 
+// A string cut to its first `max` UTF-16 units, marked "…" when it was longer (for messages:
+// what the module copies stays small whatever the app gave).
+export function cut(s, max) {
+  return s.length > max ? `${stringSlice.call(s, 0, max)}…` : s;
+}
+
+// An app's value as its JSON text cut to `max` units, for a message; `undefined` when it has
+// none or `JSON.stringify` threw (a cycle, a BigInt, a throwing `toJSON`).
+const jsonStringify = JSON.stringify;
+export function jsonCut(v, max) {
+  try {
+    const t = jsonStringify(v);
+    return typeof t === "string" ? cut(t, max) : undefined;
+  } catch (_) {
+    return undefined;
+  }
+}
+
+// A string argument of at most `max` UTF-16 units, else `undefined`: a longer one is refused
+// before it is copied into the module.
 export function shortString(v, max) {
   return typeof v === "string" && v.length <= max ? v : undefined;
 }
@@ -435,7 +462,12 @@ export function ownBytes(v, max) {
     if (tag === "Uint8Array") {
       const n = typedArrayByteLength.call(v);
       if (n > max) return n; // over the caller's bound: its length, nothing copied
-      return n > MAX_OWN_BYTES ? null : new Uint8Array(v);
+      if (n > MAX_OWN_BYTES) return null;
+      // Measured again on the copy: a view on a growable SharedArrayBuffer can grow (another
+      // thread) between the length read and the copy, which takes the length then.
+      const copy = new Uint8Array(v);
+      const got = typedArrayByteLength.call(copy);
+      return got > max ? got : got > MAX_OWN_BYTES ? null : copy;
     }
     if (tag !== undefined) return undefined;
   } catch (_) {

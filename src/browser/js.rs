@@ -37,6 +37,10 @@ extern "C" {
     fn short_string_js(v: &JsValue, max: u32) -> Option<String>;
     #[wasm_bindgen(js_name = ownKeys)]
     fn own_keys_js(o: &JsValue, cap: u32, max_len: u32) -> JsValue;
+    /// An app's value as its JSON text, cut to `max` UTF-16 units (then "…") in JS; `None`
+    /// when it has none or `JSON.stringify` threw. Never throws.
+    #[wasm_bindgen(js_name = jsonCut)]
+    pub(crate) fn json_cut(v: &JsValue, max: u32) -> Option<String>;
     #[wasm_bindgen(js_name = aesGcmKeyUsable)]
     pub(crate) fn aes_gcm_key_usable(key: &web_sys::CryptoKey) -> Option<bool>;
 }

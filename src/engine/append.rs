@@ -4,15 +4,66 @@
 //! moment the app can still do something about them: an event the gateway would reject is
 //! refused here, with a typed error, and nothing of the append is persisted.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use celeriant_sync_protocol::validate::{Limits, ValidationError, validate_fields};
 
 use super::model::NewEvent;
 
 /// Most `data` one `append` may carry in all, in bytes: 64 MiB, sixteen requests' worth at the
-/// default 4 MiB. The events are copied into the module before anything is stored, and its
-/// memory (4 GiB at most, never given back) must not be what refuses an append: 10,000 events
-/// of 1 MiB each are otherwise valid, 10 GiB.
+/// default 4 MiB (the drain sends an append in several requests). Counted while the events are
+/// copied into the module (`api::budget`): its memory, 4 GiB at most, is never given back.
 pub const MAX_APPEND_BYTES: usize = 64 << 20;
+
+/// Most `data` the appends of one client may hold in memory at once (copied, not yet stored).
+pub const MAX_HELD_BYTES: usize = 256 << 20;
+
+/// What one client's appends hold: copied into the module, not yet stored.
+#[derive(Clone, Debug, Default)]
+pub struct Held(Rc<Cell<usize>>);
+
+impl Held {
+    /// A charge of nothing yet, released when dropped.
+    pub fn charge(&self) -> Charge {
+        Charge {
+            held: self.0.clone(),
+            bytes: 0,
+        }
+    }
+}
+
+/// One call's part of [`Held`]: kept with the call's events until they are stored (or the call
+/// failed), then given back when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    held: Rc<Cell<usize>>,
+    bytes: usize,
+}
+
+impl Charge {
+    /// Counts `n` more bytes.
+    pub fn add(&mut self, n: usize) {
+        self.bytes = self.bytes.saturating_add(n);
+        self.held.set(self.held.get().saturating_add(n));
+    }
+
+    /// How many more bytes every call together may still hold.
+    pub fn room(&self) -> usize {
+        MAX_HELD_BYTES.saturating_sub(self.held.get())
+    }
+
+    /// What every call together holds, in bytes.
+    pub fn held(&self) -> usize {
+        self.held.get()
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.held.set(self.held.get().saturating_sub(self.bytes));
+    }
+}
 
 /// Why an append was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,14 +76,6 @@ pub enum AppendError {
     TooMany {
         /// How many were given.
         count: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The events' `data` over [`MAX_APPEND_BYTES`] in all.
-    #[error("{bytes} bytes of data in one append; at most {max} are accepted")]
-    TooLarge {
-        /// The events' data, in bytes.
-        bytes: usize,
         /// The limit.
         max: usize,
     },
@@ -56,13 +99,6 @@ pub fn check(events: &[NewEvent], limits: &Limits) -> Result<(), AppendError> {
         return Err(AppendError::TooMany {
             count: events.len(),
             max: limits.max_events,
-        });
-    }
-    let bytes = events.iter().map(|e| e.data.len()).sum::<usize>();
-    if bytes > MAX_APPEND_BYTES {
-        return Err(AppendError::TooLarge {
-            bytes,
-            max: MAX_APPEND_BYTES,
         });
     }
     for (index, e) in events.iter().enumerate() {
@@ -144,25 +180,22 @@ mod tests {
         .unwrap();
     }
 
+    fn held_now(held: &Held) -> usize {
+        held.charge().held()
+    }
+
     #[test]
-    fn one_append_carries_at_most_64_mib_of_data_in_all() {
-        let mib = |tag: u64| NewEvent {
-            data: vec![0; 1 << 20],
-            ..ev(tag)
-        };
-        let limits = Limits::default();
-        let mut events: Vec<NewEvent> = (1..=64).map(mib).collect();
-        check(&events, &limits).unwrap();
-        events.push(NewEvent {
-            data: vec![0],
-            ..ev(65)
-        });
-        assert_eq!(
-            check(&events, &limits),
-            Err(AppendError::TooLarge {
-                bytes: (64 << 20) + 1,
-                max: MAX_APPEND_BYTES
-            })
-        );
+    fn charges_add_up_across_calls_and_are_given_back_when_dropped() {
+        let held = Held::default();
+        let mut a = held.charge();
+        a.add(MAX_HELD_BYTES - 10);
+        let mut b = held.charge();
+        assert_eq!(b.room(), 10);
+        b.add(10);
+        assert_eq!((a.room(), held_now(&held)), (0, MAX_HELD_BYTES));
+        drop(a);
+        assert_eq!((b.room(), held_now(&held)), (MAX_HELD_BYTES - 10, 10));
+        drop(b);
+        assert_eq!(held_now(&held), 0);
     }
 }

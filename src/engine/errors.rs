@@ -61,6 +61,9 @@ codes! {
     DataNotSerializable = "DATA_NOT_SERIALIZABLE",
     /// `data` is over the per-event limit.
     EventTooLarge = "EVENT_TOO_LARGE",
+    /// `append`/`appendAtomic`: this client's appends not stored yet hold 256 MiB of data;
+    /// nothing was stored — await them, then try again.
+    Busy = "BUSY",
     /// The browser refused to store more.
     QuotaExceeded = "QUOTA_EXCEEDED",
     /// Any other storage failure.
@@ -146,7 +149,7 @@ impl From<&AppendError> for ErrorCode {
     fn from(e: &AppendError) -> Self {
         match e {
             AppendError::Empty => ErrorCode::EmptyEvents,
-            AppendError::TooMany { .. } | AppendError::TooLarge { .. } => ErrorCode::TooManyEvents,
+            AppendError::TooMany { .. } => ErrorCode::TooManyEvents,
             AppendError::Invalid { error, .. } => match error {
                 ValidationError::EventTypeZero { .. } => ErrorCode::InvalidEventType,
                 ValidationError::InvalidIv { .. } => ErrorCode::InvalidIv,

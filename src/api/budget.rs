@@ -1,0 +1,73 @@
+//! How much event data `append` and `appendAtomic` may copy into the module, counted while
+//! they copy it.
+//!
+//! The module's memory (4 GiB at most) is never given back, and what an app passes in is
+//! copied before anything is stored: an append of 10,000 events of 1 MiB each, all valid on
+//! their own, made the module copy 10 GiB and abort. Two bounds, both checked before each
+//! event's copy from its length, and again after it (JSON is measured in UTF-16 units, its
+//! UTF-8 may be up to three times longer):
+//! * per call ([`Budget`]): a plain append [`MAX_APPEND_BYTES`], a write sent as one request
+//!   (a conditional append, an atomic write) the request's bound — `TOO_MANY_EVENTS`;
+//! * per client ([`crate::engine::append::Held`]): what the appends called and not yet stored hold in all,
+//!   [`MAX_HELD_BYTES`] — `BUSY`, to be tried again once they are stored (calls made in a loop
+//!   without awaiting, each valid, held 64 MiB each until IndexedDB took them).
+
+use super::errors::ClientError;
+use crate::engine::append::{Charge, MAX_APPEND_BYTES, MAX_HELD_BYTES};
+use crate::engine::errors::ErrorCode;
+use celeriant_sync_protocol::validate::Limits;
+
+/// The most `data` the events of one call may hold in all.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    /// In bytes.
+    pub(crate) max: usize,
+    /// What is refused, for the message: "an append", "a conditional append is sent as one
+    /// request".
+    pub(crate) what: &'static str,
+    /// Already taken by what came before in the same call (an atomic write's earlier writes).
+    pub(crate) spent: usize,
+}
+
+impl Budget {
+    /// A plain append's: [`MAX_APPEND_BYTES`].
+    pub(crate) const APPEND: Budget = Budget {
+        max: MAX_APPEND_BYTES,
+        what: "an append",
+        spent: 0,
+    };
+
+    /// A write sent as one request, whole (`what` it is): the request's bound.
+    pub(crate) fn request(what: &'static str, limits: &Limits) -> Budget {
+        Budget {
+            max: limits.max_request_bytes,
+            what,
+            spent: 0,
+        }
+    }
+
+    /// `TOO_MANY_EVENTS` at event `index`, with at least `data` bytes counted so far.
+    pub(crate) fn refuse(&self, data: usize, index: usize) -> ClientError {
+        ClientError::new(
+            ErrorCode::TooManyEvents,
+            format!(
+                "events[{index}]: {} holds {data} bytes of data or more, at most {} are accepted",
+                self.what, self.max
+            ),
+        )
+        .with("index", index as u32)
+    }
+}
+
+/// `BUSY` at event `index`: the client's appends hold [`MAX_HELD_BYTES`] already.
+pub(crate) fn busy(charge: &Charge, index: usize) -> ClientError {
+    ClientError::new(
+        ErrorCode::Busy,
+        format!(
+            "events[{index}]: this client's appends not stored yet hold {} bytes of data, at \
+             most {MAX_HELD_BYTES} at once: await them, then try again",
+            charge.held()
+        ),
+    )
+    .with("index", index as u32)
+}
