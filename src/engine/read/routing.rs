@@ -178,7 +178,9 @@ impl Routing {
             Input::Message(message) => self.received(message),
             Input::WatchChanged(list) => {
                 let same = list.len() == self.watched.len()
-                    && list.iter().all(|(a, _)| self.watched.iter().any(|(b, _)| a == b));
+                    && list
+                        .iter()
+                        .all(|(a, _)| self.watched.iter().any(|(b, _)| a == b));
                 self.watched = list;
                 // Only the first listener of an aggregate and the last change what is watched;
                 // the counts alone are told when asked.

@@ -119,7 +119,10 @@ fn the_drainer_feeds_its_reader() {
         ]
     );
     assert_eq!(
-        handled(&mut r, Input::ReaderNews(ReaderNews::CaughtUp(agg(4), true))),
+        handled(
+            &mut r,
+            Input::ReaderNews(ReaderNews::CaughtUp(agg(4), true))
+        ),
         [Action::Post(ReadMessage::CaughtUp {
             aggregate: agg(4),
             ok: true,
@@ -199,11 +202,18 @@ fn a_read_is_answered_by_the_catch_up_of_its_aggregate_only() {
             },
         ]
     );
-    assert_eq!(handled(&mut r, caught_up(agg(1), true)), [], "answered once");
+    assert_eq!(
+        handled(&mut r, caught_up(agg(1), true)),
+        [],
+        "answered once"
+    );
     // This context's own reader answers too, and tells the others.
     handled(&mut r, Input::ReaderStarted);
     assert_eq!(
-        handled(&mut r, Input::ReaderNews(ReaderNews::CaughtUp(agg(2), true))),
+        handled(
+            &mut r,
+            Input::ReaderNews(ReaderNews::CaughtUp(agg(2), true))
+        ),
         [
             Action::Answer {
                 waiter: 2,
