@@ -88,16 +88,16 @@ impl SyncClient {
     /// stream if it is the first here); returns the function that removes it (idempotent).
     fn watch(&self, aggregate: AggregateRef, callback: Callback) -> impl FnMut() + 'static {
         let runtime = self.inner.runtime.clone();
-        let (id, first) = runtime.views.subscribe(aggregate, callback);
-        if first {
-            runtime.watch_changed();
-        }
+        let id = runtime.views.subscribe(aggregate, callback);
+        // Told on every change: the routing passes on only what changes what is watched.
+        runtime.watch_changed();
         let mut done = false;
         move || {
             if std::mem::replace(&mut done, true) {
                 return;
             }
-            if runtime.views.unsubscribe(aggregate, id) && !runtime.hub.is_closed() {
+            runtime.views.unsubscribe(aggregate, id);
+            if !runtime.hub.is_closed() {
                 runtime.watch_changed();
             }
         }

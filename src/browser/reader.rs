@@ -31,6 +31,7 @@ use crate::engine::model::AggregateRef;
 use crate::engine::read::log::LocalLog;
 use crate::engine::read::machine::{Action, Input, PageEnd, Reader, StreamId};
 use crate::engine::read::page;
+use crate::engine::read::routing::ReaderNews;
 use crate::engine::read::sse::{Parser, note};
 use crate::engine::signal::{Signal, first};
 use crate::engine::sorted::{SortedMap, SortedSet};
@@ -47,15 +48,6 @@ extern "C" {
     /// the text into JS).
     #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
     fn parse_text(text: &JsValue) -> Result<JsValue, JsValue>;
-}
-
-/// What the reader tells the rest of the runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReaderNews {
-    /// The aggregate's local log moved.
-    LogChanged(AggregateRef),
-    /// A catch-up of the aggregate ended (`true`: it reached the server's tip).
-    CaughtUp(AggregateRef, bool),
 }
 
 /// Where the reader reads from.

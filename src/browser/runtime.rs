@@ -7,7 +7,8 @@
 //! the drainer relays), which wait their turn, so the machine is never re-entered.
 //!
 //! The read side's routing between contexts — the reader in the draining context, every
-//! context's subscriptions, `read`'s waiters — is in [`reads`].
+//! context's subscriptions, `read`'s waiters — is decided by
+//! [`Routing`](crate::engine::read::routing::Routing) and performed in [`reads`].
 
 mod reads;
 pub(crate) mod storage;
@@ -40,8 +41,7 @@ use crate::engine::inspect::Inspector;
 use crate::engine::model::{AggregateRef, NewEvent, ParkRecord, Receipt};
 use crate::engine::outbox::{Begun, Counted, Discarded, StoreError};
 use crate::engine::read::machine::ReadState;
-use crate::engine::read::message::ReadMessage;
-use crate::engine::read::subscriptions::Subscriptions;
+use crate::engine::read::routing::{Input as RouteInput, Routing};
 use crate::engine::status::{Hub, Observer, Status, SyncState, SyncedNotice};
 
 /// What the runtime needs to know.
@@ -84,16 +84,18 @@ pub(crate) struct Runtime {
     heartbeat: RefCell<Option<Interval>>,
     online: RefCell<Option<OnlineListener>>,
     draining: Cell<bool>,
-    /// This context's random id among the device's contexts.
-    context: u64,
     /// This context's views (`subscribe`, `read`).
     pub views: Rc<Views>,
-    /// Every context's subscriptions (meaningful while this context drains).
-    subscriptions: RefCell<Subscriptions>,
+    /// The read side's routing between contexts (who feeds the reader, who is answered).
+    routing: RefCell<Routing>,
+    /// Routing inputs waiting their turn ([`Runtime::route`]).
+    route_queue: RefCell<VecDeque<RouteInput>>,
+    routing_now: Cell<bool>,
     /// The read side, while this context drains.
     reader: RefCell<Option<Rc<ReaderRuntime>>>,
-    /// `read` calls waiting for a catch-up to end.
-    waiters: RefCell<Vec<(AggregateRef, oneshot::Sender<bool>)>>,
+    /// `read` calls waiting for a catch-up to end, by waiter id (the routing answers them).
+    answers: RefCell<Vec<(u64, oneshot::Sender<bool>)>>,
+    next_waiter: Cell<u64>,
     /// `share`, `unshare`, `members`.
     pub members: MembersApi,
     /// What was appended here and not seen landed, and the loss if the storage went away.
@@ -216,11 +218,16 @@ impl Runtime {
                 heartbeat: RefCell::new(None),
                 online: RefCell::new(None),
                 draining: Cell::new(false),
-                context: (js_sys::Math::random() * 9_007_199_254_740_991.0) as u64,
                 views,
-                subscriptions: RefCell::default(),
+                routing: RefCell::new(Routing::new(
+                    // This context's random id among the device's contexts.
+                    (js_sys::Math::random() * 9_007_199_254_740_991.0) as u64,
+                )),
+                route_queue: RefCell::default(),
+                routing_now: Cell::new(false),
                 reader: RefCell::new(None),
-                waiters: RefCell::default(),
+                answers: RefCell::default(),
+                next_waiter: Cell::new(0),
                 storage: storage::StorageMemory::default(),
             }
         });
@@ -229,7 +236,7 @@ impl Runtime {
         *runtime.channel.borrow_mut() = Channel::open(&runtime.config.database_name, move |m| {
             if let Some(runtime) = weak.upgrade() {
                 match m {
-                    Message::Read(read) => runtime.read_message(read),
+                    Message::Read(read) => runtime.route(RouteInput::Message(read)),
                     m => runtime.feed(Event::Received(m)),
                 }
             }
@@ -401,9 +408,7 @@ impl Runtime {
             };
             let end = run_inspected(drain, edge, &this.inspector).await;
             this.draining.set(false);
-            if let Some(reader) = this.reader.borrow_mut().take() {
-                reader.stop();
-            }
+            this.stop_reader();
             this.feed(Event::DrainStopped(end));
         });
         self.start_reader();
@@ -497,16 +502,11 @@ impl Runtime {
             self.hub.set_state(SyncState::Closed);
         }
         self.feed(Event::Close);
-        if let Some(reader) = self.reader.borrow_mut().take() {
-            reader.stop();
-        }
-        // Goodbye to the drainer: this context watches nothing any more.
-        self.post(&Message::Read(ReadMessage::Watch {
-            context: self.context,
-            list: Vec::new(),
-        }));
+        self.stop_reader();
+        // Goodbye to the drainer; every waiting `read` is answered (from the local log).
+        self.route(RouteInput::Close);
         self.flush_outgoing();
-        self.waiters.borrow_mut().clear();
+        self.answers.borrow_mut().clear();
         self.heartbeat.borrow_mut().take();
         self.online.borrow_mut().take();
         if let Some(lock) = self.lock.borrow_mut().take() {

@@ -160,12 +160,8 @@ impl Views {
     }
 
     /// Adds a listener; it gets the current view soon (from the local log), then every change.
-    /// Returns its id and whether it is the aggregate's first.
-    pub(crate) fn subscribe(
-        self: &Rc<Self>,
-        aggregate: AggregateRef,
-        function: Callback,
-    ) -> (u32, bool) {
+    /// Returns its id.
+    pub(crate) fn subscribe(self: &Rc<Self>, aggregate: AggregateRef, function: Callback) -> u32 {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let first = {
@@ -191,7 +187,7 @@ impl Views {
                 this.refresh(aggregate).await;
             }
         });
-        (id, first)
+        id
     }
 
     fn has_latest(&self, aggregate: &AggregateRef) -> bool {
@@ -201,19 +197,16 @@ impl Views {
             .is_some_and(|v| v.latest.is_some() && !v.refreshing)
     }
 
-    /// Removes a listener; returns whether its aggregate has none left.
-    pub(crate) fn unsubscribe(&self, aggregate: AggregateRef, id: u32) -> bool {
+    /// Removes a listener.
+    pub(crate) fn unsubscribe(&self, aggregate: AggregateRef, id: u32) {
         let mut views = self.views.borrow_mut();
         let Some(view) = views.get_mut(&aggregate) else {
-            return false;
+            return;
         };
-        let before = view.listeners.len();
         view.listeners.retain(|l| l.id != id);
-        let last = before > 0 && view.listeners.is_empty();
         if view.listeners.is_empty() && !view.refreshing {
             views.remove(&aggregate);
         }
-        last
     }
 
     /// Something about the aggregate changed: rebuild its view if anyone here watches it.

@@ -1,8 +1,9 @@
-//! The read side's routing between contexts: the draining context runs the reader (the change
-//! stream and the catch-ups) for every context's subscriptions; the others send what they watch
-//! and ask for catch-ups over the channel; `read` waits for a catch-up (whoever does it) or a
-//! timeout. Decisions are the engine's ([`Subscriptions`], the read machine); this file only
-//! routes.
+//! The read side's executor between contexts: performs what [`Routing`] decides — feeding
+//! this context's reader (only the draining context holds one), posting read-side messages on
+//! the channel, refreshing views, answering `read`s — and feeds it what happens here (the
+//! reader starting and stopping, messages, subscriptions, `read`s and their timeouts, the
+//! reader's news). `read`'s oneshot senders stay here, keyed by waiter id; the machine says
+//! which is answered and how.
 
 use std::rc::Rc;
 
@@ -10,34 +11,64 @@ use futures_channel::oneshot;
 use gloo_timers::future::TimeoutFuture;
 use wasm_bindgen::JsValue;
 
-use super::super::reader::{ReaderConfig, ReaderNews, ReaderRuntime};
+use super::super::reader::{ReaderConfig, ReaderRuntime};
 use super::Runtime;
 use crate::engine::coord::Message;
 use crate::engine::model::AggregateRef;
 use crate::engine::outbox::StoreError;
 use crate::engine::read::log::LocalLog;
-use crate::engine::read::machine::Input as ReadInput;
-use crate::engine::read::message::ReadMessage;
-use crate::engine::read::subscriptions::Subscriptions;
+use crate::engine::read::routing::{Action, Input, ReaderNews};
 use crate::engine::signal::first;
 
 impl Runtime {
+    /// Hands an input to the routing machine and performs what it decides (queued, so the
+    /// machine is never re-entered).
+    pub(super) fn route(self: &Rc<Self>, input: Input) {
+        self.route_queue.borrow_mut().push_back(input);
+        if self.routing_now.replace(true) {
+            return;
+        }
+        loop {
+            let Some(input) = self.route_queue.borrow_mut().pop_front() else {
+                break;
+            };
+            let actions: Vec<Action> = {
+                let mut routing = self.routing.borrow_mut();
+                routing.handle(input);
+                std::iter::from_fn(|| routing.poll()).collect()
+            };
+            for action in actions {
+                self.perform(action);
+            }
+        }
+        self.routing_now.set(false);
+    }
+
+    fn perform(self: &Rc<Self>, action: Action) {
+        match action {
+            Action::Feed(input) => {
+                let reader = self.reader.borrow().clone();
+                if let Some(reader) = reader {
+                    reader.feed(input);
+                }
+            }
+            Action::Post(message) => self.post(&Message::Read(message)),
+            Action::RefreshViews(aggregate) => self.views.changed(aggregate),
+            Action::Answer { waiter, ok } => {
+                let mut answers = self.answers.borrow_mut();
+                if let Some(i) = answers.iter().position(|(w, _)| *w == waiter) {
+                    let _ = answers.swap_remove(i).1.send(ok);
+                }
+            }
+        }
+    }
+
     /// The draining context also holds the change stream and does the catch-ups.
     pub(super) fn start_reader(self: &Rc<Self>) {
         let weak = Rc::downgrade(self);
         let news = Box::new(move |news: ReaderNews| {
-            let Some(runtime) = weak.upgrade() else {
-                return;
-            };
-            match news {
-                ReaderNews::LogChanged(aggregate) => {
-                    runtime.views.changed(aggregate);
-                    runtime.post(&Message::Read(ReadMessage::LogChanged(aggregate)));
-                }
-                ReaderNews::CaughtUp(aggregate, ok) => {
-                    runtime.caught_up(aggregate, ok);
-                    runtime.post(&Message::Read(ReadMessage::CaughtUp { aggregate, ok }));
-                }
+            if let Some(runtime) = weak.upgrade() {
+                runtime.route(Input::ReaderNews(news));
             }
         });
         let reader = ReaderRuntime::start(
@@ -53,78 +84,24 @@ impl Runtime {
             self.sessions.clone(),
             news,
         );
-        if let Some(old) = self.reader.borrow_mut().replace(reader.clone()) {
+        if let Some(old) = self.reader.borrow_mut().replace(reader) {
             old.stop();
         }
-        let inputs = {
-            let mut subscriptions = self.subscriptions.borrow_mut();
-            *subscriptions = Subscriptions::default();
-            subscriptions.replace(self.context, &self.views.watched())
-        };
-        for input in inputs {
-            reader.feed(input);
-        }
-        // `read`s of this context that asked before it drained (their catch-up went to the
-        // channel, and there was nobody to hear it).
-        let waiting: Vec<AggregateRef> = self.waiters.borrow().iter().map(|(a, _)| *a).collect();
-        for aggregate in waiting {
-            reader.feed(ReadInput::CatchUp(aggregate));
-        }
-        // The other contexts say what they watch (and ask again for their waiting reads).
-        self.post(&Message::Read(ReadMessage::WhoWatches));
+        self.route(Input::ReaderStarted);
     }
 
-    /// A read-side message from another context.
-    pub(super) fn read_message(self: &Rc<Self>, message: ReadMessage) {
-        let reader = self.reader.borrow().clone();
-        match message {
-            ReadMessage::Watch { context, list } => {
-                if let Some(reader) = reader {
-                    let inputs = self.subscriptions.borrow_mut().replace(context, &list);
-                    for input in inputs {
-                        reader.feed(input);
-                    }
-                }
-            }
-            ReadMessage::WhoWatches => {
-                self.post(&Message::Read(ReadMessage::Watch {
-                    context: self.context,
-                    list: self.views.watched(),
-                }));
-                let waiting: Vec<AggregateRef> =
-                    self.waiters.borrow().iter().map(|(a, _)| *a).collect();
-                for aggregate in waiting {
-                    self.post(&Message::Read(ReadMessage::CatchUp(aggregate)));
-                }
-            }
-            ReadMessage::CatchUp(aggregate) => {
-                if let Some(reader) = reader {
-                    reader.feed(ReadInput::CatchUp(aggregate));
-                }
-            }
-            ReadMessage::CaughtUp { aggregate, ok } => self.caught_up(aggregate, ok),
-            ReadMessage::LogChanged(aggregate) | ReadMessage::Touched(aggregate) => {
-                self.views.changed(aggregate)
-            }
+    /// This context's reader stops (its drain ended, or the client closes).
+    pub(super) fn stop_reader(self: &Rc<Self>) {
+        if let Some(reader) = self.reader.borrow_mut().take() {
+            reader.stop();
         }
+        self.route(Input::ReaderStopped);
     }
 
-    /// This context's subscriptions changed: tell whoever holds the stream.
+    /// This context's subscriptions changed (a listener came or went): tell whoever holds the
+    /// stream, if that changes what is watched.
     pub(crate) fn watch_changed(self: &Rc<Self>) {
-        let list = self.views.watched();
-        let reader = self.reader.borrow().clone();
-        match reader {
-            Some(reader) => {
-                let inputs = self.subscriptions.borrow_mut().replace(self.context, &list);
-                for input in inputs {
-                    reader.feed(input);
-                }
-            }
-            None => self.post(&Message::Read(ReadMessage::Watch {
-                context: self.context,
-                list,
-            })),
-        }
+        self.route(Input::WatchChanged(self.views.watched()));
     }
 
     /// The aggregate has a local log now: the drainer's reader follows its landed batches.
@@ -136,18 +113,7 @@ impl Runtime {
 
     /// The aggregate's pending events changed here: refresh views, here and elsewhere.
     pub(super) fn touched(self: &Rc<Self>, aggregate: AggregateRef) {
-        self.views.changed(aggregate);
-        self.post(&Message::Read(ReadMessage::Touched(aggregate)));
-    }
-
-    pub(super) fn caught_up(&self, aggregate: AggregateRef, ok: bool) {
-        let waiting = std::mem::take(&mut *self.waiters.borrow_mut());
-        let (done, rest): (Vec<_>, Vec<_>) =
-            waiting.into_iter().partition(|(a, _)| *a == aggregate);
-        *self.waiters.borrow_mut() = rest;
-        for (_, sender) in done {
-            let _ = sender.send(ok);
-        }
+        self.route(Input::Touched(aggregate));
     }
 
     /// The aggregate's view now: caught up first when online (by whichever context drains),
@@ -158,25 +124,34 @@ impl Runtime {
     ) -> Result<JsValue, StoreError> {
         self.outbox.ensure_cursor(aggregate).await?;
         self.logged(aggregate);
-        let mut ok = false;
-        if self.config.network.online() {
-            let (sender, receiver) = oneshot::channel();
-            self.waiters.borrow_mut().push((aggregate, sender));
-            let reader = self.reader.borrow().clone();
-            match reader {
-                Some(reader) => reader.feed(ReadInput::CatchUp(aggregate)),
-                None => self.post(&Message::Read(ReadMessage::CatchUp(aggregate))),
+        let waiter = self.next_waiter.get();
+        self.next_waiter.set(waiter.wrapping_add(1));
+        let (sender, mut receiver) = oneshot::channel();
+        self.answers.borrow_mut().push((waiter, sender));
+        let online = self.config.network.online();
+        self.route(Input::Read {
+            waiter,
+            aggregate,
+            online,
+        });
+        let answer = match receiver.try_recv() {
+            Ok(Some(ok)) => Some(ok), // offline: answered at once
+            Err(_) => None,
+            Ok(None) => {
+                let mut answer = None;
+                first(
+                    async { answer = receiver.await.ok() },
+                    TimeoutFuture::new(self.config.request_timeout_ms.saturating_mul(2)),
+                )
+                .await;
+                answer
             }
-            let mut answer = None;
-            first(
-                async { answer = receiver.await.ok() },
-                TimeoutFuture::new(self.config.request_timeout_ms.saturating_mul(2)),
-            )
-            .await;
-            ok = answer == Some(true);
-            // A waiter that timed out is not kept until some catch-up of it ends.
-            self.waiters.borrow_mut().retain(|(_, s)| !s.is_canceled());
+        };
+        if answer.is_none() {
+            // Timed out: not kept until some catch-up of it ends.
+            self.answers.borrow_mut().retain(|(w, _)| *w != waiter);
+            self.route(Input::ReadTimedOut(waiter));
         }
-        self.views.read(aggregate, !ok).await
+        self.views.read(aggregate, answer != Some(true)).await
     }
 }

@@ -10,6 +10,8 @@
 //!   paging, resets, reconnects — with no I/O;
 //! * [`message`]: what the contexts of a device tell each other about it;
 //! * [`page`]: what a reply to a catch-up page or a probe means;
+//! * [`routing`]: [`Routing`](routing::Routing), where the read side's work goes between the
+//!   contexts of a device (the reader in the draining one) and which `read`s are answered;
 //! * [`sse`]: the change stream's Server-Sent Events, parsed from text chunks;
 //! * [`streams`]: which change stream watches which aggregate (shards of at most 1,000);
 //! * [`subscriptions`]: the subscriptions of every context of the device, merged;
@@ -25,6 +27,7 @@ pub mod machine;
 pub mod memory_log;
 pub mod message;
 pub mod page;
+pub mod routing;
 pub mod sse;
 pub mod streams;
 pub mod subscriptions;
