@@ -4,16 +4,17 @@
 //! The module's memory (4 GiB at most) is never given back, and what an app passes in is
 //! copied before anything is stored: an append of 10,000 events of 1 MiB each, all valid on
 //! their own, made the module copy 10 GiB and abort. Two bounds, both checked before each
-//! event's copy from its length, and again after it (JSON is measured in UTF-16 units, its
-//! UTF-8 may be up to three times longer):
+//! event's copy from its length in bytes (JSON's UTF-8 counted in JS when needed), and again
+//! after it:
 //! * per call ([`Budget`]): a plain append [`MAX_APPEND_BYTES`], a write sent as one request
 //!   (a conditional append, an atomic write) the request's bound — `TOO_MANY_EVENTS`;
-//! * per client ([`crate::engine::append::Held`]): what the appends called and not yet stored hold in all,
-//!   [`MAX_HELD_BYTES`] — `BUSY`, to be tried again once they are stored (calls made in a loop
-//!   without awaiting, each valid, held 64 MiB each until IndexedDB took them).
+//! * per module ([`module_held`]): what the appends called and not yet stored hold in all,
+//!   their data and a fixed cost per event and per call, at most [`MAX_HELD_BYTES`] — `BUSY`,
+//!   to be tried again once they are stored (calls made in a loop without awaiting, each
+//!   valid, held 64 MiB each until IndexedDB took them; or 640 KB each of empty events).
 
 use super::errors::ClientError;
-use crate::engine::append::{Charge, MAX_APPEND_BYTES, MAX_HELD_BYTES};
+use crate::engine::append::{Charge, Held, MAX_APPEND_BYTES, MAX_HELD_BYTES};
 use crate::engine::errors::ErrorCode;
 use celeriant_sync_protocol::validate::Limits;
 
@@ -59,13 +60,32 @@ impl Budget {
     }
 }
 
-/// `BUSY` at event `index`: the client's appends hold [`MAX_HELD_BYTES`] already.
-pub(crate) fn busy(charge: &Charge, index: usize) -> ClientError {
+/// What one event costs the module beyond its `data` and `iv` (the parsed event, its id, the
+/// allocator's slack), in [`Held`]'s count.
+pub(crate) const EVENT_COST: usize = 128;
+
+/// What one call costs the module beyond its events (its future, task and place in group
+/// commit), in [`Held`]'s count.
+pub(crate) const CALL_COST: usize = 1024;
+
+thread_local! {
+    /// One count for the whole module: every client of the page shares its memory.
+    static MODULE: Held = Held::default();
+}
+
+/// The module's count of what appends hold until stored.
+pub(crate) fn module_held() -> Held {
+    MODULE.with(Held::clone)
+}
+
+/// `BUSY` at event `index`, which would cost `cost` more: the module's appends hold nearly
+/// [`MAX_HELD_BYTES`] already.
+pub(crate) fn busy(charge: &Charge, index: usize, cost: usize) -> ClientError {
     ClientError::new(
         ErrorCode::Busy,
         format!(
-            "events[{index}]: this client's appends not stored yet hold {} bytes of data, at \
-             most {MAX_HELD_BYTES} at once: await them, then try again",
+            "events[{index}]: the appends not stored yet hold {} bytes, and this one needs \
+             {cost} more: at most {MAX_HELD_BYTES} are held at once; await them, then try again",
             charge.held()
         ),
     )

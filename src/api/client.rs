@@ -7,7 +7,7 @@
 
 use std::rc::Rc;
 
-use js_sys::{Array, Function, Promise};
+use js_sys::{Function, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use web_sys::EventTarget;
@@ -29,7 +29,7 @@ use crate::browser::views::Callback;
 use crate::engine::append::{self, Held};
 use crate::engine::drain;
 use crate::engine::errors::ErrorCode;
-use crate::engine::model::{AggregateRef, Batch};
+use crate::engine::model::AggregateRef;
 use crate::engine::order::CallOrder;
 use crate::engine::outbox::Outbox;
 use celeriant_sync_protocol::validate::Limits;
@@ -63,7 +63,7 @@ pub(super) struct Inner {
     /// With `encryption`: appends reach group commit in call order although each awaits
     /// WebCrypto first (see `engine::order`).
     pub(super) order: CallOrder<AggregateRef>,
-    /// The event data this client's appends copied in and have not stored yet.
+    /// What the module's appends copied in and have not stored yet (shared by every client).
     pub(super) held: Held,
 }
 
@@ -78,7 +78,7 @@ impl Inner {
         }
     }
 
-    fn outbox(&self) -> &IdbOutbox {
+    pub(super) fn outbox(&self) -> &IdbOutbox {
         &self.runtime.outbox
     }
 }
@@ -267,7 +267,7 @@ impl SyncClient {
             network,
             encryption,
             order: CallOrder::default(),
-            held: Held::default(),
+            held: super::budget::module_held(),
         });
         Ok(SyncClient { inner })
     }
@@ -444,56 +444,6 @@ impl SyncClient {
             inner.check_open()?;
             drain::when_synced(inner.outbox(), &inner.runtime.hub, id?).await?;
             Ok(JsValue::UNDEFINED)
-        })
-    }
-
-    /// Every parked event with why it was parked, in aggregate and sequence order.
-    #[wasm_bindgen(js_name = parkedEvents, unchecked_return_type = "Promise<ParkedEvent[]>")]
-    pub fn parked_events(&self) -> Promise {
-        let inner = self.inner.clone();
-        promise(async move {
-            inner.check_open()?;
-            let out = Array::new();
-            for record in inner.outbox().parked().await? {
-                let events = Array::new();
-                let batch = Batch::plain(
-                    record.aggregate,
-                    record.first_seq,
-                    record.last_seq,
-                    record.count,
-                );
-                for event in inner.outbox().read(&batch).await? {
-                    events.push(&output::parked_event(&event, &record));
-                }
-                if let Some(encryption) = &inner.encryption {
-                    encryption
-                        .decrypt_all(record.aggregate, events.clone())
-                        .await;
-                }
-                for event in events.iter() {
-                    out.push(&event);
-                }
-            }
-            Ok(out.into())
-        })
-    }
-
-    /// Drops an aggregate's parked events (the app decided they cannot be sent) and lets its
-    /// later events sync. Resolves with how many events were dropped (0 if it was not parked).
-    #[wasm_bindgen(js_name = discardParked, unchecked_return_type = "Promise<number>")]
-    pub fn discard_parked(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "AggregateRef")] aggregate: JsValue,
-    ) -> Promise {
-        let inner = self.inner.clone();
-        let aggregate = input::aggregate(&aggregate);
-        promise(async move {
-            inner.check_open()?;
-            let aggregate = aggregate?;
-            let discarded = inner.outbox().discard_parked(aggregate).await?;
-            let removed = discarded.removed;
-            inner.runtime.discarded(aggregate, discarded);
-            Ok(JsValue::from(removed))
         })
     }
 

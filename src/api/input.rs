@@ -11,7 +11,7 @@ use js_sys::{JSON, Reflect};
 use uuid::Uuid;
 use wasm_bindgen::JsValue;
 
-use super::budget::{Budget, busy};
+use super::budget::{Budget, CALL_COST, EVENT_COST, busy};
 use super::errors::ClientError;
 use crate::browser::global::random_uuid;
 use crate::browser::js;
@@ -117,13 +117,14 @@ pub(crate) fn unknown_field(object: &JsValue, keys: &[&str]) -> Option<String> {
     None
 }
 
-/// One event of an array; `room` is what the bounds of the call and the client leave: data
-/// longer is refused by `over` (given its length) before it is copied.
+/// One event of an array; `room()` is what the bounds of the call and the module leave, asked
+/// once `data` was read (its getter may have appended meanwhile): data longer is refused by
+/// `over` (given its length in bytes) before it is copied.
 fn event(
     value: &JsValue,
     index: usize,
     limits: &Limits,
-    room: usize,
+    room: &dyn Fn() -> usize,
     over: &dyn Fn(usize) -> ClientError,
     now: u64,
 ) -> Result<NewEvent, ClientError> {
@@ -161,8 +162,9 @@ fn event(
     let data_value = get("data", ErrorCode::DataNotSerializable)?;
     // An event's data over the limit is refused before it is copied into the module (a few
     // events of 1 GiB each would not fit in its memory): bytes by their length, JSON by its
-    // text's length in UTF-16 units, which its UTF-8 length is never below.
+    // text's length in UTF-8, counted in JS when its UTF-16 length does not settle it.
     let max = limits.max_event_bytes;
+    let bound = max.min(room());
     let too_large = |len: usize| {
         ClientError::from(AppendError::Invalid {
             index,
@@ -178,7 +180,7 @@ fn event(
         true => too_large(len),
         false => over(len),
     };
-    let data = match js::own_bytes_within(&data_value, max.min(room) as f64) {
+    let data = match js::own_bytes_within(&data_value, bound as f64) {
         Err(len) => return Err(refuse(len as usize)),
         Ok(js::Own::Got(bytes)) => bytes,
         Ok(js::Own::Threw) => {
@@ -208,17 +210,22 @@ fn event(
                     "data has no JSON encoding (a function or symbol?)".into(),
                 ));
             }
-            if text.length() as usize > max.min(room) {
-                return Err(refuse(text.length() as usize));
+            // UTF-8 takes at least one byte per UTF-16 unit and at most three.
+            // Over the event's bound by its units alone: too large (the message gives that
+            // count, a lower bound of its bytes), and a huge text is not counted through.
+            let units = text.length() as usize;
+            if units > max {
+                return Err(too_large(units));
+            }
+            if units.saturating_mul(3) > bound {
+                let bytes = js::utf8_length(&text) as usize;
+                if bytes > bound {
+                    return Err(refuse(bytes));
+                }
             }
             String::from(text).into_bytes()
         }
     };
-    // Its UTF-8 may be longer than the UTF-16 units measured: refused now as too large, not
-    // later as one too many for the call (an app cannot help that by splitting the append).
-    if data.len() > max {
-        return Err(too_large(data.len()));
-    }
     let event_id = match get("eventId", ErrorCode::InvalidEventId)? {
         v if v.is_undefined() || v.is_null() => random_uuid(),
         v => uuid(&v, ErrorCode::InvalidEventId, "eventId").map_err(|e| at(e.code, e.message))?,
@@ -291,25 +298,33 @@ pub(crate) fn events(
             format!("{len} events in one append; at most {max} are accepted"),
         ));
     }
+    // What the call itself costs (its future, its place in group commit), then each event its
+    // data and a fixed part: appends of empty events are bounded too.
+    if charge.room() < CALL_COST {
+        return Err(busy(charge, 0, CALL_COST));
+    }
+    charge.add(CALL_COST);
     let mut events = Vec::with_capacity(len);
     let mut used = budget.spent;
     for (i, v) in array.iter().enumerate() {
-        let (call_room, held_room) = (budget.max.saturating_sub(used), charge.room());
+        let call_room = budget.max.saturating_sub(used);
+        // Asked afresh each time: the app's getters may have appended in between.
+        let room = || call_room.min(charge.room().saturating_sub(EVENT_COST));
         let over = |len: usize| match len > call_room {
             true => budget.refuse(used.saturating_add(len), i),
-            false => busy(charge, i),
+            false => busy(charge, i, len.saturating_add(EVENT_COST)),
         };
-        let event = event(&v, i, limits, call_room.min(held_room), &over, now)?;
-        // JSON text was measured in UTF-16 units, which its UTF-8 may exceed: counted exactly now.
+        let event = event(&v, i, limits, &room, &over, now)?;
         let len = event.data.len();
+        let cost = len + event.iv.as_ref().map_or(0, Vec::len) + EVENT_COST;
         if len > call_room {
             return Err(budget.refuse(used.saturating_add(len), i));
         }
-        if len > held_room {
-            return Err(busy(charge, i));
+        if cost > charge.room() {
+            return Err(busy(charge, i, cost));
         }
         used += len;
-        charge.add(len);
+        charge.add(cost);
         events.push(event);
     }
     Ok(events)

@@ -30,6 +30,7 @@ pub(crate) mod input;
 pub(crate) mod inspect;
 pub(crate) mod options;
 pub(crate) mod output;
+pub(crate) mod parked;
 pub(crate) mod projection;
 pub(crate) mod share;
 pub(crate) mod storage;

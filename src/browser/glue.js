@@ -32,8 +32,9 @@ export function eventsAbove(keys, above) {
   return n;
 }
 export function begin(db, stores, mode, options) { return db.transaction(stores, mode, options); }
-// Catching: `commit()` throws when the transaction is no longer active (it already committed
-// on its own, or aborted; its outcome is `finished`'s either way), and a JS exception must
+// Catching: `commit()` throws whenever the transaction is not active (between its events, or
+// once it committed on its own or aborted; it then commits on its own, its outcome is
+// `finished`'s either way), and a JS exception must
 // never cross the module's frames: with `panic = "abort"` nothing releases the borrows the
 // polling task holds, and its next wake-up panics ("RefCell already borrowed", seen once in
 // WebKit in browser_atomic).
@@ -402,6 +403,22 @@ export function ownKeys(o, cap, maxLen) {
 // what the module copies stays small whatever the app gave).
 export function cut(s, max) {
   return s.length > max ? `${stringSlice.call(s, 0, max)}…` : s;
+}
+
+// The UTF-8 length of a string (what Rust's copy of it takes; a lone surrogate becomes
+// U+FFFD, three bytes), counted without copying it.
+const charCodeAt = String.prototype.charCodeAt;
+export function utf8Length(s) {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = charCodeAt.call(s, i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c < 0xdc00 && i + 1 < s.length
+      && (charCodeAt.call(s, i + 1) & 0xfc00) === 0xdc00) { n += 4; i++; }
+    else n += 3;
+  }
+  return n;
 }
 
 // An app's value as its JSON text cut to `max` units, for a message; `undefined` when it has

@@ -61,8 +61,8 @@ codes! {
     DataNotSerializable = "DATA_NOT_SERIALIZABLE",
     /// `data` is over the per-event limit.
     EventTooLarge = "EVENT_TOO_LARGE",
-    /// `append`/`appendAtomic`: this client's appends not stored yet hold 256 MiB of data;
-    /// nothing was stored — await them, then try again.
+    /// `append`/`appendAtomic`: the module's appends not stored yet hold 256 MiB; nothing
+    /// was stored — await them, then try again.
     Busy = "BUSY",
     /// The browser refused to store more.
     QuotaExceeded = "QUOTA_EXCEEDED",

@@ -84,7 +84,9 @@ impl Runtime {
             self.sessions.clone(),
             news,
         );
-        if let Some(old) = self.reader.borrow_mut().replace(reader) {
+        // Taken out first: no borrow of `reader` is held while the old one stops.
+        let old = self.reader.borrow_mut().replace(reader);
+        if let Some(old) = old {
             old.stop();
         }
         self.route(Input::ReaderStarted);
@@ -92,7 +94,8 @@ impl Runtime {
 
     /// This context's reader stops (its drain ended, or the client closes).
     pub(super) fn stop_reader(self: &Rc<Self>) {
-        if let Some(reader) = self.reader.borrow_mut().take() {
+        let reader = self.reader.borrow_mut().take();
+        if let Some(reader) = reader {
             reader.stop();
         }
         self.route(Input::ReaderStopped);

@@ -53,7 +53,7 @@ pub enum Input {
         /// Whether a catch-up can be tried at all.
         online: bool,
     },
-    /// The `read` `waiter` stopped waiting (its timeout, or the runtime dropped it).
+    /// The `read` `waiter` stopped waiting (its timeout).
     ReadTimedOut(u64),
     /// What a reader reported (this context's, current or stopped).
     ReaderNews(ReaderNews),
@@ -177,10 +177,12 @@ impl Routing {
             }
             Input::Message(message) => self.received(message),
             Input::WatchChanged(list) => {
-                let same = list.len() == self.watched.len()
-                    && list
-                        .iter()
-                        .all(|(a, _)| self.watched.iter().any(|(b, _)| a == b));
+                // Both lists come from the views' sorted map, in key order: one pass (a second
+                // listener on each of 3,000 aggregates must not cost n² comparisons each).
+                let same = list
+                    .iter()
+                    .map(|(a, _)| a)
+                    .eq(self.watched.iter().map(|(b, _)| b));
                 self.watched = list;
                 // Only the first listener of an aggregate and the last change what is watched;
                 // the counts alone are told when asked.
