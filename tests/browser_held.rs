@@ -89,8 +89,8 @@ async fn one_append_holds_at_most_64_mib_counted_while_it_is_copied() {
     let receipts = ok(client.append(a.clone(), over.into())).await;
     assert_eq!(seqs(&receipts), (2..=65).collect::<Vec<u64>>());
 
-    // JSON data is measured in UTF-16 units before it is copied and counted in UTF-8 after:
-    // "é" is one unit and two bytes. A conditional append (one request, 4 MiB): four events of
+    // JSON data is measured in UTF-8 before it is copied (its UTF-16 length alone when that
+    // settles it): "é" is one unit and two bytes. A conditional append (one request, 4 MiB): four events of
     // 900,002 bytes, and a fifth whose 450,002 units fit what is left but whose bytes do not.
     let e_acute = event(eval(r#"return "é".repeat(450000)"#));
     let options = object(&[("expectedVersion", 65.into())]);
@@ -119,6 +119,32 @@ async fn one_append_holds_at_most_64_mib_counted_while_it_is_copied() {
     assert_eq!(code_and_message(&e).0, "EVENT_TOO_LARGE");
     let receipts = ok(client.append_with(a.clone(), repeated(&e_acute, 4), options)).await;
     assert_eq!(seqs(&receipts), [66, 67, 68, 69]);
+    // Counted in UTF-8 before the copy, surrogate pairs as 4 bytes: 262,143 emoji and the
+    // quotes are 1,048,574 bytes, one more emoji 1,048,578.
+    let fits = event(eval(r#"return "😀".repeat(262143)"#));
+    let receipts = ok(client.append(a.clone(), repeated(&fits, 1))).await;
+    assert_eq!(seqs(&receipts), [70]);
+    let over = event(eval(r#"return "😀".repeat(262144)"#));
+    let e = err(client.append(a.clone(), repeated(&over, 1))).await;
+    assert_eq!(code_and_message(&e).0, "EVENT_TOO_LARGE");
+
+    // An append called from inside another's arguments (here `data`'s getter) is refused
+    // before it copies anything: each level of such recursion held an event not counted yet.
+    let c = JsValue::from(client.clone());
+    let nested = Function::new_with_args(
+        "client, agg",
+        "const out = {}; \
+         out.event = { type: 1, get data() { \
+             out.inner = client.append(agg, [{ type: 1, data: new Uint8Array(1 << 20) }]); \
+             return new Uint8Array(1); } }; \
+         return out;",
+    )
+    .call2(&JsValue::NULL, &c, &a)
+    .unwrap();
+    let receipts = ok(client.append(a.clone(), repeated(&get(&nested, "event"), 1))).await;
+    assert_eq!(seqs(&receipts), [71], "the outer append is taken");
+    let inner = err(get(&nested, "inner").unchecked_into()).await;
+    assert_eq!(code_and_message(&inner).0, "BUSY");
 
     // An atomic write is one request: a later write gets what the earlier ones left.
     let b = aggregate(&uuid(), &uuid());

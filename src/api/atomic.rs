@@ -10,7 +10,7 @@
 use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 
-use super::budget::Budget;
+use super::budget::{Budget, Parsing};
 use super::client::{SyncClient, promise, storage_lost};
 use super::errors::ClientError;
 use super::input::request_fits;
@@ -163,6 +163,7 @@ impl SyncClient {
         let mut charge = inner.held.charge();
         // Parsed now: the caller's objects are read before any await.
         let parsed = inner.check_open().and_then(|()| {
+            let _parsing = Parsing::enter()?;
             parse(
                 &writes,
                 &inner.limits,

@@ -13,6 +13,8 @@
 //!   to be tried again once they are stored (calls made in a loop without awaiting, each
 //!   valid, held 64 MiB each until IndexedDB took them; or 640 KB each of empty events).
 
+use std::cell::Cell;
+
 use super::errors::ClientError;
 use crate::engine::append::{Charge, Held, MAX_APPEND_BYTES, MAX_HELD_BYTES};
 use crate::engine::errors::ErrorCode;
@@ -76,6 +78,38 @@ thread_local! {
 /// The module's count of what appends hold until stored.
 pub(crate) fn module_held() -> Held {
     MODULE.with(Held::clone)
+}
+
+thread_local! {
+    /// Whether an append is reading its arguments now.
+    static PARSING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Held while an append reads its arguments: an append called from inside them (a getter or
+/// `toJSON` of its events) is refused `BUSY` before it copies anything. Each level of such
+/// recursion copied an event the count did not see yet (it is charged after the event's last
+/// getter ran), so a deep enough one overran the bound; no app needs to append from there.
+pub(crate) struct Parsing(());
+
+impl Parsing {
+    /// Enters, or `BUSY` if an append is reading its arguments already.
+    pub(crate) fn enter() -> Result<Parsing, ClientError> {
+        if PARSING.with(|p| p.replace(true)) {
+            return Err(ClientError::new(
+                ErrorCode::Busy,
+                "append called from inside another append's arguments (a getter or toJSON of \
+                 its events): refused, nothing stored",
+            )
+            .with("index", 0u32));
+        }
+        Ok(Parsing(()))
+    }
+}
+
+impl Drop for Parsing {
+    fn drop(&mut self) {
+        PARSING.with(|p| p.set(false));
+    }
 }
 
 /// `BUSY` at event `index`, which would cost `cost` more: the module's appends hold nearly

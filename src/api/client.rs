@@ -12,7 +12,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use web_sys::EventTarget;
 
-use super::budget::Budget;
+use super::budget::{Budget, Parsing};
 use super::encryption::Encryption;
 use super::errors::ClientError;
 use super::events::DomEvents;
@@ -315,6 +315,7 @@ impl SyncClient {
         let mut charge = inner.held.charge();
         // Parse synchronously: the caller's objects are read now, not after an await.
         let parsed = inner.check_open().and_then(|()| {
+            let _parsing = Parsing::enter()?;
             let now = js_sys::Date::now() as u64;
             let aggregate = input::aggregate(&aggregate)?;
             let expected_version = input::append_options(&options)?;

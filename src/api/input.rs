@@ -218,7 +218,9 @@ fn event(
                 return Err(too_large(units));
             }
             if units.saturating_mul(3) > bound {
-                let bytes = js::utf8_length(&text) as usize;
+                // Counted up to just past the event's bound (so that too large is told apart
+                // from no room left); `as` saturates (infinity: refused).
+                let bytes = js::utf8_length(&text, max as f64) as usize;
                 if bytes > bound {
                     return Err(refuse(bytes));
                 }
@@ -259,7 +261,7 @@ fn describe(error: &JsValue) -> String {
 }
 
 /// An array of events: at most `limits.max_events` (counted before any event is parsed), each
-/// within `limits.max_event_bytes`, all within `budget` and what the client's other appends
+/// within `limits.max_event_bytes`, all within `budget` and what the module's other appends
 /// leave (`charge`, which counts what is copied), each refused before its data is copied when
 /// its length shows it breaks a bound (see [`super::budget`]).
 pub(crate) fn events(
@@ -304,7 +306,9 @@ pub(crate) fn events(
         return Err(busy(charge, 0, CALL_COST));
     }
     charge.add(CALL_COST);
-    let mut events = Vec::with_capacity(len);
+    // Grown as events are charged (a capacity of `len` up front would be 64 bytes per event
+    // before any is counted).
+    let mut events = Vec::with_capacity(len.min(64));
     let mut used = budget.spent;
     for (i, v) in array.iter().enumerate() {
         let call_room = budget.max.saturating_sub(used);

@@ -406,19 +406,25 @@ export function cut(s, max) {
 }
 
 // The UTF-8 length of a string (what Rust's copy of it takes; a lone surrogate becomes
-// U+FFFD, three bytes), counted without copying it.
+// U+FFFD, three bytes), counted without copying it; it stops once past `cap` (the caller
+// only asks whether it fits), and is `Infinity` if counting threw (refused, never thrown
+// through the module).
 const charCodeAt = String.prototype.charCodeAt;
-export function utf8Length(s) {
-  let n = 0;
-  for (let i = 0; i < s.length; i++) {
-    const c = charCodeAt.call(s, i);
-    if (c < 0x80) n += 1;
-    else if (c < 0x800) n += 2;
-    else if (c >= 0xd800 && c < 0xdc00 && i + 1 < s.length
-      && (charCodeAt.call(s, i + 1) & 0xfc00) === 0xdc00) { n += 4; i++; }
-    else n += 3;
+export function utf8Length(s, cap) {
+  try {
+    let n = 0;
+    for (let i = 0; i < s.length && n <= cap; i++) {
+      const c = charCodeAt.call(s, i);
+      if (c < 0x80) n += 1;
+      else if (c < 0x800) n += 2;
+      else if (c >= 0xd800 && c < 0xdc00 && i + 1 < s.length
+        && (charCodeAt.call(s, i + 1) & 0xfc00) === 0xdc00) { n += 4; i++; }
+      else n += 3;
+    }
+    return n;
+  } catch (_) {
+    return Infinity;
   }
-  return n;
 }
 
 // An app's value as its JSON text cut to `max` units, for a message; `undefined` when it has

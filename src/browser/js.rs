@@ -37,11 +37,12 @@ extern "C" {
     fn short_string_js(v: &JsValue, max: u32) -> Option<String>;
     #[wasm_bindgen(js_name = ownKeys)]
     fn own_keys_js(o: &JsValue, cap: u32, max_len: u32) -> JsValue;
+    /// A JS string's UTF-8 length, counted in JS (nothing copied), or any number over `cap`
+    /// once it is known to be longer (infinity if counting threw). Never throws.
+    #[wasm_bindgen(js_name = utf8Length)]
+    pub(crate) fn utf8_length(s: &js_sys::JsString, cap: f64) -> f64;
     /// An app's value as its JSON text, cut to `max` UTF-16 units (then "…") in JS; `None`
     /// when it has none or `JSON.stringify` threw. Never throws.
-    /// A JS string's UTF-8 length, counted in JS (nothing copied). Never throws on a string.
-    #[wasm_bindgen(js_name = utf8Length)]
-    pub(crate) fn utf8_length(s: &js_sys::JsString) -> f64;
     #[wasm_bindgen(js_name = jsonCut)]
     pub(crate) fn json_cut(v: &JsValue, max: u32) -> Option<String>;
     #[wasm_bindgen(js_name = aesGcmKeyUsable)]

@@ -16,10 +16,11 @@ use super::model::NewEvent;
 /// copied into the module (`api::budget`): its memory, 4 GiB at most, is never given back.
 pub const MAX_APPEND_BYTES: usize = 64 << 20;
 
-/// Most `data` the appends of one client may hold in memory at once (copied, not yet stored).
+/// Most the appends of the module may hold in memory at once (copied, not yet stored): their
+/// events' `data` and `iv` and a fixed cost per event and per call (`api::budget`).
 pub const MAX_HELD_BYTES: usize = 256 << 20;
 
-/// What one client's appends hold: copied into the module, not yet stored.
+/// What appends hold: copied into the module, not yet stored (one count per module).
 #[derive(Clone, Debug, Default)]
 pub struct Held(Rc<Cell<usize>>);
 

@@ -61,8 +61,9 @@ codes! {
     DataNotSerializable = "DATA_NOT_SERIALIZABLE",
     /// `data` is over the per-event limit.
     EventTooLarge = "EVENT_TOO_LARGE",
-    /// `append`/`appendAtomic`: the module's appends not stored yet hold 256 MiB; nothing
-    /// was stored — await them, then try again.
+    /// `append`/`appendAtomic`/`decide`: the module's appends not stored yet hold 256 MiB, or
+    /// `append` was called from inside another append's arguments (a getter, `toJSON`);
+    /// nothing was stored — await them, then try again.
     Busy = "BUSY",
     /// The browser refused to store more.
     QuotaExceeded = "QUOTA_EXCEEDED",
