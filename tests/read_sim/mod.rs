@@ -118,6 +118,9 @@ pub struct World {
     pub touched: Vec<AggregateRef>,
     /// How many readers were started (the first one included).
     pub readers: u32,
+    /// The reader stopped and no other started yet: what it is fed is dropped, as
+    /// `ReaderRuntime::feed` drops it once stopped.
+    pub stopped: bool,
 }
 
 impl World {
@@ -149,6 +152,7 @@ impl World {
             news: Vec::new(),
             touched: Vec::new(),
             readers: 1,
+            stopped: false,
         }
     }
 
@@ -158,8 +162,17 @@ impl World {
     /// and what its streams still say never reaches the new one (another executor). The new
     /// one starts at the configured limits, told whether the network is on.
     pub fn restart(&mut self) {
+        self.stop();
         self.reader = Reader::with_limits(Backoff::default(), self.limits);
         self.readers += 1;
+        self.stopped = false;
+        self.feed(Input::Online(self.online));
+    }
+
+    /// The reader stops (`ReaderRuntime::stop`): its streams closed, its page, timers and
+    /// retries forgotten, and nothing fed to it any more.
+    pub fn stop(&mut self) {
+        self.stopped = true;
         self.streams.clear();
         self.refused.clear();
         self.gone.clear();
@@ -167,7 +180,6 @@ impl World {
         self.wait = None;
         self.retries.clear();
         self.news.clear();
-        self.feed(Input::Online(self.online));
     }
 
     /// The world of run `seed`: one run in three against a gateway that takes one aggregate
@@ -186,6 +198,9 @@ impl World {
     }
 
     pub fn feed(&mut self, input: Input) {
+        if self.stopped {
+            return;
+        }
         let random = self.rng.float();
         self.reader.handle(input, self.now, random);
         while let Some(action) = self.reader.poll() {
