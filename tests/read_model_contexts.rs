@@ -11,7 +11,8 @@
 //! and their timeouts, contexts opening and closing (the drainer's reader stops; after a
 //! while another open context takes over with a new reader over the same log, the old one's
 //! streams closed) or vanishing without a goodbye (a crash), the drain ending in a context
-//! that stays open, messages delivered late,
+//! that stays open (a page store or reset of its stopped reader, already under way, still
+//! writing the log afterwards, its news to that context), messages delivered late,
 //! and every step of `tests/read_model.rs`: the gateway appending (this device's events too,
 //! which touch a context), trimming and deleting, streams dropping, lagging and answering
 //! late, pages failing, the network coming and going.
@@ -27,8 +28,12 @@
 //! lost (every watched log holds what the gateway holds, up to its tip), every open context's
 //! view of each aggregate it subscribes to equals the log, and no `read` is left waiting
 //! anywhere; then a `read` in every context, asked online and settled without faults, is
-//! answered `true`. Known and left open, counted but not failed on: a `read` answered `true`
-//! by a catch-up that ended before it asked (see the ignored test at the end).
+//! answered `true`.
+//!
+//! Known and left open (the ignored tests at the end, which fail): a `read` answered `true` by
+//! a catch-up that ended before it asked (counted here, not failed on); and a notification
+//! lost when the drainer closes while its reader's page store is under way (so the property
+//! test lets a closing context's writes end before it closes).
 #![cfg(not(target_arch = "wasm32"))]
 
 mod read_sim;
@@ -40,10 +45,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use celeriant_sync::engine::model::AggregateRef;
 use celeriant_sync::engine::read::log::LocalLog;
 use celeriant_sync::engine::read::message::ReadMessage;
-use celeriant_sync::engine::read::routing::{Action, Input, Routing};
+use celeriant_sync::engine::read::routing::{Action, Input, ReaderNews, Routing};
 use futures_executor::block_on;
 use proptest::prelude::*;
-use read_sim::{View, World, agg};
+use read_sim::{Flight, View, World, agg};
 
 /// The most contexts open at once.
 const MOST: usize = 4;
@@ -79,6 +84,12 @@ struct Model {
     /// drainer may keep watching it until it changes (and their messages still on the channel
     /// may tell the next one).
     ghosts: BTreeMap<usize, Vec<AggregateRef>>,
+    /// A stopped reader's page or reset still writing the log, with the context that held it.
+    orphans: Vec<(usize, Flight)>,
+    /// Whether a context closing (or vanishing) may leave such a write behind, whose news then
+    /// reach nobody: off in the property test, as that loses a notification (known, open: the
+    /// ignored tests at the end); otherwise its writes end before it closes.
+    orphans_of_closing: bool,
     /// Reads answered `true` with the log below the gateway's tip when they were asked.
     stale: u32,
     trace: Vec<String>,
@@ -94,11 +105,13 @@ impl Model {
             next_waiter: 1,
             answers: Vec::new(),
             ghosts: BTreeMap::new(),
+            orphans: Vec::new(),
+            orphans_of_closing: false,
             stale: 0,
             trace: Vec::new(),
         };
         // No reader until the first context takes the drain.
-        model.world.stop();
+        let _ = model.world.stop();
         for _ in 0..contexts {
             model.open();
         }
@@ -293,9 +306,47 @@ impl Model {
     /// The drain ends in the drainer (it closes, or its lock is lost): its reader stops.
     fn stop_drain(&mut self) {
         if let Some(d) = self.drainer.take() {
-            self.world.stop();
+            self.stop_reader(d);
             self.route(d, Input::ReaderStopped);
         }
+    }
+
+    /// The reader of context `d` stops; its page or reset in flight is dropped, or (one in
+    /// two) was past its last look at `stopped` and still writes the log.
+    fn stop_reader(&mut self, d: usize) {
+        if let Some(flight) = self.world.stop()
+            && self.world.rng.chance(0.5)
+        {
+            self.orphans.push((d, flight));
+        }
+    }
+
+    /// Unless [`Model::orphans_of_closing`], what context `c`'s stopped reader still writes
+    /// ends now, while `c` can tell the others (it is about to close).
+    fn finish_orphans_of(&mut self, c: usize) {
+        while !self.orphans_of_closing
+            && let Some(i) = self.orphans.iter().position(|(o, _)| *o == c)
+        {
+            let orphan = self.orphans.remove(i);
+            self.orphans.insert(0, orphan);
+            self.finish_orphan();
+        }
+    }
+
+    /// A stopped reader's page or reset ends: its news go to the context that held it, if it
+    /// is still open (a closed one posts nothing more).
+    fn finish_orphan(&mut self) -> bool {
+        if self.orphans.is_empty() {
+            return false;
+        }
+        let (c, flight) = self.orphans.remove(0);
+        self.note(format!("orphan of ctx {c} ends"));
+        if let Some(a) = self.world.finish_orphan(flight)
+            && self.contexts[c].open
+        {
+            self.route(c, Input::ReaderNews(ReaderNews::LogChanged(a)));
+        }
+        true
     }
 
     /// Client `c` closes, as `Runtime::close` does: its reader stops, then its goodbye.
@@ -303,6 +354,7 @@ impl Model {
         if self.drainer == Some(c) {
             self.stop_drain();
         }
+        self.finish_orphans_of(c);
         self.route(c, Input::Close);
         assert!(
             self.contexts[c].reads.is_empty(),
@@ -320,8 +372,9 @@ impl Model {
         self.note(format!("ctx {c} vanishes"));
         if self.drainer == Some(c) {
             self.drainer = None;
-            self.world.stop();
+            self.stop_reader(c);
         }
+        self.finish_orphans_of(c);
         let context = &mut self.contexts[c];
         context.open = false;
         context.reads.clear();
@@ -383,8 +436,8 @@ impl Model {
         let a = agg(self.world.rng.below(aggregates));
         let fault = self.world.rng.chance(fault_rate);
         let c = self.random_open();
-        match (self.world.rng.below(22), c) {
-            (0 | 20, Some(c)) => self.subscribe(c, a),
+        match (self.world.rng.below(23), c) {
+            (0 | 22, Some(c)) => self.subscribe(c, a),
             (1, Some(c)) => self.unsubscribe(c, a),
             (2 | 21, Some(c)) => {
                 self.read(c, a);
@@ -403,6 +456,9 @@ impl Model {
             (17, _) => self.open(),
             (18, _) if fault => self.stop_drain(),
             (19, _) => self.take_over(),
+            (20, _) if !self.orphans.is_empty() => {
+                self.finish_orphan();
+            }
             (k @ 3..=11, _) => {
                 self.note(format!("world {k} {a:?}"));
                 self.world.gateway_step(k, a, fault);
@@ -434,7 +490,7 @@ impl Model {
             self.open();
         }
         for _ in 0..20_000 {
-            let progressed = if self.deliver() {
+            let progressed = if self.deliver() || self.finish_orphan() {
                 true
             } else if self.drainer.is_none() {
                 self.take_over();
@@ -508,9 +564,17 @@ impl Model {
     }
 }
 
-fn run(seed: u64, contexts: usize, aggregates: u64, steps: usize, fault_rate: f64) -> u32 {
+fn run(
+    seed: u64,
+    contexts: usize,
+    aggregates: u64,
+    steps: usize,
+    fault_rate: f64,
+    orphans_of_closing: bool,
+) -> u32 {
     let mut model = Model::new(seed, contexts);
-    let result = catch_unwind(AssertUnwindSafe(|| {
+    model.orphans_of_closing = orphans_of_closing;
+    traced(seed, &mut model, |model| {
         for _ in 0..steps {
             model.step(aggregates, fault_rate);
         }
@@ -525,8 +589,13 @@ fn run(seed: u64, contexts: usize, aggregates: u64, steps: usize, fault_rate: f6
         model.check_quiescent();
         model.quiet_reads(aggregates);
         model.check_quiescent();
-    }));
-    if let Err(panic) = result {
+    });
+    model.stale
+}
+
+/// Runs `f`; if it fails, prints the model's last steps.
+fn traced(seed: u64, model: &mut Model, f: impl FnOnce(&mut Model)) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| f(model))) {
         let tail = model.trace.len().saturating_sub(60);
         eprintln!("seed {seed}, the last steps:");
         for line in &model.trace[tail..] {
@@ -534,7 +603,6 @@ fn run(seed: u64, contexts: usize, aggregates: u64, steps: usize, fault_rate: f6
         }
         resume_unwind(panic);
     }
-    model.stale
 }
 
 proptest! {
@@ -548,7 +616,7 @@ proptest! {
         steps in 10usize..300,
         fault_rate in prop_oneof![Just(0.0), 0.05f64..0.6],
     ) {
-        run(seed, contexts, aggregates, steps, fault_rate);
+        run(seed, contexts, aggregates, steps, fault_rate, false);
     }
 }
 
@@ -609,4 +677,48 @@ fn a_read_is_answered_by_a_catch_up_that_began_after_it_asked() {
         "read {second} asked at the gateway's tip {tip}, answered true with the log at {}",
         cursor.version
     );
+}
+
+/// Known and left open (run with `--ignored`): a notification lost when the draining context
+/// closes while its reader's page store (or reset) is under way. `browser/reader.rs` looks at
+/// `stopped` only before storing; the store commits after the stop, and its `LogChanged` news
+/// go to a context that has closed (its channel gone), so no other context refreshes its view.
+/// The next drainer's catch-up finds the cursor at the tip already and stores nothing, so it
+/// tells nobody either: the views stay behind the log until the aggregate changes again.
+#[test]
+#[ignore = "known: a closing drainer's last page store is told to nobody"]
+fn a_page_stored_as_the_drainer_closes_reaches_the_other_views() {
+    let mut model = Model::new(1, 2);
+    traced(1, &mut model, closing_drainer_stores_a_page);
+}
+
+fn closing_drainer_stores_a_page(model: &mut Model) {
+    model.settle();
+    let d = model.drainer.expect("a drainer");
+    let f = 1 - d;
+    let a = agg(1);
+    model.world.append(a);
+    model.pump();
+    // The follower listens to `a`; its view is empty, the drainer's reader starts its page.
+    model.subscribe(f, a);
+    model.deliver_all(f, d);
+    assert!(model.world.flight.is_some(), "a page of {a:?} in flight");
+    // The drainer closes (its drain, then its reader, stop); the page was already storing.
+    model.drainer = None;
+    let flight = model.world.stop().expect("the page");
+    model.route(d, Input::ReaderStopped);
+    model.orphans_of_closing = true;
+    model.orphans.push((d, flight));
+    model.close(d);
+    model.settle();
+    model.check_quiescent(); // context f: its view of a1 did not converge
+}
+
+/// The same, found by the property test when closing contexts leave such writes behind.
+#[test]
+#[ignore = "known: a closing drainer's last page store is told to nobody"]
+fn the_property_holds_when_a_closing_drainer_leaves_a_write_behind() {
+    for seed in 0..300u64 {
+        run(seed, 3, 4, 200, 0.5, true);
+    }
 }

@@ -162,24 +162,58 @@ impl World {
     /// and what its streams still say never reaches the new one (another executor). The new
     /// one starts at the configured limits, told whether the network is on.
     pub fn restart(&mut self) {
-        self.stop();
+        let _ = self.stop();
         self.reader = Reader::with_limits(Backoff::default(), self.limits);
         self.readers += 1;
         self.stopped = false;
         self.feed(Input::Online(self.online));
     }
 
-    /// The reader stops (`ReaderRuntime::stop`): its streams closed, its page, timers and
-    /// retries forgotten, and nothing fed to it any more.
-    pub fn stop(&mut self) {
+    /// The reader stops (`ReaderRuntime::stop`): its streams closed, its timers and retries
+    /// forgotten, and nothing fed to it any more. Returns its page or reset in flight, which
+    /// the caller may finish later ([`World::finish_orphan`]) or drop.
+    #[must_use]
+    pub fn stop(&mut self) -> Option<Flight> {
         self.stopped = true;
         self.streams.clear();
         self.refused.clear();
         self.gone.clear();
-        self.flight = None;
         self.wait = None;
         self.retries.clear();
         self.news.clear();
+        self.flight.take()
+    }
+
+    /// A stopped reader's page or reset that was past its last check of `stopped` (a page's
+    /// store or a reset already under way in `browser/reader.rs`): it still writes the log,
+    /// with the cursor it read (a compare-and-set), but nothing is fed to any reader. Returns
+    /// the aggregate if its log moved (the stopped reader's `LogChanged` news).
+    pub fn finish_orphan(&mut self, flight: Flight) -> Option<AggregateRef> {
+        match flight {
+            Flight::Page {
+                aggregate,
+                probe,
+                cursor,
+                tip,
+            } => {
+                if probe || tip.is_some_and(|tip| page::at_tip(cursor, tip).is_some()) {
+                    return None;
+                }
+                let news = self.news.len();
+                self.answer(aggregate, false, cursor);
+                let moved = self.news.len() > news;
+                self.news.truncate(news);
+                moved.then_some(aggregate)
+            }
+            Flight::Reset {
+                aggregate,
+                min_version,
+                gone,
+            } => {
+                block_on(self.log.reset_log(aggregate, min_version, gone)).unwrap();
+                Some(aggregate)
+            }
+        }
     }
 
     /// The world of run `seed`: one run in three against a gateway that takes one aggregate
