@@ -3,7 +3,7 @@
 //! per aggregate, with a view of each) and its own waiting `read`s, connected by a simulated
 //! channel (every post delivered later, in order per sender, to each context open when it was
 //! posted and still open). One context at a time holds the drain and the reader: the simulated
-//! gateway, network and reader executor of `tests/read_sim/` over one [`MemoryLog`]; only its
+//! gateway, network and reader executor of `tests/read_sim/` over one `MemoryLog`; only its
 //! routing's `Feed`s reach the reader, and the reader's news (`CaughtUp`, `LogChanged`) go to
 //! its routing.
 //!
@@ -379,8 +379,16 @@ impl Model {
         context.open = false;
         context.reads.clear();
         context.views.clear();
-        self.ghosts
-            .insert(c, context.subscribed.keys().copied().collect());
+        // What it watches now, and what it said it watched in messages still on their way.
+        let mut lingering: Vec<AggregateRef> = context.subscribed.keys().copied().collect();
+        for ((from, _), queue) in &self.channel {
+            for message in queue.iter().filter(|_| *from == c) {
+                if let ReadMessage::Watch { list, .. } = message {
+                    lingering.extend(list.iter().map(|(a, _)| *a));
+                }
+            }
+        }
+        self.ghosts.insert(c, lingering);
         self.channel.retain(|(_, to), _| *to != c);
     }
 
