@@ -1,0 +1,732 @@
+//! The model-based property test of the read side across the contexts (tabs, workers) of one
+//! device: 2–4 contexts, each with its own [`Routing`] machine, its own subscriptions (counted
+//! per aggregate, with a view of each) and its own waiting `read`s, connected by a simulated
+//! channel (every post delivered later, in order per sender, to each context open when it was
+//! posted and still open). One context at a time holds the drain and the reader: the simulated
+//! gateway, network and reader executor of `tests/read_sim/` over one `MemoryLog`; only its
+//! routing's `Feed`s reach the reader, and the reader's news (`CaughtUp`, `LogChanged`) go to
+//! its routing.
+//!
+//! Interleaved at random: contexts subscribing and unsubscribing, `read`s (online and offline)
+//! and their timeouts, contexts opening and closing (the drainer's reader stops; after a
+//! while another open context takes over with a new reader over the same log, the old one's
+//! streams closed) or vanishing without a goodbye (a crash), the drain ending in a context
+//! that stays open (a page store or reset of its stopped reader, already under way, still
+//! writing the log afterwards, its news to that context), messages delivered late,
+//! and every step of `tests/read_model.rs`: the gateway appending (this device's events too,
+//! which touch a context), trimming and deleting, streams dropping, lagging and answering
+//! late, pages failing, the network coming and going.
+//!
+//! Checked after every step: at most one reader, and its streams only while a context holds
+//! it; only the drainer's routing feeds the reader; every answer is to a `read` still waiting
+//! in that context, and an offline one is answered at once; every batch the log holds is the
+//! gateway's; a view refreshed incrementally equals one read from scratch. Checked once
+//! quiescent (every message, note, page and timer done, no faults, a drainer): the reader
+//! watches exactly the union of the open contexts' subscriptions (a closed one, which said
+//! goodbye, adds nothing; one that vanished may linger until the drainer changes, as
+//! documented), its streams cover it within the gateway's caps, no notification is
+//! lost (every watched log holds what the gateway holds, up to its tip), every open context's
+//! view of each aggregate it subscribes to equals the log, and no `read` is left waiting
+//! anywhere; then a `read` in every context, asked online and settled without faults, is
+//! answered `true`.
+//!
+//! Known and left open (the ignored tests at the end, which fail): a `read` answered `true` by
+//! a catch-up that ended before it asked (counted here, not failed on); and a notification
+//! lost when the drainer closes while its reader's page store is under way (so the property
+//! test lets a closing context's writes end before it closes).
+#![cfg(not(target_arch = "wasm32"))]
+
+mod read_sim;
+mod sim;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+use celeriant_sync::engine::model::AggregateRef;
+use celeriant_sync::engine::read::log::LocalLog;
+use celeriant_sync::engine::read::message::ReadMessage;
+use celeriant_sync::engine::read::routing::{Action, Input, ReaderNews, Routing};
+use futures_executor::block_on;
+use proptest::prelude::*;
+use read_sim::{Flight, View, World, agg};
+
+/// The most contexts open at once.
+const MOST: usize = 4;
+
+/// A `read` waiting for its answer.
+struct Waiting {
+    waiter: u64,
+    aggregate: AggregateRef,
+    /// The gateway's tip of the aggregate when it was asked.
+    tip: u64,
+}
+
+struct Context {
+    routing: Routing,
+    open: bool,
+    /// Listeners per aggregate (`views.watched()`).
+    subscribed: BTreeMap<AggregateRef, u32>,
+    views: BTreeMap<AggregateRef, View>,
+    reads: Vec<Waiting>,
+}
+
+struct Model {
+    world: World,
+    contexts: Vec<Context>,
+    /// The context holding the drain and the reader, if any.
+    drainer: Option<usize>,
+    /// Posted, not yet delivered: by (sender, receiver), in the order posted.
+    channel: BTreeMap<(usize, usize), VecDeque<ReadMessage>>,
+    next_waiter: u64,
+    /// Every answer given: (waiter, ok).
+    answers: Vec<(u64, bool)>,
+    /// Contexts gone without their goodbye (a crash), with what they subscribed to: the
+    /// drainer may keep watching it until it changes (and their messages still on the channel
+    /// may tell the next one).
+    ghosts: BTreeMap<usize, Vec<AggregateRef>>,
+    /// A stopped reader's page or reset still writing the log, with the context that held it.
+    orphans: Vec<(usize, Flight)>,
+    /// Whether a context closing (or vanishing) may leave such a write behind, whose news then
+    /// reach nobody: off in the property test, as that loses a notification (known, open: the
+    /// ignored tests at the end); otherwise its writes end before it closes.
+    orphans_of_closing: bool,
+    /// Reads answered `true` with the log below the gateway's tip when they were asked.
+    stale: u32,
+    trace: Vec<String>,
+}
+
+impl Model {
+    fn new(seed: u64, contexts: usize) -> Self {
+        let mut model = Model {
+            world: World::for_seed(seed),
+            contexts: Vec::new(),
+            drainer: None,
+            channel: BTreeMap::new(),
+            next_waiter: 1,
+            answers: Vec::new(),
+            ghosts: BTreeMap::new(),
+            orphans: Vec::new(),
+            orphans_of_closing: false,
+            stale: 0,
+            trace: Vec::new(),
+        };
+        // No reader until the first context takes the drain.
+        let _ = model.world.stop();
+        for _ in 0..contexts {
+            model.open();
+        }
+        model.take_over();
+        model
+    }
+
+    /// Traces a step, aggregates named `a0`, `a1`…
+    fn note(&mut self, mut line: String) {
+        for n in 0..7 {
+            line = line.replace(&format!("{:?}", agg(n)), &format!("a{n}"));
+        }
+        self.trace.push(line);
+    }
+
+    fn open_contexts(&self) -> Vec<usize> {
+        (0..self.contexts.len())
+            .filter(|c| self.contexts[*c].open)
+            .collect()
+    }
+
+    fn random_open(&self) -> Option<usize> {
+        let open = self.open_contexts();
+        (!open.is_empty()).then(|| open[self.world.rng.below(open.len() as u64) as usize])
+    }
+
+    /// Hands `input` to context `c`'s routing and performs what it decides; then the reader's
+    /// news go to the drainer's routing, and this device's landed events touch a context.
+    fn route(&mut self, c: usize, input: Input) {
+        self.note(format!("ctx {c}: {input:?}"));
+        self.contexts[c].routing.handle(input);
+        let actions: Vec<Action> = std::iter::from_fn(|| self.contexts[c].routing.poll()).collect();
+        for action in actions {
+            self.perform(c, action);
+        }
+        self.pump();
+    }
+
+    fn pump(&mut self) {
+        while !self.world.news.is_empty() || !self.world.touched.is_empty() {
+            if !self.world.news.is_empty() {
+                let news = self.world.news.remove(0);
+                let d = self.drainer.expect("news from a reader nobody holds");
+                self.route(d, Input::ReaderNews(news));
+            } else {
+                let a = self.world.touched.remove(0);
+                if let Some(c) = self.random_open() {
+                    self.route(c, Input::Touched(a));
+                }
+            }
+        }
+    }
+
+    fn perform(&mut self, c: usize, action: Action) {
+        match action {
+            Action::Feed(input) => {
+                assert_eq!(self.drainer, Some(c), "a context without the reader fed it");
+                self.note(format!("  reader <- {input:?}"));
+                self.world.feed(input);
+            }
+            Action::Post(message) => {
+                for to in self.open_contexts() {
+                    if to != c {
+                        let queue = self.channel.entry((c, to)).or_default();
+                        queue.push_back(message.clone());
+                    }
+                }
+            }
+            Action::RefreshViews(a) => self.refresh(c, a),
+            Action::Answer { waiter, ok } => {
+                self.trace.push(format!("  ctx {c} answers {waiter}: {ok}"));
+                let reads = &mut self.contexts[c].reads;
+                let i = (reads.iter().position(|r| r.waiter == waiter))
+                    .expect("an answer to a read that is not waiting here");
+                let read = reads.remove(i);
+                let held = self.world.gateway.get(&read.aggregate);
+                if ok && !held.is_some_and(|h| h.deleted) {
+                    let cursor = block_on(self.world.log.cursor(read.aggregate)).unwrap();
+                    if cursor.version < read.tip {
+                        self.stale += 1;
+                    }
+                }
+                self.answers.push((waiter, ok));
+            }
+        }
+    }
+
+    /// Context `c` rebuilds its view of `a`, if it has one, as `views.rs` does: from its kept
+    /// place when the epoch is the same, from scratch otherwise; it equals one read from scratch.
+    fn refresh(&mut self, c: usize, a: AggregateRef) {
+        let log = &self.world.log;
+        let Some(view) = self.contexts[c].views.get_mut(&a) else {
+            return;
+        };
+        let s = block_on(log.snapshot(a, view.kept)).unwrap();
+        if s.from == 0 {
+            view.batches.clear();
+        }
+        view.batches.extend(s.batches);
+        view.kept = Some((s.cursor.epoch, s.cursor.version));
+        let scratch = block_on(log.snapshot(a, None)).unwrap();
+        assert_eq!(
+            view.batches, scratch.batches,
+            "a kept view differs from its log"
+        );
+    }
+
+    fn watch_changed(&mut self, c: usize) {
+        let list = (self.contexts[c].subscribed.iter())
+            .map(|(a, n)| (*a, *n))
+            .collect();
+        self.route(c, Input::WatchChanged(list));
+    }
+
+    fn subscribe(&mut self, c: usize, a: AggregateRef) {
+        block_on(self.world.log.ensure_cursor(a)).unwrap();
+        *self.contexts[c].subscribed.entry(a).or_default() += 1;
+        if let std::collections::btree_map::Entry::Vacant(e) = self.contexts[c].views.entry(a) {
+            e.insert(View::default());
+            self.refresh(c, a); // a new listener's first view
+        }
+        self.watch_changed(c);
+    }
+
+    fn unsubscribe(&mut self, c: usize, a: AggregateRef) {
+        let context = &mut self.contexts[c];
+        let Some(count) = context.subscribed.get_mut(&a) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            context.subscribed.remove(&a);
+            context.views.remove(&a);
+        }
+        self.watch_changed(c);
+    }
+
+    fn read(&mut self, c: usize, a: AggregateRef) -> u64 {
+        block_on(self.world.log.ensure_cursor(a)).unwrap();
+        let waiter = self.next_waiter;
+        self.next_waiter += 1;
+        let tip = self.world.gateway.get(&a).map_or(0, |h| h.tip);
+        self.contexts[c].reads.push(Waiting {
+            waiter,
+            aggregate: a,
+            tip,
+        });
+        let online = self.world.online;
+        self.route(
+            c,
+            Input::Read {
+                waiter,
+                aggregate: a,
+                online,
+            },
+        );
+        if !online {
+            assert!(
+                self.answers.last() == Some(&(waiter, false)),
+                "an offline read is answered at once, from the local log"
+            );
+        }
+        waiter
+    }
+
+    fn time_out(&mut self, c: usize) {
+        let reads = &mut self.contexts[c].reads;
+        if reads.is_empty() {
+            return;
+        }
+        let i = self.world.rng.below(reads.len() as u64) as usize;
+        let waiter = reads.remove(i).waiter;
+        self.route(c, Input::ReadTimedOut(waiter));
+    }
+
+    fn open(&mut self) {
+        if self.open_contexts().len() >= MOST {
+            return;
+        }
+        let id = 100 + self.contexts.len() as u64;
+        self.trace
+            .push(format!("ctx {} opens", self.contexts.len()));
+        self.contexts.push(Context {
+            routing: Routing::new(id),
+            open: true,
+            subscribed: BTreeMap::new(),
+            views: BTreeMap::new(),
+            reads: Vec::new(),
+        });
+    }
+
+    /// The drain ends in the drainer (it closes, or its lock is lost): its reader stops.
+    fn stop_drain(&mut self) {
+        if let Some(d) = self.drainer.take() {
+            self.stop_reader(d);
+            self.route(d, Input::ReaderStopped);
+        }
+    }
+
+    /// The reader of context `d` stops; its page or reset in flight is dropped, or (one in
+    /// two) was past its last look at `stopped` and still writes the log.
+    fn stop_reader(&mut self, d: usize) {
+        if let Some(flight) = self.world.stop()
+            && self.world.rng.chance(0.5)
+        {
+            self.orphans.push((d, flight));
+        }
+    }
+
+    /// Unless [`Model::orphans_of_closing`], what context `c`'s stopped reader still writes
+    /// ends now, while `c` can tell the others (it is about to close).
+    fn finish_orphans_of(&mut self, c: usize) {
+        while !self.orphans_of_closing
+            && let Some(i) = self.orphans.iter().position(|(o, _)| *o == c)
+        {
+            let orphan = self.orphans.remove(i);
+            self.orphans.insert(0, orphan);
+            self.finish_orphan();
+        }
+    }
+
+    /// A stopped reader's page or reset ends: its news go to the context that held it, if it
+    /// is still open (a closed one posts nothing more).
+    fn finish_orphan(&mut self) -> bool {
+        if self.orphans.is_empty() {
+            return false;
+        }
+        let (c, flight) = self.orphans.remove(0);
+        self.note(format!("orphan of ctx {c} ends"));
+        if let Some(a) = self.world.finish_orphan(flight)
+            && self.contexts[c].open
+        {
+            self.route(c, Input::ReaderNews(ReaderNews::LogChanged(a)));
+        }
+        true
+    }
+
+    /// Client `c` closes, as `Runtime::close` does: its reader stops, then its goodbye.
+    fn close(&mut self, c: usize) {
+        if self.drainer == Some(c) {
+            self.stop_drain();
+        }
+        self.finish_orphans_of(c);
+        self.route(c, Input::Close);
+        assert!(
+            self.contexts[c].reads.is_empty(),
+            "a closing context answers every waiting read"
+        );
+        self.contexts[c].open = false;
+        self.contexts[c].views.clear();
+        // What was posted to it is never read; what it posted still arrives.
+        self.channel.retain(|(_, to), _| *to != c);
+    }
+
+    /// Context `c` is gone without a word (the tab crashed or was killed): no goodbye, no
+    /// `ReaderStopped`; its lock is released, so if it drained, the reader is gone with it.
+    fn vanish(&mut self, c: usize) {
+        self.note(format!("ctx {c} vanishes"));
+        if self.drainer == Some(c) {
+            self.drainer = None;
+            self.stop_reader(c);
+        }
+        self.finish_orphans_of(c);
+        let context = &mut self.contexts[c];
+        context.open = false;
+        context.reads.clear();
+        context.views.clear();
+        // What it watches now, and what it said it watched in messages still on their way.
+        let mut lingering: Vec<AggregateRef> = context.subscribed.keys().copied().collect();
+        for ((from, _), queue) in &self.channel {
+            for message in queue.iter().filter(|_| *from == c) {
+                if let ReadMessage::Watch { list, .. } = message {
+                    lingering.extend(list.iter().map(|(a, _)| *a));
+                }
+            }
+        }
+        self.ghosts.insert(c, lingering);
+        self.channel.retain(|(_, to), _| *to != c);
+    }
+
+    /// With nobody draining, an open context gets the lock: a new reader over the same log.
+    fn take_over(&mut self) {
+        if self.drainer.is_some() {
+            return;
+        }
+        if let Some(c) = self.random_open() {
+            // The new drainer asks the open contexts only: a ghost counts no more, unless what
+            // it posted is still on its way.
+            let channel = &self.channel;
+            self.ghosts.retain(|g, _| {
+                channel
+                    .iter()
+                    .any(|((from, _), q)| from == g && !q.is_empty())
+            });
+            self.world.restart();
+            self.drainer = Some(c);
+            self.route(c, Input::ReaderStarted);
+        }
+    }
+
+    /// Delivers everything `from` posted to `to`, in order.
+    fn deliver_all(&mut self, from: usize, to: usize) {
+        while let Some(message) = (self.channel.get_mut(&(from, to))).and_then(|q| q.pop_front()) {
+            self.route(to, Input::Message(message));
+        }
+    }
+
+    /// Delivers the oldest message of a random sender to a random receiver.
+    fn deliver(&mut self) -> bool {
+        let busy: Vec<(usize, usize)> = (self.channel.iter())
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        if busy.is_empty() {
+            return false;
+        }
+        let (from, to) = busy[self.world.rng.below(busy.len() as u64) as usize];
+        let message = self
+            .channel
+            .get_mut(&(from, to))
+            .unwrap()
+            .pop_front()
+            .unwrap();
+        self.trace.push(format!("from {from}:"));
+        self.route(to, Input::Message(message));
+        true
+    }
+
+    fn step(&mut self, aggregates: u64, fault_rate: f64) {
+        let a = agg(self.world.rng.below(aggregates));
+        let fault = self.world.rng.chance(fault_rate);
+        let c = self.random_open();
+        match (self.world.rng.below(23), c) {
+            (0 | 22, Some(c)) => self.subscribe(c, a),
+            (1, Some(c)) => self.unsubscribe(c, a),
+            (2 | 21, Some(c)) => {
+                self.read(c, a);
+            }
+            (12..=14, _) => {
+                self.deliver();
+            }
+            (15, Some(c)) if fault => self.time_out(c),
+            (16, Some(c)) if self.world.rng.chance(0.3) => {
+                if fault && self.world.rng.chance(0.25) {
+                    self.vanish(c)
+                } else {
+                    self.close(c)
+                }
+            }
+            (17, _) => self.open(),
+            (18, _) if fault => self.stop_drain(),
+            (19, _) => self.take_over(),
+            (20, _) if !self.orphans.is_empty() => {
+                self.finish_orphan();
+            }
+            (k @ 3..=11, _) => {
+                self.note(format!("world {k} {a:?}"));
+                self.world.gateway_step(k, a, fault);
+                self.pump();
+            }
+            _ => {
+                self.deliver();
+            }
+        }
+        self.check_step();
+    }
+
+    fn check_step(&self) {
+        // One reader: its streams exist only while a context holds it.
+        assert_eq!(self.world.stopped, self.drainer.is_none(), "one reader");
+        if self.world.stopped {
+            assert!(self.world.streams.is_empty(), "streams of a stopped reader");
+        }
+        if let Some(d) = self.drainer {
+            assert!(self.contexts[d].open, "a closed context drains");
+        }
+        self.world.check_log();
+    }
+
+    /// Every message, note, page and timer to the end, without faults, with a drainer.
+    fn settle(&mut self) {
+        self.world.begin_settle();
+        if self.open_contexts().is_empty() {
+            self.open();
+        }
+        for _ in 0..20_000 {
+            let progressed = if self.deliver() || self.finish_orphan() {
+                true
+            } else if self.drainer.is_none() {
+                self.take_over();
+                true
+            } else {
+                let progressed = self.world.settle_step();
+                self.pump();
+                progressed
+            };
+            self.check_step();
+            if !progressed {
+                return;
+            }
+        }
+        panic!("the contexts never became quiescent");
+    }
+
+    fn check_quiescent(&self) {
+        let d = self.drainer.expect("a drainer");
+        assert!(self.contexts[d].open);
+        let mut union: Vec<AggregateRef> = Vec::new();
+        for c in self.open_contexts() {
+            union.extend(self.contexts[c].subscribed.keys());
+        }
+        union.sort();
+        union.dedup();
+        // Exactly the union, but what a context gone without its goodbye watched may linger.
+        let watched = self.world.reader.watched();
+        let missing: Vec<&AggregateRef> = union.iter().filter(|a| !watched.contains(a)).collect();
+        assert!(
+            missing.is_empty(),
+            "open contexts' subscriptions not watched: {missing:?}"
+        );
+        let extra: Vec<&AggregateRef> = (watched.iter())
+            .filter(|a| !union.contains(a) && !self.ghosts.values().any(|g| g.contains(a)))
+            .collect();
+        assert!(extra.is_empty(), "watched for no open context: {extra:?}");
+        self.world.check_reader(&watched);
+        for (c, context) in self.contexts.iter().enumerate() {
+            assert!(
+                context.reads.is_empty(),
+                "context {c}: reads left waiting: {:?}",
+                (context.reads.iter())
+                    .map(|r| (r.waiter, r.aggregate))
+                    .collect::<Vec<_>>()
+            );
+            for a in context.subscribed.keys().filter(|_| context.open) {
+                let s = block_on(self.world.log.snapshot(*a, None)).unwrap();
+                assert_eq!(
+                    context.views[a].batches, s.batches,
+                    "context {c}: its view of {a:?} did not converge"
+                );
+            }
+        }
+    }
+
+    /// A `read` in every open context, online and without faults: each is answered `true`.
+    fn quiet_reads(&mut self, aggregates: u64) {
+        let mut asked = Vec::new();
+        for c in self.open_contexts() {
+            let a = agg(self.world.rng.below(aggregates));
+            asked.push(self.read(c, a));
+        }
+        self.settle();
+        for waiter in asked {
+            assert!(
+                self.answers.contains(&(waiter, true)),
+                "read {waiter}, asked online and quiescent, was not answered true"
+            );
+        }
+    }
+}
+
+fn run(
+    seed: u64,
+    contexts: usize,
+    aggregates: u64,
+    steps: usize,
+    fault_rate: f64,
+    orphans_of_closing: bool,
+) -> u32 {
+    let mut model = Model::new(seed, contexts);
+    model.orphans_of_closing = orphans_of_closing;
+    traced(seed, &mut model, |model| {
+        for _ in 0..steps {
+            model.step(aggregates, fault_rate);
+        }
+        model.settle();
+        model.check_quiescent();
+        model.quiet_reads(aggregates);
+        model.check_quiescent();
+        for _ in 0..steps / 2 {
+            model.step(aggregates, fault_rate);
+        }
+        model.settle();
+        model.check_quiescent();
+        model.quiet_reads(aggregates);
+        model.check_quiescent();
+    });
+    model.stale
+}
+
+/// Runs `f`; if it fails, prints the model's last steps.
+fn traced(seed: u64, model: &mut Model, f: impl FnOnce(&mut Model)) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| f(model))) {
+        let tail = model.trace.len().saturating_sub(60);
+        eprintln!("seed {seed}, the last steps:");
+        for line in &model.trace[tail..] {
+            eprintln!("  {line}");
+        }
+        resume_unwind(panic);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn one_reader_watches_every_open_context_and_every_read_and_view_is_answered(
+        seed in any::<u64>(),
+        contexts in 2usize..=MOST,
+        aggregates in 1u64..7,
+        steps in 10usize..300,
+        fault_rate in prop_oneof![Just(0.0), 0.05f64..0.6],
+    ) {
+        run(seed, contexts, aggregates, steps, fault_rate, false);
+    }
+}
+
+/// The model reaches what it is about: readers replaced, contexts closing with reads waiting.
+#[test]
+fn takeovers_happen() {
+    let (mut readers, mut answers, mut ok, mut stale, mut contexts) = (0, 0, 0, 0, 0);
+    for seed in 0..50u64 {
+        let mut model = Model::new(seed, 3);
+        for _ in 0..200 {
+            model.step(4, 0.2);
+        }
+        model.settle();
+        model.check_quiescent();
+        readers += model.world.readers;
+        answers += model.answers.len();
+        ok += model.answers.iter().filter(|(_, ok)| *ok).count();
+        stale += model.stale;
+        contexts += model.contexts.len();
+    }
+    println!(
+        "{readers} readers, {contexts} contexts, {answers} answers ({ok} true, {stale} stale)"
+    );
+    assert!(readers > 150, "{readers} readers in 50 runs");
+}
+
+/// Known and left open (run with `--ignored`): a `read` in a context that does not drain can
+/// be answered `true` by a catch-up that ended before it asked. The drainer's `CaughtUp` of an
+/// earlier catch-up is still on the channel when the same context reads the aggregate again;
+/// [`Routing`] answers every read of the aggregate waiting there, so the second read hears
+/// "reached the server's tip" with the log below the tip the server had when it asked (here
+/// one version behind: another device's batch). The property test counts such answers and
+/// does not fail on them (`Model::stale`). Within the drainer the same can happen with a page
+/// already answered when the `read` comes (the reader reports the end of that catch-up
+/// first), which this model does not show: its pages read the gateway when they complete.
+#[test]
+#[ignore = "known: a read can be answered by a catch-up that ended before it asked"]
+fn a_read_is_answered_by_a_catch_up_that_began_after_it_asked() {
+    let mut model = Model::new(1, 2);
+    let d = model.drainer.expect("a drainer");
+    let f = 1 - d;
+    model.settle();
+    let a = agg(1);
+    // A first read in the follower, caught up by the drainer's reader.
+    model.read(f, a);
+    model.deliver_all(f, d);
+    while model.world.settle_step() {
+        model.pump();
+    }
+    // The drainer's `CaughtUp { a, true }` is on the channel; another device appends.
+    model.world.append(a);
+    let tip = model.world.gateway[&a].tip;
+    let second = model.read(f, a);
+    model.deliver_all(d, f);
+    let cursor = block_on(model.world.log.cursor(a)).unwrap();
+    assert!(
+        !model.answers.contains(&(second, true)) || cursor.version >= tip,
+        "read {second} asked at the gateway's tip {tip}, answered true with the log at {}",
+        cursor.version
+    );
+}
+
+/// Known and left open (run with `--ignored`): a notification lost when the draining context
+/// closes while its reader's page store (or reset) is under way. `browser/reader.rs` looks at
+/// `stopped` only before storing; the store commits after the stop, and its `LogChanged` news
+/// go to a context that has closed (its channel gone), so no other context refreshes its view.
+/// The next drainer's catch-up finds the cursor at the tip already and stores nothing, so it
+/// tells nobody either: the views stay behind the log until the aggregate changes again.
+#[test]
+#[ignore = "known: a closing drainer's last page store is told to nobody"]
+fn a_page_stored_as_the_drainer_closes_reaches_the_other_views() {
+    let mut model = Model::new(1, 2);
+    traced(1, &mut model, closing_drainer_stores_a_page);
+}
+
+fn closing_drainer_stores_a_page(model: &mut Model) {
+    model.settle();
+    let d = model.drainer.expect("a drainer");
+    let f = 1 - d;
+    let a = agg(1);
+    model.world.append(a);
+    model.pump();
+    // The follower listens to `a`; its view is empty, the drainer's reader starts its page.
+    model.subscribe(f, a);
+    model.deliver_all(f, d);
+    assert!(model.world.flight.is_some(), "a page of {a:?} in flight");
+    // The drainer closes (its drain, then its reader, stop); the page was already storing.
+    model.drainer = None;
+    let flight = model.world.stop().expect("the page");
+    model.route(d, Input::ReaderStopped);
+    model.orphans_of_closing = true;
+    model.orphans.push((d, flight));
+    model.close(d);
+    model.settle();
+    model.check_quiescent(); // context f: its view of a1 did not converge
+}
+
+/// The same, found by the property test when closing contexts leave such writes behind.
+#[test]
+#[ignore = "known: a closing drainer's last page store is told to nobody"]
+fn the_property_holds_when_a_closing_drainer_leaves_a_write_behind() {
+    for seed in 0..300u64 {
+        run(seed, 3, 4, 200, 0.5, true);
+    }
+}
