@@ -23,6 +23,7 @@ use super::machine::Input as ReadInput;
 use super::message::ReadMessage;
 use super::subscriptions::Subscriptions;
 use crate::engine::model::AggregateRef;
+use crate::engine::sorted::SortedSet;
 
 /// What the reader tells the rest of the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +96,9 @@ pub struct Routing {
     /// The `read`s waiting for a catch-up, as (waiter, aggregate), in the order they asked
     /// (the order they are asked again in).
     waiting: Vec<(u64, AggregateRef)>,
+    /// The aggregates this context's reader has caught up since it started: the first
+    /// catch-up of each is announced as a log change (see [`Input::ReaderNews`]).
+    announced: SortedSet<AggregateRef>,
     actions: VecDeque<Action>,
 }
 
@@ -107,6 +111,7 @@ impl Routing {
             merged: Subscriptions::default(),
             watched: Vec::new(),
             waiting: Vec::new(),
+            announced: SortedSet::default(),
             actions: VecDeque::new(),
         }
     }
@@ -161,6 +166,7 @@ impl Routing {
             Input::ReaderStarted => {
                 self.reading = true;
                 self.merged = Subscriptions::default();
+                self.announced = SortedSet::default();
                 let watched = self.watched.clone();
                 self.merge(self.context, &watched);
                 // Reads of this context that asked before it drained (their catch-up went to
@@ -220,6 +226,14 @@ impl Routing {
                 self.post(ReadMessage::LogChanged(aggregate));
             }
             Input::ReaderNews(ReaderNews::CaughtUp(aggregate, ok)) => {
+                // A reader's first catch-up of an aggregate refreshes every context's views:
+                // the previous drainer's last page store may have committed after it closed,
+                // its news told to nobody, and this catch-up then finds the cursor at the tip
+                // and stores nothing (found by tests/read_model_contexts.rs).
+                if ok && self.reading && self.announced.insert(aggregate) {
+                    self.emit(Action::RefreshViews(aggregate));
+                    self.post(ReadMessage::LogChanged(aggregate));
+                }
                 self.caught_up(aggregate, ok);
                 self.post(ReadMessage::CaughtUp { aggregate, ok });
             }
