@@ -36,8 +36,18 @@
 //! commits after the next drainer's first catch-up of the aggregate (so the property test lets
 //! a closing context's writes end before it closes). One that commits before it is announced by
 //! that first catch-up (`Routing`'s `announced`): the scripted test of it passes.
+//!
+//! This file holds the model's state, its steps, settling and checks, and the tests; how a
+//! context's routing is fed and what it decides is performed, with the channel between
+//! contexts, is in `read_model_contexts/channel.rs`, and contexts opening, closing, vanishing
+//! and taking the drain over in `read_model_contexts/lifecycle.rs` (split to keep each file
+//! short).
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "read_model_contexts/channel.rs"]
+mod channel;
+#[path = "read_model_contexts/lifecycle.rs"]
+mod lifecycle;
 mod read_sim;
 mod sim;
 
@@ -47,7 +57,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use celeriant_sync::engine::model::AggregateRef;
 use celeriant_sync::engine::read::log::LocalLog;
 use celeriant_sync::engine::read::message::ReadMessage;
-use celeriant_sync::engine::read::routing::{Action, Input, ReaderNews, Routing};
+use celeriant_sync::engine::read::routing::{Input, Routing};
 use futures_executor::block_on;
 use proptest::prelude::*;
 use read_sim::{Flight, View, World, agg};
@@ -140,87 +150,6 @@ impl Model {
         (!open.is_empty()).then(|| open[self.world.rng.below(open.len() as u64) as usize])
     }
 
-    /// Hands `input` to context `c`'s routing and performs what it decides; then the reader's
-    /// news go to the drainer's routing, and this device's landed events touch a context.
-    fn route(&mut self, c: usize, input: Input) {
-        self.note(format!("ctx {c}: {input:?}"));
-        self.contexts[c].routing.handle(input);
-        let actions: Vec<Action> = std::iter::from_fn(|| self.contexts[c].routing.poll()).collect();
-        for action in actions {
-            self.perform(c, action);
-        }
-        self.pump();
-    }
-
-    fn pump(&mut self) {
-        while !self.world.news.is_empty() || !self.world.touched.is_empty() {
-            if !self.world.news.is_empty() {
-                let news = self.world.news.remove(0);
-                let d = self.drainer.expect("news from a reader nobody holds");
-                self.route(d, Input::ReaderNews(news));
-            } else {
-                let a = self.world.touched.remove(0);
-                if let Some(c) = self.random_open() {
-                    self.route(c, Input::Touched(a));
-                }
-            }
-        }
-    }
-
-    fn perform(&mut self, c: usize, action: Action) {
-        match action {
-            Action::Feed(input) => {
-                assert_eq!(self.drainer, Some(c), "a context without the reader fed it");
-                self.note(format!("  reader <- {input:?}"));
-                self.world.feed(input);
-            }
-            Action::Post(message) => {
-                for to in self.open_contexts() {
-                    if to != c {
-                        let queue = self.channel.entry((c, to)).or_default();
-                        queue.push_back(message.clone());
-                    }
-                }
-            }
-            Action::RefreshViews(a) => self.refresh(c, a),
-            Action::Answer { waiter, ok } => {
-                self.trace.push(format!("  ctx {c} answers {waiter}: {ok}"));
-                let reads = &mut self.contexts[c].reads;
-                let i = (reads.iter().position(|r| r.waiter == waiter))
-                    .expect("an answer to a read that is not waiting here");
-                let read = reads.remove(i);
-                let held = self.world.gateway.get(&read.aggregate);
-                if ok && !held.is_some_and(|h| h.deleted) {
-                    let cursor = block_on(self.world.log.cursor(read.aggregate)).unwrap();
-                    if cursor.version < read.tip {
-                        self.stale += 1;
-                    }
-                }
-                self.answers.push((waiter, ok));
-            }
-        }
-    }
-
-    /// Context `c` rebuilds its view of `a`, if it has one, as `views.rs` does: from its kept
-    /// place when the epoch is the same, from scratch otherwise; it equals one read from scratch.
-    fn refresh(&mut self, c: usize, a: AggregateRef) {
-        let log = &self.world.log;
-        let Some(view) = self.contexts[c].views.get_mut(&a) else {
-            return;
-        };
-        let s = block_on(log.snapshot(a, view.kept)).unwrap();
-        if s.from == 0 {
-            view.batches.clear();
-        }
-        view.batches.extend(s.batches);
-        view.kept = Some((s.cursor.epoch, s.cursor.version));
-        let scratch = block_on(log.snapshot(a, None)).unwrap();
-        assert_eq!(
-            view.batches, scratch.batches,
-            "a kept view differs from its log"
-        );
-    }
-
     fn watch_changed(&mut self, c: usize) {
         let list = (self.contexts[c].subscribed.iter())
             .map(|(a, n)| (*a, *n))
@@ -287,159 +216,6 @@ impl Model {
         let i = self.world.rng.below(reads.len() as u64) as usize;
         let waiter = reads.remove(i).waiter;
         self.route(c, Input::ReadTimedOut(waiter));
-    }
-
-    fn open(&mut self) {
-        if self.open_contexts().len() >= MOST {
-            return;
-        }
-        let id = 100 + self.contexts.len() as u64;
-        self.trace
-            .push(format!("ctx {} opens", self.contexts.len()));
-        self.contexts.push(Context {
-            routing: Routing::new(id),
-            open: true,
-            subscribed: BTreeMap::new(),
-            views: BTreeMap::new(),
-            reads: Vec::new(),
-        });
-    }
-
-    /// The drain ends in the drainer (it closes, or its lock is lost): its reader stops.
-    fn stop_drain(&mut self) {
-        if let Some(d) = self.drainer.take() {
-            self.stop_reader(d);
-            self.route(d, Input::ReaderStopped);
-        }
-    }
-
-    /// The reader of context `d` stops; its page or reset in flight is dropped, or (one in
-    /// two) was past its last look at `stopped` and still writes the log.
-    fn stop_reader(&mut self, d: usize) {
-        if let Some(flight) = self.world.stop()
-            && self.world.rng.chance(0.5)
-        {
-            self.orphans.push((d, flight));
-        }
-    }
-
-    /// Unless [`Model::orphans_of_closing`], what context `c`'s stopped reader still writes
-    /// ends now, while `c` can tell the others (it is about to close).
-    fn finish_orphans_of(&mut self, c: usize) {
-        while !self.orphans_of_closing
-            && let Some(i) = self.orphans.iter().position(|(o, _)| *o == c)
-        {
-            let orphan = self.orphans.remove(i);
-            self.orphans.insert(0, orphan);
-            self.finish_orphan();
-        }
-    }
-
-    /// A stopped reader's page or reset ends: its news go to the context that held it, if it
-    /// is still open (a closed one posts nothing more).
-    fn finish_orphan(&mut self) -> bool {
-        if self.orphans.is_empty() {
-            return false;
-        }
-        let (c, flight) = self.orphans.remove(0);
-        self.note(format!("orphan of ctx {c} ends"));
-        if let Some(a) = self.world.finish_orphan(flight)
-            && self.contexts[c].open
-        {
-            self.route(c, Input::ReaderNews(ReaderNews::LogChanged(a)));
-        }
-        true
-    }
-
-    /// Client `c` closes, as `Runtime::close` does: its reader stops, then its goodbye.
-    fn close(&mut self, c: usize) {
-        if self.drainer == Some(c) {
-            self.stop_drain();
-        }
-        self.finish_orphans_of(c);
-        self.route(c, Input::Close);
-        assert!(
-            self.contexts[c].reads.is_empty(),
-            "a closing context answers every waiting read"
-        );
-        self.contexts[c].open = false;
-        self.contexts[c].views.clear();
-        // What was posted to it is never read; what it posted still arrives.
-        self.channel.retain(|(_, to), _| *to != c);
-    }
-
-    /// Context `c` is gone without a word (the tab crashed or was killed): no goodbye, no
-    /// `ReaderStopped`; its lock is released, so if it drained, the reader is gone with it.
-    fn vanish(&mut self, c: usize) {
-        self.note(format!("ctx {c} vanishes"));
-        if self.drainer == Some(c) {
-            self.drainer = None;
-            self.stop_reader(c);
-        }
-        self.finish_orphans_of(c);
-        let context = &mut self.contexts[c];
-        context.open = false;
-        context.reads.clear();
-        context.views.clear();
-        // What it watches now, and what it said it watched in messages still on their way.
-        let mut lingering: Vec<AggregateRef> = context.subscribed.keys().copied().collect();
-        for ((from, _), queue) in &self.channel {
-            for message in queue.iter().filter(|_| *from == c) {
-                if let ReadMessage::Watch { list, .. } = message {
-                    lingering.extend(list.iter().map(|(a, _)| *a));
-                }
-            }
-        }
-        self.ghosts.insert(c, lingering);
-        self.channel.retain(|(_, to), _| *to != c);
-    }
-
-    /// With nobody draining, an open context gets the lock: a new reader over the same log.
-    fn take_over(&mut self) {
-        if self.drainer.is_some() {
-            return;
-        }
-        if let Some(c) = self.random_open() {
-            // The new drainer asks the open contexts only: a ghost counts no more, unless what
-            // it posted is still on its way.
-            let channel = &self.channel;
-            self.ghosts.retain(|g, _| {
-                channel
-                    .iter()
-                    .any(|((from, _), q)| from == g && !q.is_empty())
-            });
-            self.world.restart();
-            self.drainer = Some(c);
-            self.route(c, Input::ReaderStarted);
-        }
-    }
-
-    /// Delivers everything `from` posted to `to`, in order.
-    fn deliver_all(&mut self, from: usize, to: usize) {
-        while let Some(message) = (self.channel.get_mut(&(from, to))).and_then(|q| q.pop_front()) {
-            self.route(to, Input::Message(message));
-        }
-    }
-
-    /// Delivers the oldest message of a random sender to a random receiver.
-    fn deliver(&mut self) -> bool {
-        let busy: Vec<(usize, usize)> = (self.channel.iter())
-            .filter(|(_, q)| !q.is_empty())
-            .map(|(k, _)| *k)
-            .collect();
-        if busy.is_empty() {
-            return false;
-        }
-        let (from, to) = busy[self.world.rng.below(busy.len() as u64) as usize];
-        let message = self
-            .channel
-            .get_mut(&(from, to))
-            .unwrap()
-            .pop_front()
-            .unwrap();
-        self.trace.push(format!("from {from}:"));
-        self.route(to, Input::Message(message));
-        true
     }
 
     fn step(&mut self, aggregates: u64, fault_rate: f64) {

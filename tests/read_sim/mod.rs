@@ -4,6 +4,11 @@
 //! the network, and the executor of one [`Reader`] over one [`MemoryLog`] (pages read through
 //! `engine::read::page` as `browser/reader.rs` reads them, one step at a time, with faults). The
 //! reader can be replaced (a new drainer): its streams, page and timers go with it.
+//!
+//! This file holds the world and the reader's executor (feeding the machine, performing its
+//! actions, pages, timers, subscriptions, settling); the gateway and its streams are in
+//! `gateway.rs`, the checks of the log, views and streams against the gateway in `checks.rs`
+//! (split to keep each file short).
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, VecDeque};
@@ -11,8 +16,8 @@ use std::collections::{BTreeMap, VecDeque};
 use celeriant_sync::engine::backoff::Backoff;
 use celeriant_sync::engine::model::AggregateRef;
 use celeriant_sync::engine::read::log::{Cursor, LocalLog};
-use celeriant_sync::engine::read::machine::{Action, Input, Note, PageEnd, Reader, StreamId};
-use celeriant_sync::engine::read::memory_log::{LogBatch, LogEvent, MemoryLog};
+use celeriant_sync::engine::read::machine::{Action, Input, PageEnd, Reader, StreamId};
+use celeriant_sync::engine::read::memory_log::{LogBatch, MemoryLog};
 use celeriant_sync::engine::read::page;
 use celeriant_sync::engine::read::routing::ReaderNews;
 use celeriant_sync::engine::read::streams::Limits;
@@ -20,6 +25,11 @@ use futures_executor::block_on;
 
 use crate::sim::Rng;
 use uuid::Uuid;
+
+mod checks;
+mod gateway;
+
+pub use gateway::{Held, Stream};
 
 pub const ME: &str = "me";
 /// Batches per page, small so catch-ups take several pages.
@@ -30,23 +40,6 @@ pub fn agg(n: u64) -> AggregateRef {
         type_id: Uuid::from_u128(0x5EAD),
         id: Uuid::from_u128(u128::from(n)),
     }
-}
-
-/// One aggregate as the gateway holds it.
-#[derive(Default)]
-pub struct Held {
-    pub batches: BTreeMap<u64, LogBatch>,
-    pub tip: u64,
-    /// The lowest version still available (1 unless trimmed).
-    pub min: u64,
-    pub deleted: bool,
-}
-
-pub struct Stream {
-    pub watching: Vec<AggregateRef>,
-    /// Subscribed at the gateway: changes are notified from then on.
-    pub ready: bool,
-    pub notes: VecDeque<Note>,
 }
 
 pub enum Flight {
@@ -390,75 +383,6 @@ impl World {
         }
     }
 
-    /// The gateway tells the stream, if it watches `aggregate` and is subscribed.
-    pub fn notify(&mut self, aggregate: AggregateRef, note: Note) {
-        for s in self.streams.values_mut() {
-            if s.ready && s.watching.contains(&aggregate) {
-                s.notes.push_back(note);
-            }
-        }
-    }
-
-    pub fn append(&mut self, aggregate: AggregateRef) {
-        if self.gateway.get(&aggregate).is_some_and(|h| h.deleted) {
-            return; // recreating below the log's cursor is out of this model
-        }
-        let mine = self.rng.chance(0.4);
-        let seq = if mine {
-            let seq = self.log.assign(aggregate, 1);
-            self.log.land(aggregate, seq); // the drain's part, done at once
-            self.touched.push(aggregate);
-            seq
-        } else {
-            1
-        };
-        self.stamp += 1;
-        let held = self.gateway.entry(aggregate).or_insert_with(|| Held {
-            min: 1,
-            ..Held::default()
-        });
-        held.tip += 1;
-        let version = held.tip;
-        let batch = LogBatch {
-            version,
-            client_id: if mine { ME } else { "other" }.into(),
-            events: vec![LogEvent {
-                client_seq: seq,
-                event_type: 1,
-                minor: 0,
-                timestamp: self.stamp,
-                data: Some("AAAA".into()),
-            }],
-        };
-        held.batches.insert(version, batch);
-        self.notify(aggregate, Note::Changed { aggregate, version });
-    }
-
-    pub fn trim(&mut self, aggregate: AggregateRef) {
-        let Some(held) = self.gateway.get_mut(&aggregate) else {
-            return;
-        };
-        if held.min > held.tip || held.deleted {
-            return; // nothing left to trim
-        }
-        let min = held.min + 1 + self.rng.below(held.tip + 1 - held.min);
-        held.min = min;
-        held.batches.retain(|v, _| *v >= min);
-        self.notify(aggregate, Note::Reset { aggregate });
-    }
-
-    pub fn delete(&mut self, aggregate: AggregateRef) {
-        let Some(held) = self.gateway.get_mut(&aggregate) else {
-            return;
-        };
-        *held = Held {
-            min: 1,
-            deleted: true,
-            ..Held::default()
-        };
-        self.notify(aggregate, Note::Reset { aggregate });
-    }
-
     /// Moves the clock to the next timer and fires it.
     pub fn tick(&mut self) -> bool {
         let next_retry = self.retries.iter().map(|(at, _)| *at).min();
@@ -484,54 +408,6 @@ impl World {
             self.feed(Input::CatchUp(aggregate));
         }
         true
-    }
-
-    pub fn deliver(&mut self) -> bool {
-        // Any stream with something to say, picked at random: streams are separate
-        // connections, with no order between them.
-        if let Some((id, many)) = self.refused.pop() {
-            self.feed(if many {
-                Input::StreamTooMany(id)
-            } else {
-                Input::StreamTooLarge(id)
-            });
-            return true;
-        }
-        let busy: Vec<StreamId> = self
-            .streams
-            .iter()
-            .filter(|(_, s)| !s.ready || !s.notes.is_empty())
-            .map(|(id, _)| *id)
-            .collect();
-        if busy.is_empty() {
-            return false;
-        }
-        let id = busy[self.rng.below(busy.len() as u64) as usize];
-        let s = self.streams.get_mut(&id).expect("busy");
-        let note = if s.ready {
-            s.notes.pop_front().expect("busy")
-        } else {
-            s.ready = true; // subscribed at the gateway now
-            // The embedded store's `ready` gives each aggregate's version read after the
-            // registration (in one run of four, as the Celeriant backend, none; and one ready
-            // in four goes without, as when the gateway's read of them failed).
-            if !self.no_tips && !self.rng.chance(0.25) {
-                let tips = s
-                    .watching
-                    .iter()
-                    .map(|a| (*a, self.gateway.get(a).map_or(0, |h| h.tip)))
-                    .collect();
-                self.feed(Input::Tips(id, tips));
-            }
-            Note::Ready
-        };
-        self.feed(Input::Stream(id, note));
-        true
-    }
-
-    pub fn random_stream(&self) -> StreamId {
-        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
-        ids[self.rng.below(ids.len() as u64) as usize]
     }
 
     pub fn subscribe(&mut self, aggregate: AggregateRef) {
@@ -571,53 +447,6 @@ impl World {
         self.touched.clear();
     }
 
-    /// One step of the gateway, the streams, the network or the reader's executor (`kind` in
-    /// 3..12; some only with `fault`).
-    pub fn gateway_step(&mut self, kind: u64, a: AggregateRef, fault: bool) {
-        match kind {
-            3 | 4 => self.append(a),
-            5 if fault => self.trim(a),
-            6 if fault && self.rng.chance(0.3) => self.delete(a),
-            7 if fault && !self.streams.is_empty() => {
-                let id = self.random_stream();
-                self.streams.remove(&id);
-                self.gone.push(id);
-                self.feed(Input::StreamEnded(id));
-            }
-            11 if fault && !self.gone.is_empty() => {
-                // A late callback of a stream closed or ended since: ignored by the machine.
-                let id = self.gone[self.rng.below(self.gone.len() as u64) as usize];
-                let input = match self.rng.below(4) {
-                    0 => Input::Stream(id, Note::Ready),
-                    1 => Input::Stream(id, Note::Resync),
-                    2 => Input::Stream(id, Note::Reset { aggregate: a }),
-                    _ => Input::StreamEnded(id),
-                };
-                self.feed(input);
-            }
-            8 if fault && !self.streams.is_empty() => {
-                let id = self.random_stream();
-                let s = self.streams.get_mut(&id).expect("open");
-                if s.ready {
-                    s.notes.clear(); // the gateway lagged and dropped them
-                    s.notes.push_back(Note::Resync);
-                }
-            }
-            9 if fault => self.fail_next = true,
-            10 if fault => {
-                self.online = !self.online;
-                self.feed(Input::Online(self.online));
-            }
-            5 | 6 | 11 => self.complete(),
-            7 | 8 => {
-                self.deliver();
-            }
-            _ => {
-                self.tick();
-            }
-        }
-    }
-
     /// Every watched view takes what is new, as `views.rs` does: from its kept place when the
     /// epoch is the same, from scratch otherwise.
     pub fn refresh_views(&mut self) {
@@ -628,22 +457,6 @@ impl World {
             }
             view.batches.extend(s.batches);
             view.kept = Some((s.cursor.epoch, s.cursor.version));
-        }
-    }
-
-    /// Every batch the log holds is the gateway's batch of that version, while it has it; each
-    /// kept view equals its log.
-    pub fn check_log(&self) {
-        for (aggregate, held) in &self.gateway {
-            let s = block_on(self.log.snapshot(*aggregate, None)).unwrap();
-            for b in &s.batches {
-                if let Some(g) = held.batches.get(&b.version) {
-                    assert_eq!(b, g, "the log holds a batch the gateway never sent");
-                }
-            }
-            if let Some(view) = self.views.get(aggregate) {
-                assert_eq!(view.batches, s.batches, "a kept view differs from its log");
-            }
         }
     }
 
@@ -691,86 +504,6 @@ impl World {
         } else {
             self.polls += u32::from(only_poll);
             self.tick()
-        }
-    }
-
-    pub fn check_quiescent(&self) {
-        let watched: Vec<AggregateRef> = self.subscribed.keys().copied().collect();
-        self.check_reader(&watched);
-        for aggregate in &watched {
-            let s = block_on(self.log.snapshot(*aggregate, None)).unwrap();
-            assert_eq!(
-                self.views[aggregate].batches, s.batches,
-                "the view did not converge"
-            );
-        }
-    }
-
-    /// Once quiescent, the reader watches `watched`, its streams are open, ready and cover it
-    /// once within the gateway's caps, and every watched aggregate's log holds what the gateway
-    /// holds (no notification lost).
-    pub fn check_reader(&self, watched: &[AggregateRef]) {
-        let watched = watched.to_vec();
-        assert_eq!(self.reader.watched(), watched, "the machine's watched set");
-        let wanted = self.reader.streams();
-        assert_eq!(
-            wanted.len(),
-            self.streams.len(),
-            "open streams {:?} against the machine's {wanted:?}",
-            self.streams.keys().collect::<Vec<_>>()
-        );
-        assert!(wanted.len() <= self.reader.max_streams().min(self.stream_cap));
-        let mut covered: Vec<AggregateRef> = self.reader.unwatched();
-        for (id, aggregates) in &wanted {
-            let s = self.streams.get(id).expect("every shard's stream is open");
-            assert_eq!(&s.watching, aggregates, "a stream covers its shard");
-            assert!(s.ready, "every stream is ready");
-            assert!(!aggregates.is_empty(), "a stream with nothing watched");
-            covered.extend(aggregates);
-        }
-        covered.sort();
-        assert_eq!(
-            covered, watched,
-            "the streams and the unwatched cover the watched set, once each"
-        );
-        let per_stream = self.reader.per_stream();
-        assert!(
-            wanted
-                .iter()
-                .all(|(_, a)| a.len() <= per_stream.min(self.gateway_cap)),
-            "every stream within what the gateway takes"
-        );
-        if !self.reader.unwatched().is_empty() {
-            assert!(
-                wanted.len() == self.reader.max_streams()
-                    && wanted.iter().all(|(_, a)| a.len() == per_stream),
-                "unwatched aggregates while a stream has room"
-            );
-        }
-        // The unwatched ones too: the poll let run while settling caught them up.
-        for aggregate in &watched {
-            let held = self.gateway.get(aggregate);
-            let (tip, min) = held.map_or((0, 1), |h| (h.tip, h.min));
-            let s = block_on(self.log.snapshot(*aggregate, None)).unwrap();
-            assert_eq!(
-                s.cursor.version, tip,
-                "a notification was lost: {aggregate:?}"
-            );
-            let served: Vec<&LogBatch> = s.batches.iter().filter(|b| b.version >= min).collect();
-            let expected: Vec<&LogBatch> =
-                held.map_or(Vec::new(), |h| h.batches.values().collect());
-            assert_eq!(
-                served, expected,
-                "the log did not converge to the gateway's"
-            );
-            // Known and left open: an event of this device that landed in an aggregate deleted
-            // before the log read it back (the log's cursor still at or below the deleted tip)
-            // is never found gone — no page or probe shows a tip below the cursor — so it stays
-            // pending. Checked for every aggregate that was not deleted.
-            if !held.is_some_and(|h| h.deleted) {
-                let pending = s.pending.iter().filter(|seq| **seq > s.cursor.mine).count();
-                assert_eq!(pending, 0, "an event of this device stays pending");
-            }
         }
     }
 }
