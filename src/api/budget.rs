@@ -95,6 +95,11 @@ impl Parsing {
     /// Enters, or `BUSY` if an append is reading its arguments already.
     pub(crate) fn enter() -> Result<Parsing, ClientError> {
         if PARSING.with(|p| p.replace(true)) {
+            // A genuine nested call ends with the outer parse, before any microtask can run:
+            // clearing the flag in one heals only a flag left set by a JavaScript exception
+            // or trap through an outer parse's frames (its guard never dropped), which would
+            // otherwise refuse every later append of the page.
+            crate::browser::env::spawn(async { PARSING.with(|p| p.set(false)) });
             return Err(ClientError::new(
                 ErrorCode::Busy,
                 "append called from inside another append's arguments (a getter or toJSON of \

@@ -180,6 +180,7 @@ impl Routing {
             Input::ReaderStopped => {
                 self.reading = false;
                 self.merged = Subscriptions::default();
+                self.announced = SortedSet::default();
             }
             Input::Message(message) => self.received(message),
             Input::WatchChanged(list) => {
@@ -222,15 +223,25 @@ impl Routing {
             // Not kept until some catch-up of it ends.
             Input::ReadTimedOut(waiter) => self.waiting.retain(|(w, _)| *w != waiter),
             Input::ReaderNews(ReaderNews::LogChanged(aggregate)) => {
+                // Told already: its first catch-up need not be announced again.
+                if self.reading {
+                    self.announced.insert(aggregate);
+                }
                 self.emit(Action::RefreshViews(aggregate));
                 self.post(ReadMessage::LogChanged(aggregate));
             }
             Input::ReaderNews(ReaderNews::CaughtUp(aggregate, ok)) => {
-                // A reader's first catch-up of an aggregate refreshes every context's views:
-                // the previous drainer's last page store may have committed after it closed,
-                // its news told to nobody, and this catch-up then finds the cursor at the tip
-                // and stores nothing (found by tests/read_model_contexts.rs).
-                if ok && self.reading && self.announced.insert(aggregate) {
+                // A reader's first catch-up of a watched aggregate refreshes every context's
+                // views: the previous drainer's last page store may have committed after it
+                // closed, its news told to nobody, and this catch-up then finds the cursor at
+                // the tip and stores nothing (found by tests/read_model_contexts.rs). Watched
+                // only: a `read` builds its view after its catch-up anyway. At most one
+                // aggregate is at risk (the reader stores one page at a time), so each is
+                // announced once per reader, and not again once it was told.
+                if self.reading
+                    && self.merged.watched(&aggregate)
+                    && self.announced.insert(aggregate)
+                {
                     self.emit(Action::RefreshViews(aggregate));
                     self.post(ReadMessage::LogChanged(aggregate));
                 }
@@ -244,6 +255,7 @@ impl Routing {
             Input::Close => {
                 self.reading = false;
                 self.merged = Subscriptions::default();
+                self.announced = SortedSet::default();
                 // Goodbye to the drainer: this context watches nothing any more.
                 self.post(ReadMessage::Watch {
                     context: self.context,
