@@ -9,6 +9,7 @@
 
 mod browser;
 
+use browser::bounds::memory_bytes;
 use browser::*;
 use celeriant_sync::{CeleriantSyncError, ServerCode, SyncClient, is_celeriant_sync_error};
 use js_sys::{Array, Function};
@@ -503,11 +504,6 @@ async fn other_doors_into_the_module_are_read_catching_and_the_client_lives_on()
 }
 
 /// The bytes of the module's memory.
-fn memory_bytes() -> f64 {
-    let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().unchecked_into();
-    get(&memory.buffer(), "byteLength").as_f64().unwrap()
-}
-
 #[wasm_bindgen_test]
 async fn data_over_the_limit_is_refused_before_it_is_copied_into_the_module() {
     // 128 MiB as bytes and as JSON text: copied first (as before), each would grow the module's

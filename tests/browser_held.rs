@@ -9,6 +9,7 @@
 
 mod browser;
 
+use browser::bounds::*;
 use browser::*;
 use celeriant_sync::SyncClient;
 use js_sys::{Array, Function, Uint8Array};
@@ -16,34 +17,6 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
-
-const MIB: u32 = 1 << 20;
-
-fn memory_bytes() -> f64 {
-    let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().unchecked_into();
-    get(&memory.buffer(), "byteLength").as_f64().unwrap()
-}
-
-fn eval(source: &str) -> JsValue {
-    Function::new_no_args(source).call0(&JsValue::NULL).unwrap()
-}
-
-fn event(data: JsValue) -> JsValue {
-    object(&[("type", 1.into()), ("data", data)])
-}
-
-/// `n` times the same event (one array of references: nothing is copied in JS).
-fn repeated(event: &JsValue, n: u32) -> JsValue {
-    let events = Array::new();
-    for _ in 0..n {
-        events.push(event);
-    }
-    events.into()
-}
-
-fn code_and_message(e: &JsValue) -> (String, String) {
-    (string(e, "code"), string(e, "message"))
-}
 
 #[wasm_bindgen_test]
 async fn one_append_holds_at_most_64_mib_counted_while_it_is_copied() {

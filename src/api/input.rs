@@ -117,14 +117,15 @@ pub(crate) fn unknown_field(object: &JsValue, keys: &[&str]) -> Option<String> {
     None
 }
 
-/// One event of an array; `room()` is what the bounds of the call and the module leave, asked
-/// once `data` was read (its getter may have appended meanwhile): data longer is refused by
-/// `over` (given its length in bytes) before it is copied.
+/// One event of an array; `room` is what the bounds of the call and the module leave: data
+/// longer is refused by `over` (given its length in bytes) before it is copied. (No append can
+/// run while this one reads its arguments, `api::budget::Parsing`; what other calls hold can
+/// only shrink meanwhile.)
 fn event(
     value: &JsValue,
     index: usize,
     limits: &Limits,
-    room: &dyn Fn() -> usize,
+    room: usize,
     over: &dyn Fn(usize) -> ClientError,
     now: u64,
 ) -> Result<NewEvent, ClientError> {
@@ -164,7 +165,7 @@ fn event(
     // events of 1 GiB each would not fit in its memory): bytes by their length, JSON by its
     // text's length in UTF-8, counted in JS when its UTF-16 length does not settle it.
     let max = limits.max_event_bytes;
-    let bound = max.min(room());
+    let bound = max.min(room);
     let too_large = |len: usize| {
         ClientError::from(AppendError::Invalid {
             index,
@@ -312,13 +313,12 @@ pub(crate) fn events(
     let mut used = budget.spent;
     for (i, v) in array.iter().enumerate() {
         let call_room = budget.max.saturating_sub(used);
-        // Asked afresh each time: the app's getters may have appended in between.
-        let room = || call_room.min(charge.room().saturating_sub(EVENT_COST));
+        let room = call_room.min(charge.room().saturating_sub(EVENT_COST));
         let over = |len: usize| match len > call_room {
             true => budget.refuse(used.saturating_add(len), i),
             false => busy(charge, i, len.saturating_add(EVENT_COST)),
         };
-        let event = event(&v, i, limits, &room, &over, now)?;
+        let event = event(&v, i, limits, room, &over, now)?;
         let len = event.data.len();
         let cost = len + event.iv.as_ref().map_or(0, Vec::len) + EVENT_COST;
         if len > call_room {

@@ -2,6 +2,7 @@
 //! JavaScript helpers in `support.js`.
 #![allow(dead_code)]
 
+pub mod bounds;
 pub mod views;
 // Not every test file uses them (each is its own crate).
 #[allow(unused_imports)]
