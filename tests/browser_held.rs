@@ -89,7 +89,14 @@ async fn one_append_holds_at_most_64_mib_counted_while_it_is_copied() {
     assert_eq!(code_and_message(&e).0, "EVENT_TOO_LARGE");
     assert_eq!(num(&e, "index"), 4.0);
     let e = err(client.append(a.clone(), repeated(&big, 1))).await;
-    assert_eq!(code_and_message(&e).0, "EVENT_TOO_LARGE");
+    let (code, message) = code_and_message(&e);
+    assert_eq!(code, "EVENT_TOO_LARGE");
+    // Counted only until past the bound: the message says what it knows, a lower bound.
+    assert!(
+        message.starts_with("events[0]: events[0].data is at least 104857")
+            && message.ends_with(" bytes of JSON; at most 1048576 are accepted"),
+        "{message}"
+    );
     let receipts = ok(client.append_with(a.clone(), repeated(&e_acute, 4), options)).await;
     assert_eq!(seqs(&receipts), [66, 67, 68, 69]);
     // Counted in UTF-8 before the copy, surrogate pairs as 4 bytes: 262,143 emoji and the
@@ -118,6 +125,49 @@ async fn one_append_holds_at_most_64_mib_counted_while_it_is_copied() {
     assert_eq!(seqs(&receipts), [71], "the outer append is taken");
     let inner = err(get(&nested, "inner").unchecked_into()).await;
     assert_eq!(code_and_message(&inner).0, "BUSY");
+    // The same through every getter an event has, and between `append` and `appendAtomic`
+    // either way round; a refused `appendAtomic` names a write, as its other refusals do.
+    let other = aggregate(&uuid(), &uuid());
+    let nested = Function::new_with_args(
+        "client, agg, other",
+        "const out = {};          const one = () => [{ type: 1, data: new Uint8Array(1) }];          out.viaId = { type: 1, data: new Uint8Array(1), get eventId() {              out.byId = client.append(agg, one()); return undefined; } };          out.viaIv = { type: 1, data: new Uint8Array(1), get iv() {              out.byIv = client.appendAtomic([{ aggregate: agg, events: one() },                                              { aggregate: other, events: one() }]);              return undefined; } };          out.inAtomic = { type: 1, get data() {              out.byAtomic = client.append(agg, one()); return new Uint8Array(1); } };          return out;",
+    )
+    .call3(&JsValue::NULL, &c, &a, &other)
+    .unwrap();
+    let receipts = ok(client.append(a.clone(), repeated(&get(&nested, "viaId"), 1))).await;
+    assert_eq!(seqs(&receipts), [72]);
+    let inner = err(get(&nested, "byId").unchecked_into()).await;
+    let (code, message) = code_and_message(&inner);
+    assert_eq!(code, "BUSY", "{message}");
+    assert_eq!(num(&inner, "index"), 0.0, "{message}");
+    let receipts = ok(client.append(a.clone(), repeated(&get(&nested, "viaIv"), 1))).await;
+    assert_eq!(seqs(&receipts), [73]);
+    let inner = err(get(&nested, "byIv").unchecked_into()).await;
+    let (code, message) = code_and_message(&inner);
+    assert_eq!(code, "BUSY", "{message}");
+    assert_eq!(num(&inner, "write"), 0.0, "{message}");
+    assert!(
+        message.starts_with("writes[0]: append called from inside"),
+        "{message}"
+    );
+    let atomic = Array::of2(
+        &object(&[
+            ("aggregate", other.clone()),
+            ("events", repeated(&get(&nested, "inAtomic"), 1)),
+        ]),
+        &object(&[
+            ("aggregate", aggregate(&uuid(), &uuid())),
+            ("events", repeated(&small, 1)),
+        ]),
+    );
+    ok(client.append_atomic(atomic.into())).await;
+    let inner = err(get(&nested, "byAtomic").unchecked_into()).await;
+    let (code, message) = code_and_message(&inner);
+    assert_eq!(code, "BUSY", "{message}");
+    assert_eq!(num(&inner, "index"), 0.0, "{message}");
+    // None of them left the flag set: the next append is taken.
+    let receipts = ok(client.append(a.clone(), repeated(&small, 1))).await;
+    assert_eq!(seqs(&receipts), [74]);
 
     // An atomic write is one request: a later write gets what the earlier ones left.
     let b = aggregate(&uuid(), &uuid());

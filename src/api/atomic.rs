@@ -163,7 +163,8 @@ impl SyncClient {
         let mut charge = inner.held.charge();
         // Parsed now: the caller's objects are read before any await.
         let parsed = inner.check_open().and_then(|()| {
-            let _parsing = Parsing::enter()?;
+            // Refused as every other refusal of this call: naming a write (the first).
+            let _parsing = Parsing::enter().map_err(|e| of_write(e, 0))?;
             parse(
                 &writes,
                 &inner.limits,

@@ -181,6 +181,15 @@ fn event(
         true => too_large(len),
         false => over(len),
     };
+    // JSON text over the event's bound was measured in UTF-16 units, or in UTF-8 only until
+    // past the bound (a huge text is not counted through): `len` is then a lower bound.
+    let json_too_large = |len: usize| {
+        let mut error = too_large(len);
+        error.message = format!(
+            "events[{index}]: events[{index}].data is at least {len} bytes of JSON; at most {max} are accepted"
+        );
+        error
+    };
     let data = match js::own_bytes_within(&data_value, bound as f64) {
         Err(len) => return Err(refuse(len as usize)),
         Ok(js::Own::Got(bytes)) => bytes,
@@ -216,14 +225,17 @@ fn event(
             // count, a lower bound of its bytes), and a huge text is not counted through.
             let units = text.length() as usize;
             if units > max {
-                return Err(too_large(units));
+                return Err(json_too_large(units));
             }
             if units.saturating_mul(3) > bound {
                 // Counted up to just past the event's bound (so that too large is told apart
                 // from no room left); `as` saturates (infinity: refused).
                 let bytes = js::utf8_length(&text, max as f64) as usize;
+                if bytes > max {
+                    return Err(json_too_large(bytes));
+                }
                 if bytes > bound {
-                    return Err(refuse(bytes));
+                    return Err(over(bytes));
                 }
             }
             String::from(text).into_bytes()

@@ -27,7 +27,7 @@ pub(crate) mod legs;
 pub(crate) mod log;
 pub mod log_fixture;
 pub mod outbox;
-pub mod principal;
+pub(crate) mod principal;
 mod records;
 pub(crate) mod request;
 pub mod schema;

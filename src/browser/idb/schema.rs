@@ -6,11 +6,11 @@
 //! | `ids`       | out of line: event id     | `[t, a, s]`: where an event was stored; written with the event, deleted in bulk (below) | 2 |
 //! | `counters`  | key path `["t", "a"]`     | `{ t, a, last }`: the highest sequence ever assigned in the aggregate (never deleted) | 1 |
 //! | `parked`    | key path `["t", "a"]`     | a parked aggregate: rejected range, code, message; a parked atomic write's legs (`legs`) | 1 (`legs`: 6) |
-//! | `meta`      | out of line               | `"clientId"` (the device's id), `"pin"` (the pinned batch; an atomic write's adds its `legs`) | 1 (`legs`: 6) |
+//! | `meta`      | out of line               | `"device"` (the key pair, its private key non-extractable), `"clientId"` (the device's id), `"previousClientId"` (the id before a device key), `"principal"` (the user it belongs to), `"pin"` (the pinned batch; an atomic write's adds its `legs`) | 1 (`legs`: 6) |
 //! | `discarded` | out of line: event id     | when a parked event was discarded (`whenSynced` rejects for it) | 1 |
 //! | `landed`    | out of line: `[t, a]`     | the landed watermark: every sequence at or below it landed; kept only while landed events of the aggregate are still stored | 2 |
 //! | `log`       | out of line: `[t, a, version]` | a batch the server confirmed, as it reads it (`{ version, clientId, serverTimestamp, events }`) | 3 |
-//! | `cursors`   | out of line: `[t, a]`     | `{ version, mine }`: the highest version in `log`, and the highest of this device's sequences it holds | 3 |
+//! | `cursors`   | out of line: `[t, a]`     | `{ version, mine, epoch }`: the highest version in `log`, the highest of this device's sequences it holds, how many times the log was reset | 3 |
 //!
 //! UUIDs are stored as lowercase hyphenated strings, so the key order of `outbox` is the order
 //! of (type, id, sequence) — the same order the in-memory outbox uses.
