@@ -1,18 +1,27 @@
 //! Several contexts on one database, simulated by several clients in one page (each requests
 //! the drain lock and talks over the database's BroadcastChannel exactly as a tab would): one
 //! drainer at a time, status and events in every context, takeover when the drainer closes,
-//! `whenSynced` across a reload, and another tab's schema upgrade.
+//! a page the drainer stored as it closed reaching the other contexts' views, `whenSynced`
+//! across a reload, and another tab's schema upgrade.
 #![cfg(target_arch = "wasm32")]
 
 mod browser;
 
 use browser::*;
 use celeriant_sync::SyncClient;
-use js_sys::Array;
+use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(module = "/tests/browser/tabs.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = holdLock)]
+    fn hold_lock(name: &str) -> JsValue;
+    #[wasm_bindgen(js_name = closeAsPageStoreBegins)]
+    fn close_as_page_store_begins(client: &JsValue, db: &str) -> JsValue;
+}
 
 fn role(client: &SyncClient) -> String {
     string(&client.status(), "role")
@@ -204,6 +213,56 @@ async fn when_the_drainer_closes_another_context_takes_over() {
     assert_eq!(read_all(&t, &id).await.len(), 1);
     ok(b.close()).await;
     ok(c.close()).await;
+}
+
+/// The drainer closes while its reader's page store is under way: the store lands and its log
+/// change is told to the other contexts before the lock passes, so their views show the page
+/// without a further change and without another drainer's catch-up (the test holds the lock
+/// next, so nobody drains until it lets it go). Before the fix the close ended first, the
+/// store committing after it with its news told to nobody: the follower's view stayed empty.
+#[wasm_bindgen_test]
+async fn a_page_the_drainer_stored_as_it_closed_reaches_the_other_contexts_views() {
+    no_faults().await;
+    let db = db_name("tabs-closing-store");
+    let a = open(&db, "{}").await;
+    until(2000, "a drainer", || role(&a) == "drainer").await;
+    // Queued behind `a`, before `c`: the test gets the lock when `a` lets it go.
+    let lock = hold_lock(&format!("celeriant-sync:drain:{db}"));
+    let c = open(&db, "{}").await;
+    let other = open(&db_name("tabs-closing-store-other"), "{}").await;
+    let (t, id) = (SHARED_TYPE.to_owned(), uuid());
+    let agg = aggregate(&t, &id);
+    let view = record_views(&JsValue::from(c.clone()), &agg);
+    until(10_000, "the stream connected", || {
+        string(&get(&c.status(), "read"), "state") == "connected"
+    })
+    .await;
+    let closing = close_as_page_store_begins(&JsValue::from(a.clone()), &db);
+    // Another device writes: `a`'s stream tells, its reader reads the page and stores it.
+    ok(other.append(agg.clone(), Array::of1(&bytes_event(1, b"late")).into())).await;
+    flush_within(&other, 20).await;
+    let want = server_keys(&t, &id).await;
+    assert_eq!(want.len(), 1);
+    within(get(&closing, "closed").unchecked_into(), 10_000, "a closed")
+        .await
+        .unwrap();
+    ok(get(&lock, "granted").unchecked_into::<Promise>()).await;
+    assert_eq!(role(&c), "follower", "the test holds the lock");
+    until(
+        3000,
+        "c's view shows the page a stored as it closed",
+        || {
+            let last = get(&view, "last");
+            !last.is_null() && view_keys(&last) == want
+        },
+    )
+    .await;
+    let release: js_sys::Function = get(&lock, "release").unchecked_into();
+    release.call0(&JsValue::UNDEFINED).unwrap();
+    let unsubscribe: js_sys::Function = get(&view, "unsubscribe").unchecked_into();
+    unsubscribe.call0(&JsValue::UNDEFINED).unwrap();
+    ok(c.close()).await;
+    ok(other.close()).await;
 }
 
 #[wasm_bindgen_test]

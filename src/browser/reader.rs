@@ -33,7 +33,7 @@ use crate::engine::read::machine::{Action, Input, PageEnd, Reader, StreamId};
 use crate::engine::read::page;
 use crate::engine::read::routing::ReaderNews;
 use crate::engine::read::sse::{Parser, note};
-use crate::engine::signal::{Signal, first};
+use crate::engine::signal::{InFlight, Signal, first};
 use crate::engine::sorted::{SortedMap, SortedSet};
 use crate::engine::status::{Hub, Refused};
 use celeriant_sync_protocol::codes::gateway::{
@@ -89,6 +89,9 @@ pub(crate) struct ReaderRuntime {
     /// `logged` has been read from storage (until then every landed batch is caught up).
     loaded: Cell<bool>,
     stopped: Cell<bool>,
+    /// Page stores and log resets past their last look at `stopped`, until their news are told
+    /// ([`ReaderRuntime::written`]).
+    writes: InFlight,
     /// Notified by [`ReaderRuntime::stop`], so the reader's own tasks end.
     stopping: Rc<Signal>,
 }
@@ -124,6 +127,7 @@ impl ReaderRuntime {
             logged: RefCell::default(),
             loaded: Cell::new(false),
             stopped: Cell::new(false),
+            writes: InFlight::default(),
             stopping: Rc::default(),
         });
         reader.feed(Input::Online(reader.config.network.online()));
@@ -154,7 +158,8 @@ impl ReaderRuntime {
         reader
     }
 
-    /// Stops: closes the stream, cancels the timer; whatever is in flight is ignored.
+    /// Stops: closes the stream, cancels the timer; whatever is in flight is ignored, but a page
+    /// store or log reset already under way still commits and tells its news ([`Self::written`]).
     pub(crate) fn stop(&self) {
         self.stopped.set(true);
         *self.streams.borrow_mut() = SortedMap::new();
@@ -164,6 +169,18 @@ impl ReaderRuntime {
         self.stopping.notify();
         self.hub
             .set_read(crate::engine::read::machine::ReadState::Idle);
+    }
+
+    /// Whether a page store or log reset is under way (it may be, after [`Self::stop`]).
+    pub(crate) fn writing(&self) -> bool {
+        self.writes.busy()
+    }
+
+    /// Resolves once no page store or log reset is under way and the news of each were told.
+    /// Each is one IndexedDB transaction, which commits or aborts on its own; no request is
+    /// waited for (a page answered after [`Self::stop`] is not stored).
+    pub(crate) async fn written(&self) {
+        self.writes.idle().await
     }
 
     /// The network was switched off: the open streams are closed now (and reopening them fails
@@ -296,6 +313,7 @@ impl ReaderRuntime {
                     if this.stopped.get() {
                         return;
                     }
+                    let _writing = this.writes.enter();
                     // A failed reset leaves the old log: the next page read finds out again.
                     let _ = this.outbox.reset_log(aggregate, min_version, gone).await;
                     this.hub.logged(aggregate);
@@ -514,6 +532,8 @@ impl ReaderRuntime {
         if self.stopped.get() {
             return failed("the reader stopped".into());
         }
+        // From here a stop no longer keeps the page from being stored: counted until its news.
+        let _writing = self.writes.enter();
         // Parsed as the JS string it came as (see `get_raw`); copied into Rust only for an
         // error message.
         let parsed = parse_text(&text).unwrap_or(JsValue::UNDEFINED);

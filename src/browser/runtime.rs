@@ -93,6 +93,9 @@ pub(crate) struct Runtime {
     routing_now: Cell<bool>,
     /// The read side, while this context drains.
     reader: RefCell<Option<Rc<ReaderRuntime>>>,
+    /// Stopped readers whose page store or log reset was still under way when they stopped
+    /// (`close` waits for them: [`Runtime::readers_written`]).
+    retired: RefCell<Vec<Rc<ReaderRuntime>>>,
     /// `read` calls waiting for a catch-up to end, by waiter id (the routing answers them).
     answers: RefCell<Vec<(u64, oneshot::Sender<bool>)>>,
     next_waiter: Cell<u64>,
@@ -226,6 +229,7 @@ impl Runtime {
                 route_queue: RefCell::default(),
                 routing_now: Cell::new(false),
                 reader: RefCell::new(None),
+                retired: RefCell::default(),
                 answers: RefCell::default(),
                 next_waiter: Cell::new(0),
                 storage: storage::StorageMemory::default(),
@@ -501,8 +505,13 @@ impl Runtime {
         } else {
             self.hub.set_state(SyncState::Closed);
         }
-        self.feed(Event::Close);
         self.stop_reader();
+        // A page store or log reset of the stopped reader still under way lands, and its
+        // `LogChanged` is told on the channel, before the drain lock goes (`Event::Close`
+        // releases it): else a store that commits after the next drainer's first catch-up of
+        // its aggregate is told to nobody, and other contexts' views of it stay behind.
+        self.readers_written().await;
+        self.feed(Event::Close);
         // Goodbye to the drainer; every waiting `read` is answered (from the local log).
         self.route(RouteInput::Close);
         self.flush_outgoing();

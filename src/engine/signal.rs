@@ -5,7 +5,7 @@
 //! relevant ones. A generation counter makes notifications impossible to miss: a waiter created
 //! before a `notify` completes even if it is first polled after it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -75,6 +75,49 @@ impl Future for Changed<'_> {
     }
 }
 
+/// Work under way, counted: each piece holds an [`Entered`] while it runs, and
+/// [`InFlight::idle`] resolves once none does (a closing client waits so for its stopped
+/// reader's page store or log reset, whose news must be told before the drain lock goes).
+#[derive(Default)]
+pub struct InFlight {
+    count: Cell<u32>,
+    ended: Signal,
+}
+
+/// One piece of work counted in an [`InFlight`] until dropped.
+pub struct Entered<'a>(&'a InFlight);
+
+impl InFlight {
+    /// Counts one more piece of work, until the returned guard is dropped.
+    pub fn enter(&self) -> Entered<'_> {
+        self.count.set(self.count.get() + 1);
+        Entered(self)
+    }
+
+    /// Whether some piece of work is under way.
+    pub fn busy(&self) -> bool {
+        self.count.get() > 0
+    }
+
+    /// Resolves once no piece of work is under way (at once if none is).
+    pub async fn idle(&self) {
+        loop {
+            let ended = self.ended.notified();
+            if !self.busy() {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.0.count.set(self.0.count.get() - 1);
+        self.0.ended.notify();
+    }
+}
+
 /// Waits for whichever of two futures finishes first; `true` when it was the first.
 pub async fn first<A: Future, B: Future>(a: A, b: B) -> bool {
     let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
@@ -113,6 +156,25 @@ mod tests {
             b.await;
         });
         assert_eq!(s.generation(), 1);
+    }
+
+    #[test]
+    fn idle_waits_for_every_piece_of_work() {
+        let work = InFlight::default();
+        assert!(block_on(first(work.idle(), std::future::pending::<()>())));
+        let (a, b) = (work.enter(), work.enter());
+        let mut idle = Box::pin(work.idle());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(idle.as_mut().poll(&mut cx).is_pending());
+        drop(a);
+        assert!(
+            idle.as_mut().poll(&mut cx).is_pending(),
+            "one still under way"
+        );
+        assert!(work.busy());
+        drop(b);
+        assert!(idle.as_mut().poll(&mut cx).is_ready());
+        assert!(!work.busy());
     }
 
     #[test]

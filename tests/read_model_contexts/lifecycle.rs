@@ -1,7 +1,8 @@
 //! The contexts' lives in the read side's contexts model (`tests/read_model_contexts.rs`), split
 //! out of it to keep that file short: contexts opening, closing (with their goodbye) and
 //! vanishing (without one), the drain ending and another open context taking it over with a
-//! new reader, and a stopped reader's page or reset still writing the log afterwards.
+//! new reader, and a stopped reader's page or reset still writing the log afterwards (waited
+//! for by a context that closes, lost with one that vanishes).
 
 use std::collections::BTreeMap;
 
@@ -46,10 +47,12 @@ impl Model {
         }
     }
 
-    /// Unless [`Model::orphans_of_closing`], what context `c`'s stopped reader still writes
-    /// ends now, while `c` can tell the others (it is about to close).
+    /// What context `c`'s stopped readers still write ends now, while `c` can tell the others:
+    /// it is about to close, and waits for it before its goodbye and before the lock passes
+    /// (`Runtime::close`). Not with [`Model::release_before_store`], the old order: then it
+    /// ends later, at any step (a takeover included), its news told to nobody.
     fn finish_orphans_of(&mut self, c: usize) {
-        while !self.orphans_of_closing
+        while !self.release_before_store
             && let Some(i) = self.orphans.iter().position(|(o, _)| *o == c)
         {
             let orphan = self.orphans.remove(i);
@@ -92,14 +95,16 @@ impl Model {
     }
 
     /// Context `c` is gone without a word (the tab crashed or was killed): no goodbye, no
-    /// `ReaderStopped`; its lock is released, so if it drained, the reader is gone with it.
+    /// `ReaderStopped`; its lock is released, so if it drained, the reader is gone with it, and
+    /// the transaction of a page store or reset under way is aborted with it (one that
+    /// commits all the same is told to nobody: documented, not modelled).
     pub(super) fn vanish(&mut self, c: usize) {
         self.note(format!("ctx {c} vanishes"));
         if self.drainer == Some(c) {
             self.drainer = None;
-            self.stop_reader(c);
+            let _ = self.world.stop();
         }
-        self.finish_orphans_of(c);
+        self.orphans.retain(|(o, _)| *o != c);
         let context = &mut self.contexts[c];
         context.open = false;
         context.reads.clear();

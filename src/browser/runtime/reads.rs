@@ -87,7 +87,7 @@ impl Runtime {
         // Taken out first: no borrow of `reader` is held while the old one stops.
         let old = self.reader.borrow_mut().replace(reader);
         if let Some(old) = old {
-            old.stop();
+            self.retire(old);
         }
         self.route(Input::ReaderStarted);
     }
@@ -96,9 +96,35 @@ impl Runtime {
     pub(super) fn stop_reader(self: &Rc<Self>) {
         let reader = self.reader.borrow_mut().take();
         if let Some(reader) = reader {
-            reader.stop();
+            self.retire(reader);
         }
         self.route(Input::ReaderStopped);
+    }
+
+    /// Stops `reader`; kept while a page store or log reset of it is under way (whose news
+    /// still come here), so that `close` can wait for it.
+    fn retire(&self, reader: Rc<ReaderRuntime>) {
+        reader.stop();
+        let mut retired = self.retired.borrow_mut();
+        retired.retain(|r| r.writing());
+        if reader.writing() {
+            retired.push(reader);
+        }
+    }
+
+    /// Waits for the page stores and log resets this context's stopped readers still had under
+    /// way, each until its news were told (routed here, so posted on the channel). Each is one
+    /// IndexedDB transaction, which commits or aborts on its own, so this is short; bounded all
+    /// the same (the request timeout), so that `close` always ends. No request is waited for:
+    /// a page answered after the stop is not stored.
+    pub(super) async fn readers_written(&self) {
+        let retired = std::mem::take(&mut *self.retired.borrow_mut());
+        let all = async {
+            for reader in &retired {
+                reader.written().await;
+            }
+        };
+        first(all, TimeoutFuture::new(self.config.request_timeout_ms)).await;
     }
 
     /// This context's subscriptions changed (a listener came or went): tell whoever holds the
