@@ -39,9 +39,11 @@
 //! answered `true` by a catch-up that ended before it asked (reads are tagged; a catch-up names
 //! only those asked before its page request began).
 //!
-//! Not shown here: the same within the drainer, a page answered by the server before the
-//! `read` asked and stored after (this model's pages read the gateway when they complete); the
-//! read machine's unit tests (`src/engine/read/machine_read_tests.rs`) check that case.
+//! Within the drainer, a read answered by a page begun before it asked shows here when that
+//! page is answered from a `ready`'s tip read before the read (a reader that names every read
+//! waiting when a catch-up ends fails the property test); one the server answered before the
+//! read and that is stored after does not (this model's pages read the gateway when they
+//! complete): the read machine's unit tests (`src/engine/read/machine_read_tests.rs`) check it.
 //!
 //! This file holds the model's state, its steps, settling and checks, and the tests; how a
 //! context's routing is fed and what it decides is performed, with the channel between
