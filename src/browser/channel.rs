@@ -100,7 +100,10 @@ fn encode_read(message: &ReadMessage) -> JsValue {
             &[
                 agg(aggregate),
                 ("ok", JsValue::from_bool(*ok)),
-                ("reads", reads.iter().map(tag_to_js).collect::<Array>().into()),
+                (
+                    "reads",
+                    reads.iter().map(tag_to_js).collect::<Array>().into(),
+                ),
             ],
         ),
         ReadMessage::LogChanged(a) => tagged("logChanged", &[agg(a)]),

@@ -80,8 +80,9 @@ impl CatchUps {
         let Some(reads) = self.reads.get_mut(&aggregate) else {
             return Vec::new();
         };
-        let (served, waiting): (Vec<_>, Vec<_>) =
-            std::mem::take(reads).into_iter().partition(|(_, aboard)| *aboard);
+        let (served, waiting): (Vec<_>, Vec<_>) = std::mem::take(reads)
+            .into_iter()
+            .partition(|(_, aboard)| *aboard);
         if waiting.is_empty() {
             self.reads.remove(&aggregate);
         } else {

@@ -15,6 +15,10 @@
 //! fetched at a time (bounded memory, one request at a time besides the stream); fetching a
 //! page and storing it with the aggregate's cursor is one action, so a page and its cursor move
 //! together.
+//!
+//! A `read` asks under a tag ([`Input::Read`]); a catch-up's end ([`Action::CaughtUp`]) names
+//! the reads asked before one of its page requests began, and only those
+//! ([`super::catch_up`]), so a `read` sees at least what the server had when it asked.
 
 use std::collections::VecDeque;
 

@@ -16,10 +16,7 @@ fn agg(n: u128) -> AggregateRef {
 }
 
 fn tag(waiter: u64) -> ReadTag {
-    ReadTag {
-        context: 3,
-        waiter,
-    }
+    ReadTag { context: 3, waiter }
 }
 
 /// Handles `input`; what it does, reports left out.
@@ -61,7 +58,10 @@ fn a_read_asked_while_the_last_page_is_in_flight_waits_for_the_next_catch_up() {
     assert_eq!(on(&mut r, Input::Read(agg(1), tag(2))), []);
     assert_eq!(
         on(&mut r, last(agg(1))),
-        [caught_up(agg(1), true, &[tag(1)]), Action::FetchPage(agg(1))]
+        [
+            caught_up(agg(1), true, &[tag(1)]),
+            Action::FetchPage(agg(1))
+        ]
     );
     assert_eq!(
         on(&mut r, page(agg(1), PageEnd::Stored { more: true })),
@@ -71,7 +71,10 @@ fn a_read_asked_while_the_last_page_is_in_flight_waits_for_the_next_catch_up() {
     assert_eq!(on(&mut r, Input::Read(agg(1), tag(3))), []);
     assert_eq!(
         on(&mut r, last(agg(1))),
-        [caught_up(agg(1), true, &[tag(2)]), Action::FetchPage(agg(1))]
+        [
+            caught_up(agg(1), true, &[tag(2)]),
+            Action::FetchPage(agg(1))
+        ]
     );
     assert_eq!(
         on(&mut r, last(agg(1))),
@@ -105,7 +108,10 @@ fn a_read_queued_behind_another_aggregate_boards_its_own_page() {
     assert_eq!(on(&mut r, Input::Read(agg(2), tag(2))), []);
     assert_eq!(
         on(&mut r, last(agg(1))),
-        [caught_up(agg(1), true, &[tag(1)]), Action::FetchPage(agg(2))]
+        [
+            caught_up(agg(1), true, &[tag(1)]),
+            Action::FetchPage(agg(2))
+        ]
     );
     assert_eq!(
         on(&mut r, last(agg(2))),

@@ -245,7 +245,10 @@ fn a_read_is_answered_only_by_a_catch_up_that_names_it() {
     // (the bug: it answered both), a stream's, or an older release's drainer's.
     assert_eq!(handled(&mut r, message(agg(1), true, &[])), []);
     assert_eq!(
-        handled(&mut r, message(agg(1), true, &[tag(OTHER, 1), tag(OTHER, 3)])),
+        handled(
+            &mut r,
+            message(agg(1), true, &[tag(OTHER, 1), tag(OTHER, 3)])
+        ),
         [],
         "the same waiter ids of another context"
     );
