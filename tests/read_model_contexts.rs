@@ -21,8 +21,8 @@
 //! it; only the drainer's routing feeds the reader; every answer is to a `read` still waiting
 //! in that context, and an offline one is answered at once; no `read` is answered `true` with
 //! the log below the gateway's tip when it asked (of an aggregate not deleted); every batch the
-//! log holds is the gateway's; a view refreshed incrementally equals one read from scratch. Checked once
-//! quiescent (every message, note, page and timer done, no faults, a drainer): the reader
+//! log holds is the gateway's; a view refreshed incrementally equals one read from scratch.
+//! Checked once quiescent (every message, note, page and timer done, no faults, a drainer): the reader
 //! watches exactly the union of the open contexts' subscriptions (a closed one, which said
 //! goodbye, adds nothing; one that vanished may linger until the drainer changes, as
 //! documented), its streams cover it within the gateway's caps, no notification is

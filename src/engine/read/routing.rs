@@ -34,7 +34,8 @@ use crate::engine::sorted::SortedSet;
 pub enum ReaderNews {
     /// The aggregate's local log moved.
     LogChanged(AggregateRef),
-    /// A catch-up of the aggregate ended (the reader's [`Action::CaughtUp`](super::machine::Action::CaughtUp)).
+    /// A catch-up of the aggregate ended (the reader's
+    /// [`Action::CaughtUp`](super::machine::Action::CaughtUp)).
     CaughtUp {
         /// The aggregate.
         aggregate: AggregateRef,
