@@ -4,6 +4,12 @@
 //! A message travels as a plain object `{ kind, ...fields }` (structured clone); status and
 //! notices in the very shapes the app sees ([`super::convert`]). A message this version cannot
 //! read (another version of the library, damage) is ignored.
+//!
+//! Fields added since a message first existed are read as absent from an older release: a
+//! `catchUp` without `read` asks an untagged catch-up (its `caughtUp` answers that tab's reads
+//! as its release does, by aggregate), a `caughtUp` without `reads` names no read (an older
+//! drainer answers no `read` of this release: each waits out its timeout). An older release
+//! ignores the fields it does not know.
 
 use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
@@ -17,7 +23,7 @@ use super::idb::legs::{legs_js, legs_of};
 use super::js;
 use crate::engine::coord::Message;
 use crate::engine::model::{AggregateRef, ParkRecord};
-use crate::engine::read::message::ReadMessage;
+use crate::engine::read::message::{ReadMessage, ReadTag};
 
 fn tagged(kind: &str, fields: &[(&str, JsValue)]) -> JsValue {
     let o = Object::new();
@@ -81,14 +87,43 @@ fn encode_read(message: &ReadMessage) -> JsValue {
             )
         }
         ReadMessage::WhoWatches => tagged("whoWatches", &[]),
-        ReadMessage::CatchUp(a) => tagged("catchUp", &[agg(a)]),
-        ReadMessage::CaughtUp { aggregate, ok } => tagged(
+        ReadMessage::CatchUp { aggregate, read } => match read {
+            Some(tag) => tagged("catchUp", &[agg(aggregate), ("read", tag_to_js(tag))]),
+            None => tagged("catchUp", &[agg(aggregate)]),
+        },
+        ReadMessage::CaughtUp {
+            aggregate,
+            ok,
+            reads,
+        } => tagged(
             "caughtUp",
-            &[agg(aggregate), ("ok", JsValue::from_bool(*ok))],
+            &[
+                agg(aggregate),
+                ("ok", JsValue::from_bool(*ok)),
+                (
+                    "reads",
+                    reads.iter().map(tag_to_js).collect::<Array>().into(),
+                ),
+            ],
         ),
         ReadMessage::LogChanged(a) => tagged("logChanged", &[agg(a)]),
         ReadMessage::Touched(a) => tagged("touched", &[agg(a)]),
     }
+}
+
+/// A read's tag as it travels: `"<context>.<waiter>"` (both u64: the context id is random over
+/// 64 bits, past what a JS number holds exactly).
+fn tag_to_js(tag: &ReadTag) -> JsValue {
+    JsValue::from_str(&format!("{}.{}", tag.context, tag.waiter))
+}
+
+fn tag_from_js(value: &JsValue) -> Option<ReadTag> {
+    let text = value.as_string()?;
+    let (context, waiter) = text.split_once('.')?;
+    Some(ReadTag {
+        context: context.parse().ok()?,
+        waiter: waiter.parse().ok()?,
+    })
 }
 
 fn decode_read(kind: &str, value: &JsValue) -> Option<ReadMessage> {
@@ -104,10 +139,25 @@ fn decode_read(kind: &str, value: &JsValue) -> Option<ReadMessage> {
             ReadMessage::Watch { context, list }
         }
         "whoWatches" => ReadMessage::WhoWatches,
-        "catchUp" => ReadMessage::CatchUp(aggregate()?),
+        "catchUp" => {
+            // Absent: an older release's (untagged); present, it must read as a tag.
+            let read = js::get(value, "read");
+            ReadMessage::CatchUp {
+                aggregate: aggregate()?,
+                read: if read.is_undefined() {
+                    None
+                } else {
+                    Some(tag_from_js(&read)?)
+                },
+            }
+        }
         "caughtUp" => ReadMessage::CaughtUp {
             aggregate: aggregate()?,
             ok: js::get(value, "ok").as_bool()?,
+            // Absent (an older release's): it names no read.
+            reads: (js::array(&js::get(value, "reads")).iter())
+                .map(tag_from_js)
+                .collect::<Option<_>>()?,
         },
         "logChanged" => ReadMessage::LogChanged(aggregate()?),
         "touched" => ReadMessage::Touched(aggregate()?),

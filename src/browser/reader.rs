@@ -230,7 +230,7 @@ impl ReaderRuntime {
         if self.stopped.get() {
             return;
         }
-        if let Input::Subscribe(a) | Input::CatchUp(a) = &input {
+        if let Input::Subscribe(a) | Input::CatchUp(a) | Input::Read(a, _) = &input {
             self.logged.borrow_mut().insert(*a);
         }
         self.queue.borrow_mut().push_back(input);
@@ -346,9 +346,17 @@ impl ReaderRuntime {
                 *self.timer.borrow_mut() = Some(timer);
             }
             Action::Report(state) => self.hub.set_read(state),
-            Action::CaughtUp(aggregate, ok) => {
+            Action::CaughtUp {
+                aggregate,
+                ok,
+                reads,
+            } => {
                 self.outbox.caught_up(aggregate);
-                (self.news)(ReaderNews::CaughtUp(aggregate, ok))
+                (self.news)(ReaderNews::CaughtUp {
+                    aggregate,
+                    ok,
+                    reads,
+                })
             }
         }
     }

@@ -65,7 +65,7 @@ impl Model {
                 if ok && !held.is_some_and(|h| h.deleted) {
                     let cursor = block_on(self.world.log.cursor(read.aggregate)).unwrap();
                     if cursor.version < read.tip {
-                        self.stale += 1;
+                        self.stale.push((waiter, read.tip, cursor.version));
                     }
                 }
                 self.answers.push((waiter, ok));

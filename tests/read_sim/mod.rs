@@ -312,7 +312,15 @@ impl World {
             Action::RetryLater { aggregate, ms } => self.retries.push((self.now + ms, aggregate)),
             Action::Wait(ms) => self.wait = Some(self.now + ms),
             Action::Report(_) => {}
-            Action::CaughtUp(aggregate, ok) => self.news.push(ReaderNews::CaughtUp(aggregate, ok)),
+            Action::CaughtUp {
+                aggregate,
+                ok,
+                reads,
+            } => self.news.push(ReaderNews::CaughtUp {
+                aggregate,
+                ok,
+                reads,
+            }),
         }
     }
 

@@ -3,7 +3,9 @@
 //! the channel, refreshing views, answering `read`s — and feeds it what happens here (the
 //! reader starting and stopping, messages, subscriptions, `read`s and their timeouts, the
 //! reader's news). `read`'s oneshot senders stay here, keyed by waiter id; the machine says
-//! which is answered and how.
+//! which is answered and how (the tag a `read` asks under, this context's id and its waiter
+//! id, goes from the routing to the reader and back in the reader's news; nothing here reads
+//! it).
 
 use std::rc::Rc;
 

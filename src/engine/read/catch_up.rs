@@ -1,20 +1,31 @@
-//! The catch-ups waiting for their page, in order, each aggregate at most once.
+//! The catch-ups waiting for their page, in order, each aggregate at most once; and the `read`s
+//! waiting for a catch-up of their aggregate that begins after they asked.
 //!
 //! A `ready` or `resync` of a shard queues up to 1,000 aggregates at once, and the unwatched
 //! ones with them; checking "already queued?" by scanning the queue made such a burst
 //! quadratic (8,000 queued: 32 million comparisons). A sorted index beside the order keeps it
 //! a binary search.
+//!
+//! A `read` must see at least what the server had when it asked, so a catch-up answers only
+//! the reads asked before one of its page requests began ([`CatchUps::board`]); a read asked
+//! while a page is in flight waits for the next one (it queued its aggregate again). Before,
+//! every catch-up that ended answered every read of its aggregate, also one whose last page
+//! was answered before the read asked (found by `tests/read_model_contexts.rs`).
 
 use std::collections::VecDeque;
 
 use super::super::model::AggregateRef;
-use super::super::sorted::SortedSet;
+use super::super::sorted::{SortedMap, SortedSet};
+use super::message::ReadTag;
 
 /// The catch-up queue.
 #[derive(Debug, Default)]
 pub(crate) struct CatchUps {
     order: VecDeque<AggregateRef>,
     queued: SortedSet<AggregateRef>,
+    /// The reads waiting, by aggregate: `true` once a page request of it began after they
+    /// asked (aboard its catch-up).
+    reads: SortedMap<AggregateRef, Vec<(ReadTag, bool)>>,
 }
 
 impl CatchUps {
@@ -38,5 +49,45 @@ impl CatchUps {
         let next = self.order.pop_front()?;
         self.queued.remove(&next);
         Some(next)
+    }
+
+    /// The read `tag` waits for a catch-up of `aggregate` that begins from now on, which is
+    /// queued (a read asked again — a new drainer asks every waiting read again — keeps its
+    /// place).
+    pub(crate) fn ask(&mut self, aggregate: AggregateRef, tag: ReadTag) {
+        let reads = self.reads.get_or_default(aggregate);
+        if !reads.iter().any(|(t, _)| *t == tag) {
+            reads.push((tag, false));
+        }
+        self.push_back(aggregate);
+    }
+
+    /// A page request of `aggregate` begins: every read of it waiting is aboard (this
+    /// catch-up's end answers it). Whether any read is aboard.
+    pub(crate) fn board(&mut self, aggregate: AggregateRef) -> bool {
+        let Some(reads) = self.reads.get_mut(&aggregate) else {
+            return false;
+        };
+        for (_, aboard) in reads.iter_mut() {
+            *aboard = true;
+        }
+        !reads.is_empty()
+    }
+
+    /// The catch-up of `aggregate` ended: the reads aboard it, no longer waiting. Those asked
+    /// since its last page request began stay, for the next catch-up (queued when they asked).
+    pub(crate) fn served(&mut self, aggregate: AggregateRef) -> Vec<ReadTag> {
+        let Some(reads) = self.reads.get_mut(&aggregate) else {
+            return Vec::new();
+        };
+        let (served, waiting): (Vec<_>, Vec<_>) = std::mem::take(reads)
+            .into_iter()
+            .partition(|(_, aboard)| *aboard);
+        if waiting.is_empty() {
+            self.reads.remove(&aggregate);
+        } else {
+            *reads = waiting;
+        }
+        served.into_iter().map(|(tag, _)| tag).collect()
     }
 }

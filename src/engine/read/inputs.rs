@@ -3,6 +3,7 @@
 //! the machine's rules so each file reads on its own.
 
 use super::super::model::AggregateRef;
+use super::message::ReadTag;
 use super::streams::StreamId;
 
 /// The read side's state, as `status().read` reports it.
@@ -83,8 +84,13 @@ pub enum Input {
     Subscribe(AggregateRef),
     /// One subscriber less.
     Unsubscribe(AggregateRef),
-    /// Catch this aggregate up now (a `read`, or a batch of it just landed).
+    /// Catch this aggregate up now (a batch of it just landed, a failed page's retry, a
+    /// `read` of a context of an older release); its end answers no `read`.
     CatchUp(AggregateRef),
+    /// A `read` of the aggregate asks for a catch-up: the [`Action::CaughtUp`] of the first
+    /// catch-up whose page request begins after this names `tag` (one already under way, its
+    /// page asked before, does not).
+    Read(AggregateRef, ReadTag),
     /// A stream said something.
     Stream(StreamId, Note),
     /// What a stream's `ready` (fed just before it) says each aggregate's version was once
@@ -162,6 +168,15 @@ pub enum Action {
     Wait(u64),
     /// The read side's state changed.
     Report(ReadState),
-    /// The aggregate's catch-up ended: `true` when it reached the server's tip as known.
-    CaughtUp(AggregateRef, bool),
+    /// The aggregate's catch-up ended.
+    CaughtUp {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// `true` when it reached the server's tip as known.
+        ok: bool,
+        /// The `read`s it answers ([`Input::Read`]): those asked before a page request of
+        /// this catch-up began, so before its last one (empty: a catch-up no `read` waits
+        /// for, or one that began before they asked — the next one answers them).
+        reads: Vec<ReadTag>,
+    },
 }

@@ -15,6 +15,10 @@
 //! fetched at a time (bounded memory, one request at a time besides the stream); fetching a
 //! page and storing it with the aggregate's cursor is one action, so a page and its cursor move
 //! together.
+//!
+//! A `read` asks under a tag ([`Input::Read`]); a catch-up's end ([`Action::CaughtUp`]) names
+//! the reads asked before one of its page requests began, and only those
+//! ([`super::catch_up`]), so a `read` sees at least what the server had when it asked.
 
 use std::collections::VecDeque;
 
@@ -161,9 +165,14 @@ impl Reader {
                 }
             }
             Input::CatchUp(aggregate) => {
-                // Asked now (a `read`, a landed batch): a tip from before says nothing.
+                // Asked now (a landed batch, a retry): a tip from before says nothing.
                 self.tips.remove(&aggregate);
                 self.enqueue(aggregate);
+            }
+            Input::Read(aggregate, tag) => {
+                // Answered by a catch-up whose page request begins from now on.
+                self.tips.remove(&aggregate);
+                self.queue.ask(aggregate, tag);
             }
             Input::Stream(id, note) => self.note(id, note),
             Input::Tips(id, tips) => {
@@ -249,9 +258,7 @@ impl Reader {
                         // Read on first; the pages to come cover a queued catch-up of it too.
                         self.queue.push_front(aggregate);
                     }
-                    PageEnd::Stored { more: false } => {
-                        self.emit(Action::CaughtUp(aggregate, true));
-                    }
+                    PageEnd::Stored { more: false } => self.caught_up(aggregate, true),
                     PageEnd::Trimmed { min_version } => {
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
@@ -269,7 +276,7 @@ impl Reader {
                         });
                     }
                     PageEnd::Failed { .. } => {
-                        self.emit(Action::CaughtUp(aggregate, false));
+                        self.caught_up(aggregate, false);
                         if !self.failed.contains(&aggregate) {
                             self.failed.push(aggregate);
                         }
@@ -453,6 +460,16 @@ impl Reader {
         self.queue.push_back(aggregate);
     }
 
+    /// The aggregate's catch-up ended: it answers the reads aboard it.
+    fn caught_up(&mut self, aggregate: AggregateRef, ok: bool) {
+        let reads = self.queue.served(aggregate);
+        self.emit(Action::CaughtUp {
+            aggregate,
+            ok,
+            reads,
+        });
+    }
+
     /// Starts the next page, one at a time.
     fn pump(&mut self) {
         if self.fetching.is_some() {
@@ -460,13 +477,18 @@ impl Reader {
         }
         if let Some(aggregate) = self.queue.pop_front() {
             self.fetching = Some(aggregate);
+            // The reads waiting for it board this page: its catch-up's end answers them.
+            let read = self.queue.board(aggregate);
             // Only while the stream that gave it is still the aggregate's current one: a tip
             // of a replaced or ended stream (or of a shard the aggregate left) says nothing
             // of what happened between that stream's end and the next one's registration.
+            // Nor with a read aboard: the stream may have been registered, and the tip read,
+            // before the read asked (a change since then is notified, but perhaps after this
+            // page would answer the read).
             let tip = self
                 .tips
                 .remove(&aggregate)
-                .filter(|(id, _)| self.streams.covers(*id, &aggregate))
+                .filter(|(id, _)| !read && self.streams.covers(*id, &aggregate))
                 .map(|(_, tip)| tip);
             if self.probe_due.remove(&aggregate) {
                 self.emit(Action::Probe(aggregate));
@@ -505,3 +527,7 @@ impl Reader {
 #[cfg(test)]
 #[path = "machine_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "machine_read_tests.rs"]
+mod read_tests;

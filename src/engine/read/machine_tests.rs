@@ -27,6 +27,15 @@ fn cur(r: &Reader) -> StreamId {
     r.streams()[0].0
 }
 
+/// The end of a catch-up that answers no read.
+fn caught_up(aggregate: AggregateRef, ok: bool) -> Action {
+    Action::CaughtUp {
+        aggregate,
+        ok,
+        reads: Vec::new(),
+    }
+}
+
 fn reader() -> Reader {
     Reader::new(Backoff::default())
 }
@@ -70,7 +79,7 @@ fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_re
     );
     assert_eq!(
         doing(&mut r),
-        [Action::CaughtUp(agg(1), true), Action::FetchPage(agg(2))]
+        [caught_up(agg(1), true), Action::FetchPage(agg(2))]
     );
     r.handle(Input::Stream(cur(&r), Note::Ready), T, 0.5);
     r.handle(
@@ -96,7 +105,7 @@ fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_re
     );
     assert_eq!(
         doing(&mut r),
-        [Action::CaughtUp(agg(2), true), Action::FetchPage(agg(1))],
+        [caught_up(agg(2), true), Action::FetchPage(agg(1))],
         "ready: everything watched is caught up again (nothing between the two is missed)"
     );
     r.handle(
@@ -177,7 +186,7 @@ fn notifications_coalesce_into_one_catch_up_per_aggregate() {
     );
     assert_eq!(
         doing(&mut r),
-        [Action::CaughtUp(agg(1), true), Action::FetchPage(agg(2))]
+        [caught_up(agg(1), true), Action::FetchPage(agg(2))]
     );
 }
 
@@ -267,7 +276,7 @@ fn reset_and_resync_notes() {
     );
     assert_eq!(
         doing(&mut r),
-        [Action::CaughtUp(agg(2), true), Action::FetchPage(agg(1))],
+        [caught_up(agg(2), true), Action::FetchPage(agg(1))],
         "resync: everything watched again"
     );
 }
@@ -341,7 +350,7 @@ fn a_failed_page_is_reported_and_tried_again_when_the_stream_is_ready() {
         0.5,
     );
     let after = doing(&mut r);
-    assert_eq!(after[0], Action::CaughtUp(agg(1), false));
+    assert_eq!(after[0], caught_up(agg(1), false));
     let Action::RetryLater { aggregate, ms } = after[1] else {
         panic!("{after:?}")
     };
@@ -376,7 +385,7 @@ fn a_reset_during_a_page_of_the_same_aggregate_is_probed_after_it() {
     );
     assert_eq!(
         doing(&mut r),
-        [Action::CaughtUp(agg(1), true), Action::Probe(agg(1))],
+        [caught_up(agg(1), true), Action::Probe(agg(1))],
         "the reset is not lost"
     );
     r.handle(
@@ -634,7 +643,7 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
     );
     assert_eq!(
         doing(&mut r),
-        [Action::CaughtUp(agg(1), true), Action::FetchPage(agg(2))]
+        [caught_up(agg(1), true), Action::FetchPage(agg(2))]
     );
     r.handle(
         Input::Page {
@@ -646,7 +655,7 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
     );
     assert_eq!(
         doing(&mut r),
-        [Action::CaughtUp(agg(2), true), Action::FetchPage(agg(3))],
+        [caught_up(agg(2), true), Action::FetchPage(agg(3))],
         "no tip for agg 3"
     );
     // Tips of a stream that is already up (a late duplicate) are not taken.
@@ -662,7 +671,7 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
     );
     assert_eq!(
         doing(&mut r),
-        [Action::CaughtUp(agg(3), true), Action::FetchPage(agg(1))]
+        [caught_up(agg(3), true), Action::FetchPage(agg(1))]
     );
 }
 

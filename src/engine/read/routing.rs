@@ -11,8 +11,12 @@
 //!   and feeds the reader what changes the union, and the catch-ups asked anywhere;
 //! * the others post what they watch and the catch-ups their `read`s need, and answer a new
 //!   drainer's [`ReadMessage::WhoWatches`] with their list and their waiting reads again;
-//! * a `read` waits (by its waiter id) until a catch-up of its aggregate ends here or
-//!   elsewhere, or until it times out (the runtime's timer: [`Input::ReadTimedOut`]).
+//! * a `read` asks under a [`ReadTag`] (this context's id and its waiter id) and waits until
+//!   a catch-up that names the tag ends, here or elsewhere, or until it times out (the
+//!   runtime's timer: [`Input::ReadTimedOut`]). The reader names a read only in the end of a
+//!   catch-up whose page request began after the read asked, so its view holds at least what
+//!   the server had when it asked; a catch-up that names no tag (a stream's, a landed
+//!   batch's, one already under way when the read asked) answers no read.
 //!
 //! Inputs come in through [`Routing::handle`]; actions come out of [`Routing::poll`], in the
 //! order they must be performed (posts on the channel keep that order).
@@ -20,18 +24,26 @@
 use std::collections::VecDeque;
 
 use super::machine::Input as ReadInput;
-use super::message::ReadMessage;
+use super::message::{ReadMessage, ReadTag};
 use super::subscriptions::Subscriptions;
 use crate::engine::model::AggregateRef;
 use crate::engine::sorted::SortedSet;
 
 /// What the reader tells the rest of the runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReaderNews {
     /// The aggregate's local log moved.
     LogChanged(AggregateRef),
-    /// A catch-up of the aggregate ended (`true`: it reached the server's tip).
-    CaughtUp(AggregateRef, bool),
+    /// A catch-up of the aggregate ended (the reader's
+    /// [`Action::CaughtUp`](super::machine::Action::CaughtUp)).
+    CaughtUp {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// `true`: it reached the server's tip.
+        ok: bool,
+        /// The `read`s it answers, of any context.
+        reads: Vec<ReadTag>,
+    },
 }
 
 /// What happened to this context's read side.
@@ -144,16 +156,31 @@ impl Routing {
         }
     }
 
-    /// The aggregates of this context's waiting reads, in the order they asked.
-    fn waiting(&self) -> Vec<AggregateRef> {
-        self.waiting.iter().map(|(_, a)| *a).collect()
+    /// This context's waiting reads, with their tags, in the order they asked.
+    fn waiting(&self) -> Vec<(AggregateRef, ReadTag)> {
+        (self.waiting.iter())
+            .map(|(waiter, a)| (*a, self.tag(*waiter)))
+            .collect()
     }
 
-    /// A catch-up of `aggregate` ended: every read of it waiting here is answered.
-    fn caught_up(&mut self, aggregate: AggregateRef, ok: bool) {
+    /// The tag of this context's read `waiter`.
+    fn tag(&self, waiter: u64) -> ReadTag {
+        ReadTag {
+            context: self.context,
+            waiter,
+        }
+    }
+
+    /// A catch-up of `aggregate` ended: the reads of it waiting here that it names are
+    /// answered (the others wait for a catch-up that began after they asked).
+    fn caught_up(&mut self, aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) {
+        let context = self.context;
+        let named = |waiter: u64, a: AggregateRef| {
+            a == aggregate && reads.contains(&ReadTag { context, waiter })
+        };
         let (done, rest) = std::mem::take(&mut self.waiting)
             .into_iter()
-            .partition::<Vec<_>, _>(|(_, a)| *a == aggregate);
+            .partition::<Vec<_>, _>(|(w, a)| named(*w, *a));
         self.waiting = rest;
         for (waiter, _) in done {
             self.emit(Action::Answer { waiter, ok });
@@ -171,8 +198,8 @@ impl Routing {
                 self.merge(self.context, &watched);
                 // Reads of this context that asked before it drained (their catch-up went to
                 // the channel, and there was nobody to hear it).
-                for aggregate in self.waiting() {
-                    self.emit(Action::Feed(ReadInput::CatchUp(aggregate)));
+                for (aggregate, tag) in self.waiting() {
+                    self.emit(Action::Feed(ReadInput::Read(aggregate, tag)));
                 }
                 // The other contexts say what they watch (and ask again for their waiting reads).
                 self.post(ReadMessage::WhoWatches);
@@ -214,10 +241,14 @@ impl Routing {
                     return;
                 }
                 self.waiting.push((waiter, aggregate));
+                let tag = self.tag(waiter);
                 if self.reading {
-                    self.emit(Action::Feed(ReadInput::CatchUp(aggregate)));
+                    self.emit(Action::Feed(ReadInput::Read(aggregate, tag)));
                 } else {
-                    self.post(ReadMessage::CatchUp(aggregate));
+                    self.post(ReadMessage::CatchUp {
+                        aggregate,
+                        read: Some(tag),
+                    });
                 }
             }
             // Not kept until some catch-up of it ends.
@@ -230,7 +261,11 @@ impl Routing {
                 self.emit(Action::RefreshViews(aggregate));
                 self.post(ReadMessage::LogChanged(aggregate));
             }
-            Input::ReaderNews(ReaderNews::CaughtUp(aggregate, ok)) => {
+            Input::ReaderNews(ReaderNews::CaughtUp {
+                aggregate,
+                ok,
+                mut reads,
+            }) => {
                 // A reader's first catch-up of a watched aggregate refreshes every context's
                 // views: the previous drainer's last page store may have committed after it
                 // closed, its news told to nobody, and this catch-up then finds the cursor at
@@ -245,8 +280,17 @@ impl Routing {
                     self.emit(Action::RefreshViews(aggregate));
                     self.post(ReadMessage::LogChanged(aggregate));
                 }
-                self.caught_up(aggregate, ok);
-                self.post(ReadMessage::CaughtUp { aggregate, ok });
+                // This context's reads are answered here; the others' are named to them. Posted
+                // also when it names none: a context of an older release answers its reads by
+                // the aggregate alone.
+                self.caught_up(aggregate, ok, &reads);
+                let me = self.context;
+                reads.retain(|tag| tag.context != me);
+                self.post(ReadMessage::CaughtUp {
+                    aggregate,
+                    ok,
+                    reads,
+                });
             }
             Input::Touched(aggregate) => {
                 self.emit(Action::RefreshViews(aggregate));
@@ -277,16 +321,28 @@ impl Routing {
             }
             ReadMessage::WhoWatches => {
                 self.post(self.watch());
-                for aggregate in self.waiting() {
-                    self.post(ReadMessage::CatchUp(aggregate));
+                for (aggregate, tag) in self.waiting() {
+                    self.post(ReadMessage::CatchUp {
+                        aggregate,
+                        read: Some(tag),
+                    });
                 }
             }
-            ReadMessage::CatchUp(aggregate) => {
+            ReadMessage::CatchUp { aggregate, read } => {
                 if self.reading {
-                    self.emit(Action::Feed(ReadInput::CatchUp(aggregate)));
+                    self.emit(Action::Feed(match read {
+                        Some(tag) => ReadInput::Read(aggregate, tag),
+                        // An older release's `read`: caught up untagged; the `CaughtUp` posted
+                        // at its end answers it there (that release answers by aggregate).
+                        None => ReadInput::CatchUp(aggregate),
+                    }));
                 }
             }
-            ReadMessage::CaughtUp { aggregate, ok } => self.caught_up(aggregate, ok),
+            ReadMessage::CaughtUp {
+                aggregate,
+                ok,
+                reads,
+            } => self.caught_up(aggregate, ok, &reads),
             ReadMessage::LogChanged(aggregate) | ReadMessage::Touched(aggregate) => {
                 self.emit(Action::RefreshViews(aggregate))
             }

@@ -30,6 +30,40 @@ fn read(waiter: u64, aggregate: AggregateRef) -> Input {
     }
 }
 
+fn tag(context: u64, waiter: u64) -> ReadTag {
+    ReadTag { context, waiter }
+}
+
+/// The catch-up a read of context `context` asks over the channel.
+fn ask(aggregate: AggregateRef, context: u64, waiter: u64) -> ReadMessage {
+    ReadMessage::CatchUp {
+        aggregate,
+        read: Some(tag(context, waiter)),
+    }
+}
+
+/// A catch-up's end, as another context's message.
+fn caught_up(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> ReadMessage {
+    ReadMessage::CaughtUp {
+        aggregate,
+        ok,
+        reads: reads.to_vec(),
+    }
+}
+
+/// A catch-up's end, as this context's reader reports it.
+fn news(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> Input {
+    Input::ReaderNews(ReaderNews::CaughtUp {
+        aggregate,
+        ok,
+        reads: reads.to_vec(),
+    })
+}
+
+fn answer(waiter: u64, ok: bool) -> Action {
+    Action::Answer { waiter, ok }
+}
+
 fn drainer() -> Routing {
     let mut r = Routing::new(ME);
     assert_eq!(
@@ -53,7 +87,8 @@ fn a_follower_forwards_its_catch_ups_and_subscriptions() {
     assert_eq!(handled(&mut r, Input::WatchChanged(vec![(agg(1), 2)])), []);
     assert_eq!(
         handled(&mut r, read(1, agg(2))),
-        [Action::Post(ReadMessage::CatchUp(agg(2)))]
+        [Action::Post(ask(agg(2), ME, 1))],
+        "asked under its tag"
     );
     // What other contexts say is for the drainer; a follower only refreshes its views.
     let watch = ReadMessage::Watch {
@@ -61,10 +96,7 @@ fn a_follower_forwards_its_catch_ups_and_subscriptions() {
         list: vec![(agg(3), 1)],
     };
     assert_eq!(handled(&mut r, Input::Message(watch)), []);
-    assert_eq!(
-        handled(&mut r, Input::Message(ReadMessage::CatchUp(agg(3)))),
-        []
-    );
+    assert_eq!(handled(&mut r, Input::Message(ask(agg(3), OTHER, 1))), []);
     assert_eq!(
         handled(&mut r, Input::Message(ReadMessage::LogChanged(agg(3)))),
         [Action::RefreshViews(agg(3))]
@@ -105,10 +137,19 @@ fn the_drainer_feeds_its_reader() {
     );
     assert_eq!(
         handled(&mut r, read(1, agg(3))),
-        [Action::Feed(ReadInput::CatchUp(agg(3)))]
+        [Action::Feed(ReadInput::Read(agg(3), tag(ME, 1)))]
     );
     assert_eq!(
-        handled(&mut r, Input::Message(ReadMessage::CatchUp(agg(4)))),
+        handled(&mut r, Input::Message(ask(agg(4), OTHER, 5))),
+        [Action::Feed(ReadInput::Read(agg(4), tag(OTHER, 5)))]
+    );
+    // A `read` of a context of an older release comes untagged: caught up untagged.
+    let untagged = ReadMessage::CatchUp {
+        aggregate: agg(4),
+        read: None,
+    };
+    assert_eq!(
+        handled(&mut r, Input::Message(untagged)),
         [Action::Feed(ReadInput::CatchUp(agg(4)))]
     );
     assert_eq!(
@@ -118,31 +159,31 @@ fn the_drainer_feeds_its_reader() {
             Action::Post(ReadMessage::LogChanged(agg(2))),
         ]
     );
-    let caught_up = |a| Input::ReaderNews(ReaderNews::CaughtUp(a, true));
-    let said = |a| {
-        Action::Post(ReadMessage::CaughtUp {
-            aggregate: a,
-            ok: true,
-        })
-    };
+    let ended = |a| news(a, true, &[]);
+    let said = |a| Action::Post(caught_up(a, true, &[]));
     assert_eq!(
-        handled(&mut r, caught_up(agg(4))),
+        handled(&mut r, news(agg(4), true, &[tag(OTHER, 5)])),
+        [Action::Post(caught_up(agg(4), true, &[tag(OTHER, 5)]))],
+        "another context's catch-up: nobody waits here, nobody watches it; its read is named"
+    );
+    assert_eq!(
+        handled(&mut r, ended(agg(4))),
         [said(agg(4))],
-        "another context's catch-up: nobody waits here, nobody watches it"
+        "posted though it names no read: an older release answers by aggregate"
     );
     // This reader's first catch-up of a watched aggregate is announced as a log change (the
     // previous drainer's last store may have been told to nobody); later ones only say they
     // ended, and so does one whose log change this reader told already.
     assert_eq!(
-        handled(&mut r, caught_up(agg(1))),
+        handled(&mut r, ended(agg(1))),
         [
             Action::RefreshViews(agg(1)),
             Action::Post(ReadMessage::LogChanged(agg(1))),
             said(agg(1)),
         ]
     );
-    assert_eq!(handled(&mut r, caught_up(agg(1))), [said(agg(1))]);
-    assert_eq!(handled(&mut r, caught_up(agg(2))), [said(agg(2))]);
+    assert_eq!(handled(&mut r, ended(agg(1))), [said(agg(1))]);
+    assert_eq!(handled(&mut r, ended(agg(2))), [said(agg(2))]);
     // The other context's goodbye.
     assert_eq!(
         handled(&mut r, watch(Vec::new())),
@@ -150,10 +191,7 @@ fn the_drainer_feeds_its_reader() {
     );
     // Stopped, it forwards as a follower does.
     assert_eq!(handled(&mut r, Input::ReaderStopped), []);
-    assert_eq!(
-        handled(&mut r, Input::Message(ReadMessage::CatchUp(agg(4)))),
-        []
-    );
+    assert_eq!(handled(&mut r, Input::Message(ask(agg(4), OTHER, 6))), []);
     assert_eq!(
         handled(&mut r, Input::WatchChanged(Vec::new())),
         [Action::Post(ReadMessage::Watch {
@@ -177,9 +215,9 @@ fn a_new_drainer_hears_each_context_s_list_and_waiting_reads_again() {
                 context: ME,
                 list: vec![(agg(1), 1), (agg(2), 2)],
             }),
-            Action::Post(ReadMessage::CatchUp(agg(3))),
-            Action::Post(ReadMessage::CatchUp(agg(4))),
-            Action::Post(ReadMessage::CatchUp(agg(3))),
+            Action::Post(ask(agg(3), ME, 1)),
+            Action::Post(ask(agg(4), ME, 2)),
+            Action::Post(ask(agg(3), ME, 3)),
         ]
     );
     // The counts told are the current ones, though only a change of the set is posted.
@@ -196,47 +234,51 @@ fn a_new_drainer_hears_each_context_s_list_and_waiting_reads_again() {
 }
 
 #[test]
-fn a_read_is_answered_by_the_catch_up_of_its_aggregate_only() {
+fn a_read_is_answered_only_by_a_catch_up_that_names_it() {
     let mut r = Routing::new(ME);
     handled(&mut r, read(1, agg(1)));
     handled(&mut r, read(2, agg(2)));
     handled(&mut r, read(3, agg(1)));
-    let caught_up = |aggregate, ok| Input::Message(ReadMessage::CaughtUp { aggregate, ok });
-    assert_eq!(handled(&mut r, caught_up(agg(5), true)), []);
-    assert_eq!(
-        handled(&mut r, caught_up(agg(1), false)),
-        [
-            Action::Answer {
-                waiter: 1,
-                ok: false
-            },
-            Action::Answer {
-                waiter: 3,
-                ok: false
-            },
-        ]
-    );
-    assert_eq!(
-        handled(&mut r, caught_up(agg(1), true)),
-        [],
-        "answered once"
-    );
-    // This context's own reader answers too, and tells the others.
-    handled(&mut r, Input::ReaderStarted);
+    let message = |a, ok, reads: &[ReadTag]| Input::Message(caught_up(a, ok, reads));
+    assert_eq!(handled(&mut r, message(agg(5), true, &[])), []);
+    // A catch-up of its aggregate that names no read here: one that began before they asked
+    // (the bug: it answered both), a stream's, or an older release's drainer's.
+    assert_eq!(handled(&mut r, message(agg(1), true, &[])), []);
     assert_eq!(
         handled(
             &mut r,
-            Input::ReaderNews(ReaderNews::CaughtUp(agg(2), true))
+            message(agg(1), true, &[tag(OTHER, 1), tag(OTHER, 3)])
         ),
+        [],
+        "the same waiter ids of another context"
+    );
+    assert_eq!(
+        handled(&mut r, message(agg(2), true, &[tag(ME, 3)])),
+        [],
+        "a tag names a read of its own aggregate only"
+    );
+    assert_eq!(
+        handled(&mut r, message(agg(1), false, &[tag(ME, 3)])),
+        [answer(3, false)],
+        "only the read it names"
+    );
+    assert_eq!(
+        handled(&mut r, message(agg(1), true, &[tag(ME, 1), tag(ME, 3)])),
+        [answer(1, true)],
+        "answered once"
+    );
+    // This context's own reader answers what it names here, and names the rest to the others.
+    handled(&mut r, Input::ReaderStarted);
+    assert_eq!(
+        handled(&mut r, news(agg(2), true, &[])),
+        [Action::Post(caught_up(agg(2), true, &[]))],
+        "a catch-up of its reader that names no read answers none"
+    );
+    assert_eq!(
+        handled(&mut r, news(agg(2), true, &[tag(OTHER, 2), tag(ME, 2)])),
         [
-            Action::Answer {
-                waiter: 2,
-                ok: true
-            },
-            Action::Post(ReadMessage::CaughtUp {
-                aggregate: agg(2),
-                ok: true,
-            }),
+            answer(2, true),
+            Action::Post(caught_up(agg(2), true, &[tag(OTHER, 2)])),
         ]
     );
 }
@@ -254,22 +296,11 @@ fn a_read_that_timed_out_is_forgotten() {
                 context: ME,
                 list: Vec::new(),
             }),
-            Action::Post(ReadMessage::CatchUp(agg(1))),
+            Action::Post(ask(agg(1), ME, 2)),
         ]
     );
-    assert_eq!(
-        handled(
-            &mut r,
-            Input::Message(ReadMessage::CaughtUp {
-                aggregate: agg(1),
-                ok: true
-            })
-        ),
-        [Action::Answer {
-            waiter: 2,
-            ok: true
-        }]
-    );
+    let both = caught_up(agg(1), true, &[tag(ME, 1), tag(ME, 2)]);
+    assert_eq!(handled(&mut r, Input::Message(both)), [answer(2, true)]);
 }
 
 #[test]
@@ -304,8 +335,8 @@ fn a_context_that_starts_draining_feeds_its_waiting_reads_and_every_subscription
         [
             Action::Feed(ReadInput::Subscribe(agg(1))),
             Action::Feed(ReadInput::Subscribe(agg(2))),
-            Action::Feed(ReadInput::CatchUp(agg(3))),
-            Action::Feed(ReadInput::CatchUp(agg(1))),
+            Action::Feed(ReadInput::Read(agg(3), tag(ME, 1))),
+            Action::Feed(ReadInput::Read(agg(1), tag(ME, 2))),
             Action::Post(ReadMessage::WhoWatches),
         ]
     );
@@ -325,8 +356,8 @@ fn a_context_that_starts_draining_feeds_its_waiting_reads_and_every_subscription
         [
             Action::Feed(ReadInput::Subscribe(agg(1))),
             Action::Feed(ReadInput::Subscribe(agg(2))),
-            Action::Feed(ReadInput::CatchUp(agg(3))),
-            Action::Feed(ReadInput::CatchUp(agg(1))),
+            Action::Feed(ReadInput::Read(agg(3), tag(ME, 1))),
+            Action::Feed(ReadInput::Read(agg(1), tag(ME, 2))),
             Action::Post(ReadMessage::WhoWatches),
         ]
     );
