@@ -7,9 +7,9 @@
 //!
 //! Fields added since a message first existed are read as absent from an older release: a
 //! `catchUp` without `read` asks an untagged catch-up (its `caughtUp` answers that tab's reads
-//! as its release does, by aggregate), a `caughtUp` without `reads` names no read (an older
-//! drainer answers no `read` of this release: each waits out its timeout). An older release
-//! ignores the fields it does not know.
+//! as its release does, by aggregate), a `caughtUp` without `reads` answers every `read` of
+//! its aggregate (an older drainer's, as its release does). An older release ignores the
+//! fields it does not know.
 
 use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
@@ -102,7 +102,10 @@ fn encode_read(message: &ReadMessage) -> JsValue {
                 ("ok", JsValue::from_bool(*ok)),
                 (
                     "reads",
-                    reads.iter().map(tag_to_js).collect::<Array>().into(),
+                    (reads.iter().flatten())
+                        .map(tag_to_js)
+                        .collect::<Array>()
+                        .into(),
                 ),
             ],
         ),
@@ -154,10 +157,15 @@ fn decode_read(kind: &str, value: &JsValue) -> Option<ReadMessage> {
         "caughtUp" => ReadMessage::CaughtUp {
             aggregate: aggregate()?,
             ok: js::get(value, "ok").as_bool()?,
-            // Absent (an older release's): it names no read.
-            reads: (js::array(&js::get(value, "reads")).iter())
-                .map(tag_from_js)
-                .collect::<Option<_>>()?,
+            // Absent (an older release's): `None`, every read of the aggregate is answered.
+            reads: match js::get(value, "reads") {
+                v if v.is_undefined() => None,
+                v => Some(
+                    (js::array(&v).iter())
+                        .map(tag_from_js)
+                        .collect::<Option<_>>()?,
+                ),
+            },
         },
         "logChanged" => ReadMessage::LogChanged(aggregate()?),
         "touched" => ReadMessage::Touched(aggregate()?),

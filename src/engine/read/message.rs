@@ -46,9 +46,11 @@ pub enum ReadMessage {
         /// Whether it reached the tip.
         ok: bool,
         /// The `read`s (of other contexts than the drainer's) it answers: those asked before
-        /// its last page request began. Empty for a catch-up no `read` of another context
-        /// waits for, and as read from an older release's message (which names none).
-        reads: Vec<ReadTag>,
+        /// its last page request began; empty for a catch-up no `read` of another context
+        /// waits for. `None` from a drainer of an older release, which names no read: every
+        /// `read` of the aggregate waiting is answered, as that release did (better than each
+        /// waiting out its timeout while an old tab drains, for days perhaps).
+        reads: Option<Vec<ReadTag>>,
     },
     /// The aggregate's local log moved (a page was stored, or it was reset).
     LogChanged(AggregateRef),

@@ -173,10 +173,12 @@ impl Routing {
 
     /// A catch-up of `aggregate` ended: the reads of it waiting here that it names are
     /// answered (the others wait for a catch-up that began after they asked).
-    fn caught_up(&mut self, aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) {
+    fn caught_up(&mut self, aggregate: AggregateRef, ok: bool, reads: Option<&[ReadTag]>) {
         let context = self.context;
+        // `None`: an older release's drainer, which names no read; every read of the
+        // aggregate is answered, as that release's own contexts answer theirs.
         let named = |waiter: u64, a: AggregateRef| {
-            a == aggregate && reads.contains(&ReadTag { context, waiter })
+            a == aggregate && reads.is_none_or(|r| r.contains(&ReadTag { context, waiter }))
         };
         let (done, rest) = std::mem::take(&mut self.waiting)
             .into_iter()
@@ -283,13 +285,13 @@ impl Routing {
                 // This context's reads are answered here; the others' are named to them. Posted
                 // also when it names none: a context of an older release answers its reads by
                 // the aggregate alone.
-                self.caught_up(aggregate, ok, &reads);
+                self.caught_up(aggregate, ok, Some(&reads));
                 let me = self.context;
                 reads.retain(|tag| tag.context != me);
                 self.post(ReadMessage::CaughtUp {
                     aggregate,
                     ok,
-                    reads,
+                    reads: Some(reads),
                 });
             }
             Input::Touched(aggregate) => {
@@ -342,7 +344,7 @@ impl Routing {
                 aggregate,
                 ok,
                 reads,
-            } => self.caught_up(aggregate, ok, &reads),
+            } => self.caught_up(aggregate, ok, reads.as_deref()),
             ReadMessage::LogChanged(aggregate) | ReadMessage::Touched(aggregate) => {
                 self.emit(Action::RefreshViews(aggregate))
             }

@@ -47,7 +47,7 @@ fn caught_up(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> ReadMessag
     ReadMessage::CaughtUp {
         aggregate,
         ok,
-        reads: reads.to_vec(),
+        reads: Some(reads.to_vec()),
     }
 }
 
@@ -242,7 +242,7 @@ fn a_read_is_answered_only_by_a_catch_up_that_names_it() {
     let message = |a, ok, reads: &[ReadTag]| Input::Message(caught_up(a, ok, reads));
     assert_eq!(handled(&mut r, message(agg(5), true, &[])), []);
     // A catch-up of its aggregate that names no read here: one that began before they asked
-    // (the bug: it answered both), a stream's, or an older release's drainer's.
+    // (the bug: it answered both), or a stream's.
     assert_eq!(handled(&mut r, message(agg(1), true, &[])), []);
     assert_eq!(
         handled(
@@ -281,6 +281,30 @@ fn a_read_is_answered_only_by_a_catch_up_that_names_it() {
             Action::Post(caught_up(agg(2), true, &[tag(OTHER, 2)])),
         ]
     );
+}
+
+#[test]
+fn an_older_release_s_catch_up_answers_every_read_of_its_aggregate() {
+    // A drainer of an older release names no read (`reads` absent): its `CaughtUp` answers
+    // every read of the aggregate waiting, as that release's own contexts do, rather than
+    // leaving each to wait out its timeout while the old tab drains.
+    let mut r = Routing::new(ME);
+    handled(&mut r, read(1, agg(1)));
+    handled(&mut r, read(2, agg(2)));
+    handled(&mut r, read(3, agg(1)));
+    let older = |a, ok| {
+        Input::Message(ReadMessage::CaughtUp {
+            aggregate: a,
+            ok,
+            reads: None,
+        })
+    };
+    assert_eq!(
+        handled(&mut r, older(agg(1), true)),
+        [answer(1, true), answer(3, true)]
+    );
+    assert_eq!(handled(&mut r, older(agg(1), true)), [], "answered once");
+    assert_eq!(handled(&mut r, older(agg(2), false)), [answer(2, false)]);
 }
 
 #[test]
