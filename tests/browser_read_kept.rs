@@ -3,8 +3,7 @@
 //! field, the view read back from the log in the same state — over an existing partial log, with
 //! this device's own confirmed and pending events, across a trim (410) in the middle of the
 //! catch-up, and when something else rewrote the log after the pages were stored (then it must
-//! read the log back). Also the next page read while one is stored
-//! (`src/browser/read_ahead.rs`): never stored past a page that was refused. Pages are cut to a few batches each (`smallPages`), so a catch-up of a
+//! read the log back). Pages are cut to a few batches each (`smallPages`), so a catch-up of a
 //! handful of batches spans several pages, as a large aggregate's does.
 #![cfg(target_arch = "wasm32")]
 
@@ -30,8 +29,6 @@ extern "C" {
     fn view_digest(view: &JsValue) -> String;
     #[wasm_bindgen(js_name = serverTimestamps)]
     fn server_timestamps(view: &JsValue) -> Array;
-    #[wasm_bindgen(js_name = refuseFirstPage)]
-    fn refuse_first_page() -> JsValue;
 }
 
 #[wasm_bindgen(module = "/tests/browser/support.js")]
@@ -228,66 +225,6 @@ async fn a_log_rewritten_after_the_pages_were_stored_is_read_back() {
         .map(|v| v.as_f64().unwrap())
         .collect();
     assert_eq!(shown, moved);
-    ok(writer.close()).await;
-    ok(reader.close()).await;
-}
-
-fn froms(log: &JsValue) -> Vec<f64> {
-    list(log, "froms")
-        .iter()
-        .filter_map(|v| v.as_f64())
-        .collect()
-}
-
-/// The next page is read while a page is stored (`src/browser/read_ahead.rs`). When that store
-/// is refused (a page the checks reject), the page read ahead is dropped: nothing past the
-/// refused page enters the log, and once the pages are good again the catch-up reads on from
-/// the cursor, every version in order.
-#[wasm_bindgen_test]
-async fn a_page_read_ahead_of_a_refused_page_is_never_stored() {
-    no_faults().await;
-    let writer = open(&db_name("ahead-writer"), "{}").await;
-    let reader = open(&db_name("ahead-reader"), "{}").await;
-    let (t, id) = (uuid(), uuid());
-    let agg = aggregate(&t, &id);
-    batches(&writer, &agg, 0, 4).await;
-    let pages = small_pages(1, &JsValue::UNDEFINED);
-    let refused = refuse_first_page();
-    let view = ok(reader.read(agg.clone())).await;
-    assert_eq!(
-        get(&view, "fromCache").as_bool(),
-        Some(true),
-        "the first page was refused"
-    );
-    until(10_000, "the second page read ahead", || {
-        froms(&refused).contains(&2.0)
-    })
-    .await;
-    assert_eq!(
-        count_store(&reader.database_name(), "log").await,
-        0,
-        "nothing past the refused page was stored"
-    );
-    js_sys::Reflect::set(&refused, &"spoil".into(), &false.into()).unwrap();
-    let want = server_keys(&t, &id).await;
-    let mut view = JsValue::UNDEFINED;
-    for _ in 0..100 {
-        view = ok(reader.read(agg.clone())).await;
-        if get(&view, "fromCache").as_bool() == Some(false) && view_keys(&view) == want {
-            break;
-        }
-        sleep(200).await;
-    }
-    call0(&refused, "restore");
-    call0(&pages, "restore");
-    assert_eq!(view_keys(&view), want, "caught up once the pages are good");
-    let versions: Vec<f64> = get(&view, "events")
-        .unchecked_into::<Array>()
-        .iter()
-        .map(|e| num(&e, "version"))
-        .collect();
-    assert_eq!(versions, [1.0, 2.0, 3.0, 4.0]);
-    assert_eq!(count_store(&reader.database_name(), "log").await, 4);
     ok(writer.close()).await;
     ok(reader.close()).await;
 }

@@ -11,8 +11,7 @@
 //!   and the proof it signs for every request under them;
 //! * [`locks`], [`channel`]: Web Locks and the `BroadcastChannel` between contexts;
 //! * [`runtime`]: one open client's runtime — coordination and drain, executed;
-//! * [`reader`], [`read_ahead`], [`stream`], [`views`]: the read side — catch-up (each page's
-//!   request, the next one read while the last is stored) and the change stream in the
+//! * [`reader`], [`stream`], [`views`]: the read side — catch-up and the change stream in the
 //!   draining context, the converged views in every context;
 //! * [`convert`], [`js`]: the engine's values as plain JS objects;
 //! * [`global`]: the global scope, reached through `js_sys::global()` so everything works in a
@@ -35,7 +34,6 @@ pub(crate) mod locks;
 pub(crate) mod members;
 pub(crate) mod network;
 pub(crate) mod proof;
-pub(crate) mod read_ahead;
 pub(crate) mod reader;
 pub(crate) mod runtime;
 pub(crate) mod session;

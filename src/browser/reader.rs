@@ -19,13 +19,14 @@ use js_sys::{Array, JSON};
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::convert::{refused_from_js, tips_from_js};
+use super::fetch::{Raw, get_raw};
 use super::idb::outbox::IdbOutbox;
 use super::js;
 use super::network::{NetworkSwitch, SWITCHED_OFF};
-use super::read_ahead::{self, Got, ReadAhead};
 use super::session::GatewaySessions;
 use super::stream::WatchStream;
 use crate::engine::backoff::Backoff;
+use crate::engine::env::Reply;
 use crate::engine::model::AggregateRef;
 use crate::engine::read::log::LocalLog;
 use crate::engine::read::machine::{Action, Input, PageEnd, Reader, StreamId};
@@ -40,6 +41,14 @@ use celeriant_sync_protocol::codes::gateway::{
 };
 use celeriant_sync_protocol::watch;
 use celeriant_sync_protocol::{WATCH_PATH, events_path};
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// `JSON.parse` of a JS string as it is (`js_sys::JSON::parse` takes a `&str`: a copy of
+    /// the text into JS).
+    #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
+    fn parse_text(text: &JsValue) -> Result<JsValue, JsValue>;
+}
 
 /// Where the reader reads from.
 pub(crate) struct ReaderConfig {
@@ -82,8 +91,6 @@ pub(crate) struct ReaderRuntime {
     stopped: Cell<bool>,
     /// Notified by [`ReaderRuntime::stop`], so the reader's own tasks end.
     stopping: Rc<Signal>,
-    /// The next catch-up page, read while the one before it is stored ([`read_ahead`]).
-    ahead: ReadAhead,
 }
 
 fn now() -> u64 {
@@ -118,7 +125,6 @@ impl ReaderRuntime {
             loaded: Cell::new(false),
             stopped: Cell::new(false),
             stopping: Rc::default(),
-            ahead: ReadAhead::default(),
         });
         reader.feed(Input::Online(reader.config.network.online()));
         // The network coming and going, for as long as the reader runs.
@@ -465,8 +471,6 @@ impl ReaderRuntime {
     /// nothing when the cursor is at it ([`page::at_tip`]).
     async fn fetch_page(&self, aggregate: AggregateRef, probe: bool, tip: Option<u64>) -> PageEnd {
         let failed = |message: String| PageEnd::Failed { message };
-        // Taken whatever happens next: used below only at exactly the cursor it was read for.
-        let ahead = self.ahead.take(aggregate);
         let cursor = match self.outbox.cursor(aggregate).await {
             Ok(cursor) => cursor,
             Err(e) => return failed(e.to_string()),
@@ -478,46 +482,41 @@ impl ReaderRuntime {
         if self.config.network.is_off() {
             return failed(SWITCHED_OFF.into());
         }
-        let ahead = if probe {
-            None
+        let token = match self.token().await {
+            Ok(token) => token,
+            Err(message) => return failed(message),
+        };
+        let query = if probe {
+            "from=1&limit=1".to_owned()
         } else {
-            read_ahead::ready(ahead, cursor).await
+            format!("from={}", cursor.version + 1)
         };
-        // The token of the page's own request (none for a page read ahead: only a `200` is).
-        let (
-            token,
-            Got {
-                status,
-                text,
-                parsed,
-            },
-        ) = match ahead {
-            Some(got) => (None, got),
-            None => {
-                let token = match self.token().await {
-                    Ok(token) => token,
-                    Err(message) => return failed(message),
-                };
-                let query = if probe {
-                    "from=1&limit=1".to_owned()
-                } else {
-                    format!("from={}", cursor.version + 1)
-                };
-                let url = self.page_url(aggregate, &query);
-                let proof = match self.sessions.proof("GET", &url, "", &token).await {
-                    Ok(proof) => proof,
-                    Err(message) => return failed(message),
-                };
-                match read_ahead::get_page(&url, &token, &proof, self.config.timeout_ms).await {
-                    Ok(got) => (Some(token), got),
-                    Err(message) => return failed(message),
-                }
-            }
+        let url = format!(
+            "{}{}?{query}",
+            self.config.gateway_url,
+            events_path(&aggregate)
+        );
+        let proof = match self.sessions.proof("GET", &url, "", &token).await {
+            Ok(proof) => proof,
+            Err(message) => return failed(message),
         };
+        let (status, text) =
+            match get_raw(&url, Some(&token), Some(&proof), self.config.timeout_ms).await {
+                Ok(Raw {
+                    status,
+                    body: Ok(text),
+                    ..
+                }) => (status, text),
+                Ok(Raw { body: Err(e), .. }) => return failed(e),
+                Err(Reply::Failed { message, .. }) => return failed(message),
+                Err(Reply::Http { status, .. }) => return failed(format!("HTTP {status}")),
+            };
         if self.stopped.get() {
             return failed("the reader stopped".into());
         }
-        // The text is copied into Rust only for an error message.
+        // Parsed as the JS string it came as (see `get_raw`); copied into Rust only for an
+        // error message.
+        let parsed = parse_text(&text).unwrap_or(JsValue::UNDEFINED);
         let body = || text.as_string().unwrap_or_default();
         match status {
             200 => {
@@ -538,17 +537,6 @@ impl ReaderRuntime {
                     return PageEnd::Gone;
                 }
                 let size = u64::from(text.unchecked_ref::<js_sys::JsString>().length());
-                // The next page, read while this one is stored (see `read_ahead` for why
-                // this keeps the order and never moves the cursor past a failed store).
-                let next = js::get_u64(&parsed, "next").filter(|n| *n > cursor.version + 1);
-                let reading = next.map(|from| {
-                    read_ahead::start(
-                        self.sessions.clone(),
-                        self.config.network.clone(),
-                        self.page_url(aggregate, &format!("from={from}")),
-                        self.config.timeout_ms,
-                    )
-                });
                 let stored = match self
                     .outbox
                     .store_fetched_page(aggregate, &batches, &self.config.me, cursor, size)
@@ -557,12 +545,7 @@ impl ReaderRuntime {
                     Ok(stored) => stored,
                     Err(e) => return failed(e.to_string()),
                 };
-                if let Some(after) = stored.filter(|after| after.version > cursor.version) {
-                    if let (Some(reading), false) = (reading, self.stopped.get())
-                        && next == Some(after.version + 1)
-                    {
-                        self.ahead.keep(aggregate, after, reading);
-                    }
+                if stored.is_some_and(|after| after.version > cursor.version) {
                     self.hub.logged(aggregate);
                     (self.news)(ReaderNews::LogChanged(aggregate));
                 }
@@ -573,9 +556,7 @@ impl ReaderRuntime {
                 failed(format!("HTTP 410 without a usable minVersion: {}", body()))
             }),
             401 => {
-                if let Some(token) = &token {
-                    self.sessions.refused(token);
-                }
+                self.sessions.refused(&token);
                 failed("HTTP 401: the session was refused".into())
             }
             _ => failed(format!(
@@ -583,17 +564,6 @@ impl ReaderRuntime {
                 body().chars().take(300).collect::<String>()
             )),
         }
-    }
-}
-
-impl ReaderRuntime {
-    /// `GET …/events?{query}` of the aggregate on the gateway.
-    fn page_url(&self, aggregate: AggregateRef, query: &str) -> String {
-        format!(
-            "{}{}?{query}",
-            self.config.gateway_url,
-            events_path(&aggregate)
-        )
     }
 }
 

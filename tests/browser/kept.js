@@ -94,25 +94,3 @@ export function viewDigest(view) {
 export function serverTimestamps(view) {
   return view.events.map((e) => e.serverTimestamp ?? null);
 }
-
-/** Records the `from` of every event page asked for (`froms`, in order), and while `spoil` is
- *  true answers the page from version 1 with its events' `data` made non-base64, so the page's
- *  checks refuse all of it. Install after `smallPages` to spoil the page it cut. Returns
- *  { froms, spoil, restore() }. */
-export function refuseFirstPage() {
-  const real = globalThis.fetch;
-  const log = { froms: [], spoil: true };
-  globalThis.fetch = async (input, init) => {
-    const url = input instanceof Request ? input.url : String(input);
-    if (!url.includes("/events?") || url.includes("limit=")) return real(input, init);
-    const from = Number(new URL(url).searchParams.get("from"));
-    log.froms.push(from);
-    const response = await real(input, init);
-    if (!log.spoil || from !== 1 || response.status !== 200) return response;
-    const page = await response.json();
-    for (const b of page.batches) for (const e of b.events) e.data = "!!not base64!!";
-    return new Response(JSON.stringify(page), { status: 200, headers: { "content-type": "application/json" } });
-  };
-  log.restore = () => { globalThis.fetch = real; };
-  return log;
-}

@@ -279,18 +279,15 @@ impl IdbOutbox {
                 Commit::Early,
                 async |tx| {
                     let (log, cursors) = (store(tx, LOG)?, store(tx, CURSORS)?);
-                    let counters = store(tx, COUNTERS)?;
                     let a = Agg::new(&aggregate);
-                    // Both asked at once: one round trip to the backend before the puts, not two.
-                    let key = a.key();
-                    let (record, counter) =
-                        futures_util::join!(get(&cursors, &key), get(&counters, &key));
-                    let record = record?;
+                    let record = get(&cursors, &a.key()).await?;
                     let mut cursor = cursor_of(&record);
                     if cursor != expected {
                         return Ok(None);
                     }
-                    let assigned = js::get_u64(&counter?, "last").unwrap_or(0);
+                    let assigned =
+                        js::get_u64(&get(&store(tx, COUNTERS)?, &a.key()).await?, "last")
+                            .unwrap_or(0);
                     let bad = bad_page;
                     for batch in batches.iter() {
                         let version = js::get_u64(&batch, "version")
