@@ -113,6 +113,9 @@ async function stopGateway(g) {
 const CHROMIUM = sh("command -v chromium");
 async function measure(m, variant, n, gateway, extra = {}, engine = "chromium") {
   const tag = `${m}-${variant}-${Date.now()}`;
+  // BENCH_TRACE=1: the catch-up pages note where their time goes (bench/site/trace.js),
+  // printed with BENCH_DEBUG=1. Not for the figures: the wrappers cost a little.
+  if (process.env.BENCH_TRACE && m === "catchup") extra = { ...extra, trace: 1 };
   const more = Object.entries(extra).map(([k, v]) => `&${k}=${encodeURIComponent(v)}`).join("");
   const url = `${SITE}/index.html?m=${m}&variant=${variant}&n=${n}&tag=${tag}&gateway=${encodeURIComponent(gateway)}&report=${encodeURIComponent(`${SITE}/result`)}${more}`;
   const result = new Promise((resolve) => (waiting = resolve));
@@ -133,7 +136,11 @@ async function measure(m, variant, n, gateway, extra = {}, engine = "chromium") 
   await new Promise((res) => (browser.exitCode !== null ? res() : browser.once("exit", res)));
   rmSync(profile, { recursive: true, force: true });
   if (!r.ok) throw new Error(`${m}/${variant}: ${r.error}`);
-  if (process.env.BENCH_DEBUG) console.error(`${m}/${variant}/${engine}: ${JSON.stringify(r)}`);
+  if (process.env.BENCH_DEBUG) {
+    const { trace, ...rest } = r;
+    console.error(`${m}/${variant}/${engine}: ${JSON.stringify(rest)}`);
+    for (const [at, what, ms] of trace ?? []) console.error(`  ${String(at).padStart(7)} ${String(ms).padStart(6)} ms  ${what}`);
+  }
   return r;
 }
 

@@ -16,6 +16,10 @@ const tag = q.get("tag");
 const NOWHERE = "http://127.0.0.1:9"; // nothing syncs while appending is measured
 const AGGREGATES = 10;
 
+// `&trace=1`: where the time goes (bench/site/trace.js), catch-up only.
+const trace = q.get("trace") ? await import("./trace.js") : null;
+trace?.install();
+
 const post = (body) => fetch(q.get("report"), { method: "POST", body: JSON.stringify(body) });
 
 function randomBytes(size) {
@@ -205,6 +209,7 @@ async function catchup() {
       r.onsuccess = () => resolve(r.result);
       r.onerror = () => reject(r.error);
     });
+    trace?.start();
     const t0 = performance.now();
     let events = 0;
     let pages = 0;
@@ -232,7 +237,7 @@ async function catchup() {
     }
     const ms = performance.now() - t0;
     if (events !== n) throw new Error(`baseline stored ${events} events, expected ${n}`);
-    return { ms, eventsPerSecond: (n / ms) * 1000, pages };
+    return { ms, eventsPerSecond: (n / ms) * 1000, pages, trace: trace?.entries() };
   }
   await init();
   const client = await SyncClient.open({ gatewayUrl: gateway, databaseName: `ours-${tag}` });
@@ -242,16 +247,18 @@ async function catchup() {
     if (performance.now() - t > 10_000) throw new Error("the client never became the drainer");
     await new Promise((r) => setTimeout(r, 5));
   }
+  trace?.start();
   const t0 = performance.now();
   const view = await client.read(aggregate);
   const ms = performance.now() - t0;
+  const traced = trace?.entries();
   const confirmed = view.events.filter((e) => e.status === "confirmed").length;
   const status = client.status();
   await client.close();
   if (view.fromCache || confirmed !== n) {
     throw new Error(`read answered after ${Math.round(ms)} ms with ${confirmed} confirmed events of ${n} (fromCache ${view.fromCache}); status ${JSON.stringify(status)}`);
   }
-  return { ms, eventsPerSecond: (n / ms) * 1000 };
+  return { ms, eventsPerSecond: (n / ms) * 1000, trace: traced };
 }
 
 /** The request proof's cost (docs/protocol.md, "Request proofs"): n sequential reads of one
