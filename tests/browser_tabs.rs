@@ -1,7 +1,8 @@
 //! Several contexts on one database, simulated by several clients in one page (each requests
 //! the drain lock and talks over the database's BroadcastChannel exactly as a tab would): one
 //! drainer at a time, status and events in every context, takeover when the drainer closes,
-//! a page the drainer stored as it closed reaching the other contexts' views, `whenSynced`
+//! a follower's `read` answered by the drainer's catch-up, a page the drainer stored as it
+//! closed reaching the other contexts' views, `whenSynced`
 //! across a reload, and another tab's schema upgrade.
 #![cfg(target_arch = "wasm32")]
 
@@ -220,6 +221,38 @@ async fn when_the_drainer_closes_another_context_takes_over() {
 /// without a further change and without another drainer's catch-up (the test holds the lock
 /// next, so nobody drains until it lets it go). Before the fix the close ended first, the
 /// store committing after it with its news told to nobody: the follower's view stayed empty.
+#[wasm_bindgen_test]
+async fn a_followers_read_is_answered_by_the_catch_up_it_asked_the_drainer_for() {
+    // A `read` in a context that does not drain asks the drainer over the channel, under a tag;
+    // the drainer's `caughtUp` names it. Were the tag lost on the way (its encoding, the
+    // routing), every such read would wait out its timeout (20 s) and answer from the cache.
+    no_faults().await;
+    let db = db_name("tabs-follower-read");
+    let a = open(&db, "{}").await;
+    until(2000, "a drainer", || role(&a) == "drainer").await;
+    let c = open(&db, "{}").await;
+    let other = open(&db_name("tabs-follower-read-other"), "{}").await;
+    let (t, id) = (SHARED_TYPE.to_owned(), uuid());
+    let agg = aggregate(&t, &id);
+    for n in 1..=2u8 {
+        // Another device writes; `c` reads at once, nothing watched: only its own catch-up
+        // can bring the page.
+        ok(other.append(agg.clone(), Array::of1(&bytes_event(1, &[n])).into())).await;
+        flush_within(&other, 20).await;
+        let want = server_keys(&t, &id).await;
+        assert_eq!(want.len(), usize::from(n));
+        assert_eq!(role(&c), "follower");
+        let started = js_sys::Date::now();
+        let view = within(c.read(agg.clone()), 5000, "c's read").await.unwrap();
+        let took = js_sys::Date::now() - started;
+        assert_eq!(get(&view, "fromCache").as_bool(), Some(false), "read {n}");
+        assert_eq!(view_keys(&view), want, "read {n}, after {took} ms");
+    }
+    ok(c.close()).await;
+    ok(a.close()).await;
+    ok(other.close()).await;
+}
+
 #[wasm_bindgen_test]
 async fn a_page_the_drainer_stored_as_it_closed_reaches_the_other_contexts_views() {
     no_faults().await;

@@ -129,13 +129,26 @@ fn tag_from_js(value: &JsValue) -> Option<ReadTag> {
     })
 }
 
+/// At most this many entries in a `watch` message's list (a context's subscriptions) and in a
+/// `caughtUp`'s `reads` (the reads one catch-up answers): a message past either is ignored, so
+/// a malformed one (a sparse array of 2^32 - 1, cheap to post) is refused by its length before
+/// anything is read, not copied until the module's memory runs out.
+const MAX_LIST: u32 = 1 << 20;
+const MAX_READS: u32 = 1 << 16;
+
 fn decode_read(kind: &str, value: &JsValue) -> Option<ReadMessage> {
     let aggregate = || aggregate_from_js(&js::get(value, "aggregate"));
     Some(match kind {
         "watch" => {
             let context = js::get_string(value, "context")?.parse().ok()?;
             let mut list = Vec::new();
-            for item in js::array(&js::get(value, "list")) {
+            let items = js::get(value, "list");
+            // Not an array: no subscriptions, as before; too long: the message is ignored.
+            let items = match items.dyn_ref::<Array>() {
+                Some(_) => js::array_within(&items, MAX_LIST)?.clone(),
+                None => Array::new(),
+            };
+            for item in items.iter() {
                 let aggregate = aggregate_from_js(&js::get(&item, "aggregate"))?;
                 list.push((aggregate, u32::try_from(js::get_u64(&item, "count")?).ok()?));
             }
@@ -161,8 +174,8 @@ fn decode_read(kind: &str, value: &JsValue) -> Option<ReadMessage> {
             reads: match js::get(value, "reads") {
                 v if v.is_undefined() => None,
                 v => Some(
-                    (js::array(&v).iter())
-                        .map(tag_from_js)
+                    (js::array_within(&v, MAX_READS)?.iter())
+                        .map(|t| tag_from_js(&t))
                         .collect::<Option<_>>()?,
                 ),
             },

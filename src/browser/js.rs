@@ -154,6 +154,14 @@ pub(crate) fn get_bool(o: &JsValue, key: &str) -> Option<bool> {
     get(o, key).as_bool()
 }
 
+/// `value` as an array of at most `cap` entries, read lazily; `None` when it is not an array or
+/// is longer (from another context: its length is checked before any entry is read).
+pub(crate) fn array_within(value: &JsValue, cap: u32) -> Option<&js_sys::Array> {
+    value
+        .dyn_ref::<js_sys::Array>()
+        .filter(|a| a.length() <= cap)
+}
+
 /// The elements of a JS array (an empty list for anything else).
 pub(crate) fn array(value: &JsValue) -> Vec<JsValue> {
     value

@@ -210,6 +210,16 @@ impl Routing {
                 self.reading = false;
                 self.merged = Subscriptions::default();
                 self.announced = SortedSet::default();
+                // Its waiting reads were fed to the reader that stopped, and their tags went
+                // with it: asked again of whoever drains now (a context whose lock was taken
+                // heard the new drainer's `WhoWatches` while it still read, and answered only
+                // its list). The drainer keeps each tag once.
+                for (aggregate, tag) in self.waiting() {
+                    self.post(ReadMessage::CatchUp {
+                        aggregate,
+                        read: Some(tag),
+                    });
+                }
             }
             Input::Message(message) => self.received(message),
             Input::WatchChanged(list) => {

@@ -373,8 +373,15 @@ fn a_context_that_starts_draining_feeds_its_waiting_reads_and_every_subscription
         handled(&mut r, Input::Message(watch)),
         [Action::Feed(ReadInput::Subscribe(agg(4)))]
     );
-    // Stopped and started again (a new reader): everything is fed afresh.
-    handled(&mut r, Input::ReaderStopped);
+    // Stopped, its waiting reads are asked of whoever drains now (their tags went with the
+    // reader); started again (a new reader), everything is fed afresh.
+    assert_eq!(
+        handled(&mut r, Input::ReaderStopped),
+        [
+            Action::Post(ask(agg(3), ME, 1)),
+            Action::Post(ask(agg(1), ME, 2)),
+        ]
+    );
     assert_eq!(
         handled(&mut r, Input::ReaderStarted),
         [
