@@ -189,8 +189,12 @@ fn the_drainer_feeds_its_reader() {
         handled(&mut r, watch(Vec::new())),
         [Action::Feed(ReadInput::Unsubscribe(agg(2)))]
     );
-    // Stopped, it forwards as a follower does.
-    assert_eq!(handled(&mut r, Input::ReaderStopped), []);
+    // Stopped, it asks its waiting read again of whoever drains now, and forwards as a
+    // follower does.
+    assert_eq!(
+        handled(&mut r, Input::ReaderStopped),
+        [Action::Post(ask(agg(3), ME, 1))]
+    );
     assert_eq!(handled(&mut r, Input::Message(ask(agg(4), OTHER, 6))), []);
     assert_eq!(
         handled(&mut r, Input::WatchChanged(Vec::new())),
