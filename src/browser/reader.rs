@@ -15,32 +15,29 @@ use std::rc::{Rc, Weak};
 
 use gloo_timers::callback::Timeout;
 use gloo_timers::future::TimeoutFuture;
-use js_sys::{Array, JSON};
-use wasm_bindgen::{JsCast, JsValue};
+use js_sys::JSON;
+use wasm_bindgen::JsValue;
 
 use super::convert::{refused_from_js, tips_from_js};
-use super::fetch::{Raw, get_raw};
 use super::idb::outbox::IdbOutbox;
 use super::js;
-use super::network::{NetworkSwitch, SWITCHED_OFF};
+use super::network::NetworkSwitch;
 use super::session::GatewaySessions;
 use super::stream::WatchStream;
 use crate::engine::backoff::Backoff;
-use crate::engine::env::Reply;
 use crate::engine::model::AggregateRef;
 use crate::engine::read::log::LocalLog;
 use crate::engine::read::machine::{Action, Input, PageEnd, Reader, StreamId};
-use crate::engine::read::page;
 use crate::engine::read::routing::ReaderNews;
 use crate::engine::read::sse::{Parser, note};
 use crate::engine::signal::{InFlight, Signal, first};
 use crate::engine::sorted::{SortedMap, SortedSet};
 use crate::engine::status::{Hub, Refused};
+use celeriant_sync_protocol::WATCH_PATH;
 use celeriant_sync_protocol::codes::gateway::{
     WATCH_STREAMS_PER_CLIENT, WATCH_TOO_MANY_AGGREGATES,
 };
 use celeriant_sync_protocol::watch;
-use celeriant_sync_protocol::{WATCH_PATH, events_path};
 
 #[wasm_bindgen::prelude::wasm_bindgen]
 extern "C" {
@@ -49,6 +46,8 @@ extern "C" {
     #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
     fn parse_text(text: &JsValue) -> Result<JsValue, JsValue>;
 }
+
+mod fetch_page;
 
 /// Where the reader reads from.
 pub(crate) struct ReaderConfig {
@@ -288,14 +287,18 @@ impl ReaderRuntime {
                 super::env::spawn(async move {
                     // One deadline over the whole page (a session opening included), so a
                     // hung `auth` callback cannot stop catch-up for good.
-                    let mut end = None;
+                    let (end, storing) = (Cell::new(None), Cell::new(false));
                     let deadline = this.config.timeout_ms.saturating_mul(3);
-                    first(
-                        async { end = Some(this.fetch_page(aggregate, probe, tip).await) },
-                        TimeoutFuture::new(deadline),
-                    )
-                    .await;
-                    let end = end.unwrap_or_else(|| PageEnd::Failed {
+                    let mut page = std::pin::pin!(async {
+                        end.set(Some(this.fetch_page(aggregate, probe, tip, &storing).await))
+                    });
+                    if !first(page.as_mut(), TimeoutFuture::new(deadline)).await && storing.get() {
+                        // Past the deadline while storing: that transaction commits or aborts
+                        // on its own, so it is awaited and its news told (dropped, a store that
+                        // then committed was told to nobody, `close` not waiting for it either).
+                        page.await;
+                    }
+                    let end = end.take().unwrap_or_else(|| PageEnd::Failed {
                         message: format!("no page within {deadline} ms"),
                     });
                     if !this.stopped.get() {
@@ -489,109 +492,6 @@ impl ReaderRuntime {
                 reader.feed(input);
             }
         });
-    }
-
-    /// Reads the aggregate's next page and stores it with its cursor (compare-and-set on the
-    /// cursor read before the request); with `probe`, asks only what is left of it after a
-    /// `reset`: its first version (a 410 gives the minimum) and its tip; with `tip`, asks
-    /// nothing when the cursor is at it ([`page::at_tip`]).
-    async fn fetch_page(&self, aggregate: AggregateRef, probe: bool, tip: Option<u64>) -> PageEnd {
-        let failed = |message: String| PageEnd::Failed { message };
-        let cursor = match self.outbox.cursor(aggregate).await {
-            Ok(cursor) => cursor,
-            Err(e) => return failed(e.to_string()),
-        };
-        // At the tip a `ready` gave, with no change notified since: nothing to read.
-        if let Some(end) = tip.and_then(|tip| page::at_tip(cursor, tip)) {
-            return end;
-        }
-        if self.config.network.is_off() {
-            return failed(SWITCHED_OFF.into());
-        }
-        let token = match self.token().await {
-            Ok(token) => token,
-            Err(message) => return failed(message),
-        };
-        let query = if probe {
-            "from=1&limit=1".to_owned()
-        } else {
-            format!("from={}", cursor.version + 1)
-        };
-        let url = format!(
-            "{}{}?{query}",
-            self.config.gateway_url,
-            events_path(&aggregate)
-        );
-        let proof = match self.sessions.proof("GET", &url, "", &token).await {
-            Ok(proof) => proof,
-            Err(message) => return failed(message),
-        };
-        let (status, text) =
-            match get_raw(&url, Some(&token), Some(&proof), self.config.timeout_ms).await {
-                Ok(Raw {
-                    status,
-                    body: Ok(text),
-                    ..
-                }) => (status, text),
-                Ok(Raw { body: Err(e), .. }) => return failed(e),
-                Err(Reply::Failed { message, .. }) => return failed(message),
-                Err(Reply::Http { status, .. }) => return failed(format!("HTTP {status}")),
-            };
-        if self.stopped.get() {
-            return failed("the reader stopped".into());
-        }
-        // From here a stop no longer keeps the page from being stored: counted until its news.
-        let _writing = self.writes.enter();
-        // Parsed as the JS string it came as (see `get_raw`); copied into Rust only for an
-        // error message.
-        let parsed = parse_text(&text).unwrap_or(JsValue::UNDEFINED);
-        let body = || text.as_string().unwrap_or_default();
-        match status {
-            200 => {
-                let batches = js::get(&parsed, "batches");
-                if !Array::is_array(&batches) {
-                    return failed("a page without batches".into());
-                }
-                let batches = Array::from(&batches);
-                let tip = js::get_u64(&parsed, "tip");
-                if probe {
-                    // Version 1 is still there (else 410): gone only if the aggregate was
-                    // deleted or recreated below what the local log holds.
-                    return page::probed(tip, cursor);
-                }
-                if page::shrunk(tip, cursor) {
-                    // Deleted while no `reset` reached this device (the stream was down or
-                    // lagged): found by the page itself (tests/read_model.rs).
-                    return PageEnd::Gone;
-                }
-                let size = u64::from(text.unchecked_ref::<js_sys::JsString>().length());
-                let stored = match self
-                    .outbox
-                    .store_fetched_page(aggregate, &batches, &self.config.me, cursor, size)
-                    .await
-                {
-                    Ok(stored) => stored,
-                    Err(e) => return failed(e.to_string()),
-                };
-                if stored.is_some_and(|after| after.version > cursor.version) {
-                    self.hub.logged(aggregate);
-                    (self.news)(ReaderNews::LogChanged(aggregate));
-                }
-                let next = js::get(&parsed, "next");
-                page::stored(cursor, stored, !(next.is_null() || next.is_undefined()))
-            }
-            410 => page::trimmed(js::get_u64(&parsed, "minVersion")).unwrap_or_else(|| {
-                failed(format!("HTTP 410 without a usable minVersion: {}", body()))
-            }),
-            401 => {
-                self.sessions.refused(&token);
-                failed("HTTP 401: the session was refused".into())
-            }
-            _ => failed(format!(
-                "HTTP {status}: {}",
-                body().chars().take(300).collect::<String>()
-            )),
-        }
     }
 }
 
