@@ -67,6 +67,9 @@ pub(crate) struct Roles {
     /// Per node: write-class requests received, and how many were answered 2011.
     writes: Vec<u64>,
     not_leader: Vec<u64>,
+    /// Per node: aggregate-details and read requests received.
+    details: Vec<u64>,
+    reads: Vec<u64>,
     changes: u64,
 }
 
@@ -108,6 +111,18 @@ pub(crate) async fn intercept(
     state: &Mutex<State>,
     node: usize,
 ) -> Intercept {
+    {
+        let mut state = state.lock().unwrap();
+        let roles = &mut state.cluster;
+        let counts = match request {
+            ClientRequest::AggregateDetails(_) => Some(&mut roles.details),
+            ClientRequest::Read(_) => Some(&mut roles.reads),
+            _ => None,
+        };
+        if let Some(count) = counts.and_then(|c| c.get_mut(node)) {
+            *count += 1;
+        }
+    }
     if !leader_only(request) {
         return Intercept::Pass;
     }
@@ -177,6 +192,8 @@ impl FakeCluster {
             generations: vec![0; count],
             writes: vec![0; count],
             not_leader: vec![0; count],
+            details: vec![0; count],
+            reads: vec![0; count],
             ..Roles::default()
         };
         let state = Arc::new(Mutex::new(state));
@@ -222,6 +239,16 @@ impl FakeCluster {
     /// Per node, the write-class requests it received (including those answered 2011).
     pub fn writes_per_node(&self) -> Vec<u64> {
         self.nodes[0].lock().cluster.writes.clone()
+    }
+
+    /// Per node, the aggregate-details requests it received.
+    pub fn details_per_node(&self) -> Vec<u64> {
+        self.nodes[0].lock().cluster.details.clone()
+    }
+
+    /// Per node, the read requests it received.
+    pub fn reads_per_node(&self) -> Vec<u64> {
+        self.nodes[0].lock().cluster.reads.clone()
     }
 
     /// Per node, the 2011 answers it sent.

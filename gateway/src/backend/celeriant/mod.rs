@@ -14,7 +14,8 @@
 //!   version guard);
 //! * `convert`: field-by-field translation between the gateway's and Celeriant's types;
 //! * `errors`: the `ClientError` → [`BackendError`] table;
-//! * `watch`: the one upstream watch per process behind [`Backend::changes`].
+//! * `watch`: the one upstream watch per process behind [`Backend::changes`];
+//! * `tips`: each watched aggregate's version for a stream's `ready`, read on the watch's node.
 
 pub mod access;
 mod convert;
@@ -24,6 +25,7 @@ mod errors_table;
 mod judge;
 mod record;
 pub mod revocations;
+mod tips;
 pub mod watch;
 
 use std::fmt;
@@ -84,6 +86,9 @@ pub struct CeleriantBackend {
     watch: watch::WatchSettings,
     records: Arc<access::Records>,
     revocations: Arc<revocations::Revocations>,
+    /// Where the upstream watch is open (set by `watch::run`, read by `tips`).
+    node: Arc<watch::Node>,
+    tips: Arc<tips::Tips>,
 }
 
 impl CeleriantBackend {
@@ -110,7 +115,10 @@ impl CeleriantBackend {
             pool = pool.with_identity(ClientIdentityConfig::from_api_key(key));
         }
         let pool = Arc::new(CeleriantPool::new(pool));
+        let node = Arc::new(watch::Node::default());
         Ok(CeleriantBackend {
+            tips: Arc::new(tips::Tips::new(pool.options().clone(), node.clone())),
+            node,
             records: Arc::new(access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL)),
             revocations: Arc::new(revocations::Revocations::new(
                 pool.clone(),
@@ -204,8 +212,23 @@ impl Backend for CeleriantBackend {
             }
             _ => {}
         });
-        runtime.spawn(watch::run(self.pool.clone(), sender, self.watch, observe));
+        runtime.spawn(watch::run(
+            self.pool.clone(),
+            sender,
+            self.watch,
+            observe,
+            self.node.clone(),
+        ));
         Some(receiver)
+    }
+
+    /// Read on the node the upstream watch is open on, not through the pool's routing, which
+    /// may pick a lagging replica (`tips`); `None` while no watch is open.
+    async fn tips(
+        &self,
+        keys: Vec<AggregateKey>,
+    ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
+        Ok(self.tips.read(&keys).await)
     }
 
     async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError> {
