@@ -37,7 +37,17 @@ fn id(n: u128) -> String {
 fn gateway(nodes: &[String]) -> (Process, tempfile::TempDir) {
     let dir = data_dir();
     let org = Uuid::from_u128(ORG).to_string();
-    let mut args = vec!["--backend", "celeriant", "--org-id", &org, "--auth", "none"];
+    // The periodic revocations reload (its details and read requests) kept out of the counts.
+    let mut args = vec![
+        "--backend",
+        "celeriant",
+        "--org-id",
+        &org,
+        "--auth",
+        "none",
+        "--revocation-refresh-secs",
+        "3600",
+    ];
     args.extend(nodes.iter().flat_map(|n| ["--celeriant-addr", n.as_str()]));
     let gw = Process::start(dir.path(), &args);
     (gw, dir)

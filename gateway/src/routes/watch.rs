@@ -109,8 +109,10 @@ pub async fn watch(State(state): State<AppState>, request: Request) -> Response 
 /// `ready`'s `tips`: each aggregate's version now, one per entry of the request's list in its
 /// order (a duplicate gets the same; `null` for one refused, one the session may watch but not
 /// read — nobody owns it yet —, or one whose version could not be read); `None` when the store
-/// cannot tell cheaply (the Celeriant backend) or could not be read at all (the client then
-/// catches every aggregate up, as without tips).
+/// cannot tell (the Celeriant backend while its upstream watch is down) or could not be read at
+/// all (the client then catches every aggregate up, as without tips). Only the aggregates the
+/// session may read reach the backend (`unreadable` and the refused are left out here, on
+/// either store).
 ///
 /// It takes the stream's `registration`, so the versions cannot be read before the stream is
 /// registered: every change is then either at or below its tip or notified on the stream.

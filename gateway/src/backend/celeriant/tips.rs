@@ -62,11 +62,11 @@ impl Tips {
 
     /// One entry per key, in order; `None` when no watch is open or no entry could be read.
     pub async fn read(&self, keys: &[AggregateKey]) -> Option<Vec<Option<u64>>> {
-        // Read after the caller registered its stream (`crate::routes::watch`).
-        let address = self.node.address()?;
         if keys.is_empty() {
             return Some(Vec::new());
         }
+        // Read after the caller registered its stream (`crate::routes::watch`).
+        let address = self.node.address()?;
         let keys: Vec<CeleriantKey> = keys.iter().map(convert::aggregate_key).collect();
         let tips: Vec<std::sync::Mutex<Option<u64>>> =
             keys.iter().map(|_| std::sync::Mutex::new(None)).collect();

@@ -102,7 +102,9 @@ fn request(org: Option<Uuid>) -> WatchRequest {
 pub type Observer = Arc<dyn Fn(&Change) + Send + Sync>;
 
 /// The address of the node the upstream watch is open on, `None` while none is (see the
-/// module's header for when it is set and cleared).
+/// module's header for when it is set and cleared). One per backend, written by its one watch
+/// task (`Backend::changes` is called once, by the hub: `crate::state`), whose changes are the
+/// ones the streams are told.
 #[derive(Debug, Default)]
 pub struct Node(std::sync::Mutex<Option<String>>);
 
