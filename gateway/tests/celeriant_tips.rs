@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
-use celeriant_gateway::backend::{AggregateCommand, AggregateKey, Backend, Change, WriteCommand};
+use celeriant_gateway::backend::{
+    AggregateCommand, AggregateKey, Asker, Backend, Change, TipsAsk, WriteCommand,
+};
 use celeriant_msg::process_client_requests::ClientRequest;
 use celeriant_sync_protocol::{AggregateRef, Event};
 use fake_celeriant::{FakeCluster, Held};
@@ -155,6 +157,14 @@ fn ready_gives_tips_and_a_subscription_change_leaves_only_the_new_aggregate_to_r
     }
 }
 
+/// Client `n`'s ask, due in a second (the route's budget).
+fn ask(n: u128) -> TipsAsk {
+    TipsAsk {
+        asker: Asker::Client(Uuid::from_u128(n)),
+        deadline: tokio::time::Instant::now() + Duration::from_secs(1),
+    }
+}
+
 fn key(n: u128) -> AggregateKey {
     AggregateKey {
         org: Uuid::from_u128(ORG),
@@ -201,13 +211,13 @@ async fn no_tips_while_no_upstream_watch_is_open() {
     .unwrap();
     backend.write(command(1, 1)).await.unwrap();
     backend.write(command(1, 2)).await.unwrap();
-    assert_eq!(backend.tips(vec![key(1)]).await.unwrap(), None);
+    assert_eq!(backend.tips(vec![key(1)], ask(1)).await.unwrap(), None);
 
     let mut changes = backend.changes().unwrap();
     let first = tokio::time::timeout(WAIT, changes.recv()).await.unwrap();
     assert!(matches!(first, Ok(Change::Resync)), "the watch is open");
     assert_eq!(
-        backend.tips(vec![key(1), key(2)]).await.unwrap(),
+        backend.tips(vec![key(1), key(2)], ask(1)).await.unwrap(),
         Some(vec![Some(2), Some(0)])
     );
 }
@@ -280,7 +290,7 @@ async fn a_streams_tips_use_a_few_connections() {
     let (backend, _changes) = watched_backend(&fake).await;
     let connections = fake.identifies().len();
     let keys: Vec<AggregateKey> = (1..=200).map(key).collect();
-    let tips = backend.tips(keys).await.unwrap().unwrap();
+    let tips = backend.tips(keys, ask(1)).await.unwrap().unwrap();
     assert_eq!(&tips[..3], &[Some(2), Some(1), Some(0)]);
     assert!(tips.iter().all(Option::is_some));
     assert_eq!(fake.identifies().len() - connections, 4);
@@ -296,17 +306,25 @@ async fn a_tip_refused_or_late_is_left_out_and_none_answered_is_no_tips() {
     let refused = || Reply::error(celeriant_msg::error_codes::EXISTS_CACHE_ERROR, "cache");
 
     fake.script([refused()]);
-    let tips = backend.tips(vec![key(1), key(1)]).await.unwrap().unwrap();
+    let tips = backend
+        .tips(vec![key(1), key(1)], ask(1))
+        .await
+        .unwrap()
+        .unwrap();
     let mut sorted = tips.clone();
     sorted.sort();
     assert_eq!(sorted, vec![None, Some(2)], "{tips:?}");
 
     fake.script([refused()]);
-    assert_eq!(backend.tips(vec![key(1)]).await.unwrap(), None);
+    assert_eq!(backend.tips(vec![key(1)], ask(1)).await.unwrap(), None);
 
     fake.script([Reply::slow(Duration::from_secs(3), Reply::Store)]);
     let started = Instant::now();
-    let tips = backend.tips(vec![key(1), key(2)]).await.unwrap().unwrap();
+    let tips = backend
+        .tips(vec![key(1), key(2)], ask(1))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         started.elapsed() < Duration::from_millis(2500),
         "bounded by the timeout"

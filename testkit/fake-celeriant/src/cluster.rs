@@ -246,6 +246,14 @@ impl FakeCluster {
         self.nodes[0].lock().cluster.details.clone()
     }
 
+    /// Per node, the connections it accepted (dials).
+    pub fn connections_per_node(&self) -> Vec<u64> {
+        let state = self.nodes[0].lock();
+        (0..self.nodes.len())
+            .map(|i| state.accepted.get(&i).copied().unwrap_or(0))
+            .collect()
+    }
+
     /// Per node, the read requests it received.
     pub fn reads_per_node(&self) -> Vec<u64> {
         self.nodes[0].lock().cluster.reads.clone()

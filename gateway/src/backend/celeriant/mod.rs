@@ -43,7 +43,7 @@ use tokio::sync::broadcast;
 
 use super::{
     AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, ReadPage, ReadQuery,
-    RevocationChange, WriteAck, WriteCommand,
+    RevocationChange, TipsAsk, WriteAck, WriteCommand,
 };
 use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE, Policy, Preset};
 use crate::auth::revoke::Revocation;
@@ -88,19 +88,21 @@ pub struct CeleriantBackend {
     revocations: Arc<revocations::Revocations>,
     /// Where the upstream watch is open (set by `watch::run`, read by `tips`).
     node: Arc<watch::Node>,
-    tips: Arc<tips::Tips>,
+    tips: tips::Tips,
 }
 
 impl CeleriantBackend {
     /// Builds the pool. Nothing is dialled yet: the gateway starts (and reports unhealthy) while
     /// the cluster is down, and connects on the first request.
     pub async fn connect(options: CeleriantOptions) -> Result<Self, String> {
-        let mut addresses = options
+        let configured: Vec<String> = options
             .addresses
             .iter()
             .map(|a| a.trim())
             .filter(|a| !a.is_empty())
-            .map(str::to_owned);
+            .map(str::to_owned)
+            .collect();
+        let mut addresses = configured.iter().cloned();
         let first = addresses.next().ok_or("no Celeriant address configured")?;
         if options.request_timeout.is_zero() {
             return Err("the Celeriant request timeout must be above zero".into());
@@ -116,8 +118,15 @@ impl CeleriantBackend {
         }
         let pool = Arc::new(CeleriantPool::new(pool));
         let node = Arc::new(watch::Node::default());
+        let one_node = tips::one_node_each(&configured).await;
+        if let Err(why) = &one_node {
+            tracing::warn!(
+                why,
+                "celeriant tips: off; each --celeriant-addr must name one node (ready goes without tips, every aggregate is read)"
+            );
+        }
         Ok(CeleriantBackend {
-            tips: Arc::new(tips::Tips::new(pool.options().clone(), node.clone())),
+            tips: tips::Tips::new(pool.options(), node.clone(), one_node),
             node,
             records: Arc::new(access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL)),
             revocations: Arc::new(revocations::Revocations::new(
@@ -127,6 +136,14 @@ impl CeleriantBackend {
             pool,
             watch: watch::WatchSettings::default(),
         })
+    }
+
+    /// Each client id (or address, under `--auth none`) may have tips read for `per_second`
+    /// aggregates per second after a burst of `burst` (0: no limit); `main` passes
+    /// `--rate-per-client` and `--burst-per-client` (see `tips`).
+    pub fn with_tips_rate(mut self, per_second: u32, burst: u32) -> Self {
+        self.tips.set_rate(per_second, burst);
+        self
     }
 
     /// Scopes the upstream watch to `org` (`None`: every organisation) and renews it every
@@ -227,8 +244,9 @@ impl Backend for CeleriantBackend {
     async fn tips(
         &self,
         keys: Vec<AggregateKey>,
+        ask: TipsAsk,
     ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
-        Ok(self.tips.read(&keys).await)
+        Ok(self.tips.read(&keys, ask).await)
     }
 
     async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError> {
