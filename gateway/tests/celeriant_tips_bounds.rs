@@ -343,3 +343,23 @@ async fn after_a_failed_dial_no_tips_and_no_dial_for_a_while() {
     let tips = backend.tips(vec![key(1)], ask(1, WAIT)).await.unwrap();
     assert_eq!(tips, Some(vec![Some(2)]), "tips again after a while");
 }
+
+/// Each client has tips read for so many aggregates per second (here 10, in a burst of 10):
+/// past it, no tips (nothing asked upstream), while another client still gets its own.
+#[tokio::test]
+async fn a_client_past_its_aggregates_per_second_gets_no_tips() {
+    let fake = FakeCeleriant::start();
+    let backend = backend(vec![fake.address()], Duration::from_secs(300))
+        .await
+        .with_tips_rate(10, 10);
+    backend.write(command(1, 1)).await.unwrap();
+    let mut changes = backend.changes().unwrap();
+    resync(&mut changes).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let keys = || vec![key(1); 8];
+    assert!(backend.tips(keys(), ask(1, WAIT)).await.unwrap().is_some());
+    let requests = fake.requests().len();
+    assert_eq!(backend.tips(keys(), ask(1, WAIT)).await.unwrap(), None);
+    assert_eq!(fake.requests().len(), requests, "nothing asked upstream");
+    assert!(backend.tips(keys(), ask(2, WAIT)).await.unwrap().is_some());
+}
