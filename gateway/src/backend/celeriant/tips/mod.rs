@@ -25,14 +25,17 @@
 //! (`CeleriantPool::get_connection`) for its share of the keys and gives it back.
 //!
 //! Bounded, and never a reason to hold `ready` (`share` for the fair part):
-//! * the whole read ends at `ask.deadline` (the route gives at most [`crate::routes`]' one
-//!   second, and never past the request's own deadline); an aggregate not answered by then, or
-//!   answered with an error, gets no tip (`None`: the client reads it); none answered, no tips;
+//! * the whole read ends at `ask.deadline` (the route, `crate::routes::watch`, gives at most
+//!   one second, and never past the request's own deadline), each request within
+//!   [`NODE_TIMEOUT`]; an aggregate not answered by then, or answered with an error, gets no
+//!   tip (`None`: the client reads it); none answered, no tips;
 //! * at most [`PER_STREAM`] connections for one stream, [`CONNECTIONS`] for the process,
 //!   [`PER_ASKER`] for one asker's streams together, taken with `try_acquire`: none free, no
 //!   tips at once;
 //! * each asker's aggregates per second ([`Tips::set_rate`]: by default those of
-//!   `--rate-per-client` / `--burst-per-client`), a separate bucket from its read rate;
+//!   `--rate-per-client` / `--burst-per-client`), a bucket apart from its read rate: a stream
+//!   refused tips makes its client read every aggregate, so spending the read rate on tips would
+//!   turn that refusal into 429s on the reads that replace them;
 //! * after a failure to get a connection to the node, or of a connection (not an error the
 //!   node answered), no tips for [`DOWN_FOR`] (not a dial per stream); the log lines are
 //!   throttled (`crate::limits::notice`).
