@@ -120,8 +120,8 @@ fn ready_gives_tips_and_a_subscription_change_leaves_only_the_new_aggregate_to_r
     assert_eq!(count(&fake, before, is_read), 0, "no page is read for tips");
     assert_eq!(
         count(&fake, before, is_details),
-        3,
-        "one details per aggregate"
+        6,
+        "two details per aggregate: on the watch's node and through the main pool"
     );
     // A client reads each aggregate up to its tip (3 needs nothing): its cursors.
     let cursors: HashMap<u128, u64> = [(1, 3), (2, 1), (3, 0)].into();
@@ -224,7 +224,8 @@ async fn no_tips_while_no_upstream_watch_is_open() {
 
 /// The pool reads from the leader it learned (node 1) while the upstream watch stays on the
 /// node it was opened on (node 0, the first address, before any write taught the pool the
-/// leader); tips are read on node 0, whose watch notifies whatever it applies after them.
+/// leader); tips are read on node 0, whose watch notifies whatever it applies after them, and
+/// through the pool (node 1), the tip being the higher answer.
 #[test]
 fn tips_are_read_on_the_watchs_node_not_where_the_pool_reads() {
     let cluster = FakeCluster::start(3);
@@ -258,8 +259,8 @@ fn tips_are_read_on_the_watchs_node_not_where_the_pool_reads() {
         .collect();
     assert_eq!(
         after,
-        vec![2, 0, 0],
-        "tips are read on the watch's node, node 0"
+        vec![2, 2, 0],
+        "tips are read on the watch's node, node 0, and where the pool reads, node 1"
     );
 }
 
@@ -283,7 +284,9 @@ async fn watched_backend(fake: &FakeCeleriant) -> (CeleriantBackend, impl Sized)
 }
 
 /// One stream's tips use at most `PER_STREAM` (4) connections to the node, however many
-/// aggregates it names.
+/// aggregates it names, and as many requests at once through the main pool (here the same
+/// fake node, so at most 8 new connections: 4 dialled by the tips' node pool, the rest by
+/// the main pool when its idle ones are too few).
 #[tokio::test]
 async fn a_streams_tips_use_a_few_connections() {
     let fake = FakeCeleriant::start();
@@ -293,7 +296,8 @@ async fn a_streams_tips_use_a_few_connections() {
     let tips = backend.tips(keys, ask(1)).await.unwrap().unwrap();
     assert_eq!(&tips[..3], &[Some(2), Some(1), Some(0)]);
     assert!(tips.iter().all(Option::is_some));
-    assert_eq!(fake.identifies().len() - connections, 4);
+    let dialled = fake.identifies().len() - connections;
+    assert!((4..=8).contains(&dialled), "{dialled} connections dialled");
 }
 
 /// A details request refused or not answered within the upstream request timeout leaves its

@@ -9,7 +9,9 @@
 //!   `ErrorResponse { error_code: 2011, error_message: {"leader_address":"HOST:PORT"} }`, checked
 //!   before anything else, as the server does, so a 2011 means nothing was applied;
 //! * reads, aggregate details and watches are served by every node from the shared store (the
-//!   replicated state), and a write on the leader notifies the watches of every node;
+//!   replicated state), and a write on the leader notifies the watches of every node; a node can
+//!   be made to answer an aggregate's details as a lagging replica would
+//!   ([`FakeCluster::lag_details`]);
 //! * [`FakeCluster::start_election`] leaves the cluster without a leader (every node answers 2011
 //!   without an address) until [`FakeCluster::change_leader`], which moves leadership at once; the writes the old leader was
 //!   told to hold ([`FakeCluster::hold_writes`]) are settled as a real step-down can settle them
@@ -19,6 +21,7 @@
 //!
 //! A lone node ([`FakeCeleriant::start`]) has no roles and behaves as before: it is its own leader.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use celeriant_msg::error_codes;
@@ -71,6 +74,8 @@ pub(crate) struct Roles {
     details: Vec<u64>,
     reads: Vec<u64>,
     changes: u64,
+    /// (node, aggregate): the node answers that aggregate's details at most at this version.
+    lagging: HashMap<(usize, AggregateKey), u64>,
 }
 
 /// The current generation of `node`'s connections.
@@ -121,6 +126,15 @@ pub(crate) async fn intercept(
         };
         if let Some(count) = counts.and_then(|c| c.get_mut(node)) {
             *count += 1;
+        }
+        if let ClientRequest::AggregateDetails(d) = request
+            && let Some(&lag) = state.cluster.lagging.get(&(node, d.aggregate_key.clone()))
+        {
+            let mut response = state.apply(request);
+            if let ClientResponse::AggregateDetails(r) = &mut response {
+                r.max_aggregate_version = r.max_aggregate_version.min(lag);
+            }
+            return Intercept::Answer(response);
         }
     }
     if !leader_only(request) {
@@ -244,6 +258,16 @@ impl FakeCluster {
     /// Per node, the aggregate-details requests it received.
     pub fn details_per_node(&self) -> Vec<u64> {
         self.nodes[0].lock().cluster.details.clone()
+    }
+
+    /// From now on node `i` answers `key`'s details with a max version of at most `version`, as
+    /// a replica behind the others (or cut off from them) would; the store is unchanged.
+    pub fn lag_details(&self, i: usize, key: AggregateKey, version: u64) {
+        self.nodes[0]
+            .lock()
+            .cluster
+            .lagging
+            .insert((i, key), version);
     }
 
     /// Per node, the connections it accepted (dials).

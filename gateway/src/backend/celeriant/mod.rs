@@ -126,7 +126,7 @@ impl CeleriantBackend {
             );
         }
         Ok(CeleriantBackend {
-            tips: tips::Tips::new(pool.options(), node.clone(), one_node),
+            tips: tips::Tips::new(pool.clone(), node.clone(), one_node),
             node,
             records: Arc::new(access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL)),
             revocations: Arc::new(revocations::Revocations::new(

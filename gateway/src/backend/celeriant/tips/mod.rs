@@ -1,6 +1,6 @@
 //! `Backend::tips` on Celeriant: each aggregate's version for a change stream's `ready`, read
 //! with one aggregate-details request per aggregate **on the node the upstream watch is open
-//! on** (`watch::Node`), never through the main pool's read routing.
+//! on** (`watch::Node`), and one through the main pool; the tip is the higher of the two.
 //!
 //! Why that node. A tip lets a client whose cursor equals it skip the aggregate's catch-up, so it
 //! must be at least every version that will not be notified on the stream. The main pool sends a
@@ -16,6 +16,15 @@
 //! stream. This relies on the node notifying a version no earlier than its details answers show
 //! it, and on one configured address naming one node ([`resolve`] checks at start-up).
 //!
+//! And where the main pool reads too: each tip is the **higher** of the watch's node's answer
+//! and the main pool's (what `record::tip` and a catch-up page read would see, from the leader
+//! when one is known). The watch's node can itself be behind a version committed and notified
+//! before the stream was registered (cut off from the cluster, or an address re-resolved to a
+//! restarted node still catching up); with the max, a tip is never below what the client's own
+//! catch-up read through the main pool would have seen, so tips open no window that page reads
+//! do not. A tip too high only costs the client a page read. Either answer failed or late: no
+//! tip for that aggregate.
+//!
 //! Connections: a second `CeleriantPool` whose `address` is the watch's node and which has no
 //! seeds, kept while the watch stays on that node and replaced when it moves. Such a pool can
 //! reach no other node (0.3.0 `pool.rs`: `read_addresses` is the cached leader, set only by the
@@ -26,8 +35,10 @@
 //!
 //! Bounded, and never a reason to hold `ready` (`share` for the fair part):
 //! * the whole read ends at `ask.deadline` (the route, `crate::routes::watch`, gives at most
-//!   one second, and never past the request's own deadline), each request within
-//!   [`NODE_TIMEOUT`]; an aggregate not answered by then, or answered with an error, gets no
+//!   one second, and never past the request's own deadline), each request (the node's and the
+//!   main pool's, sent together, under the same permit) within [`NODE_TIMEOUT`], well inside
+//!   that second so that a node that accepts but never answers trips [`DOWN_FOR`] rather than
+//!   holding every stream for the whole budget; an aggregate not answered by then, or answered with an error, gets no
 //!   tip (`None`: the client reads it); none answered, no tips;
 //! * at most [`PER_STREAM`] connections for one stream, [`CONNECTIONS`] for the process,
 //!   [`PER_ASKER`] for one asker's streams together, taken with `try_acquire`: none free, no
@@ -52,7 +63,7 @@ use celeriant_msg::request::requests::AggregateDetailsRequest;
 use celeriant_wal::aggregate_key::AggregateKey as CeleriantKey;
 use tokio::time::Instant;
 
-use super::{convert, watch};
+use super::{convert, record, watch};
 use crate::backend::{AggregateKey, Asker, TipsAsk};
 use crate::limits::notice::Throttle;
 
@@ -70,9 +81,10 @@ pub const PER_ASKER: usize = 4;
 /// How long tips are off after a connection to the watch's node could not be had, or failed.
 pub const DOWN_FOR: Duration = Duration::from_secs(5);
 
-/// Longest a connection to the node may take to set up, and one details request to answer
-/// (the route's budget is shorter anyway).
-const NODE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest a connection to the node may take to set up, and one details request (to the node,
+/// or through the main pool) to answer: well under the route's one-second budget, so that a
+/// node that never answers is found failed (and left alone for [`DOWN_FOR`]) within it.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(400);
 
 /// Aggregates per second per asker by default (the defaults of `--rate-per-client` and
 /// `--burst-per-client`).
@@ -87,6 +99,8 @@ struct NodePool {
 /// Reads tips on the watch's node.
 pub struct Tips {
     node: Arc<watch::Node>,
+    /// The main pool: each tip is at least its answer.
+    main: Arc<CeleriantPool>,
     /// How to dial and identify (the main pool's), with [`NODE_TIMEOUT`].
     options: PoolOptions,
     /// `Err(why)`: an address names several nodes, no tips ([`resolve`]).
@@ -107,16 +121,21 @@ enum Log {
 }
 
 impl Tips {
-    /// `options`: the main pool's (how to dial and identify); `node`: where the watch is open;
-    /// `enabled`: [`one_node_each`] of the configured addresses.
-    pub fn new(options: &PoolOptions, node: Arc<watch::Node>, enabled: Result<(), String>) -> Self {
-        let mut options = options.clone();
+    /// `main`: the main pool (its options say how to dial and identify); `node`: where the
+    /// watch is open; `enabled`: [`one_node_each`] of the configured addresses.
+    pub fn new(
+        main: Arc<CeleriantPool>,
+        node: Arc<watch::Node>,
+        enabled: Result<(), String>,
+    ) -> Self {
+        let mut options = main.options().clone();
         options.seed_addresses = Vec::new();
         options.max_connections_per_node = CONNECTIONS;
         options.connection_timeout = options.connection_timeout.min(NODE_TIMEOUT);
         options.request_timeout = options.request_timeout.min(NODE_TIMEOUT);
         Tips {
             node,
+            main,
             options,
             enabled,
             permits: share::Permits::new(CONNECTIONS, PER_ASKER),
@@ -233,13 +252,20 @@ impl Tips {
             let Some(key) = keys.get(i) else {
                 return;
             };
-            let details = conn
-                .client()
-                .aggregate_details(AggregateDetailsRequest {
-                    correlation_id: None,
-                    aggregate_key: key.clone(),
-                })
-                .await;
+            let request = AggregateDetailsRequest {
+                correlation_id: None,
+                aggregate_key: key.clone(),
+            };
+            // The main pool's answer, asked at the same time (its own timeout may be longer).
+            let (details, main) = tokio::join!(
+                conn.client().aggregate_details(request),
+                tokio::time::timeout(NODE_TIMEOUT, record::tip(&self.main, key)),
+            );
+            let main = match main {
+                Ok(Ok(record::Tip::At(v))) => Some(v),
+                Ok(Ok(record::Tip::Missing | record::Tip::Deleted)) => Some(0),
+                Ok(Err(_)) | Err(_) => None,
+            };
             let tip = match details {
                 // What a page says of it: nothing to read.
                 Ok(d) if d.is_deleted => 0,
@@ -260,7 +286,11 @@ impl Tips {
                     return;
                 }
             };
-            *tips[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(tip);
+            // No answer from the main pool: no tip (the client reads it).
+            let Some(main) = main else {
+                continue;
+            };
+            *tips[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(tip.max(main));
         }
     }
 }
