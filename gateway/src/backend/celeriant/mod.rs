@@ -15,7 +15,8 @@
 //! * `convert`: field-by-field translation between the gateway's and Celeriant's types;
 //! * `errors`: the `ClientError` → [`BackendError`] table;
 //! * `watch`: the one upstream watch per process behind [`Backend::changes`];
-//! * `tips`: each watched aggregate's version for a stream's `ready`, read on the watch's node.
+//! * `tips`: each watched aggregate's version for a stream's `ready`, read on the watch's node
+//!   and through the pool, the higher answer.
 
 pub mod access;
 mod convert;
@@ -239,8 +240,9 @@ impl Backend for CeleriantBackend {
         Some(receiver)
     }
 
-    /// Read on the node the upstream watch is open on, not through the pool's routing, which
-    /// may pick a lagging replica (`tips`); `None` while no watch is open.
+    /// Read on the node the upstream watch is open on and through the pool's routing, the
+    /// higher answer (the pool alone may pick a lagging replica; the watch's node may itself
+    /// lag, `tips`); `None` while no watch is open.
     async fn tips(
         &self,
         keys: Vec<AggregateKey>,
