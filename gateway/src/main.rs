@@ -85,7 +85,11 @@ async fn run(config: Config) -> Result<(), String> {
                     Duration::from_secs(config.celeriant_watch_renew_secs),
                 )
                 .with_org(config.org_id)
-                .with_members_ttl(Duration::from_millis(config.members_cache_ms)),
+                .with_members_ttl(Duration::from_millis(config.members_cache_ms))
+                .with_tips_rate(
+                    config.limits.rate_per_client,
+                    config.limits.burst_per_client,
+                ),
             )
         }
     };

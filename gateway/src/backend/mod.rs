@@ -50,6 +50,26 @@ pub struct AggregateKey {
     pub aggregate: AggregateRef,
 }
 
+/// Who asks for a stream's tips ([`Backend::tips`]): the fair-share key of a backend whose tips
+/// cost it something (the Celeriant backend's per-client permits and rate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Asker {
+    /// The session's client id.
+    Client(Uuid),
+    /// No client id (`--auth none`): the client's address bucket (`crate::limits::ip::bucket`).
+    Address(std::net::IpAddr),
+}
+
+/// A request for tips: who asks, and by when the answer is due. Past `deadline` a backend
+/// answers with what it has (or `None`): `ready` is never held for tips.
+#[derive(Debug, Clone, Copy)]
+pub struct TipsAsk {
+    /// The fair-share key.
+    pub asker: Asker,
+    /// When `ready` goes, with or without tips.
+    pub deadline: tokio::time::Instant,
+}
+
 /// One atomic write, already validated by the protocol rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteCommand {
@@ -318,10 +338,12 @@ pub trait Backend: Send + Sync + 'static {
     /// change stream's `ready` (`crate::routes::watch`): a client whose cursor is at an
     /// aggregate's tip then reads nothing of it. An entry is `None` when that aggregate's
     /// version could not be read (a damaged record); the whole is `None` when the store cannot
-    /// tell cheaply (the client then catches every aggregate up, as without tips).
+    /// tell cheaply, or not by `ask.deadline` (the client then catches every aggregate up, as
+    /// without tips).
     async fn tips(
         &self,
         _keys: Vec<AggregateKey>,
+        _ask: TipsAsk,
     ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
         Ok(None)
     }

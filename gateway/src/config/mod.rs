@@ -97,7 +97,9 @@ pub struct Config {
     )]
     pub backend: BackendKind,
 
-    /// Celeriant seed address(es), HOST:PORT (repeat, or comma-separate in the variable).
+    /// Celeriant seed address(es), HOST:PORT (repeat, or comma-separate in the variable). Each
+    /// must name one node, not a load balancer: one that resolves to several IP addresses
+    /// turns the change streams' `tips` off (a warning at start-up).
     #[arg(
         long = "celeriant-addr",
         env = "CELERIANT_GATEWAY_CELERIANT_ADDR",

@@ -51,7 +51,7 @@ impl Default for Sweeps {
 
 impl Sweeps {
     /// Whether a sweep may run now (at most one per [`SWEEP_EVERY`]); claims it if so.
-    fn claim(&self) -> bool {
+    pub(crate) fn claim(&self) -> bool {
         let now = self.base.elapsed().as_millis() as u64 + SWEEP_EVERY.as_millis() as u64;
         let last = self.last_ms.load(Ordering::Relaxed);
         now >= last + SWEEP_EVERY.as_millis() as u64

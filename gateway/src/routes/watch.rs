@@ -37,11 +37,12 @@ use uuid::Uuid;
 
 use crate::access::{Actor, Preset};
 use crate::auth::{Session, now_ms};
-use crate::backend::AggregateKey;
+use crate::backend::{AggregateKey, Asker, TipsAsk};
 use crate::error::ApiError;
 use crate::extract::read_json_proven;
 use crate::limits::fair::Kind;
 use crate::limits::ip;
+use crate::limits::notice::Throttle;
 use crate::routes::members::{readable, watch_access};
 use crate::serve::activity::Activity;
 use crate::state::AppState;
@@ -92,7 +93,9 @@ const BODY_BYTES_PER_AGGREGATE: usize = 200;
 /// connection too: a client that opens streams it never reads would otherwise keep the
 /// refused connections open as idle keep-alive ones.
 pub async fn watch(State(state): State<AppState>, request: Request) -> Response {
-    match open(&state, request).await {
+    // Within a moment of the router's deadline starting (`crate::app`).
+    let started = tokio::time::Instant::now();
+    match open(&state, request, started).await {
         Ok(response) => response,
         Err(e) => {
             let mut response = e.into_response();
@@ -106,39 +109,63 @@ pub async fn watch(State(state): State<AppState>, request: Request) -> Response 
     }
 }
 
+/// Longest `ready` waits for its tips: past it, it goes without them (the client then reads
+/// every aggregate). Short beside `--request-timeout-ms`, so tips never turn `ready` into a 504.
+pub const TIPS_BUDGET: Duration = Duration::from_secs(1);
+
+/// When the tips of a request that reached the router at `started` are due, at `now`:
+/// [`TIPS_BUDGET`] from now, and never past the request's deadline (`request_timeout` from
+/// `started`; the router answers 504 only [`crate::app::DEADLINE_GRACE`] later).
+fn tips_deadline(
+    started: tokio::time::Instant,
+    request_timeout: Duration,
+    now: tokio::time::Instant,
+) -> tokio::time::Instant {
+    (now + TIPS_BUDGET).min(started + request_timeout)
+}
+
+/// Log lines a client can cause, at most one per interval (`crate::limits::notice`).
+static REFUSED_LOG: Throttle = Throttle::new();
+static TIPS_LOG: Throttle = Throttle::new();
+
 /// `ready`'s `tips`: each aggregate's version now, one per entry of the request's list in its
 /// order (a duplicate gets the same; `null` for one refused, one the session may watch but not
 /// read — nobody owns it yet —, or one whose version could not be read); `None` when the store
-/// cannot tell cheaply (the Celeriant backend) or could not be read at all (the client then
-/// catches every aggregate up, as without tips).
+/// cannot tell (the Celeriant backend while its upstream watch is down) or could not be read at
+/// all (the client then catches every aggregate up, as without tips). Only the aggregates the
+/// session may read reach the backend (`unreadable` and the refused are left out here, on
+/// either store).
 ///
 /// It takes the stream's `registration`, so the versions cannot be read before the stream is
-/// registered: every change is then either at or below its tip or notified on the stream.
+/// registered: every change is then either at or below its tip or notified on the stream. It
+/// ends by `ask.deadline` whatever the backend does.
 async fn tips(
     state: &AppState,
     named: &[AggregateRef],
     registration: &Registration,
     unreadable: &HashSet<AggregateRef>,
+    ask: TipsAsk,
 ) -> Option<Vec<Option<u64>>> {
     let keys: Vec<AggregateRef> = (registration.slot.aggregates.iter())
         .filter(|a| !unreadable.contains(a))
         .copied()
         .collect();
     let org = state.config.org_id;
-    let versions = match state
-        .backend
-        .tips(
-            keys.iter()
-                .map(|&aggregate| AggregateKey { org, aggregate })
-                .collect(),
-        )
-        .await
-    {
-        Ok(versions) => versions?,
-        Err(e) => {
-            tracing::warn!(error = %e, "watch: the tips could not be read; ready goes without");
+    let asked = state.backend.tips(
+        keys.iter()
+            .map(|&aggregate| AggregateKey { org, aggregate })
+            .collect(),
+        ask,
+    );
+    let versions = match tokio::time::timeout_at(ask.deadline, asked).await {
+        Ok(Ok(versions)) => versions?,
+        Ok(Err(e)) => {
+            if let Some(suppressed) = TIPS_LOG.allow() {
+                tracing::warn!(error = %e, suppressed, "watch: the tips could not be read; ready goes without");
+            }
             return None;
         }
+        Err(_) => return None,
     };
     let by: std::collections::HashMap<AggregateRef, Option<u64>> =
         keys.into_iter().zip(versions).collect();
@@ -159,7 +186,11 @@ fn parse_aggregate(value: &str) -> Result<AggregateRef, ApiError> {
     })
 }
 
-async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> {
+async fn open(
+    state: &AppState,
+    request: Request,
+    started: tokio::time::Instant,
+) -> Result<Response, ApiError> {
     let (mut parts, body) = request.into_parts();
     let peer = ip::peer(&parts.extensions);
     let address = state.fair.address(Kind::Read, peer)?;
@@ -215,8 +246,10 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
             });
         }
     }
-    if !refused.is_empty() {
-        tracing::info!(client = ?session.client_id, refused = refused.len(), "watch: entries refused by the access policy");
+    if !refused.is_empty()
+        && let Some(suppressed) = REFUSED_LOG.allow()
+    {
+        tracing::info!(client = ?session.client_id, refused = refused.len(), suppressed, "watch: entries refused by the access policy");
     }
     let established = session
         .client_id
@@ -224,9 +257,19 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     let registration = state
         .watch
         .register(session.client_id, established, peer, aggregates)?;
+    let ask = TipsAsk {
+        asker: session
+            .client_id
+            .map_or(Asker::Address(ip::bucket(peer)), Asker::Client),
+        deadline: tips_deadline(
+            started,
+            state.request_timeout(),
+            tokio::time::Instant::now(),
+        ),
+    };
     let ready = Ready {
         refused,
-        tips: tips(state, &named, &registration, &unreadable).await,
+        tips: tips(state, &named, &registration, &unreadable, ask).await,
     };
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);
@@ -268,4 +311,26 @@ async fn open(state: &AppState, request: Request) -> Result<Response, ApiError> 
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tips_get_a_second_at_most_and_never_past_the_request_deadline() {
+        let started = tokio::time::Instant::now();
+        let timeout = Duration::from_secs(30);
+        assert_eq!(
+            tips_deadline(started, timeout, started),
+            started + TIPS_BUDGET
+        );
+        let late = started + Duration::from_millis(29_600);
+        assert_eq!(tips_deadline(started, timeout, late), started + timeout);
+        let past = started + Duration::from_secs(31);
+        assert!(
+            tips_deadline(started, timeout, past) < past,
+            "none left: due at once"
+        );
+    }
 }

@@ -9,7 +9,9 @@
 //!   `ErrorResponse { error_code: 2011, error_message: {"leader_address":"HOST:PORT"} }`, checked
 //!   before anything else, as the server does, so a 2011 means nothing was applied;
 //! * reads, aggregate details and watches are served by every node from the shared store (the
-//!   replicated state), and a write on the leader notifies the watches of every node;
+//!   replicated state), and a write on the leader notifies the watches of every node; a node can
+//!   be made to answer an aggregate's details as a lagging replica would
+//!   ([`FakeCluster::lag_details`]);
 //! * [`FakeCluster::start_election`] leaves the cluster without a leader (every node answers 2011
 //!   without an address) until [`FakeCluster::change_leader`], which moves leadership at once; the writes the old leader was
 //!   told to hold ([`FakeCluster::hold_writes`]) are settled as a real step-down can settle them
@@ -19,6 +21,7 @@
 //!
 //! A lone node ([`FakeCeleriant::start`]) has no roles and behaves as before: it is its own leader.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use celeriant_msg::error_codes;
@@ -67,7 +70,12 @@ pub(crate) struct Roles {
     /// Per node: write-class requests received, and how many were answered 2011.
     writes: Vec<u64>,
     not_leader: Vec<u64>,
+    /// Per node: aggregate-details and read requests received.
+    details: Vec<u64>,
+    reads: Vec<u64>,
     changes: u64,
+    /// (node, aggregate): the node answers that aggregate's details at most at this version.
+    lagging: HashMap<(usize, AggregateKey), u64>,
 }
 
 /// The current generation of `node`'s connections.
@@ -108,6 +116,27 @@ pub(crate) async fn intercept(
     state: &Mutex<State>,
     node: usize,
 ) -> Intercept {
+    {
+        let mut state = state.lock().unwrap();
+        let roles = &mut state.cluster;
+        let counts = match request {
+            ClientRequest::AggregateDetails(_) => Some(&mut roles.details),
+            ClientRequest::Read(_) => Some(&mut roles.reads),
+            _ => None,
+        };
+        if let Some(count) = counts.and_then(|c| c.get_mut(node)) {
+            *count += 1;
+        }
+        if let ClientRequest::AggregateDetails(d) = request
+            && let Some(&lag) = state.cluster.lagging.get(&(node, d.aggregate_key.clone()))
+        {
+            let mut response = state.apply(request);
+            if let ClientResponse::AggregateDetails(r) = &mut response {
+                r.max_aggregate_version = r.max_aggregate_version.min(lag);
+            }
+            return Intercept::Answer(response);
+        }
+    }
     if !leader_only(request) {
         return Intercept::Pass;
     }
@@ -177,6 +206,8 @@ impl FakeCluster {
             generations: vec![0; count],
             writes: vec![0; count],
             not_leader: vec![0; count],
+            details: vec![0; count],
+            reads: vec![0; count],
             ..Roles::default()
         };
         let state = Arc::new(Mutex::new(state));
@@ -222,6 +253,34 @@ impl FakeCluster {
     /// Per node, the write-class requests it received (including those answered 2011).
     pub fn writes_per_node(&self) -> Vec<u64> {
         self.nodes[0].lock().cluster.writes.clone()
+    }
+
+    /// Per node, the aggregate-details requests it received.
+    pub fn details_per_node(&self) -> Vec<u64> {
+        self.nodes[0].lock().cluster.details.clone()
+    }
+
+    /// From now on node `i` answers `key`'s details with a max version of at most `version`, as
+    /// a replica behind the others (or cut off from them) would; the store is unchanged.
+    pub fn lag_details(&self, i: usize, key: AggregateKey, version: u64) {
+        self.nodes[0]
+            .lock()
+            .cluster
+            .lagging
+            .insert((i, key), version);
+    }
+
+    /// Per node, the connections it accepted (dials).
+    pub fn connections_per_node(&self) -> Vec<u64> {
+        let state = self.nodes[0].lock();
+        (0..self.nodes.len())
+            .map(|i| state.accepted.get(&i).copied().unwrap_or(0))
+            .collect()
+    }
+
+    /// Per node, the read requests it received.
+    pub fn reads_per_node(&self) -> Vec<u64> {
+        self.nodes[0].lock().cluster.reads.clone()
     }
 
     /// Per node, the 2011 answers it sent.

@@ -14,7 +14,9 @@
 //!   version guard);
 //! * `convert`: field-by-field translation between the gateway's and Celeriant's types;
 //! * `errors`: the `ClientError` → [`BackendError`] table;
-//! * `watch`: the one upstream watch per process behind [`Backend::changes`].
+//! * `watch`: the one upstream watch per process behind [`Backend::changes`];
+//! * `tips`: each watched aggregate's version for a stream's `ready`, read on the watch's node
+//!   and through the pool, the higher answer.
 
 pub mod access;
 mod convert;
@@ -24,6 +26,7 @@ mod errors_table;
 mod judge;
 mod record;
 pub mod revocations;
+mod tips;
 pub mod watch;
 
 use std::fmt;
@@ -41,7 +44,7 @@ use tokio::sync::broadcast;
 
 use super::{
     AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, ReadPage, ReadQuery,
-    RevocationChange, WriteAck, WriteCommand,
+    RevocationChange, TipsAsk, WriteAck, WriteCommand,
 };
 use crate::access::{AccessRecord, NOT_EXISTS_MESSAGE, Policy, Preset};
 use crate::auth::revoke::Revocation;
@@ -84,18 +87,23 @@ pub struct CeleriantBackend {
     watch: watch::WatchSettings,
     records: Arc<access::Records>,
     revocations: Arc<revocations::Revocations>,
+    /// Where the upstream watch is open (set by `watch::run`, read by `tips`).
+    node: Arc<watch::Node>,
+    tips: tips::Tips,
 }
 
 impl CeleriantBackend {
     /// Builds the pool. Nothing is dialled yet: the gateway starts (and reports unhealthy) while
     /// the cluster is down, and connects on the first request.
     pub async fn connect(options: CeleriantOptions) -> Result<Self, String> {
-        let mut addresses = options
+        let configured: Vec<String> = options
             .addresses
             .iter()
             .map(|a| a.trim())
             .filter(|a| !a.is_empty())
-            .map(str::to_owned);
+            .map(str::to_owned)
+            .collect();
+        let mut addresses = configured.iter().cloned();
         let first = addresses.next().ok_or("no Celeriant address configured")?;
         if options.request_timeout.is_zero() {
             return Err("the Celeriant request timeout must be above zero".into());
@@ -110,7 +118,17 @@ impl CeleriantBackend {
             pool = pool.with_identity(ClientIdentityConfig::from_api_key(key));
         }
         let pool = Arc::new(CeleriantPool::new(pool));
+        let node = Arc::new(watch::Node::default());
+        let one_node = tips::one_node_each(&configured).await;
+        if let Err(why) = &one_node {
+            tracing::warn!(
+                why,
+                "celeriant tips: off; each --celeriant-addr must name one node (ready goes without tips, every aggregate is read)"
+            );
+        }
         Ok(CeleriantBackend {
+            tips: tips::Tips::new(pool.clone(), node.clone(), one_node),
+            node,
             records: Arc::new(access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL)),
             revocations: Arc::new(revocations::Revocations::new(
                 pool.clone(),
@@ -119,6 +137,14 @@ impl CeleriantBackend {
             pool,
             watch: watch::WatchSettings::default(),
         })
+    }
+
+    /// Each client id (or address, under `--auth none`) may have tips read for `per_second`
+    /// aggregates per second after a burst of `burst` (0: no limit); `main` passes
+    /// `--rate-per-client` and `--burst-per-client` (see `tips`).
+    pub fn with_tips_rate(mut self, per_second: u32, burst: u32) -> Self {
+        self.tips.set_rate(per_second, burst);
+        self
     }
 
     /// Scopes the upstream watch to `org` (`None`: every organisation) and renews it every
@@ -204,8 +230,25 @@ impl Backend for CeleriantBackend {
             }
             _ => {}
         });
-        runtime.spawn(watch::run(self.pool.clone(), sender, self.watch, observe));
+        runtime.spawn(watch::run(
+            self.pool.clone(),
+            sender,
+            self.watch,
+            observe,
+            self.node.clone(),
+        ));
         Some(receiver)
+    }
+
+    /// Read on the node the upstream watch is open on and through the pool's routing, the
+    /// higher answer (the pool alone may pick a lagging replica; the watch's node may itself
+    /// lag, `tips`); `None` while no watch is open.
+    async fn tips(
+        &self,
+        keys: Vec<AggregateKey>,
+        ask: TipsAsk,
+    ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
+        Ok(self.tips.read(&keys, ask).await)
     }
 
     async fn write(&self, command: WriteCommand) -> Result<WriteAck, BackendError> {

@@ -20,6 +20,14 @@
 //!   Renewing bounds how long such a loss goes unnoticed, at the cost of one resync per period.
 //!
 //! The watch is scoped to the gateway's organisation (`orgs`) when one is set.
+//!
+//! [`Node`] tells `tips` which node the watch is attached to, and only while it is open: it is
+//! set after `CeleriantPool::watch` returned (the node acknowledged the subscription) and before
+//! that (re)connection's [`Change::Resync`] is published, and cleared as soon as the watch is
+//! left, before the [`Change::Resync`] that follows. So whoever reads `Some(node)` after a stream
+//! was registered knows that either this watch was open on `node` when the stream was
+//! registered (and stays open, or a resync reaches the stream), or a resync is published after
+//! the registration.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,13 +101,36 @@ fn request(org: Option<Uuid>) -> WatchRequest {
 /// Told every change before it is published (the access records' cache listens).
 pub type Observer = Arc<dyn Fn(&Change) + Send + Sync>;
 
+/// The address of the node the upstream watch is open on, `None` while none is (see the
+/// module's header for when it is set and cleared). One per backend, written by its one watch
+/// task (`Backend::changes` is called once, by the hub: `crate::state`), whose changes are the
+/// ones the streams are told.
+#[derive(Debug, Default)]
+pub struct Node(std::sync::Mutex<Option<String>>);
+
+impl Node {
+    /// The node the watch is open on now.
+    pub fn address(&self) -> Option<String> {
+        self.lock().clone()
+    }
+
+    fn set(&self, address: Option<String>) {
+        *self.lock() = address;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Keeps one upstream watch open for as long as anyone listens on `changes`, publishing
-/// what it says there, each change shown to `observe` first.
+/// what it says there, each change shown to `observe` first; `node` says where it is open.
 pub async fn run(
     pool: Arc<CeleriantPool>,
     changes: broadcast::Sender<Change>,
     settings: WatchSettings,
     observe: Observer,
+    node: Arc<Node>,
 ) {
     let publish = |change: Change| {
         observe(&change);
@@ -129,6 +160,8 @@ pub async fn run(
         };
         tracing::info!(node = watch.address(), "celeriant watch: open");
         reported = false;
+        // Set before the resync: a stream registered before it gets it (`Node`).
+        node.set(Some(watch.address().to_owned()));
         publish(Change::Resync);
         let opened = tokio::time::Instant::now();
         let mut renewing = false;
@@ -159,6 +192,8 @@ pub async fn run(
                 break;
             }
         }
+        // Cleared before the resync that follows (`Node`).
+        node.set(None);
         drop(watch);
         if renewing {
             // Opened again at once; its resync covers whatever the old one missed.

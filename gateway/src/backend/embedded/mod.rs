@@ -511,9 +511,11 @@ impl Backend for EmbeddedStore {
         .map_err(|e| BackendError::Unavailable(e.to_string()))?
     }
 
+    /// Local and cheap: `ask` is not needed (the route bounds the wait all the same).
     async fn tips(
         &self,
         keys: Vec<AggregateKey>,
+        _ask: super::TipsAsk,
     ) -> Result<Option<Vec<Option<u64>>>, BackendError> {
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
