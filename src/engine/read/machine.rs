@@ -19,6 +19,10 @@
 //! A `read` asks under a tag ([`Input::Read`]); a catch-up's end ([`Action::CaughtUp`]) names
 //! the reads asked before one of its page requests began, and only those
 //! ([`super::catch_up`]), so a `read` sees at least what the server had when it asked.
+//!
+//! A catch-up that ends below the highest version a `changed` notified (a page answered by a
+//! replica that lags) is not caught up: it is retried with backoff, its reads still waiting,
+//! a bounded number of times ([`super::floors`]).
 
 use std::collections::VecDeque;
 
@@ -26,6 +30,7 @@ use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
 use super::super::sorted::{SortedMap, SortedSet};
 use super::catch_up::CatchUps;
+use super::floors::{Floors, Reached};
 pub use super::inputs::{Action, Input, Note, PageEnd, ReadState};
 pub use super::streams::StreamId;
 use super::streams::{Limits, Phase, Streams, poll_interval};
@@ -50,6 +55,8 @@ pub struct Reader {
     /// uses one or anything since says it may have moved (a change, a reset, a resync, the
     /// stream ending, a catch-up asked); used only while that stream is still the aggregate's.
     tips: SortedMap<AggregateRef, (StreamId, u64)>,
+    /// The highest version a `changed` notified, per aggregate, until a catch-up reaches it.
+    floors: Floors,
     /// When the unwatched aggregates are caught up next (0: none unwatched).
     poll_at: u64,
     online: bool,
@@ -75,6 +82,7 @@ impl Reader {
             page_failures: 0,
             probe_due: SortedSet::new(),
             tips: SortedMap::new(),
+            floors: Floors::default(),
             poll_at: 0,
             online: true,
             state: ReadState::Idle,
@@ -150,6 +158,7 @@ impl Reader {
                     if *count == 0 {
                         self.watched.remove(&aggregate);
                         self.tips.remove(&aggregate);
+                        self.floors.forget(&aggregate);
                         let mut changed: Vec<usize> =
                             self.streams.remove(&aggregate).into_iter().collect();
                         for shard in self.streams.promote() {
@@ -254,11 +263,14 @@ impl Reader {
                     self.page_failures = 0;
                 }
                 match end {
-                    PageEnd::Stored { more: true } => {
+                    PageEnd::Stored { more: true, .. } => {
                         // Read on first; the pages to come cover a queued catch-up of it too.
                         self.queue.push_front(aggregate);
                     }
-                    PageEnd::Stored { more: false } => self.caught_up(aggregate, true),
+                    PageEnd::Stored {
+                        more: false,
+                        version,
+                    } => self.page_end(aggregate, version, random),
                     PageEnd::Trimmed { min_version } => {
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
@@ -268,6 +280,8 @@ impl Reader {
                         });
                     }
                     PageEnd::Gone => {
+                        // Deleted: its versions restart, a floor from before means nothing.
+                        self.floors.forget(&aggregate);
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
                             aggregate,
@@ -422,9 +436,10 @@ impl Reader {
                 }
                 self.catch_up_unwatched();
             }
-            Note::Changed { aggregate, .. } => {
+            Note::Changed { aggregate, version } => {
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
+                    self.floors.notified(aggregate, version);
                     self.enqueue(aggregate);
                 }
             }
@@ -432,6 +447,8 @@ impl Reader {
                 // Probed before its next page, even if a page of it is in flight now.
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
+                    // Trimmed or deleted: after a deletion its versions restart.
+                    self.floors.forget(&aggregate);
                     self.probe_due.insert(aggregate);
                     self.queue.push_front(aggregate);
                 }
@@ -458,6 +475,36 @@ impl Reader {
     /// Queues a catch-up (once: a queued aggregate is read up to the tip anyway).
     fn enqueue(&mut self, aggregate: AggregateRef) {
         self.queue.push_back(aggregate);
+    }
+
+    /// The aggregate's catch-up reached the page's end with its log at `version`: caught up,
+    /// unless a `changed` notified more (the page was answered by a replica that lags).
+    /// Then it is read again: at once if a change queued it meanwhile, else after a backoff,
+    /// its reads still waiting (answered by the catch-up that reaches the floor, or by their
+    /// timeout) — up to [`super::floors::BEHIND_RETRIES`] times without the cursor moving.
+    fn page_end(&mut self, aggregate: AggregateRef, version: u64, random: f64) {
+        if self.queue.contains(&aggregate) && self.floors.above(&aggregate, version) {
+            // Read again at once anyway (a change, a read queued it meanwhile): not a miss.
+            return;
+        }
+        match self.floors.reached(aggregate, version) {
+            Reached::Yes => self.caught_up(aggregate, true),
+            Reached::Behind { attempt } => {
+                if !self.failed.contains(&aggregate) {
+                    self.failed.push(aggregate);
+                }
+                let ms = self.backoff.delay_ms(attempt, random, None).max(250);
+                self.emit(Action::RetryLater { aggregate, ms });
+            }
+            Reached::GaveUp { notified } => {
+                self.caught_up(aggregate, false);
+                self.emit(Action::NeverServed {
+                    aggregate,
+                    notified,
+                    reached: version,
+                });
+            }
+        }
     }
 
     /// The aggregate's catch-up ended: it answers the reads aboard it.
@@ -531,3 +578,7 @@ mod tests;
 #[cfg(test)]
 #[path = "machine_read_tests.rs"]
 mod read_tests;
+
+#[cfg(test)]
+#[path = "machine_floor_tests.rs"]
+mod floor_tests;
