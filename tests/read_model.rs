@@ -94,7 +94,8 @@ fn pages_that_ignore_the_tip_lose_a_deletion_the_stream_missed() {
 /// A replica that lags answers some pages from an older snapshot: a catch-up that ends below
 /// the version a `changed` notified is read again (the property above finds a notification
 /// lost without that). Over many runs such pages happen, and the reader never gives up on a
-/// version the gateway has (`NeverServed`: only after many misses in a row).
+/// version the gateway has (`NeverServed`: only 30 s after the first miss without the
+/// cursor moving).
 #[test]
 fn pages_of_a_replica_that_lags_are_read_again_until_the_notified_version() {
     let (mut lagged, mut never_served) = (0, 0);

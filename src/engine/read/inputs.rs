@@ -184,7 +184,8 @@ pub enum Action {
         reads: Vec<ReadTag>,
     },
     /// The gateway notified `notified` for the aggregate, yet its catch-ups, retried with
-    /// backoff [`super::floors::BEHIND_RETRIES`] times without moving the cursor, still end at
+    /// backoff more than [`super::floors::BEHIND_RETRIES`] times and for
+    /// [`super::floors::GIVE_UP_MS`] without moving the cursor, still end at
     /// `reached`: the reader stops waiting for that version (for the executor to log; the
     /// catch-up ended as [`Action::CaughtUp`] with `ok: false` just before).
     NeverServed {

@@ -270,7 +270,7 @@ impl Reader {
                     PageEnd::Stored {
                         more: false,
                         version,
-                    } => self.page_end(aggregate, version, random),
+                    } => self.page_end(aggregate, version, now_ms, random),
                     PageEnd::Trimmed { min_version } => {
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
@@ -447,7 +447,9 @@ impl Reader {
                 // Probed before its next page, even if a page of it is in flight now.
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
-                    // Trimmed or deleted: after a deletion its versions restart.
+                    // Trimmed or deleted: after a deletion its versions restart, so the floor
+                    // goes. A trim drops it too: the `reset` does not say which it was (a trim
+                    // left floorless only loses what floors add: the lagging-replica check).
                     self.floors.forget(&aggregate);
                     self.probe_due.insert(aggregate);
                     self.queue.push_front(aggregate);
@@ -479,22 +481,29 @@ impl Reader {
 
     /// The aggregate's catch-up reached the page's end with its log at `version`: caught up,
     /// unless a `changed` notified more (the page was answered by a replica that lags).
-    /// Then it is read again: at once if a change queued it meanwhile, else after a backoff,
-    /// its reads still waiting (answered by the catch-up that reaches the floor, or by their
-    /// timeout) — up to [`super::floors::BEHIND_RETRIES`] times without the cursor moving.
-    fn page_end(&mut self, aggregate: AggregateRef, version: u64, random: f64) {
-        if self.queue.contains(&aggregate) && self.floors.above(&aggregate, version) {
-            // Read again at once anyway (a change, a read queued it meanwhile): not a miss.
-            return;
-        }
-        match self.floors.reached(aggregate, version) {
+    /// Reached the floor in force when its page request began: its reads are answered, and it
+    /// is read again for the newer one (no miss). Below that too: read again at once if a
+    /// change or a read queued it meanwhile, else after a backoff (one retry pending at most),
+    /// its reads still waiting — given up after [`super::floors::BEHIND_RETRIES`] misses and
+    /// [`super::floors::GIVE_UP_MS`] without the cursor moving.
+    fn page_end(&mut self, aggregate: AggregateRef, version: u64, now_ms: u64, random: f64) {
+        let served = self.floors.served(&aggregate, version);
+        match self.floors.reached(aggregate, version, served, now_ms) {
             Reached::Yes => self.caught_up(aggregate, true),
-            Reached::Behind { attempt } => {
+            Reached::Behind { .. } if served => {
+                self.caught_up(aggregate, true);
+                self.enqueue(aggregate);
+            }
+            Reached::Behind { .. } if self.queue.contains(&aggregate) => {}
+            Reached::Behind { attempt, retry } => {
                 if !self.failed.contains(&aggregate) {
                     self.failed.push(aggregate);
                 }
-                let ms = self.backoff.delay_ms(attempt, random, None).max(250);
-                self.emit(Action::RetryLater { aggregate, ms });
+                if retry {
+                    let ms = self.backoff.delay_ms(attempt, random, None).max(250);
+                    self.floors.retrying(&aggregate, now_ms, ms);
+                    self.emit(Action::RetryLater { aggregate, ms });
+                }
             }
             Reached::GaveUp { notified } => {
                 self.caught_up(aggregate, false);
@@ -526,6 +535,7 @@ impl Reader {
             self.fetching = Some(aggregate);
             // The reads waiting for it board this page: its catch-up's end answers them.
             let read = self.queue.board(aggregate);
+            self.floors.board(aggregate);
             // Only while the stream that gave it is still the aggregate's current one: a tip
             // of a replaced or ended stream (or of a shard the aggregate left) says nothing
             // of what happened between that stream's end and the next one's registration.
