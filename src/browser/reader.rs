@@ -349,6 +349,18 @@ impl ReaderRuntime {
                 *self.timer.borrow_mut() = Some(timer);
             }
             Action::Report(state) => self.hub.set_read(state),
+            Action::NeverServed {
+                aggregate,
+                notified,
+                reached,
+            } => web_sys::console::warn_1(
+                &format!(
+                    "celeriant-sync: the gateway notified version {notified} of {}/{} but its \
+                     pages still end at {reached}; no longer waiting for it",
+                    aggregate.type_id, aggregate.id
+                )
+                .into(),
+            ),
             Action::CaughtUp {
                 aggregate,
                 ok,

@@ -180,7 +180,16 @@ impl World {
                     s.notes.push_back(Note::Resync);
                 }
             }
-            9 if fault => self.fail_next = true,
+            // A page fails, or (where modelled) is answered by a replica that lags — not a
+            // fault with the Celeriant backend: it happens in runs without faults too.
+            9 if fault => {
+                if self.lagging && self.rng.chance(0.5) {
+                    self.lag_next = true;
+                } else {
+                    self.fail_next = true;
+                }
+            }
+            9 if self.lagging && self.rng.chance(0.5) => self.lag_next = true,
             10 if fault => {
                 self.online = !self.online;
                 self.feed(Input::Online(self.online));

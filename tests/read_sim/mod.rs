@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use celeriant_sync::engine::backoff::Backoff;
 use celeriant_sync::engine::model::AggregateRef;
 use celeriant_sync::engine::read::log::{Cursor, LocalLog};
-use celeriant_sync::engine::read::machine::{Action, Input, PageEnd, Reader, StreamId};
+use celeriant_sync::engine::read::machine::{Action, Input, Note, PageEnd, Reader, StreamId};
 use celeriant_sync::engine::read::memory_log::{LogBatch, MemoryLog};
 use celeriant_sync::engine::read::page;
 use celeriant_sync::engine::read::routing::ReaderNews;
@@ -99,6 +99,24 @@ pub struct World {
     /// Catch-ups to feed later (`Action::RetryLater`).
     pub retries: Vec<(u64, AggregateRef)>,
     pub fail_next: bool,
+    /// Pages may be answered by a replica that lags ([`World::lag_next`]; `tests/read_model.rs`
+    /// only: `tests/read_model_contexts.rs` checks that a `read` sees what the gateway had when
+    /// it asked, which no client can keep against such a replica for a change not yet
+    /// notified — the reader keeps it for what was notified).
+    pub lagging: bool,
+    /// The next page that can be is answered by a replica that lags: from an older snapshot
+    /// of the aggregate, at or above the log's cursor but below what the reader was notified
+    /// (the Celeriant backend reads pages from any replica).
+    pub lag_next: bool,
+    /// The highest version a `changed` told the current reader of, per aggregate, since the
+    /// last `reset` of it it was told (a trim or a deletion: versions may restart) and while
+    /// it is watched: what a replica that lags answers below.
+    pub notified: BTreeMap<AggregateRef, u64>,
+    /// Pages answered from an older snapshot that held less than the gateway.
+    pub lagged: u64,
+    /// Catch-ups the machine stopped retrying below a notified version the gateway has
+    /// (`NeverServed`).
+    pub never_served: u64,
     pub online: bool,
     pub stamp: u64,
     /// Break the executor's reading of pages as the browser's was: a page's tip is not
@@ -139,6 +157,11 @@ impl World {
             wait: None,
             retries: Vec::new(),
             fail_next: false,
+            lagging: false,
+            lag_next: false,
+            notified: BTreeMap::new(),
+            lagged: 0,
+            never_served: 0,
             online: true,
             stamp: 0,
             ignore_shrunk_tip: false,
@@ -157,6 +180,7 @@ impl World {
     pub fn restart(&mut self) {
         let _ = self.stop();
         self.reader = Reader::with_limits(Backoff::default(), self.limits);
+        self.notified.clear();
         self.readers += 1;
         self.stopped = false;
         self.feed(Input::Online(self.online));
@@ -229,7 +253,24 @@ impl World {
             return;
         }
         let random = self.rng.float();
+        match input {
+            Input::Stream(_, Note::Changed { aggregate, version }) => {
+                let v = self.notified.entry(aggregate).or_default();
+                *v = (*v).max(version);
+            }
+            Input::Stream(_, Note::Reset { aggregate }) => {
+                self.notified.remove(&aggregate);
+            }
+            _ => {}
+        }
+        let unsubscribed = match input {
+            Input::Unsubscribe(aggregate) => Some(aggregate),
+            _ => None,
+        };
         self.reader.handle(input, self.now, random);
+        if let Some(a) = unsubscribed.filter(|a| !self.reader.watched().contains(a)) {
+            self.notified.remove(&a);
+        }
         while let Some(action) = self.reader.poll() {
             self.apply(action);
         }
@@ -312,6 +353,17 @@ impl World {
             Action::RetryLater { aggregate, ms } => self.retries.push((self.now + ms, aggregate)),
             Action::Wait(ms) => self.wait = Some(self.now + ms),
             Action::Report(_) => {}
+            Action::NeverServed {
+                aggregate,
+                notified,
+                ..
+            } => {
+                // Given up on a version the gateway has (not on one of an aggregate deleted
+                // since, whose `reset` was lost: that the cap is for).
+                if (self.gateway.get(&aggregate)).is_some_and(|h| h.tip >= notified) {
+                    self.never_served += 1;
+                }
+            }
             Action::CaughtUp {
                 aggregate,
                 ok,
@@ -340,19 +392,32 @@ impl World {
         if from < held.min {
             return page::trimmed(Some(held.min)).expect("a trim");
         }
-        let tip = Some(held.tip);
+        let mut tip = Some(held.tip);
         if probe {
             return page::probed(tip, cursor);
         }
+        let notified = self
+            .notified
+            .get(&aggregate)
+            .map_or(0, |v| (*v).min(held.tip));
+        if self.lag_next && notified > cursor.version {
+            self.lag_next = false;
+            // A replica behind what the reader was told, but not behind this log (one behind
+            // the log reads as a deletion, `Gone`: another matter, not modelled). Nor behind
+            // what nobody told (a `ready`'s or a `resync`'s catch-up): no client can tell.
+            tip = Some(cursor.version + self.rng.below(notified - cursor.version));
+            self.lagged += 1;
+        }
+        let tip_now = tip.unwrap_or(0);
         if page::shrunk(tip, cursor) && !self.ignore_shrunk_tip {
             return PageEnd::Gone;
         }
         let batches: Vec<LogBatch> = held
             .batches
-            .range(from..from + PAGE)
+            .range(from..(from + PAGE).min(tip_now + 1).max(from))
             .map(|(_, b)| b.clone())
             .collect();
-        let next = held.tip >= from + PAGE;
+        let next = tip_now >= from + PAGE;
         let after = block_on(self.log.store_page(aggregate, &batches, ME, cursor)).unwrap();
         if after.is_some_and(|after| after.version > cursor.version) {
             self.news.push(ReaderNews::LogChanged(aggregate));
@@ -487,6 +552,7 @@ impl World {
     /// No more faults: the next page succeeds, the network is on.
     pub fn begin_settle(&mut self) {
         self.fail_next = false;
+        self.lag_next = false;
         if !self.online {
             self.online = true;
             self.feed(Input::Online(true));

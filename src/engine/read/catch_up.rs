@@ -44,6 +44,11 @@ impl CatchUps {
         self.order.push_front(aggregate);
     }
 
+    /// Whether `aggregate` is queued.
+    pub(crate) fn contains(&self, aggregate: &AggregateRef) -> bool {
+        self.queued.contains(aggregate)
+    }
+
     /// The next catch-up.
     pub(crate) fn pop_front(&mut self) -> Option<AggregateRef> {
         let next = self.order.pop_front()?;

@@ -62,6 +62,10 @@ pub enum PageEnd {
     Stored {
         /// Whether to read on.
         more: bool,
+        /// The version the aggregate's local log reaches now (its cursor's): a catch-up that
+        /// ends below the highest version a `changed` notified is not caught up (the page was
+        /// answered by a replica that lags). Unused when `more`.
+        version: u64,
     },
     /// The versions asked for were trimmed; the server still has them from `min_version`.
     Trimmed {
@@ -140,7 +144,7 @@ pub enum Action {
     Unwatched(Vec<AggregateRef>),
     /// Read the aggregate's next page (from its local cursor) and store it with the cursor.
     FetchPage(AggregateRef),
-    /// As [`Action::FetchPage`], but answer `Stored { more: false }` without a request when the
+    /// As [`Action::FetchPage`], but answer `Stored { more: false, .. }` without a request when the
     /// cursor's version equals `tip` (the server's version as of the stream's `ready`, and no
     /// change of it notified since).
     FetchPageUnlessAt(AggregateRef, u64),
@@ -178,5 +182,18 @@ pub enum Action {
         /// this catch-up began, so before its last one (empty: a catch-up no `read` waits
         /// for, or one that began before they asked — the next one answers them).
         reads: Vec<ReadTag>,
+    },
+    /// The gateway notified `notified` for the aggregate, yet its catch-ups, retried with
+    /// backoff more than [`super::floors::BEHIND_RETRIES`] times and for
+    /// [`super::floors::GIVE_UP_MS`] without moving the cursor, still end at
+    /// `reached`: the reader stops waiting for that version (for the executor to log; the
+    /// catch-up ended as [`Action::CaughtUp`] with `ok: false` just before).
+    NeverServed {
+        /// The aggregate.
+        aggregate: AggregateRef,
+        /// The highest version a `changed` notified.
+        notified: u64,
+        /// The version its local log reaches.
+        reached: u64,
     },
 }

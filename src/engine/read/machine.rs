@@ -19,6 +19,10 @@
 //! A `read` asks under a tag ([`Input::Read`]); a catch-up's end ([`Action::CaughtUp`]) names
 //! the reads asked before one of its page requests began, and only those
 //! ([`super::catch_up`]), so a `read` sees at least what the server had when it asked.
+//!
+//! A catch-up that ends below the highest version a `changed` notified (a page answered by a
+//! replica that lags) is not caught up: it is retried with backoff, its reads still waiting,
+//! a bounded number of times ([`super::floors`]).
 
 use std::collections::VecDeque;
 
@@ -26,6 +30,7 @@ use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
 use super::super::sorted::{SortedMap, SortedSet};
 use super::catch_up::CatchUps;
+use super::floors::{Floors, Reached};
 pub use super::inputs::{Action, Input, Note, PageEnd, ReadState};
 pub use super::streams::StreamId;
 use super::streams::{Limits, Phase, Streams, poll_interval};
@@ -50,6 +55,8 @@ pub struct Reader {
     /// uses one or anything since says it may have moved (a change, a reset, a resync, the
     /// stream ending, a catch-up asked); used only while that stream is still the aggregate's.
     tips: SortedMap<AggregateRef, (StreamId, u64)>,
+    /// The highest version a `changed` notified, per aggregate, until a catch-up reaches it.
+    floors: Floors,
     /// When the unwatched aggregates are caught up next (0: none unwatched).
     poll_at: u64,
     online: bool,
@@ -75,6 +82,7 @@ impl Reader {
             page_failures: 0,
             probe_due: SortedSet::new(),
             tips: SortedMap::new(),
+            floors: Floors::default(),
             poll_at: 0,
             online: true,
             state: ReadState::Idle,
@@ -150,6 +158,7 @@ impl Reader {
                     if *count == 0 {
                         self.watched.remove(&aggregate);
                         self.tips.remove(&aggregate);
+                        self.floors.forget(&aggregate);
                         let mut changed: Vec<usize> =
                             self.streams.remove(&aggregate).into_iter().collect();
                         for shard in self.streams.promote() {
@@ -254,11 +263,14 @@ impl Reader {
                     self.page_failures = 0;
                 }
                 match end {
-                    PageEnd::Stored { more: true } => {
+                    PageEnd::Stored { more: true, .. } => {
                         // Read on first; the pages to come cover a queued catch-up of it too.
                         self.queue.push_front(aggregate);
                     }
-                    PageEnd::Stored { more: false } => self.caught_up(aggregate, true),
+                    PageEnd::Stored {
+                        more: false,
+                        version,
+                    } => self.page_end(aggregate, version, now_ms, random),
                     PageEnd::Trimmed { min_version } => {
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
@@ -268,6 +280,8 @@ impl Reader {
                         });
                     }
                     PageEnd::Gone => {
+                        // Deleted: its versions restart, a floor from before means nothing.
+                        self.floors.forget(&aggregate);
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
                             aggregate,
@@ -422,9 +436,10 @@ impl Reader {
                 }
                 self.catch_up_unwatched();
             }
-            Note::Changed { aggregate, .. } => {
+            Note::Changed { aggregate, version } => {
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
+                    self.floors.notified(aggregate, version);
                     self.enqueue(aggregate);
                 }
             }
@@ -432,6 +447,10 @@ impl Reader {
                 // Probed before its next page, even if a page of it is in flight now.
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
+                    // Trimmed or deleted: after a deletion its versions restart, so the floor
+                    // goes. A trim drops it too: the `reset` does not say which it was (a trim
+                    // left floorless only loses what floors add: the lagging-replica check).
+                    self.floors.forget(&aggregate);
                     self.probe_due.insert(aggregate);
                     self.queue.push_front(aggregate);
                 }
@@ -460,6 +479,43 @@ impl Reader {
         self.queue.push_back(aggregate);
     }
 
+    /// The aggregate's catch-up reached the page's end with its log at `version`: caught up,
+    /// unless a `changed` notified more (the page was answered by a replica that lags).
+    /// Reached the floor in force when its page request began: its reads are answered, and it
+    /// is read again for the newer one (no miss). Below that too: read again at once if a
+    /// change or a read queued it meanwhile, else after a backoff (one retry pending at most),
+    /// its reads still waiting — given up after [`super::floors::BEHIND_RETRIES`] misses and
+    /// [`super::floors::GIVE_UP_MS`] without the cursor moving.
+    fn page_end(&mut self, aggregate: AggregateRef, version: u64, now_ms: u64, random: f64) {
+        let served = self.floors.served(&aggregate, version);
+        match self.floors.reached(aggregate, version, served, now_ms) {
+            Reached::Yes => self.caught_up(aggregate, true),
+            Reached::Behind { .. } if served => {
+                self.caught_up(aggregate, true);
+                self.enqueue(aggregate);
+            }
+            Reached::Behind { .. } if self.queue.contains(&aggregate) => {}
+            Reached::Behind { attempt, retry } => {
+                if !self.failed.contains(&aggregate) {
+                    self.failed.push(aggregate);
+                }
+                if retry {
+                    let ms = self.backoff.delay_ms(attempt, random, None).max(250);
+                    self.floors.retrying(&aggregate, now_ms, ms);
+                    self.emit(Action::RetryLater { aggregate, ms });
+                }
+            }
+            Reached::GaveUp { notified } => {
+                self.caught_up(aggregate, false);
+                self.emit(Action::NeverServed {
+                    aggregate,
+                    notified,
+                    reached: version,
+                });
+            }
+        }
+    }
+
     /// The aggregate's catch-up ended: it answers the reads aboard it.
     fn caught_up(&mut self, aggregate: AggregateRef, ok: bool) {
         let reads = self.queue.served(aggregate);
@@ -479,6 +535,7 @@ impl Reader {
             self.fetching = Some(aggregate);
             // The reads waiting for it board this page: its catch-up's end answers them.
             let read = self.queue.board(aggregate);
+            self.floors.board(aggregate);
             // Only while the stream that gave it is still the aggregate's current one: a tip
             // of a replaced or ended stream (or of a shard the aggregate left) says nothing
             // of what happened between that stream's end and the next one's registration.
@@ -531,3 +588,7 @@ mod tests;
 #[cfg(test)]
 #[path = "machine_read_tests.rs"]
 mod read_tests;
+
+#[cfg(test)]
+#[path = "machine_floor_tests.rs"]
+mod floor_tests;

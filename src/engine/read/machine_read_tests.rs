@@ -32,7 +32,13 @@ fn page(aggregate: AggregateRef, end: PageEnd) -> Input {
 }
 
 fn last(aggregate: AggregateRef) -> Input {
-    page(aggregate, PageEnd::Stored { more: false })
+    page(
+        aggregate,
+        PageEnd::Stored {
+            more: false,
+            version: 0,
+        },
+    )
 }
 
 fn caught_up(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> Action {
@@ -64,7 +70,16 @@ fn a_read_asked_while_the_last_page_is_in_flight_waits_for_the_next_catch_up() {
         ]
     );
     assert_eq!(
-        on(&mut r, page(agg(1), PageEnd::Stored { more: true })),
+        on(
+            &mut r,
+            page(
+                agg(1),
+                PageEnd::Stored {
+                    more: true,
+                    version: 0
+                }
+            )
+        ),
         [Action::FetchPage(agg(1))]
     );
     // Asked during a catch-up that reads on: answered by the catch-up after it.

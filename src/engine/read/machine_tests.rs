@@ -42,6 +42,19 @@ fn reader() -> Reader {
 
 const T: u64 = 1_000_000;
 
+/// A catch-up's last page, its log at version 9: at or above whatever these tests notify
+/// (`machine_floor_tests.rs` has the pages that end below).
+const LAST: PageEnd = PageEnd::Stored {
+    more: false,
+    version: 9,
+};
+
+/// A page with more after it.
+const MORE: PageEnd = PageEnd::Stored {
+    more: true,
+    version: 0,
+};
+
 #[test]
 fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_ready() {
     let mut r = reader();
@@ -72,7 +85,7 @@ fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_re
     r.handle(
         Input::Page {
             aggregate: agg(1),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -85,7 +98,7 @@ fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_re
     r.handle(
         Input::Page {
             aggregate: agg(2),
-            end: PageEnd::Stored { more: true },
+            end: MORE,
         },
         T,
         0.5,
@@ -98,7 +111,7 @@ fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_re
     r.handle(
         Input::Page {
             aggregate: agg(2),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -111,7 +124,7 @@ fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_re
     r.handle(
         Input::Page {
             aggregate: agg(1),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -179,7 +192,7 @@ fn notifications_coalesce_into_one_catch_up_per_aggregate() {
     r.handle(
         Input::Page {
             aggregate: agg(1),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -223,7 +236,7 @@ fn reset_and_resync_notes() {
     r.handle(
         Input::Page {
             aggregate: agg(1),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -231,7 +244,7 @@ fn reset_and_resync_notes() {
     r.handle(
         Input::Page {
             aggregate: agg(2),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -269,7 +282,7 @@ fn reset_and_resync_notes() {
     r.handle(
         Input::Page {
             aggregate: agg(2),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -378,7 +391,7 @@ fn a_reset_during_a_page_of_the_same_aggregate_is_probed_after_it() {
     r.handle(
         Input::Page {
             aggregate: agg(1),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -439,7 +452,7 @@ fn drive(r: &mut Reader) -> (Vec<AggregateRef>, Vec<Action>) {
             r.handle(
                 Input::Page {
                     aggregate,
-                    end: PageEnd::Stored { more: false },
+                    end: LAST,
                 },
                 T,
                 0.5,
@@ -636,7 +649,7 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
     r.handle(
         Input::Page {
             aggregate: agg(1),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -648,7 +661,7 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
     r.handle(
         Input::Page {
             aggregate: agg(2),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -664,7 +677,7 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
     r.handle(
         Input::Page {
             aggregate: agg(3),
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -749,7 +762,7 @@ fn pages_after(r: &mut Reader, in_flight: AggregateRef) -> Vec<Action> {
     r.handle(
         Input::Page {
             aggregate: in_flight,
-            end: PageEnd::Stored { more: false },
+            end: LAST,
         },
         T,
         0.5,
@@ -767,7 +780,7 @@ fn pages_after(r: &mut Reader, in_flight: AggregateRef) -> Vec<Action> {
         r.handle(
             Input::Page {
                 aggregate,
-                end: PageEnd::Stored { more: false },
+                end: LAST,
             },
             T,
             0.5,

@@ -1,6 +1,8 @@
 //! The read side: what the server confirmed, kept in a local log and watched live.
 //!
 //! * `catch_up`: the catch-ups waiting for their page, each aggregate once;
+//! * [`floors`]: the versions the stream notified, so a catch-up answered by a replica that
+//!   lags is not taken for caught up;
 //! * [`fold`]: a projection's cache rule — what of a new view must be folded again;
 //! * [`inputs`]: what the read machine takes and yields;
 //! * [`log`]: the local log's storage interface ([`log::LocalLog`]) and its rules, with an
@@ -18,6 +20,7 @@
 //! * [`view`]: how the confirmed log and this device's pending events converge into one view.
 
 mod catch_up;
+pub mod floors;
 pub mod fold;
 pub mod inputs;
 pub mod log;

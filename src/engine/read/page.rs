@@ -21,7 +21,10 @@ pub fn shrunk(tip: Option<u64>, cursor: Cursor) -> bool {
 ///
 /// [`Action::FetchPageUnlessAt`]: super::machine::Action::FetchPageUnlessAt
 pub fn at_tip(cursor: Cursor, tip: u64) -> Option<PageEnd> {
-    (cursor.version == tip).then_some(PageEnd::Stored { more: false })
+    (cursor.version == tip).then_some(PageEnd::Stored {
+        more: false,
+        version: cursor.version,
+    })
 }
 
 /// A probe's `200` (version 1 is still there): gone if it [`shrunk`], else read on from the
@@ -30,19 +33,27 @@ pub fn probed(tip: Option<u64>, cursor: Cursor) -> PageEnd {
     if shrunk(tip, cursor) {
         PageEnd::Gone
     } else {
-        PageEnd::Stored { more: true }
+        PageEnd::Stored {
+            more: true,
+            version: cursor.version,
+        }
     }
 }
 
 /// A page's `200` once its batches were offered to the log at `before`: `after` is the cursor
 /// the log moved to (`None`: it had moved meanwhile, a reset — read again from where it is),
 /// `next` whether the server said more follows. Read on only if this page moved the cursor (a
-/// server that keeps saying "more" without giving any is not followed).
+/// server that keeps saying "more" without giving any is not followed). The end carries the
+/// version the log reaches, for the machine to compare with what the stream notified.
 pub fn stored(before: Cursor, after: Option<Cursor>, next: bool) -> PageEnd {
     match after {
-        None => PageEnd::Stored { more: true },
+        None => PageEnd::Stored {
+            more: true,
+            version: before.version,
+        },
         Some(after) => PageEnd::Stored {
             more: next && after.version > before.version,
+            version: after.version,
         },
     }
 }
@@ -71,24 +82,53 @@ mod tests {
         assert!(shrunk(Some(0), at(3)));
         assert!(!shrunk(Some(3), at(3)) && !shrunk(None, at(3)));
         assert_eq!(probed(Some(2), at(3)), PageEnd::Gone);
-        assert_eq!(probed(Some(9), at(3)), PageEnd::Stored { more: true });
+        assert_eq!(
+            probed(Some(9), at(3)),
+            PageEnd::Stored {
+                more: true,
+                version: 3
+            }
+        );
     }
 
     #[test]
     fn more_is_followed_only_when_the_page_moved_the_cursor() {
         assert_eq!(
             stored(at(2), Some(at(4)), true),
-            PageEnd::Stored { more: true }
+            PageEnd::Stored {
+                more: true,
+                version: 4
+            }
         );
         assert_eq!(
             stored(at(2), Some(at(2)), true),
-            PageEnd::Stored { more: false }
+            PageEnd::Stored {
+                more: false,
+                version: 2
+            }
         );
         assert_eq!(
             stored(at(2), Some(at(4)), false),
-            PageEnd::Stored { more: false }
+            PageEnd::Stored {
+                more: false,
+                version: 4
+            }
         );
-        assert_eq!(stored(at(2), None, false), PageEnd::Stored { more: true });
+        assert_eq!(
+            stored(at(2), None, false),
+            PageEnd::Stored {
+                more: true,
+                version: 2
+            }
+        );
+        assert_eq!(
+            at_tip(at(5), 5),
+            Some(PageEnd::Stored {
+                more: false,
+                version: 5
+            })
+        );
+        assert_eq!(at_tip(at(4), 5), None);
         assert_eq!(trimmed(Some(5)), Some(PageEnd::Trimmed { min_version: 5 }));
         assert_eq!(trimmed(Some(1)), None);
         assert_eq!(trimmed(None), None);

@@ -1,0 +1,182 @@
+//! The versions the change stream notified, per aggregate (the **floors**), so a catch-up
+//! answered by a replica that lags is not taken for caught up.
+//!
+//! With the Celeriant backend a page may be read from a replica behind the one that notified:
+//! after `changed` said "the aggregate reached version N", a catch-up could end (no `next`)
+//! with the local log below N, and nothing would tell the client again until the next change or
+//! resync — a lost notification, the view behind. So the reader remembers the highest version
+//! notified for each aggregate, and a catch-up that ends below it is retried with backoff
+//! instead of ending caught up.
+//!
+//! A floor goes when it is reached, when a `reset` says the aggregate was trimmed or deleted
+//! (after a deletion its versions restart, so an older floor would never be reached), when a
+//! page finds the aggregate gone (its tip below the cursor: deleted while no `reset` reached
+//! this device), when the last subscriber goes, and with the reader (a new one starts without).
+//! A trim (a 410, `Trimmed`) keeps it: a trim keeps the tip.
+//!
+//! The floor a read needs is the one in force when its page request began ([`Floors::board`]):
+//! a catch-up that reaches it answers the reads aboard even if a `changed` raised the floor
+//! meanwhile (that change queued another catch-up, which is no miss).
+//!
+//! Bounded: a gateway that notifies a version it never serves makes the reader retry (the
+//! drain's backoff, 250 ms doubling to its cap, at most one retry pending per aggregate) until
+//! a miss that is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after
+//! the first without the cursor moving, then the floor is dropped,
+//! the executor logs it, and a `changed` at or below that version arms no floor again. A
+//! retry that moves the cursor (the replica catching up under a stream of changes) starts the
+//! clock again: each move is a version served, so this lasts as long as the aggregate keeps
+//! being written and the replica keeps lagging — bounded by the write rate, not by a count.
+
+use super::super::model::AggregateRef;
+use super::super::sorted::SortedMap;
+
+/// How long catch-ups may keep ending below a floor without moving the cursor, from the first
+/// of them, before the floor is dropped. Time, not only a count: reads, landed batches and
+/// `ready`s also end catch-ups, and would use up a count in a few round trips.
+pub const GIVE_UP_MS: u64 = 30_000;
+
+/// And how many of them at least: time alone would give up at the first miss after a long
+/// outage (a page that failed is no miss), with a single page of a lagging replica.
+pub const BEHIND_RETRIES: u32 = 8;
+
+/// One aggregate's floor.
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    /// The highest version notified.
+    version: u64,
+    /// Catch-ups in a row that ended below it without moving the cursor (the backoff's attempt).
+    misses: u32,
+    /// Where the last of them ended.
+    at: u64,
+    /// When the first of them ended.
+    since_ms: u64,
+    /// Until when a retry asked for ([`Reached::Behind`] with `retry`) is pending.
+    retry_until_ms: u64,
+}
+
+/// What a catch-up that ended at some version means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reached {
+    /// At or above the floor (or none): caught up; the floor is dropped.
+    Yes,
+    /// Below it: retry after the backoff of attempt `attempt` (0 first), unless `retry` is
+    /// false (one is pending already).
+    Behind {
+        /// Misses in a row, less one.
+        attempt: u32,
+        /// Whether to ask for a retry (none pending).
+        retry: bool,
+    },
+    /// Below it more than [`BEHIND_RETRIES`] times and [`GIVE_UP_MS`] after the first miss
+    /// without the cursor moving: the floor `notified` is dropped.
+    GaveUp {
+        /// The version notified and never served.
+        notified: u64,
+    },
+}
+
+/// Every aggregate's floor.
+#[derive(Debug, Default)]
+pub(crate) struct Floors {
+    by_aggregate: SortedMap<AggregateRef, Floor>,
+    /// The last version given up on, per aggregate: a `changed` at or below it arms no floor
+    /// again (a gateway that keeps notifying what it never serves).
+    given_up: SortedMap<AggregateRef, u64>,
+    /// The floor in force when the page request in flight began, with its aggregate.
+    boarded: Option<(AggregateRef, u64)>,
+}
+
+impl Floors {
+    /// A `changed` said the aggregate reached `version`.
+    pub(crate) fn notified(&mut self, aggregate: AggregateRef, version: u64) {
+        if self.given_up.get(&aggregate).is_some_and(|v| version <= *v) {
+            return;
+        }
+        let floor = self.by_aggregate.get_or_insert_with(aggregate, || Floor {
+            version,
+            misses: 0,
+            at: 0,
+            since_ms: 0,
+            retry_until_ms: 0,
+        });
+        floor.version = floor.version.max(version);
+    }
+
+    /// The floor means nothing any more (a reset, a deletion, no subscriber).
+    pub(crate) fn forget(&mut self, aggregate: &AggregateRef) {
+        self.by_aggregate.remove(aggregate);
+        self.given_up.remove(aggregate);
+    }
+
+    /// A page request of `aggregate` begins: the floor now is the one its reads aboard need.
+    pub(crate) fn board(&mut self, aggregate: AggregateRef) {
+        let version = self.by_aggregate.get(&aggregate).map_or(0, |f| f.version);
+        self.boarded = Some((aggregate, version));
+    }
+
+    /// Whether a catch-up of `aggregate` ending at `version` reached the floor in force when
+    /// its last page request began (its reads aboard are served).
+    pub(crate) fn served(&self, aggregate: &AggregateRef, version: u64) -> bool {
+        match self.boarded {
+            Some((a, floor)) if a == *aggregate => version >= floor,
+            _ => !self.above(aggregate, version),
+        }
+    }
+
+    /// Whether a `changed` notified more than `version`.
+    pub(crate) fn above(&self, aggregate: &AggregateRef, version: u64) -> bool {
+        self.by_aggregate
+            .get(aggregate)
+            .is_some_and(|f| f.version > version)
+    }
+
+    /// A catch-up of the aggregate ended at `now_ms` with its log at `version`; `served`: it
+    /// reached the floor its page request began with (then it is no miss).
+    pub(crate) fn reached(
+        &mut self,
+        aggregate: AggregateRef,
+        version: u64,
+        served: bool,
+        now_ms: u64,
+    ) -> Reached {
+        let Some(floor) = self.by_aggregate.get_mut(&aggregate) else {
+            return Reached::Yes;
+        };
+        if version >= floor.version {
+            self.by_aggregate.remove(&aggregate);
+            return Reached::Yes;
+        }
+        if version > floor.at || served || floor.misses == 0 {
+            // The replica serves more than last time (it is catching up), or served what was
+            // asked: the count and the clock start again.
+            floor.misses = 0;
+            floor.since_ms = now_ms;
+        }
+        floor.at = version;
+        if served {
+            return Reached::Behind {
+                attempt: 0,
+                retry: false,
+            };
+        }
+        floor.misses += 1;
+        if floor.misses > BEHIND_RETRIES && now_ms.saturating_sub(floor.since_ms) >= GIVE_UP_MS {
+            let notified = floor.version;
+            self.by_aggregate.remove(&aggregate);
+            self.given_up.insert(aggregate, notified);
+            return Reached::GaveUp { notified };
+        }
+        let retry = floor.retry_until_ms <= now_ms;
+        Reached::Behind {
+            attempt: floor.misses - 1,
+            retry,
+        }
+    }
+
+    /// A retry of the aggregate was asked for, due in `ms` from `now_ms`.
+    pub(crate) fn retrying(&mut self, aggregate: &AggregateRef, now_ms: u64, ms: u64) {
+        if let Some(floor) = self.by_aggregate.get_mut(aggregate) {
+            floor.retry_until_ms = now_ms + ms;
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Unit tests of the read machine's floors: a catch-up that ends below the version a `changed`
+//! notified (its page answered by a replica that lags) is read again, with backoff, its reads
+//! still waiting, a bounded number of times; and the floor goes when it no longer means
+//! anything (kept apart from `machine_tests.rs`, which holds the streams and paging).
+
+use super::*;
+use crate::engine::read::floors::{BEHIND_RETRIES, GIVE_UP_MS};
+use crate::engine::read::message::ReadTag;
+use uuid::Uuid;
+
+const T: u64 = 1_000_000;
+
+fn agg(n: u128) -> AggregateRef {
+    AggregateRef {
+        type_id: Uuid::from_u128(7),
+        id: Uuid::from_u128(n),
+    }
+}
+
+fn tag(waiter: u64) -> ReadTag {
+    ReadTag { context: 3, waiter }
+}
+
+/// Handles `input`; what it does, reports left out.
+fn on(r: &mut Reader, input: Input) -> Vec<Action> {
+    at(r, input, T)
+}
+
+/// Handles `input` at `now`; what it does, reports left out.
+fn at(r: &mut Reader, input: Input, now: u64) -> Vec<Action> {
+    r.handle(input, now, 0.5);
+    std::iter::from_fn(|| r.poll())
+        .filter(|a| !matches!(a, Action::Report(_)))
+        .collect()
+}
+
+/// The catch-up's last page, its log at `version`.
+fn last(aggregate: AggregateRef, version: u64) -> Input {
+    Input::Page {
+        aggregate,
+        end: PageEnd::Stored {
+            more: false,
+            version,
+        },
+    }
+}
+
+/// The stream says `aggregate` reached `version`.
+fn changed(r: &mut Reader, aggregate: AggregateRef, version: u64) -> Vec<Action> {
+    let id = r.streams()[0].0;
+    on(r, Input::Stream(id, Note::Changed { aggregate, version }))
+}
+
+fn caught_up(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> Action {
+    Action::CaughtUp {
+        aggregate,
+        ok,
+        reads: reads.to_vec(),
+    }
+}
+
+fn retry(aggregate: AggregateRef, ms: u64) -> Action {
+    Action::RetryLater { aggregate, ms }
+}
+
+/// A reader watching `a` over a ready stream, caught up at version 0.
+fn watching(a: AggregateRef) -> Reader {
+    let mut r = Reader::new(Backoff::default());
+    on(&mut r, Input::Subscribe(a));
+    on(&mut r, last(a, 0));
+    let id = r.streams()[0].0;
+    assert_eq!(
+        on(&mut r, Input::Stream(id, Note::Ready)),
+        [Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
+    r
+}
+
+#[test]
+fn a_catch_up_below_the_notified_version_is_read_again_and_its_reads_wait_for_it() {
+    let a = agg(1);
+    let mut r = watching(a);
+    assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
+    // A replica that lags answered: the log reaches 3 only. Not caught up: retried.
+    assert_eq!(on(&mut r, last(a, 3)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    // Still behind (but the cursor moved: the backoff starts again); the read waits. Before
+    // the retry is due no other is asked for (it is pending), once due one is.
+    assert_eq!(on(&mut r, last(a, 4)), []);
+    assert_eq!(on(&mut r, Input::CatchUp(a)), [Action::FetchPage(a)]);
+    assert_eq!(at(&mut r, last(a, 4), T + 250), [retry(a, 250)]);
+    // The stream's `ready` reads it again too, as after a failed page.
+    let id = r.streams()[0].0;
+    assert_eq!(
+        on(&mut r, Input::Stream(id, Note::Ready)),
+        [Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[tag(1)])]);
+    // Reached: the floor is gone, a later catch-up at 5 is caught up whatever it reads.
+    assert_eq!(on(&mut r, Input::CatchUp(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[])]);
+}
+
+#[test]
+fn a_version_never_served_is_retried_with_growing_backoff_then_given_up() {
+    let a = agg(1);
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), []);
+    // The read queued it again: read on at once (a miss all the same: the page began at 5).
+    assert_eq!(on(&mut r, last(a, 3)), [Action::FetchPage(a)]);
+    // The backoff of attempt k at a draw of 0.5: half of 250 ms · 2^k (at least 250, at most
+    // half of the 30 s cap), each retry when the last is due.
+    let mut now = T;
+    for ms in [250, 500, 1_000, 2_000, 4_000, 8_000, 15_000] {
+        assert_eq!(at(&mut r, last(a, 3), now), [retry(a, ms)]);
+        now += ms;
+        assert_eq!(at(&mut r, Input::CatchUp(a), now), [Action::FetchPage(a)]);
+    }
+    assert!(now - T >= GIVE_UP_MS && now - T - 15_000 < GIVE_UP_MS);
+    // Below it still, 30 s after the first miss: given up, the read answered `false`.
+    assert_eq!(
+        at(&mut r, last(a, 3), now),
+        [
+            caught_up(a, false, &[tag(1)]),
+            Action::NeverServed {
+                aggregate: a,
+                notified: 5,
+                reached: 3,
+            }
+        ]
+    );
+    // The floor went with it.
+    assert_eq!(on(&mut r, Input::CatchUp(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 3)), [caught_up(a, true, &[])]);
+}
+
+#[test]
+fn a_read_is_answered_by_the_floor_its_page_began_with_though_changes_keep_coming() {
+    let a = agg(1);
+    let mut r = watching(a);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    // Each page ends at the version the floor was when it began, a change arriving during it.
+    assert_eq!(changed(&mut r, a, 1), []);
+    assert_eq!(
+        on(&mut r, last(a, 0)),
+        [caught_up(a, true, &[tag(1)]), Action::FetchPage(a)]
+    );
+    for v in 1..5 {
+        assert_eq!(changed(&mut r, a, v + 1), []);
+        assert_eq!(
+            on(&mut r, last(a, v)),
+            [caught_up(a, true, &[]), Action::FetchPage(a)]
+        );
+    }
+    assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[])]);
+}
+
+#[test]
+fn a_gateway_notifying_faster_than_a_page_still_counts_misses_and_is_given_up() {
+    let a = agg(1);
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    let mut gave_up = None;
+    for i in 0..40u64 {
+        let now = T + i * 1_000;
+        at(&mut r, Input::CatchUp(a), now);
+        assert!(changed(&mut r, a, 6 + i).is_empty());
+        let ends = at(&mut r, last(a, 3), now);
+        if ends.iter().any(|e| matches!(e, Action::NeverServed { .. })) {
+            gave_up = Some(i);
+            break;
+        }
+    }
+    assert_eq!(gave_up, Some(GIVE_UP_MS / 1_000));
+}
+
+#[test]
+fn catch_ups_not_driven_by_the_retry_timer_neither_give_up_nor_ask_more_retries() {
+    let a = agg(1);
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    assert_eq!(on(&mut r, last(a, 3)), [retry(a, 250)]);
+    // Reads, landed batches, `ready`s: many catch-ups in the retry's 250 ms, none a give-up,
+    // none another retry (the one asked for is pending).
+    for n in 0..20u64 {
+        assert_eq!(
+            at(&mut r, Input::Read(a, tag(n)), T + n),
+            [Action::FetchPage(a)]
+        );
+        assert_eq!(at(&mut r, last(a, 3), T + n), []);
+    }
+    // The retry due: the next miss asks for one more, backing off.
+    assert_eq!(on(&mut r, Input::CatchUp(a)), [Action::FetchPage(a)]);
+    assert_eq!(at(&mut r, last(a, 3), T + 250), [retry(a, 15_000)]);
+}
+
+#[test]
+fn a_version_given_up_on_arms_no_floor_again() {
+    let a = agg(1);
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    // Misses enough, the last 30 s after the first: given up.
+    for _ in 0..BEHIND_RETRIES {
+        on(&mut r, Input::CatchUp(a));
+        on(&mut r, last(a, 3));
+    }
+    at(&mut r, Input::CatchUp(a), T + GIVE_UP_MS);
+    let ends = at(&mut r, last(a, 3), T + GIVE_UP_MS);
+    assert!(matches!(ends[1], Action::NeverServed { .. }), "{ends:?}");
+    assert_eq!(on(&mut r, last(a, 3)), [caught_up(a, true, &[])]);
+    // Notified again, up to what was given up on: caught up where the log is, no retry.
+    assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 3)), [caught_up(a, true, &[])]);
+    // A newer version arms one.
+    assert_eq!(changed(&mut r, a, 6), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 3)), [retry(a, 250)]);
+}
+
+#[test]
+fn a_change_during_the_page_reads_again_at_once_without_a_miss() {
+    let a = agg(1);
+    let mut r = watching(a);
+    assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 7), []);
+    // At the 5 its page began with (caught up for what it was asked), but below 7, queued
+    // again by that change: read on at once, no retry timer.
+    assert_eq!(
+        on(&mut r, last(a, 5)),
+        [caught_up(a, true, &[]), Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 7)), [caught_up(a, true, &[])]);
+}
+
+#[test]
+fn a_reset_a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
+    let a = agg(1);
+    // `reset` (trimmed or deleted: after a deletion versions restart).
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    let id = r.streams()[0].0;
+    assert_eq!(
+        on(&mut r, Input::Stream(id, Note::Reset { aggregate: a })),
+        []
+    );
+    assert_eq!(
+        on(&mut r, last(a, 3)),
+        [caught_up(a, true, &[]), Action::Probe(a)]
+    );
+    // A page that finds it gone (deleted while no `reset` reached the device).
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    let gone = Input::Page {
+        aggregate: a,
+        end: PageEnd::Gone,
+    };
+    assert_eq!(
+        on(&mut r, gone),
+        [Action::ResetLog {
+            aggregate: a,
+            min_version: 1,
+            gone: true
+        }]
+    );
+    assert_eq!(on(&mut r, Input::LogReset(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
+    // The last subscriber gone: a new subscription starts without it.
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    on(&mut r, Input::Unsubscribe(a));
+    on(&mut r, Input::Subscribe(a));
+    // (Its catch-up on subscribing is queued: with the floor kept, this page would only
+    // make way for it, as a change during the page does.)
+    assert_eq!(
+        on(&mut r, last(a, 3)),
+        [caught_up(a, true, &[]), Action::FetchPage(a)]
+    );
+    // A trim keeps the tip: the floor stays.
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    let trimmed = Input::Page {
+        aggregate: a,
+        end: PageEnd::Trimmed { min_version: 3 },
+    };
+    assert_eq!(
+        on(&mut r, trimmed),
+        [Action::ResetLog {
+            aggregate: a,
+            min_version: 3,
+            gone: false
+        }]
+    );
+    assert_eq!(on(&mut r, Input::LogReset(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 4)), [retry(a, 250)]);
+}
+
+#[test]
+fn a_change_of_an_aggregate_not_in_the_stream_sets_no_floor() {
+    let a = agg(1);
+    let mut r = watching(a);
+    assert_eq!(changed(&mut r, agg(2), 5), []);
+    on(&mut r, Input::Subscribe(agg(2)));
+    // Its first catch-up (on subscribing) ends where the log is: nothing was notified.
+    let ends: Vec<Action> = on(&mut r, last(agg(2), 0));
+    assert!(ends.contains(&caught_up(agg(2), true, &[])), "{ends:?}");
+}
