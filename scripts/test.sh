@@ -67,6 +67,25 @@ tally() {
   record "$name" "$p" "$f"
 }
 step() { printf '\n=== %s\n' "$*"; }
+# Disk: a part's test executables are never run again once it has ended; removing them keeps the
+# run's peak use of target/ down. A CI machine with ~3 GB free ran out mid-run (its gateways
+# then answered 507 under their disk floor, and the wasm build failed with ENOSPC). The list is
+# cargo's own (`--no-run --message-format=json`, nothing rebuilt): only artifacts built as tests,
+# never the gateway's or fake-celeriant's binaries that later parts run.
+drop_test_executables() { # cargo test arguments
+  cargo test "$@" --no-run -q --message-format=json 2>/dev/null | node -e '
+    let buf = "";
+    process.stdin.on("data", (d) => (buf += d)).on("end", () => {
+      for (const line of buf.split("\n")) {
+        if (!line.startsWith("{")) continue;
+        const m = JSON.parse(line);
+        if (m.reason === "compiler-artifact" && m.profile && m.profile.test && m.executable) {
+          console.log(m.executable);
+        }
+      }
+    });' | xargs -r rm -f
+}
+report_disk() { echo "disk $1: $(disk_free); target/ holds $(du -sh target 2>/dev/null | cut -f1)"; }
 
 step "lint: cargo fmt --check; clippy -D warnings (native and wasm32)"
 lint=0
@@ -80,6 +99,9 @@ record "lint (fmt, clippy)" $((1 - lint)) "$lint"
 step "native tests: cargo test --workspace"
 cargo test --workspace --no-fail-fast 2>&1 | tee "$RUN_DIR/native.log"
 tally "$RUN_DIR/native.log" "native (cargo test)" "${PIPESTATUS[0]}"
+report_disk "after the native tests"
+drop_test_executables --workspace
+report_disk "without their executables"
 
 step "browser tests: headless Chromium, Firefox and WebKit against a real gateway on 127.0.0.1"
 BROWSER_LOG_DIR="$RUN_DIR" bash scripts/browser-tests.sh chromium firefox webkit
@@ -97,6 +119,10 @@ if [ -f "$RUN_DIR/browser-leftovers" ] && [ ! -s "$RUN_DIR/browser-leftovers" ];
 else
   record "browser processes left running: none" 0 1
 fi
+# Nothing later runs a wasm32 debug build (the package is built with the wasm-release profile).
+report_disk "after the browser tests"
+rm -rf target/wasm32-unknown-unknown/debug
+report_disk "without their wasm32 debug build"
 
 step "package: build pkg/ and type-check a TypeScript consumer against its .d.ts"
 if bash scripts/build.sh >"$RUN_DIR/build.log" 2>&1 \
@@ -150,7 +176,8 @@ else
 fi
 
 echo
-echo "disk at end: $(disk_free); target/ holds $(du -sh target 2>/dev/null | cut -f1)"
+report_disk "at end"
+du -sh target/*/ target/wasm32-unknown-unknown/*/ 2>/dev/null | sed 's/^/  /'
 echo "=== summary"
 printf '%s\n' "${SUMMARY[@]}"
 echo "$PASSED passed, $FAILED failed"
