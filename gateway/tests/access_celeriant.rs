@@ -1,8 +1,8 @@
-//! Ownership and members where they differ by store: two creators racing many times (both
-//! stores), the gateway's reserved type refused by the public API (both stores), and on the
-//! Celeriant backend over the fake node: the access record written create-only before the data,
-//! an aggregate without a record, a crash between the record and the data write, two replicas
-//! changing members at once, and the members TTL across replicas.
+//! Ownership and members where they differ by store, on the Celeriant backend over the fake
+//! node: the access record written create-only before the data, an aggregate without a record,
+//! a crash between the record and the data write, two replicas changing members at once, and
+//! the members TTL across replicas. What both stores must do alike (racing creators, the
+//! reserved type) is in `access_both_stores.rs`.
 
 mod support;
 
@@ -12,10 +12,9 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request};
 use celeriant_gateway::access::RESERVED_TYPE;
-use celeriant_gateway::backend::{AggregateCommand, AggregateKey, WriteCommand};
+use celeriant_gateway::backend::{AggregateCommand, WriteCommand};
 use celeriant_msg::process_client_requests::ClientRequest;
-use celeriant_sync_protocol::codes::gateway as g;
-use celeriant_sync_protocol::{AggregateRef, Event};
+use celeriant_sync_protocol::Event;
 use serde_json::{Value, json};
 use support::app::*;
 use support::device::*;
@@ -25,16 +24,6 @@ use uuid::Uuid;
 
 fn events(type_id: &str, id: &str) -> String {
     format!("/v1/aggregates/{type_id}/{id}/events")
-}
-
-fn key_of(h: &Harness, id: &str) -> AggregateKey {
-    AggregateKey {
-        org: h.state.config.org_id,
-        aggregate: AggregateRef {
-            type_id: Uuid::parse_str(TYPE).unwrap(),
-            id: Uuid::parse_str(id).unwrap(),
-        },
-    }
 }
 
 /// The grantee accepts its invitation (a grant takes effect only then).
@@ -67,108 +56,6 @@ async fn put_member(h: &Harness, token: &str, id: &str, principal: &str, access:
         .body(Body::from(body))
         .unwrap();
     h.send(request).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn of_two_principals_creating_the_same_ids_at_once_exactly_one_owns_each() {
-    for store in STORES {
-        let h = Arc::new(Harness::auth_on(store, |_| {}).await);
-        let (a, b) = (Device::a(), Device::b());
-        let (ta, tb) = (h.open(&a).await, h.open(&b).await);
-        for n in 0..24u32 {
-            let id = format!("3b1f8e2c-9d4a-4c6b-b5e7-2a9c8d1e{n:04x}");
-            // Several first writes from each principal, all at once.
-            let mut tries = Vec::new();
-            for k in 0..3u64 {
-                for (device, token) in [(&a, &ta), (&b, &tb)] {
-                    let (h, token) = (h.clone(), token.clone());
-                    let body = write_by(&device.client_id, TYPE, &id, &[k + 1]);
-                    let who = device.client_id.clone();
-                    tries.push(tokio::spawn(async move {
-                        (who, h.write_as(&token, &body).await)
-                    }));
-                }
-            }
-            // Every answer to the loser is 40302; none to the winner is (its own writes may
-            // meet each other's sequences: duplicate, in flight).
-            let (mut refused, mut served) = (Vec::new(), Vec::new());
-            for t in tries {
-                let (who, r) = t.await.unwrap();
-                if r.code() == 40302 {
-                    refused.push(who);
-                } else {
-                    served.push((who, r.json));
-                }
-            }
-            refused.sort();
-            refused.dedup();
-            let answers = format!("{served:?}");
-            let mut served: Vec<String> = served
-                .into_iter()
-                .map(|(who, answer)| {
-                    assert!(
-                        matches!(
-                            answer["outcome"].as_str(),
-                            Some("landed" | "duplicate" | "retry")
-                        ),
-                        "{store:?} {id}: {answer}"
-                    );
-                    who
-                })
-                .collect();
-            served.sort();
-            served.dedup();
-            assert_eq!(served.len(), 1, "{store:?} {id}: {answers}");
-            assert_eq!(refused.len(), 1, "{store:?} {id}: {refused:?}");
-            assert_ne!(served, refused);
-            let landed_by = served;
-            let winner = &landed_by[0];
-            let owner = h.state.backend.access(key_of(&h, &id)).await.unwrap();
-            assert_eq!(owner.unwrap().owner.as_str(), format!("device:{winner}"));
-            // Nothing of the loser's was stored.
-            let token = if *winner == a.client_id { &ta } else { &tb };
-            let page = h.get_as(token, &events(TYPE, &id)).await;
-            for batch in page.json["batches"].as_array().unwrap() {
-                assert_eq!(&batch["clientId"], winner, "{store:?} {id}");
-            }
-        }
-    }
-}
-
-#[tokio::test]
-async fn the_reserved_type_is_refused_to_everyone_on_every_route() {
-    let reserved = RESERVED_TYPE.to_string();
-    for store in STORES {
-        let h = with_policy(store, "default = \"authenticated\"").await;
-        let a = Device::a();
-        let ta = h.open(&a).await;
-        let refused = |r: &Reply| {
-            assert_eq!(
-                (r.status.as_u16(), r.code()),
-                (403, u64::from(g::AGGREGATE_TYPE_FORBIDDEN)),
-                "{store:?}: {:?}",
-                r.json
-            )
-        };
-        refused(
-            &h.write_as(&ta, &write_by(&a.client_id, &reserved, ID, &[1]))
-                .await,
-        );
-        refused(&h.get_as(&ta, &events(&reserved, ID)).await);
-        refused(
-            &h.get_as(&ta, &format!("/v1/aggregates/{reserved}/{ID}/members"))
-                .await,
-        );
-        refused(
-            &h.get_as(&ta, &format!("/v1/watch?aggregate={reserved}/{ID}"))
-                .await,
-        );
-        let operator = Request::get(events(&reserved, ID))
-            .header("authorization", format!("Operator {OPERATOR}"))
-            .body(Body::empty())
-            .unwrap();
-        refused(&h.send(operator).await);
-    }
 }
 
 /// The Celeriant requests on the reserved type, in order.
@@ -237,7 +124,7 @@ async fn an_aggregate_without_a_record_is_nobodys_under_owner_and_everybodys_und
             policy: None,
             client_id: Uuid::from_u128(77),
             writes: vec![AggregateCommand {
-                key: key_of(&h, ID),
+                key: h.key_of(ID),
                 allow_create: true,
                 expected_version: None,
                 enforce_client_idempotency: true,
@@ -265,7 +152,7 @@ async fn an_aggregate_without_a_record_is_nobodys_under_owner_and_everybodys_und
             record_writes(h.fake.as_ref().unwrap()).is_empty(),
             "{policy}"
         );
-        assert_eq!(h.state.backend.access(key_of(&h, ID)).await.unwrap(), None);
+        assert_eq!(h.state.backend.access(h.key_of(ID)).await.unwrap(), None);
         // The operator reads it.
         let operator = Request::get(events(TYPE, ID))
             .header("authorization", format!("Operator {OPERATOR}"))
@@ -336,7 +223,7 @@ async fn two_replicas_granting_at_once_lose_no_grant_and_a_revocation_reaches_th
     let record = h1
         .state
         .backend
-        .access(key_of(&h1, ID))
+        .access(h1.key_of(ID))
         .await
         .unwrap()
         .unwrap();
@@ -470,7 +357,7 @@ async fn without_sessions_owners_are_still_recorded_as_the_embedded_store_does()
     .await;
     let r = h.write(&write_by(CLIENT, TYPE, ID, &[1])).await;
     assert_eq!(r.outcome(), "landed", "{:?}", r.json);
-    let record = h.state.backend.access(key_of(&h, ID)).await.unwrap();
+    let record = h.state.backend.access(h.key_of(ID)).await.unwrap();
     assert_eq!(record.unwrap().owner.as_str(), format!("device:{CLIENT}"));
     // Nothing is refused: another client id appends.
     let other = "6f1c1c5e-6a4c-4f52-9a37-1e2a8d2f0002";
@@ -498,10 +385,7 @@ async fn a_write_refused_for_one_aggregate_records_no_owner_for_another() {
     let r = h.write_as(&tb, &body).await;
     assert_eq!(r.code(), 40302, "{:?}", r.json);
     assert_eq!(record_writes(&fake).len(), 1, "only A's record");
-    assert_eq!(
-        h.state.backend.access(key_of(&h, fresh)).await.unwrap(),
-        None
-    );
+    assert_eq!(h.state.backend.access(h.key_of(fresh)).await.unwrap(), None);
 }
 
 #[tokio::test]

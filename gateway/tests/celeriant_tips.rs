@@ -11,20 +11,16 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
-use celeriant_gateway::backend::{
-    AggregateCommand, AggregateKey, Asker, Backend, Change, TipsAsk, WriteCommand,
-};
+use celeriant_gateway::backend::{AggregateKey, Asker, Backend, Change, TipsAsk};
 use celeriant_msg::process_client_requests::ClientRequest;
-use celeriant_sync_protocol::{AggregateRef, Event};
 use fake_celeriant::{FakeCluster, Held};
 use serde_json::{Value, json};
 use support::fake_celeriant::FakeCeleriant;
 use support::process::{Process, data_dir, get, post};
 use support::sse;
+use support::write::{ORG, TYPE, command, key};
 use uuid::Uuid;
 
-const ORG: u128 = 0x0a;
-const TYPE: u128 = 0x0b;
 const WRITER: &str = "5f0c6b2e-8a3d-4c1e-9b7a-2d4e6f8a0b1c";
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -162,39 +158,6 @@ fn ask(n: u128) -> TipsAsk {
     TipsAsk {
         asker: Asker::Client(Uuid::from_u128(n)),
         deadline: tokio::time::Instant::now() + Duration::from_secs(1),
-    }
-}
-
-fn key(n: u128) -> AggregateKey {
-    AggregateKey {
-        org: Uuid::from_u128(ORG),
-        aggregate: AggregateRef {
-            type_id: Uuid::from_u128(TYPE),
-            id: Uuid::from_u128(n),
-        },
-    }
-}
-
-fn command(n: u128, seq: u64) -> WriteCommand {
-    WriteCommand {
-        principal: None,
-        policy: None,
-        client_id: Uuid::from_u128(0xc1),
-        writes: vec![AggregateCommand {
-            key: key(n),
-            allow_create: true,
-            expected_version: None,
-            enforce_client_idempotency: true,
-            events: vec![Event {
-                client_seq: seq,
-                event_id: None,
-                timestamp: 1_700_000_000_000,
-                event_type: 3,
-                minor: 0,
-                data: b"x".to_vec(),
-                iv: None,
-            }],
-        }],
     }
 }
 

@@ -11,31 +11,17 @@ mod support;
 use std::time::{Duration, Instant};
 
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
-use celeriant_gateway::backend::{
-    AggregateCommand, AggregateKey, Asker, Backend, Change, TipsAsk, WriteCommand,
-};
-use celeriant_sync_protocol::{AggregateRef, Event};
+use celeriant_gateway::backend::{Asker, Backend, Change, TipsAsk};
 use fake_celeriant::{FakeCluster, Held};
 use serde_json::json;
 use support::fake_celeriant::FakeCeleriant;
 use support::process::{Process, data_dir, post};
 use support::sse;
+use support::write::{ORG, TYPE, command, key};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-const ORG: u128 = 0x0a;
-const TYPE: u128 = 0x0b;
 const WAIT: Duration = Duration::from_secs(10);
-
-fn key(n: u128) -> AggregateKey {
-    AggregateKey {
-        org: Uuid::from_u128(ORG),
-        aggregate: AggregateRef {
-            type_id: Uuid::from_u128(TYPE),
-            id: Uuid::from_u128(n),
-        },
-    }
-}
 
 fn celeriant_key(n: u128) -> celeriant_wal::aggregate_key::AggregateKey {
     celeriant_wal::aggregate_key::AggregateKey::new(ORG, TYPE, n)
@@ -46,29 +32,6 @@ fn ask(n: u128, within: Duration) -> TipsAsk {
     TipsAsk {
         asker: Asker::Client(Uuid::from_u128(n)),
         deadline: tokio::time::Instant::now() + within,
-    }
-}
-
-fn command(n: u128, seq: u64) -> WriteCommand {
-    WriteCommand {
-        principal: None,
-        policy: None,
-        client_id: Uuid::from_u128(0xc1),
-        writes: vec![AggregateCommand {
-            key: key(n),
-            allow_create: true,
-            expected_version: None,
-            enforce_client_idempotency: true,
-            events: vec![Event {
-                client_seq: seq,
-                event_id: None,
-                timestamp: 1_700_000_000_000,
-                event_type: 3,
-                minor: 0,
-                data: b"x".to_vec(),
-                iv: None,
-            }],
-        }],
     }
 }
 

@@ -9,52 +9,17 @@ mod support;
 use std::time::Duration;
 
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
-use celeriant_gateway::backend::{AggregateCommand, AggregateKey, Backend, Change, WriteCommand};
+use celeriant_gateway::backend::{Backend, Change};
 use celeriant_msg::response::watch_event::WatchResponseEvent;
-use celeriant_sync_protocol::{AggregateRef, Event};
 use serde_json::json;
 use support::fake_celeriant::FakeCeleriant;
 use support::process::{Process, data_dir, post};
 use support::sse;
+use support::write::{ORG, TYPE, command, key};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-const ORG: u128 = 0x0a;
-const TYPE: u128 = 0x0b;
 const WAIT: Duration = Duration::from_secs(5);
-
-fn key(id: u128) -> AggregateKey {
-    AggregateKey {
-        org: Uuid::from_u128(ORG),
-        aggregate: AggregateRef {
-            type_id: Uuid::from_u128(TYPE),
-            id: Uuid::from_u128(id),
-        },
-    }
-}
-
-fn command(id: u128, seq: u64) -> WriteCommand {
-    WriteCommand {
-        principal: None,
-        policy: None,
-        client_id: Uuid::from_u128(0xc1),
-        writes: vec![AggregateCommand {
-            key: key(id),
-            allow_create: true,
-            expected_version: None,
-            enforce_client_idempotency: true,
-            events: vec![Event {
-                client_seq: seq,
-                event_id: None,
-                timestamp: 1_700_000_000_000,
-                event_type: 3,
-                minor: 0,
-                data: b"x".to_vec(),
-                iv: None,
-            }],
-        }],
-    }
-}
 
 async fn next(changes: &mut broadcast::Receiver<Change>) -> Change {
     tokio::time::timeout(WAIT, changes.recv())

@@ -1,6 +1,6 @@
 //! The HTTP surface of protocol v1 over the embedded store, driven without a socket: every
 //! outcome row, every validation rule (and that a refused request writes nothing), reads and
-//! paging, CORS, the JSON bodies of 404/405/413/415/429.
+//! paging, the JSON bodies of 404/405/413/415/429 (CORS is in `http_cors.rs`).
 
 mod support;
 
@@ -513,73 +513,6 @@ async fn over_the_admission_limit_is_429_with_retry_after() {
     assert_eq!(r.headers["retry-after"], "1");
     assert_eq!(r.json["retryAfterMs"], 1000);
     assert!(h.read_all(TYPE, ID).await.is_empty());
-}
-
-fn preflight(origin: &str) -> Request<Body> {
-    Request::builder()
-        .method(Method::OPTIONS)
-        .uri("/v1/write")
-        .header("origin", origin)
-        .header("access-control-request-method", "POST")
-        .header("access-control-request-headers", "content-type")
-        .body(Body::empty())
-        .unwrap()
-}
-
-#[tokio::test]
-async fn cors_allows_dev_origins_and_exposes_retry_after() {
-    let h = Harness::new();
-    let ok = h.send(preflight("http://localhost:5173")).await;
-    assert!(ok.status.is_success());
-    assert_eq!(
-        ok.headers["access-control-allow-origin"],
-        "http://localhost:5173"
-    );
-    let methods = ok.headers["access-control-allow-methods"].to_str().unwrap();
-    for m in ["GET", "POST", "OPTIONS"] {
-        assert!(methods.contains(m), "{methods}");
-    }
-    assert!(
-        ok.headers["access-control-allow-headers"]
-            .to_str()
-            .unwrap()
-            .contains("content-type")
-    );
-    let denied = h.send(preflight("http://evil.example")).await;
-    assert!(denied.headers.get("access-control-allow-origin").is_none());
-    // An actual cross-origin response exposes Retry-After.
-    let request = Request::post("/v1/write")
-        .header("origin", "http://127.0.0.1:9999")
-        .header("content-type", "application/json")
-        .body(Body::from(serde_json::to_vec(&write_of(&[1])).unwrap()))
-        .unwrap();
-    let r = h.send(request).await;
-    assert_eq!(
-        r.headers["access-control-allow-origin"],
-        "http://127.0.0.1:9999"
-    );
-    assert_eq!(
-        r.headers["access-control-expose-headers"]
-            .to_str()
-            .unwrap()
-            .to_lowercase(),
-        "retry-after"
-    );
-}
-
-#[tokio::test]
-async fn an_explicit_allow_list_replaces_the_dev_defaults() {
-    let h = Harness::with(
-        |c| c.allow_origins = vec!["https://app.example".into()],
-        EmbeddedOptions::default(),
-    );
-    let ok = h.send(preflight("https://app.example")).await;
-    assert_eq!(
-        ok.headers["access-control-allow-origin"],
-        "https://app.example"
-    );
-    let denied = h.send(preflight("http://localhost:5173")).await;
-    assert!(denied.headers.get("access-control-allow-origin").is_none());
 }
 
 /// An unknown API path needs no session and costs as little as `/healthz`: it is charged to the

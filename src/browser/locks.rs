@@ -65,8 +65,9 @@ pub(crate) fn supported() -> bool {
     locks().is_some()
 }
 
-/// The `clientId`s holding the lock `name` now.
-async fn holders(name: &str) -> Option<Vec<String>> {
+/// The entries of the lock manager's `query()` snapshot's list `which` (`"held"` or
+/// `"pending"`) for the lock `name`; `None` where Web Locks (or `query`) do not exist.
+async fn snapshot(which: &str, name: &str) -> Option<Vec<JsValue>> {
     let locks = locks()?;
     let query: Function = Reflect::get(&locks, &"query".into())
         .ok()?
@@ -75,12 +76,12 @@ async fn holders(name: &str) -> Option<Vec<String>> {
     let snapshot = JsFuture::from(query.call0(&locks).ok()?.dyn_into::<Promise>().ok()?)
         .await
         .ok()?;
-    let held: Array = Reflect::get(&snapshot, &"held".into())
+    let list: Array = Reflect::get(&snapshot, &which.into())
         .ok()?
         .dyn_into()
         .ok()?;
     Some(
-        held.iter()
+        list.iter()
             .filter(|l| {
                 Reflect::get(l, &"name".into())
                     .ok()
@@ -88,8 +89,18 @@ async fn holders(name: &str) -> Option<Vec<String>> {
                     .as_deref()
                     == Some(name)
             })
+            .collect(),
+    )
+}
+
+/// The `clientId`s holding the lock `name` now.
+async fn holders(name: &str) -> Option<Vec<String>> {
+    Some(
+        snapshot("held", name)
+            .await?
+            .iter()
             .filter_map(|l| {
-                Reflect::get(&l, &"clientId".into())
+                Reflect::get(l, &"clientId".into())
                     .ok()
                     .and_then(|c| c.as_string())
             })
@@ -220,27 +231,6 @@ impl LockState {
 /// how many requests wait for it. `None` where Web Locks (or `query`) do not exist.
 pub(crate) async fn query(name: &str) -> Option<(Vec<String>, u32)> {
     let held = holders(name).await?;
-    let locks = locks()?;
-    let query: Function = Reflect::get(&locks, &"query".into())
-        .ok()?
-        .dyn_into()
-        .ok()?;
-    let snapshot = JsFuture::from(query.call0(&locks).ok()?.dyn_into::<Promise>().ok()?)
-        .await
-        .ok()?;
-    let pending: Array = Reflect::get(&snapshot, &"pending".into())
-        .ok()?
-        .dyn_into()
-        .ok()?;
-    let waiting = pending
-        .iter()
-        .filter(|l| {
-            Reflect::get(l, &"name".into())
-                .ok()
-                .and_then(|n| n.as_string())
-                .as_deref()
-                == Some(name)
-        })
-        .count();
+    let waiting = snapshot("pending", name).await?.len();
     Some((held, waiting as u32))
 }

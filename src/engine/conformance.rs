@@ -2,14 +2,17 @@
 //!
 //! The in-memory outbox runs it under `cargo test`; the IndexedDB outbox runs it in headless
 //! Chromium (`tests/browser_outbox.rs`). Each check gets a fresh, empty outbox and panics with
-//! a message naming the rule it found broken.
+//! a message naming the rule it found broken. The checks of what follows a cut, of how events
+//! are stored, of conditional appends and of atomic writes have files of their own
+//! (`conformance_settle.rs`, `conformance_records.rs`, `conformance_guards.rs`,
+//! `conformance_atomic.rs`).
 
 use std::future::Future;
 
 use uuid::Uuid;
 
-use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, Receipt, StoredEvent};
-use super::outbox::{Begun, CutQuery, EventState, Outbox};
+use super::model::{AggregateRef, Batch, NewEvent, ParkRecord, StoredEvent};
+use super::outbox::{Begun, CutQuery, Outbox};
 
 /// Aggregate number `n` of the suite.
 pub fn aggregate(n: u128) -> AggregateRef {
@@ -57,6 +60,21 @@ pub async fn run_all<O: Outbox, F: Future<Output = O>>(mut make: impl FnMut() ->
     atomic::an_atomic_write_is_parked_and_discarded_whole(&make().await).await;
     atomic::a_discard_follows_the_legs_not_the_records(&make().await).await;
 }
+
+#[path = "conformance_settle.rs"]
+mod settle;
+pub use settle::{
+    client_id_is_created_once, event_states_follow_the_event,
+    landed_events_are_invisible_until_pruned, parking_and_discarding,
+    pins_persist_and_settle_moves_them,
+};
+
+#[path = "conformance_records.rs"]
+mod records;
+pub use records::{
+    batches_settles_prunes_and_discards_cut_through_appends,
+    event_ids_survive_pruning_a_large_backlog,
+};
 
 #[path = "conformance_guards.rs"]
 mod guards;
@@ -298,357 +316,6 @@ pub async fn aggregates_are_visited_round_robin(o: &impl Outbox) {
         ..all(Some(aggregate(10)))
     };
     assert_eq!(first(o, landed_ahead).await, Some(aggregate(10)));
-}
-
-/// Rule 4: the pin persists; settling a prefix re-pins the rest, settling all unpins or pins
-/// the next batch; every change is a compare-and-set.
-pub async fn pins_persist_and_settle_moves_them(o: &impl Outbox) {
-    assert_eq!(o.pinned().await.unwrap(), None);
-    o.append(aggregate(1), events(0..6)).await.unwrap();
-    let b = batch(1, 1, 5);
-    assert!(o.pin(&b, None).await.unwrap());
-    assert_eq!(o.pinned().await.unwrap(), Some(b.clone()));
-    let rest = batch(1, 3, 5);
-    assert!(o.settle(&b, 2, Some(&rest)).await.unwrap(), "a 2002 prefix");
-    assert_eq!(
-        o.pinned().await.unwrap(),
-        Some(rest.clone()),
-        "the rest stays pinned"
-    );
-    assert_eq!(seqs(&o.read(&rest).await.unwrap()), [3, 4, 5]);
-    assert_eq!(seqs(&o.read(&b).await.unwrap()), [3, 4, 5], "1, 2 landed");
-    let next = batch(1, 6, 6);
-    assert!(o.settle(&rest, 5, Some(&next)).await.unwrap());
-    assert_eq!(
-        o.pinned().await.unwrap(),
-        Some(next.clone()),
-        "the next batch, read ahead"
-    );
-    assert_eq!(
-        o.lowest_pending_of(&[aggregate(1)]).await.unwrap(),
-        [Some(6)]
-    );
-    let stale = Batch {
-        last_seq: 7,
-        ..next.clone()
-    };
-    assert!(
-        !o.pin(&stale, None).await.unwrap(),
-        "compare-and-set: a pin exists"
-    );
-    assert!(
-        !o.pin(&stale, Some(&b)).await.unwrap(),
-        "compare-and-set: not that pin"
-    );
-    assert!(
-        !o.settle(&b, 5, None).await.unwrap(),
-        "compare-and-set: settling a batch that is not pinned"
-    );
-    assert_eq!(o.pinned().await.unwrap(), Some(next.clone()));
-    assert!(
-        o.pin(&stale, Some(&next)).await.unwrap(),
-        "replaces the expected pin"
-    );
-    assert_eq!(o.pinned().await.unwrap(), Some(stale.clone()));
-    assert!(o.settle(&stale, 6, None).await.unwrap());
-    assert_eq!(o.pinned().await.unwrap(), None, "all landed: unpinned");
-}
-
-/// Rule 2: landed events stay stored until pruned, and nothing that serves the drain, `flush`
-/// or `whenSynced` sees them.
-pub async fn landed_events_are_invisible_until_pruned(o: &impl Outbox) {
-    let r = o.append(aggregate(1), events(0..6)).await.unwrap();
-    o.append(aggregate(2), events(6..8)).await.unwrap();
-    // A cut before the settle too: what an implementation keeps of the watermarks from one cut
-    // (the IndexedDB outbox does, for its drainer) must follow the settles and prunes after it.
-    let before = o.next_batch(all(None)).await.unwrap().unwrap();
-    assert_eq!(seqs(&before), [1, 2, 3, 4, 5, 6]);
-    let b = batch(1, 1, 4);
-    assert!(o.pin(&b, None).await.unwrap());
-    assert!(o.settle(&b, 4, None).await.unwrap());
-    assert_eq!(
-        o.count().await.unwrap(),
-        4,
-        "2 of aggregate 1, 2 of aggregate 2"
-    );
-    let got = o.next_batch(all(None)).await.unwrap().unwrap();
-    assert_eq!(seqs(&got), [5, 6]);
-    assert_eq!(seqs(&o.read(&batch(1, 1, 6)).await.unwrap()), [5, 6]);
-    assert_eq!(
-        o.lowest_pending_of(&[aggregate(1)]).await.unwrap(),
-        [Some(5)]
-    );
-    assert_eq!(
-        o.event_state(r[0].event_id).await.unwrap(),
-        EventState::Absent
-    );
-    assert_eq!(o.unpruned().await.unwrap(), [aggregate(1)]);
-    let p = o.prune(aggregate(1), 3, true).await.unwrap();
-    assert_eq!((p.removed, p.more), (3, true), "in chunks");
-    let p = o.prune(aggregate(1), 3, true).await.unwrap();
-    assert_eq!((p.removed, p.more), (1, false));
-    assert_eq!(
-        seqs(&o.next_batch(all(None)).await.unwrap().unwrap()),
-        [5, 6],
-        "the watermark went with the last landed event: the same cut"
-    );
-    assert!(o.unpruned().await.unwrap().is_empty());
-    assert_eq!(
-        o.count().await.unwrap(),
-        4,
-        "pruning removes nothing pending"
-    );
-    assert_eq!(seqs(&o.read(&batch(1, 1, 6)).await.unwrap()), [5, 6]);
-    let b = batch(1, 5, 6);
-    assert!(o.pin(&b, None).await.unwrap());
-    assert!(o.settle(&b, 6, None).await.unwrap());
-    let next = o.next_batch(all(None)).await.unwrap().unwrap();
-    assert_eq!(
-        (next[0].aggregate, seqs(&next)),
-        (aggregate(2), vec![1, 2]),
-        "aggregate 1 has nothing pending"
-    );
-    assert_eq!(
-        o.pending_aggregates().await.unwrap(),
-        [(aggregate(2), 2)],
-        "aggregate 1 has nothing pending"
-    );
-    assert_eq!(o.lowest_pending_of(&[aggregate(1)]).await.unwrap(), [None]);
-}
-
-/// Rule 5: parking unpins and records; discarding drops exactly the parked events.
-pub async fn parking_and_discarding(o: &impl Outbox) {
-    o.append(aggregate(1), events(0..5)).await.unwrap();
-    let b = batch(1, 1, 1);
-    assert!(o.pin(&b, None).await.unwrap());
-    assert!(o.settle(&b, 1, None).await.unwrap());
-    let b = batch(1, 2, 3);
-    assert!(o.pin(&b, None).await.unwrap());
-    let record = rejected(&batch(1, 2, 3), true);
-    o.park(std::slice::from_ref(&record), &b).await.unwrap();
-    assert_eq!(o.pinned().await.unwrap(), None, "park unpins");
-    assert_eq!(o.parked().await.unwrap(), vec![record.clone()]);
-    assert_eq!(o.count().await.unwrap(), 4, "parked events are kept");
-    let skip = [aggregate(1)];
-    let skipping = CutQuery {
-        skip: &skip,
-        ..all(None)
-    };
-    assert_eq!(
-        o.next_batch(skipping).await.unwrap(),
-        None,
-        "parked: skipped"
-    );
-    assert_eq!(
-        o.discard_parked(aggregate(2)).await.unwrap().removed,
-        0,
-        "not parked: nothing"
-    );
-    assert_eq!(o.discard_parked(aggregate(1)).await.unwrap().removed, 2);
-    assert!(o.parked().await.unwrap().is_empty());
-    let left = o.next_batch(all(None)).await.unwrap().unwrap();
-    assert_eq!(seqs(&left), [4, 5], "only the parked range went");
-    assert_eq!(o.count().await.unwrap(), 2);
-}
-
-/// The client id is stored once and returned ever after.
-pub async fn client_id_is_created_once(o: &impl Outbox) {
-    let first = o.client_id(Uuid::from_u128(1)).await.unwrap();
-    assert_eq!(first, Uuid::from_u128(1));
-    assert_eq!(o.client_id(Uuid::from_u128(2)).await.unwrap(), first);
-}
-
-/// An event is pending until it is settled (then absent) or discarded.
-pub async fn event_states_follow_the_event(o: &impl Outbox) {
-    let r = o.append(aggregate(1), events(0..3)).await.unwrap();
-    let pending = o.event_state(r[1].event_id).await.unwrap();
-    assert_eq!(
-        pending,
-        EventState::Pending {
-            aggregate: aggregate(1),
-            client_seq: 2
-        }
-    );
-    assert_eq!(
-        o.event_state(Uuid::from_u128(0xDEAD)).await.unwrap(),
-        EventState::Absent
-    );
-    let b = batch(1, 1, 1);
-    assert!(o.pin(&b, None).await.unwrap());
-    assert!(o.settle(&b, 1, None).await.unwrap());
-    assert_eq!(
-        o.event_state(r[0].event_id).await.unwrap(),
-        EventState::Absent,
-        "landed"
-    );
-    let record = rejected(&batch(1, 2, 2), false);
-    o.park(std::slice::from_ref(&record), &batch(1, 2, 2))
-        .await
-        .unwrap();
-    assert!(
-        matches!(
-            o.event_state(r[1].event_id).await.unwrap(),
-            EventState::Pending { .. }
-        ),
-        "parked is still pending"
-    );
-    o.discard_parked(aggregate(1)).await.unwrap();
-    assert_eq!(
-        o.event_state(r[1].event_id).await.unwrap(),
-        EventState::Discarded
-    );
-    assert!(matches!(
-        o.event_state(r[2].event_id).await.unwrap(),
-        EventState::Pending { client_seq: 3, .. }
-    ));
-}
-
-/// `whenSynced`'s lookups stay right when most of a large outbox is pruned at once (the
-/// IndexedDB outbox then rebuilds its id records from what is left, a chunk at a time).
-pub async fn event_ids_survive_pruning_a_large_backlog(o: &impl Outbox) {
-    let many = |base: u128, n: u128| -> Vec<NewEvent> {
-        (0..n)
-            .map(|i| NewEvent {
-                event_id: Uuid::from_u128(base + i),
-                ..event(1, 8)
-            })
-            .collect()
-    };
-    let landed = o.append(aggregate(1), many(0x1_0000, 6_000)).await.unwrap();
-    let pending = o.append(aggregate(2), many(0x2_0000, 4_500)).await.unwrap();
-    let b = batch(1, 1, 6_000);
-    assert!(o.pin(&b, None).await.unwrap());
-    assert!(o.settle(&b, 6_000, None).await.unwrap());
-    let p = o.prune(aggregate(1), 10_000, true).await.unwrap();
-    assert_eq!((p.removed, p.more), (6_000, false));
-    for i in [0, 1_999, 2_000, 2_001, 3_999, 4_000, 4_499] {
-        assert_eq!(
-            o.event_state(pending[i].event_id).await.unwrap(),
-            EventState::Pending {
-                aggregate: aggregate(2),
-                client_seq: i as u64 + 1
-            },
-            "pending event {i}"
-        );
-    }
-    for i in [0, 2_999, 5_999] {
-        assert_eq!(
-            o.event_state(landed[i].event_id).await.unwrap(),
-            EventState::Absent,
-            "landed event {i}"
-        );
-    }
-    assert_eq!(o.count().await.unwrap(), 4_500);
-}
-
-/// What an implementation stores together (the IndexedDB outbox keeps an append's events, and
-/// a group commit's events of one aggregate, in one record) never shows: batches, settles,
-/// prunes and discards may begin or end inside an append, and each event is still served,
-/// counted, looked up and deleted on its own.
-pub async fn batches_settles_prunes_and_discards_cut_through_appends(o: &impl Outbox) {
-    let tagged = |tags: std::ops::Range<u8>| -> Vec<NewEvent> {
-        tags.map(|t| NewEvent {
-            event_id: Uuid::from_u128(0xC000 + u128::from(t)),
-            ..event(t, 10)
-        })
-        .collect()
-    };
-    let first = tagged(0..10);
-    let (one, more) = (tagged(10..11), tagged(11..16));
-    let r = o.append(aggregate(1), first).await.unwrap();
-    let g = o
-        .append_group(&[
-            (aggregate(1), &one, None),
-            (aggregate(2), &one, None),
-            (aggregate(1), &more, None),
-        ])
-        .await
-        .unwrap()
-        .receipts;
-    assert_eq!(seqs_of(&g[2]), [12, 13, 14, 15, 16]);
-    assert_eq!(o.count().await.unwrap(), 17);
-    let cut = |max_events| CutQuery {
-        max_events,
-        ..all(None)
-    };
-    let got = o.next_batch(cut(4)).await.unwrap().unwrap();
-    assert_eq!(seqs(&got), [1, 2, 3, 4]);
-    assert_eq!(seqs(&o.read(&batch(1, 3, 6)).await.unwrap()), [3, 4, 5, 6]);
-    let b = batch(1, 1, 4);
-    assert!(o.pin(&b, None).await.unwrap());
-    assert!(o.settle(&b, 4, None).await.unwrap());
-    assert_eq!(o.count().await.unwrap(), 13);
-    assert_eq!(
-        o.lowest_pending_of(&[aggregate(1)]).await.unwrap(),
-        [Some(5)]
-    );
-    let got = o.next_batch(cut(7)).await.unwrap().unwrap();
-    assert_eq!(seqs(&got), [5, 6, 7, 8, 9, 10, 11], "into the next append");
-    let stored: Vec<Uuid> = got.iter().map(|e| e.event_id).collect();
-    let mut expected: Vec<Uuid> = r[4..].iter().map(|r| r.event_id).collect();
-    expected.push(g[0][0].event_id);
-    assert_eq!(stored, expected, "each event with its own id");
-    // Park 5..=7 and discard it: 8.. stay, 1..=4 are landed.
-    let b = batch(1, 5, 7);
-    assert!(o.pin(&b, None).await.unwrap());
-    let record = rejected(&batch(1, 5, 7), false);
-    o.park(std::slice::from_ref(&record), &b).await.unwrap();
-    assert_eq!(o.discard_parked(aggregate(1)).await.unwrap().removed, 3);
-    assert_eq!(o.count().await.unwrap(), 10);
-    let state = |i: usize| o.event_state(r[i].event_id);
-    assert_eq!(state(3).await.unwrap(), EventState::Absent, "landed");
-    assert_eq!(state(4).await.unwrap(), EventState::Discarded);
-    assert_eq!(state(6).await.unwrap(), EventState::Discarded);
-    assert_eq!(
-        state(7).await.unwrap(),
-        EventState::Pending {
-            aggregate: aggregate(1),
-            client_seq: 8
-        }
-    );
-    assert_eq!(
-        o.lowest_pending_of(&[aggregate(1)]).await.unwrap(),
-        [Some(8)]
-    );
-    let got = o.next_batch(all(None)).await.unwrap().unwrap();
-    assert_eq!(seqs(&got), [8, 9, 10, 11, 12, 13, 14, 15, 16]);
-    assert_eq!(seqs(&o.read(&batch(1, 5, 9)).await.unwrap()), [8, 9]);
-    // Prune 1..=4 in chunks of 3 events.
-    let p = o.prune(aggregate(1), 3, true).await.unwrap();
-    assert_eq!((p.removed, p.more), (3, true));
-    let p = o.prune(aggregate(1), 3, true).await.unwrap();
-    assert_eq!((p.removed, p.more), (1, false));
-    assert!(o.unpruned().await.unwrap().is_empty());
-    assert_eq!(o.count().await.unwrap(), 10);
-    assert_eq!(
-        state(7).await.unwrap(),
-        EventState::Pending {
-            aggregate: aggregate(1),
-            client_seq: 8
-        }
-    );
-    // Settle 8..=13 (into the group commit's events), prune, and the rest is intact.
-    let b = batch(1, 8, 13);
-    assert!(o.pin(&b, None).await.unwrap());
-    assert!(o.settle(&b, 13, None).await.unwrap());
-    let p = o.prune(aggregate(1), 100, true).await.unwrap();
-    assert_eq!((p.removed, p.more), (6, false));
-    let got = o.next_batch(all(None)).await.unwrap().unwrap();
-    assert_eq!(seqs(&got), [14, 15, 16]);
-    assert_eq!(
-        got.iter().map(|e| e.event_id).collect::<Vec<_>>(),
-        g[2][2..].iter().map(|r| r.event_id).collect::<Vec<_>>()
-    );
-    assert_eq!(
-        o.count().await.unwrap(),
-        4,
-        "14..=16 of aggregate 1, 1 of aggregate 2"
-    );
-    assert_eq!(state(9).await.unwrap(), EventState::Absent);
-}
-
-fn seqs_of(receipts: &[Receipt]) -> Vec<u64> {
-    receipts.iter().map(|r| r.client_seq).collect()
 }
 
 /// Rule 6: `counts` reads the events and the parked records together, and sees exactly the

@@ -206,18 +206,26 @@ mod tests {
     use futures_executor::LocalPool;
     use futures_util::task::LocalSpawnExt;
 
-    #[test]
-    fn concurrent_appends_share_transactions_and_keep_call_order() {
-        let mut pool = LocalPool::new();
+    /// What a group commit told, per transaction: (events stored, aggregates touched).
+    type Told = Rc<RefCell<Vec<(u64, Vec<AggregateRef>)>>>;
+
+    /// A group commit over a fresh memory outbox, its tasks run by `pool`, and what it tells.
+    fn group_on(pool: &LocalPool) -> (Rc<MemoryOutbox>, Rc<GroupCommit<MemoryOutbox>>, Told) {
         let spawner = pool.spawner();
         let spawn: Spawn = Rc::new(move |f| spawner.spawn_local(f).unwrap());
         let outbox = Rc::new(MemoryOutbox::new());
-        type Told = Vec<(u64, Vec<AggregateRef>)>;
-        let told: Rc<RefCell<Told>> = Rc::default();
+        let told: Told = Rc::default();
         let log = told.clone();
         let committed: Committed =
             Box::new(move |n, touched, _| log.borrow_mut().push((n, touched.to_vec())));
         let group = GroupCommit::new(outbox.clone(), spawn, committed);
+        (outbox, group, told)
+    }
+
+    #[test]
+    fn concurrent_appends_share_transactions_and_keep_call_order() {
+        let mut pool = LocalPool::new();
+        let (outbox, group, told) = group_on(&pool);
         let waiting: Vec<_> = (0..1_000u32)
             .map(|i| {
                 let a = aggregate(u128::from(i % 3));
@@ -267,15 +275,7 @@ mod tests {
     #[test]
     fn an_atomic_write_keeps_its_place_in_call_order_in_a_transaction_of_its_own() {
         let mut pool = LocalPool::new();
-        let spawner = pool.spawner();
-        let spawn: Spawn = Rc::new(move |f| spawner.spawn_local(f).unwrap());
-        let outbox = Rc::new(MemoryOutbox::new());
-        type Told = Vec<(u64, Vec<AggregateRef>)>;
-        let told: Rc<RefCell<Told>> = Rc::default();
-        let log = told.clone();
-        let committed: Committed =
-            Box::new(move |n, touched, _| log.borrow_mut().push((n, touched.to_vec())));
-        let group = GroupCommit::new(outbox.clone(), spawn, committed);
+        let (outbox, group, told) = group_on(&pool);
         let (a, b) = (aggregate(1), aggregate(2));
         let before = group.append(a, vec![event(1, 4)]);
         let atomic = group.append_atomic(vec![

@@ -386,6 +386,20 @@ pub fn listened(client: &SyncClient) -> JsValue {
     listen(&JsValue::from(client.clone()))
 }
 
+/// Whether a `synced` event for aggregate `id` was seen (in what [`listened`] collects).
+pub fn synced_for(seen: &JsValue, id: &str) -> bool {
+    list(seen, "synced")
+        .iter()
+        .any(|s| string(&get(s, "aggregate"), "id") == id)
+}
+
+/// A binary payload that starts with `tag`.
+pub fn payload(tag: &str) -> Vec<u8> {
+    let mut bytes = tag.as_bytes().to_vec();
+    bytes.extend((0..=255u8).step_by(7)); // binary, not just text
+    bytes
+}
+
 /// Version 1 content for `create_v1`: five events (sequences 1–5, ids `ids`) of one aggregate,
 /// its counter, a random client id, and — with `pinned` — a pin over sequences 1 and 2.
 pub fn v1_content(t: &str, a: &str, ids: &[String], pinned: bool) -> JsValue {

@@ -81,14 +81,11 @@ pub async fn watch_access(
     session: &Session,
     key: AggregateKey,
 ) -> Result<(bool, bool), ApiError> {
-    Ok(match check(state, session, key).await? {
-        None => (true, true),
-        Some((None, _)) => (true, false),
-        Some((Some(record), who)) => {
-            let read = (state.policy.preset(key.aggregate.type_id)).may_read(Some(&record), who);
-            (read, read)
-        }
-    })
+    let checked = check(state, session, key).await?;
+    Ok((
+        judged(state, key, &checked, true),
+        judged(state, key, &checked, false),
+    ))
 }
 
 /// `None`: granted whatever the record (the operator, no policy, a preset every session may
@@ -123,13 +120,26 @@ async fn judge_read(
     key: AggregateKey,
     unowned: bool,
 ) -> Result<bool, ApiError> {
-    Ok(match check(state, session, key).await? {
+    let checked = check(state, session, key).await?;
+    Ok(judged(state, key, &checked, unowned))
+}
+
+/// Whether what [`check`] found lets its session read `key`: granted whatever the record, the
+/// preset's answer for the record, or `unowned` for an aggregate nobody owns yet. One judgement
+/// for [`readable`], [`watchable`] and [`watch_access`].
+fn judged(
+    state: &AppState,
+    key: AggregateKey,
+    checked: &Option<(Option<Arc<AccessRecord>>, &Principal)>,
+    unowned: bool,
+) -> bool {
+    match checked {
         None => true,
         Some((None, _)) => unowned,
         Some((Some(record), who)) => {
-            (state.policy.preset(key.aggregate.type_id)).may_read(Some(&record), who)
+            (state.policy.preset(key.aggregate.type_id)).may_read(Some(record), who)
         }
-    })
+    }
 }
 
 #[derive(Deserialize)]

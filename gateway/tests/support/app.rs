@@ -13,14 +13,17 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use celeriant_gateway::auth::faults_secret::HEADER as FAULTS_SECRET_HEADER;
+use celeriant_gateway::backend::AggregateKey;
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
 use celeriant_gateway::backend::embedded::{EmbeddedOptions, EmbeddedStore};
 use celeriant_gateway::config::{AuthMode, BackendKind, Config};
 use celeriant_gateway::{AppState, app};
 use celeriant_msg::process_client_requests::ClientRequest;
+use celeriant_sync_protocol::AggregateRef;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
+use uuid::Uuid;
 
 use super::device::{Device, fresh_nonce};
 use super::fake_celeriant::FakeCeleriant;
@@ -287,6 +290,17 @@ impl Harness {
                 Some(next) => from = next,
                 None => return events,
             }
+        }
+    }
+
+    /// The key of aggregate `id` of [`TYPE`] in this gateway's org.
+    pub fn key_of(&self, id: &str) -> AggregateKey {
+        AggregateKey {
+            org: self.state.config.org_id,
+            aggregate: AggregateRef {
+                type_id: Uuid::parse_str(TYPE).unwrap(),
+                id: Uuid::parse_str(id).unwrap(),
+            },
         }
     }
 }

@@ -12,7 +12,8 @@
 //! * [`hostile`]: raw sockets against it (another loopback source address, a deadline on
 //!   every exchange), its memory, root for a tmpfs;
 //! * [`legit`]: the legitimate device measured during each attack of issue 26 (writes, reads,
-//!   watches and health checks, counted per kind).
+//!   watches and health checks, counted per kind);
+//! * [`write`]: backend-level one-event writes for the Celeriant backend's tests.
 
 #[allow(dead_code)]
 pub mod app;
@@ -30,3 +31,5 @@ pub mod policy;
 pub mod process;
 #[allow(dead_code)]
 pub mod sse;
+#[allow(dead_code)]
+pub mod write;

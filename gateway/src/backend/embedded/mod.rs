@@ -6,11 +6,12 @@
 //! * **Durable before acknowledged.** redb commits with `Durability::Immediate` (fsync); a write
 //!   is answered only after its commit returned, so an acknowledged write survives `kill -9`,
 //!   a full disk and the reopening that follows one.
-//! * **One writer, group commit.** A dedicated thread owns all writes. It takes every command
-//!   waiting in its queue, applies them in arrival order inside one transaction and commits once,
-//!   then answers each. Commands applied in the open transaction are "in flight": an identical
-//!   (aggregate, client, sequence) write arriving meanwhile gets 2013, exactly like Celeriant's
-//!   accepted-but-not-durable window. A later identical write sees the committed sequence: 2002.
+//! * **One writer, group commit** (`writer.rs`). A dedicated thread owns all writes. It takes
+//!   every command waiting in its queue, applies them in arrival order inside one transaction
+//!   and commits once, then answers each. Commands applied in the open transaction are "in
+//!   flight": an identical (aggregate, client, sequence) write arriving meanwhile gets 2013,
+//!   exactly like Celeriant's accepted-but-not-durable window. A later identical write sees the
+//!   committed sequence: 2002.
 //! * **Celeriant's check order** (`apply.rs`): 2000/2001, 2005, 2003, then 2013/2002; then the
 //!   per-client storage quota (40310).
 //! * **Checksums** (`record.rs`): every stored value carries a CRC-32C of its key and contents,
@@ -46,22 +47,23 @@ pub mod revocations;
 mod tables;
 mod trim;
 pub mod verify;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, mpsc as std_mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use celeriant_sync_protocol::codes::{celeriant as codes, gateway as g};
+use celeriant_sync_protocol::codes::gateway as g;
 use celeriant_sync_protocol::wire::StoreHealth;
 use redb::{Database, ReadableDatabase, ReadableTableMetadata};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use self::apply::{ApplyError, Changed, InFlight, Tables, apply};
 use self::health::{Health, free_space};
 use self::migrate::Opened;
 use self::read::ReadError;
 use self::tables::AGGREGATES;
+use self::writer::{Job, writer_loop};
 use super::{
     AccessChange, AggregateKey, Backend, BackendError, CHANGE_BUFFER, Change, JsonPage, ReadPage,
     ReadQuery, RevocationChange, WriteAck, WriteCommand,
@@ -71,9 +73,6 @@ use crate::auth::revoke::Revocation;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::limits::notice::Throttle;
-
-/// Most commands committed in one group.
-const MAX_GROUP: usize = 512;
 
 /// How often the monitor samples free space and, when failed, tries to reopen.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -147,11 +146,6 @@ pub fn storage_failure(e: impl Into<redb::Error>) -> StoreFailure {
         | redb::Error::Backend(_)) => StoreFailure::Io(e.to_string()),
         e => StoreFailure::Other(e.to_string()),
     }
-}
-
-struct Job {
-    command: WriteCommand,
-    reply: oneshot::Sender<Result<WriteAck, BackendError>>,
 }
 
 /// What the writer, the monitor and the readers share.
@@ -363,114 +357,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Answers every job of `group` with `error`.
-fn fail_all(group: Vec<Job>, error: &BackendError) {
-    for job in group {
-        let _ = job.reply.send(Err(error.clone()));
-    }
-}
-
-/// The single writer: group, check the gate and the disk, apply, commit, answer.
-fn writer_loop(shared: &Shared, mut queue: mpsc::UnboundedReceiver<Job>) {
-    let linger = shared.options.linger;
-    while let Some(first) = queue.blocking_recv() {
-        let deadline = Instant::now() + linger;
-        let mut group = vec![first];
-        loop {
-            while group.len() < MAX_GROUP {
-                match queue.try_recv() {
-                    Ok(job) => group.push(job),
-                    Err(_) => break,
-                }
-            }
-            if group.len() >= MAX_GROUP || Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1).min(deadline - Instant::now()));
-        }
-        if shared.options.min_free_bytes > 0 {
-            shared.health.observe_free(free_space(&shared.dir));
-        }
-        let db = match shared.health.gate().and_then(|()| shared.db()) {
-            Ok(db) => db,
-            Err(e) => {
-                fail_all(group, &e);
-                continue;
-            }
-        };
-        // A failure is recorded in the store's health inside, before the answers.
-        let _ = commit_group(shared, &db, group);
-    }
-}
-
-/// Applies and commits one group, answering every job; `Err` when the database failed (the
-/// store's health says so before any job is answered: a client that got the failure and asks
-/// `/healthz` at once sees it).
-fn commit_group(shared: &Shared, db: &Database, group: Vec<Job>) -> Result<(), StoreFailure> {
-    let fail = |group: Vec<Job>, failure: StoreFailure| {
-        tracing::error!(
-            reason = failure.message(),
-            "embedded store: group failed, nothing committed"
-        );
-        shared.fail(&failure);
-        fail_all(
-            group,
-            &BackendError::code(codes::FSYNC_ERROR, failure.message()),
-        );
-        Err(failure)
-    };
-    let txn = match db.begin_write() {
-        Ok(txn) => txn,
-        Err(e) => return fail(group, storage_failure(e)),
-    };
-    let now = now_ms();
-    let quota = shared.options.quota_bytes;
-    let mut in_flight = InFlight::new();
-    let mut changed = Changed::new();
-    let mut results = Vec::with_capacity(group.len());
-    let mut tables = match Tables::open(&txn) {
-        Ok(tables) => tables,
-        Err(ApplyError::Storage(failure)) => return fail(group, failure),
-        Err(_) => return fail(group, StoreFailure::Other("cannot open the tables".into())),
-    };
-    for job in &group {
-        match apply(
-            &mut tables,
-            &job.command,
-            &mut in_flight,
-            &mut changed,
-            now,
-            quota,
-        ) {
-            Ok(ack) => results.push(Ok(ack)),
-            Err(ApplyError::Refused(e)) => results.push(Err(e)),
-            Err(ApplyError::Corrupt(corrupt)) => {
-                shared.health.corrupt(&corrupt);
-                results.push(Err(BackendError::code(
-                    g::DATA_CORRUPT,
-                    format!("{corrupt}; nothing was written"),
-                )));
-            }
-            Err(ApplyError::Storage(failure)) => {
-                drop(tables);
-                drop(txn);
-                return fail(group, failure);
-            }
-        }
-    }
-    drop(tables);
-    if let Err(e) = txn.commit() {
-        return fail(group, storage_failure(e));
-    }
-    for (job, result) in group.into_iter().zip(results) {
-        let _ = job.reply.send(result);
-    }
-    for (key, version) in changed {
-        shared.publish(Change::Changed { key, version });
-    }
-    Ok(())
 }
 
 #[async_trait]
