@@ -229,7 +229,9 @@ impl ReaderRuntime {
         if self.stopped.get() {
             return;
         }
-        if let Input::Subscribe(a) | Input::CatchUp(a) | Input::Read(a, _) = &input {
+        if let Input::Subscribe(a) | Input::CatchUp(a) | Input::Retry(a) | Input::Read(a, _) =
+            &input
+        {
             self.logged.borrow_mut().insert(*a);
         }
         self.queue.borrow_mut().push_back(input);
@@ -328,7 +330,7 @@ impl ReaderRuntime {
                 let weak = Rc::downgrade(self);
                 let timer = Timeout::new(ms.min(u64::from(u32::MAX)) as u32, move || {
                     if let Some(reader) = weak.upgrade() {
-                        reader.later(Input::CatchUp(aggregate));
+                        reader.later(Input::Retry(aggregate));
                     }
                 });
                 let mut retries = self.retries.borrow_mut();

@@ -96,7 +96,7 @@ pub struct World {
     pub flight: Option<Flight>,
     /// The machine's current wait (`Action::Wait`), when it runs out.
     pub wait: Option<u64>,
-    /// Catch-ups to feed later (`Action::RetryLater`).
+    /// Retries to feed later (`Action::RetryLater`, fed as `Input::Retry`).
     pub retries: Vec<(u64, AggregateRef)>,
     pub fail_next: bool,
     /// Pages may be answered by a replica that lags ([`World::lag_next`]; `tests/read_model.rs`
@@ -478,7 +478,7 @@ impl World {
             .collect();
         self.retries.retain(|(at, _)| *at > self.now);
         for aggregate in due {
-            self.feed(Input::CatchUp(aggregate));
+            self.feed(Input::Retry(aggregate)); // as `browser/reader.rs`'s timer does
         }
         true
     }

@@ -88,9 +88,15 @@ pub enum Input {
     Subscribe(AggregateRef),
     /// One subscriber less.
     Unsubscribe(AggregateRef),
-    /// Catch this aggregate up now (a batch of it just landed, a failed page's retry, a
-    /// `read` of a context of an older release); its end answers no `read`.
+    /// Catch this aggregate up now (a batch of it just landed, a `read` of a context of an
+    /// older release); its end answers no `read`.
     CatchUp(AggregateRef),
+    /// The timer of an [`Action::RetryLater`] of the aggregate ran out: catch it up now. Kept
+    /// apart from [`Input::CatchUp`] because it ends the retry pending, so the next miss below
+    /// a floor asks for another (inferred from the wall clock, a clock stepping back left an
+    /// aggregate below its floor with no retry to come), and only these count for the
+    /// backoff.
+    Retry(AggregateRef),
     /// A `read` of the aggregate asks for a catch-up: the [`Action::CaughtUp`] of the first
     /// catch-up whose page request begins after this names `tag` (one already under way, its
     /// page asked before, does not).
@@ -161,7 +167,8 @@ pub enum Action {
         /// Deleted: nothing is kept, the cursor restarts at 0.
         gone: bool,
     },
-    /// Catch the aggregate up again after `ms` (its last page failed).
+    /// Catch the aggregate up again after `ms` (its last page failed, or its catch-up ended
+    /// below the version notified), feeding [`Input::Retry`] then.
     RetryLater {
         /// The aggregate.
         aggregate: AggregateRef,

@@ -174,7 +174,13 @@ impl Reader {
                 }
             }
             Input::CatchUp(aggregate) => {
-                // Asked now (a landed batch, a retry): a tip from before says nothing.
+                // Asked now (a landed batch, a read): a tip from before says nothing.
+                self.tips.remove(&aggregate);
+                self.enqueue(aggregate);
+            }
+            Input::Retry(aggregate) => {
+                // The retry asked for came: no longer pending, the next miss asks for another.
+                self.floors.retry_came(&aggregate);
                 self.tips.remove(&aggregate);
                 self.enqueue(aggregate);
             }
@@ -481,28 +487,36 @@ impl Reader {
 
     /// The aggregate's catch-up reached the page's end with its log at `version`: caught up,
     /// unless a `changed` notified more (the page was answered by a replica that lags).
-    /// Reached the floor in force when its page request began: its reads are answered, and it
+    /// Either way it answers the reads aboard whose floor (the one in force when they first
+    /// boarded) `version` reaches. Reached the floor in force when its page request began: it
     /// is read again for the newer one (no miss). Below that too: read again at once if a
     /// change or a read queued it meanwhile, else after a backoff (one retry pending at most),
-    /// its reads still waiting — given up after [`super::floors::BEHIND_RETRIES`] misses and
-    /// [`super::floors::GIVE_UP_MS`] without the cursor moving.
+    /// its other reads still waiting — given up after [`super::floors::BEHIND_RETRIES`]
+    /// misses and [`super::floors::GIVE_UP_MS`] without the cursor moving.
     fn page_end(&mut self, aggregate: AggregateRef, version: u64, now_ms: u64, random: f64) {
         let served = self.floors.served(&aggregate, version);
         match self.floors.reached(aggregate, version, served, now_ms) {
             Reached::Yes => self.caught_up(aggregate, true),
-            Reached::Behind { .. } if served => {
-                self.caught_up(aggregate, true);
-                self.enqueue(aggregate);
-            }
-            Reached::Behind { .. } if self.queue.contains(&aggregate) => {}
             Reached::Behind { attempt, retry } => {
-                if !self.failed.contains(&aggregate) {
-                    self.failed.push(aggregate);
+                let reads = self.queue.served(aggregate, Some(version));
+                if served || !reads.is_empty() {
+                    self.emit(Action::CaughtUp {
+                        aggregate,
+                        ok: true,
+                        reads,
+                    });
                 }
-                if retry {
-                    let ms = self.backoff.delay_ms(attempt, random, None).max(250);
-                    self.floors.retrying(&aggregate, now_ms, ms);
-                    self.emit(Action::RetryLater { aggregate, ms });
+                if served {
+                    self.enqueue(aggregate);
+                } else if !self.queue.contains(&aggregate) {
+                    if !self.failed.contains(&aggregate) {
+                        self.failed.push(aggregate);
+                    }
+                    if retry {
+                        let ms = self.backoff.delay_ms(attempt, random, None).max(250);
+                        self.floors.retrying(&aggregate);
+                        self.emit(Action::RetryLater { aggregate, ms });
+                    }
                 }
             }
             Reached::GaveUp { notified } => {
@@ -516,9 +530,9 @@ impl Reader {
         }
     }
 
-    /// The aggregate's catch-up ended: it answers the reads aboard it.
+    /// The aggregate's catch-up ended for good: it answers every read aboard it.
     fn caught_up(&mut self, aggregate: AggregateRef, ok: bool) {
-        let reads = self.queue.served(aggregate);
+        let reads = self.queue.served(aggregate, None);
         self.emit(Action::CaughtUp {
             aggregate,
             ok,
@@ -533,9 +547,10 @@ impl Reader {
         }
         if let Some(aggregate) = self.queue.pop_front() {
             self.fetching = Some(aggregate);
-            // The reads waiting for it board this page: its catch-up's end answers them.
-            let read = self.queue.board(aggregate);
-            self.floors.board(aggregate);
+            // The reads waiting for it board this page: its catch-up's end answers them once
+            // it reaches the floor in force when they first boarded.
+            let floor = self.floors.board(aggregate);
+            let read = self.queue.board(aggregate, floor);
             // Only while the stream that gave it is still the aggregate's current one: a tip
             // of a replaced or ended stream (or of a shard the aggregate left) says nothing
             // of what happened between that stream's end and the next one's registration.

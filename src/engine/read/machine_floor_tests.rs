@@ -86,9 +86,11 @@ fn a_catch_up_below_the_notified_version_is_read_again_and_its_reads_wait_for_it
     assert_eq!(on(&mut r, last(a, 3)), [retry(a, 250)]);
     assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
     // Still behind (but the cursor moved: the backoff starts again); the read waits. Before
-    // the retry is due no other is asked for (it is pending), once due one is.
+    // the retry comes no other is asked for (it is pending), once it came one is.
     assert_eq!(on(&mut r, last(a, 4)), []);
     assert_eq!(on(&mut r, Input::CatchUp(a)), [Action::FetchPage(a)]);
+    assert_eq!(at(&mut r, last(a, 4), T + 250), []);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
     assert_eq!(at(&mut r, last(a, 4), T + 250), [retry(a, 250)]);
     // The stream's `ready` reads it again too, as after a failed page.
     let id = r.streams()[0].0;
@@ -110,13 +112,14 @@ fn a_version_never_served_is_retried_with_growing_backoff_then_given_up() {
     assert_eq!(on(&mut r, Input::Read(a, tag(1))), []);
     // The read queued it again: read on at once (a miss all the same: the page began at 5).
     assert_eq!(on(&mut r, last(a, 3)), [Action::FetchPage(a)]);
-    // The backoff of attempt k at a draw of 0.5: half of 250 ms · 2^k (at least 250, at most
-    // half of the 30 s cap), each retry when the last is due.
+    // The backoff of attempt k (the retry timers asked for before) at a draw of 0.5: half of
+    // 250 ms · 2^k (at least 250, at most half of the 30 s cap), each retry when the last is
+    // due.
     let mut now = T;
-    for ms in [250, 500, 1_000, 2_000, 4_000, 8_000, 15_000] {
+    for ms in [250, 250, 500, 1_000, 2_000, 4_000, 8_000, 15_000] {
         assert_eq!(at(&mut r, last(a, 3), now), [retry(a, ms)]);
         now += ms;
-        assert_eq!(at(&mut r, Input::CatchUp(a), now), [Action::FetchPage(a)]);
+        assert_eq!(at(&mut r, Input::Retry(a), now), [Action::FetchPage(a)]);
     }
     assert!(now - T >= GIVE_UP_MS && now - T - 15_000 < GIVE_UP_MS);
     // Below it still, 30 s after the first miss: given up, the read answered `false`.
@@ -191,9 +194,12 @@ fn catch_ups_not_driven_by_the_retry_timer_neither_give_up_nor_ask_more_retries(
         );
         assert_eq!(at(&mut r, last(a, 3), T + n), []);
     }
-    // The retry due: the next miss asks for one more, backing off.
-    assert_eq!(on(&mut r, Input::CatchUp(a)), [Action::FetchPage(a)]);
-    assert_eq!(at(&mut r, last(a, 3), T + 250), [retry(a, 15_000)]);
+    // The retry came: the next miss asks for one more, backing off as the second retry (the
+    // misses between counted no attempt).
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(at(&mut r, last(a, 3), T + 250), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(at(&mut r, last(a, 3), T + 500), [retry(a, 500)]);
 }
 
 #[test]
@@ -304,4 +310,84 @@ fn a_change_of_an_aggregate_not_in_the_stream_sets_no_floor() {
     // Its first catch-up (on subscribing) ends where the log is: nothing was notified.
     let ends: Vec<Action> = on(&mut r, last(agg(2), 0));
     assert!(ends.contains(&caught_up(agg(2), true, &[])), "{ends:?}");
+}
+
+#[test]
+fn a_read_is_answered_once_the_floor_it_first_boarded_with_is_reached_though_each_page_misses() {
+    let a = agg(1);
+    let mut r = watching(a);
+    changed(&mut r, a, 8);
+    assert_eq!(on(&mut r, last(a, 8)), [caught_up(a, true, &[])]);
+    // Notified 10, a lagging replica answers 9: retried.
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    // R boards with the floor at 10; a change during each page raises it, each page ends one
+    // below the floor it began with (the cursor moving: nothing gives up).
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 11), []);
+    assert_eq!(on(&mut r, last(a, 9)), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 12), []);
+    // Ended at 10: R's floor reached, R answered (the page's own floor, 11, was not).
+    assert_eq!(
+        on(&mut r, last(a, 10)),
+        [caught_up(a, true, &[tag(1)]), Action::FetchPage(a)]
+    );
+    // A read asked during that page boards the next, the floor at 13 by then: not answered
+    // at 12, answered at 13 (the floor at 14 by then, the retry asked first still pending).
+    assert_eq!(on(&mut r, Input::Read(a, tag(2))), []);
+    assert_eq!(changed(&mut r, a, 13), []);
+    assert_eq!(on(&mut r, last(a, 11)), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 14), []);
+    assert_eq!(on(&mut r, last(a, 12)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 13)), [caught_up(a, true, &[tag(2)])]);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 14)), [caught_up(a, true, &[])]);
+}
+
+#[test]
+fn a_retry_timer_that_fires_asks_for_the_next_whatever_the_wall_clock_says() {
+    let a = agg(1);
+    let mut r = watching(a);
+    changed(&mut r, a, 5);
+    assert_eq!(at(&mut r, last(a, 3), T), [retry(a, 250)]);
+    // The wall clock stepped back 10 s before the retry's timer ran out: its miss asks for
+    // the next retry all the same (else nothing would ever read the aggregate again).
+    assert_eq!(
+        at(&mut r, Input::Retry(a), T - 10_000),
+        [Action::FetchPage(a)]
+    );
+    assert_eq!(at(&mut r, last(a, 3), T - 10_000), [retry(a, 250)]);
+    // A coarse clock (no time passed by it): likewise.
+    assert_eq!(
+        at(&mut r, Input::Retry(a), T - 10_000),
+        [Action::FetchPage(a)]
+    );
+    assert_eq!(at(&mut r, last(a, 3), T - 10_000), [retry(a, 500)]);
+    // Before it comes, a miss asks for none, however late the clock says it is.
+    assert_eq!(
+        at(&mut r, Input::CatchUp(a), T + 60_000),
+        [Action::FetchPage(a)]
+    );
+    assert_eq!(at(&mut r, last(a, 3), T + 60_000), []);
+}
+
+#[test]
+fn a_change_below_the_floor_replaces_it_as_the_aggregate_was_recreated() {
+    let a = agg(1);
+    let mut r = watching(a);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 3)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    // Deleted, its `reset` lost, recreated and written up to 4: its changes go below the
+    // floor. The page (from the cursor at 3) ends at 4: caught up, the read answered (read
+    // again for the change, which queued it).
+    assert_eq!(changed(&mut r, a, 4), []);
+    assert_eq!(
+        on(&mut r, last(a, 4)),
+        [caught_up(a, true, &[tag(1)]), Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 4)), [caught_up(a, true, &[])]);
+    // The new floor is armed from there: a change above it is waited for.
+    assert_eq!(changed(&mut r, a, 6), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 5)), [retry(a, 250)]);
 }
