@@ -21,7 +21,8 @@
 //! ([`super::catch_up`]), so a `read` sees at least what the server had when it asked.
 //!
 //! A catch-up that ends below the highest version a `changed` notified (a page answered by a
-//! replica that lags) is not caught up: it is retried with backoff, its reads still waiting,
+//! replica that lags) is not caught up: it is retried with backoff (the retry timer feeding
+//! [`Input::Retry`]), its reads waiting until it reaches the floor each first boarded with,
 //! a bounded number of times ([`super::floors`]).
 
 use std::collections::VecDeque;
