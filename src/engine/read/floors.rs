@@ -27,7 +27,8 @@
 //! Bounded: a gateway that notifies a version it never serves makes the reader retry (the
 //! drain's backoff, 250 ms doubling to its cap per retry timer fired, at most one retry
 //! pending per aggregate: pending from the [`Action::RetryLater`] asking for it until its
-//! [`Input::Retry`], not inferred from the wall clock, which may step back) until
+//! [`Input::Retry`], not inferred from the wall clock, which may step back; a failed page's
+//! retry feeds the same input, so each failure may leave one more timer, never a pile) until
 //! a miss that is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after
 //! the first without the cursor moving, then the floor is dropped,
 //! the executor logs it, and a `changed` at or below that version arms no floor again. A
