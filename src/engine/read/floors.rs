@@ -20,9 +20,13 @@
 //! floor in force when it began is no miss either (the change that raised it queued another
 //! catch-up).
 //!
-//! A `changed` below the floor replaces it: an aggregate's versions only go back when it was
-//! deleted and recreated, so its `reset` was lost and the old floor would not be reached until
-//! the new versions pass it (reads waiting all along).
+//! A `changed` below the floor replaces it only when it comes on the stream that raised the
+//! floor: versions advance on one stream, so going back there means the aggregate was deleted
+//! and recreated, its `reset` lost (the old floor would not be reached until the new versions
+//! pass it, reads waiting all along). On another stream (a reconnection, perhaps to another
+//! gateway of a fleet, or to a node still catching up) a lower version says nothing of the
+//! aggregate going back: the floor keeps the higher one. Nor does it clear what was given up
+//! on when at or below it.
 //!
 //! Bounded: a gateway that notifies a version it never serves makes the reader retry (the
 //! drain's backoff, 250 ms doubling to its cap per retry timer fired, at most one retry
@@ -40,6 +44,7 @@ use super::super::model::AggregateRef;
 use super::super::sorted::SortedMap;
 #[cfg(doc)]
 use super::inputs::{Action, Input};
+use super::streams::StreamId;
 
 /// How long catch-ups may keep ending below a floor without moving the cursor, from the first
 /// of them, before the floor is dropped. Time, not only a count: reads, landed batches and
@@ -55,6 +60,8 @@ pub const BEHIND_RETRIES: u32 = 8;
 struct Floor {
     /// The highest version notified.
     version: u64,
+    /// The stream that notified it (the last to notify it, if several did).
+    stream: StreamId,
     /// Catch-ups in a row that ended below it without moving the cursor.
     misses: u32,
     /// Where the last of them ended.
@@ -69,9 +76,10 @@ struct Floor {
 }
 
 impl Floor {
-    fn new(version: u64) -> Self {
+    fn new(version: u64, stream: StreamId) -> Self {
         Floor {
             version,
+            stream,
             misses: 0,
             at: 0,
             since_ms: 0,
@@ -114,27 +122,39 @@ pub(crate) struct Floors {
 }
 
 impl Floors {
-    /// A `changed` said the aggregate reached `version`.
-    pub(crate) fn notified(&mut self, aggregate: AggregateRef, version: u64) {
+    /// A `changed` on stream `stream` said the aggregate reached `version`.
+    pub(crate) fn notified(&mut self, aggregate: AggregateRef, version: u64, stream: StreamId) {
+        let given_up = self.given_up.get(&aggregate).is_some_and(|v| version <= *v);
         if let Some(floor) = self.by_aggregate.get_mut(&aggregate)
             && version < floor.version
         {
-            // Versions went back: deleted and recreated, its `reset` lost. The old floor (and
-            // what was given up on) means nothing; a retry asked for is still pending.
+            if floor.stream != stream {
+                // Another stream (a reconnection, perhaps to a node behind): versions only
+                // advance on one stream, so this says nothing of them going back.
+                return;
+            }
+            // Went back on the stream that raised the floor: deleted and recreated, its
+            // `reset` lost. The old floor means nothing; a retry asked for is still pending.
+            // What was given up on stays if this is at or below it (no floor armed then).
+            if given_up {
+                self.by_aggregate.remove(&aggregate);
+                return;
+            }
             *floor = Floor {
                 retry_pending: floor.retry_pending,
-                ..Floor::new(version)
+                ..Floor::new(version, stream)
             };
             self.given_up.remove(&aggregate);
             return;
         }
-        if self.given_up.get(&aggregate).is_some_and(|v| version <= *v) {
+        if given_up {
             return;
         }
         let floor = self
             .by_aggregate
-            .get_or_insert_with(aggregate, || Floor::new(version));
-        floor.version = floor.version.max(version);
+            .get_or_insert_with(aggregate, || Floor::new(version, stream));
+        floor.version = version.max(floor.version);
+        floor.stream = stream;
     }
 
     /// The floor means nothing any more (a reset, a deletion, no subscriber).

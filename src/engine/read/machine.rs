@@ -446,7 +446,7 @@ impl Reader {
             Note::Changed { aggregate, version } => {
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
-                    self.floors.notified(aggregate, version);
+                    self.floors.notified(aggregate, version, id);
                     self.enqueue(aggregate);
                 }
             }

@@ -391,3 +391,67 @@ fn a_change_below_the_floor_replaces_it_as_the_aggregate_was_recreated() {
     assert_eq!(changed(&mut r, a, 6), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 5)), [retry(a, 250)]);
 }
+
+#[test]
+fn a_change_below_the_floor_on_another_stream_keeps_the_floor() {
+    let a = agg(1);
+    let mut r = watching(a);
+    // S1 notifies 10, a lagging page ends at 9; R boards with the floor at 10.
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    // S1 drops; the client reconnects (another gateway, a node still catching up), whose
+    // stream notifies 9: versions advance on one stream only, this is no recreation.
+    let s1 = r.streams()[0].0;
+    r.handle(Input::StreamEnded(s1), T, 0.5);
+    let reopened = at(&mut r, Input::TimerFired, T + 60_000);
+    let s2 = r.streams()[0].0;
+    assert_ne!(s1, s2);
+    assert!(
+        reopened
+            .iter()
+            .any(|a| matches!(a, Action::OpenStream { id, .. } if *id == s2)),
+        "{reopened:?}"
+    );
+    assert_eq!(
+        on(&mut r, Input::Stream(s2, Note::Ready)),
+        [Action::FetchPage(a)]
+    );
+    assert_eq!(changed(&mut r, a, 9), []);
+    // The page ends at 9: R (boarded at 10) still waits, the floor still 10 (read again for
+    // the change, then waiting for the retry asked first).
+    assert_eq!(on(&mut r, last(a, 9)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+}
+
+#[test]
+fn a_recreation_at_or_below_a_version_given_up_on_arms_no_floor() {
+    let a = agg(1);
+    let mut r = watching(a);
+    changed(&mut r, a, 10);
+    let mut now = T;
+    for ms in [250, 250, 500, 1_000, 2_000, 4_000, 8_000, 15_000] {
+        assert_eq!(at(&mut r, last(a, 3), now), [retry(a, ms)]);
+        now += ms;
+        assert_eq!(at(&mut r, Input::Retry(a), now), [Action::FetchPage(a)]);
+    }
+    let ends = at(&mut r, last(a, 3), now);
+    assert!(
+        ends.iter()
+            .any(|e| matches!(e, Action::NeverServed { notified: 10, .. })),
+        "{ends:?}"
+    );
+    // A floor above what was given up on, then the aggregate recreated on the same stream
+    // (versions back at 4): still at or below 10, so nothing notified up to 10 arms a floor.
+    assert_eq!(changed(&mut r, a, 12), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 4), []);
+    assert_eq!(changed(&mut r, a, 10), []);
+    assert_eq!(
+        on(&mut r, last(a, 5)),
+        [caught_up(a, true, &[]), Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[])]);
+}
