@@ -73,6 +73,11 @@ impl CatchUps {
         self.push_back(aggregate);
     }
 
+    /// Whether any read waits for a catch-up of `aggregate`.
+    pub(crate) fn waiting(&self, aggregate: &AggregateRef) -> bool {
+        self.reads.contains_key(aggregate)
+    }
+
     /// A page request of `aggregate` begins with the floor at `floor` (0: none): every read
     /// of it waiting is aboard, those not yet aboard needing `floor`. Whether any read is
     /// aboard.

@@ -11,7 +11,8 @@
 //! A floor goes when it is reached, when a `reset` says the aggregate was trimmed or deleted
 //! (after a deletion its versions restart, so an older floor would never be reached), when a
 //! page finds the aggregate gone (its tip below the cursor: deleted while no `reset` reached
-//! this device), when the last subscriber goes, and with the reader (a new one starts without).
+//! this device), when the last subscriber goes (unless reads still wait for it: then when no
+//! read waits any more, see `Reader::page_end`), and with the reader (a new one starts without).
 //! A trim (a 410, `Trimmed`) keeps it: a trim keeps the tip.
 //!
 //! The floor a read needs is the one in force when it first boarded a page request

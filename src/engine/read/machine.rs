@@ -159,7 +159,13 @@ impl Reader {
                     if *count == 0 {
                         self.watched.remove(&aggregate);
                         self.tips.remove(&aggregate);
-                        self.floors.forget(&aggregate);
+                        // Its floor goes, unless reads still wait for it: dropped, the next
+                        // page ending below it would answer them all below the floor they
+                        // boarded with. Kept, it keeps their catch-up retried, and goes when
+                        // reached, given up on, or once no read waits (`page_end`).
+                        if !self.queue.waiting(&aggregate) {
+                            self.floors.forget(&aggregate);
+                        }
                         let mut changed: Vec<usize> =
                             self.streams.remove(&aggregate).into_iter().collect();
                         for shard in self.streams.promote() {

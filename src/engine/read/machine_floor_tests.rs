@@ -455,3 +455,40 @@ fn a_recreation_at_or_below_a_version_given_up_on_arms_no_floor() {
     );
     assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[])]);
 }
+
+#[test]
+fn the_last_unsubscription_keeps_the_floor_while_reads_wait_for_it() {
+    let a = agg(1);
+    let mut r = watching(a);
+    // Floor 10, R boards with it, the page misses at 9.
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), []);
+    assert_eq!(on(&mut r, last(a, 9)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    // The last subscriber goes: R still waits, so the floor stays (its retry still comes).
+    on(&mut r, Input::Unsubscribe(a));
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    // Ends at 9: R (boarded at 10) is not answered, another retry is asked for.
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+}
+
+#[test]
+fn a_floor_kept_for_reads_past_the_last_unsubscription_goes_once_none_waits() {
+    let a = agg(1);
+    let mut r = watching(a);
+    // R boards with the floor at 10; a change raises it to 12 during the page.
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), []);
+    assert_eq!(on(&mut r, last(a, 9)), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 12), []);
+    on(&mut r, Input::Unsubscribe(a));
+    // At 10: R answered, no read waits, nobody watches: the floor goes (read again for the
+    // change, which queued it: caught up at 10, no retry asked for).
+    assert_eq!(
+        on(&mut r, last(a, 10)),
+        [caught_up(a, true, &[tag(1)]), Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[])]);
+}

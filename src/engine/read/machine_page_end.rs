@@ -30,12 +30,20 @@ impl Reader {
             Reached::Yes => self.caught_up(aggregate, true),
             Reached::Behind { attempt, retry } => {
                 let reads = self.queue.served(aggregate, Some(version));
-                if served || !reads.is_empty() {
+                // A floor kept past the last unsubscription for the reads waiting on it goes
+                // once none waits: nothing else needs it.
+                let orphan =
+                    !self.watched.contains_key(&aggregate) && !self.queue.waiting(&aggregate);
+                if served || orphan || !reads.is_empty() {
                     self.emit(Action::CaughtUp {
                         aggregate,
                         ok: true,
                         reads,
                     });
+                }
+                if orphan {
+                    self.floors.forget(&aggregate);
+                    return;
                 }
                 if served {
                     self.enqueue(aggregate);
