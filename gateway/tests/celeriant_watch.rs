@@ -126,8 +126,20 @@ async fn one_upstream_watch_changed_reset_resync_and_reconnect() {
         ..trimmed.clone()
     };
     fake.notify(vec![trimmed, deleted]);
-    assert_eq!(next(&mut changes).await, Change::Reset { key: key(1) });
-    assert_eq!(next(&mut changes).await, Change::Reset { key: key(2) });
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Reset {
+            key: key(1),
+            deleted: false
+        }
+    );
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Reset {
+            key: key(2),
+            deleted: true
+        }
+    );
 
     fake.end_watches();
     assert_eq!(next(&mut changes).await, Change::Resync, "the watch ended");

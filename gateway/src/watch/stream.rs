@@ -78,7 +78,7 @@ fn note_event(note: Note) -> Event {
                 version,
             },
         ),
-        Note::Reset(a) => event(
+        Note::Reset(a, _) => event(
             watch::RESET,
             &watch::Reset {
                 type_id: a.type_id,
@@ -130,7 +130,7 @@ pub fn events(
             }
             if let Some(note) = s.queue.pop_front() {
                 let aggregate = match note {
-                    Note::Changed(a, _) | Note::Reset(a) => Some(a),
+                    Note::Changed(a, _) | Note::Reset(a, _) => Some(a),
                     Note::Resync => None,
                 };
                 if let Some(a) = aggregate
