@@ -78,11 +78,12 @@ fn note_event(note: Note) -> Event {
                 version,
             },
         ),
-        Note::Reset(a, _) => event(
+        Note::Reset(a, deleted) => event(
             watch::RESET,
             &watch::Reset {
                 type_id: a.type_id,
                 id: a.id,
+                deleted,
             },
         ),
         Note::Resync => Event::default().event(watch::RESYNC).data("{}"),

@@ -8,12 +8,13 @@
 //! notified for each aggregate, and a catch-up that ends below it is retried with backoff
 //! instead of ending caught up.
 //!
-//! A floor goes when it is reached, when a `reset` says the aggregate was trimmed or deleted
-//! (after a deletion its versions restart, so an older floor would never be reached), when a
-//! page finds the aggregate gone (its tip below the cursor: deleted while no `reset` reached
-//! this device), when the last subscriber goes (unless reads still wait for it: then when no
-//! read waits any more, see `Reader::page_end`), and with the reader (a new one starts without).
-//! A trim (a 410, `Trimmed`) keeps it: a trim keeps the tip.
+//! A floor goes when it is reached, when a `reset` says the aggregate was deleted (after a
+//! deletion its versions restart, so an older floor would never be reached; a `reset` that
+//! does not say, from a gateway before `deleted`, counts as one), when a page finds the
+//! aggregate gone (its tip below the cursor: deleted while no `reset` reached this device),
+//! when the last subscriber goes (unless reads still wait for it: then when no read waits any
+//! more, see `Reader::page_end`), and with the reader (a new one starts without). A trim (a
+//! 410, `Trimmed`, or a `reset` saying `deleted: false`) keeps it: a trim keeps the tip.
 //!
 //! The floor a read needs is the one in force when it first boarded a page request
 //! ([`Floors::board`], kept per read by [`super::catch_up`]): a catch-up that reaches it
@@ -158,7 +159,7 @@ impl Floors {
         floor.stream = stream;
     }
 
-    /// The floor means nothing any more (a reset, a deletion, no subscriber).
+    /// The floor means nothing any more (a deletion, no subscriber).
     pub(crate) fn forget(&mut self, aggregate: &AggregateRef) {
         self.by_aggregate.remove(aggregate);
         self.given_up.remove(aggregate);

@@ -50,6 +50,10 @@ pub enum Note {
     Reset {
         /// The aggregate.
         aggregate: AggregateRef,
+        /// Deleted (its versions may restart), else trimmed (a trim keeps the tip). `true`
+        /// when the gateway does not say (one from before the field): what every `reset` was
+        /// taken for then.
+        deleted: bool,
     },
     /// The gateway dropped or lagged: catch up everything.
     Resync,

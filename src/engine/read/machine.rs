@@ -456,14 +456,17 @@ impl Reader {
                     self.enqueue(aggregate);
                 }
             }
-            Note::Reset { aggregate } => {
+            Note::Reset { aggregate, deleted } => {
                 // Probed before its next page, even if a page of it is in flight now.
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
-                    // Trimmed or deleted: after a deletion its versions restart, so the floor
-                    // goes. A trim drops it too: the `reset` does not say which it was (a trim
-                    // left floorless only loses what floors add: the lagging-replica check).
-                    self.floors.forget(&aggregate);
+                    // After a deletion its versions restart, so the floor goes (and what was
+                    // given up on). A trim keeps the tip: the floor and the reads' needs stay,
+                    // else the next page, from a replica that lags, would answer every read
+                    // aboard below the floor it boarded with.
+                    if deleted {
+                        self.floors.forget(&aggregate);
+                    }
                     self.probe_due.insert(aggregate);
                     self.queue.push_front(aggregate);
                 }

@@ -240,16 +240,17 @@ fn a_change_during_the_page_reads_again_at_once_without_a_miss() {
 }
 
 #[test]
-fn a_reset_a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
+fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
     let a = agg(1);
-    // `reset` (trimmed or deleted: after a deletion versions restart).
+    // A deletion's `reset` (versions restart; also a `reset` that does not say which).
     let mut r = watching(a);
     changed(&mut r, a, 5);
     let id = r.streams()[0].0;
-    assert_eq!(
-        on(&mut r, Input::Stream(id, Note::Reset { aggregate: a })),
-        []
-    );
+    let deleted = Note::Reset {
+        aggregate: a,
+        deleted: true,
+    };
+    assert_eq!(on(&mut r, Input::Stream(id, deleted)), []);
     assert_eq!(
         on(&mut r, last(a, 3)),
         [caught_up(a, true, &[]), Action::Probe(a)]
@@ -491,4 +492,53 @@ fn a_floor_kept_for_reads_past_the_last_unsubscription_goes_once_none_waits() {
         [caught_up(a, true, &[tag(1)]), Action::FetchPage(a)]
     );
     assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[])]);
+}
+
+/// Round 4's S1: a trim's `reset` keeps the floor and the reads' needs (a trim keeps the tip):
+/// the page in flight, from a replica that lags, ends below the floor a read boarded with and
+/// does not answer it; the re-read that reaches it does. A deletion's `reset` drops them (its
+/// versions restart), as every `reset` did before the gateway said which it was.
+#[test]
+fn a_trim_reset_keeps_the_floor_a_read_boarded_with_a_deletion_drops_it() {
+    let a = agg(1);
+    for deleted in [false, true] {
+        let mut r = watching(a);
+        assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+        assert!(matches!(
+            on(&mut r, last(a, 9))[..],
+            [Action::RetryLater { aggregate, .. }] if aggregate == a
+        ));
+        // The read boards with the floor 10.
+        assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+        let id = r.streams()[0].0;
+        let reset = Note::Reset {
+            aggregate: a,
+            deleted,
+        };
+        assert_eq!(on(&mut r, Input::Stream(id, reset)), []);
+        let ends_at_9 = on(&mut r, last(a, 9));
+        if deleted {
+            assert_eq!(
+                ends_at_9,
+                [caught_up(a, true, &[tag(1)]), Action::Probe(a)],
+                "deleted: the floor from before means nothing"
+            );
+            continue;
+        }
+        assert_eq!(ends_at_9, [Action::Probe(a)], "trimmed: 9 is below 10");
+        let trimmed = Input::Page {
+            aggregate: a,
+            end: PageEnd::Trimmed { min_version: 4 },
+        };
+        assert_eq!(
+            on(&mut r, trimmed),
+            [Action::ResetLog {
+                aggregate: a,
+                min_version: 4,
+                gone: false
+            }]
+        );
+        assert_eq!(on(&mut r, Input::LogReset(a)), [Action::FetchPage(a)]);
+        assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+    }
 }
