@@ -117,7 +117,9 @@ pub(crate) enum Reached {
 pub(crate) struct Floors {
     by_aggregate: SortedMap<AggregateRef, Floor>,
     /// The last version given up on, per aggregate: a `changed` at or below it arms no floor
-    /// again (a gateway that keeps notifying what it never serves).
+    /// again (a gateway that keeps notifying what it never serves). Goes with a deletion, the
+    /// last unsubscription, or (past that, a floor kept for reads) the floor's end
+    /// ([`Floors::forget`]).
     given_up: SortedMap<AggregateRef, u64>,
     /// The floor in force when the page request in flight began, with its aggregate.
     boarded: Option<(AggregateRef, u64)>,

@@ -542,3 +542,35 @@ fn a_trim_reset_keeps_the_floor_a_read_boarded_with_a_deletion_drops_it() {
         assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
     }
 }
+
+/// Round 4's nit: a version given up on while the aggregate was no longer watched (a read
+/// kept its floor past the last unsubscription) is forgotten with the floor, as at the last
+/// unsubscription: watched again, a `changed` of that version arms a floor. It used to stay
+/// given up on for good, one entry per aggregate ever read that way.
+#[test]
+fn a_version_given_up_on_after_the_last_unsubscription_is_forgotten_with_the_floor() {
+    let a = agg(1);
+    let mut r = watching(a);
+    assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
+    on(&mut r, Input::Read(a, tag(1)));
+    on(&mut r, last(a, 3));
+    on(&mut r, Input::Unsubscribe(a));
+    for _ in 0..BEHIND_RETRIES {
+        on(&mut r, Input::CatchUp(a));
+        on(&mut r, last(a, 3));
+    }
+    at(&mut r, Input::CatchUp(a), T + GIVE_UP_MS);
+    let ends = at(&mut r, last(a, 3), T + GIVE_UP_MS);
+    assert_eq!(ends[0], caught_up(a, false, &[tag(1)]), "{ends:?}");
+    assert!(matches!(ends[1], Action::NeverServed { .. }), "{ends:?}");
+    // Watched again: 5 arms a floor, and a page ending at 3 is retried.
+    on(&mut r, Input::Subscribe(a));
+    // (The page in flight at the give-up, then the subscription's.)
+    assert_eq!(
+        on(&mut r, last(a, 3)),
+        [caught_up(a, true, &[]), Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 3)), [caught_up(a, true, &[])]);
+    assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 3)), [retry(a, 250)]);
+}
