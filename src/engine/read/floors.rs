@@ -34,7 +34,12 @@
 //! drain's backoff, 250 ms doubling to its cap per retry timer fired, at most one retry
 //! pending per aggregate: pending from the [`Action::RetryLater`] asking for it until its
 //! [`Input::Retry`], not inferred from the wall clock, which may step back; a failed page's
-//! retry feeds the same input, so each failure may leave one more timer, never a pile) until
+//! retry feeds the same input, ending the pending one, so a page that fails may start one
+//! more chain of timers beside it. Chains never multiply: a timer fired reads one page at most
+//! (catch-ups queued coalesce) and a page asks for one timer at most, so an aggregate has at
+//! most one chain plus one per page that failed outside a chain; each ends with the floor
+//! (reached, given up on, dropped: a page then asks for none) or at a page that asks for no
+//! timer (it does not fail, and reaches the floor or finds a retry pending). The browser's executor also keeps at most 64 timers' handles) until
 //! a miss that is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after
 //! the first without the cursor moving, then the floor is dropped,
 //! the executor logs it, and a `changed` at or below that version arms no floor again. A

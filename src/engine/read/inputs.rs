@@ -183,15 +183,20 @@ pub enum Action {
     Wait(u64),
     /// The read side's state changed.
     Report(ReadState),
-    /// The aggregate's catch-up ended.
+    /// The aggregate's catch-up ended — or ended below its floor (the highest version a
+    /// `changed` notified, [`super::floors`]) at a version that some reads need no more than,
+    /// and goes on (retried, or read again for a newer floor) for the rest.
     CaughtUp {
         /// The aggregate.
         aggregate: AggregateRef,
-        /// `true` when it reached the server's tip as known.
+        /// `true` when it reached the server's tip as known, or (below the floor) the
+        /// version each of `reads` needs; `false`: a page failed, or the floor was given up on.
         ok: bool,
         /// The `read`s it answers ([`Input::Read`]): those asked before a page request of
-        /// this catch-up began, so before its last one (empty: a catch-up no `read` waits
-        /// for, or one that began before they asked — the next one answers them).
+        /// this catch-up began, so before its last one; below the floor, only those whose own
+        /// floor (the one in force when they first boarded a page) the log reaches, the others
+        /// waiting for a later catch-up (empty: a catch-up no `read` waits for, or one that
+        /// began before they asked — the next one answers them).
         reads: Vec<ReadTag>,
     },
     /// The gateway notified `notified` for the aggregate, yet its catch-ups, retried with
