@@ -91,8 +91,20 @@ async fn one_upstream_watch_changed_reset_resync_and_reconnect() {
         ..trimmed.clone()
     };
     fake.notify(vec![trimmed, deleted]);
-    assert_eq!(next(&mut changes).await, Change::Reset { key: key(1) });
-    assert_eq!(next(&mut changes).await, Change::Reset { key: key(2) });
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Reset {
+            key: key(1),
+            deleted: false
+        }
+    );
+    assert_eq!(
+        next(&mut changes).await,
+        Change::Reset {
+            key: key(2),
+            deleted: true
+        }
+    );
 
     fake.end_watches();
     assert_eq!(next(&mut changes).await, Change::Resync, "the watch ended");
@@ -199,11 +211,14 @@ fn written(id: u128, version: u64) -> WatchResponseEvent {
     }
 }
 
-/// A Celeriant delete is a `reset`, and what the stream had sent of the aggregate no longer
-/// holds: the aggregate created again from version 1 is notified `changed` again. (The stream
-/// used to remember version 5 as sent and swallowed every version up to it.)
+/// A Celeriant trim is a `reset` saying `deleted: false`, and keeps what the stream sent (a
+/// trim keeps the tip): a lower version after it, from a node still catching up, is not sent
+/// (it was, and the client took it for a recreation). A Celeriant delete is a `reset` saying
+/// `deleted: true`, and what the stream had sent of the aggregate no longer holds: the
+/// aggregate created again from version 1 is notified `changed` again. (The stream used to
+/// remember version 5 as sent and swallowed every version up to it.)
 #[test]
-fn a_deleted_aggregate_created_again_is_notified_again() {
+fn a_trim_keeps_what_was_sent_a_deleted_aggregate_created_again_is_notified_again() {
     let fake = FakeCeleriant::start();
     let dir = data_dir();
     let org = Uuid::from_u128(ORG).to_string();
@@ -243,6 +258,32 @@ fn a_deleted_aggregate_created_again_is_notified_again() {
         (e.event.as_str(), &e.data["version"]),
         ("changed", &json!(5))
     );
+    let trimmed = WatchResponseEvent {
+        org_id: ORG,
+        aggregate_type_id: TYPE,
+        aggregate_id: 9,
+        operation: 3,
+        from_aggregate_version: None,
+        to_aggregate_version: Some(5),
+        keep_from_aggregate_version: Some(3),
+    };
+    fake.notify(vec![trimmed]);
+    let e = expect(&mut s);
+    assert_eq!(
+        (e.event.as_str(), &e.data["deleted"]),
+        ("reset", &json!(false)),
+        "a trim's reset says so"
+    );
+    // A node behind notifies 4; given time to be sent, it is not: the next is 6.
+    fake.notify(vec![written(9, 4)]);
+    std::thread::sleep(Duration::from_millis(300));
+    fake.notify(vec![written(9, 6)]);
+    let e = expect(&mut s);
+    assert_eq!(
+        (e.event.as_str(), &e.data["version"]),
+        ("changed", &json!(6)),
+        "nothing below what was sent follows a trim"
+    );
     let deleted = WatchResponseEvent {
         org_id: ORG,
         aggregate_type_id: TYPE,
@@ -253,7 +294,12 @@ fn a_deleted_aggregate_created_again_is_notified_again() {
         keep_from_aggregate_version: None,
     };
     fake.notify(vec![deleted]);
-    assert_eq!(expect(&mut s).event, "reset");
+    let e = expect(&mut s);
+    assert_eq!(
+        (e.event.as_str(), &e.data["deleted"]),
+        ("reset", &json!(true)),
+        "a deletion's reset says so"
+    );
     fake.notify(vec![written(9, 1)]);
     let e = expect(&mut s);
     assert_eq!(

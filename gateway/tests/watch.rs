@@ -337,7 +337,10 @@ fn a_trim_resets_watchers_and_reads_follow_min_version() {
     }
     assert_eq!(
         (e.event.as_str(), &e.data),
-        ("reset", &json!({"typeId": TYPE, "id": A1}))
+        (
+            "reset",
+            &json!({"typeId": TYPE, "id": A1, "deleted": false})
+        )
     );
 
     let events = format!("/v1/aggregates/{TYPE}/{A1}/events");

@@ -41,6 +41,8 @@ pub const REFUSED: &str = "refused";
 pub const TIPS: &str = "tips";
 /// A refused entry's code field.
 pub const CODE: &str = "code";
+/// [`Reset`]'s field saying whether the aggregate was deleted (else trimmed).
+pub const DELETED: &str = "deleted";
 
 /// The `POST` body: the aggregates to watch, in the order `ready`'s [`Ready::tips`] follows.
 ///
@@ -128,6 +130,12 @@ pub struct Reset {
     pub type_id: uuid::Uuid,
     /// The aggregate.
     pub id: uuid::Uuid,
+    /// Deleted (its versions may start again from 1), not trimmed (a trim keeps the tip, so
+    /// the versions notified before still hold). Added after the first release: a client
+    /// reads a `reset` without it as a deletion (what every `reset` was taken for before),
+    /// and a client from before it ignores it (clients read events' data by field name, an
+    /// unknown field is no error).
+    pub deleted: bool,
 }
 
 #[cfg(test)]
@@ -183,16 +191,20 @@ mod tests {
             m.get(VERSION),
             Ok(Some(Scalar::Int(9_007_199_254_740_991)))
         ));
-        let reset = serde_json::to_string(&Reset {
-            type_id: a.type_id,
-            id: a.id,
-        })
-        .unwrap();
-        let m = Members::parse(&reset).expect("an object of scalars");
-        assert_eq!(
-            (uuid_of(&m, TYPE_ID), uuid_of(&m, ID)),
-            (Some(a.type_id), Some(a.id))
-        );
+        for deleted in [false, true] {
+            let reset = serde_json::to_string(&Reset {
+                type_id: a.type_id,
+                id: a.id,
+                deleted,
+            })
+            .unwrap();
+            let m = Members::parse(&reset).expect("an object of scalars");
+            assert_eq!(
+                (uuid_of(&m, TYPE_ID), uuid_of(&m, ID)),
+                (Some(a.type_id), Some(a.id))
+            );
+            assert_eq!(m.get(DELETED), Ok(Some(&Scalar::Bool(deleted))));
+        }
 
         // `ready`: empty when there is nothing to say; else `refused` and `tips` by name.
         assert_eq!(serde_json::to_string(&Ready::default()).unwrap(), "{}");

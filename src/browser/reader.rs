@@ -81,8 +81,9 @@ pub(crate) struct ReaderRuntime {
     /// Watched aggregates that fit in no stream (reported with code 40020).
     unwatched: RefCell<Vec<AggregateRef>>,
     timer: RefCell<Option<Timeout>>,
-    /// Catch-ups to try again after a failed page.
-    retries: RefCell<Vec<Timeout>>,
+    /// Catch-ups to try again (a failed page, a miss below a floor), each with whether its
+    /// timer fired (then it is pruned).
+    retries: RefCell<Vec<(Rc<Cell<bool>>, Timeout)>>,
     /// Aggregates with a local log: a landed batch of one is followed by its catch-up.
     logged: RefCell<SortedSet<AggregateRef>>,
     /// `logged` has been read from storage (until then every landed batch is caught up).
@@ -229,7 +230,9 @@ impl ReaderRuntime {
         if self.stopped.get() {
             return;
         }
-        if let Input::Subscribe(a) | Input::CatchUp(a) | Input::Read(a, _) = &input {
+        if let Input::Subscribe(a) | Input::CatchUp(a) | Input::Retry(a) | Input::Read(a, _) =
+            &input
+        {
             self.logged.borrow_mut().insert(*a);
         }
         self.queue.borrow_mut().push_back(input);
@@ -326,17 +329,23 @@ impl ReaderRuntime {
             }
             Action::RetryLater { aggregate, ms } => {
                 let weak = Rc::downgrade(self);
+                let fired = Rc::new(Cell::new(false));
+                let fired_flag = Rc::clone(&fired);
                 let timer = Timeout::new(ms.min(u64::from(u32::MAX)) as u32, move || {
+                    fired_flag.set(true);
                     if let Some(reader) = weak.upgrade() {
-                        reader.later(Input::CatchUp(aggregate));
+                        reader.later(Input::Retry(aggregate));
                     }
                 });
                 let mut retries = self.retries.borrow_mut();
-                retries.retain(|_| true);
-                retries.push(timer);
-                // Bounded: a few dozen pending retries at most (older ones fired long ago).
+                // Timers that fired are done: dropped (kept, the list grew by one per retry).
+                // Never the one running: its `Retry` is fed from a spawned task, after it returns.
+                retries.retain(|(fired, _)| !fired.get());
+                retries.push((fired, timer));
+                // Bounded all the same: a few dozen pending at most (one per aggregate behind
+                // its floor, and one per failed page); past that the oldest fires unowned.
                 if retries.len() > 64 {
-                    retries.remove(0).forget();
+                    retries.remove(0).1.forget();
                 }
             }
             Action::Wait(ms) => {

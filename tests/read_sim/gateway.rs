@@ -85,7 +85,13 @@ impl World {
         let min = held.min + 1 + self.rng.below(held.tip + 1 - held.min);
         held.min = min;
         held.batches.retain(|v, _| *v >= min);
-        self.notify(aggregate, Note::Reset { aggregate });
+        self.notify(
+            aggregate,
+            Note::Reset {
+                aggregate,
+                deleted: false,
+            },
+        );
     }
 
     pub fn delete(&mut self, aggregate: AggregateRef) {
@@ -97,7 +103,13 @@ impl World {
             deleted: true,
             ..Held::default()
         };
-        self.notify(aggregate, Note::Reset { aggregate });
+        self.notify(
+            aggregate,
+            Note::Reset {
+                aggregate,
+                deleted: true,
+            },
+        );
     }
 
     pub fn deliver(&mut self) -> bool {
@@ -167,7 +179,13 @@ impl World {
                 let input = match self.rng.below(4) {
                     0 => Input::Stream(id, Note::Ready),
                     1 => Input::Stream(id, Note::Resync),
-                    2 => Input::Stream(id, Note::Reset { aggregate: a }),
+                    2 => Input::Stream(
+                        id,
+                        Note::Reset {
+                            aggregate: a,
+                            deleted: self.rng.chance(0.5),
+                        },
+                    ),
                     _ => Input::StreamEnded(id),
                 };
                 self.feed(input);

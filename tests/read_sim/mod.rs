@@ -96,7 +96,7 @@ pub struct World {
     pub flight: Option<Flight>,
     /// The machine's current wait (`Action::Wait`), when it runs out.
     pub wait: Option<u64>,
-    /// Catch-ups to feed later (`Action::RetryLater`).
+    /// Retries to feed later (`Action::RetryLater`, fed as `Input::Retry`).
     pub retries: Vec<(u64, AggregateRef)>,
     pub fail_next: bool,
     /// Pages may be answered by a replica that lags ([`World::lag_next`]; `tests/read_model.rs`
@@ -109,8 +109,8 @@ pub struct World {
     /// (the Celeriant backend reads pages from any replica).
     pub lag_next: bool,
     /// The highest version a `changed` told the current reader of, per aggregate, since the
-    /// last `reset` of it it was told (a trim or a deletion: versions may restart) and while
-    /// it is watched: what a replica that lags answers below.
+    /// last deletion `reset` of it it was told (versions may restart; a trim keeps the tip)
+    /// and while it is watched: what a replica that lags answers below.
     pub notified: BTreeMap<AggregateRef, u64>,
     /// Pages answered from an older snapshot that held less than the gateway.
     pub lagged: u64,
@@ -258,7 +258,14 @@ impl World {
                 let v = self.notified.entry(aggregate).or_default();
                 *v = (*v).max(version);
             }
-            Input::Stream(_, Note::Reset { aggregate }) => {
+            // A deletion: versions may restart. A trim keeps the tip (and the reader its floor).
+            Input::Stream(
+                _,
+                Note::Reset {
+                    aggregate,
+                    deleted: true,
+                },
+            ) => {
                 self.notified.remove(&aggregate);
             }
             _ => {}
@@ -478,7 +485,7 @@ impl World {
             .collect();
         self.retries.retain(|(at, _)| *at > self.now);
         for aggregate in due {
-            self.feed(Input::CatchUp(aggregate));
+            self.feed(Input::Retry(aggregate)); // as `browser/reader.rs`'s timer does
         }
         true
     }

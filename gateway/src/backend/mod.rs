@@ -161,6 +161,11 @@ pub enum Change {
     Reset {
         /// Which aggregate.
         key: AggregateKey,
+        /// Deleted (its versions may start again from 1), not trimmed (a trim keeps the tip:
+        /// its versions never go back). The watch hub forgets the versions it sent of the
+        /// aggregate only on a deletion, so on one stream a version below one sent follows a
+        /// deletion, never a trim.
+        deleted: bool,
     },
     /// Notifications may have been lost (an upstream watch reconnected or lagged): every
     /// watcher must catch up everything.

@@ -410,14 +410,14 @@ impl Hub {
                     slot.changed(key.aggregate, version);
                 }
             }
-            Change::Reset { key } if key.org == self.org => {
+            Change::Reset { key, deleted } if key.org == self.org => {
                 for slot in registry
                     .by_aggregate
                     .get(&key.aggregate)
                     .into_iter()
                     .flat_map(|slots| slots.values())
                 {
-                    slot.reset(key.aggregate);
+                    slot.reset(key.aggregate, deleted);
                 }
             }
             Change::Resync => {

@@ -78,11 +78,12 @@ fn note_event(note: Note) -> Event {
                 version,
             },
         ),
-        Note::Reset(a) => event(
+        Note::Reset(a, deleted) => event(
             watch::RESET,
             &watch::Reset {
                 type_id: a.type_id,
                 id: a.id,
+                deleted,
             },
         ),
         Note::Resync => Event::default().event(watch::RESYNC).data("{}"),
@@ -130,7 +131,7 @@ pub fn events(
             }
             if let Some(note) = s.queue.pop_front() {
                 let aggregate = match note {
-                    Note::Changed(a, _) | Note::Reset(a) => Some(a),
+                    Note::Changed(a, _) | Note::Reset(a, _) => Some(a),
                     Note::Resync => None,
                 };
                 if let Some(a) = aggregate

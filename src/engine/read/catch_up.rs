@@ -11,6 +11,12 @@
 //! while a page is in flight waits for the next one (it queued its aggregate again). Before,
 //! every catch-up that ended answered every read of its aggregate, also one whose last page
 //! was answered before the read asked (found by `tests/read_model_contexts.rs`).
+//!
+//! Each read keeps the floor ([`super::floors`]) in force when it first boarded: a catch-up
+//! ending at or above it answers the read, whatever the floor has become since. Before, the
+//! read needed the floor of the last page it boarded, raised by every `changed` meanwhile: an
+//! aggregate written faster than a lagging replica's pages reached each read's floor one page
+//! late, again and again, and the read waited to its timeout.
 
 use std::collections::VecDeque;
 
@@ -23,9 +29,9 @@ use super::message::ReadTag;
 pub(crate) struct CatchUps {
     order: VecDeque<AggregateRef>,
     queued: SortedSet<AggregateRef>,
-    /// The reads waiting, by aggregate: `true` once a page request of it began after they
-    /// asked (aboard its catch-up).
-    reads: SortedMap<AggregateRef, Vec<(ReadTag, bool)>>,
+    /// The reads waiting, by aggregate, each with the floor in force when a page request of
+    /// it first began after they asked (aboard its catch-up; `None`: not yet).
+    reads: SortedMap<AggregateRef, Vec<(ReadTag, Option<u64>)>>,
 }
 
 impl CatchUps {
@@ -62,32 +68,40 @@ impl CatchUps {
     pub(crate) fn ask(&mut self, aggregate: AggregateRef, tag: ReadTag) {
         let reads = self.reads.get_or_default(aggregate);
         if !reads.iter().any(|(t, _)| *t == tag) {
-            reads.push((tag, false));
+            reads.push((tag, None));
         }
         self.push_back(aggregate);
     }
 
-    /// A page request of `aggregate` begins: every read of it waiting is aboard (this
-    /// catch-up's end answers it). Whether any read is aboard.
-    pub(crate) fn board(&mut self, aggregate: AggregateRef) -> bool {
+    /// Whether any read waits for a catch-up of `aggregate`.
+    pub(crate) fn waiting(&self, aggregate: &AggregateRef) -> bool {
+        self.reads.contains_key(aggregate)
+    }
+
+    /// A page request of `aggregate` begins with the floor at `floor` (0: none): every read
+    /// of it waiting is aboard, those not yet aboard needing `floor`. Whether any read is
+    /// aboard.
+    pub(crate) fn board(&mut self, aggregate: AggregateRef, floor: u64) -> bool {
         let Some(reads) = self.reads.get_mut(&aggregate) else {
             return false;
         };
-        for (_, aboard) in reads.iter_mut() {
-            *aboard = true;
+        for (_, needs) in reads.iter_mut() {
+            needs.get_or_insert(floor);
         }
         !reads.is_empty()
     }
 
-    /// The catch-up of `aggregate` ended: the reads aboard it, no longer waiting. Those asked
-    /// since its last page request began stay, for the next catch-up (queued when they asked).
-    pub(crate) fn served(&mut self, aggregate: AggregateRef) -> Vec<ReadTag> {
+    /// The catch-up of `aggregate` ended with its log at `version`: the reads aboard it that
+    /// need no more than `version` (all aboard when `version` is `None`: it ended for good),
+    /// no longer waiting. The others stay, for the next catch-up (queued when they asked, or
+    /// by the change that raised the floor).
+    pub(crate) fn served(&mut self, aggregate: AggregateRef, version: Option<u64>) -> Vec<ReadTag> {
         let Some(reads) = self.reads.get_mut(&aggregate) else {
             return Vec::new();
         };
         let (served, waiting): (Vec<_>, Vec<_>) = std::mem::take(reads)
             .into_iter()
-            .partition(|(_, aboard)| *aboard);
+            .partition(|(_, needs)| needs.is_some_and(|floor| version.is_none_or(|v| floor <= v)));
         if waiting.is_empty() {
             self.reads.remove(&aggregate);
         } else {

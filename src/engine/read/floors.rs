@@ -8,18 +8,38 @@
 //! notified for each aggregate, and a catch-up that ends below it is retried with backoff
 //! instead of ending caught up.
 //!
-//! A floor goes when it is reached, when a `reset` says the aggregate was trimmed or deleted
-//! (after a deletion its versions restart, so an older floor would never be reached), when a
-//! page finds the aggregate gone (its tip below the cursor: deleted while no `reset` reached
-//! this device), when the last subscriber goes, and with the reader (a new one starts without).
-//! A trim (a 410, `Trimmed`) keeps it: a trim keeps the tip.
+//! A floor goes when it is reached, when a `reset` says the aggregate was deleted (after a
+//! deletion its versions restart, so an older floor would never be reached; a `reset` that
+//! does not say, from a gateway before `deleted`, counts as one), when a page finds the
+//! aggregate gone (its tip below the cursor: deleted while no `reset` reached this device),
+//! when the last subscriber goes (unless reads still wait for it: then when no read waits any
+//! more, see `Reader::page_end`), and with the reader (a new one starts without). A trim (a
+//! 410, `Trimmed`, or a `reset` saying `deleted: false`) keeps it: a trim keeps the tip.
 //!
-//! The floor a read needs is the one in force when its page request began ([`Floors::board`]):
-//! a catch-up that reaches it answers the reads aboard even if a `changed` raised the floor
-//! meanwhile (that change queued another catch-up, which is no miss).
+//! The floor a read needs is the one in force when it first boarded a page request
+//! ([`Floors::board`], kept per read by [`super::catch_up`]): a catch-up that reaches it
+//! answers the read even if `changed`s raised the floor meanwhile. A page that reaches the
+//! floor in force when it began is no miss either (the change that raised it queued another
+//! catch-up).
+//!
+//! A `changed` below the floor replaces it only when it comes on the stream that raised the
+//! floor: versions advance on one stream, so going back there means the aggregate was deleted
+//! and recreated, its `reset` lost (the old floor would not be reached until the new versions
+//! pass it, reads waiting all along). On another stream (a reconnection, perhaps to another
+//! gateway of a fleet, or to a node still catching up) a lower version says nothing of the
+//! aggregate going back: the floor keeps the higher one. Nor does it clear what was given up
+//! on when at or below it.
 //!
 //! Bounded: a gateway that notifies a version it never serves makes the reader retry (the
-//! drain's backoff, 250 ms doubling to its cap, at most one retry pending per aggregate) until
+//! drain's backoff, 250 ms doubling to its cap per retry timer fired, at most one retry
+//! pending per aggregate: pending from the [`Action::RetryLater`] asking for it until its
+//! [`Input::Retry`], not inferred from the wall clock, which may step back; a failed page's
+//! retry feeds the same input, ending the pending one, so a page that fails may start one
+//! more chain of timers beside it. Chains never multiply: a timer fired reads one page at most
+//! (catch-ups queued coalesce) and a page asks for one timer at most, so an aggregate has at
+//! most one chain plus one per page that failed outside a chain; each ends with the floor
+//! (reached, given up on, dropped: a page then asks for none) or at a page that asks for no
+//! timer (it does not fail, and reaches the floor or finds a retry pending). The browser's executor also keeps at most 64 timers' handles) until
 //! a miss that is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after
 //! the first without the cursor moving, then the floor is dropped,
 //! the executor logs it, and a `changed` at or below that version arms no floor again. A
@@ -29,6 +49,9 @@
 
 use super::super::model::AggregateRef;
 use super::super::sorted::SortedMap;
+#[cfg(doc)]
+use super::inputs::{Action, Input};
+use super::streams::StreamId;
 
 /// How long catch-ups may keep ending below a floor without moving the cursor, from the first
 /// of them, before the floor is dropped. Time, not only a count: reads, landed batches and
@@ -44,14 +67,33 @@ pub const BEHIND_RETRIES: u32 = 8;
 struct Floor {
     /// The highest version notified.
     version: u64,
-    /// Catch-ups in a row that ended below it without moving the cursor (the backoff's attempt).
+    /// The stream that notified it (the last to notify it, if several did).
+    stream: StreamId,
+    /// Catch-ups in a row that ended below it without moving the cursor.
     misses: u32,
     /// Where the last of them ended.
     at: u64,
     /// When the first of them ended.
     since_ms: u64,
-    /// Until when a retry asked for ([`Reached::Behind`] with `retry`) is pending.
-    retry_until_ms: u64,
+    /// Retries asked for since the cursor last moved (the backoff's attempt): only the retry
+    /// timer's, not the catch-ups that reads, landed batches and `ready`s drive.
+    retries: u32,
+    /// A retry asked for ([`Reached::Behind`] with `retry`) has not come yet.
+    retry_pending: bool,
+}
+
+impl Floor {
+    fn new(version: u64, stream: StreamId) -> Self {
+        Floor {
+            version,
+            stream,
+            misses: 0,
+            at: 0,
+            since_ms: 0,
+            retries: 0,
+            retry_pending: false,
+        }
+    }
 }
 
 /// What a catch-up that ended at some version means.
@@ -62,7 +104,7 @@ pub(crate) enum Reached {
     /// Below it: retry after the backoff of attempt `attempt` (0 first), unless `retry` is
     /// false (one is pending already).
     Behind {
-        /// Misses in a row, less one.
+        /// Retries asked for since the cursor last moved.
         attempt: u32,
         /// Whether to ask for a retry (none pending).
         retry: bool,
@@ -80,42 +122,66 @@ pub(crate) enum Reached {
 pub(crate) struct Floors {
     by_aggregate: SortedMap<AggregateRef, Floor>,
     /// The last version given up on, per aggregate: a `changed` at or below it arms no floor
-    /// again (a gateway that keeps notifying what it never serves).
+    /// again (a gateway that keeps notifying what it never serves). Goes with a deletion, the
+    /// last unsubscription, or (past that, a floor kept for reads) the floor's end
+    /// ([`Floors::forget`]).
     given_up: SortedMap<AggregateRef, u64>,
     /// The floor in force when the page request in flight began, with its aggregate.
     boarded: Option<(AggregateRef, u64)>,
 }
 
 impl Floors {
-    /// A `changed` said the aggregate reached `version`.
-    pub(crate) fn notified(&mut self, aggregate: AggregateRef, version: u64) {
-        if self.given_up.get(&aggregate).is_some_and(|v| version <= *v) {
+    /// A `changed` on stream `stream` said the aggregate reached `version`.
+    pub(crate) fn notified(&mut self, aggregate: AggregateRef, version: u64, stream: StreamId) {
+        let given_up = self.given_up.get(&aggregate).is_some_and(|v| version <= *v);
+        if let Some(floor) = self.by_aggregate.get_mut(&aggregate)
+            && version < floor.version
+        {
+            if floor.stream != stream {
+                // Another stream (a reconnection, perhaps to a node behind): versions only
+                // advance on one stream, so this says nothing of them going back.
+                return;
+            }
+            // Went back on the stream that raised the floor: deleted and recreated, its
+            // `reset` lost. The old floor means nothing; a retry asked for is still pending.
+            // What was given up on stays if this is at or below it (no floor armed then).
+            if given_up {
+                self.by_aggregate.remove(&aggregate);
+                return;
+            }
+            *floor = Floor {
+                retry_pending: floor.retry_pending,
+                ..Floor::new(version, stream)
+            };
+            self.given_up.remove(&aggregate);
             return;
         }
-        let floor = self.by_aggregate.get_or_insert_with(aggregate, || Floor {
-            version,
-            misses: 0,
-            at: 0,
-            since_ms: 0,
-            retry_until_ms: 0,
-        });
-        floor.version = floor.version.max(version);
+        if given_up {
+            return;
+        }
+        let floor = self
+            .by_aggregate
+            .get_or_insert_with(aggregate, || Floor::new(version, stream));
+        floor.version = version.max(floor.version);
+        floor.stream = stream;
     }
 
-    /// The floor means nothing any more (a reset, a deletion, no subscriber).
+    /// The floor means nothing any more (a deletion, no subscriber).
     pub(crate) fn forget(&mut self, aggregate: &AggregateRef) {
         self.by_aggregate.remove(aggregate);
         self.given_up.remove(aggregate);
     }
 
-    /// A page request of `aggregate` begins: the floor now is the one its reads aboard need.
-    pub(crate) fn board(&mut self, aggregate: AggregateRef) {
+    /// A page request of `aggregate` begins: the floor now (0: none), which the reads
+    /// boarding it need.
+    pub(crate) fn board(&mut self, aggregate: AggregateRef) -> u64 {
         let version = self.by_aggregate.get(&aggregate).map_or(0, |f| f.version);
         self.boarded = Some((aggregate, version));
+        version
     }
 
     /// Whether a catch-up of `aggregate` ending at `version` reached the floor in force when
-    /// its last page request began (its reads aboard are served).
+    /// its last page request began (then it is no miss).
     pub(crate) fn served(&self, aggregate: &AggregateRef, version: u64) -> bool {
         match self.boarded {
             Some((a, floor)) if a == *aggregate => version >= floor,
@@ -148,9 +214,10 @@ impl Floors {
         }
         if version > floor.at || served || floor.misses == 0 {
             // The replica serves more than last time (it is catching up), or served what was
-            // asked: the count and the clock start again.
+            // asked: the count, the clock and the backoff start again.
             floor.misses = 0;
             floor.since_ms = now_ms;
+            floor.retries = 0;
         }
         floor.at = version;
         if served {
@@ -166,17 +233,25 @@ impl Floors {
             self.given_up.insert(aggregate, notified);
             return Reached::GaveUp { notified };
         }
-        let retry = floor.retry_until_ms <= now_ms;
         Reached::Behind {
-            attempt: floor.misses - 1,
-            retry,
+            attempt: floor.retries,
+            retry: !floor.retry_pending,
         }
     }
 
-    /// A retry of the aggregate was asked for, due in `ms` from `now_ms`.
-    pub(crate) fn retrying(&mut self, aggregate: &AggregateRef, now_ms: u64, ms: u64) {
+    /// A retry of the aggregate was asked for ([`Action::RetryLater`]): pending until its
+    /// [`Input::Retry`] comes, the next one backing off more.
+    pub(crate) fn retrying(&mut self, aggregate: &AggregateRef) {
         if let Some(floor) = self.by_aggregate.get_mut(aggregate) {
-            floor.retry_until_ms = now_ms + ms;
+            floor.retry_pending = true;
+            floor.retries = floor.retries.saturating_add(1);
+        }
+    }
+
+    /// A retry asked for came ([`Input::Retry`]): the next miss may ask for another.
+    pub(crate) fn retry_came(&mut self, aggregate: &AggregateRef) {
+        if let Some(floor) = self.by_aggregate.get_mut(aggregate) {
+            floor.retry_pending = false;
         }
     }
 }

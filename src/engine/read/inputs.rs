@@ -50,6 +50,10 @@ pub enum Note {
     Reset {
         /// The aggregate.
         aggregate: AggregateRef,
+        /// Deleted (its versions may restart), else trimmed (a trim keeps the tip). `true`
+        /// when the gateway does not say (one from before the field): what every `reset` was
+        /// taken for then.
+        deleted: bool,
     },
     /// The gateway dropped or lagged: catch up everything.
     Resync,
@@ -88,9 +92,15 @@ pub enum Input {
     Subscribe(AggregateRef),
     /// One subscriber less.
     Unsubscribe(AggregateRef),
-    /// Catch this aggregate up now (a batch of it just landed, a failed page's retry, a
-    /// `read` of a context of an older release); its end answers no `read`.
+    /// Catch this aggregate up now (a batch of it just landed, a `read` of a context of an
+    /// older release); its end answers no `read`.
     CatchUp(AggregateRef),
+    /// The timer of an [`Action::RetryLater`] of the aggregate ran out: catch it up now. Kept
+    /// apart from [`Input::CatchUp`] because it ends the retry pending, so the next miss below
+    /// a floor asks for another (inferred from the wall clock, a clock stepping back left an
+    /// aggregate below its floor with no retry to come), and only these count for the
+    /// backoff.
+    Retry(AggregateRef),
     /// A `read` of the aggregate asks for a catch-up: the [`Action::CaughtUp`] of the first
     /// catch-up whose page request begins after this names `tag` (one already under way, its
     /// page asked before, does not).
@@ -161,7 +171,8 @@ pub enum Action {
         /// Deleted: nothing is kept, the cursor restarts at 0.
         gone: bool,
     },
-    /// Catch the aggregate up again after `ms` (its last page failed).
+    /// Catch the aggregate up again after `ms` (its last page failed, or its catch-up ended
+    /// below the version notified), feeding [`Input::Retry`] then.
     RetryLater {
         /// The aggregate.
         aggregate: AggregateRef,
@@ -172,15 +183,20 @@ pub enum Action {
     Wait(u64),
     /// The read side's state changed.
     Report(ReadState),
-    /// The aggregate's catch-up ended.
+    /// The aggregate's catch-up ended — or ended below its floor (the highest version a
+    /// `changed` notified, [`super::floors`]) at a version that some reads need no more than,
+    /// and goes on (retried, or read again for a newer floor) for the rest.
     CaughtUp {
         /// The aggregate.
         aggregate: AggregateRef,
-        /// `true` when it reached the server's tip as known.
+        /// `true` when it reached the server's tip as known, or (below the floor) the
+        /// version each of `reads` needs; `false`: a page failed, or the floor was given up on.
         ok: bool,
         /// The `read`s it answers ([`Input::Read`]): those asked before a page request of
-        /// this catch-up began, so before its last one (empty: a catch-up no `read` waits
-        /// for, or one that began before they asked — the next one answers them).
+        /// this catch-up began, so before its last one; below the floor, only those whose own
+        /// floor (the one in force when they first boarded a page) the log reaches, the others
+        /// waiting for a later catch-up (empty: a catch-up no `read` waits for, or one that
+        /// began before they asked — the next one answers them).
         reads: Vec<ReadTag>,
     },
     /// The gateway notified `notified` for the aggregate, yet its catch-ups, retried with

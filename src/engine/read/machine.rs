@@ -21,7 +21,8 @@
 //! ([`super::catch_up`]), so a `read` sees at least what the server had when it asked.
 //!
 //! A catch-up that ends below the highest version a `changed` notified (a page answered by a
-//! replica that lags) is not caught up: it is retried with backoff, its reads still waiting,
+//! replica that lags) is not caught up: it is retried with backoff (the retry timer feeding
+//! [`Input::Retry`]), its reads waiting until it reaches the floor each first boarded with,
 //! a bounded number of times ([`super::floors`]).
 
 use std::collections::VecDeque;
@@ -30,7 +31,7 @@ use super::super::backoff::Backoff;
 use super::super::model::AggregateRef;
 use super::super::sorted::{SortedMap, SortedSet};
 use super::catch_up::CatchUps;
-use super::floors::{Floors, Reached};
+use super::floors::Floors;
 pub use super::inputs::{Action, Input, Note, PageEnd, ReadState};
 pub use super::streams::StreamId;
 use super::streams::{Limits, Phase, Streams, poll_interval};
@@ -158,7 +159,13 @@ impl Reader {
                     if *count == 0 {
                         self.watched.remove(&aggregate);
                         self.tips.remove(&aggregate);
-                        self.floors.forget(&aggregate);
+                        // Its floor goes, unless reads still wait for it: dropped, the next
+                        // page ending below it would answer them all below the floor they
+                        // boarded with. Kept, it keeps their catch-up retried, and goes when
+                        // reached, given up on, or once no read waits (`page_end`).
+                        if !self.queue.waiting(&aggregate) {
+                            self.floors.forget(&aggregate);
+                        }
                         let mut changed: Vec<usize> =
                             self.streams.remove(&aggregate).into_iter().collect();
                         for shard in self.streams.promote() {
@@ -174,7 +181,13 @@ impl Reader {
                 }
             }
             Input::CatchUp(aggregate) => {
-                // Asked now (a landed batch, a retry): a tip from before says nothing.
+                // Asked now (a landed batch, a read): a tip from before says nothing.
+                self.tips.remove(&aggregate);
+                self.enqueue(aggregate);
+            }
+            Input::Retry(aggregate) => {
+                // The retry asked for came: no longer pending, the next miss asks for another.
+                self.floors.retry_came(&aggregate);
                 self.tips.remove(&aggregate);
                 self.enqueue(aggregate);
             }
@@ -439,18 +452,21 @@ impl Reader {
             Note::Changed { aggregate, version } => {
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
-                    self.floors.notified(aggregate, version);
+                    self.floors.notified(aggregate, version, id);
                     self.enqueue(aggregate);
                 }
             }
-            Note::Reset { aggregate } => {
+            Note::Reset { aggregate, deleted } => {
                 // Probed before its next page, even if a page of it is in flight now.
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
-                    // Trimmed or deleted: after a deletion its versions restart, so the floor
-                    // goes. A trim drops it too: the `reset` does not say which it was (a trim
-                    // left floorless only loses what floors add: the lagging-replica check).
-                    self.floors.forget(&aggregate);
+                    // After a deletion its versions restart, so the floor goes (and what was
+                    // given up on). A trim keeps the tip: the floor and the reads' needs stay,
+                    // else the next page, from a replica that lags, would answer every read
+                    // aboard below the floor it boarded with.
+                    if deleted {
+                        self.floors.forget(&aggregate);
+                    }
                     self.probe_due.insert(aggregate);
                     self.queue.push_front(aggregate);
                 }
@@ -479,53 +495,6 @@ impl Reader {
         self.queue.push_back(aggregate);
     }
 
-    /// The aggregate's catch-up reached the page's end with its log at `version`: caught up,
-    /// unless a `changed` notified more (the page was answered by a replica that lags).
-    /// Reached the floor in force when its page request began: its reads are answered, and it
-    /// is read again for the newer one (no miss). Below that too: read again at once if a
-    /// change or a read queued it meanwhile, else after a backoff (one retry pending at most),
-    /// its reads still waiting — given up after [`super::floors::BEHIND_RETRIES`] misses and
-    /// [`super::floors::GIVE_UP_MS`] without the cursor moving.
-    fn page_end(&mut self, aggregate: AggregateRef, version: u64, now_ms: u64, random: f64) {
-        let served = self.floors.served(&aggregate, version);
-        match self.floors.reached(aggregate, version, served, now_ms) {
-            Reached::Yes => self.caught_up(aggregate, true),
-            Reached::Behind { .. } if served => {
-                self.caught_up(aggregate, true);
-                self.enqueue(aggregate);
-            }
-            Reached::Behind { .. } if self.queue.contains(&aggregate) => {}
-            Reached::Behind { attempt, retry } => {
-                if !self.failed.contains(&aggregate) {
-                    self.failed.push(aggregate);
-                }
-                if retry {
-                    let ms = self.backoff.delay_ms(attempt, random, None).max(250);
-                    self.floors.retrying(&aggregate, now_ms, ms);
-                    self.emit(Action::RetryLater { aggregate, ms });
-                }
-            }
-            Reached::GaveUp { notified } => {
-                self.caught_up(aggregate, false);
-                self.emit(Action::NeverServed {
-                    aggregate,
-                    notified,
-                    reached: version,
-                });
-            }
-        }
-    }
-
-    /// The aggregate's catch-up ended: it answers the reads aboard it.
-    fn caught_up(&mut self, aggregate: AggregateRef, ok: bool) {
-        let reads = self.queue.served(aggregate);
-        self.emit(Action::CaughtUp {
-            aggregate,
-            ok,
-            reads,
-        });
-    }
-
     /// Starts the next page, one at a time.
     fn pump(&mut self) {
         if self.fetching.is_some() {
@@ -533,9 +502,10 @@ impl Reader {
         }
         if let Some(aggregate) = self.queue.pop_front() {
             self.fetching = Some(aggregate);
-            // The reads waiting for it board this page: its catch-up's end answers them.
-            let read = self.queue.board(aggregate);
-            self.floors.board(aggregate);
+            // The reads waiting for it board this page: its catch-up's end answers them once
+            // it reaches the floor in force when they first boarded.
+            let floor = self.floors.board(aggregate);
+            let read = self.queue.board(aggregate, floor);
             // Only while the stream that gave it is still the aggregate's current one: a tip
             // of a replaced or ended stream (or of a shard the aggregate left) says nothing
             // of what happened between that stream's end and the next one's registration.
@@ -580,6 +550,9 @@ impl Reader {
         }
     }
 }
+
+#[path = "machine_page_end.rs"]
+mod page_end;
 
 #[cfg(test)]
 #[path = "machine_tests.rs"]

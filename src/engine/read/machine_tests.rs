@@ -252,7 +252,13 @@ fn reset_and_resync_notes() {
     );
     take(&mut r);
     r.handle(
-        Input::Stream(cur(&r), Note::Reset { aggregate: agg(2) }),
+        Input::Stream(
+            cur(&r),
+            Note::Reset {
+                aggregate: agg(2),
+                deleted: true,
+            },
+        ),
         T,
         0.5,
     );
@@ -384,7 +390,13 @@ fn a_reset_during_a_page_of_the_same_aggregate_is_probed_after_it() {
     take(&mut r);
     // agg 1's first page is in flight.
     r.handle(
-        Input::Stream(cur(&r), Note::Reset { aggregate: agg(1) }),
+        Input::Stream(
+            cur(&r),
+            Note::Reset {
+                aggregate: agg(1),
+                deleted: false,
+            },
+        ),
         T,
         0.5,
     );

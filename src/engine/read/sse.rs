@@ -149,9 +149,19 @@ pub fn note(event: &Event) -> Result<Option<Note>, Unreadable> {
                 version,
             }
         }
-        watch::RESET => Note::Reset {
-            aggregate: aggregate_of(&members()?).ok_or(Unreadable)?,
-        },
+        watch::RESET => {
+            let m = members()?;
+            // Absent (a gateway from before the field): a deletion, as every `reset` was.
+            let deleted = match m.get(watch::DELETED).map_err(|_| Unreadable)? {
+                None => true,
+                Some(Scalar::Bool(deleted)) => *deleted,
+                Some(_) => return Err(Unreadable),
+            };
+            Note::Reset {
+                aggregate: aggregate_of(&m).ok_or(Unreadable)?,
+                deleted,
+            }
+        }
         _ => return Ok(None),
     }))
 }
@@ -250,10 +260,40 @@ mod tests {
                 version: 12
             }))
         );
+        // `deleted` says a trim from a deletion; without it (an older gateway), a deletion.
         assert_eq!(
             note(&ev("reset", format!(r#"{{"typeId":"{a}","id":"{b}"}}"#))),
-            Ok(Some(Note::Reset { aggregate: agg }))
+            Ok(Some(Note::Reset {
+                aggregate: agg,
+                deleted: true
+            }))
         );
+        for deleted in [false, true] {
+            assert_eq!(
+                note(&ev(
+                    "reset",
+                    format!(r#"{{"typeId":"{a}","id":"{b}","deleted":{deleted}}}"#)
+                )),
+                Ok(Some(Note::Reset {
+                    aggregate: agg,
+                    deleted
+                }))
+            );
+        }
+        for bad in [
+            r#""deleted":1"#,
+            r#""deleted":"no""#,
+            r#""deleted":false,"deleted":false"#,
+        ] {
+            assert_eq!(
+                note(&ev(
+                    "reset",
+                    format!(r#"{{"typeId":"{a}","id":"{b}",{bad}}}"#)
+                )),
+                Err(Unreadable),
+                "{bad}"
+            );
+        }
         assert_eq!(note(&ev("resync", "{}".into())), Ok(Some(Note::Resync)));
         assert_eq!(note(&ev("heartbeat", "{}".into())), Ok(None));
         assert_eq!(

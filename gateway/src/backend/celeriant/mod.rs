@@ -213,7 +213,7 @@ impl Backend for CeleriantBackend {
         let records = self.records.clone();
         let revocations = self.revocations.clone();
         let observe: watch::Observer = Arc::new(move |change: &Change| match change {
-            Change::Changed { key, .. } | Change::Reset { key }
+            Change::Changed { key, .. } | Change::Reset { key, .. }
                 if key.aggregate.type_id == crate::access::RESERVED_TYPE =>
             {
                 let (org, id) = (key.org.as_u128(), key.aggregate.id.as_u128());

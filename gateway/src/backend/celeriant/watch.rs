@@ -4,9 +4,9 @@
 //! The watch is opened for every aggregate of the organisation (the hub filters by what each
 //! stream watches), and kept open for the life of the process:
 //!
-//! * a notification with a `keep_from_aggregate_version` (a trim), or without a
-//!   `to_aggregate_version` (a delete), is a [`Change::Reset`]; any other is a
-//!   [`Change::Changed`] to its `to_aggregate_version`;
+//! * a notification with a `keep_from_aggregate_version` (a trim: `deleted: false`), or
+//!   without a `to_aggregate_version` (a delete: `deleted: true`), is a [`Change::Reset`]; any
+//!   other is a [`Change::Changed`] to its `to_aggregate_version`;
 //! * on every (re)connection, after the watch is open, a [`Change::Resync`]: whatever was
 //!   committed while no watch was open was not notified, so every stream catches up;
 //! * an error, the end of the watch, or a watch left mid-frame (`is_desynchronised`) is a
@@ -82,7 +82,13 @@ pub fn change_of(event: &WatchResponseEvent) -> Change {
         event.to_aggregate_version,
     ) {
         (None, Some(version)) => Change::Changed { key, version },
-        _ => Change::Reset { key },
+        // A trim: the versions kept, the tip among them.
+        (Some(_), _) => Change::Reset {
+            key,
+            deleted: false,
+        },
+        // Neither: a delete (its versions may start again from 1).
+        (None, None) => Change::Reset { key, deleted: true },
     }
 }
 
@@ -227,13 +233,19 @@ mod tests {
             change_of(&event(Some(7), None)),
             Change::Changed { version: 7, .. }
         ));
+        // A trim keeps the tip: not a deletion, whether or not it names the tip.
         assert!(matches!(
             change_of(&event(Some(7), Some(4))),
-            Change::Reset { .. }
+            Change::Reset { deleted: false, .. }
         ));
         assert!(matches!(
+            change_of(&event(None, Some(4))),
+            Change::Reset { deleted: false, .. }
+        ));
+        // Neither a version reached nor one kept from: deleted.
+        assert!(matches!(
             change_of(&event(None, None)),
-            Change::Reset { .. }
+            Change::Reset { deleted: true, .. }
         ));
     }
 }

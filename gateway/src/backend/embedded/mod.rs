@@ -457,7 +457,11 @@ impl Backend for EmbeddedStore {
         })
         .await
         .map_err(|e| BackendError::Unavailable(e.to_string()))??;
-        self.shared.publish(Change::Reset { key });
+        // A trim keeps the tip (the embedded store deletes no aggregate).
+        self.shared.publish(Change::Reset {
+            key,
+            deleted: false,
+        });
         Ok(min)
     }
 

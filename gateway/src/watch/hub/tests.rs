@@ -1,6 +1,7 @@
 //! The hub's unit tests: the pool's limits, the light-address reserve and the streams kept for
 //! established devices (their per-bucket caps, and the kept registrations' caps of issue 26's
-//! review: one bucket, or a few with streams of many aggregates each, cannot drain them).
+//! review: one bucket, or a few with streams of many aggregates each, cannot drain them), and
+//! what a trim and a deletion leave of the versions a stream was sent.
 
 use super::*;
 
@@ -306,4 +307,42 @@ fn without_a_per_address_cap_kept_streams_have_no_bucket_cap() {
         assert!(kept.iter().all(Registration::kept));
         assert_eq!(kept.len(), want, "--watch-max-streams-per-ip {per_ip}");
     }
+}
+
+/// A trim reaches the streams as a trim and keeps what they were sent: after it and a resync
+/// (the renewal of an upstream watch, now on a node still catching up), a lower version is not
+/// sent. A deletion is sent as one, and the recreated aggregate's versions are sent again.
+#[test]
+fn a_trim_keeps_the_versions_sent_a_deletion_forgets_them() {
+    use super::super::slot::Note;
+    use crate::backend::AggregateKey;
+    let hub = hub(0);
+    let ip: IpAddr = [127, 0, 0, 1].into();
+    let r = hub.register(None, false, ip, aggregates(1, 1)).unwrap();
+    let a = *r.slot.aggregates.iter().next().unwrap();
+    let key = AggregateKey {
+        org: Uuid::nil(),
+        aggregate: a,
+    };
+    hub.dispatch(Change::Changed { key, version: 10 });
+    assert_eq!(r.slot.drain(), vec![Note::Changed(a, 10)]);
+    hub.dispatch(Change::Reset {
+        key,
+        deleted: false,
+    });
+    hub.dispatch(Change::Resync);
+    assert_eq!(r.slot.drain(), vec![Note::Resync]);
+    hub.dispatch(Change::Changed { key, version: 9 });
+    assert_eq!(r.slot.drain(), vec![]);
+    hub.dispatch(Change::Reset {
+        key,
+        deleted: false,
+    });
+    assert_eq!(r.slot.drain(), vec![Note::Reset(a, false)]);
+    hub.dispatch(Change::Reset { key, deleted: true });
+    hub.dispatch(Change::Changed { key, version: 1 });
+    assert_eq!(
+        r.slot.drain(),
+        vec![Note::Reset(a, true), Note::Changed(a, 1)]
+    );
 }
