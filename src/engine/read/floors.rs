@@ -10,11 +10,13 @@
 //!
 //! A floor goes when it is reached, when a `reset` says the aggregate was deleted (after a
 //! deletion its versions restart, so an older floor would never be reached; a `reset` that
-//! does not say, from a gateway before `deleted`, counts as one), when a page finds the
-//! aggregate gone (its tip below the cursor: deleted while no `reset` reached this device),
-//! when the last subscriber goes (unless reads still wait for it: then when no read waits any
-//! more, see `Reader::page_end`), and with the reader (a new one starts without). A trim (a
-//! 410, `Trimmed`, or a `reset` saying `deleted: false`) keeps it: a trim keeps the tip.
+//! does not say, from a gateway before `deleted`, counts as one), when the last subscriber
+//! goes (unless reads still wait for it: then when no read waits any more, see
+//! `Reader::page_end`), and with the reader (a new one starts without). A trim (a 410,
+//! `Trimmed`, or a `reset` saying `deleted: false`) keeps it: a trim keeps the tip. So does a
+//! page that finds the aggregate `Gone` (its tip below the cursor): deleted while no `reset`
+//! reached this device, or only a replica behind the cursor, whose re-read must not answer
+//! the reads below their floor; a real deletion ends it as above, or by the give-up.
 //!
 //! The floor a read needs is the one in force when it first boarded a page request
 //! ([`Floors::board`], kept per read by [`super::catch_up`]): a catch-up that reaches it

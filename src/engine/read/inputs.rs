@@ -76,7 +76,8 @@ pub enum PageEnd {
         /// The lowest version still available.
         min_version: u64,
     },
-    /// The aggregate is gone on the server (deleted, or recreated below the local cursor).
+    /// The aggregate is gone on the server (deleted, or recreated below the local cursor), or
+    /// the reply came from a replica behind the cursor: read again from scratch, the floor kept.
     Gone,
     /// Not read (network, timeout, a refusal); try again later.
     Failed {

@@ -293,8 +293,13 @@ impl Reader {
                         });
                     }
                     PageEnd::Gone => {
-                        // Deleted: its versions restart, a floor from before means nothing.
-                        self.floors.forget(&aggregate);
+                        // The tip is below the cursor: deleted, or only a replica behind the
+                        // cursor (a probe or page answered by a node that lags). Read again
+                        // from scratch, but the floor and the reads' needs stay, as on a trim:
+                        // dropped, a re-read from that replica would answer every read aboard
+                        // below the floor it boarded with. A real deletion still ends them (a
+                        // deletion's `reset`, a lower `changed` on the same stream where its
+                        // `ready` allows, or the give-up).
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
                             aggregate,
@@ -565,3 +570,7 @@ mod read_tests;
 #[cfg(test)]
 #[path = "machine_floor_tests.rs"]
 mod floor_tests;
+
+#[cfg(test)]
+#[path = "machine_floor_reset_tests.rs"]
+mod floor_reset_tests;

@@ -240,7 +240,7 @@ fn a_change_during_the_page_reads_again_at_once_without_a_miss() {
 }
 
 #[test]
-fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
+fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_or_gone_keeps_it() {
     let a = agg(1);
     // A deletion's `reset` (versions restart; also a `reset` that does not say which).
     let mut r = watching(a);
@@ -255,7 +255,8 @@ fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
         on(&mut r, last(a, 3)),
         [caught_up(a, true, &[]), Action::Probe(a)]
     );
-    // A page that finds it gone (deleted while no `reset` reached the device).
+    // A page that finds it gone (deleted while no `reset` reached the device, or a replica
+    // behind the cursor).
     let mut r = watching(a);
     changed(&mut r, a, 5);
     let gone = Input::Page {
@@ -271,7 +272,10 @@ fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
         }]
     );
     assert_eq!(on(&mut r, Input::LogReset(a)), [Action::FetchPage(a)]);
-    assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
+    // (A `Gone` keeps the floor: perhaps only a replica behind the cursor answered. A real
+    // deletion's recreated versions stay below it until a `reset`, a lower `changed` or the
+    // give-up ends it: `machine_floor_reset_tests.rs`.)
+    assert_eq!(on(&mut r, last(a, 0)), [retry(a, 250)]);
     // The last subscriber gone: a new subscription starts without it.
     let mut r = watching(a);
     changed(&mut r, a, 5);
