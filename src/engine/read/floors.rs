@@ -25,9 +25,11 @@
 //! catch-up).
 //!
 //! A `changed` below the floor replaces it only when it comes on the stream that raised the
-//! floor: versions advance on one stream, so going back there means the aggregate was deleted
-//! and recreated, its `reset` lost (the old floor would not be reached until the new versions
-//! pass it, reads waiting all along). On another stream (a reconnection, perhaps to another
+//! floor, and that stream's `ready` said `deletedResets` (its gateway forgets what it sent
+//! only on a deletion; one from before it forgot on every `reset`, trims included, so a lower
+//! version there may follow a trim): versions advance on one stream, so going back there
+//! means the aggregate was deleted and recreated, its `reset` lost (the old floor would not
+//! be reached until the new versions pass it, reads waiting all along). On another stream (a reconnection, perhaps to another
 //! gateway of a fleet, or to a node still catching up) a lower version says nothing of the
 //! aggregate going back: the floor keeps the higher one. Nor does it clear what was given up
 //! on when at or below it.
@@ -133,15 +135,25 @@ pub(crate) struct Floors {
 }
 
 impl Floors {
-    /// A `changed` on stream `stream` said the aggregate reached `version`.
-    pub(crate) fn notified(&mut self, aggregate: AggregateRef, version: u64, stream: StreamId) {
+    /// A `changed` on stream `stream` said the aggregate reached `version`; `goes_back`: that
+    /// stream's `ready` said a version below one it sent follows a deletion (`deletedResets`).
+    pub(crate) fn notified(
+        &mut self,
+        aggregate: AggregateRef,
+        version: u64,
+        stream: StreamId,
+        goes_back: bool,
+    ) {
         let given_up = self.given_up.get(&aggregate).is_some_and(|v| version <= *v);
         if let Some(floor) = self.by_aggregate.get_mut(&aggregate)
             && version < floor.version
         {
-            if floor.stream != stream {
+            if floor.stream != stream || !goes_back {
                 // Another stream (a reconnection, perhaps to a node behind): versions only
-                // advance on one stream, so this says nothing of them going back.
+                // advance on one stream, so this says nothing of them going back. Nor on a
+                // stream of a gateway that forgets what it sent on a trim's `reset` too (no
+                // `deletedResets`): after a trim whose `reset` a `resync` swallowed, a node
+                // still catching up may send a lower version. The floor keeps the higher one.
                 return;
             }
             // Went back on the stream that raised the floor: deleted and recreated, its

@@ -38,7 +38,13 @@ impl ReadState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Note {
     /// Subscribed: everything from now on will be notified.
-    Ready,
+    Ready {
+        /// The gateway said `"deletedResets": true`: its stream forgets the versions it sent
+        /// only on a deletion, so a `changed` on it below one it sent follows a deletion. False
+        /// when it does not say (a gateway from before it forgot them on every `reset`, trims
+        /// included).
+        deleted_resets: bool,
+    },
     /// The aggregate reached `version`.
     Changed {
         /// The aggregate.

@@ -432,6 +432,7 @@ impl Reader {
         }
         s.id = id;
         s.phase = Phase::Opening;
+        s.deleted_resets = false;
         let aggregates = s.members.iter().copied().collect();
         self.emit(Action::OpenStream { id, aggregates });
     }
@@ -441,9 +442,10 @@ impl Reader {
             return; // a stream replaced or closed since
         };
         match note {
-            Note::Ready => {
+            Note::Ready { deleted_resets } => {
                 shard.phase = Phase::Up;
                 shard.attempt = 0;
+                shard.deleted_resets = deleted_resets;
                 // The stream covers what happens from now on: catch up what happened before.
                 let members: Vec<AggregateRef> = shard.members.iter().copied().collect();
                 for aggregate in members {
@@ -457,7 +459,8 @@ impl Reader {
             Note::Changed { aggregate, version } => {
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
-                    self.floors.notified(aggregate, version, id);
+                    let goes_back = shard.deleted_resets;
+                    self.floors.notified(aggregate, version, id, goes_back);
                     self.enqueue(aggregate);
                 }
             }

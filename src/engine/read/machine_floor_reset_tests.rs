@@ -58,14 +58,15 @@ fn retry(aggregate: AggregateRef, ms: u64) -> Action {
     Action::RetryLater { aggregate, ms }
 }
 
-/// A reader watching `a` over a ready stream, caught up at version 0.
-fn watching(a: AggregateRef) -> Reader {
+/// A reader watching `a` over a ready stream (whose `ready` says `deleted_resets`), caught up
+/// at version 0.
+fn watching(a: AggregateRef, deleted_resets: bool) -> Reader {
     let mut r = Reader::new(Backoff::default());
     on(&mut r, Input::Subscribe(a));
     on(&mut r, last(a, 0));
     let id = r.streams()[0].0;
     assert_eq!(
-        on(&mut r, Input::Stream(id, Note::Ready)),
+        on(&mut r, Input::Stream(id, Note::Ready { deleted_resets })),
         [Action::FetchPage(a)]
     );
     assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
@@ -79,7 +80,7 @@ fn watching(a: AggregateRef) -> Reader {
 #[test]
 fn a_replica_behind_the_cursor_answers_no_read_below_its_floor() {
     let a = agg(1);
-    let mut r = watching(a);
+    let mut r = watching(a, true);
     assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
     assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
@@ -108,4 +109,84 @@ fn a_replica_behind_the_cursor_answers_no_read_below_its_floor() {
     assert_eq!(on(&mut r, last(a, 8)), []);
     assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+}
+
+/// Round 5's SF2: a gateway from before `deletedResets` forgets what a stream sent on every
+/// `reset`, trims included: `changed(a, 10)`, a read boarding with 10, a trim whose `reset` a
+/// `resync` swallowed, and a renewed upstream watch on a node still catching up sends
+/// `changed(a, 9)` on the same stream. Taken for a recreation, it replaced the floor and the
+/// page ending at 9 answered the read at 9. On such a stream the floor keeps the higher
+/// version; on one whose `ready` said `deletedResets`, the lower version replaces it.
+#[test]
+fn a_lower_change_replaces_the_floor_only_on_a_stream_whose_resets_say_deletions() {
+    let a = agg(1);
+    for deleted_resets in [false, true] {
+        let mut r = watching(a, deleted_resets);
+        assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+        assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+        assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+        let id = r.streams()[0].0;
+        assert_eq!(on(&mut r, Input::Stream(id, Note::Resync)), []);
+        assert_eq!(changed(&mut r, a, 9), []);
+        let ends_at_9 = on(&mut r, last(a, 9));
+        if deleted_resets {
+            // A recreation: the floor is 9 now, reached (read again for the change queued).
+            assert_eq!(
+                ends_at_9,
+                [caught_up(a, true, &[tag(1)]), Action::FetchPage(a)]
+            );
+            continue;
+        }
+        // The floor is still 10: the read waits (read again for the change queued, then the
+        // retry asked first).
+        assert_eq!(ends_at_9, [Action::FetchPage(a)], "9 is below 10");
+        assert_eq!(on(&mut r, last(a, 9)), []);
+        assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+        assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+    }
+}
+
+/// The capability is the current stream's: a stream replaced by one whose `ready` does not
+/// say it (another gateway of a fleet, an older one) takes no lower version for a recreation,
+/// though the floor was raised on it.
+#[test]
+fn a_stream_reopened_without_deleted_resets_keeps_the_higher_floor() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    // Its stream is reopened (the same shard, a new id) and is ready without the field.
+    let s1 = r.streams()[0].0;
+    on(&mut r, Input::StreamEnded(s1));
+    r.handle(Input::TimerFired, T + 60_000, 0.5);
+    while r.poll().is_some() {}
+    let s2 = r.streams()[0].0;
+    assert_ne!(s1, s2);
+    let ready = Note::Ready {
+        deleted_resets: false,
+    };
+    assert_eq!(on(&mut r, Input::Stream(s2, ready)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    // The new stream raises the floor to 11, then notifies 9: no recreation on it either.
+    let on_s2 = |r: &mut Reader, version| {
+        on(
+            r,
+            Input::Stream(
+                s2,
+                Note::Changed {
+                    aggregate: a,
+                    version,
+                },
+            ),
+        )
+    };
+    assert_eq!(on_s2(&mut r, 11), [Action::FetchPage(a)]);
+    assert_eq!(on_s2(&mut r, 9), []);
+    // The page ends at 9, below 11: read again for the change, then the retry asked first.
+    assert_eq!(on(&mut r, last(a, 9)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 11)), [caught_up(a, true, &[tag(1)])]);
 }

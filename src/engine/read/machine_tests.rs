@@ -42,6 +42,11 @@ fn reader() -> Reader {
 
 const T: u64 = 1_000_000;
 
+/// A `ready` of the gateway as it is now: its resets say deletions (`deletedResets`).
+const READY: Note = Note::Ready {
+    deleted_resets: true,
+};
+
 /// A catch-up's last page, its log at version 9: at or above whatever these tests notify
 /// (`machine_floor_tests.rs` has the pages that end below).
 const LAST: PageEnd = PageEnd::Stored {
@@ -94,7 +99,7 @@ fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_re
         doing(&mut r),
         [caught_up(agg(1), true), Action::FetchPage(agg(2))]
     );
-    r.handle(Input::Stream(cur(&r), Note::Ready), T, 0.5);
+    r.handle(Input::Stream(cur(&r), READY), T, 0.5);
     r.handle(
         Input::Page {
             aggregate: agg(2),
@@ -378,7 +383,7 @@ fn a_failed_page_is_reported_and_tried_again_when_the_stream_is_ready() {
         ms >= 250,
         "retried after a backoff even if the stream stays up"
     );
-    r.handle(Input::Stream(cur(&r), Note::Ready), T, 0.5);
+    r.handle(Input::Stream(cur(&r), READY), T, 0.5);
     assert_eq!(doing(&mut r), [Action::FetchPage(agg(1))]);
 }
 
@@ -485,7 +490,7 @@ fn small(per_stream: usize, streams: usize) -> Reader {
 
 fn ready_all(r: &mut Reader) {
     for (id, _) in r.streams() {
-        r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+        r.handle(Input::Stream(id, READY), T, 0.5);
     }
 }
 
@@ -562,7 +567,7 @@ fn a_new_subscription_re_reads_only_the_shard_it_joins() {
     assert_eq!(r.streams()[1].1, [agg(3), agg(4)], "the shard with room");
     assert_eq!(read_all(&mut r), [agg(4)], "the new one at once");
     let id = r.streams()[1].0;
-    r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(id, READY), T, 0.5);
     assert_eq!(
         read_all(&mut r),
         [agg(3), agg(4)],
@@ -579,7 +584,7 @@ fn notes_of_a_replaced_stream_are_ignored() {
     let old = r.streams()[0].0;
     r.handle(Input::Subscribe(agg(2)), T, 0.5);
     read_all(&mut r);
-    r.handle(Input::Stream(old, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(old, READY), T, 0.5);
     r.handle(Input::StreamEnded(old), T, 0.5);
     assert_eq!(
         doing(&mut r),
@@ -643,7 +648,7 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
         T,
         0.5,
     );
-    r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(id, READY), T, 0.5);
     let first = doing(&mut r);
     assert_eq!(first, [Action::FetchPageUnlessAt(agg(1), 4)], "{first:?}");
     // agg 2 changes before its turn: its tip says nothing any more.
@@ -710,7 +715,7 @@ fn a_tip_of_a_replaced_stream_is_not_used_after_the_next_ready() {
     let s2 = cur(&r);
     assert_ne!(s1, s2);
     // S2's ready comes without tips (the gateway's tips read failed, or a null for agg 3).
-    r.handle(Input::Stream(s2, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(s2, READY), T, 0.5);
     let asked = pages_after(&mut r, agg(1));
     assert!(
         !asked.contains(&Action::FetchPageUnlessAt(agg(3), 4)),
@@ -730,7 +735,7 @@ fn a_tip_of_an_aggregate_moved_out_of_its_shard_is_not_used() {
     let sb = streams[1].0;
     let tips = members.iter().map(|a| (*a, 4)).collect();
     r.handle(Input::Tips(sa, tips), T, 0.5);
-    r.handle(Input::Stream(sa, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(sa, READY), T, 0.5);
     let Some(Action::FetchPageUnlessAt(in_flight, _)) = doing(&mut r).first().cloned() else {
         panic!("the ready's first page is asked with its tip")
     };
@@ -739,7 +744,7 @@ fn a_tip_of_an_aggregate_moved_out_of_its_shard_is_not_used() {
     r.handle(Input::StreamTooLarge(sb), T, 0.5);
     doing(&mut r);
     for (id, _) in r.streams() {
-        r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+        r.handle(Input::Stream(id, READY), T, 0.5);
     }
     let asked = pages_after(&mut r, in_flight);
     assert!(
@@ -764,7 +769,7 @@ fn tipped() -> (Reader, StreamId) {
         T,
         0.5,
     );
-    r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(id, READY), T, 0.5);
     assert_eq!(doing(&mut r), [Action::FetchPageUnlessAt(agg(1), 4)]);
     (r, id)
 }
