@@ -29,27 +29,29 @@
 //! only on a deletion; one from before it forgot on every `reset`, trims included, so a lower
 //! version there may follow a trim): versions advance on one stream, so going back there
 //! means the aggregate was deleted and recreated, its `reset` lost (the old floor would not
-//! be reached until the new versions pass it, reads waiting all along). On another stream (a reconnection, perhaps to another
-//! gateway of a fleet, or to a node still catching up) a lower version says nothing of the
-//! aggregate going back: the floor keeps the higher one. Nor does it clear what was given up
-//! on when at or below it.
+//! be reached until the new versions pass it, reads waiting all along). On another stream (a
+//! reconnection, perhaps to another gateway of a fleet, or to a node still catching up) a
+//! lower version says nothing of the aggregate going back: the floor keeps the higher one.
+//! Nor does it clear what was given up on when at or below it.
 //!
-//! Bounded: a gateway that notifies a version it never serves makes the reader retry (the
-//! drain's backoff, 250 ms doubling to its cap per retry timer fired, at most one retry
-//! pending per aggregate: pending from the [`Action::RetryLater`] asking for it until its
-//! [`Input::Retry`], not inferred from the wall clock, which may step back; a failed page's
-//! retry feeds the same input, ending the pending one, so a page that fails may start one
-//! more chain of timers beside it. Chains never multiply: a timer fired reads one page at most
-//! (catch-ups queued coalesce) and a page asks for one timer at most, so an aggregate has at
-//! most one chain plus one per page that failed outside a chain; each ends with the floor
+//! Bounded: a gateway that notifies a version it never serves makes the reader retry, with
+//! the drain's backoff (250 ms doubling to its cap per retry timer fired), until a miss that
+//! is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after the first
+//! without the cursor moving; then the floor is dropped, the executor logs it, and a
+//! `changed` at or below that version arms no floor again. A retry that moves the cursor (the
+//! replica catching up under a stream of changes) starts the clock again: each move is a
+//! version served, so this lasts as long as the aggregate keeps being written and the replica
+//! keeps lagging — bounded by the write rate, not by a count.
+//!
+//! At most one retry is pending per aggregate: from the [`Action::RetryLater`] asking for it
+//! until its [`Input::Retry`], not inferred from the wall clock, which may step back. A failed
+//! page's retry feeds the same input, ending the pending one, so a page that fails may start
+//! one more chain of timers beside it. Chains never multiply: a timer fired reads one page at
+//! most (catch-ups queued coalesce) and a page asks for one timer at most, so an aggregate has
+//! at most one chain plus one per page that failed outside a chain; each ends with the floor
 //! (reached, given up on, dropped: a page then asks for none) or at a page that asks for no
-//! timer (it does not fail, and reaches the floor or finds a retry pending). The browser's executor also keeps at most 64 timers' handles) until
-//! a miss that is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after
-//! the first without the cursor moving, then the floor is dropped,
-//! the executor logs it, and a `changed` at or below that version arms no floor again. A
-//! retry that moves the cursor (the replica catching up under a stream of changes) starts the
-//! clock again: each move is a version served, so this lasts as long as the aggregate keeps
-//! being written and the replica keeps lagging — bounded by the write rate, not by a count.
+//! timer (it does not fail, and reaches the floor or finds a retry pending). The browser's
+//! executor also keeps at most 64 timers' handles.
 
 use super::super::model::AggregateRef;
 use super::super::sorted::SortedMap;
