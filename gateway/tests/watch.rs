@@ -45,7 +45,10 @@ fn body(ids: &[&str]) -> Value {
 fn watch(gw: &Process, token: &str, ids: &[&str]) -> sse::Stream {
     let mut s = sse::open(&gw.addr, "POST", "/v1/watch", Some(token), Some(&body(ids)));
     assert_eq!(s.status, 200, "{}", s.body);
-    assert_eq!(s.expect(WAIT).event, "ready");
+    let ready = s.expect(WAIT);
+    assert_eq!(ready.event, "ready");
+    // The stream forgets what it sent only on a deletion, and says so.
+    assert_eq!(ready.data["deletedResets"], true, "{:?}", ready.data);
     s
 }
 
@@ -116,7 +119,7 @@ fn ready_carries_each_aggregate_s_version_in_the_order_named() {
     assert_eq!(ready.event, "ready");
     assert_eq!(
         ready.data,
-        json!({"tips": [null, 2, null]}),
+        json!({"tips": [null, 2, null], "deletedResets": true}),
         "A1 is at 2; A2 does not exist yet, so nobody owns it and (the default policy being \
          owner) it may be watched but not read: no version; a duplicate gets the same"
     );

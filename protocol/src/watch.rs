@@ -43,6 +43,9 @@ pub const TIPS: &str = "tips";
 pub const CODE: &str = "code";
 /// [`Reset`]'s field saying whether the aggregate was deleted (else trimmed).
 pub const DELETED: &str = "deleted";
+/// [`Ready`]'s field saying the stream forgets the versions it sent only on a deletion
+/// ([`Ready::deleted_resets`]).
+pub const DELETED_RESETS: &str = "deletedResets";
 
 /// The `POST` body: the aggregates to watch, in the order `ready`'s [`Ready::tips`] follows.
 ///
@@ -95,6 +98,13 @@ pub struct Ready {
     /// read them. A client at that version has nothing to catch up.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tips: Option<Vec<Option<u64>>>,
+    /// The stream forgets the highest version it sent of an aggregate only on a deletion (a
+    /// trim keeps it), and its `reset`s say which they are ([`Reset::deleted`]): so on this
+    /// stream a `changed` below one sent follows a deletion. Left out when false: a gateway
+    /// from before it forgot on every `reset`, trims included, and a client must not take a
+    /// lower version on such a stream for a recreation. A client from before it ignores it.
+    #[serde(rename = "deletedResets", skip_serializing_if = "std::ops::Not::not")]
+    pub deleted_resets: bool,
 }
 
 /// An aggregate `ready` says is not watched, and why.
@@ -206,8 +216,16 @@ mod tests {
             assert_eq!(m.get(DELETED), Ok(Some(&Scalar::Bool(deleted))));
         }
 
-        // `ready`: empty when there is nothing to say; else `refused` and `tips` by name.
+        // `ready`: empty when there is nothing to say; else `refused`, `tips` and
+        // `deletedResets` by name (the client reads `deletedResets` with `Members`).
         assert_eq!(serde_json::to_string(&Ready::default()).unwrap(), "{}");
+        let says = Ready {
+            deleted_resets: true,
+            ..Ready::default()
+        };
+        let says = serde_json::to_string(&says).unwrap();
+        let m = Members::parse(&says).expect("an object of scalars");
+        assert_eq!(m.get(DELETED_RESETS), Ok(Some(&Scalar::Bool(true))));
         let ready = serde_json::to_value(Ready {
             refused: vec![Refused {
                 type_id: a.type_id,
@@ -215,6 +233,7 @@ mod tests {
                 code: 40302,
             }],
             tips: Some(vec![Some(3), None]),
+            deleted_resets: true,
         })
         .unwrap();
         let entry = &ready[REFUSED][0];
@@ -222,5 +241,6 @@ mod tests {
         assert_eq!(entry[ID], a.id.to_string());
         assert_eq!(entry[CODE], 40302);
         assert_eq!(ready[TIPS], serde_json::json!([3, null]));
+        assert_eq!(ready[DELETED_RESETS], true);
     }
 }

@@ -149,7 +149,9 @@ impl World {
                     .collect();
                 self.feed(Input::Tips(id, tips));
             }
-            Note::Ready
+            Note::Ready {
+                deleted_resets: true,
+            }
         };
         self.feed(Input::Stream(id, note));
         true
@@ -177,7 +179,12 @@ impl World {
                 // A late callback of a stream closed or ended since: ignored by the machine.
                 let id = self.gone[self.rng.below(self.gone.len() as u64) as usize];
                 let input = match self.rng.below(4) {
-                    0 => Input::Stream(id, Note::Ready),
+                    0 => Input::Stream(
+                        id,
+                        Note::Ready {
+                            deleted_resets: true,
+                        },
+                    ),
                     1 => Input::Stream(id, Note::Resync),
                     2 => Input::Stream(
                         id,

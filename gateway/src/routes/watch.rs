@@ -270,6 +270,8 @@ async fn open(
     let ready = Ready {
         refused,
         tips: tips(state, &named, &registration, &unreadable, ask).await,
+        // `Slot` forgets what a stream sent only on a deletion (`watch::slot`).
+        deleted_resets: true,
     };
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);

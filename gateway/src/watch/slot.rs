@@ -6,8 +6,12 @@
 //! coalesce into its highest version, a reset is a flag per aggregate (whether it was a
 //! deletion), a resync one flag that replaces everything pending. Versions sent never go
 //! backwards (the slot remembers the last version it sent per aggregate, again one entry per
-//! watched aggregate) until the aggregate is deleted: a deleted aggregate created again is
-//! notified from its new versions. A trim keeps the tip, so it forgets nothing: a `changed`
+//! watched aggregate) until the hub passes the aggregate's deletion on ([`Slot::reset`] with
+//! `deleted`): a deleted aggregate created again is then notified from its new versions. A
+//! deletion the hub never sees (committed while no upstream watch is open, or lost when the
+//! hub lags: a [`Slot::resync`] instead) forgets nothing: the recreated aggregate's versions
+//! up to the last one sent are not sent on this stream at all, until it is reopened. A trim
+//! keeps the tip, so it forgets nothing: a `changed`
 //! below a version sent after a trim (an upstream watch renewed on a node still catching up)
 //! is not sent. So on one stream a version below one sent follows a deletion, always — what
 //! the client's floors rely on (`docs/architecture.md`, "Floors").

@@ -92,12 +92,14 @@ impl ReaderRuntime {
                 let tip = js::get_u64(&parsed, "tip");
                 if probe {
                     // Version 1 is still there (else 410): gone only if the aggregate was
-                    // deleted or recreated below what the local log holds.
+                    // deleted or recreated below what the local log holds (or this replica
+                    // lags behind it).
                     return page::probed(tip, cursor);
                 }
                 if page::shrunk(tip, cursor) {
                     // Deleted while no `reset` reached this device (the stream was down or
-                    // lagged): found by the page itself (tests/read_model.rs).
+                    // lagged): found by the page itself (tests/read_model.rs). Or a replica
+                    // behind the cursor: the read machine keeps the floor on `Gone`.
                     return PageEnd::Gone;
                 }
                 let size = u64::from(text.unchecked_ref::<js_sys::JsString>().length());

@@ -10,11 +10,13 @@
 //!
 //! A floor goes when it is reached, when a `reset` says the aggregate was deleted (after a
 //! deletion its versions restart, so an older floor would never be reached; a `reset` that
-//! does not say, from a gateway before `deleted`, counts as one), when a page finds the
-//! aggregate gone (its tip below the cursor: deleted while no `reset` reached this device),
-//! when the last subscriber goes (unless reads still wait for it: then when no read waits any
-//! more, see `Reader::page_end`), and with the reader (a new one starts without). A trim (a
-//! 410, `Trimmed`, or a `reset` saying `deleted: false`) keeps it: a trim keeps the tip.
+//! does not say, from a gateway before `deleted`, counts as one), when the last subscriber
+//! goes (unless reads still wait for it: then when no read waits any more, see
+//! `Reader::page_end`), and with the reader (a new one starts without). A trim (a 410,
+//! `Trimmed`, or a `reset` saying `deleted: false`) keeps it: a trim keeps the tip. So does a
+//! page that finds the aggregate `Gone` (its tip below the cursor): deleted while no `reset`
+//! reached this device, or only a replica behind the cursor, whose re-read must not answer
+//! the reads below their floor; a real deletion ends it as above, or by the give-up.
 //!
 //! The floor a read needs is the one in force when it first boarded a page request
 //! ([`Floors::board`], kept per read by [`super::catch_up`]): a catch-up that reaches it
@@ -23,29 +25,33 @@
 //! catch-up).
 //!
 //! A `changed` below the floor replaces it only when it comes on the stream that raised the
-//! floor: versions advance on one stream, so going back there means the aggregate was deleted
-//! and recreated, its `reset` lost (the old floor would not be reached until the new versions
-//! pass it, reads waiting all along). On another stream (a reconnection, perhaps to another
-//! gateway of a fleet, or to a node still catching up) a lower version says nothing of the
-//! aggregate going back: the floor keeps the higher one. Nor does it clear what was given up
-//! on when at or below it.
+//! floor, and that stream's `ready` said `deletedResets` (its gateway forgets what it sent
+//! only on a deletion; one from before it forgot on every `reset`, trims included, so a lower
+//! version there may follow a trim): versions advance on one stream, so going back there
+//! means the aggregate was deleted and recreated, its `reset` lost (the old floor would not
+//! be reached until the new versions pass it, reads waiting all along). On another stream (a
+//! reconnection, perhaps to another gateway of a fleet, or to a node still catching up) a
+//! lower version says nothing of the aggregate going back: the floor keeps the higher one.
+//! Nor does it clear what was given up on when at or below it.
 //!
-//! Bounded: a gateway that notifies a version it never serves makes the reader retry (the
-//! drain's backoff, 250 ms doubling to its cap per retry timer fired, at most one retry
-//! pending per aggregate: pending from the [`Action::RetryLater`] asking for it until its
-//! [`Input::Retry`], not inferred from the wall clock, which may step back; a failed page's
-//! retry feeds the same input, ending the pending one, so a page that fails may start one
-//! more chain of timers beside it. Chains never multiply: a timer fired reads one page at most
-//! (catch-ups queued coalesce) and a page asks for one timer at most, so an aggregate has at
-//! most one chain plus one per page that failed outside a chain; each ends with the floor
+//! Bounded: a gateway that notifies a version it never serves makes the reader retry, with
+//! the drain's backoff (250 ms doubling to its cap per retry timer fired), until a miss that
+//! is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after the first
+//! without the cursor moving; then the floor is dropped, the executor logs it, and a
+//! `changed` at or below that version arms no floor again. A retry that moves the cursor (the
+//! replica catching up under a stream of changes) starts the clock again: each move is a
+//! version served, so this lasts as long as the aggregate keeps being written and the replica
+//! keeps lagging — bounded by the write rate, not by a count.
+//!
+//! At most one retry is pending per aggregate: from the [`Action::RetryLater`] asking for it
+//! until its [`Input::Retry`], not inferred from the wall clock, which may step back. A failed
+//! page's retry feeds the same input, ending the pending one, so a page that fails may start
+//! one more chain of timers beside it. Chains never multiply: a timer fired reads one page at
+//! most (catch-ups queued coalesce) and a page asks for one timer at most, so an aggregate has
+//! at most one chain plus one per page that failed outside a chain; each ends with the floor
 //! (reached, given up on, dropped: a page then asks for none) or at a page that asks for no
-//! timer (it does not fail, and reaches the floor or finds a retry pending). The browser's executor also keeps at most 64 timers' handles) until
-//! a miss that is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after
-//! the first without the cursor moving, then the floor is dropped,
-//! the executor logs it, and a `changed` at or below that version arms no floor again. A
-//! retry that moves the cursor (the replica catching up under a stream of changes) starts the
-//! clock again: each move is a version served, so this lasts as long as the aggregate keeps
-//! being written and the replica keeps lagging — bounded by the write rate, not by a count.
+//! timer (it does not fail, and reaches the floor or finds a retry pending). The browser's
+//! executor also keeps at most 64 timers' handles.
 
 use super::super::model::AggregateRef;
 use super::super::sorted::SortedMap;
@@ -131,15 +137,25 @@ pub(crate) struct Floors {
 }
 
 impl Floors {
-    /// A `changed` on stream `stream` said the aggregate reached `version`.
-    pub(crate) fn notified(&mut self, aggregate: AggregateRef, version: u64, stream: StreamId) {
+    /// A `changed` on stream `stream` said the aggregate reached `version`; `goes_back`: that
+    /// stream's `ready` said a version below one it sent follows a deletion (`deletedResets`).
+    pub(crate) fn notified(
+        &mut self,
+        aggregate: AggregateRef,
+        version: u64,
+        stream: StreamId,
+        goes_back: bool,
+    ) {
         let given_up = self.given_up.get(&aggregate).is_some_and(|v| version <= *v);
         if let Some(floor) = self.by_aggregate.get_mut(&aggregate)
             && version < floor.version
         {
-            if floor.stream != stream {
+            if floor.stream != stream || !goes_back {
                 // Another stream (a reconnection, perhaps to a node behind): versions only
-                // advance on one stream, so this says nothing of them going back.
+                // advance on one stream, so this says nothing of them going back. Nor on a
+                // stream of a gateway that forgets what it sent on a trim's `reset` too (no
+                // `deletedResets`): after a trim whose `reset` a `resync` swallowed, a node
+                // still catching up may send a lower version. The floor keeps the higher one.
                 return;
             }
             // Went back on the stream that raised the floor: deleted and recreated, its

@@ -38,7 +38,13 @@ impl ReadState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Note {
     /// Subscribed: everything from now on will be notified.
-    Ready,
+    Ready {
+        /// The gateway said `"deletedResets": true`: its stream forgets the versions it sent
+        /// only on a deletion, so a `changed` on it below one it sent follows a deletion. False
+        /// when it does not say (a gateway from before it forgot them on every `reset`, trims
+        /// included).
+        deleted_resets: bool,
+    },
     /// The aggregate reached `version`.
     Changed {
         /// The aggregate.
@@ -76,7 +82,8 @@ pub enum PageEnd {
         /// The lowest version still available.
         min_version: u64,
     },
-    /// The aggregate is gone on the server (deleted, or recreated below the local cursor).
+    /// The aggregate is gone on the server (deleted, or recreated below the local cursor), or
+    /// the reply came from a replica behind the cursor: read again from scratch, the floor kept.
     Gone,
     /// Not read (network, timeout, a refusal); try again later.
     Failed {

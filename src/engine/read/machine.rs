@@ -293,8 +293,13 @@ impl Reader {
                         });
                     }
                     PageEnd::Gone => {
-                        // Deleted: its versions restart, a floor from before means nothing.
-                        self.floors.forget(&aggregate);
+                        // The tip is below the cursor: deleted, or only a replica behind the
+                        // cursor (a probe or page answered by a node that lags). Read again
+                        // from scratch, but the floor and the reads' needs stay, as on a trim:
+                        // dropped, a re-read from that replica would answer every read aboard
+                        // below the floor it boarded with. A real deletion still ends them (a
+                        // deletion's `reset`, a lower `changed` on the same stream where its
+                        // `ready` allows, or the give-up).
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
                             aggregate,
@@ -427,6 +432,7 @@ impl Reader {
         }
         s.id = id;
         s.phase = Phase::Opening;
+        s.deleted_resets = false;
         let aggregates = s.members.iter().copied().collect();
         self.emit(Action::OpenStream { id, aggregates });
     }
@@ -436,9 +442,10 @@ impl Reader {
             return; // a stream replaced or closed since
         };
         match note {
-            Note::Ready => {
+            Note::Ready { deleted_resets } => {
                 shard.phase = Phase::Up;
                 shard.attempt = 0;
+                shard.deleted_resets = deleted_resets;
                 // The stream covers what happens from now on: catch up what happened before.
                 let members: Vec<AggregateRef> = shard.members.iter().copied().collect();
                 for aggregate in members {
@@ -452,7 +459,8 @@ impl Reader {
             Note::Changed { aggregate, version } => {
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
-                    self.floors.notified(aggregate, version, id);
+                    let goes_back = shard.deleted_resets;
+                    self.floors.notified(aggregate, version, id, goes_back);
                     self.enqueue(aggregate);
                 }
             }
@@ -565,3 +573,7 @@ mod read_tests;
 #[cfg(test)]
 #[path = "machine_floor_tests.rs"]
 mod floor_tests;
+
+#[cfg(test)]
+#[path = "machine_floor_reset_tests.rs"]
+mod floor_reset_tests;

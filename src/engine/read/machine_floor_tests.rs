@@ -10,6 +10,11 @@ use uuid::Uuid;
 
 const T: u64 = 1_000_000;
 
+/// A `ready` of the gateway as it is now: its resets say deletions (`deletedResets`).
+const READY: Note = Note::Ready {
+    deleted_resets: true,
+};
+
 fn agg(n: u128) -> AggregateRef {
     AggregateRef {
         type_id: Uuid::from_u128(7),
@@ -69,10 +74,7 @@ fn watching(a: AggregateRef) -> Reader {
     on(&mut r, Input::Subscribe(a));
     on(&mut r, last(a, 0));
     let id = r.streams()[0].0;
-    assert_eq!(
-        on(&mut r, Input::Stream(id, Note::Ready)),
-        [Action::FetchPage(a)]
-    );
+    assert_eq!(on(&mut r, Input::Stream(id, READY)), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
     r
 }
@@ -94,10 +96,7 @@ fn a_catch_up_below_the_notified_version_is_read_again_and_its_reads_wait_for_it
     assert_eq!(at(&mut r, last(a, 4), T + 250), [retry(a, 250)]);
     // The stream's `ready` reads it again too, as after a failed page.
     let id = r.streams()[0].0;
-    assert_eq!(
-        on(&mut r, Input::Stream(id, Note::Ready)),
-        [Action::FetchPage(a)]
-    );
+    assert_eq!(on(&mut r, Input::Stream(id, READY)), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[tag(1)])]);
     // Reached: the floor is gone, a later catch-up at 5 is caught up whatever it reads.
     assert_eq!(on(&mut r, Input::CatchUp(a)), [Action::FetchPage(a)]);
@@ -240,7 +239,7 @@ fn a_change_during_the_page_reads_again_at_once_without_a_miss() {
 }
 
 #[test]
-fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
+fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_or_gone_keeps_it() {
     let a = agg(1);
     // A deletion's `reset` (versions restart; also a `reset` that does not say which).
     let mut r = watching(a);
@@ -255,7 +254,8 @@ fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
         on(&mut r, last(a, 3)),
         [caught_up(a, true, &[]), Action::Probe(a)]
     );
-    // A page that finds it gone (deleted while no `reset` reached the device).
+    // A page that finds it gone (deleted while no `reset` reached the device, or a replica
+    // behind the cursor).
     let mut r = watching(a);
     changed(&mut r, a, 5);
     let gone = Input::Page {
@@ -271,7 +271,10 @@ fn a_deletion_or_the_last_unsubscribe_drops_the_floor_and_a_trim_keeps_it() {
         }]
     );
     assert_eq!(on(&mut r, Input::LogReset(a)), [Action::FetchPage(a)]);
-    assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
+    // (A `Gone` keeps the floor: perhaps only a replica behind the cursor answered. A real
+    // deletion's recreated versions stay below it until a `reset`, a lower `changed` or the
+    // give-up ends it: `machine_floor_reset_tests.rs`.)
+    assert_eq!(on(&mut r, last(a, 0)), [retry(a, 250)]);
     // The last subscriber gone: a new subscription starts without it.
     let mut r = watching(a);
     changed(&mut r, a, 5);
@@ -415,10 +418,7 @@ fn a_change_below_the_floor_on_another_stream_keeps_the_floor() {
             .any(|a| matches!(a, Action::OpenStream { id, .. } if *id == s2)),
         "{reopened:?}"
     );
-    assert_eq!(
-        on(&mut r, Input::Stream(s2, Note::Ready)),
-        [Action::FetchPage(a)]
-    );
+    assert_eq!(on(&mut r, Input::Stream(s2, READY)), [Action::FetchPage(a)]);
     assert_eq!(changed(&mut r, a, 9), []);
     // The page ends at 9: R (boarded at 10) still waits, the floor still 10 (read again for
     // the change, then waiting for the retry asked first).

@@ -7,7 +7,7 @@ use crate::engine::read::streams::POLL_UNWATCHED_MS;
 
 fn ready_all(r: &mut Reader) {
     for (id, _) in r.streams() {
-        r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+        r.handle(Input::Stream(id, READY), T, 0.5);
     }
 }
 
@@ -84,7 +84,7 @@ fn a_new_subscription_re_reads_only_the_shard_it_joins() {
     assert_eq!(r.streams()[1].1, [agg(3), agg(4)], "the shard with room");
     assert_eq!(read_all(&mut r), [agg(4)], "the new one at once");
     let id = r.streams()[1].0;
-    r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(id, READY), T, 0.5);
     assert_eq!(
         read_all(&mut r),
         [agg(3), agg(4)],
@@ -101,7 +101,7 @@ fn notes_of_a_replaced_stream_are_ignored() {
     let old = r.streams()[0].0;
     r.handle(Input::Subscribe(agg(2)), T, 0.5);
     read_all(&mut r);
-    r.handle(Input::Stream(old, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(old, READY), T, 0.5);
     r.handle(Input::StreamEnded(old), T, 0.5);
     assert_eq!(
         doing(&mut r),

@@ -43,6 +43,11 @@ fn reader() -> Reader {
 
 const T: u64 = 1_000_000;
 
+/// A `ready` of the gateway as it is now: its resets say deletions (`deletedResets`).
+const READY: Note = Note::Ready {
+    deleted_resets: true,
+};
+
 /// A catch-up's last page, its log at version 9: at or above whatever these tests notify
 /// (`machine_floor_tests.rs` has the pages that end below).
 const LAST: PageEnd = PageEnd::Stored {
@@ -95,7 +100,7 @@ fn the_stream_opens_first_and_every_watched_aggregate_is_caught_up_once_it_is_re
         doing(&mut r),
         [caught_up(agg(1), true), Action::FetchPage(agg(2))]
     );
-    r.handle(Input::Stream(cur(&r), Note::Ready), T, 0.5);
+    r.handle(Input::Stream(cur(&r), READY), T, 0.5);
     r.handle(
         Input::Page {
             aggregate: agg(2),
@@ -379,7 +384,7 @@ fn a_failed_page_is_reported_and_tried_again_when_the_stream_is_ready() {
         ms >= 250,
         "retried after a backoff even if the stream stays up"
     );
-    r.handle(Input::Stream(cur(&r), Note::Ready), T, 0.5);
+    r.handle(Input::Stream(cur(&r), READY), T, 0.5);
     assert_eq!(doing(&mut r), [Action::FetchPage(agg(1))]);
 }
 

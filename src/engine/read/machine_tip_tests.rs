@@ -18,7 +18,7 @@ fn a_ready_s_tips_spare_pages_until_anything_says_the_aggregate_moved() {
         T,
         0.5,
     );
-    r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(id, READY), T, 0.5);
     let first = doing(&mut r);
     assert_eq!(first, [Action::FetchPageUnlessAt(agg(1), 4)], "{first:?}");
     // agg 2 changes before its turn: its tip says nothing any more.
@@ -85,7 +85,7 @@ fn a_tip_of_a_replaced_stream_is_not_used_after_the_next_ready() {
     let s2 = cur(&r);
     assert_ne!(s1, s2);
     // S2's ready comes without tips (the gateway's tips read failed, or a null for agg 3).
-    r.handle(Input::Stream(s2, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(s2, READY), T, 0.5);
     let asked = pages_after(&mut r, agg(1));
     assert!(
         !asked.contains(&Action::FetchPageUnlessAt(agg(3), 4)),
@@ -105,7 +105,7 @@ fn a_tip_of_an_aggregate_moved_out_of_its_shard_is_not_used() {
     let sb = streams[1].0;
     let tips = members.iter().map(|a| (*a, 4)).collect();
     r.handle(Input::Tips(sa, tips), T, 0.5);
-    r.handle(Input::Stream(sa, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(sa, READY), T, 0.5);
     let Some(Action::FetchPageUnlessAt(in_flight, _)) = doing(&mut r).first().cloned() else {
         panic!("the ready's first page is asked with its tip")
     };
@@ -114,7 +114,7 @@ fn a_tip_of_an_aggregate_moved_out_of_its_shard_is_not_used() {
     r.handle(Input::StreamTooLarge(sb), T, 0.5);
     doing(&mut r);
     for (id, _) in r.streams() {
-        r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+        r.handle(Input::Stream(id, READY), T, 0.5);
     }
     let asked = pages_after(&mut r, in_flight);
     assert!(
@@ -139,7 +139,7 @@ fn tipped() -> (Reader, StreamId) {
         T,
         0.5,
     );
-    r.handle(Input::Stream(id, Note::Ready), T, 0.5);
+    r.handle(Input::Stream(id, READY), T, 0.5);
     assert_eq!(doing(&mut r), [Action::FetchPageUnlessAt(agg(1), 4)]);
     (r, id)
 }

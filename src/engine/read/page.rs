@@ -9,8 +9,9 @@ use super::log::Cursor;
 use super::machine::PageEnd;
 
 /// Whether a `200`'s `tip` says the server holds less than the log that asked (read at
-/// `cursor`): the aggregate was deleted, or recreated below the cursor. Versions only grow
-/// otherwise, and a trim keeps the tip. A reply without a tip says nothing.
+/// `cursor`): the aggregate was deleted, or recreated below the cursor — or the reply came
+/// from a replica behind the cursor (the read machine keeps its floor on `Gone` for that).
+/// Versions only grow otherwise, and a trim keeps the tip. A reply without a tip says nothing.
 pub fn shrunk(tip: Option<u64>, cursor: Cursor) -> bool {
     tip.is_some_and(|tip| tip < cursor.version)
 }

@@ -136,7 +136,14 @@ fn aggregate_of(members: &Members) -> Option<AggregateRef> {
 pub fn note(event: &Event) -> Result<Option<Note>, Unreadable> {
     let members = || Members::parse(&event.data).ok_or(Unreadable);
     Ok(Some(match event.name.as_str() {
-        watch::READY => Note::Ready,
+        // Read leniently: `ready`'s data matters to the floors only when it says
+        // `deletedResets: true`; anything else (absent, an older gateway; unreadable) is false,
+        // the side that keeps the higher floor.
+        watch::READY => Note::Ready {
+            deleted_resets: members().is_ok_and(|m| {
+                matches!(m.get(watch::DELETED_RESETS), Ok(Some(Scalar::Bool(true))))
+            }),
+        },
         watch::RESYNC => Note::Resync,
         watch::CHANGED => {
             let m = members()?;
@@ -249,7 +256,19 @@ mod tests {
             type_id: Uuid::from_u128(7),
             id: Uuid::from_u128(9),
         };
-        assert_eq!(note(&ev("ready", "{}".into())), Ok(Some(Note::Ready)));
+        // `deletedResets` says the stream forgets what it sent only on a deletion; absent (an
+        // older gateway), false, or not a boolean: it does not.
+        let ready = |data: &str| note(&ev("ready", data.into()));
+        let says = |deleted_resets| Ok(Some(Note::Ready { deleted_resets }));
+        assert_eq!(ready("{}"), says(false));
+        assert_eq!(ready(r#"{"deletedResets":false}"#), says(false));
+        assert_eq!(ready(r#"{"deletedResets":"yes"}"#), says(false));
+        assert_eq!(ready("not json"), says(false));
+        assert_eq!(ready(r#"{"deletedResets":true}"#), says(true));
+        // Beside `refused` and `tips` (arrays, skipped).
+        let refused = format!(r#"[{{"typeId":"{a}","id":"{b}","code":40302}}]"#);
+        let full = format!(r#"{{"refused":{refused},"tips":[7,null],"deletedResets":true}}"#);
+        assert_eq!(ready(&full), says(true));
         assert_eq!(
             note(&ev(
                 "changed",

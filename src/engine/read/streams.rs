@@ -80,6 +80,9 @@ pub(crate) struct Shard {
     pub(crate) phase: Phase,
     /// Consecutive failures of this shard's stream.
     pub(crate) attempt: u32,
+    /// The current stream's `ready` said `deletedResets` (false until it is ready): a
+    /// `changed` on it below a floor it raised is a recreation ([`super::floors`]).
+    pub(crate) deleted_resets: bool,
 }
 
 /// The shards and what fits in none.
@@ -155,6 +158,7 @@ impl Streams {
                     members: SortedSet::new(),
                     phase: Phase::Down { retry_at: 0 },
                     attempt: 0,
+                    deleted_resets: false,
                 });
                 self.shards.len() - 1
             }

@@ -6,7 +6,12 @@
 //!
 //! * a notification with a `keep_from_aggregate_version` (a trim: `deleted: false`), or
 //!   without a `to_aggregate_version` (a delete: `deleted: true`), is a [`Change::Reset`]; any
-//!   other is a [`Change::Changed`] to its `to_aggregate_version`;
+//!   other is a [`Change::Changed`] to its `to_aggregate_version`. By its fields, not its
+//!   `operation` code: the codes are not documented (request codes put Write at 3, TrimStart
+//!   at 4, Delete at 5, but `celeriant_client_tokio`'s own fixtures send 1 for a write), so
+//!   they are only checked: [`OperationCodes`] warns once if one kind read by fields comes
+//!   with two codes (a delete that names a version, say, read as a write: the mapping would
+//!   be wrong, `docs/celeriant.md`);
 //! * on every (re)connection, after the watch is open, a [`Change::Resync`]: whatever was
 //!   committed while no watch was open was not notified, so every stream catches up;
 //! * an error, the end of the watch, or a watch left mid-frame (`is_desynchronised`) is a
@@ -92,6 +97,44 @@ pub fn change_of(event: &WatchResponseEvent) -> Change {
     }
 }
 
+/// The `operation` code first seen with each kind of change read by fields (write, trim,
+/// delete): a second code for one kind means the fields do not tell the kinds apart as
+/// [`change_of`] assumes, which is warned of once per kind (not acted on: which code means
+/// what is not documented).
+#[derive(Debug, Default)]
+pub struct OperationCodes {
+    first: [Option<u8>; 3],
+    warned: [bool; 3],
+}
+
+impl OperationCodes {
+    /// Notes `event`'s code for the kind `change` (read from it); whether this is the first
+    /// disagreement for that kind (then warned of).
+    pub fn check(&mut self, event: &WatchResponseEvent, change: &Change) -> bool {
+        let (kind, name) = match change {
+            Change::Changed { .. } => (0, "write"),
+            Change::Reset { deleted: false, .. } => (1, "trim"),
+            Change::Reset { deleted: true, .. } => (2, "delete"),
+            Change::Resync => return false,
+        };
+        let first = *self.first[kind].get_or_insert(event.operation);
+        if first == event.operation || self.warned[kind] {
+            return false;
+        }
+        self.warned[kind] = true;
+        tracing::warn!(
+            kind = name,
+            first,
+            now = event.operation,
+            to = ?event.to_aggregate_version,
+            keep_from = ?event.keep_from_aggregate_version,
+            "celeriant watch: notifications read as one kind carry two operation codes; \
+             the mapping by fields may be wrong (docs/celeriant.md)"
+        );
+        true
+    }
+}
+
 fn request(org: Option<Uuid>) -> WatchRequest {
     WatchRequest {
         correlation_id: None,
@@ -144,6 +187,7 @@ pub async fn run(
     };
     let mut backoff = FIRST_BACKOFF;
     let mut reported = false;
+    let mut codes = OperationCodes::default();
     let renew = settings.renew.max(Duration::from_millis(1));
     loop {
         if changes.receiver_count() == 0 {
@@ -177,7 +221,9 @@ pub async fn run(
                 Ok(Some(response)) => {
                     backoff = FIRST_BACKOFF;
                     for event in &response.events {
-                        publish(change_of(event));
+                        let change = change_of(event);
+                        codes.check(event, &change);
+                        publish(change);
                     }
                 }
                 Ok(None) => {
@@ -216,11 +262,15 @@ mod tests {
     use super::*;
 
     fn event(to: Option<u64>, keep: Option<u64>) -> WatchResponseEvent {
+        coded(to, keep, 1)
+    }
+
+    fn coded(to: Option<u64>, keep: Option<u64>, operation: u8) -> WatchResponseEvent {
         WatchResponseEvent {
             org_id: 1,
             aggregate_type_id: 2,
             aggregate_id: 3,
-            operation: 1,
+            operation,
             from_aggregate_version: None,
             to_aggregate_version: to,
             keep_from_aggregate_version: keep,
@@ -247,5 +297,22 @@ mod tests {
             change_of(&event(None, None)),
             Change::Reset { deleted: true, .. }
         ));
+    }
+
+    #[test]
+    fn two_operation_codes_for_one_kind_are_warned_of_once() {
+        let mut codes = OperationCodes::default();
+        let mut check = |e: WatchResponseEvent| codes.check(&e, &change_of(&e));
+        // Each kind keeps its own code: no disagreement.
+        assert!(!check(coded(Some(7), None, 3)));
+        assert!(!check(coded(None, Some(4), 4)));
+        assert!(!check(coded(None, None, 5)));
+        assert!(!check(coded(Some(8), None, 3)));
+        // A delete naming a version, read as a write: a second code for writes, once.
+        assert!(check(coded(Some(9), None, 5)));
+        assert!(!check(coded(Some(9), None, 5)));
+        assert!(!check(coded(Some(9), None, 6)));
+        // The other kinds are checked on their own.
+        assert!(check(coded(None, None, 3)));
     }
 }

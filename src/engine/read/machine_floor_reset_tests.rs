@@ -1,0 +1,192 @@
+//! Unit tests of the read machine's floors across what may look like the aggregate going
+//! back: a page or probe that finds it `Gone` (perhaps only a replica behind the cursor), and
+//! a `changed` below the floor, taken for a recreation only on the stream that raised the
+//! floor and only when that stream's `ready` said its resets say deletions (kept apart from
+//! `machine_floor_tests.rs`, which holds the retries and give-up).
+
+use super::*;
+use crate::engine::read::message::ReadTag;
+use uuid::Uuid;
+
+const T: u64 = 1_000_000;
+
+fn agg(n: u128) -> AggregateRef {
+    AggregateRef {
+        type_id: Uuid::from_u128(7),
+        id: Uuid::from_u128(n),
+    }
+}
+
+fn tag(waiter: u64) -> ReadTag {
+    ReadTag { context: 3, waiter }
+}
+
+/// Handles `input`; what it does, reports left out.
+fn on(r: &mut Reader, input: Input) -> Vec<Action> {
+    r.handle(input, T, 0.5);
+    std::iter::from_fn(|| r.poll())
+        .filter(|a| !matches!(a, Action::Report(_)))
+        .collect()
+}
+
+/// The catch-up's last page, its log at `version`.
+fn last(aggregate: AggregateRef, version: u64) -> Input {
+    Input::Page {
+        aggregate,
+        end: PageEnd::Stored {
+            more: false,
+            version,
+        },
+    }
+}
+
+/// The stream says `aggregate` reached `version`.
+fn changed(r: &mut Reader, aggregate: AggregateRef, version: u64) -> Vec<Action> {
+    let id = r.streams()[0].0;
+    on(r, Input::Stream(id, Note::Changed { aggregate, version }))
+}
+
+fn caught_up(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> Action {
+    Action::CaughtUp {
+        aggregate,
+        ok,
+        reads: reads.to_vec(),
+    }
+}
+
+fn retry(aggregate: AggregateRef, ms: u64) -> Action {
+    Action::RetryLater { aggregate, ms }
+}
+
+/// A reader watching `a` over a ready stream (whose `ready` says `deleted_resets`), caught up
+/// at version 0.
+fn watching(a: AggregateRef, deleted_resets: bool) -> Reader {
+    let mut r = Reader::new(Backoff::default());
+    on(&mut r, Input::Subscribe(a));
+    on(&mut r, last(a, 0));
+    let id = r.streams()[0].0;
+    assert_eq!(
+        on(&mut r, Input::Stream(id, Note::Ready { deleted_resets })),
+        [Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
+    r
+}
+
+/// Round 5's SF1: a probe after a trim's `reset` answered by a replica at 8, below the cursor
+/// at 9, finds the aggregate `Gone`; the floor went with it, and the re-read from that replica,
+/// ending at 8, answered a read boarded with 10 fresh at 8. The floor and the read's need now
+/// stay: the re-read ending at 8 is a miss, retried, and the read waits for 10.
+#[test]
+fn a_replica_behind_the_cursor_answers_no_read_below_its_floor() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    let id = r.streams()[0].0;
+    let trim = Note::Reset {
+        aggregate: a,
+        deleted: false,
+    };
+    assert_eq!(on(&mut r, Input::Stream(id, trim)), []);
+    // The page in flight ends at 9: below 10, the read waits; then the probe.
+    assert_eq!(on(&mut r, last(a, 9)), [Action::Probe(a)]);
+    let gone = Input::Page {
+        aggregate: a,
+        end: PageEnd::Gone,
+    };
+    assert_eq!(
+        on(&mut r, gone),
+        [Action::ResetLog {
+            aggregate: a,
+            min_version: 1,
+            gone: true
+        }]
+    );
+    assert_eq!(on(&mut r, Input::LogReset(a)), [Action::FetchPage(a)]);
+    // The re-read from the replica at 8: not fresh for a read that boarded with 10.
+    assert_eq!(on(&mut r, last(a, 8)), []);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+}
+
+/// Round 5's SF2: a gateway from before `deletedResets` forgets what a stream sent on every
+/// `reset`, trims included: `changed(a, 10)`, a read boarding with 10, a trim whose `reset` a
+/// `resync` swallowed, and a renewed upstream watch on a node still catching up sends
+/// `changed(a, 9)` on the same stream. Taken for a recreation, it replaced the floor and the
+/// page ending at 9 answered the read at 9. On such a stream the floor keeps the higher
+/// version; on one whose `ready` said `deletedResets`, the lower version replaces it.
+#[test]
+fn a_lower_change_replaces_the_floor_only_on_a_stream_whose_resets_say_deletions() {
+    let a = agg(1);
+    for deleted_resets in [false, true] {
+        let mut r = watching(a, deleted_resets);
+        assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+        assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+        assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+        let id = r.streams()[0].0;
+        assert_eq!(on(&mut r, Input::Stream(id, Note::Resync)), []);
+        assert_eq!(changed(&mut r, a, 9), []);
+        let ends_at_9 = on(&mut r, last(a, 9));
+        if deleted_resets {
+            // A recreation: the floor is 9 now, reached (read again for the change queued).
+            assert_eq!(
+                ends_at_9,
+                [caught_up(a, true, &[tag(1)]), Action::FetchPage(a)]
+            );
+            continue;
+        }
+        // The floor is still 10: the read waits (read again for the change queued, then the
+        // retry asked first).
+        assert_eq!(ends_at_9, [Action::FetchPage(a)], "9 is below 10");
+        assert_eq!(on(&mut r, last(a, 9)), []);
+        assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+        assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+    }
+}
+
+/// The capability is the current stream's: a stream replaced by one whose `ready` does not
+/// say it (another gateway of a fleet, an older one) takes no lower version for a recreation,
+/// though the floor was raised on it.
+#[test]
+fn a_stream_reopened_without_deleted_resets_keeps_the_higher_floor() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    // Its stream is reopened (the same shard, a new id) and is ready without the field.
+    let s1 = r.streams()[0].0;
+    on(&mut r, Input::StreamEnded(s1));
+    r.handle(Input::TimerFired, T + 60_000, 0.5);
+    while r.poll().is_some() {}
+    let s2 = r.streams()[0].0;
+    assert_ne!(s1, s2);
+    let ready = Note::Ready {
+        deleted_resets: false,
+    };
+    assert_eq!(on(&mut r, Input::Stream(s2, ready)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    // The new stream raises the floor to 11, then notifies 9: no recreation on it either.
+    let on_s2 = |r: &mut Reader, version| {
+        on(
+            r,
+            Input::Stream(
+                s2,
+                Note::Changed {
+                    aggregate: a,
+                    version,
+                },
+            ),
+        )
+    };
+    assert_eq!(on_s2(&mut r, 11), [Action::FetchPage(a)]);
+    assert_eq!(on_s2(&mut r, 9), []);
+    // The page ends at 9, below 11: read again for the change, then the retry asked first.
+    assert_eq!(on(&mut r, last(a, 9)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 11)), [caught_up(a, true, &[tag(1)])]);
+}
