@@ -16,7 +16,8 @@
 //! `Trimmed`, or a `reset` saying `deleted: false`) keeps it: a trim keeps the tip. So does a
 //! page that finds the aggregate `Gone` (its tip below the cursor): deleted while no `reset`
 //! reached this device, or only a replica behind the cursor, whose re-read must not answer
-//! the reads below their floor; a real deletion ends it as above, or by the give-up.
+//! the reads below their floor; a real deletion ends it as above, by the recreated versions
+//! reaching the floor, or by the give-up.
 //!
 //! The floor a read needs is the one in force when it first boarded a page request
 //! ([`Floors::board`], kept per read by [`super::catch_up`]): a catch-up that reaches it
