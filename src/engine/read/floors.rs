@@ -41,10 +41,10 @@
 //! without the cursor moving; then the floor is dropped, the executor logs it, and a
 //! `changed` at or below that version arms no floor again — until a page finds the aggregate
 //! `Gone` (perhaps recreated: its new versions up to it must arm floors); nor is a floor kept
-//! through `Gone` recorded when given up on (each floor re-armed is bounded by a give-up). A retry that moves the cursor (the
-//! replica catching up under a stream of changes) starts the clock again: each move is a
-//! version served, so this lasts as long as the aggregate keeps being written and the replica
-//! keeps lagging — bounded by the write rate, not by a count.
+//! through `Gone` recorded when given up on (each floor re-armed is bounded by a give-up). A
+//! retry that moves the cursor (the replica catching up under a stream of changes) starts the
+//! clock again: each move is a version served, so this lasts as long as the aggregate keeps
+//! being written and the replica keeps lagging — bounded by the write rate, not by a count.
 //!
 //! At most one retry is pending per aggregate: from the [`Action::RetryLater`] asking for it
 //! until its [`Input::Retry`], not inferred from the wall clock, which may step back. A failed
