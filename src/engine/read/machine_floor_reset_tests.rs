@@ -284,3 +284,36 @@ fn gone_clears_what_was_given_up_on() {
     assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 4)), [retry(a, 250)]);
 }
+
+/// The capability is told anew by each stream's `ready`: a reopened stream has none until
+/// then. `changed(a, 10)` and then `changed(a, 9)` on the new stream before its `ready`
+/// (the floor raised on it, then a lower version there) keep the floor at 10, though the old
+/// stream's `ready` said `deletedResets`.
+#[test]
+fn a_reopened_stream_takes_no_lower_change_for_a_recreation_before_its_ready() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    let s1 = r.streams()[0].0;
+    on(&mut r, Input::StreamEnded(s1));
+    r.handle(Input::TimerFired, T + 60_000, 0.5);
+    while r.poll().is_some() {}
+    let s2 = r.streams()[0].0;
+    assert_ne!(s1, s2);
+    // Before its `ready`: the floor is raised (to the same version) on it, then goes lower.
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 9), []);
+    // The page ends at 9, below 10: the read waits (read again for the change queued, then
+    // the retry asked first).
+    assert_eq!(
+        on(&mut r, last(a, 9)),
+        [Action::FetchPage(a)],
+        "9 is below 10"
+    );
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+}
