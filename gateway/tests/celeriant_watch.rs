@@ -393,3 +393,71 @@ fn a_silently_dead_upstream_watch_is_renewed_with_a_resync() {
         break;
     }
 }
+
+/// The kinds are read from the notifications' fields, on an assumption (`docs/celeriant.md`):
+/// once one kind read by fields comes with two operation codes (a delete naming a version,
+/// say, read as a write), a `reset` read as a trim may be a deletion, and the gateway's
+/// `ready`s stop saying `deletedResets` (a client then takes no lower `changed` on those
+/// streams for a recreation). Streams opened before keep what their `ready` said.
+#[test]
+fn operation_codes_that_disagree_with_the_fields_stop_ready_saying_deleted_resets() {
+    let fake = FakeCeleriant::start();
+    let dir = data_dir();
+    let org = Uuid::from_u128(ORG).to_string();
+    let gw = Process::start(
+        dir.path(),
+        &[
+            "--backend",
+            "celeriant",
+            "--celeriant-addr",
+            &fake.address(),
+            "--org-id",
+            &org,
+            "--auth",
+            "none",
+        ],
+    );
+    let k = key(9);
+    let (type_id, id) = (k.aggregate.type_id.to_string(), k.aggregate.id.to_string());
+    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
+    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    assert_eq!(s.status, 200, "{}", s.body);
+    let ready = s.expect(WAIT);
+    assert_eq!(ready.event, "ready");
+    assert_eq!(ready.data["deletedResets"], true, "{:?}", ready.data);
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake.watches() != 1 {
+        assert!(std::time::Instant::now() < deadline, "no upstream watch");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let changed = |s: &mut sse::Stream| loop {
+        let e = s.expect(WAIT);
+        if e.event != "resync" {
+            assert_eq!(e.event, "changed", "{:?}", e.data);
+            return e.data["version"].clone();
+        }
+    };
+    fake.notify(vec![written(9, 5)]);
+    assert_eq!(changed(&mut s), json!(5));
+    // Codes that agree: still said.
+    fake.notify(vec![written(9, 6)]);
+    assert_eq!(changed(&mut s), json!(6));
+    let mut agreeing = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    let ready = agreeing.expect(WAIT);
+    assert_eq!(ready.data["deletedResets"], true, "{:?}", ready.data);
+    // Another code for a notification read as a write (published after it is checked).
+    fake.notify(vec![WatchResponseEvent {
+        operation: 5,
+        ..written(9, 7)
+    }]);
+    assert_eq!(changed(&mut s), json!(7));
+    let mut after = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    assert_eq!(after.status, 200, "{}", after.body);
+    let ready = after.expect(WAIT);
+    assert_eq!(ready.event, "ready");
+    assert!(
+        ready.data.get("deletedResets").is_none(),
+        "{:?}",
+        ready.data
+    );
+}

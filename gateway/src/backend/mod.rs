@@ -370,6 +370,15 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Whether the [`Change::Reset`]s this backend publishes tell a deletion from a trim
+    /// reliably, so a change stream's `ready` may say `deletedResets` (the hub's streams forget
+    /// what they sent of an aggregate only on a deletion, `crate::watch`). The Celeriant
+    /// backend reads them from the notifications' fields, and answers false once their
+    /// operation codes disagree with that reading.
+    fn deleted_resets(&self) -> bool {
+        true
+    }
+
     /// Test hook (`POST /v1/faults/trim`): removes the aggregate's batches below `before`,
     /// records `before` as its lowest available version and publishes a [`Change::Reset`].
     /// Returns the lowest available version after it.

@@ -270,8 +270,9 @@ async fn open(
     let ready = Ready {
         refused,
         tips: tips(state, &named, &registration, &unreadable, ask).await,
-        // `Slot` forgets what a stream sent only on a deletion (`watch::slot`).
-        deleted_resets: true,
+        // `Slot` forgets what a stream sent only on a deletion (`watch::slot`), which the
+        // backend's `reset`s must tell from a trim: not once the Celeriant mapping is in doubt.
+        deleted_resets: state.backend.deleted_resets(),
     };
     // The share bounds how fast streams are opened, not how long they last.
     drop(share);

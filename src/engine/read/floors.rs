@@ -16,7 +16,8 @@
 //! `Trimmed`, or a `reset` saying `deleted: false`) keeps it: a trim keeps the tip. So does a
 //! page that finds the aggregate `Gone` (its tip below the cursor): deleted while no `reset`
 //! reached this device, or only a replica behind the cursor, whose re-read must not answer
-//! the reads below their floor; a real deletion ends it as above, or by the give-up.
+//! the reads below their floor; a real deletion ends it as above, by the recreated versions
+//! reaching the floor, or by the give-up.
 //!
 //! The floor a read needs is the one in force when it first boarded a page request
 //! ([`Floors::board`], kept per read by [`super::catch_up`]): a catch-up that reaches it
@@ -38,10 +39,12 @@
 //! the drain's backoff (250 ms doubling to its cap per retry timer fired), until a miss that
 //! is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after the first
 //! without the cursor moving; then the floor is dropped, the executor logs it, and a
-//! `changed` at or below that version arms no floor again. A retry that moves the cursor (the
-//! replica catching up under a stream of changes) starts the clock again: each move is a
-//! version served, so this lasts as long as the aggregate keeps being written and the replica
-//! keeps lagging — bounded by the write rate, not by a count.
+//! `changed` at or below that version arms no floor again — until a page finds the aggregate
+//! `Gone` (perhaps recreated: its new versions up to it must arm floors); nor is a floor kept
+//! through `Gone` recorded when given up on (each floor re-armed is bounded by a give-up). A
+//! retry that moves the cursor (the replica catching up under a stream of changes) starts the
+//! clock again: each move is a version served, so this lasts as long as the aggregate keeps
+//! being written and the replica keeps lagging — bounded by the write rate, not by a count.
 //!
 //! At most one retry is pending per aggregate: from the [`Action::RetryLater`] asking for it
 //! until its [`Input::Retry`], not inferred from the wall clock, which may step back. A failed
@@ -86,6 +89,10 @@ struct Floor {
     retries: u32,
     /// A retry asked for ([`Reached::Behind`] with `retry`) has not come yet.
     retry_pending: bool,
+    /// Kept through a page that found the aggregate `Gone`: perhaps deleted and recreated
+    /// since it was notified, so given up on it records nothing (it would silence the new
+    /// incarnation's versions up to it).
+    kept_through_gone: bool,
 }
 
 impl Floor {
@@ -98,6 +105,7 @@ impl Floor {
             since_ms: 0,
             retries: 0,
             retry_pending: false,
+            kept_through_gone: false,
         }
     }
 }
@@ -130,7 +138,8 @@ pub(crate) struct Floors {
     /// The last version given up on, per aggregate: a `changed` at or below it arms no floor
     /// again (a gateway that keeps notifying what it never serves). Goes with a deletion, the
     /// last unsubscription, or (past that, a floor kept for reads) the floor's end
-    /// ([`Floors::forget`]).
+    /// ([`Floors::forget`]), and with a page finding the aggregate `Gone` ([`Floors::gone`]);
+    /// a floor kept through `Gone` records none when given up on.
     given_up: SortedMap<AggregateRef, u64>,
     /// The floor in force when the page request in flight began, with its aggregate.
     boarded: Option<(AggregateRef, u64)>,
@@ -186,6 +195,17 @@ impl Floors {
     pub(crate) fn forget(&mut self, aggregate: &AggregateRef) {
         self.by_aggregate.remove(aggregate);
         self.given_up.remove(aggregate);
+    }
+
+    /// A page found `aggregate` `Gone` (its tip below the cursor): perhaps deleted and
+    /// recreated, so what was given up on goes (it would silence the new versions up to it;
+    /// this only re-arms floors, each bounded by another give-up), and the floor, kept, is
+    /// marked so that giving up on it records nothing either.
+    pub(crate) fn gone(&mut self, aggregate: &AggregateRef) {
+        self.given_up.remove(aggregate);
+        if let Some(floor) = self.by_aggregate.get_mut(aggregate) {
+            floor.kept_through_gone = true;
+        }
     }
 
     /// A page request of `aggregate` begins: the floor now (0: none), which the reads
@@ -245,8 +265,11 @@ impl Floors {
         floor.misses += 1;
         if floor.misses > BEHIND_RETRIES && now_ms.saturating_sub(floor.since_ms) >= GIVE_UP_MS {
             let notified = floor.version;
+            let record = !floor.kept_through_gone;
             self.by_aggregate.remove(&aggregate);
-            self.given_up.insert(aggregate, notified);
+            if record {
+                self.given_up.insert(aggregate, notified);
+            }
             return Reached::GaveUp { notified };
         }
         Reached::Behind {

@@ -299,7 +299,11 @@ impl Reader {
                         // dropped, a re-read from that replica would answer every read aboard
                         // below the floor it boarded with. A real deletion still ends them (a
                         // deletion's `reset`, a lower `changed` on the same stream where its
-                        // `ready` allows, or the give-up).
+                        // `ready` allows, the recreated versions reaching the floor, or the
+                        // give-up). What was given up on goes, and giving up on the floor kept
+                        // records nothing: a recreation's versions up to it must arm floors
+                        // ([`super::floors`]).
+                        self.floors.gone(&aggregate);
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
                             aggregate,

@@ -1,10 +1,12 @@
 //! Unit tests of the read machine's floors across what may look like the aggregate going
-//! back: a page or probe that finds it `Gone` (perhaps only a replica behind the cursor), and
-//! a `changed` below the floor, taken for a recreation only on the stream that raised the
+//! back: a page or probe that finds it `Gone` (perhaps only a replica behind the cursor, or a
+//! recreation: what was given up on must not silence its versions), and a `changed` below the
+//! floor, taken for a recreation only on the stream that raised the
 //! floor and only when that stream's `ready` said its resets say deletions (kept apart from
 //! `machine_floor_tests.rs`, which holds the retries and give-up).
 
 use super::*;
+use crate::engine::read::floors::{BEHIND_RETRIES, GIVE_UP_MS};
 use crate::engine::read::message::ReadTag;
 use uuid::Uuid;
 
@@ -23,7 +25,12 @@ fn tag(waiter: u64) -> ReadTag {
 
 /// Handles `input`; what it does, reports left out.
 fn on(r: &mut Reader, input: Input) -> Vec<Action> {
-    r.handle(input, T, 0.5);
+    at(r, input, T)
+}
+
+/// Handles `input` at `now`; what it does, reports left out.
+fn at(r: &mut Reader, input: Input, now: u64) -> Vec<Action> {
+    r.handle(input, now, 0.5);
     std::iter::from_fn(|| r.poll())
         .filter(|a| !matches!(a, Action::Report(_)))
         .collect()
@@ -189,4 +196,124 @@ fn a_stream_reopened_without_deleted_resets_keeps_the_higher_floor() {
     assert_eq!(on(&mut r, last(a, 9)), []);
     assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 11)), [caught_up(a, true, &[tag(1)])]);
+}
+
+/// A page finding the aggregate `Gone`, and its log reset: read again from scratch.
+fn gone(r: &mut Reader, a: AggregateRef) {
+    let gone = Input::Page {
+        aggregate: a,
+        end: PageEnd::Gone,
+    };
+    assert_eq!(
+        on(r, gone),
+        [Action::ResetLog {
+            aggregate: a,
+            min_version: 1,
+            gone: true
+        }]
+    );
+    assert_eq!(on(r, Input::LogReset(a)), [Action::FetchPage(a)]);
+}
+
+/// Pages ending at 3 (a catch-up asked for whenever none is in flight), time passing, until
+/// the floor is given up on; what the last page did.
+fn miss_until_given_up(r: &mut Reader, a: AggregateRef, mut fetching: bool) -> Vec<Action> {
+    for i in 0..u64::from(BEHIND_RETRIES) * 2 {
+        let now = T + GIVE_UP_MS * i / u64::from(BEHIND_RETRIES);
+        if !fetching {
+            assert_eq!(at(r, Input::CatchUp(a), now), [Action::FetchPage(a)]);
+        }
+        let ends = at(r, last(a, 3), now);
+        if ends.iter().any(|e| matches!(e, Action::NeverServed { .. })) {
+            return ends;
+        }
+        fetching = ends.contains(&Action::FetchPage(a));
+    }
+    panic!("never given up on");
+}
+
+/// Round 6's S1: a floor kept through `Gone` (the aggregate deleted and recreated, found only
+/// by the page) and then given up on recorded what it gave up on, so the new incarnation's
+/// `changed(a, 5)` armed no floor and a lagging page at 4 answered a read asked after it fresh
+/// at 4. Given up on, a floor kept through `Gone` records nothing: 5 arms a floor.
+#[test]
+fn a_floor_kept_through_gone_and_given_up_on_silences_no_recreated_version() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    gone(&mut r, a);
+    // The re-read of the recreated aggregate ends at 3, below 10, until given up on.
+    let ends = miss_until_given_up(&mut r, a, true);
+    assert!(
+        ends.iter()
+            .any(|e| matches!(e, Action::NeverServed { notified: 10, .. })),
+        "{ends:?}"
+    );
+    assert!(ends.contains(&caught_up(a, false, &[tag(1)])), "{ends:?}");
+    // The new incarnation reaches 5: a floor, so a page ending at 4 is retried (not caught
+    // up), and a read asked now waits for 5.
+    assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 4)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(2))), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 4)), []);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[tag(2)])]);
+}
+
+/// And what was given up on before goes with a page that finds the aggregate `Gone`: given up
+/// on 10, then deleted and recreated (found only by `Gone`), the new incarnation's
+/// `changed(a, 5)` arms a floor.
+#[test]
+fn gone_clears_what_was_given_up_on() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    let ends = miss_until_given_up(&mut r, a, true);
+    assert!(
+        ends.iter()
+            .any(|e| matches!(e, Action::NeverServed { notified: 10, .. })),
+        "{ends:?}"
+    );
+    if !ends.contains(&Action::FetchPage(a)) {
+        assert_eq!(on(&mut r, Input::CatchUp(a)), [Action::FetchPage(a)]);
+    }
+    gone(&mut r, a);
+    assert_eq!(on(&mut r, last(a, 3)), [caught_up(a, true, &[])]);
+    assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 4)), [retry(a, 250)]);
+}
+
+/// The capability is told anew by each stream's `ready`: a reopened stream has none until
+/// then. `changed(a, 10)` and then `changed(a, 9)` on the new stream before its `ready`
+/// (the floor raised on it, then a lower version there) keep the floor at 10, though the old
+/// stream's `ready` said `deletedResets`.
+#[test]
+fn a_reopened_stream_takes_no_lower_change_for_a_recreation_before_its_ready() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    let s1 = r.streams()[0].0;
+    on(&mut r, Input::StreamEnded(s1));
+    r.handle(Input::TimerFired, T + 60_000, 0.5);
+    while r.poll().is_some() {}
+    let s2 = r.streams()[0].0;
+    assert_ne!(s1, s2);
+    // Before its `ready`: the floor is raised (to the same version) on it, then goes lower.
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 9), []);
+    // The page ends at 9, below 10: the read waits (read again for the change queued, then
+    // the retry asked first).
+    assert_eq!(
+        on(&mut r, last(a, 9)),
+        [Action::FetchPage(a)],
+        "9 is below 10"
+    );
+    assert_eq!(on(&mut r, last(a, 9)), []);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
 }

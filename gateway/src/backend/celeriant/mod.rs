@@ -89,6 +89,9 @@ pub struct CeleriantBackend {
     revocations: Arc<revocations::Revocations>,
     /// Where the upstream watch is open (set by `watch::run`, read by `tips`).
     node: Arc<watch::Node>,
+    /// Whether the watch's notifications were seen to disagree with their kinds read by
+    /// fields (set by `watch::run`; then `ready` says no `deletedResets`).
+    mapping: Arc<watch::Mapping>,
     tips: tips::Tips,
 }
 
@@ -129,6 +132,7 @@ impl CeleriantBackend {
         Ok(CeleriantBackend {
             tips: tips::Tips::new(pool.clone(), node.clone(), one_node),
             node,
+            mapping: Arc::new(watch::Mapping::default()),
             records: Arc::new(access::Records::new(pool.clone(), DEFAULT_MEMBERS_TTL)),
             revocations: Arc::new(revocations::Revocations::new(
                 pool.clone(),
@@ -236,6 +240,7 @@ impl Backend for CeleriantBackend {
             self.watch,
             observe,
             self.node.clone(),
+            self.mapping.clone(),
         ));
         Some(receiver)
     }
@@ -317,6 +322,12 @@ impl Backend for CeleriantBackend {
             }),
             Err(e) => Err(backend_error(e)),
         }
+    }
+
+    /// Until the watch's operation codes disagree with the kinds read by fields
+    /// (`watch::OperationCodes`): a `reset` read as a trim may then be a deletion.
+    fn deleted_resets(&self) -> bool {
+        !self.mapping.doubted()
     }
 
     fn records_owners(&self) -> bool {

@@ -11,7 +11,8 @@
 //!   at 4, Delete at 5, but `celeriant_client_tokio`'s own fixtures send 1 for a write), so
 //!   they are only checked: [`OperationCodes`] warns once if one kind read by fields comes
 //!   with two codes (a delete that names a version, say, read as a write: the mapping would
-//!   be wrong, `docs/celeriant.md`);
+//!   be wrong, `docs/celeriant.md`), and from then on the backend's streams' `ready`s no
+//!   longer say `deletedResets` ([`Mapping`]): a `reset` read as a trim may be a deletion;
 //! * on every (re)connection, after the watch is open, a [`Change::Resync`]: whatever was
 //!   committed while no watch was open was not notified, so every stream catches up;
 //! * an error, the end of the watch, or a watch left mid-frame (`is_desynchronised`) is a
@@ -35,6 +36,7 @@
 //! the registration.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use celeriant_client_tokio::{CeleriantPool, WatchOptions};
@@ -97,19 +99,50 @@ pub fn change_of(event: &WatchResponseEvent) -> Change {
     }
 }
 
+/// Whether [`change_of`]'s mapping by fields has been seen to be wrong in this process (two
+/// operation codes for one kind, [`OperationCodes`]). One per backend, shared by its one
+/// watch task, which sets it, and the backend, which then has its streams' `ready`s say no
+/// `deletedResets` (`Backend::deleted_resets`): what the hub's streams forget rests on the
+/// `reset`s telling deletions from trims, and a client takes a lower `changed` for a
+/// recreation only on a stream whose `ready` said so. Never cleared: the mapping does not
+/// become right again.
+#[derive(Debug, Default)]
+pub struct Mapping(AtomicBool);
+
+impl Mapping {
+    /// Whether a disagreement was seen.
+    pub fn doubted(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn doubt(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The `operation` code first seen with each kind of change read by fields (write, trim,
 /// delete): a second code for one kind means the fields do not tell the kinds apart as
-/// [`change_of`] assumes, which is warned of once per kind (not acted on: which code means
-/// what is not documented).
+/// [`change_of`] assumes, which is warned of once per kind and sets the backend's
+/// [`Mapping`] doubted (the changes are still read by fields: which code means what is not
+/// documented).
 #[derive(Debug, Default)]
 pub struct OperationCodes {
     first: [Option<u8>; 3],
     warned: [bool; 3],
+    mapping: Arc<Mapping>,
 }
 
 impl OperationCodes {
+    /// Checks codes for the backend whose [`Mapping`] is `mapping`.
+    pub fn new(mapping: Arc<Mapping>) -> Self {
+        OperationCodes {
+            mapping,
+            ..OperationCodes::default()
+        }
+    }
+
     /// Notes `event`'s code for the kind `change` (read from it); whether this is the first
-    /// disagreement for that kind (then warned of).
+    /// disagreement for that kind (then warned of, and the mapping doubted).
     pub fn check(&mut self, event: &WatchResponseEvent, change: &Change) -> bool {
         let (kind, name) = match change {
             Change::Changed { .. } => (0, "write"),
@@ -122,6 +155,7 @@ impl OperationCodes {
             return false;
         }
         self.warned[kind] = true;
+        self.mapping.doubt();
         tracing::warn!(
             kind = name,
             first,
@@ -129,7 +163,8 @@ impl OperationCodes {
             to = ?event.to_aggregate_version,
             keep_from = ?event.keep_from_aggregate_version,
             "celeriant watch: notifications read as one kind carry two operation codes; \
-             the mapping by fields may be wrong (docs/celeriant.md)"
+             the mapping by fields may be wrong; ready no longer says deletedResets \
+             (docs/celeriant.md)"
         );
         true
     }
@@ -173,13 +208,15 @@ impl Node {
 }
 
 /// Keeps one upstream watch open for as long as anyone listens on `changes`, publishing
-/// what it says there, each change shown to `observe` first; `node` says where it is open.
+/// what it says there, each change shown to `observe` first; `node` says where it is open,
+/// `mapping` whether its notifications' kinds were seen to disagree with their codes.
 pub async fn run(
     pool: Arc<CeleriantPool>,
     changes: broadcast::Sender<Change>,
     settings: WatchSettings,
     observe: Observer,
     node: Arc<Node>,
+    mapping: Arc<Mapping>,
 ) {
     let publish = |change: Change| {
         observe(&change);
@@ -187,7 +224,7 @@ pub async fn run(
     };
     let mut backoff = FIRST_BACKOFF;
     let mut reported = false;
-    let mut codes = OperationCodes::default();
+    let mut codes = OperationCodes::new(mapping);
     let renew = settings.renew.max(Duration::from_millis(1));
     loop {
         if changes.receiver_count() == 0 {
@@ -300,16 +337,20 @@ mod tests {
     }
 
     #[test]
-    fn two_operation_codes_for_one_kind_are_warned_of_once() {
-        let mut codes = OperationCodes::default();
+    fn two_operation_codes_for_one_kind_are_warned_of_once_and_doubt_the_mapping() {
+        let mapping = Arc::new(Mapping::default());
+        let mut codes = OperationCodes::new(mapping.clone());
         let mut check = |e: WatchResponseEvent| codes.check(&e, &change_of(&e));
         // Each kind keeps its own code: no disagreement.
         assert!(!check(coded(Some(7), None, 3)));
         assert!(!check(coded(None, Some(4), 4)));
         assert!(!check(coded(None, None, 5)));
         assert!(!check(coded(Some(8), None, 3)));
-        // A delete naming a version, read as a write: a second code for writes, once.
+        assert!(!mapping.doubted(), "codes that agree doubt nothing");
+        // A delete naming a version, read as a write: a second code for writes, once; the
+        // mapping is doubted from then on.
         assert!(check(coded(Some(9), None, 5)));
+        assert!(mapping.doubted());
         assert!(!check(coded(Some(9), None, 5)));
         assert!(!check(coded(Some(9), None, 6)));
         // The other kinds are checked on their own.
