@@ -396,9 +396,10 @@ fn a_silently_dead_upstream_watch_is_renewed_with_a_resync() {
 
 /// The kinds are read from the notifications' fields, on an assumption (`docs/celeriant.md`):
 /// once one kind read by fields comes with two operation codes (a delete naming a version,
-/// say, read as a write), a `reset` read as a trim may be a deletion, and the gateway's
-/// `ready`s stop saying `deletedResets` (a client then takes no lower `changed` on those
-/// streams for a recreation). Streams opened before keep what their `ready` said.
+/// say, read as a write), a `reset` read as a deletion may be none: the gateway's `ready`s
+/// stop saying `deletedResets` (a client then takes no lower `changed` on those streams for
+/// a recreation) and its `reset`s are sent as trims. Streams opened before keep what their
+/// `ready` said.
 #[test]
 fn operation_codes_that_disagree_with_the_fields_stop_ready_saying_deleted_resets() {
     let fake = FakeCeleriant::start();

@@ -33,15 +33,16 @@
 //! be reached until the new versions pass it, reads waiting all along). On another stream (a
 //! reconnection, perhaps to another gateway of a fleet, or to a node still catching up) a
 //! lower version says nothing of the aggregate going back: the floor keeps the higher one.
-//! Nor does it clear what was given up on when at or below it.
 //!
 //! Bounded: a gateway that notifies a version it never serves makes the reader retry, with
 //! the drain's backoff (250 ms doubling to its cap per retry timer fired), until a miss that
 //! is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after the first
 //! without the cursor moving; then the floor is dropped, the executor logs it, and a
-//! `changed` at or below that version arms no floor again — until a page finds the aggregate
-//! `Gone` (perhaps recreated: its new versions up to it must arm floors); nor is a floor kept
-//! through `Gone` recorded when given up on (each floor re-armed is bounded by a give-up). A
+//! `changed` of exactly that version arms no floor again. Any other version forgets it and
+//! arms a floor as usual: a lower one may be a recreation's, whose reads must not be answered
+//! below it (arming a floor never answers a read wrongly; dropping or lowering one can). So
+//! does a page finding the aggregate `Gone`, and a floor kept through `Gone` records nothing
+//! when given up on (each floor re-armed is bounded by a give-up). A
 //! retry that moves the cursor (the replica catching up under a stream of changes) starts the
 //! clock again: each move is a version served, so this lasts as long as the aggregate keeps
 //! being written and the replica keeps lagging — bounded by the write rate, not by a count.
@@ -135,8 +136,9 @@ pub(crate) enum Reached {
 #[derive(Debug, Default)]
 pub(crate) struct Floors {
     by_aggregate: SortedMap<AggregateRef, Floor>,
-    /// The last version given up on, per aggregate: a `changed` at or below it arms no floor
-    /// again (a gateway that keeps notifying what it never serves). Goes with a deletion, the
+    /// The last version given up on, per aggregate: a `changed` of exactly it arms no floor
+    /// again (a gateway that keeps notifying what it never serves). Goes with a `changed` of
+    /// any other version (a lower one may be a recreation's), a deletion, the
     /// last unsubscription, or (past that, a floor kept for reads) the floor's end
     /// ([`Floors::forget`]), and with a page finding the aggregate `Gone` ([`Floors::gone`]);
     /// a floor kept through `Gone` records none when given up on.
@@ -155,7 +157,17 @@ impl Floors {
         stream: StreamId,
         goes_back: bool,
     ) {
-        let given_up = self.given_up.get(&aggregate).is_some_and(|v| version <= *v);
+        // Only the version given up on, notified again, is silenced: any other may be a
+        // recreation's (a lower one) or a newer write (a higher one), and arming a floor never
+        // answers a read wrongly, only dropping or lowering one can. So any other version
+        // forgets what was given up on and arms a floor as usual (bounded by its own give-up).
+        match self.given_up.get(&aggregate) {
+            Some(&v) if v == version => return,
+            Some(_) => {
+                self.given_up.remove(&aggregate);
+            }
+            None => {}
+        }
         if let Some(floor) = self.by_aggregate.get_mut(&aggregate)
             && version < floor.version
         {
@@ -169,19 +181,10 @@ impl Floors {
             }
             // Went back on the stream that raised the floor: deleted and recreated, its
             // `reset` lost. The old floor means nothing; a retry asked for is still pending.
-            // What was given up on stays if this is at or below it (no floor armed then).
-            if given_up {
-                self.by_aggregate.remove(&aggregate);
-                return;
-            }
             *floor = Floor {
                 retry_pending: floor.retry_pending,
                 ..Floor::new(version, stream)
             };
-            self.given_up.remove(&aggregate);
-            return;
-        }
-        if given_up {
             return;
         }
         let floor = self

@@ -1,9 +1,10 @@
 //! Unit tests of the read machine's floors across what may look like the aggregate going
 //! back: a page or probe that finds it `Gone` (perhaps only a replica behind the cursor, or a
-//! recreation: what was given up on must not silence its versions), and a `changed` below the
-//! floor, taken for a recreation only on the stream that raised the
-//! floor and only when that stream's `ready` said its resets say deletions (kept apart from
-//! `machine_floor_tests.rs`, which holds the retries and give-up).
+//! recreation: what was given up on must not silence its versions), a `changed` below the
+//! floor, taken for a recreation only on the stream that raised the floor and only when that
+//! stream's `ready` said its resets say deletions, and a `changed` below a version given up on
+//! (a recreation's: it arms a floor) (kept apart from `machine_floor_tests.rs`, which holds
+//! the retries and give-up).
 
 use super::*;
 use crate::engine::read::floors::{BEHIND_RETRIES, GIVE_UP_MS};
@@ -215,21 +216,26 @@ fn gone(r: &mut Reader, a: AggregateRef) {
     assert_eq!(on(r, Input::LogReset(a)), [Action::FetchPage(a)]);
 }
 
-/// Pages ending at 3 (a catch-up asked for whenever none is in flight), time passing, until
-/// the floor is given up on; what the last page did.
-fn miss_until_given_up(r: &mut Reader, a: AggregateRef, mut fetching: bool) -> Vec<Action> {
+/// Pages ending at `version` (a catch-up asked for whenever none is in flight), time passing,
+/// until the floor is given up on; what the last page did.
+fn miss_until(r: &mut Reader, a: AggregateRef, mut fetching: bool, version: u64) -> Vec<Action> {
     for i in 0..u64::from(BEHIND_RETRIES) * 2 {
         let now = T + GIVE_UP_MS * i / u64::from(BEHIND_RETRIES);
         if !fetching {
             assert_eq!(at(r, Input::CatchUp(a), now), [Action::FetchPage(a)]);
         }
-        let ends = at(r, last(a, 3), now);
+        let ends = at(r, last(a, version), now);
         if ends.iter().any(|e| matches!(e, Action::NeverServed { .. })) {
             return ends;
         }
         fetching = ends.contains(&Action::FetchPage(a));
     }
     panic!("never given up on");
+}
+
+/// [`miss_until`] with pages ending at 3.
+fn miss_until_given_up(r: &mut Reader, a: AggregateRef, fetching: bool) -> Vec<Action> {
+    miss_until(r, a, fetching, 3)
 }
 
 /// Round 6's S1: a floor kept through `Gone` (the aggregate deleted and recreated, found only
@@ -316,4 +322,68 @@ fn a_reopened_stream_takes_no_lower_change_for_a_recreation_before_its_ready() {
     assert_eq!(on(&mut r, last(a, 9)), []);
     assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+}
+
+/// Given up on 10 with the cursor at `cursor`, and nothing left in flight.
+fn given_up_on_10(r: &mut Reader, a: AggregateRef, cursor: u64) {
+    assert_eq!(changed(r, a, 10), [Action::FetchPage(a)]);
+    let ends = miss_until(r, a, true, cursor);
+    assert!(
+        ends.iter()
+            .any(|e| matches!(e, Action::NeverServed { notified: 10, .. })),
+        "{ends:?}"
+    );
+    if ends.contains(&Action::FetchPage(a)) {
+        assert_eq!(on(r, last(a, cursor)), [caught_up(a, true, &[])]);
+    }
+}
+
+/// Round 7's M1, scenario A: given up on 10 (pages ending at 9), then the aggregate deleted
+/// and recreated, its `reset` lost, and `changed(a, 5)` on the same stream (whose `ready` said
+/// `deletedResets`). At or below 10, it armed no floor: a read asked after it, the page from a
+/// replica at 4 finding it `Gone` (tip 4 below the cursor at 9), and the re-read ending at 4
+/// answered the read fresh at 4. Only 10 itself is silenced now: 5 arms a floor.
+#[test]
+fn a_recreation_below_a_version_given_up_on_arms_a_floor() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    given_up_on_10(&mut r, a, 9);
+    assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), []);
+    gone(&mut r, a);
+    // The re-read ends at 4, below 5: retried, the read waits.
+    let ends_at_4 = on(&mut r, last(a, 4));
+    assert!(
+        !ends_at_4.contains(&caught_up(a, true, &[tag(1)])),
+        "answered at 4, below 5: {ends_at_4:?}"
+    );
+    assert_eq!(ends_at_4, [retry(a, 250)]);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[tag(1)])]);
+}
+
+/// Round 7's M1, scenario B: given up on 10, then `changed(a, 12)` arming a floor, the
+/// aggregate deleted and recreated (its `reset` lost) and `changed(a, 5)` on the same
+/// `deletedResets` stream. At or below 10, it dropped the floor and armed none: a read asked
+/// after it was answered fresh by a page ending at 4. It replaces the floor now.
+#[test]
+fn a_recreation_below_a_version_given_up_on_replaces_a_newer_floor() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    given_up_on_10(&mut r, a, 3);
+    assert_eq!(changed(&mut r, a, 12), [Action::FetchPage(a)]);
+    assert_eq!(changed(&mut r, a, 5), []);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), []);
+    // The page in flight (boarded before the read) and the next (the read aboard) end at 4,
+    // below 5: read again for the change queued, then retried; the read waits.
+    let pages = [on(&mut r, last(a, 4)), on(&mut r, last(a, 4))];
+    for ends_at_4 in &pages {
+        assert!(
+            !ends_at_4.contains(&caught_up(a, true, &[tag(1)])),
+            "answered at 4, below 5: {ends_at_4:?}"
+        );
+    }
+    assert_eq!(pages, [vec![Action::FetchPage(a)], vec![retry(a, 250)]]);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[tag(1)])]);
 }

@@ -90,7 +90,8 @@ pub struct CeleriantBackend {
     /// Where the upstream watch is open (set by `watch::run`, read by `tips`).
     node: Arc<watch::Node>,
     /// Whether the watch's notifications were seen to disagree with their kinds read by
-    /// fields (set by `watch::run`; then `ready` says no `deletedResets`).
+    /// fields (set by `watch::run`; then `ready` says no `deletedResets`, and every `reset`
+    /// is published as a trim).
     mapping: Arc<watch::Mapping>,
     tips: tips::Tips,
 }
@@ -325,7 +326,9 @@ impl Backend for CeleriantBackend {
     }
 
     /// Until the watch's operation codes disagree with the kinds read by fields
-    /// (`watch::OperationCodes`): a `reset` read as a trim may then be a deletion.
+    /// (`watch::OperationCodes`): a `reset` read as a deletion may then be none (a stream
+    /// would forget what it sent on it), so from then on every `reset` is published as a trim
+    /// and the streams' `ready`s no longer say their lower versions follow a deletion.
     fn deleted_resets(&self) -> bool {
         !self.mapping.doubted()
     }

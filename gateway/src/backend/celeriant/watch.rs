@@ -12,7 +12,11 @@
 //!   they are only checked: [`OperationCodes`] warns once if one kind read by fields comes
 //!   with two codes (a delete that names a version, say, read as a write: the mapping would
 //!   be wrong, `docs/celeriant.md`), and from then on the backend's streams' `ready`s no
-//!   longer say `deletedResets` ([`Mapping`]): a `reset` read as a trim may be a deletion;
+//!   longer say `deletedResets` ([`Mapping`]) and every `reset` is published as a trim
+//!   (`deleted: false`, [`OperationCodes::read`]), the event that revealed it included: the
+//!   dangerous misreading is a non-deletion read as a deletion (a stream would forget what it
+//!   sent, and a lower version that follows is no recreation), and a trim forgets nothing, so
+//!   a deletion read as a trim costs only liveness (floors kept until reached or given up on);
 //! * on every (re)connection, after the watch is open, a [`Change::Resync`]: whatever was
 //!   committed while no watch was open was not notified, so every stream catches up;
 //! * an error, the end of the watch, or a watch left mid-frame (`is_desynchronised`) is a
@@ -102,10 +106,10 @@ pub fn change_of(event: &WatchResponseEvent) -> Change {
 /// Whether [`change_of`]'s mapping by fields has been seen to be wrong in this process (two
 /// operation codes for one kind, [`OperationCodes`]). One per backend, shared by its one
 /// watch task, which sets it, and the backend, which then has its streams' `ready`s say no
-/// `deletedResets` (`Backend::deleted_resets`): what the hub's streams forget rests on the
-/// `reset`s telling deletions from trims, and a client takes a lower `changed` for a
-/// recreation only on a stream whose `ready` said so. Never cleared: the mapping does not
-/// become right again.
+/// `deletedResets` (`Backend::deleted_resets`), and every `reset` published as a trim
+/// ([`OperationCodes::read`]): what the hub's streams forget rests on the `reset`s telling
+/// deletions from trims, and a client takes a lower `changed` for a recreation only on a
+/// stream whose `ready` said so. Never cleared: the mapping does not become right again.
 #[derive(Debug, Default)]
 pub struct Mapping(AtomicBool);
 
@@ -125,7 +129,7 @@ impl Mapping {
 /// [`change_of`] assumes, which is warned of once per kind and sets the backend's
 /// [`Mapping`] doubted (the changes are still read by fields: which code means what is not
 /// documented).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct OperationCodes {
     first: [Option<u8>; 3],
     warned: [bool; 3],
@@ -136,8 +140,25 @@ impl OperationCodes {
     /// Checks codes for the backend whose [`Mapping`] is `mapping`.
     pub fn new(mapping: Arc<Mapping>) -> Self {
         OperationCodes {
+            first: [None; 3],
+            warned: [false; 3],
             mapping,
-            ..OperationCodes::default()
+        }
+    }
+
+    /// The change to publish for `event`: [`change_of`], its code checked; once the mapping is
+    /// doubted (by this event or an earlier one), a `reset` is published as a trim
+    /// (`deleted: false`): a stream then never forgets what it sent on a reading that may be
+    /// wrong, and its client keeps its floors.
+    pub fn read(&mut self, event: &WatchResponseEvent) -> Change {
+        let change = change_of(event);
+        self.check(event, &change);
+        match change {
+            Change::Reset { key, .. } if self.mapping.doubted() => Change::Reset {
+                key,
+                deleted: false,
+            },
+            change => change,
         }
     }
 
@@ -258,9 +279,7 @@ pub async fn run(
                 Ok(Some(response)) => {
                     backoff = FIRST_BACKOFF;
                     for event in &response.events {
-                        let change = change_of(event);
-                        codes.check(event, &change);
-                        publish(change);
+                        publish(codes.read(event));
                     }
                 }
                 Ok(None) => {
@@ -355,5 +374,41 @@ mod tests {
         assert!(!check(coded(Some(9), None, 6)));
         // The other kinds are checked on their own.
         assert!(check(coded(None, None, 3)));
+    }
+
+    #[test]
+    fn once_the_mapping_is_doubted_every_reset_is_published_as_a_trim() {
+        let mapping = Arc::new(Mapping::default());
+        let mut codes = OperationCodes::new(mapping.clone());
+        let deleted = |c: Change| match c {
+            Change::Reset { deleted, .. } => deleted,
+            other => panic!("not a reset: {other:?}"),
+        };
+        // Trusted: a delete is a deletion.
+        assert!(deleted(codes.read(&coded(None, None, 5))));
+        // The event that reveals the disagreement (a second code for deletes) is published
+        // as a trim already, and so is every delete after it.
+        assert!(!deleted(codes.read(&coded(None, None, 6))));
+        assert!(mapping.doubted());
+        assert!(!deleted(codes.read(&coded(None, None, 5))));
+        // Writes are still writes.
+        assert!(matches!(
+            codes.read(&coded(Some(9), None, 3)),
+            Change::Changed { version: 9, .. }
+        ));
+    }
+
+    #[test]
+    fn after_doubt_a_notification_with_neither_version_publishes_a_trim() {
+        let mapping = Arc::new(Mapping::default());
+        let mut codes = OperationCodes::new(mapping.clone());
+        // A write with two codes doubts the mapping.
+        codes.read(&coded(Some(7), None, 3));
+        codes.read(&coded(Some(8), None, 5));
+        assert!(mapping.doubted());
+        assert!(matches!(
+            codes.read(&coded(None, None, 5)),
+            Change::Reset { deleted: false, .. }
+        ));
     }
 }
