@@ -420,3 +420,50 @@ fn the_version_given_up_on_notified_again_arms_a_floor() {
     assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
 }
+
+/// Round 8's S2: on a `deletedResets` stream, `changed` alternating 10 and 9 (each 9 taken
+/// for a recreation) replaced the floor with a new one each time, its misses, clock and
+/// backoff reset: never given up on, every retry after 250 ms. They carry over now: the
+/// backoff grows and the floor is given up on after 30 s of misses.
+#[test]
+fn a_floor_replaced_again_and_again_keeps_its_backoff_and_is_given_up_on() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    let id = r.streams()[0].0;
+    let note = |version| {
+        Input::Stream(
+            id,
+            Note::Changed {
+                aggregate: a,
+                version,
+            },
+        )
+    };
+    let mut now = T;
+    assert_eq!(at(&mut r, note(10), now), [Action::FetchPage(a)]);
+    let (mut delays, mut versions) = (Vec::new(), [9, 10].into_iter().cycle());
+    // 400 pages: over 30 s of retries even at 250 ms each.
+    for _ in 0..400 {
+        let ends = at(&mut r, last(a, 3), now);
+        if ends.iter().any(|e| matches!(e, Action::NeverServed { .. })) {
+            assert!(now - T >= GIVE_UP_MS, "{now}");
+            assert!(delays.iter().any(|&ms| ms >= 4_000), "{delays:?}");
+            return;
+        }
+        match ends[..] {
+            // Read again for the change queued.
+            [Action::FetchPage(_)] => {}
+            // The retry pending comes.
+            [] => assert_eq!(at(&mut r, Input::Retry(a), now), [Action::FetchPage(a)]),
+            // When it is due, the other version is notified (a page ends below it first).
+            [Action::RetryLater { ms, .. }] => {
+                delays.push(ms);
+                now += ms;
+                let v = versions.next().unwrap();
+                assert_eq!(at(&mut r, note(v), now), [Action::FetchPage(a)]);
+            }
+            _ => panic!("{ends:?}"),
+        }
+    }
+    panic!("never given up on in {} ms: {delays:?}", now - T);
+}
