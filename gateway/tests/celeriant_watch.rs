@@ -461,4 +461,27 @@ fn operation_codes_that_disagree_with_the_fields_stop_ready_saying_deleted_reset
         "{:?}",
         ready.data
     );
+    // A delete (neither version) is published as a trim now, on every stream: the one opened
+    // before the doubt too (its `ready` said `deletedResets`, but what it sends is the hub's).
+    fake.notify(vec![WatchResponseEvent {
+        operation: 3,
+        from_aggregate_version: None,
+        to_aggregate_version: None,
+        keep_from_aggregate_version: None,
+        ..written(9, 0)
+    }]);
+    for stream in [&mut s, &mut after] {
+        let e = loop {
+            let e = stream.expect(WAIT);
+            if e.event != "resync" {
+                break e;
+            }
+        };
+        assert_eq!(
+            (e.event.as_str(), &e.data["deleted"]),
+            ("reset", &json!(false)),
+            "{:?}",
+            e.data
+        );
+    }
 }

@@ -37,13 +37,16 @@
 //! Bounded: a gateway that notifies a version it never serves makes the reader retry, with
 //! the drain's backoff (250 ms doubling to its cap per retry timer fired), until a miss that
 //! is both the ninth in a row ([`BEHIND_RETRIES`]) and [`GIVE_UP_MS`] or more after the first
-//! without the cursor moving; then the floor is dropped, the executor logs it, and a
-//! `changed` of exactly that version arms no floor again. Any other version forgets it and
-//! arms a floor as usual: a lower one may be a recreation's, whose reads must not be answered
-//! below it (arming a floor never answers a read wrongly; dropping or lowering one can). So
-//! does a page finding the aggregate `Gone`, and a floor kept through `Gone` records nothing
-//! when given up on (each floor re-armed is bounded by a give-up). A
-//! retry that moves the cursor (the replica catching up under a stream of changes) starts the
+//! without the cursor moving; then the floor is dropped and the executor logs it. Nothing is
+//! remembered of it: the next `changed` of the aggregate, of any version (even the one given
+//! up on), arms a floor again, as any version may be a recreation's whose reads must not be
+//! answered below it (arming a floor never answers a read wrongly; dropping or lowering one
+//! can). The cost: such a gateway costs one more bounded cycle of retries (about 30 s to its
+//! give-up) per `changed` it sends after a give-up, for instance one per stream reopen (each
+//! new stream's watch notifies the tip again). A `changed` while a floor exists does not
+//! restart its cycle: raised or replaced (see above), the floor keeps its misses, its clock
+//! and its backoff, so a stream alternating versions (10, 9, 10, …) cannot keep it from its
+//! give-up. A retry that moves the cursor (the replica catching up under a stream of changes) starts the
 //! clock again: each move is a version served, so this lasts as long as the aggregate keeps
 //! being written and the replica keeps lagging — bounded by the write rate, not by a count.
 //!
@@ -90,10 +93,6 @@ struct Floor {
     retries: u32,
     /// A retry asked for ([`Reached::Behind`] with `retry`) has not come yet.
     retry_pending: bool,
-    /// Kept through a page that found the aggregate `Gone`: perhaps deleted and recreated
-    /// since it was notified, so given up on it records nothing (it would silence the new
-    /// incarnation's versions up to it).
-    kept_through_gone: bool,
 }
 
 impl Floor {
@@ -106,7 +105,6 @@ impl Floor {
             since_ms: 0,
             retries: 0,
             retry_pending: false,
-            kept_through_gone: false,
         }
     }
 }
@@ -136,13 +134,6 @@ pub(crate) enum Reached {
 #[derive(Debug, Default)]
 pub(crate) struct Floors {
     by_aggregate: SortedMap<AggregateRef, Floor>,
-    /// The last version given up on, per aggregate: a `changed` of exactly it arms no floor
-    /// again (a gateway that keeps notifying what it never serves). Goes with a `changed` of
-    /// any other version (a lower one may be a recreation's), a deletion, the
-    /// last unsubscription, or (past that, a floor kept for reads) the floor's end
-    /// ([`Floors::forget`]), and with a page finding the aggregate `Gone` ([`Floors::gone`]);
-    /// a floor kept through `Gone` records none when given up on.
-    given_up: SortedMap<AggregateRef, u64>,
     /// The floor in force when the page request in flight began, with its aggregate.
     boarded: Option<(AggregateRef, u64)>,
 }
@@ -157,17 +148,9 @@ impl Floors {
         stream: StreamId,
         goes_back: bool,
     ) {
-        // Only the version given up on, notified again, is silenced: any other may be a
-        // recreation's (a lower one) or a newer write (a higher one), and arming a floor never
-        // answers a read wrongly, only dropping or lowering one can. So any other version
-        // forgets what was given up on and arms a floor as usual (bounded by its own give-up).
-        match self.given_up.get(&aggregate) {
-            Some(&v) if v == version => return,
-            Some(_) => {
-                self.given_up.remove(&aggregate);
-            }
-            None => {}
-        }
+        // Nothing given up on is remembered: any version, even the one given up on notified
+        // again, may be a recreation's (its `reset` lost or swallowed by a `resync`), and
+        // arming a floor never answers a read wrongly, only dropping or lowering one can.
         if let Some(floor) = self.by_aggregate.get_mut(&aggregate)
             && version < floor.version
         {
@@ -180,11 +163,11 @@ impl Floors {
                 return;
             }
             // Went back on the stream that raised the floor: deleted and recreated, its
-            // `reset` lost. The old floor means nothing; a retry asked for is still pending.
-            *floor = Floor {
-                retry_pending: floor.retry_pending,
-                ..Floor::new(version, stream)
-            };
+            // `reset` lost. The old version means nothing, but the cycle goes on: its misses,
+            // clock and backoff carry over (a retry asked for is still pending), else a stream
+            // alternating two versions would restart it each time and never give up.
+            floor.version = version;
+            floor.stream = stream;
             return;
         }
         let floor = self
@@ -197,18 +180,6 @@ impl Floors {
     /// The floor means nothing any more (a deletion, no subscriber).
     pub(crate) fn forget(&mut self, aggregate: &AggregateRef) {
         self.by_aggregate.remove(aggregate);
-        self.given_up.remove(aggregate);
-    }
-
-    /// A page found `aggregate` `Gone` (its tip below the cursor): perhaps deleted and
-    /// recreated, so what was given up on goes (it would silence the new versions up to it;
-    /// this only re-arms floors, each bounded by another give-up), and the floor, kept, is
-    /// marked so that giving up on it records nothing either.
-    pub(crate) fn gone(&mut self, aggregate: &AggregateRef) {
-        self.given_up.remove(aggregate);
-        if let Some(floor) = self.by_aggregate.get_mut(aggregate) {
-            floor.kept_through_gone = true;
-        }
     }
 
     /// A page request of `aggregate` begins: the floor now (0: none), which the reads
@@ -268,11 +239,7 @@ impl Floors {
         floor.misses += 1;
         if floor.misses > BEHIND_RETRIES && now_ms.saturating_sub(floor.since_ms) >= GIVE_UP_MS {
             let notified = floor.version;
-            let record = !floor.kept_through_gone;
             self.by_aggregate.remove(&aggregate);
-            if record {
-                self.given_up.insert(aggregate, notified);
-            }
             return Reached::GaveUp { notified };
         }
         Reached::Behind {

@@ -300,10 +300,7 @@ impl Reader {
                         // below the floor it boarded with. A real deletion still ends them (a
                         // deletion's `reset`, a lower `changed` on the same stream where its
                         // `ready` allows, the recreated versions reaching the floor, or the
-                        // give-up). What was given up on goes, and giving up on the floor kept
-                        // records nothing: a recreation's versions up to it must arm floors
-                        // ([`super::floors`]).
-                        self.floors.gone(&aggregate);
+                        // give-up).
                         self.fetching = Some(aggregate);
                         self.emit(Action::ResetLog {
                             aggregate,
@@ -472,8 +469,7 @@ impl Reader {
                 // Probed before its next page, even if a page of it is in flight now.
                 if shard.members.contains(&aggregate) {
                     self.tips.remove(&aggregate);
-                    // After a deletion its versions restart, so the floor goes (and what was
-                    // given up on). A trim keeps the tip: the floor and the reads' needs stay,
+                    // After a deletion its versions restart, so the floor goes. A trim keeps the tip: the floor and the reads' needs stay,
                     // else the next page, from a replica that lags, would answer every read
                     // aboard below the floor it boarded with.
                     if deleted {

@@ -1,10 +1,10 @@
 //! Unit tests of the read machine's floors across what may look like the aggregate going
 //! back: a page or probe that finds it `Gone` (perhaps only a replica behind the cursor, or a
-//! recreation: what was given up on must not silence its versions), a `changed` below the
-//! floor, taken for a recreation only on the stream that raised the floor and only when that
-//! stream's `ready` said its resets say deletions, and a `changed` below a version given up on
-//! (a recreation's: it arms a floor) (kept apart from `machine_floor_tests.rs`, which holds
-//! the retries and give-up).
+//! recreation: a give-up must not silence its versions), a `changed` below the floor, taken
+//! for a recreation only on the stream that raised the floor and only when that stream's
+//! `ready` said its resets say deletions, and a `changed` at or below a version given up on
+//! (perhaps a recreation's: it arms a floor) (kept apart from `machine_floor_tests.rs`, which
+//! holds the retries and give-up).
 
 use super::*;
 use crate::engine::read::floors::{BEHIND_RETRIES, GIVE_UP_MS};
@@ -241,7 +241,7 @@ fn miss_until_given_up(r: &mut Reader, a: AggregateRef, fetching: bool) -> Vec<A
 /// Round 6's S1: a floor kept through `Gone` (the aggregate deleted and recreated, found only
 /// by the page) and then given up on recorded what it gave up on, so the new incarnation's
 /// `changed(a, 5)` armed no floor and a lagging page at 4 answered a read asked after it fresh
-/// at 4. Given up on, a floor kept through `Gone` records nothing: 5 arms a floor.
+/// at 4. Nothing given up on is remembered now (round 9): 5 arms a floor.
 #[test]
 fn a_floor_kept_through_gone_and_given_up_on_silences_no_recreated_version() {
     let a = agg(1);
@@ -268,11 +268,11 @@ fn a_floor_kept_through_gone_and_given_up_on_silences_no_recreated_version() {
     assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[tag(2)])]);
 }
 
-/// And what was given up on before goes with a page that finds the aggregate `Gone`: given up
-/// on 10, then deleted and recreated (found only by `Gone`), the new incarnation's
-/// `changed(a, 5)` arms a floor.
+/// Given up on 10, then deleted and recreated (found only by `Gone`): the new incarnation's
+/// `changed(a, 5)` arms a floor (up to round 8 because `Gone` cleared what was given up on,
+/// since round 9 because nothing given up on is remembered).
 #[test]
-fn gone_clears_what_was_given_up_on() {
+fn a_recreation_found_by_gone_after_a_give_up_arms_a_floor() {
     let a = agg(1);
     let mut r = watching(a, true);
     assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
@@ -342,7 +342,7 @@ fn given_up_on_10(r: &mut Reader, a: AggregateRef, cursor: u64) {
 /// and recreated, its `reset` lost, and `changed(a, 5)` on the same stream (whose `ready` said
 /// `deletedResets`). At or below 10, it armed no floor: a read asked after it, the page from a
 /// replica at 4 finding it `Gone` (tip 4 below the cursor at 9), and the re-read ending at 4
-/// answered the read fresh at 4. Only 10 itself is silenced now: 5 arms a floor.
+/// answered the read fresh at 4. Nothing given up on is remembered now: 5 arms a floor.
 #[test]
 fn a_recreation_below_a_version_given_up_on_arms_a_floor() {
     let a = agg(1);
@@ -386,4 +386,84 @@ fn a_recreation_below_a_version_given_up_on_replaces_a_newer_floor() {
     assert_eq!(pages, [vec![Action::FetchPage(a)], vec![retry(a, 250)]]);
     assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 5)), [caught_up(a, true, &[tag(1)])]);
+}
+
+/// Round 8's M1, scenario C: given up on 10 (pages ending at 9), then the aggregate deleted,
+/// the gateway's slot forgetting what it sent and a `resync` swallowing the `reset` (the
+/// catch-up it drives, from the same replica, ends at 9: caught up, no floor); recreated by
+/// one append of 10 events, `changed(a, 10)` comes again. Equal to the version given up on,
+/// it armed no floor, and a page ending at 9 answered a read asked after it fresh at 9.
+/// Nothing given up on is remembered now: 10 arms a floor and the read waits for it.
+#[test]
+fn the_version_given_up_on_notified_again_arms_a_floor() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    given_up_on_10(&mut r, a, 9);
+    let id = r.streams()[0].0;
+    assert_eq!(
+        on(&mut r, Input::Stream(id, Note::Resync)),
+        [Action::FetchPage(a)]
+    );
+    assert_eq!(on(&mut r, last(a, 9)), [caught_up(a, true, &[])]);
+    assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, Input::Read(a, tag(1))), []);
+    // The page in flight (boarded before the read) and the next (the read aboard) end at 9,
+    // below 10: read again for the read queued, then retried; the read waits.
+    let pages = [on(&mut r, last(a, 9)), on(&mut r, last(a, 9))];
+    for ends_at_9 in &pages {
+        assert!(
+            !ends_at_9.contains(&caught_up(a, true, &[tag(1)])),
+            "answered at 9, below 10: {ends_at_9:?}"
+        );
+    }
+    assert_eq!(pages, [vec![Action::FetchPage(a)], vec![retry(a, 250)]]);
+    assert_eq!(on(&mut r, Input::Retry(a)), [Action::FetchPage(a)]);
+    assert_eq!(on(&mut r, last(a, 10)), [caught_up(a, true, &[tag(1)])]);
+}
+
+/// Round 8's S2: on a `deletedResets` stream, `changed` alternating 10 and 9 (each 9 taken
+/// for a recreation) replaced the floor with a new one each time, its misses, clock and
+/// backoff reset: never given up on, every retry after 250 ms. They carry over now: the
+/// backoff grows and the floor is given up on after 30 s of misses.
+#[test]
+fn a_floor_replaced_again_and_again_keeps_its_backoff_and_is_given_up_on() {
+    let a = agg(1);
+    let mut r = watching(a, true);
+    let id = r.streams()[0].0;
+    let note = |version| {
+        Input::Stream(
+            id,
+            Note::Changed {
+                aggregate: a,
+                version,
+            },
+        )
+    };
+    let mut now = T;
+    assert_eq!(at(&mut r, note(10), now), [Action::FetchPage(a)]);
+    let (mut delays, mut versions) = (Vec::new(), [9, 10].into_iter().cycle());
+    // 400 pages: over 30 s of retries even at 250 ms each.
+    for _ in 0..400 {
+        let ends = at(&mut r, last(a, 3), now);
+        if ends.iter().any(|e| matches!(e, Action::NeverServed { .. })) {
+            assert!(now - T >= GIVE_UP_MS, "{now}");
+            assert!(delays.iter().any(|&ms| ms >= 4_000), "{delays:?}");
+            return;
+        }
+        match ends[..] {
+            // Read again for the change queued.
+            [Action::FetchPage(_)] => {}
+            // The retry pending comes.
+            [] => assert_eq!(at(&mut r, Input::Retry(a), now), [Action::FetchPage(a)]),
+            // When it is due, the other version is notified (a page ends below it first).
+            [Action::RetryLater { ms, .. }] => {
+                delays.push(ms);
+                now += ms;
+                let v = versions.next().unwrap();
+                assert_eq!(at(&mut r, note(v), now), [Action::FetchPage(a)]);
+            }
+            _ => panic!("{ends:?}"),
+        }
+    }
+    panic!("never given up on in {} ms: {delays:?}", now - T);
 }

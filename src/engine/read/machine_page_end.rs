@@ -27,14 +27,6 @@ impl Reader {
     ) {
         let served = self.floors.served(&aggregate, version);
         let reached = self.floors.reached(aggregate, version, served, now_ms);
-        // A floor kept past the last unsubscription for the reads waiting on it has ended:
-        // what was given up on goes with it, as it does at the last unsubscription (else it
-        // would stay for every aggregate ever read this way).
-        if matches!(reached, Reached::Yes | Reached::GaveUp { .. })
-            && !self.watched.contains_key(&aggregate)
-        {
-            self.floors.forget(&aggregate);
-        }
         match reached {
             Reached::Yes => self.caught_up(aggregate, true),
             Reached::Behind { attempt, retry } => {

@@ -184,8 +184,8 @@ impl OperationCodes {
             to = ?event.to_aggregate_version,
             keep_from = ?event.keep_from_aggregate_version,
             "celeriant watch: notifications read as one kind carry two operation codes; \
-             the mapping by fields may be wrong; ready no longer says deletedResets \
-             (docs/celeriant.md)"
+             the mapping by fields may be wrong; ready no longer says deletedResets, \
+             resets published as trims (docs/celeriant.md)"
         );
         true
     }
