@@ -43,10 +43,7 @@
 //! answered below it (arming a floor never answers a read wrongly; dropping or lowering one
 //! can). The cost: such a gateway costs one more bounded cycle of retries (about 30 s to its
 //! give-up) per `changed` it sends after a give-up, for instance one per stream reopen (each
-//! new stream's watch notifies the tip again). A `changed` while a floor exists does not
-//! restart its cycle: raised or replaced (see above), the floor keeps its misses, its clock
-//! and its backoff, so a stream alternating versions (10, 9, 10, …) cannot keep it from its
-//! give-up. A retry that moves the cursor (the replica catching up under a stream of changes) starts the
+//! new stream's watch notifies the tip again). A retry that moves the cursor (the replica catching up under a stream of changes) starts the
 //! clock again: each move is a version served, so this lasts as long as the aggregate keeps
 //! being written and the replica keeps lagging — bounded by the write rate, not by a count.
 //!
@@ -163,11 +160,11 @@ impl Floors {
                 return;
             }
             // Went back on the stream that raised the floor: deleted and recreated, its
-            // `reset` lost. The old version means nothing, but the cycle goes on: its misses,
-            // clock and backoff carry over (a retry asked for is still pending), else a stream
-            // alternating two versions would restart it each time and never give up.
-            floor.version = version;
-            floor.stream = stream;
+            // `reset` lost. The old floor means nothing; a retry asked for is still pending.
+            *floor = Floor {
+                retry_pending: floor.retry_pending,
+                ..Floor::new(version, stream)
+            };
             return;
         }
         let floor = self
