@@ -41,13 +41,15 @@
 //! remembered of it: the next `changed` of the aggregate, of any version (even the one given
 //! up on), arms a floor again, as any version may be a recreation's whose reads must not be
 //! answered below it (arming a floor never answers a read wrongly; dropping or lowering one
-//! can). The cost: such a gateway costs one more bounded cycle of retries (about 30 s to its
-//! give-up) per `changed` it sends after a give-up, for instance one per stream reopen (each
-//! new stream's watch notifies the tip again). A `changed` while a floor exists does not
-//! restart its cycle: raised or replaced (see above), the floor keeps its misses, its clock
-//! and its backoff, so a stream alternating versions (10, 9, 10, …) cannot keep it from its
-//! give-up. A retry that moves the cursor (the replica catching up under a stream of changes) starts the
-//! clock again: each move is a version served, so this lasts as long as the aggregate keeps
+//! can). The cost: one more bounded cycle of retries (at least 30 s and about nine timer pages
+//! to its give-up) per `changed` a gateway sends after a give-up. This gateway sends a version
+//! already notified on a stream again only after a deletion (a stream's `sent`), and a new
+//! stream's tips come in `ready`, which arms nothing; a hostile gateway sending a fresh `changed`
+//! every 31 s keeps one aggregate retrying for good, about 20 timer pages a minute, one page in
+//! flight for the whole reader. A floor replaced by a recreation starts its own cycle (carrying
+//! the old floor's misses and clock made a recreation's first page below the old `at` a give-up,
+//! and the read after it was answered below the recreation's version). A retry that moves the
+//! cursor (the replica catching up under a stream of changes) starts the clock again: each move is a version served, so this lasts as long as the aggregate keeps
 //! being written and the replica keeps lagging — bounded by the write rate, not by a count.
 //!
 //! At most one retry is pending per aggregate: from the [`Action::RetryLater`] asking for it
@@ -163,11 +165,11 @@ impl Floors {
                 return;
             }
             // Went back on the stream that raised the floor: deleted and recreated, its
-            // `reset` lost. The old version means nothing, but the cycle goes on: its misses,
-            // clock and backoff carry over (a retry asked for is still pending), else a stream
-            // alternating two versions would restart it each time and never give up.
-            floor.version = version;
-            floor.stream = stream;
+            // `reset` lost. The old floor means nothing; a retry asked for is still pending.
+            *floor = Floor {
+                retry_pending: floor.retry_pending,
+                ..Floor::new(version, stream)
+            };
             return;
         }
         let floor = self

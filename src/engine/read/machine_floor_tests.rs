@@ -514,12 +514,11 @@ fn a_trim_reset_keeps_the_floor_a_read_boarded_with_a_deletion_drops_it() {
     }
 }
 
-/// Round 4's nit: a floor given up on while the aggregate was no longer watched (a read kept
-/// it past the last unsubscription) leaves nothing behind: watched again, a `changed` of that
-/// version arms a floor. It used to stay given up on for good, one entry per aggregate ever
-/// read that way (and since round 9 nothing given up on is remembered at all).
+/// A floor kept past the last unsubscription (a read waits) is given up on like any other: the
+/// read is answered `false` and the give-up logged; watched again, a `changed` of that version
+/// arms a floor (round 4 found it given up on for good; nothing given up on is remembered now).
 #[test]
-fn a_version_given_up_on_after_the_last_unsubscription_is_forgotten_with_the_floor() {
+fn a_floor_kept_past_the_last_unsubscription_is_given_up_on_and_armed_again() {
     let a = agg(1);
     let mut r = watching(a);
     assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
