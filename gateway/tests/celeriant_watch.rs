@@ -11,11 +11,12 @@ use std::time::Duration;
 use celeriant_gateway::backend::celeriant::{CeleriantBackend, CeleriantOptions};
 use celeriant_gateway::backend::{Backend, Change};
 use celeriant_msg::response::watch_event::WatchResponseEvent;
-use serde_json::json;
+use serde_json::{Value, json};
 use support::fake_celeriant::FakeCeleriant;
 use support::process::{Process, data_dir, post};
 use support::sse;
 use support::write::{ORG, TYPE, command, key};
+use tempfile::TempDir;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -148,42 +149,76 @@ async fn one_upstream_watch_changed_reset_resync_and_reconnect() {
     assert_eq!(watch_requests, 3, "one watch at a time, reopened twice");
 }
 
-#[test]
-fn a_gateway_on_celeriant_streams_what_is_written_through_it() {
-    let fake = FakeCeleriant::start();
-    let dir = data_dir();
-    let org = Uuid::from_u128(ORG).to_string();
-    let gw = Process::start(
-        dir.path(),
-        &[
-            "--backend",
-            "celeriant",
-            "--celeriant-addr",
-            &fake.address(),
-            "--org-id",
-            &org,
-            "--auth",
-            "none",
-        ],
-    );
-    let (type_id, id) = (
-        Uuid::from_u128(TYPE).to_string(),
-        Uuid::from_u128(7).to_string(),
-    );
-    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
-    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
-    assert_eq!(s.status, 200, "{}", s.body);
-    assert_eq!(s.expect(WAIT).event, "ready");
+/// Waits until `fake` has one upstream watch open (a change notified before it would be lost).
+fn wait_for_upstream_watch(fake: &FakeCeleriant) {
     let deadline = std::time::Instant::now() + WAIT;
     while fake.watches() != 1 {
         assert!(std::time::Instant::now() < deadline, "no upstream watch");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// What each test over HTTP starts with: a gateway process on `--backend celeriant` over a fake
+/// node of its own, a watch stream of one aggregate open on it past its `ready`, and the
+/// gateway's upstream watch open. Its fields drop in order: the stream, the gateway, its data
+/// directory, the node.
+struct Watched {
+    s: sse::Stream,
+    /// The stream's `ready`.
+    ready: sse::Sse,
+    /// The watch request's body, to open more streams of the same aggregate.
+    body: Value,
+    gw: Process,
+    _data: TempDir,
+    fake: FakeCeleriant,
+}
+
+/// [`Watched`] of aggregate `n` ([`key`]), the gateway started with `extra` arguments after
+/// the usual ones.
+fn watched(n: u128, extra: &[&str]) -> Watched {
+    let fake = FakeCeleriant::start();
+    let data = data_dir();
+    let (address, org) = (fake.address(), Uuid::from_u128(ORG).to_string());
+    let mut args = vec![
+        "--backend",
+        "celeriant",
+        "--celeriant-addr",
+        &address,
+        "--org-id",
+        &org,
+        "--auth",
+        "none",
+    ];
+    args.extend_from_slice(extra);
+    let gw = Process::start(data.path(), &args);
+    let k = key(n);
+    let (type_id, id) = (k.aggregate.type_id.to_string(), k.aggregate.id.to_string());
+    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
+    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    assert_eq!(s.status, 200, "{}", s.body);
+    let ready = s.expect(WAIT);
+    assert_eq!(ready.event, "ready");
+    wait_for_upstream_watch(&fake);
+    Watched {
+        s,
+        ready,
+        body,
+        gw,
+        _data: data,
+        fake,
+    }
+}
+
+#[test]
+fn a_gateway_on_celeriant_streams_what_is_written_through_it() {
+    let mut w = watched(7, &[]);
+    let k = key(7);
+    let (type_id, id) = (k.aggregate.type_id.to_string(), k.aggregate.id.to_string());
     let write = support::app::write_by("5f0c6b2e-8a3d-4c1e-9b7a-2d4e6f8a0b1c", &type_id, &id, &[1]);
-    let r = post(&gw.base, "/v1/write", None, &write);
+    let r = post(&w.gw.base, "/v1/write", None, &write);
     assert_eq!(r.json["outcome"], "landed", "{:?}", r.json);
     loop {
-        let e = s.expect(WAIT);
+        let e = w.s.expect(WAIT);
         if e.event == "resync" {
             continue; // the upstream watch opening may race the stream's ready
         }
@@ -191,9 +226,9 @@ fn a_gateway_on_celeriant_streams_what_is_written_through_it() {
         assert_eq!(e.data, json!({"typeId": type_id, "id": id, "version": 1}));
         break;
     }
-    fake.end_watches();
+    w.fake.end_watches();
     assert_eq!(
-        s.expect(WAIT).event,
+        w.s.expect(WAIT).event,
         "resync",
         "the upstream watch was lost"
     );
@@ -219,41 +254,15 @@ fn written(id: u128, version: u64) -> WatchResponseEvent {
 /// remember version 5 as sent and swallowed every version up to it.)
 #[test]
 fn a_trim_keeps_what_was_sent_a_deleted_aggregate_created_again_is_notified_again() {
-    let fake = FakeCeleriant::start();
-    let dir = data_dir();
-    let org = Uuid::from_u128(ORG).to_string();
-    let gw = Process::start(
-        dir.path(),
-        &[
-            "--backend",
-            "celeriant",
-            "--celeriant-addr",
-            &fake.address(),
-            "--org-id",
-            &org,
-            "--auth",
-            "none",
-        ],
-    );
-    let k = key(9);
-    let (type_id, id) = (k.aggregate.type_id.to_string(), k.aggregate.id.to_string());
-    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
-    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
-    assert_eq!(s.status, 200, "{}", s.body);
-    assert_eq!(s.expect(WAIT).event, "ready");
-    let deadline = std::time::Instant::now() + WAIT;
-    while fake.watches() != 1 {
-        assert!(std::time::Instant::now() < deadline, "no upstream watch");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut w = watched(9, &[]);
     let expect = |s: &mut sse::Stream| loop {
         let e = s.expect(WAIT);
         if e.event != "resync" {
             return e;
         }
     };
-    fake.notify(vec![written(9, 5)]);
-    let e = expect(&mut s);
+    w.fake.notify(vec![written(9, 5)]);
+    let e = expect(&mut w.s);
     assert_eq!(
         (e.event.as_str(), &e.data["version"]),
         ("changed", &json!(5))
@@ -267,18 +276,18 @@ fn a_trim_keeps_what_was_sent_a_deleted_aggregate_created_again_is_notified_agai
         to_aggregate_version: Some(5),
         keep_from_aggregate_version: Some(3),
     };
-    fake.notify(vec![trimmed]);
-    let e = expect(&mut s);
+    w.fake.notify(vec![trimmed]);
+    let e = expect(&mut w.s);
     assert_eq!(
         (e.event.as_str(), &e.data["deleted"]),
         ("reset", &json!(false)),
         "a trim's reset says so"
     );
     // A node behind notifies 4; given time to be sent, it is not: the next is 6.
-    fake.notify(vec![written(9, 4)]);
+    w.fake.notify(vec![written(9, 4)]);
     std::thread::sleep(Duration::from_millis(300));
-    fake.notify(vec![written(9, 6)]);
-    let e = expect(&mut s);
+    w.fake.notify(vec![written(9, 6)]);
+    let e = expect(&mut w.s);
     assert_eq!(
         (e.event.as_str(), &e.data["version"]),
         ("changed", &json!(6)),
@@ -293,15 +302,15 @@ fn a_trim_keeps_what_was_sent_a_deleted_aggregate_created_again_is_notified_agai
         to_aggregate_version: None,
         keep_from_aggregate_version: None,
     };
-    fake.notify(vec![deleted]);
-    let e = expect(&mut s);
+    w.fake.notify(vec![deleted]);
+    let e = expect(&mut w.s);
     assert_eq!(
         (e.event.as_str(), &e.data["deleted"]),
         ("reset", &json!(true)),
         "a deletion's reset says so"
     );
-    fake.notify(vec![written(9, 1)]);
-    let e = expect(&mut s);
+    w.fake.notify(vec![written(9, 1)]);
+    let e = expect(&mut w.s);
     assert_eq!(
         (e.event.as_str(), &e.data["version"]),
         ("changed", &json!(1)),
@@ -316,40 +325,15 @@ fn a_trim_keeps_what_was_sent_a_deleted_aggregate_created_again_is_notified_agai
 /// organisation only.
 #[test]
 fn a_silently_dead_upstream_watch_is_renewed_with_a_resync() {
-    let fake = FakeCeleriant::start();
-    let dir = data_dir();
-    let org = Uuid::from_u128(ORG).to_string();
-    let gw = Process::start(
-        dir.path(),
-        &[
-            "--backend",
-            "celeriant",
-            "--celeriant-addr",
-            &fake.address(),
-            "--org-id",
-            &org,
-            "--auth",
-            "none",
-            "--celeriant-watch-renew-secs",
-            "1",
-        ],
-    );
-    let k = key(11);
-    let (type_id, id) = (k.aggregate.type_id.to_string(), k.aggregate.id.to_string());
-    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
-    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
-    assert_eq!(s.status, 200, "{}", s.body);
-    assert_eq!(s.expect(WAIT).event, "ready");
-    let deadline = std::time::Instant::now() + WAIT;
-    while fake.watches() != 1 {
-        assert!(std::time::Instant::now() < deadline, "no upstream watch");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let orgs: Vec<_> = fake
+    let mut w = watched(11, &["--celeriant-watch-renew-secs", "1"]);
+    let orgs: Vec<_> = w
+        .fake
         .requests()
         .iter()
         .filter_map(|r| match r {
-            celeriant_msg::process_client_requests::ClientRequest::Watch(w) => Some(w.orgs.clone()),
+            celeriant_msg::process_client_requests::ClientRequest::Watch(watch) => {
+                Some(watch.orgs.clone())
+            }
             _ => None,
         })
         .collect();
@@ -360,29 +344,22 @@ fn a_silently_dead_upstream_watch_is_renewed_with_a_resync() {
     );
 
     // The upstream watch hangs; a change made now is not notified on it.
-    fake.silence_watches();
-    while matches!(s.next(Duration::from_millis(50)), sse::Next::Event(_)) {}
-    fake.notify(vec![written(11, 1)]);
+    w.fake.silence_watches();
+    while matches!(w.s.next(Duration::from_millis(50)), sse::Next::Event(_)) {}
+    w.fake.notify(vec![written(11, 1)]);
     let started = std::time::Instant::now();
     // (A renewal racing the silence may deliver the change on the next watch first.)
-    while s.expect(WAIT).event != "resync" {}
+    while w.s.expect(WAIT).event != "resync" {}
     println!(
         "a silently dead watch noticed after {:?}",
         started.elapsed()
     );
 
     // A fresh watch delivers again.
-    let deadline = std::time::Instant::now() + WAIT;
-    while fake.watches() != 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no new upstream watch"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    fake.notify(vec![written(11, 2)]);
+    wait_for_upstream_watch(&w.fake);
+    w.fake.notify(vec![written(11, 2)]);
     loop {
-        let e = s.expect(WAIT);
+        let e = w.s.expect(WAIT);
         if e.event == "resync" {
             continue;
         }
@@ -402,35 +379,8 @@ fn a_silently_dead_upstream_watch_is_renewed_with_a_resync() {
 /// `ready` said.
 #[test]
 fn operation_codes_that_disagree_with_the_fields_stop_ready_saying_deleted_resets() {
-    let fake = FakeCeleriant::start();
-    let dir = data_dir();
-    let org = Uuid::from_u128(ORG).to_string();
-    let gw = Process::start(
-        dir.path(),
-        &[
-            "--backend",
-            "celeriant",
-            "--celeriant-addr",
-            &fake.address(),
-            "--org-id",
-            &org,
-            "--auth",
-            "none",
-        ],
-    );
-    let k = key(9);
-    let (type_id, id) = (k.aggregate.type_id.to_string(), k.aggregate.id.to_string());
-    let body = json!({"aggregates": [{"typeId": type_id, "id": id}]});
-    let mut s = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
-    assert_eq!(s.status, 200, "{}", s.body);
-    let ready = s.expect(WAIT);
-    assert_eq!(ready.event, "ready");
-    assert_eq!(ready.data["deletedResets"], true, "{:?}", ready.data);
-    let deadline = std::time::Instant::now() + WAIT;
-    while fake.watches() != 1 {
-        assert!(std::time::Instant::now() < deadline, "no upstream watch");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut w = watched(9, &[]);
+    assert_eq!(w.ready.data["deletedResets"], true, "{:?}", w.ready.data);
     let changed = |s: &mut sse::Stream| loop {
         let e = s.expect(WAIT);
         if e.event != "resync" {
@@ -438,21 +388,21 @@ fn operation_codes_that_disagree_with_the_fields_stop_ready_saying_deleted_reset
             return e.data["version"].clone();
         }
     };
-    fake.notify(vec![written(9, 5)]);
-    assert_eq!(changed(&mut s), json!(5));
+    w.fake.notify(vec![written(9, 5)]);
+    assert_eq!(changed(&mut w.s), json!(5));
     // Codes that agree: still said.
-    fake.notify(vec![written(9, 6)]);
-    assert_eq!(changed(&mut s), json!(6));
-    let mut agreeing = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    w.fake.notify(vec![written(9, 6)]);
+    assert_eq!(changed(&mut w.s), json!(6));
+    let mut agreeing = sse::open(&w.gw.addr, "POST", "/v1/watch", None, Some(&w.body));
     let ready = agreeing.expect(WAIT);
     assert_eq!(ready.data["deletedResets"], true, "{:?}", ready.data);
     // Another code for a notification read as a write (published after it is checked).
-    fake.notify(vec![WatchResponseEvent {
+    w.fake.notify(vec![WatchResponseEvent {
         operation: 5,
         ..written(9, 7)
     }]);
-    assert_eq!(changed(&mut s), json!(7));
-    let mut after = sse::open(&gw.addr, "POST", "/v1/watch", None, Some(&body));
+    assert_eq!(changed(&mut w.s), json!(7));
+    let mut after = sse::open(&w.gw.addr, "POST", "/v1/watch", None, Some(&w.body));
     assert_eq!(after.status, 200, "{}", after.body);
     let ready = after.expect(WAIT);
     assert_eq!(ready.event, "ready");
@@ -463,14 +413,14 @@ fn operation_codes_that_disagree_with_the_fields_stop_ready_saying_deleted_reset
     );
     // A delete (neither version) is published as a trim now, on every stream: the one opened
     // before the doubt too (its `ready` said `deletedResets`, but what it sends is the hub's).
-    fake.notify(vec![WatchResponseEvent {
+    w.fake.notify(vec![WatchResponseEvent {
         operation: 3,
         from_aggregate_version: None,
         to_aggregate_version: None,
         keep_from_aggregate_version: None,
         ..written(9, 0)
     }]);
-    for stream in [&mut s, &mut after] {
+    for stream in [&mut w.s, &mut after] {
         let e = loop {
             let e = stream.expect(WAIT);
             if e.event != "resync" {

@@ -563,6 +563,10 @@ impl Reader {
 mod page_end;
 
 #[cfg(test)]
+#[path = "machine_test_support.rs"]
+mod test_support;
+
+#[cfg(test)]
 #[path = "machine_tests.rs"]
 mod tests;
 

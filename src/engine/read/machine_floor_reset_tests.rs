@@ -1,85 +1,17 @@
 //! Unit tests of the read machine's floors across what may look like the aggregate going
-//! back: a page or probe that finds it `Gone` (perhaps only a replica behind the cursor, or a
-//! recreation: a give-up must not silence its versions), a `changed` below the floor, taken
+//! back: a page or probe that finds it `Gone` (perhaps only a replica behind the cursor: the
+//! floor stays, and the re-read answers no read below it); a `changed` below the floor, taken
 //! for a recreation only on the stream that raised the floor and only when that stream's
-//! `ready` said its resets say deletions, and a `changed` at or below a version given up on
-//! (perhaps a recreation's: it arms a floor) (kept apart from `machine_floor_tests.rs`, which
-//! holds the retries and give-up).
+//! `ready` said its resets say deletions; and a recreation after a give-up, which drops the
+//! floor and remembers nothing of it: the recreation's `changed` arms a floor whatever its
+//! version, at or below the one given up on too (kept apart from `machine_floor_tests.rs`,
+//! which holds the retries and give-up).
 
+use super::test_support::{
+    T, agg, at, caught_up, changed, last, on, retry, tag, watching, watching_with,
+};
 use super::*;
 use crate::engine::read::floors::{BEHIND_RETRIES, GIVE_UP_MS};
-use crate::engine::read::message::ReadTag;
-use uuid::Uuid;
-
-const T: u64 = 1_000_000;
-
-fn agg(n: u128) -> AggregateRef {
-    AggregateRef {
-        type_id: Uuid::from_u128(7),
-        id: Uuid::from_u128(n),
-    }
-}
-
-fn tag(waiter: u64) -> ReadTag {
-    ReadTag { context: 3, waiter }
-}
-
-/// Handles `input`; what it does, reports left out.
-fn on(r: &mut Reader, input: Input) -> Vec<Action> {
-    at(r, input, T)
-}
-
-/// Handles `input` at `now`; what it does, reports left out.
-fn at(r: &mut Reader, input: Input, now: u64) -> Vec<Action> {
-    r.handle(input, now, 0.5);
-    std::iter::from_fn(|| r.poll())
-        .filter(|a| !matches!(a, Action::Report(_)))
-        .collect()
-}
-
-/// The catch-up's last page, its log at `version`.
-fn last(aggregate: AggregateRef, version: u64) -> Input {
-    Input::Page {
-        aggregate,
-        end: PageEnd::Stored {
-            more: false,
-            version,
-        },
-    }
-}
-
-/// The stream says `aggregate` reached `version`.
-fn changed(r: &mut Reader, aggregate: AggregateRef, version: u64) -> Vec<Action> {
-    let id = r.streams()[0].0;
-    on(r, Input::Stream(id, Note::Changed { aggregate, version }))
-}
-
-fn caught_up(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> Action {
-    Action::CaughtUp {
-        aggregate,
-        ok,
-        reads: reads.to_vec(),
-    }
-}
-
-fn retry(aggregate: AggregateRef, ms: u64) -> Action {
-    Action::RetryLater { aggregate, ms }
-}
-
-/// A reader watching `a` over a ready stream (whose `ready` says `deleted_resets`), caught up
-/// at version 0.
-fn watching(a: AggregateRef, deleted_resets: bool) -> Reader {
-    let mut r = Reader::new(Backoff::default());
-    on(&mut r, Input::Subscribe(a));
-    on(&mut r, last(a, 0));
-    let id = r.streams()[0].0;
-    assert_eq!(
-        on(&mut r, Input::Stream(id, Note::Ready { deleted_resets })),
-        [Action::FetchPage(a)]
-    );
-    assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
-    r
-}
 
 /// Round 5's SF1: a probe after a trim's `reset` answered by a replica at 8, below the cursor
 /// at 9, finds the aggregate `Gone`; the floor went with it, and the re-read from that replica,
@@ -88,7 +20,7 @@ fn watching(a: AggregateRef, deleted_resets: bool) -> Reader {
 #[test]
 fn a_replica_behind_the_cursor_answers_no_read_below_its_floor() {
     let a = agg(1);
-    let mut r = watching(a, true);
+    let mut r = watching(a);
     assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
     assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
@@ -129,7 +61,7 @@ fn a_replica_behind_the_cursor_answers_no_read_below_its_floor() {
 fn a_lower_change_replaces_the_floor_only_on_a_stream_whose_resets_say_deletions() {
     let a = agg(1);
     for deleted_resets in [false, true] {
-        let mut r = watching(a, deleted_resets);
+        let mut r = watching_with(a, deleted_resets);
         assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
         assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
         assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
@@ -160,7 +92,7 @@ fn a_lower_change_replaces_the_floor_only_on_a_stream_whose_resets_say_deletions
 #[test]
 fn a_stream_reopened_without_deleted_resets_keeps_the_higher_floor() {
     let a = agg(1);
-    let mut r = watching(a, true);
+    let mut r = watching(a);
     assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
     assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
@@ -245,7 +177,7 @@ fn miss_until_given_up(r: &mut Reader, a: AggregateRef, fetching: bool) -> Vec<A
 #[test]
 fn a_floor_kept_through_gone_and_given_up_on_silences_no_recreated_version() {
     let a = agg(1);
-    let mut r = watching(a, true);
+    let mut r = watching(a);
     assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
     assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
@@ -274,7 +206,7 @@ fn a_floor_kept_through_gone_and_given_up_on_silences_no_recreated_version() {
 #[test]
 fn a_recreation_found_by_gone_after_a_give_up_arms_a_floor() {
     let a = agg(1);
-    let mut r = watching(a, true);
+    let mut r = watching(a);
     assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
     let ends = miss_until_given_up(&mut r, a, true);
     assert!(
@@ -298,7 +230,7 @@ fn a_recreation_found_by_gone_after_a_give_up_arms_a_floor() {
 #[test]
 fn a_reopened_stream_takes_no_lower_change_for_a_recreation_before_its_ready() {
     let a = agg(1);
-    let mut r = watching(a, true);
+    let mut r = watching(a);
     assert_eq!(changed(&mut r, a, 10), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, last(a, 9)), [retry(a, 250)]);
     assert_eq!(on(&mut r, Input::Read(a, tag(1))), [Action::FetchPage(a)]);
@@ -346,7 +278,7 @@ fn given_up_on_10(r: &mut Reader, a: AggregateRef, cursor: u64) {
 #[test]
 fn a_recreation_below_a_version_given_up_on_arms_a_floor() {
     let a = agg(1);
-    let mut r = watching(a, true);
+    let mut r = watching(a);
     given_up_on_10(&mut r, a, 9);
     assert_eq!(changed(&mut r, a, 5), [Action::FetchPage(a)]);
     assert_eq!(on(&mut r, Input::Read(a, tag(1))), []);
@@ -369,7 +301,7 @@ fn a_recreation_below_a_version_given_up_on_arms_a_floor() {
 #[test]
 fn a_recreation_below_a_version_given_up_on_replaces_a_newer_floor() {
     let a = agg(1);
-    let mut r = watching(a, true);
+    let mut r = watching(a);
     given_up_on_10(&mut r, a, 3);
     assert_eq!(changed(&mut r, a, 12), [Action::FetchPage(a)]);
     assert_eq!(changed(&mut r, a, 5), []);
@@ -397,7 +329,7 @@ fn a_recreation_below_a_version_given_up_on_replaces_a_newer_floor() {
 #[test]
 fn the_version_given_up_on_notified_again_arms_a_floor() {
     let a = agg(1);
-    let mut r = watching(a, true);
+    let mut r = watching(a);
     given_up_on_10(&mut r, a, 9);
     let id = r.streams()[0].0;
     assert_eq!(

@@ -3,81 +3,9 @@
 //! still waiting, a bounded number of times; and the floor goes when it no longer means
 //! anything (kept apart from `machine_tests.rs`, which holds the streams and paging).
 
+use super::test_support::{READY, T, agg, at, caught_up, changed, last, on, retry, tag, watching};
 use super::*;
 use crate::engine::read::floors::{BEHIND_RETRIES, GIVE_UP_MS};
-use crate::engine::read::message::ReadTag;
-use uuid::Uuid;
-
-const T: u64 = 1_000_000;
-
-/// A `ready` of the gateway as it is now: its resets say deletions (`deletedResets`).
-const READY: Note = Note::Ready {
-    deleted_resets: true,
-};
-
-fn agg(n: u128) -> AggregateRef {
-    AggregateRef {
-        type_id: Uuid::from_u128(7),
-        id: Uuid::from_u128(n),
-    }
-}
-
-fn tag(waiter: u64) -> ReadTag {
-    ReadTag { context: 3, waiter }
-}
-
-/// Handles `input`; what it does, reports left out.
-fn on(r: &mut Reader, input: Input) -> Vec<Action> {
-    at(r, input, T)
-}
-
-/// Handles `input` at `now`; what it does, reports left out.
-fn at(r: &mut Reader, input: Input, now: u64) -> Vec<Action> {
-    r.handle(input, now, 0.5);
-    std::iter::from_fn(|| r.poll())
-        .filter(|a| !matches!(a, Action::Report(_)))
-        .collect()
-}
-
-/// The catch-up's last page, its log at `version`.
-fn last(aggregate: AggregateRef, version: u64) -> Input {
-    Input::Page {
-        aggregate,
-        end: PageEnd::Stored {
-            more: false,
-            version,
-        },
-    }
-}
-
-/// The stream says `aggregate` reached `version`.
-fn changed(r: &mut Reader, aggregate: AggregateRef, version: u64) -> Vec<Action> {
-    let id = r.streams()[0].0;
-    on(r, Input::Stream(id, Note::Changed { aggregate, version }))
-}
-
-fn caught_up(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> Action {
-    Action::CaughtUp {
-        aggregate,
-        ok,
-        reads: reads.to_vec(),
-    }
-}
-
-fn retry(aggregate: AggregateRef, ms: u64) -> Action {
-    Action::RetryLater { aggregate, ms }
-}
-
-/// A reader watching `a` over a ready stream, caught up at version 0.
-fn watching(a: AggregateRef) -> Reader {
-    let mut r = Reader::new(Backoff::default());
-    on(&mut r, Input::Subscribe(a));
-    on(&mut r, last(a, 0));
-    let id = r.streams()[0].0;
-    assert_eq!(on(&mut r, Input::Stream(id, READY)), [Action::FetchPage(a)]);
-    assert_eq!(on(&mut r, last(a, 0)), [caught_up(a, true, &[])]);
-    r
-}
 
 #[test]
 fn a_catch_up_below_the_notified_version_is_read_again_and_its_reads_wait_for_it() {

@@ -2,56 +2,11 @@
 //! before one of its page requests began (kept apart from `machine_tests.rs`, which holds the
 //! streams and paging).
 
+use super::test_support::{READY, agg, caught_up, last, on, tag};
 use super::*;
-use crate::engine::read::message::ReadTag;
-use uuid::Uuid;
-
-const T: u64 = 1_000_000;
-
-/// A `ready` of the gateway as it is now: its resets say deletions (`deletedResets`).
-const READY: Note = Note::Ready {
-    deleted_resets: true,
-};
-
-fn agg(n: u128) -> AggregateRef {
-    AggregateRef {
-        type_id: Uuid::from_u128(7),
-        id: Uuid::from_u128(n),
-    }
-}
-
-fn tag(waiter: u64) -> ReadTag {
-    ReadTag { context: 3, waiter }
-}
-
-/// Handles `input`; what it does, reports left out.
-fn on(r: &mut Reader, input: Input) -> Vec<Action> {
-    r.handle(input, T, 0.5);
-    std::iter::from_fn(|| r.poll())
-        .filter(|a| !matches!(a, Action::Report(_)))
-        .collect()
-}
 
 fn page(aggregate: AggregateRef, end: PageEnd) -> Input {
     Input::Page { aggregate, end }
-}
-
-fn last(aggregate: AggregateRef) -> Input {
-    page(
-        aggregate,
-        PageEnd::Stored {
-            more: false,
-            version: 0,
-        },
-    )
-}
-
-fn caught_up(aggregate: AggregateRef, ok: bool, reads: &[ReadTag]) -> Action {
-    Action::CaughtUp {
-        aggregate,
-        ok,
-        reads: reads.to_vec(),
-    }
 }
 
 fn reader() -> Reader {
@@ -68,7 +23,7 @@ fn a_read_asked_while_the_last_page_is_in_flight_waits_for_the_next_catch_up() {
     // Asked once that page was on its way: the server may have had more by then.
     assert_eq!(on(&mut r, Input::Read(agg(1), tag(2))), []);
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [
             caught_up(agg(1), true, &[tag(1)]),
             Action::FetchPage(agg(1))
@@ -90,14 +45,14 @@ fn a_read_asked_while_the_last_page_is_in_flight_waits_for_the_next_catch_up() {
     // Asked during a catch-up that reads on: answered by the catch-up after it.
     assert_eq!(on(&mut r, Input::Read(agg(1), tag(3))), []);
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [
             caught_up(agg(1), true, &[tag(2)]),
             Action::FetchPage(agg(1))
         ]
     );
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [caught_up(agg(1), true, &[tag(3)])]
     );
 }
@@ -111,12 +66,12 @@ fn a_catch_up_asked_by_no_read_answers_none() {
     );
     assert_eq!(on(&mut r, Input::Read(agg(1), tag(1))), []);
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [caught_up(agg(1), true, &[]), Action::FetchPage(agg(1))],
         "a landed batch's catch-up, under way when the read asked"
     );
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [caught_up(agg(1), true, &[tag(1)])]
     );
 }
@@ -127,14 +82,14 @@ fn a_read_queued_behind_another_aggregate_boards_its_own_page() {
     on(&mut r, Input::Read(agg(1), tag(1)));
     assert_eq!(on(&mut r, Input::Read(agg(2), tag(2))), []);
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [
             caught_up(agg(1), true, &[tag(1)]),
             Action::FetchPage(agg(2))
         ]
     );
     assert_eq!(
-        on(&mut r, last(agg(2))),
+        on(&mut r, last(agg(2), 0)),
         [caught_up(agg(2), true, &[tag(2)])]
     );
 }
@@ -152,7 +107,7 @@ fn a_failed_page_answers_its_reads_false_and_a_later_read_gets_a_page_of_its_own
     assert!(matches!(after[1], Action::RetryLater { .. }), "{after:?}");
     assert_eq!(after[2..], [Action::FetchPage(agg(1))]);
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [caught_up(agg(1), true, &[tag(2)])]
     );
 }
@@ -175,7 +130,7 @@ fn reads_stay_aboard_across_a_reset_and_one_asked_during_it_boards_the_page_afte
         [Action::FetchPage(agg(1))]
     );
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [caught_up(agg(1), true, &[tag(1), tag(2)])]
     );
 }
@@ -186,8 +141,8 @@ fn a_read_asked_again_is_named_once() {
     on(&mut r, Input::Read(agg(1), tag(1)));
     on(&mut r, Input::Read(agg(1), tag(1)));
     on(&mut r, Input::Read(agg(1), tag(1)));
-    let mut all = on(&mut r, last(agg(1)));
-    all.extend(on(&mut r, last(agg(1))));
+    let mut all = on(&mut r, last(agg(1), 0));
+    all.extend(on(&mut r, last(agg(1), 0)));
     assert_eq!(
         all,
         [
@@ -217,12 +172,12 @@ fn a_ready_s_tip_is_not_used_for_a_page_with_a_read_aboard() {
     on(&mut r, Input::Tips(1, vec![(agg(1), 4)]));
     assert_eq!(on(&mut r, Input::Stream(1, READY)), []);
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [caught_up(agg(1), true, &[]), Action::FetchPage(agg(1))],
         "asked, not answered from the tip"
     );
     assert_eq!(
-        on(&mut r, last(agg(1))),
+        on(&mut r, last(agg(1), 0)),
         [caught_up(agg(1), true, &[tag(1)])]
     );
     // Without a read, the next `ready`'s tip spares the request.
