@@ -390,12 +390,18 @@ fn a_stopped_reader_feeds_nothing_more() {
     assert!(rig.caught_up(a).is_empty(), "a stopped reader fed its page");
     assert!(!rig.run.writing());
     // Nor what it is fed, nor what its stream still says, nor its timers.
-    rig.run.feed(Input::CatchUp(a));
+    let c = agg(3);
+    rig.hold(c, 1);
+    rig.run.feed(Input::Subscribe(c));
     rig.settle();
     assert_eq!(
         rig.fake().requests.get(),
         1,
         "a stopped reader asked a page"
+    );
+    assert!(
+        rig.fake().open.borrow().is_empty(),
+        "a stopped reader opened a stream"
     );
     assert!(!sink.wanted());
     sink.chunk("event: changed\ndata: {}\n\n", |_| (Vec::new(), None));
