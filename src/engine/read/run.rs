@@ -121,6 +121,9 @@ pub trait ReadPlatform: Env + Sized + 'static {
     fn never_served(&self, _aggregate: AggregateRef, _notified: u64, _reached: u64) {}
 }
 
+/// A retry's timer, with whether it fired.
+type Retry<T> = (Rc<Cell<bool>>, T);
+
 /// The read side of the draining context: the [`Reader`] machine and what performs it.
 pub struct ReadRun<P: ReadPlatform> {
     platform: P,
@@ -139,7 +142,7 @@ pub struct ReadRun<P: ReadPlatform> {
     timer: RefCell<Option<P::Timer>>,
     /// Catch-ups to try again (a failed page, a miss below a floor), each with whether its
     /// timer fired (then it is pruned).
-    retries: RefCell<Vec<(Rc<Cell<bool>>, P::Timer)>>,
+    retries: RefCell<Vec<Retry<P::Timer>>>,
     /// Aggregates with a local log: a landed batch of one is followed by its catch-up.
     logged: RefCell<SortedSet<AggregateRef>>,
     /// `logged` has been read from storage (until then every landed batch is caught up).

@@ -47,11 +47,14 @@ impl Observer for Quiet {
     fn parked(&self, _: &ParkRecord) {}
 }
 
+/// A timer set on the [`Clock`]: when it fires, whether it was cancelled, what it does.
+type Armed = (u64, Rc<Cell<bool>>, Box<dyn FnOnce()>);
+
 /// A clock moved by the test, with its timers and sleepers.
 #[derive(Default)]
 struct Clock {
     now: Cell<u64>,
-    timers: RefCell<Vec<(u64, Rc<Cell<bool>>, Box<dyn FnOnce()>)>>,
+    timers: RefCell<Vec<Armed>>,
     sleepers: RefCell<Vec<Waker>>,
 }
 
