@@ -415,6 +415,41 @@ fn a_stopped_reader_feeds_nothing_more() {
 }
 
 #[test]
+fn a_store_under_way_at_the_stop_commits_and_tells_its_news_but_feeds_nothing() {
+    let mut rig = Rig::new();
+    let a = agg(1);
+    rig.hold(a, 2);
+    rig.fake().store_ms.set(DEADLINE / 2);
+    rig.run.feed(Input::Subscribe(a));
+    rig.settle();
+    rig.run.stop();
+    // What `close` waits for (`written`).
+    assert!(
+        rig.run.writing(),
+        "a store under way at the stop was not counted"
+    );
+    let written = Rc::new(Cell::new(false));
+    let (run, done) = (rig.run.clone(), written.clone());
+    (rig.pool.spawner())
+        .spawn_local(async move {
+            run.written().await;
+            done.set(true);
+        })
+        .unwrap();
+    rig.settle();
+    assert!(!written.get());
+    rig.advance(DEADLINE / 2);
+    assert!(written.get() && !rig.run.writing());
+    assert_eq!(rig.version(a), 2);
+    assert_eq!(
+        rig.log_changed(a),
+        1,
+        "the stopped reader's store told nobody"
+    );
+    assert!(rig.caught_up(a).is_empty(), "a stopped reader fed its page");
+}
+
+#[test]
 fn a_page_past_its_deadline_while_storing_is_awaited_and_told() {
     let mut rig = Rig::new();
     let a = agg(1);
