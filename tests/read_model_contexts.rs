@@ -484,7 +484,7 @@ fn a_read_is_answered_by_a_catch_up_that_began_after_it_asked() {
 
 /// The old order of a closing drainer (its lock and channel gone before its reader's page
 /// store under way landed), with a store that commits before the next drainer's first
-/// catch-up of the aggregate: `browser/reader.rs` looks at `stopped` only before storing; the
+/// catch-up of the aggregate: `engine/read/run_page.rs` looks at `stopped` only before storing; the
 /// store commits after the stop, and its `LogChanged` news go to a context that has closed, so
 /// no other context refreshes its view. The next drainer's catch-up finds the cursor at the tip
 /// already and stores nothing; that first catch-up is announced as a log change, so the views

@@ -2,13 +2,15 @@
 //! `tests/read_model_contexts.rs`): a gateway holding each aggregate's batches (appending,
 //! trimming, deleting, notifying the streams that watch it, refusing streams past its caps),
 //! the network, and the executor of one [`Reader`] over one [`MemoryLog`] (pages read through
-//! `engine::read::page` as `browser/reader.rs` reads them, one step at a time, with faults). The
+//! `engine::read::page` as `engine/read/run.rs` reads them, one step at a time, with faults). The
 //! reader can be replaced (a new drainer): its streams, page and timers go with it.
 //!
 //! This file holds the world and the reader's executor (feeding the machine, performing its
 //! actions, pages, timers, subscriptions, settling); the gateway and its streams are in
 //! `gateway.rs`, the checks of the log, views and streams against the gateway in `checks.rs`
 //! (split to keep each file short).
+//! Its own executor, not `engine/read/run.rs` (tested in `run_tests.rs`): here the model picks
+//! which page completes, fails, lags or outlives a stopped reader, step by step.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, VecDeque};
@@ -122,7 +124,7 @@ pub struct World {
     /// Break the executor's reading of pages as the browser's was: a page's tip is not
     /// compared with the cursor (a deletion the stream did not report goes unnoticed).
     pub ignore_shrunk_tip: bool,
-    /// What the reader's executor reported (`browser/reader.rs`'s `news`), for the context
+    /// What the reader's executor reported (`ReadRun`'s `news`, `engine/read/run.rs`), for the context
     /// holding it to route; nobody listens in the single-context model.
     pub news: Vec<ReaderNews>,
     /// Aggregates this device's events just landed in (some context's pending events changed).
@@ -130,7 +132,7 @@ pub struct World {
     /// How many readers were started (the first one included).
     pub readers: u32,
     /// The reader stopped and no other started yet: what it is fed is dropped, as
-    /// `ReaderRuntime::feed` drops it once stopped.
+    /// `ReadRun::feed` drops it once stopped.
     pub stopped: bool,
 }
 
@@ -174,7 +176,7 @@ impl World {
 
     /// The reader stops and a new one starts over the same log (another context drains now,
     /// or the same one again): the old one's streams are closed, its page in flight, timers and
-    /// retries forgotten (`ReaderRuntime::stop`: a page answered after the stop is not stored),
+    /// retries forgotten (`ReadRun::stop`: a page answered after the stop is not stored),
     /// and what its streams still say never reaches the new one (another executor). The new
     /// one starts at the configured limits, told whether the network is on.
     pub fn restart(&mut self) {
@@ -186,7 +188,7 @@ impl World {
         self.feed(Input::Online(self.online));
     }
 
-    /// The reader stops (`ReaderRuntime::stop`): its streams closed, its timers and retries
+    /// The reader stops (`ReadRun::stop`): its streams closed, its timers and retries
     /// forgotten, and nothing fed to it any more. Returns its page or reset in flight, which
     /// the caller may finish later ([`World::finish_orphan`]) or drop.
     #[must_use]
@@ -202,7 +204,7 @@ impl World {
     }
 
     /// A stopped reader's page or reset that was past its last check of `stopped` (a page's
-    /// store or a reset already under way in `browser/reader.rs`): it still writes the log,
+    /// store or a reset already under way in `engine/read/run_page.rs`): it still writes the log,
     /// with the cursor it read (a compare-and-set), but nothing is fed to any reader. Returns
     /// the aggregate if its log moved (the stopped reader's `LogChanged` news).
     pub fn finish_orphan(&mut self, flight: Flight) -> Option<AggregateRef> {
@@ -384,7 +386,7 @@ impl World {
     }
 
     /// What the gateway answers to a page or a probe of `aggregate` read at `cursor`, and what
-    /// the executor makes of it (as `browser/reader.rs` does).
+    /// the executor makes of it (as `engine/read/run_page.rs` does).
     pub fn answer(&mut self, aggregate: AggregateRef, probe: bool, cursor: Cursor) -> PageEnd {
         if std::mem::take(&mut self.fail_next) || !self.online {
             return PageEnd::Failed {
@@ -485,7 +487,7 @@ impl World {
             .collect();
         self.retries.retain(|(at, _)| *at > self.now);
         for aggregate in due {
-            self.feed(Input::Retry(aggregate)); // as `browser/reader.rs`'s timer does
+            self.feed(Input::Retry(aggregate)); // as `ReadRun`'s retry timer does
         }
         true
     }

@@ -1,52 +1,38 @@
-//! One catch-up page of the reader ([`ReaderRuntime::fetch_page`]): the request, what the
-//! reply means ([`page`]'s rules), and the page stored with its cursor in one transaction. In a
-//! file of its own so that `reader.rs` holds the executor's loop and streams.
-
-use std::cell::Cell;
+//! One catch-up page of the browser's read platform ([`BrowserRead`]): the request (under a
+//! session and a proof) and what its JSON says, handed to the engine's executor, which decides
+//! what it means ([`crate::engine::read::page`]) and stores it. In a file of its own so that
+//! `reader.rs` holds the platform and its streams.
 
 use js_sys::Array;
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::super::fetch::{Raw, get_raw};
 use super::super::js;
-use super::super::network::SWITCHED_OFF;
-use super::{ReaderRuntime, parse_text};
+use super::{BrowserRead, parse_text};
 use crate::engine::env::Reply;
 use crate::engine::model::AggregateRef;
-use crate::engine::read::log::LocalLog;
-use crate::engine::read::machine::PageEnd;
-use crate::engine::read::page;
-use crate::engine::read::routing::ReaderNews;
+use crate::engine::read::log::Cursor;
+use crate::engine::read::run::Replied;
 use celeriant_sync_protocol::events_path;
 
-impl ReaderRuntime {
-    /// Reads the aggregate's next page and stores it with its cursor (compare-and-set on the
-    /// cursor read before the request); with `probe`, asks only what is left of it after a
-    /// `reset`: its first version (a 410 gives the minimum) and its tip; with `tip`, asks
-    /// nothing when the cursor is at it ([`page::at_tip`]).
-    pub(super) async fn fetch_page(
+/// A page request's reply: its status and text (a JS string, parsed as it is), and the
+/// session it was asked under.
+pub(crate) struct PageReply {
+    status: u16,
+    text: JsValue,
+    token: String,
+}
+
+impl BrowserRead {
+    /// Asks for the aggregate's page after `cursor`; with `probe`, for its first version and
+    /// tip only.
+    pub(super) async fn request_page(
         &self,
         aggregate: AggregateRef,
         probe: bool,
-        tip: Option<u64>,
-        storing: &Cell<bool>,
-    ) -> PageEnd {
-        let failed = |message: String| PageEnd::Failed { message };
-        let cursor = match self.outbox.cursor(aggregate).await {
-            Ok(cursor) => cursor,
-            Err(e) => return failed(e.to_string()),
-        };
-        // At the tip a `ready` gave, with no change notified since: nothing to read.
-        if let Some(end) = tip.and_then(|tip| page::at_tip(cursor, tip)) {
-            return end;
-        }
-        if self.config.network.is_off() {
-            return failed(SWITCHED_OFF.into());
-        }
-        let token = match self.token().await {
-            Ok(token) => token,
-            Err(message) => return failed(message),
-        };
+        cursor: Cursor,
+    ) -> Result<PageReply, String> {
+        let token = self.token().await?;
         let query = if probe {
             "from=1&limit=1".to_owned()
         } else {
@@ -57,75 +43,52 @@ impl ReaderRuntime {
             self.config.gateway_url,
             events_path(&aggregate)
         );
-        let proof = match self.sessions.proof("GET", &url, "", &token).await {
-            Ok(proof) => proof,
-            Err(message) => return failed(message),
-        };
-        let (status, text) =
-            match get_raw(&url, Some(&token), Some(&proof), self.config.timeout_ms).await {
-                Ok(Raw {
-                    status,
-                    body: Ok(text),
-                    ..
-                }) => (status, text),
-                Ok(Raw { body: Err(e), .. }) => return failed(e),
-                Err(Reply::Failed { message, .. }) => return failed(message),
-                Err(Reply::Http { status, .. }) => return failed(format!("HTTP {status}")),
-            };
-        if self.stopped.get() {
-            return failed("the reader stopped".into());
+        let proof = self.sessions.proof("GET", &url, "", &token).await?;
+        match get_raw(&url, Some(&token), Some(&proof), self.config.timeout_ms).await {
+            Ok(Raw {
+                status,
+                body: Ok(text),
+                ..
+            }) => Ok(PageReply {
+                status,
+                text,
+                token,
+            }),
+            Ok(Raw { body: Err(e), .. }) => Err(e),
+            Err(Reply::Failed { message, .. }) => Err(message),
+            Err(Reply::Http { status, .. }) => Err(format!("HTTP {status}")),
         }
-        // From here a stop no longer keeps the page from being stored: counted until its news.
-        let _writing = self.writes.enter();
-        storing.set(true);
+    }
+
+    /// What `reply` says.
+    pub(super) fn read_page(&self, reply: &PageReply) -> Replied<Array> {
         // Parsed as the JS string it came as (see `get_raw`); copied into Rust only for an
         // error message.
-        let parsed = parse_text(&text).unwrap_or(JsValue::UNDEFINED);
-        let body = || text.as_string().unwrap_or_default();
-        match status {
+        let parsed = parse_text(&reply.text).unwrap_or(JsValue::UNDEFINED);
+        let body = || reply.text.as_string().unwrap_or_default();
+        match reply.status {
             200 => {
                 let batches = js::get(&parsed, "batches");
                 if !Array::is_array(&batches) {
-                    return failed("a page without batches".into());
-                }
-                let batches = Array::from(&batches);
-                let tip = js::get_u64(&parsed, "tip");
-                if probe {
-                    // Version 1 is still there (else 410): gone only if the aggregate was
-                    // deleted or recreated below what the local log holds (or this replica
-                    // lags behind it).
-                    return page::probed(tip, cursor);
-                }
-                if page::shrunk(tip, cursor) {
-                    // Deleted while no `reset` reached this device (the stream was down or
-                    // lagged): found by the page itself (tests/read_model.rs). Or a replica
-                    // behind the cursor: the read machine keeps the floor on `Gone`.
-                    return PageEnd::Gone;
-                }
-                let size = u64::from(text.unchecked_ref::<js_sys::JsString>().length());
-                let stored = match self
-                    .outbox
-                    .store_fetched_page(aggregate, &batches, &self.config.me, cursor, size)
-                    .await
-                {
-                    Ok(stored) => stored,
-                    Err(e) => return failed(e.to_string()),
-                };
-                if stored.is_some_and(|after| after.version > cursor.version) {
-                    self.hub.logged(aggregate);
-                    (self.news)(ReaderNews::LogChanged(aggregate));
+                    return Replied::Failed("a page without batches".into());
                 }
                 let next = js::get(&parsed, "next");
-                page::stored(cursor, stored, !(next.is_null() || next.is_undefined()))
+                Replied::Page {
+                    batches: Array::from(&batches),
+                    tip: js::get_u64(&parsed, "tip"),
+                    next: !(next.is_null() || next.is_undefined()),
+                    size: u64::from(reply.text.unchecked_ref::<js_sys::JsString>().length()),
+                }
             }
-            410 => page::trimmed(js::get_u64(&parsed, "minVersion")).unwrap_or_else(|| {
-                failed(format!("HTTP 410 without a usable minVersion: {}", body()))
-            }),
+            410 => Replied::Trimmed {
+                min_version: js::get_u64(&parsed, "minVersion"),
+                body: body(),
+            },
             401 => {
-                self.sessions.refused(&token);
-                failed("HTTP 401: the session was refused".into())
+                self.sessions.refused(&reply.token);
+                Replied::Failed("HTTP 401: the session was refused".into())
             }
-            _ => failed(format!(
+            status => Replied::Failed(format!(
                 "HTTP {status}: {}",
                 body().chars().take(300).collect::<String>()
             )),

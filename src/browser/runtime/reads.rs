@@ -73,7 +73,7 @@ impl Runtime {
                 runtime.route(Input::ReaderNews(news));
             }
         });
-        let reader = ReaderRuntime::start(
+        let reader = super::super::reader::start(
             ReaderConfig {
                 gateway_url: self.config.gateway_url.clone(),
                 timeout_ms: self.config.request_timeout_ms,

@@ -12,6 +12,8 @@
 //!   paging, resets, reconnects — with no I/O;
 //! * [`message`]: what the contexts of a device tell each other about it;
 //! * [`page`]: what a reply to a catch-up page or a probe means;
+//! * [`run`]: [`ReadRun`](run::ReadRun), the executor that performs the machine's actions
+//!   over a [`ReadPlatform`](run::ReadPlatform) (the browser's in `browser/reader.rs`);
 //! * [`routing`]: [`Routing`](routing::Routing), where the read side's work goes between the
 //!   contexts of a device (the reader in the draining one) and which `read`s are answered;
 //! * [`sse`]: the change stream's Server-Sent Events, parsed from text chunks;
@@ -31,6 +33,7 @@ pub mod memory_log;
 pub mod message;
 pub mod page;
 pub mod routing;
+pub mod run;
 pub mod sse;
 pub mod streams;
 pub mod subscriptions;
