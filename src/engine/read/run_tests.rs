@@ -1,9 +1,10 @@
 //! The read executor ([`ReadRun`]) run natively: over a [`MemoryLog`], a fake gateway whose
-//! requests and stores can be held, fake timers on a clock the test moves, and a
-//! `LocalPool` for its tasks. What is checked is the executor's own part — a stopped reader
-//! feeds nothing more, a page past its deadline while storing is awaited (and one that is
-//! not, failed), an input fed while actions are performed waits its turn, a stream's end read
-//! for what it means — the machine's decisions having tests of their own.
+//! requests can be held and whose stores take time on a clock the test moves, fake timers on
+//! that clock, and a `LocalPool` for its tasks. What is checked is the executor's own part — a
+//! stopped reader feeds and publishes nothing more and keeps no timer, a page past its
+//! deadline while storing is awaited (and one that is not, failed), an input fed while actions
+//! are performed waits its turn; its streams in `run_stream_tests.rs` — the machine's
+//! decisions having tests of their own.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -32,6 +33,8 @@ use crate::engine::status::{Hub, Observer, Refused, Status, SyncedNotice};
 const DEADLINE: u64 = 1_000;
 /// Batches per page.
 const PAGE: usize = 3;
+/// A `ready` event (its data read by the test's `ready`).
+const READY: &str = "event: ready\ndata: {}\n\n";
 
 fn agg(n: u128) -> AggregateRef {
     AggregateRef {
@@ -402,13 +405,10 @@ fn a_subscription_opens_a_stream_and_pages_the_log_in() {
     assert_eq!(rig.hub.status().read, ReadState::Connecting);
     // The stream's `ready` (fed from a task, never from within the callback).
     let sink = rig.fake().sinks.borrow().values().next().unwrap().clone();
-    assert!(sink.chunk("event: ready\ndata: {}\n\n", |_| (Vec::new(), None)));
+    assert!(sink.chunk(READY, |_| (Vec::new(), None)));
     rig.settle();
     assert_eq!(rig.hub.status().read, ReadState::Connected);
 }
-
-/// A `ready` event (its data read by the test's `ready`).
-const READY: &str = "event: ready\ndata: {}\n\n";
 
 #[test]
 fn a_stopped_reader_feeds_nothing_more() {
@@ -456,11 +456,8 @@ fn a_stopped_reader_feeds_nothing_more() {
     rig.hold(c, 1);
     rig.run.feed(Input::Subscribe(c));
     rig.settle();
-    assert_eq!(
-        rig.fake().requests.get(),
-        2,
-        "a stopped reader asked a page"
-    );
+    let asked = rig.fake().requests.get();
+    assert_eq!(asked, 2, "a stopped reader asked a page");
     assert!(
         rig.fake().open.borrow().is_empty(),
         "a stopped reader opened a stream"
