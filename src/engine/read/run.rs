@@ -68,7 +68,8 @@ pub enum Replied<B> {
 pub trait ReadPlatform: Env + Sized + 'static {
     /// The local log.
     type Log: LocalLog;
-    /// An open change stream; dropping it closes the stream.
+    /// An open change stream; dropping it closes the stream, and must not call its sink (it is
+    /// dropped while the executor's streams are borrowed).
     type Stream;
     /// A timer; dropping it cancels it.
     type Timer;
@@ -77,7 +78,8 @@ pub trait ReadPlatform: Env + Sized + 'static {
 
     /// The local log.
     fn log(&self) -> &Self::Log;
-    /// Runs `task` in the background.
+    /// Runs `task` in the background: later, never within this call (what it feeds would
+    /// re-enter the executor).
     fn spawn(&self, task: Pin<Box<dyn Future<Output = ()>>>);
     /// Calls `fire` after `ms` milliseconds unless the returned timer is dropped first.
     fn timer(&self, ms: u64, fire: Box<dyn FnOnce()>) -> Self::Timer;
@@ -103,7 +105,8 @@ pub trait ReadPlatform: Env + Sized + 'static {
         probe: bool,
         cursor: Cursor,
     ) -> impl Future<Output = Result<Self::Reply, String>>;
-    /// What `reply` says.
+    /// What `reply` says. Called once per reply, and only if the reader had not stopped when
+    /// it came; it may act on what it reads (the browser's refuses the session on a 401).
     fn read_reply(&self, reply: &Self::Reply) -> Replied<<Self::Log as LocalLog>::Page>;
     /// Stores a page with its cursor if it is still `expected` (`Ok(None)` if it moved).
     fn store(
