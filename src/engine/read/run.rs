@@ -242,9 +242,18 @@ impl<P: ReadPlatform> ReadRun<P> {
     }
 
     /// The network was switched off: the open streams are closed now (and reopening them fails
-    /// at once, without a request, until the network is switched on again).
+    /// at once, without a request, until the network is switched on again). Their refusals go
+    /// with them, as an ended stream's do: the shard reopens under a new id, so nothing would
+    /// remove them later.
     pub fn switched_off(self: &Rc<Self>) {
         let open = std::mem::take(&mut *self.streams.borrow_mut());
+        let mut dropped = false;
+        for &id in open.keys() {
+            dropped |= self.refused.borrow_mut().remove(&id).is_some();
+        }
+        if dropped {
+            self.publish_refused();
+        }
         for &id in open.keys() {
             self.feed(Input::StreamEnded(id));
         }

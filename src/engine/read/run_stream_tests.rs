@@ -87,6 +87,20 @@ fn refusals_are_published_with_the_unwatched_until_their_stream_goes() {
     assert!(reopened.chunk(READY, |_| (refused.clone(), None)));
     rig.settle();
     assert_eq!(rig.refused(), vec![(a, 40302), (b, too_many)]);
+    // The network switched off: the stream is closed, its refusals with it (it reopens under a
+    // new id, so nothing else would remove them), and they come back with its next `ready`.
+    rig.run.switched_off();
+    rig.settle();
+    assert_eq!(
+        rig.refused(),
+        vec![(b, too_many)],
+        "a switched-off stream's refusals are still published"
+    );
+    rig.advance(60_000);
+    let reopened = rig.last_sink();
+    assert!(reopened.chunk(READY, |_| (refused.clone(), None)));
+    rig.settle();
+    assert_eq!(rig.refused(), vec![(a, 40302), (b, too_many)]);
     // `a` unwatched, `b` takes its place: the stream is closed, its refusals with it.
     rig.run.feed(Input::Unsubscribe(a));
     rig.settle();
