@@ -2,7 +2,7 @@
 //! `tests/read_model_contexts.rs`): a gateway holding each aggregate's batches (appending,
 //! trimming, deleting, notifying the streams that watch it, refusing streams past its caps),
 //! the network, and the executor of one [`Reader`] over one [`MemoryLog`] (pages read through
-//! `engine::read::page` as `engine/read/run.rs` reads them, one step at a time, with faults). The
+//! `engine::read::page` as `engine/read/run_page.rs` reads them, one step at a time, with faults). The
 //! reader can be replaced (a new drainer): its streams, page and timers go with it.
 //!
 //! This file holds the world and the reader's executor (feeding the machine, performing its

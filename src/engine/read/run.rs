@@ -68,7 +68,8 @@ pub enum Replied<B> {
 pub trait ReadPlatform: Env + Sized + 'static {
     /// The local log.
     type Log: LocalLog;
-    /// An open change stream; dropping it closes the stream.
+    /// An open change stream; dropping it closes the stream, and must not call its sink (it is
+    /// dropped while the executor's streams are borrowed).
     type Stream;
     /// A timer; dropping it cancels it.
     type Timer;
@@ -77,7 +78,8 @@ pub trait ReadPlatform: Env + Sized + 'static {
 
     /// The local log.
     fn log(&self) -> &Self::Log;
-    /// Runs `task` in the background.
+    /// Runs `task` in the background: later, never within this call (what it feeds would
+    /// re-enter the executor).
     fn spawn(&self, task: Pin<Box<dyn Future<Output = ()>>>);
     /// Calls `fire` after `ms` milliseconds unless the returned timer is dropped first.
     fn timer(&self, ms: u64, fire: Box<dyn FnOnce()>) -> Self::Timer;
@@ -103,7 +105,8 @@ pub trait ReadPlatform: Env + Sized + 'static {
         probe: bool,
         cursor: Cursor,
     ) -> impl Future<Output = Result<Self::Reply, String>>;
-    /// What `reply` says.
+    /// What `reply` says. Called once per reply, and only if the reader had not stopped when
+    /// it came; it may act on what it reads (the browser's refuses the session on a 401).
     fn read_reply(&self, reply: &Self::Reply) -> Replied<<Self::Log as LocalLog>::Page>;
     /// Stores a page with its cursor if it is still `expected` (`Ok(None)` if it moved).
     fn store(
@@ -239,9 +242,18 @@ impl<P: ReadPlatform> ReadRun<P> {
     }
 
     /// The network was switched off: the open streams are closed now (and reopening them fails
-    /// at once, without a request, until the network is switched on again).
+    /// at once, without a request, until the network is switched on again). Their refusals go
+    /// with them, as an ended stream's do: the shard reopens under a new id, so nothing would
+    /// remove them later.
     pub fn switched_off(self: &Rc<Self>) {
         let open = std::mem::take(&mut *self.streams.borrow_mut());
+        let mut dropped = false;
+        for &id in open.keys() {
+            dropped |= self.refused.borrow_mut().remove(&id).is_some();
+        }
+        if dropped {
+            self.publish_refused();
+        }
         for &id in open.keys() {
             self.feed(Input::StreamEnded(id));
         }

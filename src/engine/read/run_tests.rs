@@ -1,9 +1,10 @@
 //! The read executor ([`ReadRun`]) run natively: over a [`MemoryLog`], a fake gateway whose
-//! requests and stores can be held, fake timers on a clock the test moves, and a
-//! `LocalPool` for its tasks. What is checked is the executor's own part — a stopped reader
-//! feeds nothing more, a page past its deadline while storing is awaited (and one that is
-//! not, failed), an input fed while actions are performed waits its turn, a stream's end read
-//! for what it means — the machine's decisions having tests of their own.
+//! requests can be held and whose stores take time on a clock the test moves, fake timers on
+//! that clock, and a `LocalPool` for its tasks. What is checked is the executor's own part — a
+//! stopped reader feeds and publishes nothing more and keeps no timer, a page past its
+//! deadline while storing is awaited (and one that is not, failed), an input fed while actions
+//! are performed waits its turn; its streams in `run_stream_tests.rs` — the machine's
+//! decisions having tests of their own.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -22,15 +23,18 @@ use crate::engine::env::Env;
 use crate::engine::model::{AggregateRef, ParkRecord};
 use crate::engine::outbox::StoreError;
 use crate::engine::read::log::{Cursor, LocalLog};
-use crate::engine::read::machine::{Input, ReadState, StreamId};
+use crate::engine::read::machine::{Input, ReadState, Reader, StreamId};
 use crate::engine::read::memory_log::{LogBatch, LogEvent, MemoryLog};
 use crate::engine::read::routing::ReaderNews;
+use crate::engine::read::streams::Limits;
 use crate::engine::signal::Signal;
-use crate::engine::status::{Hub, Observer, Status, SyncedNotice};
+use crate::engine::status::{Hub, Observer, Refused, Status, SyncedNotice};
 
 const DEADLINE: u64 = 1_000;
 /// Batches per page.
 const PAGE: usize = 3;
+/// A `ready` event (its data read by the test's `ready`).
+const READY: &str = "event: ready\ndata: {}\n\n";
 
 fn agg(n: u128) -> AggregateRef {
     AggregateRef {
@@ -294,6 +298,18 @@ impl Rig {
         Rig::with(|_| {})
     }
 
+    /// A reader whose streams name `per_stream` aggregates each, `streams` of them at most
+    /// (the aggregates past that are unwatched, polled on its wait timer).
+    fn limited(per_stream: usize, streams: usize) -> Rig {
+        let rig = Rig::new();
+        let limits = Limits {
+            per_stream,
+            streams,
+        };
+        *rig.run.machine.borrow_mut() = Reader::with_limits(Backoff::default(), limits);
+        rig
+    }
+
     fn fake(&self) -> &Fake {
         self.run.platform()
     }
@@ -323,6 +339,31 @@ impl Rig {
     fn advance(&mut self, ms: u64) {
         self.fake().clock.advance(ms);
         self.settle();
+    }
+
+    /// The sink the platform was given for stream `id`.
+    fn sink(&self, id: StreamId) -> StreamSink<Fake> {
+        self.fake().sinks.borrow()[&id].clone()
+    }
+
+    /// The sink of the stream opened last.
+    fn last_sink(&self) -> StreamSink<Fake> {
+        let last = *self.fake().sinks.borrow().keys().last().unwrap();
+        self.sink(last)
+    }
+
+    /// The fake timers neither fired nor cancelled.
+    fn pending_timers(&self) -> usize {
+        (self.fake().clock.timers.borrow().iter())
+            .filter(|(_, cancelled, _)| !cancelled.get())
+            .count()
+    }
+
+    /// What the hub says the gateway refused to watch (code by aggregate).
+    fn refused(&self) -> Vec<(AggregateRef, u32)> {
+        (self.hub.status().read_refused.iter())
+            .map(|r| (r.aggregate, r.code))
+            .collect()
     }
 
     fn version(&self, aggregate: AggregateRef) -> u64 {
@@ -364,54 +405,79 @@ fn a_subscription_opens_a_stream_and_pages_the_log_in() {
     assert_eq!(rig.hub.status().read, ReadState::Connecting);
     // The stream's `ready` (fed from a task, never from within the callback).
     let sink = rig.fake().sinks.borrow().values().next().unwrap().clone();
-    assert!(sink.chunk("event: ready\ndata: {}\n\n", |_| (Vec::new(), None)));
+    assert!(sink.chunk(READY, |_| (Vec::new(), None)));
     rig.settle();
     assert_eq!(rig.hub.status().read, ReadState::Connected);
 }
 
 #[test]
 fn a_stopped_reader_feeds_nothing_more() {
-    let mut rig = Rig::new();
-    let a = agg(1);
+    // One stream of one aggregate: `b` fits in none, polled on the wait timer.
+    let mut rig = Rig::limited(1, 1);
+    let (a, b) = (agg(1), agg(2));
     rig.hold(a, 2);
+    rig.hold(b, 2);
     rig.fake().hold_requests.set(true);
     rig.run.feed(Input::Subscribe(a));
+    rig.run.feed(Input::Subscribe(b));
     rig.settle();
-    assert_eq!(rig.fake().requests.get(), 1, "a page under way");
-    let sink = rig.fake().sinks.borrow().values().next().unwrap().clone();
+    let sink = rig.last_sink();
+    let refused = vec![Refused {
+        aggregate: a,
+        code: 40302,
+    }];
+    assert!(sink.chunk(READY, |_| (refused.clone(), None)));
+    rig.settle();
+    // `a`'s page fails at its deadline (retried on a timer), then `b`'s is under way.
+    rig.advance(DEADLINE);
+    assert_eq!(rig.caught_up(a), vec![false]);
+    assert_eq!(rig.fake().requests.get(), 2, "b's page under way");
+    assert_eq!(rig.pending_timers(), 2, "the poll's wait and a's retry");
+    let published = rig.refused();
+    assert_eq!(published.len(), 2);
+    let told = rig.news.borrow().len();
     rig.run.stop();
     assert!(rig.fake().open.borrow().is_empty(), "its stream closed");
+    assert_eq!(rig.pending_timers(), 0, "a timer outlived the stop");
     // The page answered after the stop is not stored, nor fed.
     rig.fake().hold_requests.set(false);
     rig.fake().released.notify();
     rig.settle();
     assert_eq!(
-        rig.version(a),
+        rig.version(b),
         0,
         "a page answered after the stop was stored"
     );
-    assert!(rig.caught_up(a).is_empty(), "a stopped reader fed its page");
+    assert!(rig.caught_up(b).is_empty(), "a stopped reader fed its page");
     assert!(!rig.run.writing());
-    // Nor what it is fed, nor what its stream still says, nor its timers.
+    // Nor what it is fed, nor what its stream still says (read while its reader is there,
+    // and ignored: nothing published).
     let c = agg(3);
     rig.hold(c, 1);
     rig.run.feed(Input::Subscribe(c));
     rig.settle();
-    assert_eq!(
-        rig.fake().requests.get(),
-        1,
-        "a stopped reader asked a page"
-    );
+    let asked = rig.fake().requests.get();
+    assert_eq!(asked, 2, "a stopped reader asked a page");
     assert!(
         rig.fake().open.borrow().is_empty(),
         "a stopped reader opened a stream"
     );
     assert!(!sink.wanted());
-    sink.chunk("event: changed\ndata: {}\n\n", |_| (Vec::new(), None));
+    assert!(sink.chunk(READY, |_| (Vec::new(), None)));
+    assert!(sink.ended(0, || None));
     rig.advance(60_000);
-    assert_eq!(rig.fake().requests.get(), 1);
-    assert!(rig.news.borrow().is_empty());
+    assert_eq!(rig.fake().requests.get(), 2);
+    assert_eq!(rig.news.borrow().len(), told);
+    assert_eq!(
+        rig.refused(),
+        published,
+        "a stopped reader published what its stream said"
+    );
     assert_eq!(rig.hub.status().read, ReadState::Idle);
+    // Its reader gone, the stream is to be closed.
+    drop(rig);
+    assert!(!sink.chunk(READY, |_| (Vec::new(), None)));
+    assert!(!sink.ended(0, || None));
 }
 
 #[test]
@@ -527,28 +593,5 @@ fn an_input_fed_while_actions_are_performed_waits_its_turn() {
     assert_eq!(rig.caught_up(b), vec![true]);
 }
 
-#[test]
-fn a_stream_refused_as_too_large_halves_the_streams() {
-    let mut rig = Rig::new();
-    rig.run.feed(Input::Subscribe(agg(1)));
-    rig.run.feed(Input::Subscribe(agg(2)));
-    rig.settle();
-    let per_stream = rig.run.machine.borrow().per_stream();
-    // The stream of both (the one of the first alone was replaced).
-    assert_eq!(rig.fake().open.borrow().len(), 1);
-    let id = rig.fake().open.borrow()[0];
-    let sink = rig.fake().sinks.borrow()[&id].clone();
-    assert!(sink.ended(400, || Some(40020)));
-    rig.settle();
-    assert_eq!(rig.run.machine.borrow().per_stream(), per_stream / 2);
-    assert!(!rig.fake().open.borrow().contains(&id));
-    // What the ended stream says later is ignored; a 429 without its code is a plain end.
-    assert!(!sink.wanted());
-    let streams = rig.run.machine.borrow().max_streams();
-    let last = *rig.fake().sinks.borrow().keys().last().unwrap();
-    let sink = rig.fake().sinks.borrow()[&last].clone();
-    assert!(sink.ended(429, || None));
-    rig.settle();
-    assert_eq!(rig.run.machine.borrow().max_streams(), streams);
-    assert!(!rig.fake().open.borrow().contains(&last));
-}
+#[path = "run_stream_tests.rs"]
+mod stream_tests;
