@@ -130,7 +130,9 @@ impl ReadPlatform for BrowserRead {
     }
 
     fn timer(&self, ms: u64, fire: Box<dyn FnOnce()>) -> Timeout {
-        Timeout::new(ms.min(u64::from(u32::MAX)) as u32, fire)
+        // `setTimeout` takes a signed 32-bit delay (gloo passes it on as an `i32`): a longer one
+        // would fire at once, so it is capped as `BrowserEnv::sleep` caps it.
+        Timeout::new(ms.min(i32::MAX as u64) as u32, fire)
     }
 
     fn forget_timer(timer: Timeout) {
